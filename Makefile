@@ -1,0 +1,62 @@
+# roq — the two commands a newcomer runs are `make run` and `make test`; both install what is
+# missing first (system packages through apt, then a venv with the Python packages).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+ROQ := $(VENV)/bin/roq
+STAMP := $(VENV)/.installed
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get
+# System packages: ZooKeeper (pulls Java) for the cluster and the tests; packer and systemd for the
+# appliance's checks (`packer validate`, `systemd-analyze verify`).
+SYSTEM_PACKAGES := zookeeper packer systemd python3-venv
+PYTEST_ARGS ?=
+
+.PHONY: setup system-deps run test test-unit lint type dist bench clean
+
+setup: system-deps $(STAMP)
+
+system-deps:
+	@missing=""; \
+	[ -f /usr/share/java/zookeeper.jar ] && command -v java >/dev/null || missing="$$missing zookeeper"; \
+	command -v packer >/dev/null || missing="$$missing packer"; \
+	command -v systemd-analyze >/dev/null || missing="$$missing systemd"; \
+	$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || missing="$$missing python3-venv"; \
+	if [ -n "$$missing" ]; then \
+	  echo "make: installing system packages:$$missing"; \
+	  $(APT) update -q && $(APT) install -y -q --no-install-recommends $$missing; \
+	fi
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -U pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $@
+
+run: setup
+	$(ROQ) up
+
+test: setup
+	$(VENV)/bin/pytest -n 2 $(PYTEST_ARGS)
+
+test-unit: setup
+	$(VENV)/bin/pytest -n 2 tests/unit $(PYTEST_ARGS)
+
+lint: setup
+	$(VENV)/bin/ruff check appliance tests benchmarks
+	$(VENV)/bin/ruff format --check appliance tests benchmarks
+	$(VENV)/bin/mypy
+	$(PY) tests/check_layers.py
+
+type: setup
+	$(VENV)/bin/mypy
+
+dist: setup
+	$(VENV)/bin/pyinstaller --noconfirm --clean --distpath dist --workpath build packaging/roq.spec
+
+bench: setup
+	$(ROQ) bench
+
+clean:
+	rm -rf build dist .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,39 @@
+"""Assembles the typer application from the command modules of `roq.cli`."""
+
+from __future__ import annotations
+
+import typer
+
+import roq
+
+app = typer.Typer(
+    name="roq",
+    help="roq: an elastic, persistent message queue.\n\n"
+    "Start a one-machine cluster with `roq up`; create a queue with `roq queue create q1`; "
+    "publish with `roq pub q1` and subscribe with `roq sub q1`.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"roq {roq.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """roq: an elastic, persistent message queue."""
+
+
+def main() -> None:
+    from roq.cli import commands  # noqa: F401  (registers the commands on `app`)
+
+    app()

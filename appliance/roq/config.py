@@ -1,0 +1,316 @@
+"""Configuration: the key tables of GCM.properties and HCM.properties, checked once at start-up.
+
+Every key roq reads is declared here once, with its type, default, bounds and meaning. The shipped
+files in `config/` are rendered from these tables (a test diffs them), so the documentation of a
+key and its behaviour cannot drift apart. A key missing from a file takes its own default; an
+invalid value, an unknown key or an unreadable file raises `ConfigError`, which the command line
+turns into one line on stderr and exit code 78 (EX_CONFIG).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from roq.errors import ConfigError
+
+Value = int | float | bool | str
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]*$")
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    """One configuration key: its name as it appears in the file, its type and its bounds."""
+
+    name: str
+    type: type
+    default: Value
+    doc: str
+    bounds: tuple[float, float] | None = None
+    choices: tuple[str, ...] = ()
+    section: str = ""
+
+    def parse(self, raw: str, where: str) -> Value:
+        text = raw.strip()
+        try:
+            value = self._convert(text)
+        except ValueError:
+            raise ConfigError(
+                f"{where}: key '{self.name}' has value {raw!r}: expected {self._expected()}"
+            ) from None
+        self._check(value, raw, where)
+        return value
+
+    def _convert(self, text: str) -> Value:
+        if self.type is bool:
+            lowered = text.lower()
+            if lowered in ("true", "yes", "on", "1"):
+                return True
+            if lowered in ("false", "no", "off", "0"):
+                return False
+            raise ValueError(text)
+        if self.type is int:
+            return int(text)
+        if self.type is float:
+            return float(text)
+        return text
+
+    def _check(self, value: Value, raw: str, where: str) -> None:
+        if self.bounds is not None and isinstance(value, int | float):
+            low, high = self.bounds
+            if not low <= value <= high:
+                raise ConfigError(
+                    f"{where}: key '{self.name}' has value {raw!r}: must be between "
+                    f"{_fmt(low)} and {_fmt(high)}"
+                )
+        if self.choices and value not in self.choices:
+            raise ConfigError(
+                f"{where}: key '{self.name}' has value {raw!r}: must be one of "
+                f"{', '.join(self.choices)}"
+            )
+
+    def _expected(self) -> str:
+        return {bool: "true or false", int: "an integer", float: "a number"}.get(
+            self.type, "a string"
+        )
+
+
+def _fmt(number: float) -> str:
+    return str(int(number)) if float(number).is_integer() else str(number)
+
+
+PORT = (1024.0, 65535.0)
+MS = (10.0, 86_400_000.0)
+
+_ZK_KEYS = (
+    Key("zk.servers", str, "127.0.0.1:2181", "ZooKeeper connect string (host:port,...).",
+        section="ZooKeeper"),
+    Key("zk.namespace", str, "/roq", "Root znode of this cluster; several clusters may share "
+        "one ZooKeeper under different namespaces.", section="ZooKeeper"),
+    Key("zk.session.timeout", int, 6000, "ZooKeeper session timeout in ms: a dead process's "
+        "ephemeral znodes (hosts, the GCM leader) vanish within this time.", (2000, 60000),
+        section="ZooKeeper"),
+)
+
+GCM_KEYS: tuple[Key, ...] = (
+    Key("ports.base", int, 5000, "Base of the GCM ports: +0 topology requests (BSON), "
+        "+3 admin API (BSON, RoQ commands 2000-2011), +5 config broadcast (PUB, CMD 1500).",
+        (1024, 65529), section="Ports"),
+    Key("network.interface", str, "127.0.0.1", "Address the GCM binds and announces. An IP "
+        "address, or an interface name such as eth0.", section="Ports"),
+    Key("period", int, 5000, "Period of the config broadcast on ports.base+5, in ms "
+        "(RoQ's default was 60000).", MS, section="Timing"),
+    Key("hcmTIMEOUT", int, 15000, "How long the GCM waits for a host to start or stop a "
+        "queue's processes, in ms.", (100, 600000), section="Timing"),
+    *_ZK_KEYS,
+    Key("formatDB", bool, False, "Wipe the cluster's state in ZooKeeper when this GCM becomes "
+        "leader (never before: a standby must not erase a live cluster).", section="State"),
+    Key("hasCloudConfiguration", bool, False, "Whether this GCM publishes the cloud.* keys "
+        "to ZooKeeper for the ec2 provisioner.", section="Cloud"),
+    Key("cloud.use", bool, False, "Enable the cloud section (answered by admin command 2009).",
+        section="Cloud"),
+    Key("cloud.user", str, "", "IaaS user name.", section="Cloud"),
+    Key("cloud.password", str, "", "IaaS secret. Never returned by the admin API.",
+        section="Cloud"),
+    Key("cloud.gateway", str, "", "Gateway given to provisioned VMs.", section="Cloud"),
+    Key("cloud.endpoint", str, "", "IaaS endpoint URL.", section="Cloud"),
+)
+
+HCM_KEYS: tuple[Key, ...] = (
+    Key("gcm.address", str, "127.0.0.1", "Address of the GCM (used when ZooKeeper does not "
+        "name a leader yet).", section="GCM"),
+    Key("gcm.ports.base", int, 5000, "ports.base of the GCM.", (1024, 65529), section="GCM"),
+    *_ZK_KEYS,
+    Key("network.interface", str, "127.0.0.1", "Address this host binds and announces for "
+        "itself, its monitors and its exchanges: an IP address or an interface name.",
+        section="Ports"),
+    Key("host.name", str, "", "Name under which the host registers; empty means the "
+        "announced address.", section="Ports"),
+    Key("hcm.port", int, 5100, "Port of the host's request socket (RoQ's fixed 5100).", PORT,
+        section="Ports"),
+    Key("monitor.base.port", int, 5500, "First monitor port; each monitor takes 6 "
+        "consecutive ports from a free list.", PORT, section="Ports"),
+    Key("statmonitor.base.port", int, 5800, "First stat-monitor port; each takes 2 "
+        "(statistics in, KPI stream out).", PORT, section="Ports"),
+    Key("exchange.base.port", int, 6000, "First exchange port; each exchange takes 4 "
+        "(front, back, control, replication).", PORT, section="Ports"),
+    Key("ports.max.perkind", int, 200, "Slots scanned above each base port before "
+        "allocation fails.", (1, 5000), section="Ports"),
+    Key("exchange.max.perhost", int, 3, "Exchanges this host may run, all queues together "
+        "(enforced).", (1, 1000), section="Capacity"),
+    Key("queue.hcm.vm", bool, False, "Accepted for RoQ compatibility: monitors always run as "
+        "their own processes in roq.", section="Capacity"),
+    Key("exchange.hcm.vm", bool, False, "Accepted for RoQ compatibility: exchanges always run "
+        "as their own processes in roq.", section="Capacity"),
+    Key("exchange.vm.heap", int, 256, "Accepted for RoQ compatibility (a JVM heap size); no "
+        "effect in roq.", (-1, 1_000_000), section="Capacity"),
+    Key("monitor.stat.period", int, 1000, "Period of the statistics that exchanges and the "
+        "monitor publish, in ms (RoQ: 60000).", MS, section="Timing"),
+    Key("heartbeat.period", int, 500, "Exchange heartbeat period in ms; an exchange silent "
+        "for 3 periods is declared dead.", (20, 60000), section="Timing"),
+    Key("useLog", bool, True, "Append every message to the message log (the thesis's MLS).",
+        section="Message log"),
+    Key("directory", str, "roq-data/log", "Root directory of the message logs.",
+        section="Message log"),
+    Key("maxFileSize", int, 64 * 1024 * 1024, "Roll to a new segment file once the current "
+        "one exceeds this many bytes (the thesis used 5000000).", (4096, 2**40),
+        section="Message log"),
+    Key("duration", int, 5, "Kept from the thesis's file, where its meaning is not stated; "
+        "no effect.", (0, 2**31), section="Message log"),
+    Key("replicationFactor", int, 2, "Copies of each exchange's log, the leader included "
+        "(1 = no replication).", (1, 16), section="Message log"),
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Validated values of one file; reading an undeclared key is a programming error."""
+
+    source: str
+    values: Mapping[str, Value] = field(default_factory=dict)
+
+    def get_int(self, name: str) -> int:
+        value = self.values[name]
+        assert isinstance(value, int) and not isinstance(value, bool), name
+        return value
+
+    def get_float(self, name: str) -> float:
+        value = self.values[name]
+        assert isinstance(value, int | float), name
+        return float(value)
+
+    def get_bool(self, name: str) -> bool:
+        value = self.values[name]
+        assert isinstance(value, bool), name
+        return value
+
+    def get_str(self, name: str) -> str:
+        value = self.values[name]
+        assert isinstance(value, str), name
+        return value
+
+    def to_properties(self) -> dict[str, str]:
+        """The values as strings, to hand to a child process through a file."""
+        return {k: _render_value(v) for k, v in self.values.items()}
+
+
+def parse_properties(text: str) -> list[tuple[int, str, str]]:
+    """Parse Java-style properties: `key=value` or `key: value`, `#`/`!` comments,
+    backslash line continuation. Returns (line number, key, raw value) triples."""
+    entries: list[tuple[int, str, str]] = []
+    lines = text.splitlines()
+    index = 0
+    while index < len(lines):
+        number = index + 1
+        line = lines[index].strip()
+        index += 1
+        while line.endswith("\\") and index < len(lines):
+            line = line[:-1] + lines[index].strip()
+            index += 1
+        if not line or line[0] in "#!":
+            continue
+        match = re.match(r"^([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
+        if match is None:
+            entries.append((number, line, ""))
+        else:
+            entries.append((number, match.group(1), match.group(2)))
+    return entries
+
+
+def load(
+    keys: Iterable[Key], path: Path | None, overrides: Mapping[str, str] | None = None
+) -> Settings:
+    """Read `path` (optional) then apply `overrides` (from the command line)."""
+    table = {key.name: key for key in keys}
+    values: dict[str, Value] = {key.name: key.default for key in table.values()}
+    source = "defaults"
+    if path is not None:
+        source = str(path)
+        for number, name, raw in parse_properties(_read(path)):
+            values[name] = _lookup(table, name, f"{path}:{number}").parse(raw, f"{path}:{number}")
+    for name, raw in (overrides or {}).items():
+        values[name] = _lookup(table, name, "command line").parse(raw, "command line")
+    return Settings(source=source, values=values)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: configuration file not found") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: cannot read configuration file: {error}") from None
+
+
+def _lookup(table: Mapping[str, Key], name: str, where: str) -> Key:
+    key = table.get(name)
+    if key is None:
+        if not _NAME_RE.match(name):
+            raise ConfigError(f"{where}: cannot parse line {name!r} (expected key=value)")
+        hint = difflib.get_close_matches(name, table, n=1)
+        suffix = f" (did you mean '{hint[0]}'?)" if hint else ""
+        raise ConfigError(f"{where}: unknown key '{name}'{suffix}")
+    return key
+
+
+def load_gcm(path: Path | None, overrides: Mapping[str, str] | None = None) -> Settings:
+    return load(GCM_KEYS, path, overrides)
+
+
+def load_hcm(path: Path | None, overrides: Mapping[str, str] | None = None) -> Settings:
+    return load(HCM_KEYS, path, overrides)
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, str]:
+    """`-D key=value` options from the command line."""
+    result: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(f"command line: -D {item!r}: expected key=value")
+        result[name.strip()] = value
+    return result
+
+
+def _render_value(value: Value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def render(keys: Iterable[Key], title: str) -> str:
+    """The documented properties file for a key table (what `config/*.properties` holds)."""
+    out = [f"# {title}", "#", "# Every key roq reads, with its default. A missing key takes its "
+           "default;", "# an invalid value stops the process with exit code 78.", ""]
+    section = None
+    for key in keys:
+        if key.section != section:
+            section = key.section
+            out += [f"# --- {section} " + "-" * max(3, 70 - len(section)), ""]
+        for line in _wrap(key.doc):
+            out.append(f"# {line}")
+        if key.bounds is not None:
+            out.append(f"# Range: {_fmt(key.bounds[0])} .. {_fmt(key.bounds[1])}.")
+        if key.choices:
+            out.append(f"# One of: {', '.join(key.choices)}.")
+        out.append(f"{key.name}={_render_value(key.default)}")
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _wrap(text: str, width: int = 96) -> list[str]:
+    lines: list[str] = []
+    current = ""
+    for word in text.split():
+        if current and len(current) + 1 + len(word) > width:
+            lines.append(current)
+            current = word
+        else:
+            current = f"{current} {word}".strip()
+    if current:
+        lines.append(current)
+    return lines

@@ -1,0 +1,96 @@
+"""The roq exception tree. Foreign errors (zmq, kazoo, OSError) are translated at the boundary.
+
+    RoqError
+    ├── ConfigError            invalid configuration: exit code 78 (EX_CONFIG)
+    ├── ProtocolError          a peer sent something we cannot accept (reply 1101, keep serving)
+    │   ├── DecodeError
+    │   ├── FrameTooLarge
+    │   └── UnknownCommand
+    ├── LogError               the message log
+    │   ├── CorruptRecord
+    │   ├── OffsetEvicted      the offset existed once and retention removed it (mq's 230)
+    │   └── OffsetNotYetWritten  nothing there yet (mq's 231)
+    ├── CoordinationError      ZooKeeper unreachable, session lost, version conflict
+    │   └── NotLeader          a GCM that is not (or no longer) the leader refused to write
+    ├── TransportError         a peer did not answer within its bound
+    │   └── RequestTimeout
+    └── AdminError             an admin request was refused (unknown queue, already exists, ...)
+"""
+
+from __future__ import annotations
+
+# Exit codes systemd understands (sysexits.h); a unit uses RestartPreventExitStatus=78.
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_UNAVAILABLE = 69  # a dependency (ZooKeeper, the GCM) cannot be reached within its bound
+EXIT_SOFTWARE = 70
+EXIT_CANTCREAT = 73  # a directory or file we must write is not writable
+EXIT_TEMPFAIL = 75  # a port we must bind is taken; a retry later may succeed
+EXIT_CONFIG = 78
+
+
+class RoqError(Exception):
+    """Root of every error roq raises on purpose."""
+
+    exit_code = EXIT_FAILURE
+
+
+class ConfigError(RoqError):
+    exit_code = EXIT_CONFIG
+
+
+class ProtocolError(RoqError):
+    pass
+
+
+class DecodeError(ProtocolError):
+    pass
+
+
+class FrameTooLarge(ProtocolError):
+    pass
+
+
+class UnknownCommand(ProtocolError):
+    pass
+
+
+class LogError(RoqError):
+    pass
+
+
+class CorruptRecord(LogError):
+    pass
+
+
+class OffsetEvicted(LogError):
+    pass
+
+
+class OffsetNotYetWritten(LogError):
+    pass
+
+
+class CoordinationError(RoqError):
+    exit_code = EXIT_UNAVAILABLE
+
+
+class NotLeader(CoordinationError):
+    pass
+
+
+class TransportError(RoqError):
+    exit_code = EXIT_UNAVAILABLE
+
+
+class RequestTimeout(TransportError):
+    pass
+
+
+class PortInUse(TransportError):
+    exit_code = EXIT_TEMPFAIL
+
+
+class AdminError(RoqError):
+    pass

@@ -1,0 +1,45 @@
+"""Every bound roq relies on, in one place, with its unit in its name.
+
+Values that an operator may want to change are configuration keys (see `config.py`); these are
+the bounds that protect a process from its peers and from itself.
+"""
+
+from __future__ import annotations
+
+# --- frames and messages ---------------------------------------------------------------
+frame_bytes_max = 16 * 1024 * 1024  # any single ZeroMQ frame we accept
+admin_frame_bytes_max = 1024 * 1024  # a BSON admin request; bigger is refused before decoding
+message_bytes_max = 4 * 1024 * 1024  # one message's payload
+key_bytes_max = 255  # routing key
+queue_name_chars_max = 64
+
+# --- sockets -----------------------------------------------------------------------------
+socket_linger_ms = 0  # control sockets: never block a shutdown on unsent replies
+data_linger_ms = 5_000  # data sockets: give queued messages a bounded time to leave
+data_hwm_messages = 1_000  # ZeroMQ frames queued per peer on data sockets (frames are batches)
+control_hwm_messages = 1_000
+
+# --- request/reply ---------------------------------------------------------------------
+request_timeout_ms = 5_000  # a REQ waits this long for its reply
+admin_request_timeout_ms = 30_000  # creating a queue starts processes: allow more
+child_ready_timeout_ms = 15_000  # a spawned monitor/exchange must answer PING within this
+client_retry_max = 10  # attempts to reach the GCM leader (RoQ: 10)
+client_retry_backoff_ms = 300
+
+# --- supervision -------------------------------------------------------------------------
+child_restart_backoff_ms_min = 250
+child_restart_backoff_ms_max = 10_000
+child_restarts_max = 10  # consecutive fast failures before a child is given up and reported
+child_stable_after_ms = 10_000  # a child that lived this long resets its failure count
+shutdown_grace_ms = 5_000  # SIGTERM → SIGKILL for children
+
+# --- ZooKeeper ---------------------------------------------------------------------------
+zk_connect_timeout_s = 10.0
+zk_reconnect_delay_max_s = 2.0  # kazoo's default grows to an hour; we never wait that long
+zk_command_retries_max = 5
+
+# --- polling -------------------------------------------------------------------------------
+poll_interval_ms = 100  # control loops wake at least this often to run their timers
+
+assert admin_frame_bytes_max <= frame_bytes_max
+assert message_bytes_max < frame_bytes_max

@@ -1,0 +1,103 @@
+"""Every command number roq puts on a wire, one enum per channel.
+
+Numbers are never reused: a retired command moves to `RETIRED` with a comment, and
+`tests/unit/test_protocol.py` checks that no live number is also retired. RoQ's numbers are kept
+where RoQ had them (reference §2.2) so that RoQ's tools map onto roq.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+@enum.unique
+class Result(enum.IntEnum):
+    """`RESULT` field of every BSON reply."""
+
+    OK = 0
+    LEAD_LOST = 8  # this GCM is not the leader: ask the one ZooKeeper names
+    FAIL = 1101  # the request was refused; `COMMENT` says why, `ERROR` gives a stable reason
+
+
+class Reason(enum.StrEnum):
+    """`ERROR` field of a FAIL reply: a stable, machine-readable reason beside the comment."""
+
+    BAD_REQUEST = "bad_request"
+    UNKNOWN_COMMAND = "unknown_command"
+    UNKNOWN_QUEUE = "unknown_queue"
+    ALREADY_EXISTS = "already_exists"
+    NO_SUCH_HOST = "no_such_host"
+    NO_CAPACITY = "no_capacity"
+    HOST_FAILED = "host_failed"
+    BUSY = "busy"
+    INTERNAL = "internal"
+
+
+@enum.unique
+class AdminCommand(enum.IntEnum):
+    """GCM admin API on ports.base+3 (RoQ's MngtController numbers) and topology on ports.base."""
+
+    INIT_REQ = 2  # topology dump (RoQ answered with Java serialization; roq answers BSON)
+    GET_HOST_BY_QNAME = 2000
+    REMOVE_QUEUE = 2001
+    STOP_QUEUE = 2002
+    CREATE_QUEUE = 2003
+    CREATE_XCHANGE = 2004
+    START_QUEUE = 2005
+    ADD_AUTOSCALING_RULE = 2006
+    GET_AUTOSCALING_RULE = 2007
+    REGISTER_FOR_AUTOSCALING_RULE_UPDATE = 2008
+    GET_CLOUD_PROPERTIES = 2009
+    CREATE_QUEUE_AUTOMATICALLY = 2010
+    QUEUE_EXISTS = 2011
+    # roq additions
+    LIST_QUEUES = 2012
+    GET_STATUS = 2013
+    REMOVE_XCHANGE = 2014
+
+
+@enum.unique
+class BroadcastCommand(enum.IntEnum):
+    MNGT_UPDATE_CONFIG = 1500  # 3 frames: {CMD:1500}, {Queues:[...]}, {Hosts:[...]}
+
+
+@enum.unique
+class HostCommand(enum.IntEnum):
+    """Requests the GCM sends to a host's request socket (hcm.port)."""
+
+    CREATE_QUEUE = 1002
+    REMOVE_QUEUE = 1008
+    CREATE_EXCHANGE = 1009
+    REMOVE_EXCHANGE = 1010
+    INFO_EXCHANGE = 1011
+    STOP_QUEUE = 1012
+    PING = 1020
+    SHUTDOWN = 1100
+
+
+@enum.unique
+class ChildCommand(enum.IntEnum):
+    """Requests a host sends to the control socket of a monitor or exchange it started."""
+
+    PING = 1020
+    SHUTDOWN = 1100
+
+
+@enum.unique
+class StatCommand(enum.IntEnum):
+    """KPI stream (stat monitor, S+1): RoQ's numbers, values typed as numbers."""
+
+    PUBLISHER_TOTAL = 11
+    PUBLISHER_MINUTE = 12
+    EXCHANGE_ID = 20
+    EXCHANGE_MIN = 21
+    EXCHANGE_OS_MIN = 22
+    QUEUE = 23
+    SUBSCRIBER_TOTAL = 31
+
+
+# Numbers that were used once and must never be reused, per channel.
+RETIRED: dict[str, frozenset[int]] = {
+    "AdminCommand": frozenset(),
+    "HostCommand": frozenset(),
+}

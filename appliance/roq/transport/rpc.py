@@ -1,0 +1,84 @@
+"""Request/reply over ZeroMQ with a bound on every wait.
+
+A REQ socket that timed out is stuck in its state machine, so `Requester` throws it away and
+opens a fresh one for the next request (RoQ's clients hung forever here).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import zmq
+
+from roq import limits
+from roq.errors import ProtocolError, RequestTimeout, TransportError
+from roq.protocol import bsonmsg
+from roq.protocol.commands import Reason
+from roq.transport.sockets import Kind, connect, open_socket
+
+
+class Requester:
+    """A REQ client for one endpoint. Owned by one thread."""
+
+    def __init__(self, context: Any, endpoint: str, timeout_ms: int = limits.request_timeout_ms):
+        self._context = context
+        self.endpoint = endpoint
+        self.timeout_ms = timeout_ms
+        self._sock: Any = None
+
+    def _socket(self) -> Any:
+        if self._sock is None:
+            self._sock = open_socket(
+                self._context, Kind.REQ, rcvtimeo_ms=self.timeout_ms, sndtimeo_ms=self.timeout_ms
+            )
+            connect(self._sock, self.endpoint)
+        return self._sock
+
+    def request(self, doc: dict[str, Any], timeout_ms: int | None = None) -> dict[str, Any]:
+        """Send one BSON request and return the decoded reply, or raise RequestTimeout."""
+        frames = self.request_raw([bsonmsg.encode(doc)], timeout_ms)
+        return bsonmsg.decode_reply(frames[0])
+
+    def request_raw(self, frames: list[bytes], timeout_ms: int | None = None) -> list[bytes]:
+        sock = self._socket()
+        wait_ms = self.timeout_ms if timeout_ms is None else timeout_ms
+        try:
+            sock.send_multipart(frames)
+            if not sock.poll(wait_ms, zmq.POLLIN):
+                raise RequestTimeout(f"no reply from {self.endpoint} within {wait_ms} ms")
+            reply: list[bytes] = sock.recv_multipart()
+            return reply
+        except RequestTimeout:
+            self.close()
+            raise
+        except zmq.ZMQError as error:
+            self.close()
+            raise TransportError(f"request to {self.endpoint} failed: {error}") from None
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close(0)
+            self._sock = None
+
+
+Handler = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def answer(sock: Any, handler: Handler, log_name: str, logger: Any) -> None:
+    """Receive one request on a REP socket and send exactly one reply, whatever it held.
+
+    Malformed requests get `{RESULT: 1101, COMMENT: why}`; a handler bug gets an INTERNAL
+    failure reply and a logged traceback, and the socket keeps serving either way.
+    """
+    frames = sock.recv_multipart()
+    try:
+        request = bsonmsg.decode(frames)
+        reply = handler(request)
+    except ProtocolError as error:
+        logger.warning("%s: refused a malformed request: %s", log_name, error)
+        reply = bsonmsg.fail(Reason.BAD_REQUEST, str(error))
+    except Exception as error:  # a bug must not leave the REP socket without a reply
+        logger.exception("%s: request handler failed", log_name)
+        reply = bsonmsg.fail(Reason.INTERNAL, f"internal error: {type(error).__name__}: {error}")
+    sock.send(bsonmsg.encode(reply))
