@@ -1,0 +1,196 @@
+"""The record-batch format: on the wire from publisher to exchange to subscriber, in the segment
+files, and on the replication stream — the same bytes everywhere (DESIGN §6b).
+
+A batch holds the records of one producer for one routing key. All integers are little-endian.
+
+    offset size field
+    0      4    length        bytes of the batch after this field (batch size = 4 + length)
+    4      8    base_offset   byte position of the batch in its log; 0 until the exchange stamps it
+    12     4    crc           zlib CRC-32 of every byte from offset 16 to the end of the batch
+    16     1    magic         0xB7
+    17     1    version       1
+    18     2    flags         0 (reserved; readers reject unknown bits)
+    20     4    count         number of records (>= 1)
+    24     8    first_seq     producer sequence number of record 0; record i has first_seq + i
+    32     8    first_ts_us   timestamp of record 0, microseconds since the Unix epoch
+    40     16   producer_id   the producer's 16-byte id (a UUID)
+    56     2    key_length    length of the routing key
+    58     k    key           routing key bytes
+    then `count` records, each:
+    +0     4    ts_delta_us   timestamp minus first_ts_us, microseconds (unsigned)
+    +4     4    payload_len
+    +8     n    payload
+
+The CRC does not cover `length` (checked against the frame or file) nor `base_offset`, so the
+exchange stamps the offset without recomputing the CRC. See docs/log-format.md.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from roq import limits
+from roq.errors import CorruptRecord
+
+MAGIC = 0xB7
+FORMAT_VERSION = 1
+FLAGS_KNOWN = 0
+
+HEADER = struct.Struct("<IQIBBHIQQ16sH")
+HEADER_BYTES = HEADER.size  # 58
+RECORD = struct.Struct("<II")
+RECORD_BYTES = RECORD.size  # 8
+LENGTH = struct.Struct("<I")
+OFFSET = struct.Struct("<Q")
+CRC_START = 16  # the CRC covers bytes [CRC_START, end)
+BASE_OFFSET_AT = 4
+
+batch_bytes_max = limits.frame_bytes_max
+ts_delta_us_max = 2**32 - 1
+
+assert HEADER_BYTES == 58 and RECORD_BYTES == 8
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    length: int
+    base_offset: int
+    crc: int
+    count: int
+    first_seq: int
+    first_ts_us: int
+    producer_id: bytes
+    key: bytes
+
+    @property
+    def size(self) -> int:
+        """Bytes the batch occupies in a frame or a file."""
+        return 4 + self.length
+
+    @property
+    def last_seq(self) -> int:
+        return self.first_seq + self.count - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One message as a reader sees it."""
+
+    offset: int  # base offset of the batch that holds it (the thesis: its byte position)
+    producer_id: bytes
+    seq: int
+    timestamp_us: int
+    key: bytes
+    payload: bytes
+
+
+def encode_batch(
+    producer_id: bytes,
+    first_seq: int,
+    key: bytes,
+    payloads: Sequence[bytes],
+    timestamps_us: Sequence[int],
+) -> bytes:
+    """Pack one batch. Timestamps must not decrease by more than the first one's value and must
+    span less than 2**32 µs (71 minutes); callers batch within milliseconds."""
+    assert len(producer_id) == 16
+    assert payloads and len(payloads) == len(timestamps_us)
+    if len(key) > limits.key_bytes_max:
+        raise ValueError(f"routing key of {len(key)} bytes exceeds {limits.key_bytes_max}")
+    first_ts = timestamps_us[0]
+    parts: list[bytes] = []
+    pack = RECORD.pack
+    for payload, ts in zip(payloads, timestamps_us, strict=True):
+        parts.append(pack(ts - first_ts, len(payload)))
+        parts.append(payload)
+    body = b"".join(parts)
+    tail = (
+        struct.pack(
+            "<BBHIQQ16sH",
+            MAGIC, FORMAT_VERSION, 0, len(payloads), first_seq, first_ts, producer_id, len(key),
+        )
+        + key
+        + body
+    )
+    crc = zlib.crc32(tail)
+    length = 8 + 4 + len(tail)
+    if length + 4 > batch_bytes_max:
+        raise ValueError(f"batch of {length + 4} bytes exceeds {batch_bytes_max}")
+    return LENGTH.pack(length) + OFFSET.pack(0) + LENGTH.pack(crc) + tail
+
+
+def read_header(buf: bytes | memoryview, at: int = 0) -> BatchHeader:
+    """Parse and bound-check the header of the batch starting at `at` (no CRC check)."""
+    if len(buf) - at < HEADER_BYTES:
+        raise CorruptRecord(f"torn header at byte {at}: {len(buf) - at} of {HEADER_BYTES} bytes")
+    (length, base, crc, magic, version, flags, count, seq, ts, pid, key_len) = HEADER.unpack_from(
+        buf, at
+    )
+    if magic != MAGIC:
+        raise CorruptRecord(f"bad magic 0x{magic:02x} at byte {at}")
+    if version != FORMAT_VERSION:
+        raise CorruptRecord(f"unknown format version {version} at byte {at}")
+    if flags & ~FLAGS_KNOWN:
+        raise CorruptRecord(f"unknown flags 0x{flags:04x} at byte {at}")
+    if length + 4 > batch_bytes_max or length + 4 < HEADER_BYTES + key_len + RECORD_BYTES:
+        raise CorruptRecord(f"impossible batch length {length} at byte {at}")
+    if count < 1:
+        raise CorruptRecord(f"batch with {count} records at byte {at}")
+    if len(buf) - at < 4 + length:
+        raise CorruptRecord(
+            f"batch at byte {at} claims {4 + length} bytes, only {len(buf) - at} present"
+        )
+    key = bytes(buf[at + HEADER_BYTES : at + HEADER_BYTES + key_len])
+    return BatchHeader(length, base, crc, count, seq, ts, bytes(pid), key)
+
+
+def check_batch(buf: bytes | memoryview, at: int = 0) -> BatchHeader:
+    """Header bounds plus CRC: what the exchange runs on every incoming batch."""
+    header = read_header(buf, at)
+    end = at + header.size
+    if zlib.crc32(memoryview(buf)[at + CRC_START : end]) != header.crc:
+        raise CorruptRecord(f"CRC mismatch in batch at byte {at}")
+    return header
+
+
+def stamp_offset(batch: bytearray | memoryview, base_offset: int, at: int = 0) -> None:
+    """Write the batch's base offset in place (outside the CRC, so the CRC stays valid)."""
+    OFFSET.pack_into(batch, at + BASE_OFFSET_AT, base_offset)
+
+
+def iter_records(buf: bytes | memoryview, at: int = 0) -> Iterator[Record]:
+    """Every record of the batch at `at`, with its bounds checked (the CRC is not re-checked)."""
+    header = read_header(buf, at)
+    view = memoryview(buf)
+    pos = at + HEADER_BYTES + len(header.key)
+    end = at + header.size
+    unpack = RECORD.unpack_from
+    for index in range(header.count):
+        if pos + RECORD_BYTES > end:
+            raise CorruptRecord(f"record {index} of batch at byte {at} is torn")
+        delta, size = unpack(view, pos)
+        pos += RECORD_BYTES
+        if pos + size > end:
+            raise CorruptRecord(f"record {index} of batch at byte {at} overruns the batch")
+        yield Record(
+            header.base_offset,
+            header.producer_id,
+            header.first_seq + index,
+            header.first_ts_us + delta,
+            header.key,
+            bytes(view[pos : pos + size]),
+        )
+        pos += size
+    if pos != end:
+        raise CorruptRecord(f"batch at byte {at} has {end - pos} bytes after its last record")
+
+
+def iter_batches(buf: bytes | memoryview, at: int = 0) -> Iterator[tuple[int, BatchHeader]]:
+    """(position, header) of each CRC-valid batch in a buffer of back-to-back batches."""
+    while at < len(buf):
+        header = check_batch(buf, at)
+        yield at, header
+        at += header.size
