@@ -1,0 +1,5 @@
+"""`roq` commands: logcmd."""
+
+from __future__ import annotations
+
+from roq.cli.app import app  # noqa: F401

@@ -1,0 +1,5 @@
+"""`roq` commands: queues."""
+
+from __future__ import annotations
+
+from roq.cli.app import app  # noqa: F401
