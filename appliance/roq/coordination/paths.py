@@ -1,0 +1,77 @@
+"""Every znode path roq uses, built in one place (namespace configurable, default /roq).
+
+    <ns>/gcm/election/…            kazoo Election (lock) participants
+    <ns>/gcm/leader                EPHEMERAL  the leading GCM: {"id", "topology", "admin", "broadcast"}
+    <ns>/hosts/<host>              EPHEMERAL  a live host: {"address", "hcm", "max_exchanges", "pid"}
+    <ns>/ports/<host>/<port>       PERSISTENT a port the host allocated: {"queue", "role", "id"}
+    <ns>/queues/<q>                PERSISTENT the queue record (state machine, see registry.QueueState)
+    <ns>/queues/<q>/exchanges/<id> PERSISTENT an exchange of the queue: {"host", "front", "back", …}
+    <ns>/queues/<q>/scaling        PERSISTENT autoscaling rules (JSON)
+    <ns>/xchangeTransactions/<tx>  PERSISTENT idempotency record of an exchange creation
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Paths:
+    namespace: str = "/roq"
+
+    def __post_init__(self) -> None:
+        if not self.namespace.startswith("/") or self.namespace.endswith("/"):
+            raise ValueError(f"namespace {self.namespace!r} must start and not end with '/'")
+
+    @property
+    def election(self) -> str:
+        return f"{self.namespace}/gcm/election"
+
+    @property
+    def leader(self) -> str:
+        return f"{self.namespace}/gcm/leader"
+
+    @property
+    def hosts(self) -> str:
+        return f"{self.namespace}/hosts"
+
+    def host(self, name: str) -> str:
+        return f"{self.hosts}/{name}"
+
+    def ports(self, host: str) -> str:
+        return f"{self.namespace}/ports/{host}"
+
+    def port(self, host: str, port: int) -> str:
+        return f"{self.ports(host)}/{port}"
+
+    @property
+    def queues(self) -> str:
+        return f"{self.namespace}/queues"
+
+    def queue(self, name: str) -> str:
+        return f"{self.queues}/{name}"
+
+    def exchanges(self, queue: str) -> str:
+        return f"{self.queue(queue)}/exchanges"
+
+    def exchange(self, queue: str, exchange_id: str) -> str:
+        return f"{self.exchanges(queue)}/{exchange_id}"
+
+    def scaling(self, queue: str) -> str:
+        return f"{self.queue(queue)}/scaling"
+
+    @property
+    def xchange_transactions(self) -> str:
+        return f"{self.namespace}/xchangeTransactions"
+
+    def xchange_transaction(self, txid: str) -> str:
+        return f"{self.xchange_transactions}/{txid}"
+
+    def roots(self) -> tuple[str, ...]:
+        """Persistent roots created at start-up (and wiped by formatDB, election excluded)."""
+        return (
+            self.hosts,
+            f"{self.namespace}/ports",
+            self.queues,
+            self.xchange_transactions,
+        )

@@ -1,0 +1,293 @@
+"""Typed reads and writes of the cluster state in ZooKeeper (JSON in each znode).
+
+Writers: a host writes only its own ephemeral record and its own port claims; every other write
+comes from the leading GCM and goes through a `Fence`: a multi-op transaction that also checks the
+version of the epoch znode the leader bumped when it was elected. A deposed leader's writes fail
+with NotLeader instead of overwriting its successor's state.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from kazoo.exceptions import (
+    BadVersionError,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    RolledBackError,
+)
+
+from roq.coordination.paths import Paths
+from roq.errors import AdminError, CoordinationError, NotLeader
+
+log = logging.getLogger(__name__)
+
+
+class QueueState(enum.StrEnum):
+    CREATING = "CREATING"
+    RUNNING = "RUNNING"
+    STOPPED = "STOPPED"
+    DELETING = "DELETING"
+
+
+@dataclass(slots=True)
+class QueueRecord:
+    name: str
+    state: QueueState
+    host: str
+    monitor: str = ""  # tcp://ip:B (the monitor's base port)
+    stat: str = ""  # tcp://ip:S+1 (the KPI stream)
+    monitor_port: int = 0
+    stat_port: int = 0
+
+
+@dataclass(slots=True)
+class ExchangeRecord:
+    id: str
+    queue: str
+    host: str
+    front: str  # tcp://ip:F
+    back: str  # tcp://ip:F+1
+    port: int = 0
+    txid: str = ""
+
+
+@dataclass(slots=True)
+class HostRecord:
+    name: str
+    address: str
+    hcm: str  # tcp://ip:hcm.port
+    max_exchanges: int
+    pid: int = field(default_factory=os.getpid)
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """Proof of leadership: the epoch znode's version when this GCM was elected."""
+
+    epoch_path: str
+    version: int
+
+
+def _dump(record: Any) -> bytes:
+    return json.dumps(asdict(record) if not isinstance(record, dict) else record).encode()
+
+
+def _load(data: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(data.decode() or "{}")
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CoordinationError(f"unreadable znode data: {error}") from None
+    if not isinstance(value, dict):
+        raise CoordinationError("znode data is not a JSON object")
+    return value
+
+
+class Registry:
+    """Typed access to one cluster's znodes. Thread-safe as far as kazoo is."""
+
+    def __init__(self, client: Any, paths: Paths):
+        self.zk = client
+        self.paths = paths
+
+    # --- set-up -----------------------------------------------------------------------
+    def ensure_roots(self) -> None:
+        for path in (*self.paths.roots(), self.paths.election, self.epoch_path):
+            self.zk.ensure_path(path)
+
+    @property
+    def epoch_path(self) -> str:
+        return f"{self.paths.namespace}/gcm/epoch"
+
+    def bump_epoch(self) -> Fence:
+        """Called by a newly elected leader: every older fence becomes invalid."""
+        self.zk.ensure_path(self.epoch_path)
+        stat = self.zk.set(self.epoch_path, b"")
+        return Fence(self.epoch_path, stat.version)
+
+    # --- reads ------------------------------------------------------------------------
+    def _children(self, path: str) -> list[str]:
+        try:
+            return sorted(self.zk.get_children(path))
+        except NoNodeError:
+            return []
+
+    def _get(self, path: str) -> tuple[dict[str, Any], int] | None:
+        try:
+            data, stat = self.zk.get(path)
+        except NoNodeError:
+            return None
+        return _load(data), stat.version
+
+    def hosts(self) -> list[HostRecord]:
+        records = []
+        for name in self._children(self.paths.hosts):
+            got = self._get(self.paths.host(name))
+            if got is not None:
+                records.append(HostRecord(**got[0]))
+        return records
+
+    def host(self, name: str) -> HostRecord | None:
+        got = self._get(self.paths.host(name))
+        return None if got is None else HostRecord(**got[0])
+
+    def queue_names(self) -> list[str]:
+        return self._children(self.paths.queues)
+
+    def queue(self, name: str) -> tuple[QueueRecord, int] | None:
+        got = self._get(self.paths.queue(name))
+        if got is None:
+            return None
+        data, version = got
+        data["state"] = QueueState(data["state"])
+        return QueueRecord(**data), version
+
+    def queues(self) -> list[QueueRecord]:
+        found = (self.queue(name) for name in self.queue_names())
+        return [item[0] for item in found if item is not None]
+
+    def exchanges(self, queue: str) -> list[ExchangeRecord]:
+        records = []
+        for exchange_id in self._children(self.paths.exchanges(queue)):
+            got = self._get(self.paths.exchange(queue, exchange_id))
+            if got is not None:
+                records.append(ExchangeRecord(**got[0]))
+        return records
+
+    def leader(self) -> dict[str, Any] | None:
+        got = self._get(self.paths.leader)
+        return None if got is None else got[0]
+
+    def port_claims(self, host: str) -> dict[int, dict[str, Any]]:
+        claims = {}
+        for child in self._children(self.paths.ports(host)):
+            got = self._get(self.paths.port(host, int(child)))
+            if got is not None:
+                claims[int(child)] = got[0]
+        return claims
+
+    def rules(self, queue: str) -> dict[str, Any] | None:
+        got = self._get(self.paths.scaling(queue))
+        return None if got is None else got[0]
+
+    def xchange_transaction(self, txid: str) -> dict[str, Any] | None:
+        got = self._get(self.paths.xchange_transaction(txid))
+        return None if got is None else got[0]
+
+    # --- host-owned writes --------------------------------------------------------------
+    def register_host(self, record: HostRecord) -> None:
+        """Ephemeral: the host vanishes from the cluster when its session ends."""
+        path = self.paths.host(record.name)
+        try:
+            self.zk.create(path, _dump(record), ephemeral=True, makepath=True)
+        except NodeExistsError:
+            raise CoordinationError(
+                f"host name {record.name!r} is already registered by a live process; "
+                "set host.name or stop the other host"
+            ) from None
+
+    def unregister_host(self, name: str) -> None:
+        try:
+            self.zk.delete(self.paths.host(name))
+        except NoNodeError:
+            pass
+
+    def claim_port(self, host: str, port: int, owner: dict[str, Any]) -> bool:
+        try:
+            self.zk.create(self.paths.port(host, port), _dump(owner), makepath=True)
+        except NodeExistsError:
+            return False
+        return True
+
+    def release_port(self, host: str, port: int) -> None:
+        try:
+            self.zk.delete(self.paths.port(host, port))
+        except NoNodeError:
+            pass
+
+    # --- leader-owned writes (fenced) ------------------------------------------------------
+    def _commit(self, fence: Fence, ops: list[tuple[str, str, Any]]) -> None:
+        txn = self.zk.transaction()
+        txn.check(fence.epoch_path, fence.version)
+        for op, path, arg in ops:
+            if op == "create":
+                txn.create(path, arg)
+            elif op == "set":
+                txn.set_data(path, arg[0], version=arg[1])
+            else:
+                txn.delete(path)
+        try:
+            results = txn.commit()
+        except KazooException as error:
+            raise CoordinationError(f"ZooKeeper transaction failed: {error}") from None
+        self._raise_for(results, fence)
+
+    def _raise_for(self, results: list[Any], fence: Fence) -> None:
+        errors = [r for r in results if isinstance(r, Exception)]
+        if not errors:
+            return
+        if isinstance(errors[0], BadVersionError) and isinstance(results[0], Exception):
+            raise NotLeader("this GCM is no longer the leader (epoch moved on)")
+        real = [e for e in errors if not isinstance(e, RolledBackError)]
+        first = real[0] if real else errors[0]
+        if isinstance(first, NodeExistsError):
+            raise AdminError("already exists")
+        if isinstance(first, BadVersionError):
+            raise AdminError("changed concurrently; retry")
+        if isinstance(first, NoNodeError):
+            raise AdminError("does not exist")
+        if isinstance(first, NotEmptyError):
+            raise AdminError("still has children")
+        raise CoordinationError(f"ZooKeeper transaction failed: {first!r}")
+
+    def create_queue(self, fence: Fence, record: QueueRecord) -> None:
+        path = self.paths.queue(record.name)
+        self._commit(
+            fence,
+            [("create", path, _dump(record)), ("create", self.paths.exchanges(record.name), b"")],
+        )
+
+    def update_queue(self, fence: Fence, record: QueueRecord, version: int) -> None:
+        self._commit(fence, [("set", self.paths.queue(record.name), (_dump(record), version))])
+
+    def delete_queue(self, fence: Fence, name: str) -> None:
+        ops: list[tuple[str, str, Any]] = []
+        for exchange in self._children(self.paths.exchanges(name)):
+            ops.append(("delete", self.paths.exchange(name, exchange), None))
+        ops.append(("delete", self.paths.exchanges(name), None))
+        if self.zk.exists(self.paths.scaling(name)):
+            ops.append(("delete", self.paths.scaling(name), None))
+        ops.append(("delete", self.paths.queue(name), None))
+        self._commit(fence, ops)
+
+    def put_exchange(self, fence: Fence, record: ExchangeRecord) -> None:
+        path = self.paths.exchange(record.queue, record.id)
+        self._commit(fence, [("create", path, _dump(record))])
+
+    def delete_exchange(self, fence: Fence, queue: str, exchange_id: str) -> None:
+        self._commit(fence, [("delete", self.paths.exchange(queue, exchange_id), None)])
+
+    def put_rules(self, fence: Fence, queue: str, rules: dict[str, Any]) -> None:
+        path = self.paths.scaling(queue)
+        existing = self.zk.exists(path)
+        if existing is None:
+            self._commit(fence, [("create", path, _dump(rules))])
+        else:
+            self._commit(fence, [("set", path, (_dump(rules), existing.version))])
+
+    def put_xchange_transaction(self, fence: Fence, txid: str, data: dict[str, Any]) -> None:
+        self._commit(fence, [("create", self.paths.xchange_transaction(txid), _dump(data))])
+
+    def wipe(self, fence: Fence) -> None:
+        """formatDB: delete every persistent root except the election; only a leader does it."""
+        self._commit(fence, [])  # proves leadership before anything is deleted
+        for root in self.paths.roots():
+            for child in self._children(root):
+                self.zk.delete(f"{root}/{child}", recursive=True)

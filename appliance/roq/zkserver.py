@@ -1,0 +1,132 @@
+"""A local ZooKeeper server from the system's install (Debian/Ubuntu package `zookeeper`).
+
+Used by `roq up` when `zk.servers` is not reachable, and by the tests. The server binds
+127.0.0.1 only, keeps its data under the given directory, and is stopped with SIGTERM (then
+SIGKILL) within a bound.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from roq import limits
+from roq.errors import EXIT_UNAVAILABLE, RoqError
+
+log = logging.getLogger(__name__)
+
+JAR_DIR = Path("/usr/share/java")
+CONF_DIR = Path("/etc/zookeeper/conf")
+START_TIMEOUT_S = 30.0
+
+
+class ZooKeeperUnavailable(RoqError):
+    exit_code = EXIT_UNAVAILABLE
+
+
+def classpath() -> str:
+    jar = JAR_DIR / "zookeeper.jar"
+    if not jar.exists():
+        raise ZooKeeperUnavailable(
+            f"{jar} not found: install ZooKeeper with `apt-get install zookeeper` "
+            "(make run and make test do it for you)"
+        )
+    parts = [str(CONF_DIR), str(jar)]
+    # Logging jars make the server log instead of printing "NOP logger".
+    for extra in ("slf4j-log4j12.jar", "log4j-1.2.jar"):
+        if (JAR_DIR / extra).exists():
+            parts.append(str(JAR_DIR / extra))
+    return ":".join(parts)
+
+
+def is_serving(host: str, port: int, timeout_s: float = 1.0) -> bool:
+    """True if a ZooKeeper answers the `ruok` four-letter word with `imok`."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            sock.sendall(b"ruok")
+            sock.settimeout(timeout_s)
+            return sock.recv(16) == b"imok"
+    except OSError:
+        return False
+
+
+def first_reachable(servers: str) -> bool:
+    for server in servers.split(","):
+        host, _, port = server.strip().partition(":")
+        if host and port.isdigit() and is_serving(host, int(port)):
+            return True
+    return False
+
+
+class ZooKeeperServer:
+    """One standalone ZooKeeper process. Owned by the thread that started it."""
+
+    def __init__(self, data_dir: Path, port: int, host: str = "127.0.0.1"):
+        self.data_dir = data_dir
+        self.port = port
+        self.host = host
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def connect_string(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def _write_config(self) -> Path:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        config = self.data_dir / "zoo.cfg"
+        config.write_text(
+            "tickTime=500\ninitLimit=10\nsyncLimit=5\n"
+            f"dataDir={self.data_dir / 'data'}\nclientPort={self.port}\n"
+            f"clientPortAddress={self.host}\nadmin.enableServer=false\n"
+            "4lw.commands.whitelist=ruok,srvr,stat,mntr\n"
+            "minSessionTimeout=1000\nmaxSessionTimeout=60000\n"
+        )
+        return config
+
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        java = shutil.which("java")
+        if java is None:
+            raise ZooKeeperUnavailable("java not found: install it with `apt-get install zookeeper`")
+        command = [java, "-Xmx256m", "-cp", classpath(),
+                   "-Dzookeeper.root.logger=WARN,CONSOLE", "-Dzookeeper.log.dir=" + str(self.data_dir),
+                   "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(self._write_config())]
+        log_file = (self.data_dir / "zookeeper.log").open("ab")
+        self.process = subprocess.Popen(
+            command, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        log_file.close()
+        self._wait_ready(timeout_s)
+        log.info("ZooKeeper serving on %s (pid %d)", self.connect_string, self.process.pid)
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise ZooKeeperUnavailable(
+                    f"ZooKeeper exited with code {self.process.returncode}; "
+                    f"see {self.data_dir / 'zookeeper.log'}"
+                )
+            if is_serving(self.host, self.port, timeout_s=0.5):
+                return
+            time.sleep(0.1)
+        self.stop()
+        raise ZooKeeperUnavailable(f"ZooKeeper did not answer on port {self.port} in {timeout_s} s")
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=limits.shutdown_grace_ms / 1000)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=5)
