@@ -87,82 +87,246 @@ PORT = (1024.0, 65535.0)
 MS = (10.0, 86_400_000.0)
 
 _ZK_KEYS = (
-    Key("zk.servers", str, "127.0.0.1:2181", "ZooKeeper connect string (host:port,...).",
-        section="ZooKeeper"),
-    Key("zk.namespace", str, "/roq", "Root znode of this cluster; several clusters may share "
-        "one ZooKeeper under different namespaces.", section="ZooKeeper"),
-    Key("zk.session.timeout", int, 6000, "ZooKeeper session timeout in ms: a dead process's "
-        "ephemeral znodes (hosts, the GCM leader) vanish within this time.", (2000, 60000),
-        section="ZooKeeper"),
+    Key(
+        "zk.servers",
+        str,
+        "127.0.0.1:2181",
+        "ZooKeeper connect string (host:port,...).",
+        section="ZooKeeper",
+    ),
+    Key(
+        "zk.namespace",
+        str,
+        "/roq",
+        "Root znode of this cluster; several clusters may share "
+        "one ZooKeeper under different namespaces.",
+        section="ZooKeeper",
+    ),
+    Key(
+        "zk.session.timeout",
+        int,
+        6000,
+        "ZooKeeper session timeout in ms: a dead process's "
+        "ephemeral znodes (hosts, the GCM leader) vanish within this time.",
+        (2000, 60000),
+        section="ZooKeeper",
+    ),
 )
 
 GCM_KEYS: tuple[Key, ...] = (
-    Key("ports.base", int, 5000, "Base of the GCM ports: +0 topology requests (BSON), "
+    Key(
+        "ports.base",
+        int,
+        5000,
+        "Base of the GCM ports: +0 topology requests (BSON), "
         "+3 admin API (BSON, RoQ commands 2000-2011), +5 config broadcast (PUB, CMD 1500).",
-        (1024, 65529), section="Ports"),
-    Key("network.interface", str, "127.0.0.1", "Address the GCM binds and announces. An IP "
-        "address, or an interface name such as eth0.", section="Ports"),
-    Key("period", int, 5000, "Period of the config broadcast on ports.base+5, in ms "
-        "(RoQ's default was 60000).", MS, section="Timing"),
-    Key("hcmTIMEOUT", int, 15000, "How long the GCM waits for a host to start or stop a "
-        "queue's processes, in ms.", (100, 600000), section="Timing"),
+        (1024, 65529),
+        section="Ports",
+    ),
+    Key(
+        "network.interface",
+        str,
+        "127.0.0.1",
+        "Address the GCM binds and announces. An IP address, or an interface name such as eth0.",
+        section="Ports",
+    ),
+    Key(
+        "period",
+        int,
+        5000,
+        "Period of the config broadcast on ports.base+5, in ms (RoQ's default was 60000).",
+        MS,
+        section="Timing",
+    ),
+    Key(
+        "hcmTIMEOUT",
+        int,
+        15000,
+        "How long the GCM waits for a host to start or stop a queue's processes, in ms.",
+        (100, 600000),
+        section="Timing",
+    ),
     *_ZK_KEYS,
-    Key("formatDB", bool, False, "Wipe the cluster's state in ZooKeeper when this GCM becomes "
-        "leader (never before: a standby must not erase a live cluster).", section="State"),
-    Key("hasCloudConfiguration", bool, False, "Whether this GCM publishes the cloud.* keys "
-        "to ZooKeeper for the ec2 provisioner.", section="Cloud"),
-    Key("cloud.use", bool, False, "Enable the cloud section (answered by admin command 2009).",
-        section="Cloud"),
+    Key(
+        "formatDB",
+        bool,
+        False,
+        "Wipe the cluster's state in ZooKeeper when this GCM becomes "
+        "leader (never before: a standby must not erase a live cluster).",
+        section="State",
+    ),
+    Key(
+        "hasCloudConfiguration",
+        bool,
+        False,
+        "Whether this GCM publishes the cloud.* keys to ZooKeeper for the ec2 provisioner.",
+        section="Cloud",
+    ),
+    Key(
+        "cloud.use",
+        bool,
+        False,
+        "Enable the cloud section (answered by admin command 2009).",
+        section="Cloud",
+    ),
     Key("cloud.user", str, "", "IaaS user name.", section="Cloud"),
-    Key("cloud.password", str, "", "IaaS secret. Never returned by the admin API.",
-        section="Cloud"),
+    Key(
+        "cloud.password", str, "", "IaaS secret. Never returned by the admin API.", section="Cloud"
+    ),
     Key("cloud.gateway", str, "", "Gateway given to provisioned VMs.", section="Cloud"),
     Key("cloud.endpoint", str, "", "IaaS endpoint URL.", section="Cloud"),
 )
 
 HCM_KEYS: tuple[Key, ...] = (
-    Key("gcm.address", str, "127.0.0.1", "Address of the GCM (used when ZooKeeper does not "
-        "name a leader yet).", section="GCM"),
+    Key(
+        "gcm.address",
+        str,
+        "127.0.0.1",
+        "Address of the GCM (used when ZooKeeper does not name a leader yet).",
+        section="GCM",
+    ),
     Key("gcm.ports.base", int, 5000, "ports.base of the GCM.", (1024, 65529), section="GCM"),
     *_ZK_KEYS,
-    Key("network.interface", str, "127.0.0.1", "Address this host binds and announces for "
+    Key(
+        "network.interface",
+        str,
+        "127.0.0.1",
+        "Address this host binds and announces for "
         "itself, its monitors and its exchanges: an IP address or an interface name.",
-        section="Ports"),
-    Key("host.name", str, "", "Name under which the host registers; empty means the "
-        "announced address.", section="Ports"),
-    Key("hcm.port", int, 5100, "Port of the host's request socket (RoQ's fixed 5100).", PORT,
-        section="Ports"),
-    Key("monitor.base.port", int, 5500, "First monitor port; each monitor takes 6 "
-        "consecutive ports from a free list.", PORT, section="Ports"),
-    Key("statmonitor.base.port", int, 5800, "First stat-monitor port; each takes 2 "
-        "(statistics in, KPI stream out).", PORT, section="Ports"),
-    Key("exchange.base.port", int, 6000, "First exchange port; each exchange takes 4 "
-        "(front, back, control, replication).", PORT, section="Ports"),
-    Key("ports.max.perkind", int, 200, "Slots scanned above each base port before "
-        "allocation fails.", (1, 5000), section="Ports"),
-    Key("exchange.max.perhost", int, 3, "Exchanges this host may run, all queues together "
-        "(enforced).", (1, 1000), section="Capacity"),
-    Key("queue.hcm.vm", bool, False, "Accepted for RoQ compatibility: monitors always run as "
-        "their own processes in roq.", section="Capacity"),
-    Key("exchange.hcm.vm", bool, False, "Accepted for RoQ compatibility: exchanges always run "
-        "as their own processes in roq.", section="Capacity"),
-    Key("exchange.vm.heap", int, 256, "Accepted for RoQ compatibility (a JVM heap size); no "
-        "effect in roq.", (-1, 1_000_000), section="Capacity"),
-    Key("monitor.stat.period", int, 1000, "Period of the statistics that exchanges and the "
-        "monitor publish, in ms (RoQ: 60000).", MS, section="Timing"),
-    Key("heartbeat.period", int, 500, "Exchange heartbeat period in ms; an exchange silent "
-        "for 3 periods is declared dead.", (20, 60000), section="Timing"),
-    Key("useLog", bool, True, "Append every message to the message log (the thesis's MLS).",
-        section="Message log"),
-    Key("directory", str, "roq-data/log", "Root directory of the message logs.",
-        section="Message log"),
-    Key("maxFileSize", int, 64 * 1024 * 1024, "Roll to a new segment file once the current "
-        "one exceeds this many bytes (the thesis used 5000000).", (4096, 2**40),
-        section="Message log"),
-    Key("duration", int, 5, "Kept from the thesis's file, where its meaning is not stated; "
-        "no effect.", (0, 2**31), section="Message log"),
-    Key("replicationFactor", int, 2, "Copies of each exchange's log, the leader included "
-        "(1 = no replication).", (1, 16), section="Message log"),
+        section="Ports",
+    ),
+    Key(
+        "host.name",
+        str,
+        "",
+        "Name under which the host registers; empty means the announced address.",
+        section="Ports",
+    ),
+    Key(
+        "hcm.port",
+        int,
+        5100,
+        "Port of the host's request socket (RoQ's fixed 5100).",
+        PORT,
+        section="Ports",
+    ),
+    Key(
+        "monitor.base.port",
+        int,
+        5500,
+        "First monitor port; each monitor takes 6 consecutive ports from a free list.",
+        PORT,
+        section="Ports",
+    ),
+    Key(
+        "statmonitor.base.port",
+        int,
+        5800,
+        "First stat-monitor port; each takes 2 (statistics in, KPI stream out).",
+        PORT,
+        section="Ports",
+    ),
+    Key(
+        "exchange.base.port",
+        int,
+        6000,
+        "First exchange port; each exchange takes 4 (front, back, control, replication).",
+        PORT,
+        section="Ports",
+    ),
+    Key(
+        "ports.max.perkind",
+        int,
+        200,
+        "Slots scanned above each base port before allocation fails.",
+        (1, 5000),
+        section="Ports",
+    ),
+    Key(
+        "exchange.max.perhost",
+        int,
+        3,
+        "Exchanges this host may run, all queues together (enforced).",
+        (1, 1000),
+        section="Capacity",
+    ),
+    Key(
+        "queue.hcm.vm",
+        bool,
+        False,
+        "Accepted for RoQ compatibility: monitors always run as their own processes in roq.",
+        section="Capacity",
+    ),
+    Key(
+        "exchange.hcm.vm",
+        bool,
+        False,
+        "Accepted for RoQ compatibility: exchanges always run as their own processes in roq.",
+        section="Capacity",
+    ),
+    Key(
+        "exchange.vm.heap",
+        int,
+        256,
+        "Accepted for RoQ compatibility (a JVM heap size); no effect in roq.",
+        (-1, 1_000_000),
+        section="Capacity",
+    ),
+    Key(
+        "monitor.stat.period",
+        int,
+        1000,
+        "Period of the statistics that exchanges and the monitor publish, in ms (RoQ: 60000).",
+        MS,
+        section="Timing",
+    ),
+    Key(
+        "heartbeat.period",
+        int,
+        500,
+        "Exchange heartbeat period in ms; an exchange silent for 3 periods is declared dead.",
+        (20, 60000),
+        section="Timing",
+    ),
+    Key(
+        "useLog",
+        bool,
+        True,
+        "Append every message to the message log (the thesis's MLS).",
+        section="Message log",
+    ),
+    Key(
+        "directory",
+        str,
+        "roq-data/log",
+        "Root directory of the message logs.",
+        section="Message log",
+    ),
+    Key(
+        "maxFileSize",
+        int,
+        64 * 1024 * 1024,
+        "Roll to a new segment file once the current "
+        "one exceeds this many bytes (the thesis used 5000000).",
+        (4096, 2**40),
+        section="Message log",
+    ),
+    Key(
+        "duration",
+        int,
+        5,
+        "Kept from the thesis's file, where its meaning is not stated; no effect.",
+        (0, 2**31),
+        section="Message log",
+    ),
+    Key(
+        "replicationFactor",
+        int,
+        2,
+        "Copies of each exchange's log, the leader included (1 = no replication).",
+        (1, 16),
+        section="Message log",
+    ),
 )
 
 
@@ -284,8 +448,13 @@ def _render_value(value: Value) -> str:
 
 def render(keys: Iterable[Key], title: str) -> str:
     """The documented properties file for a key table (what `config/*.properties` holds)."""
-    out = [f"# {title}", "#", "# Every key roq reads, with its default. A missing key takes its "
-           "default;", "# an invalid value stops the process with exit code 78.", ""]
+    out = [
+        f"# {title}",
+        "#",
+        "# Every key roq reads, with its default. A missing key takes its default;",
+        "# an invalid value stops the process with exit code 78.",
+        "",
+    ]
     section = None
     for key in keys:
         if key.section != section:

@@ -1,20 +1,20 @@
 """The roq exception tree. Foreign errors (zmq, kazoo, OSError) are translated at the boundary.
 
-    RoqError
-    ├── ConfigError            invalid configuration: exit code 78 (EX_CONFIG)
-    ├── ProtocolError          a peer sent something we cannot accept (reply 1101, keep serving)
-    │   ├── DecodeError
-    │   ├── FrameTooLarge
-    │   └── UnknownCommand
-    ├── LogError               the message log
-    │   ├── CorruptRecord
-    │   ├── OffsetEvicted      the offset existed once and retention removed it (mq's 230)
-    │   └── OffsetNotYetWritten  nothing there yet (mq's 231)
-    ├── CoordinationError      ZooKeeper unreachable, session lost, version conflict
-    │   └── NotLeader          a GCM that is not (or no longer) the leader refused to write
-    ├── TransportError         a peer did not answer within its bound
-    │   └── RequestTimeout
-    └── AdminError             an admin request was refused (unknown queue, already exists, ...)
+RoqError
+├── ConfigError            invalid configuration: exit code 78 (EX_CONFIG)
+├── ProtocolError          a peer sent something we cannot accept (reply 1101, keep serving)
+│   ├── DecodeError
+│   ├── FrameTooLarge
+│   └── UnknownCommand
+├── LogError               the message log
+│   ├── CorruptRecord
+│   ├── OffsetEvicted      the offset existed once and retention removed it (mq's 230)
+│   └── OffsetNotYetWritten  nothing there yet (mq's 231)
+├── CoordinationError      ZooKeeper unreachable, session lost, version conflict
+│   └── NotLeader          a GCM that is not (or no longer) the leader refused to write
+├── TransportError         a peer did not answer within its bound
+│   └── RequestTimeout
+└── AdminError             an admin request was refused (unknown queue, already exists, ...)
 """
 
 from __future__ import annotations

@@ -92,13 +92,25 @@ class ZooKeeperServer:
     def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
         java = shutil.which("java")
         if java is None:
-            raise ZooKeeperUnavailable("java not found: install it with `apt-get install zookeeper`")
-        command = [java, "-Xmx256m", "-cp", classpath(),
-                   "-Dzookeeper.root.logger=WARN,CONSOLE", "-Dzookeeper.log.dir=" + str(self.data_dir),
-                   "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(self._write_config())]
+            raise ZooKeeperUnavailable(
+                "java not found: install it with `apt-get install zookeeper`"
+            )
+        command = [
+            java,
+            "-Xmx256m",
+            "-cp",
+            classpath(),
+            "-Dzookeeper.root.logger=WARN,CONSOLE",
+            "-Dzookeeper.log.dir=" + str(self.data_dir),
+            "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+            str(self._write_config()),
+        ]
         log_file = (self.data_dir / "zookeeper.log").open("ab")
         self.process = subprocess.Popen(
-            command, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            command,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
         log_file.close()

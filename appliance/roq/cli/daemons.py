@@ -1,5 +1,97 @@
-"""`roq` commands: daemons."""
+"""`roq gcm`, `roq host` and `roq up`: the long-running modes."""
 
 from __future__ import annotations
 
-from roq.cli.app import app  # noqa: F401
+from pathlib import Path
+
+import typer
+
+from roq import config, notify
+from roq.cli.app import app
+from roq.cli.common import CONFIG_OPTION, DEFINE_OPTION, errors_to_exit, setup_logging, stop_event
+
+
+@app.command(rich_help_panel="Daemons")
+def gcm(
+    config_file: Path | None = CONFIG_OPTION,
+    define: list[str] = DEFINE_OPTION,
+) -> None:
+    """Run a Global Configuration Manager (topology, admin API, config broadcast).
+
+    Several may run against one ZooKeeper: one leads, the others stand by.
+    """
+    setup_logging()
+    with errors_to_exit():
+        settings = config.load_gcm(config_file, config.parse_overrides(define))
+        from roq.gcm import GlobalConfigurationManager
+
+        manager = GlobalConfigurationManager(settings)
+        try:
+            manager.bind()
+            stop = stop_event()
+            manager.run(stop, on_ready=lambda: notify.ready(f"gcm {manager.id} serving"))
+            notify.stopping()
+        finally:
+            manager.close()
+
+
+@app.command(rich_help_panel="Daemons")
+def host(
+    config_file: Path | None = CONFIG_OPTION,
+    define: list[str] = DEFINE_OPTION,
+) -> None:
+    """Run a Host Configuration Manager: registers this machine, runs monitors and exchanges."""
+    setup_logging()
+    with errors_to_exit():
+        settings = config.load_hcm(config_file, config.parse_overrides(define))
+        _check_log_directory(settings)
+        from roq.host import HostConfigManager
+
+        manager = HostConfigManager(settings)
+        try:
+            manager.bind()
+            stop = stop_event()
+            manager.run(stop, on_ready=lambda: notify.ready(f"host {manager.name} serving"))
+            notify.stopping()
+        finally:
+            manager.close()
+
+
+def _check_log_directory(settings: config.Settings) -> None:
+    if not settings.get_bool("useLog"):
+        return
+    from roq.errors import EXIT_CANTCREAT, RoqError
+
+    directory = Path(settings.get_str("directory"))
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / ".roq-write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:
+        err = RoqError(f"log directory {directory} is not writable: {error.strerror}")
+        err.exit_code = EXIT_CANTCREAT
+        raise err from None
+
+
+@app.command(rich_help_panel="Daemons")
+def up(
+    data_dir: Path = typer.Option(Path("roq-data"), "--data-dir", help="All state goes here."),
+    gcm_config: Path | None = typer.Option(None, "--gcm-config", help="GCM.properties to use."),
+    hcm_config: Path | None = typer.Option(None, "--hcm-config", help="HCM.properties to use."),
+    define: list[str] = DEFINE_OPTION,
+) -> None:
+    """Run a one-machine cluster in the foreground: ZooKeeper (if none is reachable), a GCM and
+    a host. Ctrl-C or SIGTERM stops all of it."""
+    setup_logging()
+    from roq.up import Cluster
+
+    with errors_to_exit():
+        cluster = Cluster(data_dir, gcm_config, hcm_config, config.parse_overrides(define))
+        stop = stop_event()
+        try:
+            cluster.start(stop)
+            typer.echo(cluster.banner())
+            cluster.wait(stop)
+        finally:
+            cluster.stop()

@@ -1,13 +1,13 @@
 """Every znode path roq uses, built in one place (namespace configurable, default /roq).
 
-    <ns>/gcm/election/…            kazoo Election (lock) participants
-    <ns>/gcm/leader                EPHEMERAL  the leading GCM: {"id", "topology", "admin", "broadcast"}
-    <ns>/hosts/<host>              EPHEMERAL  a live host: {"address", "hcm", "max_exchanges", "pid"}
-    <ns>/ports/<host>/<port>       PERSISTENT a port the host allocated: {"queue", "role", "id"}
-    <ns>/queues/<q>                PERSISTENT the queue record (state machine, see registry.QueueState)
-    <ns>/queues/<q>/exchanges/<id> PERSISTENT an exchange of the queue: {"host", "front", "back", …}
-    <ns>/queues/<q>/scaling        PERSISTENT autoscaling rules (JSON)
-    <ns>/xchangeTransactions/<tx>  PERSISTENT idempotency record of an exchange creation
+<ns>/gcm/election/…            kazoo Election (lock) participants
+<ns>/gcm/leader                EPHEMERAL  the leading GCM: {"id", "topology", "admin", "broadcast"}
+<ns>/hosts/<host>              EPHEMERAL  a live host: {"address", "hcm", "max_exchanges", "pid"}
+<ns>/ports/<host>/<port>       PERSISTENT a port the host allocated: {"queue", "role", "id"}
+<ns>/queues/<q>                PERSISTENT the queue record (state machine, see registry.QueueState)
+<ns>/queues/<q>/exchanges/<id> PERSISTENT an exchange of the queue: {"host", "front", "back", …}
+<ns>/queues/<q>/scaling        PERSISTENT autoscaling rules (JSON)
+<ns>/xchangeTransactions/<tx>  PERSISTENT idempotency record of an exchange creation
 """
 
 from __future__ import annotations

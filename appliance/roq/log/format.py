@@ -110,7 +110,14 @@ def encode_batch(
     tail = (
         struct.pack(
             "<BBHIQQ16sH",
-            MAGIC, FORMAT_VERSION, 0, len(payloads), first_seq, first_ts, producer_id, len(key),
+            MAGIC,
+            FORMAT_VERSION,
+            0,
+            len(payloads),
+            first_seq,
+            first_ts,
+            producer_id,
+            len(key),
         )
         + key
         + body

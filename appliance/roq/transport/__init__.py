@@ -13,6 +13,7 @@ from roq.transport.sockets import (
     WouldBlock,
     bind,
     connect,
+    new_context,
     open_socket,
 )
 
@@ -28,5 +29,6 @@ __all__ = [
     "WouldBlock",
     "bind",
     "connect",
+    "new_context",
     "open_socket",
 ]

@@ -14,8 +14,8 @@ import zmq
 from roq import limits
 from roq.errors import PortInUse, TransportError
 
-Socket = zmq.Socket  # type: ignore[type-arg]
-Context = zmq.Context  # type: ignore[type-arg]
+Socket = zmq.Socket
+Context = zmq.Context
 Poller = zmq.Poller
 WouldBlock = zmq.Again
 POLLIN = zmq.POLLIN

@@ -1,0 +1,1 @@
+"""The client library: `AdminClient` (queue lifecycle), `Publisher` and `Subscriber`."""

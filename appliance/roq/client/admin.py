@@ -1,0 +1,164 @@
+"""AdminClient: the queue-lifecycle API of the GCM, from Python.
+
+    admin = AdminClient(gcm="127.0.0.1:5000")      # or AdminClient(zk="127.0.0.1:2181")
+    admin.create_queue("q1")                       # on the least-loaded host; host="…" to choose
+    admin.list_queues(); admin.stop_queue("q1"); admin.start_queue("q1"); admin.delete_queue("q1")
+
+Every call is one BSON request to the admin API (ports.base+3). A GCM that is not the leader
+answers with the leader's address and the client follows it; an unreachable GCM is retried a
+bounded number of times (`limits.client_retry_max`), re-reading the leader from ZooKeeper when a
+connect string was given. Refusals raise `AdminRefused` with the GCM's reason and comment.
+Not thread-safe: one AdminClient per thread.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from roq import limits
+from roq.errors import AdminError, RequestTimeout, TransportError
+from roq.protocol.commands import AdminCommand, Reason, Result
+from roq.transport import new_context
+from roq.transport.rpc import Requester
+
+ADMIN_OFFSET = 3
+
+
+class AdminRefused(AdminError):
+    def __init__(self, reason: str, comment: str):
+        super().__init__(comment)
+        self.reason = reason
+
+
+class GcmUnreachable(TransportError):
+    pass
+
+
+class AdminClient:
+    def __init__(
+        self,
+        gcm: str | None = None,
+        zk: str | None = None,
+        namespace: str = "/roq",
+        timeout_ms: int = limits.admin_request_timeout_ms,
+        retries: int = limits.client_retry_max,
+    ):
+        if gcm is None and zk is None:
+            gcm = "127.0.0.1:5000"
+        self.gcm = gcm
+        self.zk = zk
+        self.namespace = namespace
+        self.timeout_ms = timeout_ms
+        self.retries = retries
+        self._context = new_context()
+        self._endpoint: str | None = None
+
+    # --- transport ---------------------------------------------------------------------------
+    def _resolve(self) -> str:
+        if self.zk is not None:
+            from roq.coordination.discovery import leader_admin_endpoint
+
+            return leader_admin_endpoint(self.zk, self.namespace)
+        assert self.gcm is not None
+        host, _, port = self.gcm.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"--gcm {self.gcm!r}: expected HOST:PORT (PORT = ports.base)")
+        return f"tcp://{host}:{int(port) + ADMIN_OFFSET}"
+
+    def request(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """One admin request, following the leader; raises AdminRefused or GcmUnreachable."""
+        last_error = "no attempt made"
+        for attempt in range(self.retries):
+            endpoint = self._endpoint or self._resolve()
+            requester = Requester(self._context, endpoint, self.timeout_ms)
+            try:
+                reply = requester.request(doc)
+            except (RequestTimeout, TransportError) as error:
+                last_error = str(error)
+                self._endpoint = None
+                time.sleep(limits.client_retry_backoff_ms / 1000 * (attempt + 1))
+                continue
+            finally:
+                requester.close()
+            if reply["RESULT"] == Result.LEAD_LOST:
+                self._endpoint = reply.get("LEADER") or None
+                last_error = f"{endpoint} is not the leader"
+                time.sleep(limits.client_retry_backoff_ms / 1000)
+                continue
+            self._endpoint = endpoint
+            if reply["RESULT"] != Result.OK:
+                raise AdminRefused(str(reply.get("ERROR", "")), str(reply.get("COMMENT", "")))
+            return reply
+        raise GcmUnreachable(f"GCM unreachable after {self.retries} attempts: {last_error}")
+
+    def close(self) -> None:
+        self._context.term()
+
+    def __enter__(self) -> AdminClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- operations ----------------------------------------------------------------------------
+    def create_queue(self, name: str, host: str | None = None) -> dict[str, Any]:
+        if host:
+            return self.request(
+                {"CMD": int(AdminCommand.CREATE_QUEUE), "QName": name, "Host": host}
+            )
+        return self.request({"CMD": int(AdminCommand.CREATE_QUEUE_AUTOMATICALLY), "QName": name})
+
+    def delete_queue(self, name: str) -> dict[str, Any]:
+        return self.request({"CMD": int(AdminCommand.REMOVE_QUEUE), "QName": name})
+
+    def stop_queue(self, name: str) -> dict[str, Any]:
+        return self.request({"CMD": int(AdminCommand.STOP_QUEUE), "QName": name})
+
+    def start_queue(self, name: str, host: str | None = None) -> dict[str, Any]:
+        doc: dict[str, Any] = {"CMD": int(AdminCommand.START_QUEUE), "QName": name}
+        if host:
+            doc["Host"] = host
+        return self.request(doc)
+
+    def queue_exists(self, name: str) -> bool:
+        try:
+            self.request({"CMD": int(AdminCommand.QUEUE_EXISTS), "QName": name})
+        except AdminRefused as refused:
+            if refused.reason == Reason.UNKNOWN_QUEUE:
+                return False
+            raise
+        return True
+
+    def list_queues(self) -> list[dict[str, Any]]:
+        reply = self.request({"CMD": int(AdminCommand.LIST_QUEUES)})
+        return list(reply["Queues"])
+
+    def status(self) -> dict[str, Any]:
+        return self.request({"CMD": int(AdminCommand.GET_STATUS)})
+
+    def get_host_by_qname(self, name: str) -> dict[str, Any]:
+        return self.request({"CMD": int(AdminCommand.GET_HOST_BY_QNAME), "QName": name})
+
+    def create_exchange(
+        self, name: str, transaction_id: str, host: str | None = None
+    ) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "CMD": int(AdminCommand.CREATE_XCHANGE),
+            "QName": name,
+            "TransactionID": transaction_id,
+        }
+        if host:
+            doc["Host"] = host
+        return self.request(doc)
+
+    def remove_exchange(self, name: str, exchange_id: str) -> dict[str, Any]:
+        return self.request(
+            {"CMD": int(AdminCommand.REMOVE_XCHANGE), "QName": name, "ExchangeID": exchange_id}
+        )
+
+    def add_rules(self, name: str, rules: dict[str, Any]) -> dict[str, Any]:
+        return self.request({"CMD": int(AdminCommand.ADD_AUTOSCALING_RULE), "QName": name, **rules})
+
+    def get_rules(self, name: str) -> dict[str, Any]:
+        return self.request({"CMD": int(AdminCommand.GET_AUTOSCALING_RULE), "QName": name})

@@ -1,0 +1,24 @@
+"""Clients find the leading GCM through ZooKeeper (its ephemeral leader znode)."""
+
+from __future__ import annotations
+
+import json
+
+from kazoo.exceptions import NoNodeError
+
+from roq.coordination import session
+from roq.coordination.paths import Paths
+from roq.errors import CoordinationError
+
+_CLIENT_SESSION_MS = 4000
+
+
+def leader_admin_endpoint(servers: str, namespace: str = "/roq") -> str:
+    client = session.connect(servers, _CLIENT_SESSION_MS, connect_timeout_s=5.0)
+    try:
+        data, _ = client.get(Paths(namespace).leader)
+    except NoNodeError:
+        raise CoordinationError(f"no GCM leads the cluster {namespace} at {servers}") from None
+    finally:
+        session.close(client)
+    return str(json.loads(data.decode())["admin"])

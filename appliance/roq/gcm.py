@@ -1,0 +1,148 @@
+"""GlobalConfigurationManager — the `roq gcm` process.
+
+Ports (ports.base = P): P+0 topology requests (BSON: 2000 get host by queue, 2 topology dump),
+P+3 the admin API (BSON, RoQ's commands 2000–2011 plus roq's 2012–2014), P+5 the config
+broadcast (PUB, 3 frames: {CMD:1500}, {Queues:[…]}, {Hosts:[…]}) every `period` ms.
+RoQ's P+1/P+4 shutdown sockets are replaced by SIGTERM, and P+2 (Java serialization) is gone.
+
+Every GCM of a cluster serves its sockets; only the elected leader acts. The others answer
+`{RESULT: 8, LEADER: <its admin endpoint>}` so clients follow. All state lives in ZooKeeper; the
+leader's writes are fenced (see coordination.registry), so a deposed leader cannot overwrite it.
+One thread owns all sockets (the main loop); the election runs in kazoo's threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from roq import limits
+from roq.config import Settings
+from roq.coordination import session
+from roq.coordination.election import Leadership
+from roq.coordination.paths import Paths
+from roq.coordination.registry import Fence, Registry
+from roq.errors import NotLeader
+from roq.management import Management
+from roq.netaddr import resolve_interface
+from roq.protocol import bsonmsg
+from roq.protocol.commands import AdminCommand, BroadcastCommand, Reason
+from roq.transport import POLLIN, Kind, Poller, bind, new_context, open_socket
+from roq.transport.rpc import answer
+
+log = logging.getLogger(__name__)
+
+TOPOLOGY_OFFSET = 0
+ADMIN_OFFSET = 3
+BROADCAST_OFFSET = 5
+_READ_ONLY = {AdminCommand.GET_HOST_BY_QNAME, AdminCommand.INIT_REQ}
+
+
+class GlobalConfigurationManager:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.address = resolve_interface(settings.get_str("network.interface"))
+        self.base = settings.get_int("ports.base")
+        self.period_s = settings.get_int("period") / 1000
+        self.id = f"gcm-{self.address}-{self.base}-{uuid.uuid4().hex[:6]}"
+        self.context = new_context()
+        self.zk = session.connect(
+            settings.get_str("zk.servers"), settings.get_int("zk.session.timeout")
+        )
+        self.registry = Registry(self.zk, Paths(settings.get_str("zk.namespace")))
+        self.registry.ensure_roots()
+        self.management = Management(self.registry, settings, self.context)
+        self.leadership = Leadership(self.registry, self._identity(), self._on_elected)
+        self._sockets: dict[str, Any] = {}
+
+    def endpoint(self, offset: int) -> str:
+        return f"tcp://{self.address}:{self.base + offset}"
+
+    def _identity(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "topology": self.endpoint(TOPOLOGY_OFFSET),
+            "admin": self.endpoint(ADMIN_OFFSET),
+            "broadcast": self.endpoint(BROADCAST_OFFSET),
+        }
+
+    def _on_elected(self, fence: Fence) -> None:
+        if self.settings.get_bool("formatDB"):
+            log.warning("formatDB=true: wiping the cluster state under %s", self.registry.paths)
+            self.registry.wipe(fence)
+            self.registry.ensure_roots()
+
+    def bind(self) -> None:
+        """Bind every port before joining the election, so a port clash fails fast."""
+        for name, kind, offset in (
+            ("topology", Kind.REP, TOPOLOGY_OFFSET),
+            ("admin", Kind.REP, ADMIN_OFFSET),
+            ("broadcast", Kind.PUB, BROADCAST_OFFSET),
+        ):
+            sock = open_socket(self.context, kind)
+            self._sockets[name] = sock
+            bind(sock, self.address, self.base + offset)
+
+    def run(self, stop: threading.Event, on_ready: Callable[[], object] | None = None) -> None:
+        self.leadership.start()
+        poller = Poller()
+        for name in ("topology", "admin"):
+            poller.register(self._sockets[name], POLLIN)
+        log.info("gcm %s serving on %s (admin %s)", self.id, self.endpoint(0), self.endpoint(3))
+        if on_ready is not None:
+            on_ready()
+        next_broadcast = time.monotonic() + self.period_s
+        while not stop.is_set():
+            for sock, _ in poller.poll(limits.poll_interval_ms):
+                if sock is self._sockets["admin"]:
+                    answer(sock, self._admin, "gcm admin", log)
+                else:
+                    answer(sock, self._topology, "gcm topology", log)
+            if time.monotonic() >= next_broadcast:
+                next_broadcast = time.monotonic() + self.period_s
+                self._broadcast()
+
+    def _admin(self, request: dict[str, Any]) -> dict[str, Any]:
+        fence = self.leadership.fence
+        if fence is None:
+            return bsonmsg.lead_lost(self._leader_admin())
+        try:
+            return self.management.handle(request, fence)
+        except NotLeader as error:
+            return bsonmsg.lead_lost(str(error))
+
+    def _topology(self, request: dict[str, Any]) -> dict[str, Any]:
+        if request["CMD"] not in _READ_ONLY:
+            return bsonmsg.fail(Reason.UNKNOWN_COMMAND, "topology port serves commands 2 and 2000")
+        return self._admin(request)
+
+    def _leader_admin(self) -> str:
+        leader = self.registry.leader()
+        return str(leader.get("admin", "")) if leader else ""
+
+    def _broadcast(self) -> None:
+        if not self.leadership.is_leader:
+            return
+        queues = [
+            {"Name": q.name, "Host": q.host, "State": q.state == "RUNNING"}
+            for q in self.registry.queues()
+        ]
+        hosts = [h.address for h in self.registry.hosts()]
+        self._sockets["broadcast"].send_multipart(
+            [
+                bsonmsg.encode({"CMD": int(BroadcastCommand.MNGT_UPDATE_CONFIG)}),
+                bsonmsg.encode({"Queues": queues}),
+                bsonmsg.encode({"Hosts": hosts}),
+            ]
+        )
+
+    def close(self) -> None:
+        self.leadership.stop()
+        for sock in self._sockets.values():
+            sock.close(0)
+        session.close(self.zk)
+        self.context.term()

@@ -1,0 +1,324 @@
+"""HostConfigManager — the `roq host` process: one per machine.
+
+It registers the host in ZooKeeper (ephemeral: a dead host vanishes within the session timeout),
+serves the GCM's requests on `hcm.port`, starts each queue's monitor and exchanges as child
+processes of the same program, restarts crashed children with back-off, and stops them all when
+it stops. One thread owns the request socket and the children (the main loop).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from roq import limits, supervision
+from roq.config import HCM_KEYS, Settings
+from roq.coordination import session
+from roq.coordination.paths import Paths
+from roq.coordination.registry import HostRecord, Registry
+from roq.errors import DecodeError, PortInUse, RoqError
+from roq.netaddr import resolve_interface
+from roq.ports import PortAllocator
+from roq.protocol import bsonmsg
+from roq.protocol.bsonmsg import Document
+from roq.protocol.commands import HostCommand, Reason
+from roq.protocol.names import check_queue_name
+from roq.spawn import roq_command
+from roq.supervision import Child
+from roq.transport import POLLIN, Kind, Poller, bind, new_context, open_socket
+from roq.transport.rpc import answer
+
+log = logging.getLogger(__name__)
+
+_BIND_ATTEMPTS = 3  # a child that loses a port race gets this many blocks before we give up
+
+
+class HostConfigManager:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.address = resolve_interface(settings.get_str("network.interface"))
+        self.name = settings.get_str("host.name") or self.address
+        self.max_exchanges = settings.get_int("exchange.max.perhost")
+        self.context = new_context()
+        self.zk = session.connect(
+            settings.get_str("zk.servers"), settings.get_int("zk.session.timeout")
+        )
+        self.registry = Registry(self.zk, Paths(settings.get_str("zk.namespace")))
+        self.registry.ensure_roots()
+        self.ports = PortAllocator(
+            self.registry,
+            self.name,
+            self.address,
+            {
+                "monitor": settings.get_int("monitor.base.port"),
+                "stat": settings.get_int("statmonitor.base.port"),
+                "exchange": settings.get_int("exchange.base.port"),
+            },
+            settings.get_int("ports.max.perkind"),
+        )
+        self.children: list[Child] = []
+        self.sock: Any = None
+        self._handlers: dict[int, Callable[[Document], Document]] = {
+            HostCommand.PING: lambda _: bsonmsg.ok("PONG", Host=self.name),
+            HostCommand.CREATE_QUEUE: self.create_queue,
+            HostCommand.CREATE_EXCHANGE: self.create_exchange,
+            HostCommand.REMOVE_EXCHANGE: self.remove_exchange,
+            HostCommand.STOP_QUEUE: lambda r: self.stop_queue(r, delete_logs=False),
+            HostCommand.REMOVE_QUEUE: lambda r: self.stop_queue(r, delete_logs=True),
+            HostCommand.INFO_EXCHANGE: self.info_exchange,
+        }
+
+    @property
+    def endpoint(self) -> str:
+        return f"tcp://{self.address}:{self.settings.get_int('hcm.port')}"
+
+    def bind(self) -> None:
+        self.sock = open_socket(self.context, Kind.REP)
+        bind(self.sock, self.address, self.settings.get_int("hcm.port"))
+        self._release_stale_claims()
+        self.registry.register_host(
+            HostRecord(self.name, self.address, self.endpoint, self.max_exchanges)
+        )
+
+    def _release_stale_claims(self) -> None:
+        """Claims left by a previous run of this host: its children died with it."""
+        for port, owner in self.registry.port_claims(self.name).items():
+            log.info("releasing port %d left by a previous run (%s)", port, owner)
+            self.registry.release_port(self.name, port)
+
+    def run(self, stop: threading.Event, on_ready: Callable[[], object] | None = None) -> None:
+        poller = Poller()
+        poller.register(self.sock, POLLIN)
+        log.info("host %s serving on %s", self.name, self.endpoint)
+        if on_ready is not None:
+            on_ready()
+        while not stop.is_set():
+            if poller.poll(limits.poll_interval_ms):
+                answer(self.sock, self._dispatch, f"host {self.name}", log)
+            now = time.monotonic()
+            for child in self.children:
+                supervision.watch(child, self.context, now)
+
+    def _dispatch(self, request: Document) -> Document:
+        handler = self._handlers.get(request["CMD"])
+        if handler is None:
+            return bsonmsg.fail(Reason.UNKNOWN_COMMAND, f"unknown command {request['CMD']}")
+        try:
+            return handler(request)
+        except DecodeError as error:
+            return bsonmsg.fail(Reason.BAD_REQUEST, str(error))
+        except RoqError as error:
+            log.error("host %s: %s", self.name, error)
+            return bsonmsg.fail(Reason.HOST_FAILED, str(error))
+
+    # --- queries ------------------------------------------------------------------------------
+    def _of(self, queue: str, role: str) -> list[Child]:
+        return [c for c in self.children if c.queue == queue and c.role == role]
+
+    def _exchange_count(self) -> int:
+        return sum(1 for c in self.children if c.role == "exchange")
+
+    def info_exchange(self, request: Document) -> Document:
+        return bsonmsg.ok(Exchanges=self._exchange_count(), Max=self.max_exchanges)
+
+    # --- queue lifecycle ---------------------------------------------------------------------
+    def create_queue(self, request: Document) -> Document:
+        """Idempotent: a queue already running here is answered with its addresses."""
+        queue = check_queue_name(bsonmsg.field_str(request, "QName"))
+        monitors = self._of(queue, "monitor")
+        if not monitors:
+            if self._exchange_count() >= self.max_exchanges:
+                return self._no_capacity(queue)
+            monitors = [self._start_monitor(queue)]
+        monitor = monitors[0]
+        if not self._of(queue, "exchange"):
+            if self._exchange_count() >= self.max_exchanges:
+                return self._no_capacity(queue)
+            self._start_exchange(queue, monitor.port, monitor.meta["stat_port"], txid="")
+        return self._queue_reply(queue, monitor)
+
+    def _no_capacity(self, queue: str) -> Document:
+        comment = (
+            f"host {self.name} runs {self._exchange_count()} exchanges, its limit "
+            f"exchange.max.perhost={self.max_exchanges}; cannot place queue {queue}"
+        )
+        log.warning(comment)
+        return bsonmsg.fail(Reason.NO_CAPACITY, comment)
+
+    def _queue_reply(self, queue: str, monitor: Child) -> Document:
+        stat_port = monitor.meta["stat_port"]
+        return bsonmsg.ok(
+            Monitor_host=f"tcp://{self.address}:{monitor.port}",
+            Stat_Monitor_host=f"tcp://{self.address}:{stat_port + 1}",
+            Monitor_port=monitor.port,
+            Stat_port=stat_port,
+            Exchanges=[self._exchange_doc(c) for c in self._of(queue, "exchange")],
+        )
+
+    def _exchange_doc(self, child: Child) -> Document:
+        return {
+            "Id": child.id,
+            "Port": child.port,
+            "TransactionID": child.txid,
+            "Front": f"tcp://{self.address}:{child.port}",
+            "Back": f"tcp://{self.address}:{child.port + 1}",
+        }
+
+    def _start_monitor(self, queue: str) -> Child:
+        for _ in range(_BIND_ATTEMPTS):
+            port = self.ports.allocate("monitor", {"queue": queue})
+            stat = self.ports.allocate("stat", {"queue": queue})
+            child = Child(
+                name=f"monitor {queue}",
+                role="monitor",
+                queue=queue,
+                port=port,
+                control=f"tcp://{self.address}:{port + 5}",
+                argv=roq_command(
+                    "monitor",
+                    queue,
+                    "--bind",
+                    self.address,
+                    "--port",
+                    str(port),
+                    "--stat-port",
+                    str(stat),
+                    *self._overrides(),
+                ),
+                id=f"monitor-{queue}",
+                meta={"stat_port": stat},
+            )
+            if self._launch(child, [port, stat]):
+                return child
+        raise PortInUse(f"could not start the monitor of {queue}: ports kept being taken")
+
+    def _start_exchange(
+        self,
+        queue: str,
+        monitor_port: int,
+        stat_port: int,
+        txid: str,
+        monitor_address: str | None = None,
+    ) -> Child:
+        monitor_address = monitor_address or self.address
+        for _ in range(_BIND_ATTEMPTS):
+            port = self.ports.allocate("exchange", {"queue": queue, "txid": txid})
+            exchange_id = f"{self.name.replace(':', '_')}-{port}-{uuid.uuid4().hex[:6]}"
+            child = Child(
+                name=f"exchange {queue}/{exchange_id}",
+                role="exchange",
+                queue=queue,
+                port=port,
+                control=f"tcp://{self.address}:{port + 2}",
+                id=exchange_id,
+                txid=txid,
+                argv=roq_command(
+                    "exchange",
+                    queue,
+                    "--bind",
+                    self.address,
+                    "--port",
+                    str(port),
+                    "--monitor",
+                    f"tcp://{monitor_address}:{monitor_port}",
+                    "--stat",
+                    f"tcp://{monitor_address}:{stat_port}",
+                    "--id",
+                    exchange_id,
+                    *self._overrides(),
+                ),
+            )
+            if self._launch(child, [port]):
+                return child
+        raise PortInUse(f"could not start an exchange of {queue}: ports kept being taken")
+
+    def _launch(self, child: Child, ports: list[int]) -> bool:
+        """Start a child; False if it lost its ports to another program (try other ports)."""
+        try:
+            supervision.start(child, self.context)
+        except PortInUse as error:
+            log.warning("%s", error)
+            for port in ports:
+                self.ports.release(port)
+                self.ports.in_use.add(port)  # keep skipping it until it is freed and reused
+            return False
+        except RoqError:
+            for port in ports:
+                self.ports.release(port)
+            raise
+        self.children.append(child)
+        return True
+
+    def _overrides(self) -> list[str]:
+        """The host's non-default settings, handed to its children on their command line."""
+        defaults = Settings("defaults", {key.name: key.default for key in HCM_KEYS})
+        default_text = defaults.to_properties()
+        return [
+            arg
+            for name, value in self.settings.to_properties().items()
+            if default_text.get(name) != value
+            for arg in ("-D", f"{name}={value}")
+        ]
+
+    def create_exchange(self, request: Document) -> Document:
+        queue = check_queue_name(bsonmsg.field_str(request, "QName"))
+        txid = bsonmsg.field_str(request, "TransactionID", max_chars=128)
+        for child in self._of(queue, "exchange"):
+            if child.txid == txid:
+                return bsonmsg.ok("exists", Exchange=self._exchange_doc(child))
+        if self._exchange_count() >= self.max_exchanges:
+            return self._no_capacity(queue)
+        child = self._start_exchange(
+            queue,
+            bsonmsg.field_int(request, "Monitor_port"),
+            bsonmsg.field_int(request, "Stat_port"),
+            txid,
+            monitor_address=bsonmsg.field_str(request, "Monitor_address"),
+        )
+        return bsonmsg.ok("created", Exchange=self._exchange_doc(child))
+
+    def remove_exchange(self, request: Document) -> Document:
+        queue = check_queue_name(bsonmsg.field_str(request, "QName"))
+        exchange_id = bsonmsg.field_str(request, "ExchangeID", max_chars=256)
+        for child in self._of(queue, "exchange"):
+            if child.id == exchange_id:
+                self._stop_child(child)
+                return bsonmsg.ok(f"exchange {exchange_id} stopped")
+        return bsonmsg.ok(f"exchange {exchange_id} was not running here")
+
+    def stop_queue(self, request: Document, delete_logs: bool) -> Document:
+        queue = check_queue_name(bsonmsg.field_str(request, "QName"))
+        # Exchanges first, so they can still tell their monitor they are leaving.
+        for child in self._of(queue, "exchange") + self._of(queue, "monitor"):
+            self._stop_child(child)
+        if delete_logs:
+            shutil.rmtree(Path(self.settings.get_str("directory")) / queue, ignore_errors=True)
+        return bsonmsg.ok(f"queue {queue} stopped on {self.name}")
+
+    def _stop_child(self, child: Child) -> None:
+        supervision.stop(child, self.context)
+        self.children.remove(child)
+        self.ports.release(child.port)
+        if "stat_port" in child.meta:
+            self.ports.release(child.meta["stat_port"])
+        log.info("%s stopped", child.name)
+
+    def close(self) -> None:
+        """Stop every child (exchanges first), unregister, close. Bounded by the children's
+        shutdown bounds."""
+        for child in sorted(self.children, key=lambda c: c.role != "exchange"):
+            try:
+                self._stop_child(child)
+            except RoqError as error:
+                log.error("stopping %s: %s", child.name, error)
+        self.registry.unregister_host(self.name)
+        if self.sock is not None:
+            self.sock.close(0)
+        session.close(self.zk)
+        self.context.term()

@@ -1,0 +1,423 @@
+"""The admin API's behaviour (RoQ's MngtController), run by the leading GCM.
+
+Each handler validates its request, changes ZooKeeper through fenced writes and asks hosts to
+start or stop processes. The queue state machine makes creation idempotent across a GCM crash:
+
+    (none) --create--> CREATING --host started it--> RUNNING --stop--> STOPPED --start--> RUNNING
+    any state --remove--> DELETING --host stopped it--> (none)
+
+A create that finds CREATING continues on the recorded host (if it is still alive), because the
+host's own create is idempotent; a create that finds RUNNING or STOPPED answers "already exists".
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from roq.config import Settings
+from roq.coordination.registry import (
+    ExchangeRecord,
+    Fence,
+    HostRecord,
+    QueueRecord,
+    QueueState,
+    Registry,
+)
+from roq.errors import AdminError, DecodeError, RoqError, TransportError
+from roq.protocol import bsonmsg
+from roq.protocol.bsonmsg import Document
+from roq.protocol.commands import AdminCommand, HostCommand, Reason, Result
+from roq.protocol.names import check_queue_name
+from roq.rules import validate_rules
+from roq.transport import Kind, connect, open_socket
+from roq.transport.rpc import Requester
+
+log = logging.getLogger(__name__)
+
+
+class Refused(RoqError):
+    """A request the GCM turns down; becomes a FAIL reply with this reason."""
+
+    def __init__(self, reason: Reason, comment: str):
+        super().__init__(comment)
+        self.reason = reason
+
+
+class Management:
+    """Handlers of the admin API. Called from the GCM's main thread only."""
+
+    def __init__(self, registry: Registry, settings: Settings, context: Any):
+        self.registry = registry
+        self.settings = settings
+        self.context = context
+        self.host_timeout_ms = settings.get_int("hcmTIMEOUT")
+        self._listeners: dict[str, Any] = {}  # queue → PUSH socket of its rules listener
+        self._handlers: dict[int, Callable[[Document, Fence], Document]] = {
+            AdminCommand.INIT_REQ: self.topology,
+            AdminCommand.GET_HOST_BY_QNAME: self.get_host_by_qname,
+            AdminCommand.CREATE_QUEUE: self.create_queue,
+            AdminCommand.CREATE_QUEUE_AUTOMATICALLY: self.create_queue_automatically,
+            AdminCommand.CREATE_XCHANGE: self.create_exchange,
+            AdminCommand.REMOVE_XCHANGE: self.remove_exchange,
+            AdminCommand.REMOVE_QUEUE: self.remove_queue,
+            AdminCommand.STOP_QUEUE: self.stop_queue,
+            AdminCommand.START_QUEUE: self.start_queue,
+            AdminCommand.QUEUE_EXISTS: self.queue_exists,
+            AdminCommand.LIST_QUEUES: self.list_queues,
+            AdminCommand.GET_STATUS: self.status,
+            AdminCommand.ADD_AUTOSCALING_RULE: self.add_rule,
+            AdminCommand.GET_AUTOSCALING_RULE: self.get_rule,
+            AdminCommand.REGISTER_FOR_AUTOSCALING_RULE_UPDATE: self.register_listener,
+            AdminCommand.GET_CLOUD_PROPERTIES: self.cloud_properties,
+        }
+
+    def handle(self, request: Document, fence: Fence) -> Document:
+        handler = self._handlers.get(request["CMD"])
+        if handler is None:
+            return bsonmsg.fail(Reason.UNKNOWN_COMMAND, f"INVALID CMD Value {request['CMD']}")
+        try:
+            return handler(request, fence)
+        except Refused as refused:
+            return bsonmsg.fail(refused.reason, str(refused))
+        except DecodeError as error:
+            return bsonmsg.fail(Reason.BAD_REQUEST, f"{error}, INVALID REQUEST")
+
+    # --- lookups -------------------------------------------------------------------------
+    def _queue_name(self, request: Document) -> str:
+        return check_queue_name(bsonmsg.field_str(request, "QName"))
+
+    def _queue(self, name: str) -> tuple[QueueRecord, int]:
+        found = self.registry.queue(name)
+        if found is None:
+            raise Refused(Reason.UNKNOWN_QUEUE, f"The Queue {name} is not registered.")
+        return found
+
+    def _live_host(self, name: str) -> HostRecord:
+        host = self.registry.host(name)
+        if host is None:
+            raise Refused(Reason.NO_SUCH_HOST, f"host {name} is not registered (no live roq host)")
+        return host
+
+    def _find_host(self, name_or_address: str) -> HostRecord:
+        for host in self.registry.hosts():
+            if name_or_address in (host.name, host.address):
+                return host
+        raise Refused(
+            Reason.NO_SUCH_HOST, f"host {name_or_address} is not registered (no live roq host)"
+        )
+
+    def topology(self, request: Document, fence: Fence) -> Document:
+        return bsonmsg.ok(
+            Hosts=[h.address for h in self.registry.hosts()],
+            Queues=[self._queue_doc(q) for q in self.registry.queues()],
+        )
+
+    def get_host_by_qname(self, request: Document, fence: Fence) -> Document:
+        record, _ = self._queue(self._queue_name(request))
+        if record.state != QueueState.RUNNING:
+            raise Refused(Reason.UNKNOWN_QUEUE, f"The Queue {record.name} is {record.state}.")
+        return bsonmsg.ok(Monitor_host=record.monitor, Stat_Monitor_host=record.stat)
+
+    def queue_exists(self, request: Document, fence: Fence) -> Document:
+        found = self.registry.queue(self._queue_name(request))
+        if found is not None and found[0].state == QueueState.RUNNING:
+            return bsonmsg.ok("YES")
+        return bsonmsg.fail(Reason.UNKNOWN_QUEUE, "NO")
+
+    def list_queues(self, request: Document, fence: Fence) -> Document:
+        return bsonmsg.ok(Queues=[self._queue_doc(q) for q in self.registry.queues()])
+
+    def status(self, request: Document, fence: Fence) -> Document:
+        hosts = self.registry.hosts()
+        queues = []
+        for queue in self.registry.queues():
+            doc = self._queue_doc(queue)
+            doc["Exchanges"] = [
+                {"Id": x.id, "Host": x.host, "Front": x.front, "Back": x.back}
+                for x in self.registry.exchanges(queue.name)
+            ]
+            queues.append(doc)
+        return bsonmsg.ok(
+            Hosts=[
+                {
+                    "Name": h.name,
+                    "Address": h.address,
+                    "HCM": h.hcm,
+                    "MaxExchanges": h.max_exchanges,
+                }
+                for h in hosts
+            ],
+            Queues=queues,
+        )
+
+    def _queue_doc(self, queue: QueueRecord) -> Document:
+        return {
+            "Name": queue.name,
+            "Host": queue.host,
+            "State": str(queue.state),
+            "Monitor_host": queue.monitor,
+            "Stat_Monitor_host": queue.stat,
+            "HostAlive": self.registry.host(queue.host) is not None,
+        }
+
+    # --- host calls ----------------------------------------------------------------------
+    def _call_host(self, host: HostRecord, request: Document) -> Document:
+        requester = Requester(self.context, host.hcm, self.host_timeout_ms)
+        try:
+            reply = requester.request(request)
+        except TransportError as error:
+            raise Refused(Reason.HOST_FAILED, f"host {host.name} did not answer: {error}") from None
+        finally:
+            requester.close()
+        if reply.get("RESULT") != Result.OK:
+            reason = reply.get("ERROR", Reason.HOST_FAILED)
+            raise Refused(
+                Reason(reason) if reason in set(Reason) else Reason.HOST_FAILED,
+                f"host {host.name}: {reply.get('COMMENT', 'refused')}",
+            )
+        return reply
+
+    # --- queue lifecycle -------------------------------------------------------------------
+    def create_queue(self, request: Document, fence: Fence) -> Document:
+        name = self._queue_name(request)
+        host = self._find_host(bsonmsg.field_str(request, "Host"))
+        return self._create(name, host, fence)
+
+    def create_queue_automatically(self, request: Document, fence: Fence) -> Document:
+        name = self._queue_name(request)
+        return self._create(name, self._least_loaded_host(), fence)
+
+    def _least_loaded_host(self) -> HostRecord:
+        hosts = self.registry.hosts()
+        if not hosts:
+            raise Refused(Reason.NO_SUCH_HOST, "no host is registered")
+        load = {h.name: 0 for h in hosts}
+        for queue in self.registry.queues():
+            for exchange in self.registry.exchanges(queue.name):
+                if exchange.host in load:
+                    load[exchange.host] += 1
+        return max(hosts, key=lambda h: (h.max_exchanges - load[h.name], h.name))
+
+    def _create(self, name: str, host: HostRecord, fence: Fence) -> Document:
+        found = self.registry.queue(name)
+        if found is None:
+            self._write_new_queue(name, host, fence)
+        elif found[0].state == QueueState.CREATING:
+            host = self._resume_host(found[0], host, found[1], fence)
+        else:
+            raise Refused(Reason.ALREADY_EXISTS, f"The queue {name} already exists")
+        self._start_on_host(name, host, fence)
+        log.info("queue %s created on host %s", name, host.name)
+        return bsonmsg.ok(f"queue {name} created on {host.name}", Host=host.name)
+
+    def _write_new_queue(self, name: str, host: HostRecord, fence: Fence) -> None:
+        try:
+            self.registry.create_queue(fence, QueueRecord(name, QueueState.CREATING, host.name))
+        except AdminError:
+            raise Refused(Reason.ALREADY_EXISTS, f"The queue {name} already exists") from None
+
+    def _resume_host(
+        self, record: QueueRecord, requested: HostRecord, version: int, fence: Fence
+    ) -> HostRecord:
+        """A create interrupted by a GCM crash resumes on the host it had chosen."""
+        recorded = self.registry.host(record.host)
+        if recorded is not None:
+            log.info("queue %s: resuming an interrupted create on %s", record.name, record.host)
+            return recorded
+        record.host = requested.name
+        self.registry.update_queue(fence, record, version)
+        return requested
+
+    def _start_on_host(self, name: str, host: HostRecord, fence: Fence) -> None:
+        reply = self._call_host(host, {"CMD": int(HostCommand.CREATE_QUEUE), "QName": name})
+        record, version = self._queue(name)
+        record.state = QueueState.RUNNING
+        record.host = host.name
+        record.monitor = reply["Monitor_host"]
+        record.stat = reply["Stat_Monitor_host"]
+        record.monitor_port = int(reply["Monitor_port"])
+        record.stat_port = int(reply["Stat_port"])
+        self._record_exchanges(name, host, reply.get("Exchanges", []), fence)
+        self.registry.update_queue(fence, record, version)
+
+    def _record_exchanges(
+        self, queue: str, host: HostRecord, exchanges: list[Document], fence: Fence
+    ) -> None:
+        known = {x.id for x in self.registry.exchanges(queue)}
+        for doc in exchanges:
+            if doc["Id"] in known:
+                continue
+            self.registry.put_exchange(
+                fence,
+                ExchangeRecord(
+                    id=doc["Id"],
+                    queue=queue,
+                    host=host.name,
+                    front=doc["Front"],
+                    back=doc["Back"],
+                    port=int(doc["Port"]),
+                    txid=doc.get("TransactionID", ""),
+                ),
+            )
+
+    def stop_queue(self, request: Document, fence: Fence) -> Document:
+        record, version = self._queue(self._queue_name(request))
+        if record.state != QueueState.RUNNING:
+            raise Refused(Reason.BAD_REQUEST, f"queue {record.name} is {record.state}, not RUNNING")
+        host = self.registry.host(record.host)
+        if host is not None:
+            self._call_host(host, {"CMD": int(HostCommand.STOP_QUEUE), "QName": record.name})
+        for exchange in self.registry.exchanges(record.name):
+            self.registry.delete_exchange(fence, record.name, exchange.id)
+        record.state, record.monitor, record.stat = QueueState.STOPPED, "", ""
+        self.registry.update_queue(fence, record, version)
+        log.info("queue %s stopped", record.name)
+        return bsonmsg.ok(f"queue {record.name} stopped")
+
+    def start_queue(self, request: Document, fence: Fence) -> Document:
+        record, _ = self._queue(self._queue_name(request))
+        if record.state != QueueState.STOPPED:
+            raise Refused(Reason.BAD_REQUEST, f"queue {record.name} is {record.state}, not STOPPED")
+        requested = request.get("Host")
+        if isinstance(requested, str) and requested:
+            host = self._find_host(requested)
+        else:
+            host = self._live_host(record.host)
+        self._start_on_host(record.name, host, fence)
+        log.info("queue %s started on %s", record.name, host.name)
+        return bsonmsg.ok(f"queue {record.name} started on {host.name}", Host=host.name)
+
+    def remove_queue(self, request: Document, fence: Fence) -> Document:
+        record, version = self._queue(self._queue_name(request))
+        if record.state != QueueState.DELETING:
+            record.state = QueueState.DELETING
+            self.registry.update_queue(fence, record, version)
+        hosts = {record.host} | {x.host for x in self.registry.exchanges(record.name)}
+        for name in sorted(hosts):
+            host = self.registry.host(name)
+            if host is not None:
+                self._call_host(host, {"CMD": int(HostCommand.REMOVE_QUEUE), "QName": record.name})
+        self.registry.delete_queue(fence, record.name)
+        self._drop_listener(record.name)
+        log.info("queue %s removed", record.name)
+        return bsonmsg.ok(f"queue {record.name} removed")
+
+    # --- exchanges -------------------------------------------------------------------------
+    def create_exchange(self, request: Document, fence: Fence) -> Document:
+        record, _ = self._queue(self._queue_name(request))
+        if record.state != QueueState.RUNNING:
+            raise Refused(Reason.BAD_REQUEST, f"queue {record.name} is {record.state}")
+        txid = bsonmsg.field_str(request, "TransactionID", max_chars=128)
+        host = self._exchange_host(request, txid, fence)
+        reply = self._call_host(
+            host,
+            {
+                "CMD": int(HostCommand.CREATE_EXCHANGE),
+                "QName": record.name,
+                "TransactionID": txid,
+                "Monitor_port": record.monitor_port,
+                "Stat_port": record.stat_port,
+                "Monitor_address": _address_of(record.monitor),
+            },
+        )
+        self._record_exchanges(record.name, host, [reply["Exchange"]], fence)
+        return bsonmsg.ok(
+            f"exchange {reply['Exchange']['Id']} on {host.name}", Exchange=reply["Exchange"]
+        )
+
+    def _exchange_host(self, request: Document, txid: str, fence: Fence) -> HostRecord:
+        """RoQ's idempotent exchange create: a recorded transaction's host wins."""
+        existing = self.registry.xchange_transaction(txid)
+        if existing is not None:
+            return self._live_host(existing["host"])
+        requested = request.get("Host")
+        host = (
+            self._find_host(requested)
+            if isinstance(requested, str) and requested
+            else self._least_loaded_host()
+        )
+        self.registry.put_xchange_transaction(fence, txid, {"host": host.name})
+        return host
+
+    def remove_exchange(self, request: Document, fence: Fence) -> Document:
+        queue = self._queue_name(request)
+        exchange_id = bsonmsg.field_str(request, "ExchangeID", max_chars=256)
+        matches = [x for x in self.registry.exchanges(queue) if x.id == exchange_id]
+        if not matches:
+            raise Refused(Reason.BAD_REQUEST, f"queue {queue} has no exchange {exchange_id}")
+        host = self.registry.host(matches[0].host)
+        if host is not None:
+            self._call_host(
+                host,
+                {
+                    "CMD": int(HostCommand.REMOVE_EXCHANGE),
+                    "QName": queue,
+                    "ExchangeID": exchange_id,
+                },
+            )
+        self.registry.delete_exchange(fence, queue, exchange_id)
+        return bsonmsg.ok(f"exchange {exchange_id} removed")
+
+    # --- autoscaling rules -----------------------------------------------------------------
+    def add_rule(self, request: Document, fence: Fence) -> Document:
+        name = self._queue_name(request)
+        self._queue(name)
+        try:
+            rules = validate_rules(request)
+        except ValueError as error:
+            raise Refused(Reason.BAD_REQUEST, str(error)) from None
+        self.registry.put_rules(fence, name, rules)
+        self._push_rules(name, rules)
+        return bsonmsg.ok(f"The autoscaling config has been created for the Q {name}")
+
+    def get_rule(self, request: Document, fence: Fence) -> Document:
+        name = self._queue_name(request)
+        rules = self.registry.rules(name)
+        if rules is None:
+            raise Refused(Reason.UNKNOWN_QUEUE, "ERROR NO auto scaling rule defined for this queue")
+        return bsonmsg.ok(**rules)
+
+    def register_listener(self, request: Document, fence: Fence) -> Document:
+        name = self._queue_name(request)
+        address = bsonmsg.field_str(request, "Address", max_chars=256)
+        if not address.startswith("tcp://"):
+            raise Refused(Reason.BAD_REQUEST, "the Address field must be tcp://host:port")
+        self._drop_listener(name)
+        sock = open_socket(self.context, Kind.PUSH, sndhwm=16, sndtimeo_ms=0)
+        connect(sock, address)
+        self._listeners[name] = sock
+        return bsonmsg.ok(f"Registrated on {address}")
+
+    def _push_rules(self, queue: str, rules: dict[str, Any]) -> None:
+        sock = self._listeners.get(queue)
+        if sock is None:
+            return
+        try:
+            sock.send(bsonmsg.encode({"RESULT": 0, "QName": queue, **rules}), flags=1)
+        except Exception as error:  # a slow or gone listener must not fail the admin request
+            log.warning("queue %s: rules listener did not take the update: %s", queue, error)
+
+    def _drop_listener(self, queue: str) -> None:
+        sock = self._listeners.pop(queue, None)
+        if sock is not None:
+            sock.close(0)
+
+    def cloud_properties(self, request: Document, fence: Fence) -> Document:
+        use = self.settings.get_bool("cloud.use")
+        if not use:
+            return bsonmsg.ok("cloud disabled", **{"cloud.use": False})
+        return bsonmsg.ok(
+            "cloud enabled",
+            **{
+                "cloud.use": True,
+                "cloud.user": self.settings.get_str("cloud.user"),
+                "cloud.endpoint": self.settings.get_str("cloud.endpoint"),
+                "cloud.gateway": self.settings.get_str("cloud.gateway"),
+            },
+        )
+
+
+def _address_of(endpoint: str) -> str:
+    return endpoint.removeprefix("tcp://").rsplit(":", 1)[0]

@@ -1,0 +1,183 @@
+"""Child processes of a host: start, wait until ready, restart with back-off, stop within bounds.
+
+Why not supervisord: a host starts and stops children one at a time as queues come and go, and
+must know at once whether a child bound its ports. supervisord needs a config file on disk per
+program, an XML-RPC round trip per change, and with the one-file executable sees the bootloader
+rather than the Python process (ecosystem notes §4). A `Popen` per child, a readiness PING on the
+child's control port, and a restart schedule in the host's own loop give the same guarantees with
+fewer moving parts; docs/architecture.md records the decision.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from roq import limits
+from roq.errors import EXIT_CONFIG, EXIT_TEMPFAIL, PortInUse, RoqError, TransportError
+from roq.protocol.commands import ChildCommand, Result
+from roq.spawn import child_environment, die_with_parent
+from roq.transport.rpc import Requester
+
+log = logging.getLogger(__name__)
+
+
+class ChildFailed(RoqError):
+    pass
+
+
+@dataclass
+class Child:
+    """One monitor or exchange process and its restart bookkeeping. Owned by the host loop."""
+
+    name: str
+    role: str
+    queue: str
+    port: int
+    control: str  # tcp://ip:port of its control socket
+    argv: list[str]
+    id: str = ""
+    txid: str = ""
+    process: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+    failures: int = 0
+    restart_at: float | None = None
+    given_up: bool = False
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def start(child: Child, context: Any) -> None:
+    """Start the process and wait until it answers PING; raise PortInUse or ChildFailed."""
+    child.process = subprocess.Popen(
+        child.argv,
+        env=child_environment(),
+        stdin=subprocess.DEVNULL,
+        preexec_fn=die_with_parent,  # noqa: PLW1509 (no threads start children concurrently)
+    )
+    child.started_at = time.monotonic()
+    _wait_ready(child, context)
+    log.info("%s started (pid %d, control %s)", child.name, child.process.pid, child.control)
+
+
+def _wait_ready(child: Child, context: Any) -> None:
+    assert child.process is not None
+    deadline = time.monotonic() + limits.child_ready_timeout_ms / 1000
+    requester = Requester(context, child.control, timeout_ms=250)
+    try:
+        while time.monotonic() < deadline:
+            code = child.process.poll()
+            if code is not None:
+                raise _exit_error(child, code)
+            if _ping(requester):
+                return
+        stop(child, context)
+        raise ChildFailed(f"{child.name} did not answer on {child.control} in time")
+    finally:
+        requester.close()
+
+
+def _exit_error(child: Child, code: int) -> RoqError:
+    if code == EXIT_TEMPFAIL:
+        return PortInUse(f"{child.name} could not bind its ports (from {child.port})")
+    if code == EXIT_CONFIG:
+        return ChildFailed(f"{child.name} rejected its configuration (exit 78)")
+    return ChildFailed(f"{child.name} exited with code {code} while starting")
+
+
+def _ping(requester: Requester) -> bool:
+    try:
+        reply = requester.request({"CMD": int(ChildCommand.PING)})
+    except TransportError:
+        return False
+    return reply.get("RESULT") == Result.OK
+
+
+def stop(child: Child, context: Any) -> None:
+    """SHUTDOWN on the control port, then SIGTERM, then SIGKILL, each within its bound."""
+    process, child.process = child.process, None
+    child.restart_at = None
+    if process is None or process.poll() is not None:
+        return
+    requester = Requester(context, child.control, timeout_ms=500)
+    try:
+        requester.request({"CMD": int(ChildCommand.SHUTDOWN)})
+    except TransportError:
+        pass
+    finally:
+        requester.close()
+    grace_s = limits.shutdown_grace_ms / 1000
+    if _wait(process, grace_s):
+        return
+    log.warning("%s ignored SHUTDOWN for %.1f s; sending SIGTERM", child.name, grace_s)
+    process.send_signal(signal.SIGTERM)
+    if not _wait(process, grace_s):
+        log.error("%s ignored SIGTERM; killing it", child.name)
+        process.kill()
+        process.wait(timeout=5)
+
+
+def _wait(process: subprocess.Popen[bytes], timeout_s: float) -> bool:
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
+def watch(child: Child, context: Any, now: float) -> None:
+    """Called from the host loop: notice a crash, schedule and perform restarts with back-off."""
+    if child.given_up:
+        return
+    if child.process is not None:
+        code = child.process.poll()
+        if code is None:
+            if now - child.started_at > limits.child_stable_after_ms / 1000:
+                child.failures = 0
+            return
+        _schedule_restart(child, code, now)
+        return
+    if child.restart_at is not None and now >= child.restart_at:
+        child.restart_at = None
+        try:
+            start(child, context)
+        except RoqError as error:
+            log.error("%s: restart failed: %s", child.name, error)
+            _schedule_restart(child, -1, time.monotonic())
+
+
+def _schedule_restart(child: Child, code: int, now: float) -> None:
+    child.process = None
+    child.failures += 1
+    if child.failures > limits.child_restarts_max:
+        child.given_up = True
+        log.error(
+            "%s: %d failures in a row; giving up (restart the queue to retry)",
+            child.name,
+            child.failures - 1,
+        )
+        return
+    delay_ms = min(
+        limits.child_restart_backoff_ms_max,
+        limits.child_restart_backoff_ms_min * 2 ** (child.failures - 1),
+    )
+    child.restart_at = now + delay_ms / 1000
+    log.warning(
+        "%s exited with code %d; restart %d in %d ms", child.name, code, child.failures, delay_ms
+    )
+
+
+def pid_of(child: Child) -> int | None:
+    return None if child.process is None else child.process.pid
+
+
+def is_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

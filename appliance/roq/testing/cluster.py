@@ -1,0 +1,246 @@
+"""A real roq cluster on 127.0.0.1 for tests: `roq gcm` and `roq host` processes against a real
+ZooKeeper, each cluster in its own ZooKeeper namespace and its own block of free ports.
+Every wait is bounded and a timeout raises with what was being waited for."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from roq.client.admin import AdminClient
+from roq.spawn import child_environment, roq_command
+
+T = TypeVar("T")
+
+LOOPBACK = "127.0.0.1"
+
+
+def port_is_free(port: int, host: str = LOOPBACK) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+class PortBlocks:
+    """Hands out blocks of consecutive free ports from a range of its own (one per xdist
+    worker, so parallel workers never race for the same ports)."""
+
+    def __init__(self, start: int, end: int):
+        self.next = start
+        self.end = end
+
+    def take(self, width: int) -> int:
+        while self.next + width <= self.end:
+            base, self.next = self.next, self.next + width
+            if all(port_is_free(p) for p in range(base, base + width)):
+                return base
+        raise RuntimeError("no free port block left for this test worker")
+
+
+def wait_for(
+    predicate: Callable[[], T | None], timeout_s: float, what: str, interval_s: float = 0.1
+) -> T:
+    """Poll until `predicate` returns something truthy; raise TimeoutError naming `what`."""
+    deadline = time.monotonic() + timeout_s
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except Exception as error:  # the state we wait for may not exist yet
+            last_error = error
+        time.sleep(interval_s)
+    raise TimeoutError(
+        f"timed out after {timeout_s} s waiting for {what} (last error: {last_error!r})"
+    )
+
+
+@dataclass
+class Daemon:
+    name: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+
+@dataclass
+class LocalCluster:
+    """Owned by one test. `stop()` ends every process it started (and their children)."""
+
+    tmp: Path
+    zk: str
+    ports: PortBlocks
+    namespace: str = field(default_factory=lambda: f"/roq-test-{uuid.uuid4().hex[:10]}")
+    gcm_base: int = 0
+    daemons: list[Daemon] = field(default_factory=list)
+
+    def gcm_args(self, base: int, **overrides: Any) -> list[str]:
+        values = {
+            "ports.base": base,
+            "network.interface": LOOPBACK,
+            "zk.servers": self.zk,
+            "zk.namespace": self.namespace,
+            "period": 500,
+            "zk.session.timeout": 4000,
+            "hcmTIMEOUT": 20000,
+            **overrides,
+        }
+        return [arg for k, v in values.items() for arg in ("-D", f"{k}={_text(v)}")]
+
+    def hcm_args(self, name: str, **overrides: Any) -> list[str]:
+        values = {
+            "zk.servers": self.zk,
+            "zk.namespace": self.namespace,
+            "network.interface": LOOPBACK,
+            "host.name": name,
+            "hcm.port": self.ports.take(1),
+            "monitor.base.port": self.ports.take(60),
+            "statmonitor.base.port": self.ports.take(20),
+            "exchange.base.port": self.ports.take(40),
+            "ports.max.perkind": 10,
+            "directory": str(self.tmp / name / "log"),
+            "zk.session.timeout": 4000,
+            "heartbeat.period": 200,
+            "monitor.stat.period": 500,
+            **overrides,
+        }
+        return [arg for k, v in values.items() for arg in ("-D", f"{k}={_text(v)}")]
+
+    def start_gcm(self, **overrides: Any) -> Daemon:
+        base = self.ports.take(6)
+        if not self.gcm_base:
+            self.gcm_base = base
+        return self._spawn(f"gcm-{base}", ["gcm", *self.gcm_args(base, **overrides)])
+
+    def start_host(self, name: str = "h1", **overrides: Any) -> Daemon:
+        return self._spawn(name, ["host", *self.hcm_args(name, **overrides)])
+
+    def _spawn(self, name: str, args: list[str]) -> Daemon:
+        log_path = self.tmp / f"{name}.log"
+        with log_path.open("ab") as log_file:
+            process = subprocess.Popen(
+                roq_command(*args),
+                env=child_environment(),
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        daemon = Daemon(name, process, log_path)
+        self.daemons.append(daemon)
+        return daemon
+
+    @property
+    def gcm(self) -> str:
+        return f"{LOOPBACK}:{self.gcm_base}"
+
+    def admin(self, **kwargs: Any) -> AdminClient:
+        if "zk" in kwargs:
+            return AdminClient(zk=kwargs.pop("zk"), namespace=self.namespace, **kwargs)
+        return AdminClient(gcm=self.gcm, **kwargs)
+
+    def wait_ready(self, hosts: int = 1, timeout_s: float = 30.0) -> None:
+        with self.admin(timeout_ms=1000, retries=1) as admin:
+            wait_for(
+                lambda: len(admin.status()["Hosts"]) >= hosts,
+                timeout_s,
+                f"{hosts} host(s) registered\n{self.logs()}",
+            )
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {d.name}\n{d.log_text()[-4000:]}" for d in self.daemons)
+
+    def cli(
+        self, *args: str, timeout_s: float = 60.0, input_text: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            roq_command(*args),
+            env=child_environment(),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            input=input_text,
+            check=False,
+        )
+
+    def kill(self, daemon: Daemon, sig: int = signal.SIGKILL) -> None:
+        os.killpg(daemon.process.pid, sig)
+        daemon.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        for daemon in reversed(self.daemons):
+            if daemon.process.poll() is None:
+                daemon.process.send_signal(signal.SIGTERM)
+        for daemon in reversed(self.daemons):
+            try:
+                daemon.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(daemon.process.pid, signal.SIGKILL)
+                daemon.process.wait(timeout=5)
+            _kill_group(daemon.process.pid)
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def child_pids(pid: int) -> list[int]:
+    """Direct and indirect children of `pid`, read from /proc."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        parents.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def processes_with(fragment: str) -> list[int]:
+    """PIDs whose command line contains `fragment` (to prove processes exist or are gone)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if fragment in cmdline:
+            pids.append(int(entry.name))
+    return pids

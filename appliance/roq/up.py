@@ -1,0 +1,174 @@
+"""`roq up`: a one-machine cluster in the foreground — ZooKeeper when none is reachable, one GCM
+and one host as child processes, all state under one data directory. Stopping it (Ctrl-C,
+SIGTERM) stops the host (which stops its monitors and exchanges), the GCM, then ZooKeeper."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from roq import config, limits
+from roq.client.admin import AdminClient
+from roq.errors import ConfigError, RoqError
+from roq.spawn import child_environment, die_with_parent, roq_command
+from roq.zkserver import ZooKeeperServer, first_reachable
+
+log = logging.getLogger(__name__)
+
+READY_TIMEOUT_S = 60.0
+
+
+class ClusterFailed(RoqError):
+    pass
+
+
+def split_overrides(overrides: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    gcm_names = {key.name for key in config.GCM_KEYS}
+    hcm_names = {key.name for key in config.HCM_KEYS}
+    for name in overrides:
+        if name not in gcm_names | hcm_names:
+            raise ConfigError(f"command line: unknown key '{name}'")
+    return (
+        {k: v for k, v in overrides.items() if k in gcm_names},
+        {k: v for k, v in overrides.items() if k in hcm_names},
+    )
+
+
+class Cluster:
+    def __init__(
+        self,
+        data_dir: Path,
+        gcm_config: Path | None,
+        hcm_config: Path | None,
+        overrides: dict[str, str],
+    ):
+        self.data_dir = data_dir.resolve()
+        gcm_over, hcm_over = split_overrides(overrides)
+        hcm_over.setdefault("directory", str(self.data_dir / "log"))
+        self.gcm_settings = config.load_gcm(gcm_config, gcm_over)
+        self.hcm_settings = config.load_hcm(hcm_config, hcm_over)
+        self._gcm_args = self._args(gcm_config, gcm_over)
+        self._hcm_args = self._args(hcm_config, hcm_over)
+        self.zookeeper: ZooKeeperServer | None = None
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+
+    @staticmethod
+    def _args(path: Path | None, overrides: dict[str, str]) -> list[str]:
+        args = ["--config", str(path)] if path is not None else []
+        for name, value in overrides.items():
+            args += ["-D", f"{name}={value}"]
+        return args
+
+    @property
+    def zk_servers(self) -> str:
+        return self.gcm_settings.get_str("zk.servers")
+
+    def start(self, stop: threading.Event) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._ensure_zookeeper()
+        self._spawn("gcm", self._gcm_args)
+        self._spawn("host", self._hcm_args)
+        self._wait_ready(stop)
+
+    def _ensure_zookeeper(self) -> None:
+        servers = self.zk_servers
+        if first_reachable(servers):
+            log.info("using the ZooKeeper at %s", servers)
+            return
+        host, _, port = servers.split(",")[0].partition(":")
+        if host not in ("127.0.0.1", "localhost") or not port.isdigit():
+            raise ClusterFailed(f"ZooKeeper at {servers} is not reachable")
+        log.info("no ZooKeeper at %s: starting one under %s", servers, self.data_dir)
+        self.zookeeper = ZooKeeperServer(self.data_dir / "zookeeper", int(port))
+        self.zookeeper.start()
+        overrides = ["-D", f"zk.servers={self.zookeeper.connect_string}"]
+        self._gcm_args += overrides
+        self._hcm_args += overrides
+
+    def _spawn(self, mode: str, args: list[str]) -> None:
+        self.processes[mode] = subprocess.Popen(
+            roq_command(mode, *args),
+            env=child_environment(),
+            stdin=subprocess.DEVNULL,
+            preexec_fn=die_with_parent,  # noqa: PLW1509
+        )
+
+    def _wait_ready(self, stop: threading.Event) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        host_name = self.hcm_settings.get_str("host.name") or self.hcm_settings.get_str(
+            "network.interface"
+        )
+        with AdminClient(gcm=self.gcm_address, timeout_ms=1000, retries=1) as admin:
+            while time.monotonic() < deadline and not stop.is_set():
+                self._check_alive()
+                try:
+                    hosts = admin.status()["Hosts"]
+                    if any(host_name in (h["Name"], h["Address"]) for h in hosts):
+                        return
+                except RoqError:
+                    pass
+                time.sleep(0.2)
+        if not stop.is_set():
+            raise ClusterFailed(f"the cluster was not ready within {READY_TIMEOUT_S:.0f} s")
+
+    def _check_alive(self) -> None:
+        for mode, process in self.processes.items():
+            code = process.poll()
+            if code is not None:
+                raise ClusterFailed(f"roq {mode} exited with code {code}")
+
+    @property
+    def gcm_address(self) -> str:
+        return (
+            f"{self.gcm_settings.get_str('network.interface')}:"
+            f"{self.gcm_settings.get_int('ports.base')}"
+        )
+
+    def banner(self) -> str:
+        gcm = self.gcm_address
+        return "\n".join(
+            [
+                "roq is up.",
+                f"  ZooKeeper   {self._zk_text()}",
+                f"  GCM         {gcm} (admin API on port "
+                f"{self.gcm_settings.get_int('ports.base') + 3})",
+                f"  host        {self.hcm_settings.get_str('network.interface')}:"
+                f"{self.hcm_settings.get_int('hcm.port')}",
+                f"  data        {self.data_dir}",
+                "From another terminal:",
+                "  roq queue create q1",
+                "  roq sub q1 --count 10 &",
+                "  roq pub q1 --count 10",
+                "  roq status",
+                "Stop with Ctrl-C.",
+            ]
+        )
+
+    def _zk_text(self) -> str:
+        if self.zookeeper is None:
+            return self.zk_servers
+        return f"{self.zookeeper.connect_string} (started here)"
+
+    def wait(self, stop: threading.Event) -> None:
+        while not stop.wait(0.5):
+            self._check_alive()
+
+    def stop(self) -> None:
+        for mode in ("host", "gcm"):
+            process = self.processes.pop(mode, None)
+            if process is None or process.poll() is not None:
+                continue
+            process.send_signal(signal.SIGTERM)
+            try:
+                # The host stops each child within its own bounds, one after another.
+                process.wait(timeout=3 * limits.shutdown_grace_ms / 1000 + 5)
+            except subprocess.TimeoutExpired:
+                log.error("roq %s did not stop in time; killing it", mode)
+                process.kill()
+                process.wait(timeout=5)
+        if self.zookeeper is not None:
+            self.zookeeper.stop()

@@ -1,0 +1,38 @@
+"""Shared fixtures: one real ZooKeeper per test worker, a fresh roq cluster per test."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from roq.testing.cluster import LocalCluster, PortBlocks
+from roq.zkserver import ZooKeeperServer
+
+
+def _worker_index() -> int:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return int(worker.removeprefix("gw") or 0)
+
+
+@pytest.fixture(scope="session")
+def port_blocks() -> PortBlocks:
+    start = 21000 + 4000 * _worker_index()
+    return PortBlocks(start, start + 4000)
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory, port_blocks: PortBlocks) -> Iterator[str]:
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"), port_blocks.take(1))
+    server.start()
+    yield server.connect_string
+    server.stop()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, zookeeper: str, port_blocks: PortBlocks) -> Iterator[LocalCluster]:
+    local = LocalCluster(tmp_path, zookeeper, port_blocks)
+    yield local
+    local.stop()

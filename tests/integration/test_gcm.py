@@ -1,0 +1,155 @@
+"""The GCM against a real ZooKeeper: admin API robustness, leader election and fail-over."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import bson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from roq.client.admin import AdminClient, AdminRefused
+from roq.protocol import bsonmsg
+from roq.protocol.commands import AdminCommand, Result
+from roq.testing.cluster import LocalCluster, wait_for
+from roq.transport import new_context
+from roq.transport.rpc import Requester
+
+pytestmark = pytest.mark.integration
+
+
+def _leader_ready(cluster: LocalCluster, base: int) -> None:
+    with AdminClient(gcm=f"127.0.0.1:{base}", timeout_ms=500, retries=1) as admin:
+        wait_for(lambda: admin.list_queues() == [], 30, f"GCM on {base} leading")
+
+
+@pytest.fixture
+def gcm_only(cluster: LocalCluster) -> LocalCluster:
+    cluster.start_gcm()
+    _leader_ready(cluster, cluster.gcm_base)
+    return cluster
+
+
+FRAMES = st.one_of(
+    st.binary(max_size=300),
+    st.builds(
+        lambda d: bson.encode(d)[: len(bson.encode(d)) // 2],
+        st.dictionaries(st.text(max_size=5), st.integers(), min_size=1, max_size=3),
+    ),
+    st.builds(
+        bson.encode,
+        st.dictionaries(
+            st.sampled_from(["CMD", "QName", "Host", "x"]),
+            st.one_of(st.integers(-3, 3000), st.text(max_size=8), st.none(), st.booleans()),
+            max_size=4,
+        ),
+    ),
+)
+
+
+def test_admin_api_answers_every_garbage_frame_and_keeps_serving(gcm_only: LocalCluster):
+    context = new_context()
+    requester = Requester(context, f"tcp://127.0.0.1:{gcm_only.gcm_base + 3}", timeout_ms=5000)
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(frames=st.lists(FRAMES, min_size=1, max_size=3))
+    def one(frames: list[bytes]) -> None:
+        reply = bsonmsg.decode_reply(requester.request_raw(frames)[0])
+        assert reply["RESULT"] in (Result.OK, Result.FAIL)
+        if reply["RESULT"] == Result.FAIL:
+            assert reply["COMMENT"]
+
+    try:
+        one()
+        # Still serving, and still answering correctly.
+        reply = requester.request({"CMD": int(AdminCommand.LIST_QUEUES)})
+        assert reply["RESULT"] == Result.OK and reply["Queues"] == []
+    finally:
+        requester.close()
+        context.term()
+
+
+@pytest.mark.parametrize(
+    ("frames", "fragment"),
+    [
+        ([b"\x00\x01garbage"], "not a BSON document"),
+        ([bson.encode({"CMD": 2000, "QName": "q"})[:10]], "not a BSON document"),
+        ([bson.encode({"x": 1})], "CMD field is missing"),
+        ([bson.encode({"CMD": 4242})], "INVALID CMD Value 4242"),
+        ([bson.encode({"CMD": 2003})], "QName field is not present"),
+        ([bson.encode({"CMD": 2003, "QName": "bad name!", "Host": "h"})], "queue name"),
+        ([bson.encode({"CMD": 2000}), bson.encode({"CMD": 2000})], "expected 1 frame"),
+    ],
+)
+def test_malformed_requests_get_1101_with_the_reason(gcm_only: LocalCluster, frames, fragment):
+    context = new_context()
+    requester = Requester(context, f"tcp://127.0.0.1:{gcm_only.gcm_base + 3}", timeout_ms=5000)
+    try:
+        reply = bsonmsg.decode_reply(requester.request_raw(frames)[0])
+    finally:
+        requester.close()
+        context.term()
+    assert reply["RESULT"] == Result.FAIL
+    assert fragment in reply["COMMENT"]
+
+
+def test_unknown_queue_and_unknown_host_are_refused(gcm_only: LocalCluster):
+    with gcm_only.admin() as admin:
+        with pytest.raises(AdminRefused, match="not registered") as raised:
+            admin.get_host_by_qname("nope")
+        assert raised.value.reason == "unknown_queue"
+        with pytest.raises(AdminRefused, match="host ghost is not registered"):
+            admin.create_queue("q1", host="ghost")
+        with pytest.raises(AdminRefused, match="no host is registered"):
+            admin.create_queue("q1")
+        assert admin.list_queues() == []
+
+
+def test_standby_answers_lead_lost_then_takes_over_after_kill(cluster: LocalCluster):
+    first = cluster.start_gcm()
+    _leader_ready(cluster, cluster.gcm_base)
+    second = cluster.start_gcm()
+    second_base = int(second.name.split("-")[1])
+    context = new_context()
+    standby = Requester(context, f"tcp://127.0.0.1:{second_base + 3}", timeout_ms=5000)
+    try:
+        reply = wait_for(
+            lambda: standby.request({"CMD": int(AdminCommand.LIST_QUEUES)}), 20, "standby answering"
+        )
+        assert reply["RESULT"] == Result.LEAD_LOST
+        assert reply["LEADER"] == f"tcp://127.0.0.1:{cluster.gcm_base + 3}"
+        # A client pointed at the standby follows it to the leader.
+        with AdminClient(gcm=f"127.0.0.1:{second_base}") as admin:
+            assert admin.list_queues() == []
+        os.killpg(first.process.pid, signal.SIGKILL)
+        first.process.wait(timeout=10)
+        # Within the session timeout (4 s here) the standby leads.
+        wait_for(
+            lambda: standby.request({"CMD": int(AdminCommand.LIST_QUEUES)})["RESULT"] == Result.OK,
+            15,
+            "standby to take over",
+        )
+        with AdminClient(zk=cluster.zk, namespace=cluster.namespace) as admin:
+            assert admin.list_queues() == []
+    finally:
+        standby.close()
+        context.term()
+
+
+def test_broadcast_has_three_bson_frames(gcm_only: LocalCluster):
+    from roq.transport import Kind, connect, open_socket
+
+    context = new_context()
+    sock = open_socket(context, Kind.SUB, rcvtimeo_ms=5000)
+    connect(sock, f"tcp://127.0.0.1:{gcm_only.gcm_base + 5}")
+    try:
+        frames = sock.recv_multipart()
+    finally:
+        sock.close(0)
+        context.term()
+    assert len(frames) == 3
+    assert bson.decode(frames[0]) == {"CMD": 1500}
+    assert bson.decode(frames[1]) == {"Queues": []}
+    assert bson.decode(frames[2]) == {"Hosts": []}

@@ -1,0 +1,157 @@
+"""Configuration: every key has a default, invalid values name the key, value and file."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from roq import config
+from roq.errors import ConfigError
+from roq.spawn import child_environment, roq_command
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    ("keys", "name", "title"),
+    [
+        (
+            config.GCM_KEYS,
+            "GCM.properties",
+            "GCM.properties: the Global Configuration Manager (roq gcm)",
+        ),
+        (
+            config.HCM_KEYS,
+            "HCM.properties",
+            "HCM.properties: the Host Configuration Manager (roq host) "
+            "and the monitors and exchanges it starts",
+        ),
+    ],
+)
+def test_shipped_files_are_rendered_from_the_key_tables(keys, name, title):
+    assert (ROOT / "config" / name).read_text() == config.render(keys, title), (
+        f"config/{name} is stale: regenerate it with roq.config.render"
+    )
+
+
+def test_shipped_files_load_to_the_defaults():
+    for keys, loader, name in (
+        (config.GCM_KEYS, config.load_gcm, "GCM.properties"),
+        (config.HCM_KEYS, config.load_hcm, "HCM.properties"),
+    ):
+        settings = loader(ROOT / "config" / name)
+        assert dict(settings.values) == {k.name: k.default for k in keys}
+
+
+def test_every_roq_key_is_present():
+    roq_gcm = {
+        "ports.base",
+        "period",
+        "formatDB",
+        "zk.servers",
+        "hcmTIMEOUT",
+        "cloud.use",
+        "hasCloudConfiguration",
+        "cloud.user",
+        "cloud.password",
+        "cloud.gateway",
+        "cloud.endpoint",
+    }
+    roq_hcm = {
+        "gcm.address",
+        "gcm.ports.base",
+        "network.interface",
+        "exchange.base.port",
+        "monitor.base.port",
+        "statmonitor.base.port",
+        "exchange.max.perhost",
+        "queue.hcm.vm",
+        "exchange.hcm.vm",
+        "exchange.vm.heap",
+        "monitor.stat.period",
+        "directory",
+        "maxFileSize",
+        "duration",
+        "replicationFactor",
+        "useLog",
+    }
+    assert roq_gcm <= {k.name for k in config.GCM_KEYS}
+    assert roq_hcm <= {k.name for k in config.HCM_KEYS}
+
+
+def test_missing_key_takes_its_default_and_others_are_read(tmp_path):
+    path = tmp_path / "HCM.properties"
+    path.write_text("# only one key\nexchange.base.port = 7000\n")
+    settings = config.load_hcm(path)
+    assert settings.get_int("exchange.base.port") == 7000
+    assert settings.get_int("monitor.base.port") == 5500
+
+
+def test_java_properties_syntax(tmp_path):
+    path = tmp_path / "GCM.properties"
+    path.write_text("! comment\nperiod: 700\nzk.servers = a:1,\\\n   b:2\nformatDB true\n")
+    settings = config.load_gcm(path)
+    assert settings.get_int("period") == 700
+    assert settings.get_str("zk.servers") == "a:1,b:2"
+    assert settings.get_bool("formatDB") is True
+
+
+@pytest.mark.parametrize(
+    ("line", "fragment"),
+    [
+        ("ports.base=abc", "'ports.base' has value 'abc': expected an integer"),
+        ("ports.base=80", "'ports.base' has value '80': must be between 1024 and 65529"),
+        ("period=-5", "'period' has value '-5'"),
+        ("formatDB=maybe", "'formatDB' has value 'maybe': expected true or false"),
+        ("prots.base=5000", "unknown key 'prots.base' (did you mean 'ports.base'?)"),
+    ],
+)
+def test_invalid_value_names_key_value_and_file(tmp_path, line, fragment):
+    path = tmp_path / "GCM.properties"
+    path.write_text(f"period=1000\n{line}\n")
+    with pytest.raises(ConfigError) as raised:
+        config.load_gcm(path)
+    assert fragment in str(raised.value)
+    assert f"{path}:2" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("mode", "key", "value"),
+    [
+        ("gcm", "ports.base", "five"),
+        ("gcm", "zk.session.timeout", "10"),
+        ("host", "exchange.max.perhost", "0"),
+        ("host", "heartbeat.period", "x"),
+        ("host", "useLog", "perhaps"),
+    ],
+)
+def test_daemon_exits_78_naming_the_key(tmp_path, mode, key, value):
+    path = tmp_path / "bad.properties"
+    path.write_text(f"{key}={value}\n")
+    result = subprocess.run(
+        roq_command(mode, "--config", str(path)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=child_environment(),
+        check=False,
+    )
+    assert result.returncode == 78, result.stderr
+    assert key in result.stderr and str(path) in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_missing_config_file_exits_78(tmp_path):
+    missing = tmp_path / "nope.properties"
+    result = subprocess.run(
+        roq_command("gcm", "--config", str(missing)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=child_environment(),
+        check=False,
+    )
+    assert result.returncode == 78
+    assert f"{missing}: configuration file not found" in result.stderr
