@@ -36,7 +36,12 @@ FRAMES = st.one_of(
     st.binary(max_size=300),
     st.builds(
         lambda d: bson.encode(d)[: len(bson.encode(d)) // 2],
-        st.dictionaries(st.text(max_size=5), st.integers(), min_size=1, max_size=3),
+        st.dictionaries(
+            st.text(st.characters(exclude_characters="\x00"), max_size=5),
+            st.integers(-(2**63), 2**63 - 1),
+            min_size=1,
+            max_size=3,
+        ),
     ),
     st.builds(
         bson.encode,
