@@ -72,3 +72,22 @@ def build_frozen() -> Path:
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
     return FROZEN
+
+
+def run_frozen(
+    frozen: Path, *args: str, timeout_s: float = 60.0
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(frozen), *args],
+        env=frozen_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def last_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
