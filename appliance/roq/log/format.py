@@ -48,7 +48,7 @@ OFFSET = struct.Struct("<Q")
 CRC_START = 16  # the CRC covers bytes [CRC_START, end)
 BASE_OFFSET_AT = 4
 
-batch_bytes_max = limits.frame_bytes_max
+batch_bytes_max = limits.batch_bytes_max
 ts_delta_us_max = 2**32 - 1
 
 assert HEADER_BYTES == 58 and RECORD_BYTES == 8
