@@ -184,3 +184,68 @@ def sub(
         if count is not None and received < count and not stop.is_set():
             typer.echo(f"roq sub: only {received} of {count} messages before the timeout", err=True)
             raise typer.Exit(75)
+
+
+@app.command(rich_help_panel="Messages")
+def bench(
+    queue: str = typer.Option("bench", "--queue", "-q", help="Queue to load (created if absent)."),
+    load: Path | None = typer.Option(None, "--load", help="RoQ load description (JSON file)."),
+    publishers: int = typer.Option(1, "--publishers", "--max-pub", help="Publisher processes."),
+    subscribers: int = typer.Option(1, "--subscribers", "--max-sub", help="Subscriber processes."),
+    rate: int = typer.Option(0, "--rate", help="msg/s per publisher (0: as fast as possible)."),
+    payload: int = typer.Option(100, "--payload", "--size", help="Bytes per message."),
+    seconds: float = typer.Option(10.0, "--seconds", help="How long publishers send."),
+    linger_ms: float = typer.Option(2.0, "--linger-ms", help="Batch linger; 0 = unbatched."),
+    acks: str = typer.Option("none", "--acks", help="none | leader | all."),
+    chart: Path | None = typer.Option(None, "--chart", help="Draw throughput/latency PNG."),
+    gcm: str = GCM_OPTION,
+    zk: str | None = ZK_OPTION,
+    namespace: str = NAMESPACE_OPTION,
+) -> None:
+    """Load a queue and print one JSON line: msg/s and MB/s published and delivered, latency
+    p50/p99/p99.9, lost and duplicated counts. Progress goes to stderr every second."""
+    setup_logging("WARNING")
+    with errors_to_exit():
+        import json as _json
+
+        from roq import bench as benchmod
+        from roq.client.admin import AdminClient
+
+        if load is not None:
+            description = benchmod.LoadDescription.from_json(load.read_text(), str(load))
+        else:
+            description = benchmod.LoadDescription(
+                seconds=seconds, maxPub=publishers, maxSub=subscribers, payload=payload,
+                rate=rate, linger_ms=linger_ms, acks=acks,
+            ).checked()  # fmt: skip
+        client_args = ["--zk", zk, "--namespace", namespace] if zk else ["--gcm", gcm]
+        with AdminClient(gcm=None if zk else gcm, zk=zk, namespace=namespace) as admin:
+            if not admin.queue_exists(queue):
+                admin.create_queue(queue)
+                typer.echo(f"roq bench: created queue {queue}", err=True)
+        summary = benchmod.run(description, queue, client_args, lambda s: typer.echo(s, err=True))
+        if chart is not None:
+            benchmod.draw_chart(summary, str(chart))
+            typer.echo(f"roq bench: chart written to {chart}", err=True)
+        summary.pop("series")
+        typer.echo(_json.dumps(summary))
+
+
+@app.command("bench-worker", hidden=True)
+def bench_worker(
+    role: str = typer.Argument(..., help="pub | sub"),
+    queue: str = typer.Argument(...),
+    load: str = typer.Option(..., "--load", help="The load description as JSON."),
+    gcm: str | None = typer.Option(None, "--gcm"),
+    zk: str | None = ZK_OPTION,
+    namespace: str = NAMESPACE_OPTION,
+) -> None:
+    """One publisher or subscriber of `roq bench` (JSON lines on stdout)."""
+    setup_logging("WARNING")
+    with errors_to_exit():
+        from roq import bench as benchmod
+
+        description = benchmod.LoadDescription.from_json(load, "--load")
+        client = {"gcm": gcm, "zk": zk, "namespace": namespace}
+        worker = benchmod.publisher_worker if role == "pub" else benchmod.subscriber_worker
+        worker(description, queue, client)

@@ -173,9 +173,14 @@ class Publisher:
             buffer.payloads.append(payload)
             buffer.stamps.append(time.time_ns() // 1000)
             buffer.size += len(payload) + batchfmt.RECORD_BYTES
-            if buffer.size >= self.batch_bytes or self.linger_s <= 0:
+            sealed = buffer.size >= self.batch_bytes or self.linger_s <= 0
+            if sealed:
                 self._seal(key, buffer)
             self._wait_for_space()
+        if sealed:
+            # Hand the interpreter to the I/O thread now: otherwise a busy caller keeps it for
+            # up to the switch interval (5 ms), which would be the batch's latency.
+            time.sleep(0)
 
     def send_many(self, payloads: list[bytes], key: bytes = b"") -> None:
         for payload in payloads:
