@@ -1,0 +1,156 @@
+"""Recovery on open: the last segment is checked batch by batch and cut at the first bad one;
+one named test per way a crash or a disk can damage the tail (style R15)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from logutil import batch, seqs
+
+from roq.log import FlushPolicy, Log, ReadStatus, segment_name
+from roq.log import format as fmt
+
+OS = FlushPolicy("os")
+SIZE = len(batch(0))
+
+
+def write_log(directory: Path, batches: int = 5, max_file_size: int = 10**6) -> list[int]:
+    with Log(directory, max_file_size=max_file_size, flush_policy=OS) as log:
+        return [log.append(batch(i * 3)) for i in range(batches)]
+
+
+def last_segment(directory: Path) -> Path:
+    return sorted(directory.glob("*.log"))[-1]
+
+
+def reopen_and_check(directory: Path, good_batches: int, caplog, dropped: int) -> None:
+    """The log reopens with exactly `good_batches` batches, says what it dropped, and appends."""
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="roq.log.log"):
+        log = Log(directory, flush_policy=OS)
+    with log:
+        assert log.end_offset == good_batches * SIZE
+        assert log.recovered_bytes_dropped == dropped
+        if dropped:
+            warning = caplog.records[-1].getMessage()
+            assert last_segment(directory).name in warning
+            assert f"offset {good_batches * SIZE}" in warning
+            assert f"dropping {dropped} bytes" in warning
+        assert last_segment(directory).stat().st_size == log.segments[-1].size
+        offset = log.append(batch(good_batches * 3))
+        assert offset == good_batches * SIZE
+        data = log.read(0, 10**6).data
+        assert seqs(data) == list(range(3 * good_batches + 3))
+    with Log(directory, flush_policy=OS) as again:  # and the repaired log is clean
+        assert again.recovered_bytes_dropped == 0
+        assert again.end_offset == (good_batches + 1) * SIZE
+
+
+def test_clean_log_recovers_nothing(tmp_path, caplog):
+    write_log(tmp_path)
+    reopen_and_check(tmp_path, 5, caplog, dropped=0)
+
+
+def test_torn_header(tmp_path, caplog):
+    write_log(tmp_path)
+    with open(last_segment(tmp_path), "ab") as file:
+        file.write(batch(15)[:30])  # the crash came while the header was being written
+    reopen_and_check(tmp_path, 5, caplog, dropped=30)
+
+
+def test_torn_payload(tmp_path, caplog):
+    write_log(tmp_path)
+    with open(last_segment(tmp_path), "ab") as file:
+        file.write(batch(15)[: SIZE - 7])
+    reopen_and_check(tmp_path, 5, caplog, dropped=SIZE - 7)
+
+
+def test_crc_mismatch(tmp_path, caplog):
+    write_log(tmp_path)
+    path = last_segment(tmp_path)
+    data = bytearray(path.read_bytes())
+    data[3 * SIZE + 70] ^= 0x01  # one flipped bit in the fourth batch's payload
+    path.write_bytes(data)
+    reopen_and_check(tmp_path, 3, caplog, dropped=2 * SIZE)
+    assert "CRC mismatch" in caplog.text
+
+
+def test_length_past_end_of_file(tmp_path, caplog):
+    write_log(tmp_path)
+    path = last_segment(tmp_path)
+    data = bytearray(path.read_bytes())
+    fmt.LENGTH.pack_into(data, 4 * SIZE, SIZE + 1000)  # the last batch claims more than exists
+    path.write_bytes(data)
+    reopen_and_check(tmp_path, 4, caplog, dropped=SIZE)
+
+
+def test_zeroed_tail(tmp_path, caplog):
+    write_log(tmp_path)
+    with open(last_segment(tmp_path), "ab") as file:
+        file.write(b"\0" * 4096)  # the file grew but its blocks were never written
+    reopen_and_check(tmp_path, 5, caplog, dropped=4096)
+    assert "zeroed" in caplog.text
+
+
+def test_stamped_offset_that_does_not_match_its_position(tmp_path, caplog):
+    write_log(tmp_path)
+    path = last_segment(tmp_path)
+    data = bytearray(path.read_bytes())
+    fmt.stamp_offset(data, 12345, at=2 * SIZE)  # outside the CRC: only the position check sees it
+    path.write_bytes(data)
+    reopen_and_check(tmp_path, 2, caplog, dropped=3 * SIZE)
+
+
+def test_only_the_last_segment_is_repaired_and_a_missing_middle_is_reported(tmp_path, caplog):
+    offsets = write_log(tmp_path, batches=8, max_file_size=2 * SIZE)
+    files = sorted(tmp_path.glob("*.log"))
+    assert len(files) == 4
+    files[1].unlink()  # a middle segment lost
+    with open(files[-1], "ab") as file:
+        file.write(b"\xff" * 10)
+    with caplog.at_level(logging.WARNING, logger="roq.log.log"), Log(tmp_path) as log:
+        assert "missing" in caplog.text and files[0].name in caplog.text
+        assert log.gaps == [(offsets[2], offsets[4])]
+        assert log.recovered_bytes_dropped == 10
+        assert seqs(log.read(0, 10**6).data) == list(range(6))  # a read stops at the gap
+        assert seqs(log.read(offsets[4], 10**6).data) == list(range(12, 24))
+        assert log.read(log.end_offset, 10).status is ReadStatus.NO_MESSAGE_YET
+
+
+def test_empty_last_segment_left_by_a_crash_after_a_roll(tmp_path, caplog):
+    write_log(tmp_path)
+    (tmp_path / segment_name(5 * SIZE)).touch()
+    reopen_and_check(tmp_path, 5, caplog, dropped=0)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(sizes=st.lists(st.integers(1, 6), min_size=1, max_size=8), cut=st.integers(0, 10**4))
+def test_any_truncation_recovers_to_a_prefix_of_the_written_batches(tmp_path_factory, sizes, cut):
+    directory = tmp_path_factory.mktemp("cut")
+    written = []
+    with Log(directory, flush_policy=OS) as log:
+        seq = 0
+        for count in sizes:
+            buf = bytearray(batch(seq, records=count, size=count * 7))
+            log.append(buf)
+            written.append(bytes(buf))
+            seq += count
+    path = last_segment(directory)
+    total = path.stat().st_size
+    keep = cut % (total + 1)
+    os.truncate(path, keep)
+    with Log(directory, flush_policy=OS) as log:
+        data = log.read(0, 10**6).data if log.end_offset else b""
+        prefix = 0
+        for size in map(len, written):
+            if prefix + size > keep:
+                break
+            prefix += size
+        assert log.end_offset == prefix
+        assert data == b"".join(written)[:prefix]
