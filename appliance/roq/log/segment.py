@@ -68,14 +68,15 @@ class SegmentStats:
 
 
 def iter_file(
-    fd: int, path: Path, base: int, size: int, *, verify: bool = True
+    fd: int, path: Path, base: int, size: int, *, verify: bool = True, start: int = 0
 ) -> Iterator[tuple[int, memoryview, fmt.BatchHeader]]:
-    """(file position, batch bytes, header) of each batch in the first `size` bytes of a segment
-    file, read in chunks of `limits.log_scan_chunk_bytes`. Checks bounds, the stamped offset and
-    (if `verify`) the CRC; raises SegmentCorrupt at the first batch that fails."""
+    """(file position, batch bytes, header) of each batch in bytes [start, size) of a segment
+    file (`start` a batch boundary), read in chunks of `limits.log_scan_chunk_bytes`. Checks
+    bounds, the stamped offset and (if `verify`) the CRC; raises SegmentCorrupt at the first
+    batch that fails."""
     buf = b""
-    buf_at = 0  # file position of buf[0]
-    pos = 0
+    buf_at = start  # file position of buf[0]
+    pos = start
     while pos < size:
         rel = pos - buf_at
         if rel + _bytes_needed(buf, rel) > len(buf) and buf_at + len(buf) < size:
