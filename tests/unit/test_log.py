@@ -284,3 +284,21 @@ def test_disk_full_raises_log_unavailable_and_writes_nothing(tmp_path):
             assert caught.value.exit_code == 73
             assert log.end_offset == 0
             assert log.read(0, 100).status is ReadStatus.NO_MESSAGE_YET
+
+
+def test_the_worked_example_in_the_format_doc_is_what_the_code_writes():
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "log-format.md").read_text()
+    block = doc.split("### Worked example", 1)[1].split("```", 2)[1]
+    shown = bytes.fromhex("".join(line[6:] for line in block.strip().splitlines()))
+    made = bytearray(
+        fmt.encode_batch(
+            bytes(range(16)),
+            7,
+            b"k",
+            [b"hi", b"yo!"],
+            [1_700_000_000_000_000, 1_700_000_000_000_250],
+        )
+    )
+    fmt.stamp_offset(made, 4096)
+    assert shown == bytes(made)
+    assert [r.payload for r in fmt.iter_records(shown)] == [b"hi", b"yo!"]
