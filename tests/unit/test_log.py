@@ -302,3 +302,30 @@ def test_the_worked_example_in_the_format_doc_is_what_the_code_writes():
     fmt.stamp_offset(made, 4096)
     assert shown == bytes(made)
     assert [r.payload for r in fmt.iter_records(shown)] == [b"hi", b"yo!"]
+
+
+def test_truncate_to_cuts_back_across_segments_and_appends_continue(tmp_path):
+    with Log(tmp_path, max_file_size=3 * 145, flush_policy=OS, memory_bytes=10**6) as log:
+        offsets = fill(log, 10)
+        assert len(batch(0)) == 145
+        log.truncate_to(offsets[4])
+        assert log.end_offset == offsets[4] and len(log.segments) == 2
+        assert sorted(p.name for p in tmp_path.iterdir())[-1] == segment_name(offsets[3])
+        assert log.read(offsets[4], 10).status is ReadStatus.NO_MESSAGE_YET
+        assert log.append(batch(12), expect_offset=offsets[4]) == offsets[4]
+        assert seqs(read_all(log, 0)) == list(range(15))
+        with pytest.raises(InvalidOffset, match="log ends at"):
+            log.append(batch(15), expect_offset=offsets[4])
+        with pytest.raises(InvalidOffset):
+            log.truncate_to(offsets[2] + 1)
+        log.truncate_to(offsets[3])  # a segment's base: it stays, empty, as the active one
+        assert log.end_offset == offsets[3] and log.segments[-1].size == 0
+    with Log(tmp_path, flush_policy=OS) as log:
+        assert log.end_offset == offsets[3] and log.recovered_bytes_dropped == 0
+
+
+def test_a_frame_with_bytes_after_its_batch_is_refused(tmp_path):
+    with Log(tmp_path, flush_policy=OS) as log:
+        with pytest.raises(CorruptRecord, match="bytes given for one batch"):
+            log.append(batch(0) + b"junk")
+        assert log.end_offset == 0

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from roq import limits
 from roq.config import Settings
-from roq.errors import ConfigError, InvalidOffset, LogUnavailable
+from roq.errors import ConfigError, CorruptRecord, InvalidOffset, LogUnavailable
 from roq.log import format as fmt
 from roq.log.memory import MemoryLog
 from roq.log.segment import DIR_MODE, Segment, SegmentCorrupt, parse_segment_name
@@ -243,7 +243,11 @@ class Log:
 
     # --- appending ----------------------------------------------------------------------------
     def append(
-        self, batch: bytes | bytearray | memoryview, header: fmt.BatchHeader | None = None
+        self,
+        batch: bytes | bytearray | memoryview,
+        header: fmt.BatchHeader | None = None,
+        *,
+        expect_offset: int | None = None,
     ) -> int:
         """Append one batch; returns its offset (its byte position in the log).
 
@@ -251,12 +255,20 @@ class Log:
         caller passes the `header` check_batch already returned for these bytes. A bytearray is
         stamped with its offset in place (so the caller can forward the same bytes) and kept by
         the memory log: the caller must not change it afterwards. Other buffers are copied once.
+        A replica passes the leader's offset as `expect_offset`: if this log's end differs, the
+        logs diverged and InvalidOffset is raised before anything is written.
         Raises LogUnavailable if the disk refuses the write (nothing acknowledged is lost)."""
         if self._closed:
             raise LogUnavailable(f"log {self.name}: closed")
         if header is None:
             header = fmt.check_batch(memoryview(batch), 0)
-        assert header.size == len(batch), "one batch per append"
+        if header.size != len(batch):
+            raise CorruptRecord(f"{len(batch)} bytes given for one batch of {header.size} bytes")
+        if expect_offset is not None and expect_offset != self.end_offset:
+            raise InvalidOffset(
+                f"log {self.name}: batch for offset {expect_offset} but the log ends at "
+                f"{self.end_offset}"
+            )
         data = batch if isinstance(batch, bytearray) else bytearray(batch)
         active = self._segments[-1]
         if active.size and active.size + len(data) > self.max_file_size:
@@ -269,6 +281,32 @@ class Log:
         elif self.flush_policy.kind == "interval":
             self.maybe_flush()
         return offset
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every batch at or after `offset` (a batch boundary between start_offset and
+        end_offset): a replica cuts back what a new leader never had. Later segments are
+        deleted; the one holding `offset` becomes the active segment again."""
+        if not self.start_offset <= offset <= self.end_offset:
+            raise InvalidOffset(
+                f"log {self.name}: cannot truncate to {offset}: the log holds "
+                f"{self.start_offset}..{self.end_offset}"
+            )
+        if offset == self.end_offset:
+            return
+        self.read(offset, 1)  # raises InvalidOffset unless a batch starts there
+        while len(self._segments) > 1 and self._segments[-1].base > offset:
+            self._bases.pop()
+            self._segments.pop().delete()
+        last = self._segments.pop()
+        if last in self._open_readers:
+            self._open_readers.remove(last)
+        last.close()
+        self._segments.append(Segment.open(last.path))
+        self._segments[-1].truncate(offset - last.base)
+        self.memory.drop_from(offset)
+        self.gaps = [gap for gap in self.gaps if gap[1] <= offset]
+        self.durable_offset = min(self.durable_offset, offset)
+        log.warning("log %s: truncated to offset %d", self.name, offset)
 
     def _roll(self) -> Segment:
         """Close the active segment (made durable first unless the OS manages flushing) and

@@ -59,6 +59,14 @@ class MemoryLog:
         while len(self) and self._offsets[self._head] < offset:
             self._pop()
 
+    def drop_from(self, offset: int) -> None:
+        """Forget batches at or after `offset` (the log was truncated there)."""
+        index = bisect_left(self._offsets, offset, self._head)
+        for batch in self._batches[index:]:
+            self.bytes -= len(batch)
+        del self._offsets[index:]
+        del self._batches[index:]
+
     def clear(self) -> None:
         self._offsets.clear()
         self._batches.clear()
