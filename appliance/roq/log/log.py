@@ -418,6 +418,8 @@ class Log:
         """Whole batches from `offset` (a batch's offset), as many as fit in `max_bytes` but at
         least one. Below start_offset → EVICTED; at end_offset → NO_MESSAGE_YET; past the end
         or not where a batch starts → InvalidOffset. The tail comes from the memory log."""
+        if self._closed:
+            raise LogUnavailable(f"log {self.name}: closed")
         start, end = self.start_offset, self.end_offset
         if offset < start:
             return ReadResult(ReadStatus.EVICTED, offset, b"", start, start, end)

@@ -103,12 +103,11 @@ def _bytes_needed(buf: bytes, rel: int) -> int:
 
 
 def _reason(buf: bytes, rel: int, error: CorruptRecord) -> str:
-    tail = memoryview(buf)[rel:]
-    if not any(tail[: limits.log_scan_chunk_bytes]):
-        return f"zeroed bytes ({len(tail)} in view)"
-    text = str(error)
-    # format.py names buffer positions; the caller names the file position instead.
-    return text.replace(f" at byte {rel}", "").replace(f"batch at byte {rel} ", "batch ")
+    tail = bytes(memoryview(buf)[rel:])
+    if not tail.strip(b"\0"):
+        return f"zeroed tail: the {len(tail)} bytes from here are all zero"
+    # format.py names the position in its buffer; the caller names the file position instead.
+    return str(error).replace(f" at byte {rel}", "")
 
 
 class Segment:
