@@ -124,8 +124,11 @@ def test_invalid_offset_inside_a_batch_is_refused_on_disk_too(tmp_path):
 def test_retention_by_bytes_deletes_whole_closed_segments(tmp_path):
     size = len(batch(0))
     retention = Retention(bytes=5 * size)
-    with Log(tmp_path, max_file_size=2 * size, flush_policy=OS, retention=retention) as log:
+    with Log(
+        tmp_path, max_file_size=2 * size, flush_policy=OS, retention=retention, memory_bytes=10**6
+    ) as log:
         offsets = fill(log, 20)
+        assert log.memory.start_offset == log.start_offset  # the ring forgot evicted batches
         assert log.end_offset - log.start_offset >= 5 * size
         assert log.end_offset - log.start_offset < 5 * size + 2 * (2 * size)
         assert log.start_offset > 0

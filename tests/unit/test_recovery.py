@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -154,3 +157,39 @@ def test_any_truncation_recovers_to_a_prefix_of_the_written_batches(tmp_path_fac
             prefix += size
         assert log.end_offset == prefix
         assert data == b"".join(written)[:prefix]
+
+
+WRITER = """
+import sys
+sys.path.insert(0, sys.argv[2])
+from logutil import batch
+from roq.log import FlushPolicy, Log
+log = Log(sys.argv[1], max_file_size=4096, flush_policy=FlushPolicy(sys.argv[3]))
+for i in range(10**6):
+    offset = log.append(batch(i * 3, records=3, size=50))
+    print(offset, flush=True)
+"""
+
+
+def test_sigkill_mid_append_loses_no_appended_batch(tmp_path):
+    """A writer process is killed while appending: every batch whose append returned is there
+    after recovery, in order, and the log takes appends again."""
+    here = str(Path(__file__).parent)
+    for policy in ("os", "every-batch"):
+        directory = tmp_path / policy
+        child = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(directory), here, policy],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert child.stdout is not None
+        acknowledged = [int(child.stdout.readline()) for _ in range(300)]
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=10)
+        with Log(directory, max_file_size=4096, flush_policy=OS) as log:
+            assert log.end_offset > acknowledged[-1]
+            data = b"".join(
+                log.read(o, 1).data for o in acknowledged
+            )  # each acknowledged offset is a batch boundary holding the batch written there
+            assert seqs(data) == list(range(900))
+            log.append(batch(10**7))
