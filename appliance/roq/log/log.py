@@ -179,6 +179,7 @@ class Log:
         self._check_continuity()
         self._recover(self._segments[-1])
         for segment in self._segments[:-1]:
+            segment.sync()  # a run under the `os` policy may have left them unsynced
             segment.close()  # reopened read-only on demand
 
     def _add(self, segment: Segment) -> None:
