@@ -31,7 +31,7 @@ from typing import Any
 from roq import limits, procstat
 from roq.child import ControlServer
 from roq.config import Settings
-from roq.errors import ProtocolError
+from roq.errors import CorruptRecord, ProtocolError
 from roq.log import format as batchfmt
 from roq.protocol import bsonmsg, dataplane
 from roq.protocol.commands import MonitorCommand, StatCommand
@@ -149,6 +149,7 @@ class Exchange:
         self.bad = BadFrameLog(spec.name)
         self.accepted_bytes = 0  # the offset the next batch would have in the log
         self.leaving_since: float | None = None
+        self.started = time.time()  # tells the monitor a restarted exchange from its old self
         self._last_inbound = time.monotonic()
         self._cpu = procstat.CpuMeter()
         self._kpi_cpu = procstat.CpuMeter()
@@ -239,7 +240,7 @@ class Exchange:
             return
         try:
             offset = self._accept(message.batch)
-        except ProtocolError as error:
+        except (ProtocolError, CorruptRecord) as error:
             self.bad.refused(str(error))
             reply = (
                 dataplane.nack(message.token, str(error))
@@ -287,6 +288,7 @@ class Exchange:
             "Front": self.spec.front,
             "Back": self.spec.back,
             "Period": self.heartbeat_s,
+            "Started": self.started,
             **fields,
         }
         try:

@@ -141,6 +141,9 @@ class Monitor:
         front = bsonmsg.field_str(doc, "Front")
         now = time.monotonic()
         view = self.exchanges.get(front)
+        if view is not None and view.started != doc.get("Started", view.started):
+            self._forget(view, now, "restarted")  # its memory (and what it held) is gone
+            view = None
         if view is None:
             if len(self.exchanges) >= _EXCHANGES_MAX:
                 raise ValueError(f"already {_EXCHANGES_MAX} exchanges known")
@@ -163,6 +166,7 @@ class Monitor:
             first_seen=now,
             last_seen=now,
             period_s=float(doc.get("Period", 1.0)),
+            started=float(doc.get("Started", 0.0)),
         )
         self.exchanges[front] = view
         log.info("%s: exchange %s joined (%s)", self.name, view.exchange_id, front)
@@ -212,16 +216,19 @@ class Monitor:
             if now - view.last_seen > self.dead_after * view.period_s
         ]
         for view in dead:
-            del self.exchanges[view.front]
-            log.warning(
-                "%s: exchange %s (%s) silent for %.1f s: declared dead",
-                self.name, view.exchange_id, view.front, now - view.last_seen,
-            )  # fmt: skip
-            self._to_publishers(
-                BROADCAST_TOPIC, PublisherNotice.EXCHANGE_LOST, Front=view.front, Dead=True
-            )
+            self._forget(view, now, f"silent for {now - view.last_seen:.1f} s")
         if dead:
             self._publish_list()
+
+    def _forget(self, view: ExchangeView, now: float, why: str) -> None:
+        """A dead exchange: its publishers fail over (the notice names the address they use)."""
+        del self.exchanges[view.front]
+        log.warning(
+            "%s: exchange %s (%s) %s: declared dead", self.name, view.exchange_id, view.front, why
+        )
+        self._to_publishers(
+            BROADCAST_TOPIC, PublisherNotice.EXCHANGE_LOST, Front=view.front, Dead=True
+        )
 
     # --- placement requests --------------------------------------------------------------------
     def _placement(self, request: dict[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+PLACEMENT_MEMORY_S = 10.0  # a placement counts this long before the exchange's own count
+
 
 @dataclass
 class Thresholds:
@@ -33,6 +35,7 @@ class ExchangeView:
     first_seen: float
     last_seen: float
     period_s: float
+    started: float = 0.0
     bytes_rate: float = 0.0
     msgs_rate: float = 0.0
     producers: int = 0
@@ -42,6 +45,13 @@ class ExchangeView:
     cooldown_until: float = 0.0
     cpu: float = 0.0
     rss: int = 0
+    placed_at: list[float] = field(default_factory=list)  # recent placements (monotonic s)
+
+    def publishers(self, now: float) -> int:
+        """Publishers as far as anyone knows: the exchange counts only those that sent in its
+        last period, so recent placements of still-silent publishers count too."""
+        self.placed_at = [t for t in self.placed_at if now - t < PLACEMENT_MEMORY_S][-1000:]
+        return max(self.producers, len(self.placed_at))
 
     def is_placeable(self, now: float, warmup_s: float) -> bool:
         return not self.leaving and now - self.first_seen >= warmup_s
@@ -63,16 +73,18 @@ def choose_exchange(
     Exchanges still warming up are used only when no other one is available, so that subscribers
     that are connected to the queue have joined a new exchange before messages flow through it.
     """
-    live = [x for x in exchanges if not x.leaving and x.front != avoid]
+    running = [x for x in exchanges if not x.leaving]
+    # `avoid` failed this publisher; if it is all there is, it came back (restarted): use it.
+    live = [x for x in running if x.front != avoid] or running
     if not live:
         return None
     ready = [x for x in live if x.is_placeable(now, limits.warmup_s)] or live
     cold = all(x.bytes_rate < limits.coldstart * limits.max_throughput for x in ready)
     if cold:  # no statistics worth the name yet: spread by publisher count (RoQ's rule)
-        chosen = min(ready, key=lambda x: (x.producers, x.bytes_rate, x.first_seen))
+        chosen = min(ready, key=lambda x: (x.publishers(now), x.bytes_rate, x.first_seen))
     else:
-        chosen = min(ready, key=lambda x: (x.bytes_rate, x.producers, x.first_seen))
-    chosen.producers += 1  # step 5's optimism: the next publisher sees this one counted
+        chosen = min(ready, key=lambda x: (x.bytes_rate, x.publishers(now), x.first_seen))
+    chosen.placed_at.append(now)  # step 5's optimism: the next publisher sees this one counted
     return chosen
 
 
@@ -89,14 +101,16 @@ def plan_relocation(
     others = [x for x in exchanges if x is not source and x.is_placeable(now, limits.warmup_s)]
     if not others or len(source.top) < 2:
         return []  # the limit case: nowhere to go, or one publisher carries it all
-    moves = _pick_moves(source, others, limits)
+    moves = _pick_moves(source, others, limits, now)
     if moves:
         source.cooldown_until = now + limits.cooldown_s
         source.overloaded_reports = 0
     return moves
 
 
-def _pick_moves(source: ExchangeView, others: list[ExchangeView], limits: Thresholds) -> list[Move]:
+def _pick_moves(
+    source: ExchangeView, others: list[ExchangeView], limits: Thresholds, now: float
+) -> list[Move]:
     moves: list[Move] = []
     ceiling = limits.target * limits.max_throughput
     remaining = len(source.top)
@@ -112,7 +126,7 @@ def _pick_moves(source: ExchangeView, others: list[ExchangeView], limits: Thresh
             continue
         moves.append(Move(producer, source, target, rate))
         target.bytes_rate += rate
-        target.producers += 1
+        target.placed_at.append(now)
         source.bytes_rate -= rate
         source.producers -= 1
         remaining -= 1

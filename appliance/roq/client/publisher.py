@@ -149,7 +149,12 @@ class Publisher:
         self._io = _PublisherIO(self)
         self._wake = open_socket(self._context, Kind.PAIR)
         connect(self._wake, self._wake_endpoint)
+        self._placed = threading.Event()
         self._io.start()
+        self._placed.wait(limits.placement_timeout_ms / 1000 + 5)
+        if self._error is not None or self.exchange is None:
+            self.close(timeout_s=0.1)
+            raise PublishError(f"{self.name}: no exchange: {self._error or 'timed out'}")
 
     # --- caller side ---------------------------------------------------------------------------
     def send(self, payload: bytes, key: bytes = b"") -> None:
@@ -195,7 +200,7 @@ class Publisher:
     def close(self, timeout_s: float = limits.drain_timeout_ms / 1000) -> None:
         """Flush (bounded), then stop the I/O thread and close every socket."""
         try:
-            if self._error is None and not self._closing:
+            if self._error is None and not self._closing and self.exchange is not None:
                 self.flush(timeout_s)
         finally:
             with self._lock:
@@ -317,6 +322,7 @@ class _PublisherIO(threading.Thread):
         except BaseException as error:  # the caller learns it on its next call
             log.error("%s: I/O thread failed: %s", self.p.name, error)
             self.p._fail(error)
+            self.p._placed.set()
         finally:
             self._close()
 
@@ -325,6 +331,7 @@ class _PublisherIO(threading.Thread):
         poller.register(self.wake, POLLIN)
         poller.register(self.notices, POLLIN)
         self._place(lost="")
+        self.p._placed.set()
         poller.register(self.dealer, POLLIN)
         while not (self.p._closing and self.p._next_outbound() is None):
             wait_ms = max(1, int(self.p.linger_s * 500)) if self.p._buffers else 100
