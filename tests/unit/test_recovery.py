@@ -193,3 +193,23 @@ def test_sigkill_mid_append_loses_no_appended_batch(tmp_path):
             )  # each acknowledged offset is a batch boundary holding the batch written there
             assert seqs(data) == list(range(900))
             log.append(batch(10**7))
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(sizes=st.lists(st.integers(1, 5), min_size=1, max_size=6), where=st.integers(0, 10**4))
+def test_any_flipped_byte_recovers_to_the_batches_before_it(tmp_path_factory, sizes, where):
+    directory = tmp_path_factory.mktemp("flip")
+    ends = []
+    with Log(directory, flush_policy=OS) as log:
+        for index, count in enumerate(sizes):
+            log.append(batch(index * 10, records=count, size=9))
+            ends.append(log.end_offset)
+    path = last_segment(directory)
+    data = bytearray(path.read_bytes())
+    position = where % len(data)
+    data[position] ^= 0x5A
+    path.write_bytes(data)
+    with Log(directory, flush_policy=OS) as log:
+        assert log.end_offset == max([0] + [end for end in ends if end <= position])
