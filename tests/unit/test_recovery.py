@@ -213,3 +213,16 @@ def test_any_flipped_byte_recovers_to_the_batches_before_it(tmp_path_factory, si
     path.write_bytes(data)
     with Log(directory, flush_policy=OS) as log:
         assert log.end_offset == max([0] + [end for end in ends if end <= position])
+
+
+def test_overlapping_segments_are_reported_and_the_later_file_wins(tmp_path, caplog):
+    offsets = write_log(tmp_path, batches=4, max_file_size=2 * SIZE)
+    first, second = sorted(tmp_path.glob("*.log"))
+    (tmp_path / segment_name(offsets[1])).write_bytes(  # a stale file that overlaps `first`
+        first.read_bytes()[SIZE:] + second.read_bytes()
+    )
+    second.unlink()
+    with caplog.at_level(logging.WARNING, logger="roq.log.log"), Log(tmp_path) as log:
+        assert log.gaps == [] and log.end_offset == offsets[3] + SIZE
+        assert seqs(log.read(0, 10**6).data) == list(range(12))
+    assert "overlap" in caplog.text

@@ -147,7 +147,12 @@ class Log:
         self._bases: list[int] = []
         self._open_readers: list[Segment] = []  # closed segments with an open fd, LRU first
         self._closed = False
-        self._open()
+        try:
+            self._open()
+        except BaseException:
+            for segment in self._segments:
+                segment.close()
+            raise
         self.durable_offset = self.end_offset
         self._last_sync = clock()
 
@@ -203,7 +208,8 @@ class Log:
                 )
                 if before.end > after.base:
                     before.size = after.base - before.base
-                self.gaps.append((before.end, after.base))
+                else:
+                    self.gaps.append((before.end, after.base))
 
     def _recover(self, segment: Segment) -> None:
         """Check every batch of the last segment; cut the file at the first bad one."""
