@@ -19,6 +19,7 @@ from roq.log import format as fmt
 from roq.log.inspect import Batch, Corrupt, Gap, Summary, segment_files, walk
 
 EXIT_NOINPUT = 66  # sysexits.h: the input path does not exist
+EXIT_IOERR = 74  # sysexits.h: reading failed
 
 log_app = typer.Typer(name="log", help="Inspect message-log segment files.", no_args_is_help=True)
 app.add_typer(log_app, name="log")
@@ -95,15 +96,19 @@ def inspect(
         typer.echo(f"roq: {path}: no such file or directory", err=True)
         raise typer.Exit(EXIT_NOINPUT)
     summary = Summary(str(path))
-    summary.segments = sum(len(files) for files in segment_files(path))
-    for item in walk(path):
-        summary.add(item)
-        if as_json:
-            continue
-        if isinstance(item, Batch):
-            _print_batch(item, records)
-        else:
-            _print_problem(item)
+    try:
+        summary.segments = sum(len(files) for files in segment_files(path))
+        for item in walk(path):
+            summary.add(item)
+            if as_json:
+                continue
+            if isinstance(item, Batch):
+                _print_batch(item, records)
+            else:
+                _print_problem(item)
+    except OSError as error:
+        typer.echo(f"roq: {path}: cannot read: {error}", err=True)
+        raise typer.Exit(EXIT_IOERR) from None
     if as_json:
         typer.echo(json.dumps(summary.to_dict(), indent=2))
     else:
