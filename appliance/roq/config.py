@@ -434,6 +434,59 @@ HCM_KEYS: tuple[Key, ...] = (
         (1, 16),
         section="Message log",
     ),
+    Key(
+        "log.flush",
+        str,
+        "interval",
+        "When appended batches are forced to disk: every-batch (fdatasync before the append "
+        "returns; survives power loss), interval (every log.flush.interval.ms; a power loss "
+        "loses at most that window), os (the kernel writes back; survives a crash of the "
+        "exchange, not of the machine). See docs/log-format.md.",
+        choices=("every-batch", "interval", "os"),
+        section="Message log",
+    ),
+    Key(
+        "log.flush.interval.ms",
+        int,
+        200,
+        "Flush period of the interval policy, in ms.",
+        (1, 3_600_000),
+        section="Message log",
+    ),
+    Key(
+        "log.retention.bytes",
+        int,
+        0,
+        "Keep at least this many bytes of each log, deleting older whole segments (0 = no limit).",
+        (0, 2**62),
+        section="Message log",
+    ),
+    Key(
+        "log.retention.ms",
+        int,
+        0,
+        "Delete a closed segment once its newest batch is older than this many ms (0 = never).",
+        (0, 2**62),
+        section="Message log",
+    ),
+    Key(
+        "log.retention.records",
+        int,
+        0,
+        "Keep at least this many records of each log, deleting older whole segments "
+        "(0 = no limit; mq's fixed-size queue).",
+        (0, 2**62),
+        section="Message log",
+    ),
+    Key(
+        "log.memory.bytes",
+        int,
+        64 * 1024 * 1024,
+        "Size of the memory log: the most recent batches of each log kept in memory to serve "
+        "replays of the tail without disk reads (0 = off).",
+        (0, 2**40),
+        section="Message log",
+    ),
 )
 
 

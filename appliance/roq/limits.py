@@ -65,3 +65,7 @@ subscriber_streams_max = 1_000_000  # (producer, key) streams tracked for order 
 # --- data plane: monitor ------------------------------------------------------------------
 monitor_publishers_max = 1_000_000  # publishers a monitor remembers placements for
 exchange_producers_reported_max = 32  # most active producers an exchange names per report
+
+# --- message log ----------------------------------------------------------------------------
+log_scan_chunk_bytes = 1024 * 1024  # recovery and inspection read segments in chunks this big
+log_read_files_max = 16  # closed segments kept open for reading (least recently used closed)
