@@ -415,7 +415,7 @@ HCM_KEYS: tuple[Key, ...] = (
         64 * 1024 * 1024,
         "Roll to a new segment file once the current "
         "one exceeds this many bytes (the thesis used 5000000).",
-        (4096, 2**40),
+        (1024, 2**40),
         section="Message log",
     ),
     Key(

@@ -167,10 +167,13 @@ class Monitor:
             last_seen=now,
             period_s=float(doc.get("Period", 1.0)),
             started=float(doc.get("Started", 0.0)),
+            logged=bool(doc.get("Log", False)),
         )
         self.exchanges[front] = view
         log.info("%s: exchange %s joined (%s)", self.name, view.exchange_id, front)
-        self._to_subscribers(SubscriberNotice.NEW_EXCHANGE, Id=view.exchange_id, Back=view.back)
+        self._to_subscribers(
+            SubscriberNotice.NEW_EXCHANGE, Id=view.exchange_id, Back=view.back, Log=view.logged
+        )
         return view
 
     def _update_load(self, view: ExchangeView, doc: dict[str, Any]) -> None:
@@ -250,8 +253,10 @@ class Monitor:
         log.info("%s: publisher %s placed on %s", self.name, producer, chosen.exchange_id)
         return bsonmsg.ok(Exchange={"Id": chosen.exchange_id, "Front": chosen.front})
 
-    def _exchange_list(self) -> list[dict[str, str]]:
-        return [{"Id": x.exchange_id, "Back": x.back} for x in self.exchanges.values()]
+    def _exchange_list(self) -> list[dict[str, Any]]:
+        return [
+            {"Id": x.exchange_id, "Back": x.back, "Log": x.logged} for x in self.exchanges.values()
+        ]
 
     def _publish_list(self) -> None:
         self._to_subscribers(SubscriberNotice.EXCHANGE_LIST, Exchanges=self._exchange_list())

@@ -36,6 +36,7 @@ class ExchangeView:
     last_seen: float
     period_s: float
     started: float = 0.0
+    logged: bool = False  # the exchange keeps a message log subscribers can read (F+3)
     bytes_rate: float = 0.0
     msgs_rate: float = 0.0
     producers: int = 0

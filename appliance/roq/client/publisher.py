@@ -141,6 +141,8 @@ class Publisher:
         self._barriers: dict[int, threading.Event] = {}
         self._closing = False
         self._error: BaseException | None = None
+        self.refused: list[str] = []  # reasons the exchange gave for refused batches
+        self._refused_seen = 0
         self.sent_messages = self.sent_batches = self.confirmed_batches = 0
         self.exchange: str | None = None  # the current exchange's front address
         self.moves = 0
@@ -201,6 +203,9 @@ class Publisher:
             raise PublishTimeout(f"{self.name}: flush not confirmed within {timeout_s:.1f} s")
         with self._lock:
             self._check_usable()
+            fresh, self._refused_seen = self.refused[self._refused_seen :], len(self.refused)
+        if fresh:
+            raise PublishError(f"{self.name}: {len(fresh)} batch(es) refused: {fresh[0]}")
 
     def close(self, timeout_s: float = limits.drain_timeout_ms / 1000) -> None:
         """Flush (bounded), then stop the I/O thread and close every socket."""
@@ -490,6 +495,9 @@ class _PublisherIO(threading.Thread):
             reason = frames[-1].decode(errors="replace")
             log.error("%s: exchange refused a batch: %s", self.p.name, reason)
             self.unconfirmed.pop(token, None)
+            with self.p._lock:
+                if len(self.p.refused) < 10_000:
+                    self.p.refused.append(reason)
 
     def _release_barriers(self) -> None:
         """A confirmed drain covers every flush sent to the old exchange."""

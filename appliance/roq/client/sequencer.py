@@ -53,6 +53,10 @@ class Sequencer:
         self.gaps = 0
         self._tie = 0
 
+    def resume(self, producer_id: bytes, key: bytes, next_seq: int) -> None:
+        """Continue a stream from a committed position (records before it are duplicates)."""
+        self.streams[(producer_id, key)] = _Stream(next_seq)
+
     def offer(self, header: BatchHeader, batch: memoryview | bytes, now: float) -> list[Delivery]:
         key = (header.producer_id, header.key)
         stream = self.streams.get(key)
