@@ -94,16 +94,16 @@ def test_frozen_up_queue_status_and_clean_stop(
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=STOP_BOUND_S) == 0, log_path.read_text(errors="replace")
     # Every process roq up started (ZooKeeper, gcm, host, monitors, exchanges) is gone.
-    left = (
-        wait_for(
-            lambda: [p for p in tree if Path(f"/proc/{p}").exists() and not _zombie(p)] or [-1],
-            10,
-            "children to exit",
-        )
-        if False
-        else [p for p in tree if Path(f"/proc/{p}").exists() and not _zombie(p)]
-    )
+    try:
+        wait_for(lambda: not _alive(tree), 10, "the children of roq up to exit")
+    except TimeoutError:
+        pass  # reported below with the survivors' PIDs
+    left = _alive(tree)
     assert left == [], f"left behind: {left}\n{log_path.read_text(errors='replace')}"
+
+
+def _alive(pids: list[int]) -> list[int]:
+    return [p for p in pids if Path(f"/proc/{p}").exists() and not _zombie(p)]
 
 
 def _zombie(pid: int) -> bool:
