@@ -75,7 +75,7 @@ def build_frozen() -> Path:
 
 
 def run_frozen(
-    frozen: Path, *args: str, timeout_s: float = 60.0
+    frozen: Path, *args: str, timeout_s: float = 60.0, input_text: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(frozen), *args],
@@ -84,7 +84,8 @@ def run_frozen(
         text=True,
         timeout=timeout_s,
         check=False,
-        stdin=subprocess.DEVNULL,
+        input=input_text,
+        stdin=subprocess.DEVNULL if input_text is None else None,
     )
 
 

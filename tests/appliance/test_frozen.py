@@ -23,7 +23,10 @@ def test_version(frozen_roq: Path) -> None:
     assert (result.returncode, result.stdout.strip()) == (0, f"roq {roq.__version__}")
 
 
-@pytest.mark.parametrize("mode", ["gcm", "host", "up", "queue", "status"])
+@pytest.mark.parametrize(
+    "mode",
+    ["gcm", "host", "up", "monitor", "exchange", "queue", "status", "pub", "sub", "bench", "log"],
+)
 def test_every_mode_is_in_the_executable(frozen_roq: Path, mode: str) -> None:
     result = run_frozen(frozen_roq, mode, "--help")
     assert result.returncode == 0, result.stderr

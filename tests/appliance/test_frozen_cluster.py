@@ -84,7 +84,25 @@ def test_frozen_up_queue_status_and_clean_stop(
     assert len(tree) >= 3, "ZooKeeper, gcm and host run under roq up"
 
     created = run_frozen(frozen_roq, "queue", "create", "q1", "--gcm", gcm)
-    assert "q1" in created.stdout + created.stderr
+    assert created.returncode == 0, created.stdout + created.stderr
+    sent = [f"frozen message {i}" for i in range(5)]
+    published = run_frozen(
+        frozen_roq, "pub", "q1", "--acks", "leader", "--gcm", gcm, input_text="\n".join(sent) + "\n"
+    )
+    assert published.returncode == 0, published.stderr
+    received = run_frozen(
+        frozen_roq,
+        "sub",
+        "q1",
+        "--from-beginning",
+        "--count",
+        "5",
+        "--timeout",
+        "20",
+        "--gcm",
+        gcm,
+    )
+    assert received.stdout.splitlines() == sent, received.stderr
     listed = run_frozen(frozen_roq, "queue", "list", "--gcm", gcm)
     assert listed.returncode == 0 and "q1" in listed.stdout, listed.stderr
     status = run_frozen(frozen_roq, "status", "--gcm", gcm)
