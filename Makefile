@@ -13,7 +13,7 @@ APT := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get
 SYSTEM_PACKAGES := zookeeper packer systemd python3-venv
 PYTEST_ARGS ?=
 
-.PHONY: setup system-deps run test test-unit lint type dist bench clean
+.PHONY: setup system-deps run test test-unit test-appliance lint type dist bench clean
 
 setup: system-deps $(STAMP)
 
@@ -42,6 +42,10 @@ test: setup
 
 test-unit: setup
 	$(VENV)/bin/pytest -n 2 tests/unit $(PYTEST_ARGS)
+
+# The frozen executable, units and image (builds dist/roq first if the sources changed).
+test-appliance: setup
+	$(VENV)/bin/pytest -n 2 tests/appliance $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check appliance tests benchmarks
