@@ -40,6 +40,8 @@ def up_arguments(tmp: Path, ports: PortBlocks) -> tuple[list[str], int]:
         "exchange.base.port": ports.take(40),
         "ports.max.perkind": 10,
         "period": 500,
+        # Should another test's ZooKeeper take that port first, stay out of its way.
+        "zk.namespace": f"/roq-test-{uuid.uuid4().hex[:10]}",
     }
     args = ["up", "--data-dir", str(tmp / "data")]
     for key, value in values.items():
