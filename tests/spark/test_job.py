@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
 
 T0 = 1_700_000_040_000_000  # a minute boundary (µs)
 MINUTE = 60_000_000
-SPLIT_BYTES = 3000  # several tasks per segment file, so ranges resynchronise inside files
+SPLIT_BYTES = 7000  # several tasks per segment file, so ranges resynchronise inside files
 LAYOUT = {"orders": ["x1", "x2"], "audit": ["x3"]}  # queue -> exchanges
 PRODUCERS = {"orders": ["p1", "p2", "p3"], "audit": ["p4"]}
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -20,7 +21,7 @@ from pyspark.sql import functions as F
 
 from roq.analytics import files, kpi, tasks
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("roq.analytics.job")  # __name__ is __main__ under spark-submit
 
 SCHEMAS: dict[str, str] = {
     "traffic": "queue string, exchange string, producer string, minute long, messages long, "
@@ -59,7 +60,8 @@ def scan_all(spark: SparkSession, args: argparse.Namespace) -> dict[str, DataFra
     rdd = spark.sparkContext.parallelize(plan, max(len(plan), 1)).flatMap(tasks.run).persist()
     frames = {}
     for tag, schema in SCHEMAS.items():
-        frames[tag] = spark.createDataFrame(rdd.filter(_has_tag(tag)).map(_untag), schema)
+        # cached: every table reads these, and converting Python rows is the costly step
+        frames[tag] = spark.createDataFrame(rdd.filter(_has_tag(tag)).map(_untag), schema).cache()
     return frames
 
 
@@ -211,7 +213,7 @@ def segment_table(ranges: DataFrame, corrupt: DataFrame) -> DataFrame:
 
 
 def build(frames: dict[str, DataFrame]) -> dict[str, DataFrame]:
-    traffic = traffic_table(frames["traffic"])
+    traffic = traffic_table(frames["traffic"]).cache()
     lat = _minute_ts(frames["lat"])
     queues = queue_table(traffic)
     exchanges = exchange_table(traffic, frames["xload"])
@@ -242,10 +244,17 @@ def main(argv: list[str]) -> int:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("WARN")
+    if not spark.sparkContext.getConf().contains("spark.sql.shuffle.partitions"):
+        # the tables are small aggregates: Spark's default of 200 partitions only adds task
+        # overhead; a few per core keeps big clusters busy and local runs quick
+        parallelism = spark.sparkContext.defaultParallelism
+        spark.conf.set("spark.sql.shuffle.partitions", str(max(2, 4 * parallelism)))
     try:
         tables = build(scan_all(spark, args))
         for name, frame in tables.items():
+            started = time.monotonic()
             frame.write.mode("overwrite").parquet(files.join(args.out, name))
+            log.info("table %s written in %.1f s", name, time.monotonic() - started)
         from roq.analytics import report  # driver only; matplotlib is not needed on executors
 
         collected = {name: _collect(spark, args.out, name) for name in report.TABLES}

@@ -101,7 +101,7 @@ def read_batch(window: Window, base: int, pos: int) -> tuple[bytes, int, fmt.Bat
         header = fmt.check_batch(buf, i)
     except CorruptRecord as error:
         # format's messages give positions inside our window; say it without them
-        raise CorruptRecord(str(error).replace(f"at byte {i}", "").strip()) from None
+        raise CorruptRecord(re.sub(r"\s*at byte \d+", "", str(error))) from None
     if header.base_offset != base + pos:
         raise CorruptRecord(f"stamped offset {header.base_offset}, expected {base + pos}")
     return buf, i, header
