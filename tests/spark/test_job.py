@@ -81,22 +81,31 @@ def _corrupt(per_file: dict[Path, list[tuple]], run: Run) -> None:
 
 
 def _write_kpi(root: Path, rng: random.Random, run: Run) -> None:
+    """KPI messages as the stream carries them (exchange.py's 20/21/22 envelope, the subscriber's
+    CMD 31): `orders` subscribers add latency histograms, `audit`'s send only MeanLat/P99Lat."""
     recorder = kpi.KpiRecorder(root, "host-a", segment_bytes_max=4000)
     for minute in range(3):
-        ts = T0 + minute * MINUTE + 59_000_000
-        docs: list[dict] = []
+        now = (T0 + minute * MINUTE + 59_000_000) / 1e6
         for queue, exchanges in LAYOUT.items():
             for x in exchanges:
-                cpu = rng.uniform(5, 60)
-                run.cpu.setdefault(x, []).append(cpu)
-                load = {"CPU": cpu, "MemRSS": 50 * 2**20 + minute, "Producers": 2}
-                docs.append({"CMD": 21, "TS": ts, "QName": queue, "X_ID": x, "Host": "h1",
-                             "PeriodUs": MINUTE, "Processed": 100, **load})  # fmt: skip
+                cpu = rng.uniform(0.05, 0.6)
+                run.cpu.setdefault(x, []).append(cpu * 100)
+                recorder.append_message([
+                    {"CMD": 20, "X_ID": x, "QName": queue, "Time": now},
+                    {"CMD": 21, "Period": 60.0, "Processed": 12.5, "Throughput": 900.0,
+                     "TotalProcessed": 10, "TotalThroughput": 10, "Producers": 2},
+                    {"CMD": 22, "CPU": 0.7, "ProcessCPU": cpu, "MEMORY": 50.0 + minute / 10},
+                ])  # fmt: skip
             samples = [rng.randrange(800, 5000) for _ in range(400)]
             run.samples.setdefault(queue, []).extend(samples)
-            docs.append({"CMD": 31, "TS": ts, "QName": queue, "SubscriberID": f"s-{queue}",
-                         "PeriodUs": MINUTE, **kpi.histogram_fields(samples)})  # fmt: skip
-        recorder.append(docs)
+            ranked = sorted(samples)
+            doc = {"CMD": 31, "Time": now, "QName": queue, "SubscriberID": f"s-{queue}",
+                   "TotalReceived": 400 * (minute + 1), "Lost": 0, "Duplicates": 0,
+                   "MeanLat": statistics.fmean(samples) / 1000,
+                   "P99Lat": ranked[int(len(ranked) * 0.99)] / 1000}  # fmt: skip
+            if queue == "orders":
+                doc.update(kpi.histogram_fields(samples))
+            recorder.append_message([doc])
     # a CRC-valid batch whose payload is not BSON: reported as a corrupt KPI record
     batch = bytearray(fmt.encode_batch(recorder.producer_id, 999, b"kpi", [b"junk"], [T0]))
     segment = sorted(recorder.path.iterdir())[-1]
@@ -160,15 +169,19 @@ def test_corrupt_regions_are_reported_with_file_and_offset(job: Run) -> None:
 
 def test_latency_percentiles_within_the_measured_range(job: Run) -> None:
     rows = {r["queue"]: r for r in _table(job, "latency_total")}
-    for queue, samples in job.samples.items():
-        row = rows[queue]
-        assert row["samples"] == len(samples)
-        assert (row["min_us"], row["max_us"]) == (min(samples), max(samples))
-        assert row["mean_us"] == pytest.approx(statistics.fmean(samples))
-        true50 = statistics.median(samples)
-        true99 = sorted(samples)[int(0.99 * len(samples)) - 1]
-        assert true50 <= row["p50_us"] <= true50 * 1.1
-        assert true99 <= row["p99_us"] <= max(samples)
+    samples = job.samples["orders"]  # with histograms: merged percentiles
+    row = rows["orders"]
+    assert row["samples"] == len(samples)
+    assert (row["min_us"], row["max_us"]) == (min(samples), max(samples))
+    assert row["mean_us"] == pytest.approx(statistics.fmean(samples))
+    true50 = statistics.median(samples)
+    true99 = sorted(samples)[int(0.99 * len(samples)) - 1]
+    assert true50 <= row["p50_us"] <= true50 * 1.1
+    assert true99 <= row["p99_us"] <= max(samples)
+    audit = rows["audit"]  # only what the subscriber reported: mean and p99 per period
+    assert audit["samples"] == 0 and audit["p50_us"] is None
+    assert min(job.samples["audit"]) < audit["reported_mean_us"] < max(job.samples["audit"])
+    assert audit["reported_p99_us"] <= max(job.samples["audit"])
 
 
 def test_exchange_load_from_kpi(job: Run) -> None:
@@ -176,7 +189,8 @@ def test_exchange_load_from_kpi(job: Run) -> None:
     for exchange, cpus in job.cpu.items():
         mine = sorted((r for r in rows if r["exchange"] == exchange), key=lambda r: r["minute"])
         assert [r["cpu_pct"] for r in mine] == pytest.approx(cpus)
-        assert all(49.9 < r["mem_rss_mb"] < 50.1 for r in mine)
+        assert [r["mem_rss_mb"] for r in mine] == pytest.approx([50.0, 50.1, 50.2])
+        assert all(r["loadavg"] == pytest.approx(0.7) for r in mine)
     evaluation = _table(job, "evaluation")
     assert {r["exchange"] for r in evaluation} == {"x1", "x2", "x3"}
 

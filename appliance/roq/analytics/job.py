@@ -31,12 +31,13 @@ SCHEMAS: dict[str, str] = {
     "corrupt": "kind string, path string, queue string, source string, position long, "
     "log_offset long, bytes_skipped long, reason string",
     "xload": "queue string, exchange string, host string, minute long, ts_us long, "
-    "period_us double, processed double, throughput_bytes double, producers double, "
+    "period_s double, msgs_per_s double, bytes_per_s double, producers double, "
     "cpu_pct double, mem_rss_bytes double, loadavg double",
     "lat": "queue string, exchange string, subscriber string, minute long, count long, "
-    "sum_us double, min_us double, max_us double, idx array<int>, cnt array<long>",
+    "sum_us double, min_us double, max_us double, idx array<int>, cnt array<long>, "
+    "mean_lat_ms double, p99_lat_ms double",
     "qstat": "queue string, minute long, xchanges double, producers double, "
-    "throughput_bytes double",
+    "bytes_per_s double, msgs_per_s double",
 }
 PERCENTILES = (50, 90, 99)
 
@@ -99,11 +100,15 @@ def traffic_table(raw: DataFrame) -> DataFrame:
 def percentiles(lat: DataFrame, keys: list[str]) -> DataFrame:
     """Merge the subscribers' latency histograms per `keys`; p50/p90/p99 as the upper bound of
     the bucket holding the percentile, clamped to the exact min and max."""
+    sampled = F.col("count") > 0
     sums = lat.groupBy(keys).agg(
         F.sum("count").alias("samples"),
-        (F.sum("sum_us") / F.sum("count")).alias("mean_us"),
-        F.min("min_us").alias("min_us"),
-        F.max("max_us").alias("max_us"),
+        F.try_divide(F.sum("sum_us"), F.sum("count")).alias("mean_us"),
+        F.min(F.when(sampled, F.col("min_us"))).alias("min_us"),
+        F.max(F.when(sampled, F.col("max_us"))).alias("max_us"),
+        # what subscribers without histograms report (client/subscriber.py): ms → µs
+        (F.avg("mean_lat_ms") * 1000).alias("reported_mean_us"),
+        (F.max("p99_lat_ms") * 1000).alias("reported_p99_us"),
     )
     buckets = (
         lat.select(*keys, F.explode(F.arrays_zip("idx", "cnt")).alias("b"))
@@ -141,8 +146,9 @@ def exchange_table(traffic: DataFrame, xload: DataFrame) -> DataFrame:
         .agg(
             F.avg("cpu_pct").alias("cpu_pct"),
             (F.max("mem_rss_bytes") / (1024 * 1024)).alias("mem_rss_mb"),
-            F.sum("processed").alias("kpi_processed"),
-            F.sum("throughput_bytes").alias("kpi_throughput_bytes"),
+            F.avg("loadavg").alias("loadavg"),
+            F.avg("msgs_per_s").alias("kpi_msgs_per_s"),
+            F.avg("bytes_per_s").alias("kpi_bytes_per_s"),
             F.first("host", ignorenulls=True).alias("host"),
         )
     )
@@ -187,7 +193,12 @@ def evaluation_table(exchanges: DataFrame, queues: DataFrame, latency_q: DataFra
     """The thesis's Figures 5.1/5.2: per queue, load level (producers active on the queue in the
     minute) and exchange: mean throughput, CPU, memory and the queue's latency."""
     load = queues.select("queue", "minute", F.col("producers").alias("load_producers"))
-    lat = latency_q.select("queue", "minute", "p50_us", "mean_us")
+    lat = latency_q.select(
+        "queue",
+        "minute",
+        F.coalesce("p50_us", "reported_mean_us").alias("p50_us"),
+        F.coalesce("mean_us", "reported_mean_us").alias("mean_us"),
+    )
     per_minute = exchanges.join(load, ["queue", "minute"], "left").join(
         lat, ["queue", "minute"], "left"
     )

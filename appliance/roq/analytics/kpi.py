@@ -33,27 +33,51 @@ SEGMENT_DIGITS = 20
 BUCKETS_PER_OCTAVE = 8
 BUCKET_MAX = 40 * BUCKETS_PER_OCTAVE  # 2**40 µs ≈ 12.7 days: anything later goes in the last
 
-# Fields every KPI document has, and their types.
-COMMON_FIELDS: dict[str, type] = {"CMD": int, "TS": int, "QName": str}
-# Fields per command that the job reads; each is optional unless listed in REQUIRED.
+# The fields the job reads, per command, as the KPI stream carries them (exchange.py, monitor.py,
+# client/subscriber.py); all are numbers and optional unless listed in REQUIRED.
 NUMERIC_FIELDS: dict[int, tuple[str, ...]] = {
-    StatCommand.PUBLISHER_MINUTE: ("PeriodUs", "Sent", "SentBytes", "TotalSent"),
+    StatCommand.PUBLISHER_TOTAL: ("TotalSent",),
+    StatCommand.PUBLISHER_MINUTE: ("Total",),
+    StatCommand.EXCHANGE_ID: (),
     StatCommand.EXCHANGE_MIN: (
-        "PeriodUs", "Processed", "Throughput", "TotalProcessed", "TotalThroughput",
-        "Producers", "CPU", "MemRSS", "LoadAvg",
+        "Period", "Processed", "Throughput", "TotalProcessed", "TotalThroughput", "Producers",
+        "CPU", "ProcessCPU", "MEMORY",
     ),
-    StatCommand.QUEUE: ("PeriodUs", "XChanges", "Producers", "Throughput"),
+    StatCommand.EXCHANGE_OS_MIN: ("CPU", "ProcessCPU", "MEMORY"),
+    StatCommand.QUEUE: ("XChanges", "Producers", "Throughput", "Msgs"),
     StatCommand.SUBSCRIBER_TOTAL: (
-        "PeriodUs", "Received", "ReceivedBytes", "TotalReceived", "MeanLat",
+        "TotalReceived", "Lost", "Duplicates", "MeanLat", "P99Lat",
         "LatCount", "LatSumUs", "LatMinUs", "LatMaxUs",
     ),
 }  # fmt: skip
 REQUIRED: dict[int, tuple[str, ...]] = {
-    StatCommand.PUBLISHER_MINUTE: ("PublisherID",),
     StatCommand.EXCHANGE_MIN: ("X_ID",),
-    StatCommand.QUEUE: (),
     StatCommand.SUBSCRIBER_TOTAL: ("SubscriberID",),
 }
+
+
+def merge_frames(frames: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """One KPI document from one KPI-stream message. The exchange's 3-frame envelope (20, 21, 22)
+    becomes one CMD 21 document holding the fields of all three; a 1-frame message is kept."""
+    merged: dict[str, Any] = {}
+    for frame in frames:
+        merged.update(frame)
+    cmds = [frame.get("CMD") for frame in frames]
+    if StatCommand.EXCHANGE_ID in cmds:
+        merged["CMD"] = int(StatCommand.EXCHANGE_MIN)
+    return merged
+
+
+def ts_us(doc: Mapping[str, Any]) -> int:
+    """When the statistic was taken, in µs since the epoch: `TS` (µs) or the stream's `Time` (s)."""
+    if "TS" in doc:
+        return int(doc["TS"])
+    return int(float(doc["Time"]) * 1_000_000)
+
+
+def queue_name(doc: Mapping[str, Any]) -> str:
+    """The queue: CMD 23 says "<queue>:<port>" (RoQ's form); queue names hold no ':'."""
+    return str(doc["QName"]).split(":", 1)[0]
 
 
 def latency_bucket(latency_us: int) -> int:
@@ -115,14 +139,15 @@ def _is_number(value: object) -> bool:
 
 def check_kpi(doc: Mapping[str, Any]) -> None:
     """Raise CorruptRecord naming the first field that breaks the contract in docs/analytics.md."""
-    for name, kind in COMMON_FIELDS.items():
-        value = doc.get(name)
-        if not isinstance(value, kind) or isinstance(value, bool):
-            raise CorruptRecord(f"KPI field {name!r} must be {kind.__name__}, got {value!r}")
-    cmd = doc["CMD"]
-    if cmd not in NUMERIC_FIELDS:
-        raise CorruptRecord(f"KPI CMD {cmd} is not one of {sorted(NUMERIC_FIELDS)}")
-    for name in REQUIRED[cmd]:
+    cmd = doc.get("CMD")
+    if not isinstance(cmd, int) or isinstance(cmd, bool) or cmd not in NUMERIC_FIELDS:
+        raise CorruptRecord(f"KPI CMD {cmd!r} is not one of {sorted(NUMERIC_FIELDS)}")
+    if not isinstance(doc.get("QName"), str):
+        raise CorruptRecord(f"KPI CMD {cmd} needs the string field 'QName'")
+    stamp = doc.get("TS", doc.get("Time"))
+    if not _is_number(stamp) or (isinstance(stamp, float) and not math.isfinite(stamp)):
+        raise CorruptRecord(f"KPI CMD {cmd} needs a time: 'TS' (µs) or 'Time' (s), got {stamp!r}")
+    for name in REQUIRED.get(cmd, ()):
         if not isinstance(doc.get(name), str):
             raise CorruptRecord(f"KPI CMD {cmd} needs the string field {name!r}")
     for name in NUMERIC_FIELDS[cmd]:
@@ -184,10 +209,14 @@ class KpiRecorder:
             os.truncate(last, valid)
         return base, valid
 
+    def append_message(self, frames: list[Mapping[str, Any]]) -> int:
+        """Record one message of the KPI stream (its decoded frames) as one document."""
+        return self.append([merge_frames(frames)])
+
     def append(self, docs: list[Mapping[str, Any]]) -> int:
         """Write `docs` as one batch; return its log offset."""
         # encode (and so check) first; then order by time: record timestamps may not decrease
-        pairs = sorted(((encode_kpi(doc), int(doc["TS"])) for doc in docs), key=lambda p: p[1])
+        pairs = sorted(((encode_kpi(doc), ts_us(doc)) for doc in docs), key=lambda p: p[1])
         payloads = [payload for payload, _ in pairs]
         stamps = [stamp for _, stamp in pairs]
         batch = bytearray(fmt.encode_batch(self.producer_id, self.seq, KPI_KEY, payloads, stamps))

@@ -7,10 +7,11 @@ per message), so the data that leaves the executor is small whatever the log's s
                 last_ts_us, min_seq, max_seq)
     ("range",   path, kind, queue, source, size, batches, records)
     ("corrupt", kind, path, queue, source, position, log_offset, bytes_skipped, reason)
-    ("xload",   queue, exchange, host, minute, ts_us, period_us, processed, throughput_bytes,
+    ("xload",   queue, exchange, host, minute, ts_us, period_s, msgs_per_s, bytes_per_s,
                 producers, cpu_pct, mem_rss_bytes, loadavg)
-    ("lat",     queue, exchange, subscriber, minute, count, sum_us, min_us, max_us, idx[], cnt[])
-    ("qstat",   queue, minute, xchanges, producers, throughput_bytes)
+    ("lat",     queue, exchange, subscriber, minute, count, sum_us, min_us, max_us, idx[], cnt[],
+                mean_lat_ms, p99_lat_ms)
+    ("qstat",   queue, minute, xchanges, producers, bytes_per_s, msgs_per_s)
 """
 
 from __future__ import annotations
@@ -84,21 +85,24 @@ def _num(doc: dict[str, Any], name: str) -> float | None:
 
 
 def kpi_row(doc: dict[str, Any]) -> Row | None:
-    """The row of one checked KPI document (publisher documents are not analysed yet)."""
-    cmd, queue, ts = doc["CMD"], doc["QName"], int(doc["TS"])  # int(): bson gives Int64
+    """The row of one checked KPI document (publisher documents and lone 20/22 frames are not
+    analysed)."""
+    cmd, queue, ts = doc["CMD"], kpi.queue_name(doc), kpi.ts_us(doc)
     minute = ts // scan.MICROS_PER_MINUTE
     if cmd == StatCommand.EXCHANGE_MIN:
+        cpu, mem = _num(doc, "ProcessCPU"), _num(doc, "MEMORY")
         return ("xload", queue, doc["X_ID"], str(doc.get("Host", "")), minute, ts,
-                _num(doc, "PeriodUs"), _num(doc, "Processed"), _num(doc, "Throughput"),
-                _num(doc, "Producers"), _num(doc, "CPU"), _num(doc, "MemRSS"),
-                _num(doc, "LoadAvg"))  # fmt: skip
+                _num(doc, "Period"), _num(doc, "Processed"), _num(doc, "Throughput"),
+                _num(doc, "Producers"), None if cpu is None else cpu * 100.0,
+                None if mem is None else mem * 2**20, _num(doc, "CPU"))  # fmt: skip
     if cmd == StatCommand.SUBSCRIBER_TOTAL:
         return ("lat", queue, str(doc.get("X_ID", "")), doc["SubscriberID"], minute,
                 int(doc.get("LatCount", 0)), float(doc.get("LatSumUs", 0)),
                 float(doc.get("LatMinUs", 0)), float(doc.get("LatMaxUs", 0)),
                 [int(v) for v in doc.get("LatIdx", [])],
-                [int(v) for v in doc.get("LatCnt", [])])  # fmt: skip
+                [int(v) for v in doc.get("LatCnt", [])],
+                _num(doc, "MeanLat"), _num(doc, "P99Lat"))  # fmt: skip
     if cmd == StatCommand.QUEUE:
         return ("qstat", queue, minute, _num(doc, "XChanges"), _num(doc, "Producers"),
-                _num(doc, "Throughput"))  # fmt: skip
+                _num(doc, "Throughput"), _num(doc, "Msgs"))  # fmt: skip
     return None
