@@ -9,7 +9,9 @@ RoqError
 ├── LogError               the message log
 │   ├── CorruptRecord
 │   ├── OffsetEvicted      the offset existed once and retention removed it (mq's 230)
-│   └── OffsetNotYetWritten  nothing there yet (mq's 231)
+│   ├── OffsetNotYetWritten  nothing there yet (mq's 231)
+│   ├── InvalidOffset      not a batch boundary of the log, or past its end
+│   └── LogUnavailable     the log directory or disk cannot be written (exit code 73)
 ├── CoordinationError      ZooKeeper unreachable, session lost, version conflict
 │   └── NotLeader          a GCM that is not (or no longer) the leader refused to write
 ├── TransportError         a peer did not answer within its bound
@@ -23,6 +25,7 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+EXIT_DATAERR = 65  # input data (a log segment) is corrupt
 EXIT_UNAVAILABLE = 69  # a dependency (ZooKeeper, the GCM) cannot be reached within its bound
 EXIT_SOFTWARE = 70
 EXIT_CANTCREAT = 73  # a directory or file we must write is not writable
@@ -70,6 +73,16 @@ class OffsetEvicted(LogError):
 
 class OffsetNotYetWritten(LogError):
     pass
+
+
+class InvalidOffset(LogError):
+    pass
+
+
+class LogUnavailable(LogError):
+    """The log cannot be written (unwritable directory, disk full): publishes must be refused."""
+
+    exit_code = EXIT_CANTCREAT
 
 
 class CoordinationError(RoqError):

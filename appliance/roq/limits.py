@@ -10,6 +10,7 @@ from __future__ import annotations
 frame_bytes_max = 16 * 1024 * 1024  # any single ZeroMQ frame we accept
 admin_frame_bytes_max = 1024 * 1024  # a BSON admin request; bigger is refused before decoding
 message_bytes_max = 4 * 1024 * 1024  # one message's payload
+batch_bytes_max = message_bytes_max + 64 * 1024  # one record batch: the largest message fits
 key_bytes_max = 255  # routing key
 queue_name_chars_max = 64
 
@@ -42,4 +43,29 @@ zk_command_retries_max = 5
 poll_interval_ms = 100  # control loops wake at least this often to run their timers
 
 assert admin_frame_bytes_max <= frame_bytes_max
-assert message_bytes_max < frame_bytes_max
+assert message_bytes_max < batch_bytes_max <= frame_bytes_max
+
+# --- data plane: publishers -------------------------------------------------------------
+publisher_batch_bytes_default = 64 * 1024  # a batch is sent once its payloads reach this
+publisher_linger_ms_default = 2  # ... or once its oldest message waited this long
+publisher_buffer_bytes_max = 32 * 1024 * 1024  # encoded batches waiting for the socket
+publisher_block_ms_default = 30_000  # a full buffer blocks send() this long, then raises
+publisher_keys_max = 100_000  # distinct routing keys (each has its own sequence) per publisher
+drain_timeout_ms = 10_000  # an old exchange must confirm a drain within this before a move
+placement_retry_ms = 500  # a publisher without an exchange asks its monitor again this often
+placement_timeout_ms = 30_000  # ... and gives up (raises) after this long
+unconfirmed_batches_max = 10_000  # batches kept for re-sending until the exchange confirms them
+
+# --- data plane: subscribers --------------------------------------------------------------
+subscriber_hwm_batches = 10_000  # batches ZeroMQ queues for one subscriber socket
+subscriber_reorder_batches_max = 1_000  # out-of-order batches held while waiting for a gap
+subscriber_gap_wait_ms = 2_000  # a gap not filled within this is reported as lost
+subscriber_streams_max = 1_000_000  # (producer, key) streams tracked for order and duplicates
+
+# --- data plane: monitor ------------------------------------------------------------------
+monitor_publishers_max = 1_000_000  # publishers a monitor remembers placements for
+exchange_producers_reported_max = 32  # most active producers an exchange names per report
+
+# --- message log ----------------------------------------------------------------------------
+log_scan_chunk_bytes = 1024 * 1024  # recovery and inspection read segments in chunks this big
+log_read_files_max = 16  # closed segments kept open for reading (least recently used closed)

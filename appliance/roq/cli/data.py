@@ -1,5 +1,282 @@
-"""`roq` commands: data."""
+"""`roq monitor`, `roq exchange` (started by `roq host`), `roq pub` and `roq sub`."""
 
 from __future__ import annotations
 
-from roq.cli.app import app  # noqa: F401
+import logging
+import sys
+import time
+from pathlib import Path
+
+import typer
+
+from roq import config
+from roq.cli.app import app
+from roq.cli.common import (
+    CONFIG_OPTION,
+    DEFINE_OPTION,
+    GCM_OPTION,
+    ZK_OPTION,
+    errors_to_exit,
+    setup_logging,
+    stop_event,
+)
+
+log = logging.getLogger("roq.cli")
+NAMESPACE_OPTION = typer.Option("/roq", "--namespace", help="ZooKeeper namespace (with --zk).")
+
+
+@app.command(rich_help_panel="Daemons (started by roq host)")
+def monitor(
+    queue: str = typer.Argument(..., help="Logical queue this monitor serves."),
+    bind: str = typer.Option("127.0.0.1", "--bind", help="Address to bind."),
+    port: int = typer.Option(..., "--port", help="Base port B (B..B+5)."),
+    stat_port: int = typer.Option(..., "--stat-port", help="Stat port S (S, S+1)."),
+    config_file: Path | None = CONFIG_OPTION,
+    define: list[str] = DEFINE_OPTION,
+) -> None:
+    """Run a queue's monitor: exchange liveness, publisher placement and re-allocation, KPIs."""
+    setup_logging()
+    with errors_to_exit():
+        settings = config.load_hcm(config_file, config.parse_overrides(define))
+        from roq.monitor import Monitor
+        from roq.transport import new_context
+
+        context = new_context()
+        server = Monitor(context, queue, bind, port, stat_port, settings)
+        try:
+            server.run(stop_event())
+        finally:
+            server.close()
+            context.term()
+
+
+@app.command(rich_help_panel="Daemons (started by roq host)")
+def exchange(
+    queue: str = typer.Argument(..., help="Logical queue this exchange belongs to."),
+    bind: str = typer.Option("127.0.0.1", "--bind", help="Address to bind."),
+    port: int = typer.Option(..., "--port", help="Front port F (F..F+3)."),
+    monitor_endpoint: str = typer.Option(..., "--monitor", help="tcp://IP:B of the monitor."),
+    stat: str = typer.Option(..., "--stat", help="tcp://IP:S of the stat monitor."),
+    exchange_id: str = typer.Option(..., "--id", help="Exchange id (unique in the cluster)."),
+    config_file: Path | None = CONFIG_OPTION,
+    define: list[str] = DEFINE_OPTION,
+) -> None:
+    """Run an exchange: receives publishers' batches and fans them out to subscribers."""
+    setup_logging()
+    with errors_to_exit():
+        settings = config.load_hcm(config_file, config.parse_overrides(define))
+        from roq.exchange import Exchange, ExchangeSpec
+        from roq.transport import new_context
+
+        spec = ExchangeSpec(queue, exchange_id, bind, port, monitor_endpoint, stat)
+        context = new_context()
+        server = Exchange(context, spec, settings)
+        try:
+            server.run(stop_event())
+        finally:
+            server.close()
+            context.term()
+
+
+@app.command(rich_help_panel="Messages")
+def pub(
+    queue: str = typer.Argument(..., help="Queue to publish to."),
+    key: str = typer.Option("", "--key", "-k", help="Routing key of every message."),
+    count: int | None = typer.Option(None, "--count", "-n", help="Send N generated messages."),
+    rate: float = typer.Option(0, "--rate", help="Messages per second (0: as fast as possible)."),
+    size: int = typer.Option(100, "--size", help="Payload bytes of generated messages."),
+    acks: str = typer.Option("none", "--acks", help="none | leader | all."),
+    linger_ms: float = typer.Option(2.0, "--linger-ms", help="Longest wait to fill a batch."),
+    gcm: str = GCM_OPTION,
+    zk: str | None = ZK_OPTION,
+    namespace: str = NAMESPACE_OPTION,
+) -> None:
+    """Publish messages: one per line of stdin, or --count generated ones of --size bytes.
+
+    Exits 0 once every message has reached an exchange (with --acks, been confirmed).
+    """
+    setup_logging("WARNING")
+    with errors_to_exit():
+        from roq.client.publisher import Publisher
+
+        stop = stop_event()
+        publisher = Publisher(
+            queue, gcm=None if zk else gcm, zk=zk, namespace=namespace,
+            acks=acks, linger_ms=linger_ms,
+        )  # fmt: skip
+        sent = 0
+        try:
+            pacer = _Pacer(rate)
+            for payload in _payloads(count, size):
+                if stop.is_set():
+                    break
+                publisher.send(payload, key.encode())
+                sent += 1
+                pacer.wait(sent)
+        finally:
+            publisher.close()
+        typer.echo(f"roq pub: {sent} messages sent to {queue}", err=True)
+
+
+def _payloads(count: int | None, size: int):  # type: ignore[no-untyped-def]
+    if count is None:
+        for line in sys.stdin.buffer:
+            yield line.rstrip(b"\n")
+        return
+    filler = b"x" * max(0, size - 12)
+    for index in range(count):
+        yield (b"%011d " % index + filler)[: max(size, 12)]
+
+
+class _Pacer:
+    """Keeps a send loop at `rate` messages per second (0 = unpaced)."""
+
+    def __init__(self, rate: float):
+        self.rate = rate
+        self.start = time.monotonic()
+
+    def wait(self, sent: int) -> None:
+        if self.rate <= 0:
+            return
+        ahead = sent / self.rate - (time.monotonic() - self.start)
+        if ahead > 0:
+            time.sleep(ahead)
+
+
+@app.command(rich_help_panel="Messages")
+def sub(
+    queue: str = typer.Argument(..., help="Queue to subscribe to."),
+    key: str = typer.Option("", "--key", "-k", help="Routing-key prefix ('' = everything)."),
+    count: int | None = typer.Option(None, "--count", "-n", help="Exit after N messages."),
+    timeout: float | None = typer.Option(None, "--timeout", help="Exit after S seconds."),
+    from_beginning: bool = typer.Option(
+        False, "--from-beginning", help="Start with the oldest message the logs still hold."
+    ),
+    from_offset: int | None = typer.Option(
+        None, "--from-offset", help="Start at this log offset (of every exchange)."
+    ),
+    from_time: str | None = typer.Option(
+        None,
+        "--from-time",
+        help="Start with messages sent at or after this time (ISO 8601 or Unix seconds).",
+    ),
+    offsets: Path | None = typer.Option(
+        None, "--offsets", help="Resume from and record the position in this file."
+    ),
+    gcm: str = GCM_OPTION,
+    zk: str | None = ZK_OPTION,
+    namespace: str = NAMESPACE_OPTION,
+) -> None:
+    """Print messages, one per line on stdout, until --count messages or --timeout seconds.
+
+    Exit code 0 when --count messages arrived (or on Ctrl-C / --timeout without --count),
+    75 (try again) when --timeout ran out before --count messages.
+    """
+    setup_logging("WARNING")
+    with errors_to_exit():
+        from roq.client.subscriber import Subscriber
+
+        stop = stop_event()
+        received = 0
+        out = sys.stdout.buffer
+        with Subscriber(
+            queue, key.encode(), gcm=None if zk else gcm, zk=zk, namespace=namespace,
+            start="beginning" if from_beginning else "now", from_offset=from_offset,
+            from_time=_parse_time(from_time), offsets_file=offsets,
+        ) as subscriber:  # fmt: skip
+            typer.echo(f"roq sub: subscribed to {queue}", err=True)
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while not stop.is_set() and (count is None or received < count):
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                window = 0.2 if left is None else min(0.2, left)
+                wanted = None if count is None else count - received
+                for record in subscriber.messages(wanted, window):
+                    out.write(record.payload + b"\n")
+                    received += 1
+                out.flush()
+                subscriber.commit()  # after the output is out: at-least-once across a kill
+        if count is not None and received < count and not stop.is_set():
+            typer.echo(f"roq sub: only {received} of {count} messages before the timeout", err=True)
+            raise typer.Exit(75)
+
+
+def _parse_time(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise ValueError(f"--from-time {text!r}: expected ISO 8601 or Unix seconds") from None
+
+
+@app.command(rich_help_panel="Messages")
+def bench(
+    queue: str = typer.Option("bench", "--queue", "-q", help="Queue to load (created if absent)."),
+    load: Path | None = typer.Option(None, "--load", help="RoQ load description (JSON file)."),
+    publishers: int = typer.Option(1, "--publishers", "--max-pub", help="Publisher processes."),
+    subscribers: int = typer.Option(1, "--subscribers", "--max-sub", help="Subscriber processes."),
+    rate: int = typer.Option(0, "--rate", help="msg/s per publisher (0: as fast as possible)."),
+    payload: int = typer.Option(100, "--payload", "--size", help="Bytes per message."),
+    seconds: float = typer.Option(10.0, "--seconds", help="How long publishers send."),
+    linger_ms: float = typer.Option(2.0, "--linger-ms", help="Batch linger; 0 = unbatched."),
+    acks: str = typer.Option("none", "--acks", help="none | leader | all."),
+    chart: Path | None = typer.Option(None, "--chart", help="Draw throughput/latency PNG."),
+    gcm: str = GCM_OPTION,
+    zk: str | None = ZK_OPTION,
+    namespace: str = NAMESPACE_OPTION,
+) -> None:
+    """Load a queue and print one JSON line: msg/s and MB/s published and delivered, latency
+    p50/p99/p99.9, lost and duplicated counts. Progress goes to stderr every second."""
+    setup_logging("WARNING")
+    with errors_to_exit():
+        import json as _json
+
+        from roq import bench as benchmod
+        from roq.client.admin import AdminClient
+
+        if load is not None:
+            description = benchmod.LoadDescription.from_json(load.read_text(), str(load))
+        else:
+            description = benchmod.LoadDescription(
+                seconds=seconds, maxPub=publishers, maxSub=subscribers, payload=payload,
+                rate=rate, linger_ms=linger_ms, acks=acks,
+            ).checked()  # fmt: skip
+        client_args = ["--zk", zk, "--namespace", namespace] if zk else ["--gcm", gcm]
+        with AdminClient(gcm=None if zk else gcm, zk=zk, namespace=namespace) as admin:
+            if not admin.queue_exists(queue):
+                admin.create_queue(queue)
+                typer.echo(f"roq bench: created queue {queue}", err=True)
+        summary = benchmod.run(description, queue, client_args, lambda s: typer.echo(s, err=True))
+        if chart is not None:
+            benchmod.draw_chart(summary, str(chart))
+            typer.echo(f"roq bench: chart written to {chart}", err=True)
+        summary.pop("series")
+        typer.echo(_json.dumps(summary))
+
+
+@app.command("bench-worker", hidden=True)
+def bench_worker(
+    role: str = typer.Argument(..., help="pub | sub"),
+    queue: str = typer.Argument(...),
+    load: str = typer.Option(..., "--load", help="The load description as JSON."),
+    gcm: str | None = typer.Option(None, "--gcm"),
+    zk: str | None = ZK_OPTION,
+    namespace: str = NAMESPACE_OPTION,
+) -> None:
+    """One publisher or subscriber of `roq bench` (JSON lines on stdout)."""
+    setup_logging("WARNING")
+    with errors_to_exit():
+        from roq import bench as benchmod
+
+        description = benchmod.LoadDescription.from_json(load, "--load")
+        client = {"gcm": gcm, "zk": zk, "namespace": namespace}
+        worker = benchmod.publisher_worker if role == "pub" else benchmod.subscriber_worker
+        worker(description, queue, client)

@@ -109,6 +109,11 @@ def status(
 ) -> None:
     """Show hosts, queues, their state, monitors and exchanges with their addresses."""
     reply = _run(gcm, zk, namespace, lambda c: c.status())
+    from roq.client.live import monitor_status
+
+    for queue in reply["Queues"]:
+        if queue["State"] == "RUNNING":
+            queue["Live"] = monitor_status(queue["Monitor_host"])
     if as_json:
         typer.echo(json.dumps({"Hosts": reply["Hosts"], "Queues": reply["Queues"]}))
         return
@@ -126,6 +131,20 @@ def _render_status(reply: dict[str, Any]) -> str:
             f"  {q['Name']:<20} {q['State']:<9} host {q['Host']}{alive} "
             f"monitor {q['Monitor_host'] or '-'} kpi {q['Stat_Monitor_host'] or '-'}"
         )
+        live = {x["Id"]: x for x in (q.get("Live") or {}).get("Exchanges", [])}
         for x in q.get("Exchanges", []):
             lines.append(f"    exchange {x['Id']:<28} in {x['Front']} out {x['Back']}")
+            lines.append(_live_line(live.get(x["Id"]), q))
     return "\n".join(lines)
+
+
+def _live_line(live: dict[str, Any] | None, queue: dict[str, Any]) -> str:
+    if live is None:
+        reason = "monitor unreachable" if queue.get("Live") is None else "not reporting"
+        return f"      ({reason if queue['State'] == 'RUNNING' else queue['State'].lower()})"
+    state = " LEAVING" if live.get("Leaving") else ""
+    return (
+        f"      {live['Msgs']:>12,.0f} msg/s {live['Bytes'] / 1e6:>9.2f} MB/s "
+        f"{live['Producers']:>4} publishers  cpu {live['CPU'] * 100:5.1f}%  "
+        f"rss {live['RSS'] / 2**20:6.1f} MiB{state}"
+    )

@@ -25,6 +25,21 @@ from roq.transport.rpc import Requester
 ADMIN_OFFSET = 3
 
 
+# Requests that start or stop processes may take long; any other reply comes at once, so a dead
+# GCM (the one ZooKeeper still names until its session expires) is given up on sooner.
+_SLOW = frozenset(
+    {
+        AdminCommand.CREATE_QUEUE,
+        AdminCommand.CREATE_QUEUE_AUTOMATICALLY,
+        AdminCommand.START_QUEUE,
+        AdminCommand.STOP_QUEUE,
+        AdminCommand.REMOVE_QUEUE,
+        AdminCommand.CREATE_XCHANGE,
+        AdminCommand.REMOVE_XCHANGE,
+    }
+)
+
+
 class AdminRefused(AdminError):
     def __init__(self, reason: str, comment: str):
         super().__init__(comment)
@@ -69,9 +84,12 @@ class AdminClient:
     def request(self, doc: dict[str, Any]) -> dict[str, Any]:
         """One admin request, following the leader; raises AdminRefused or GcmUnreachable."""
         last_error = "no attempt made"
+        timeout_ms = self.timeout_ms
+        if doc.get("CMD") not in _SLOW:
+            timeout_ms = min(timeout_ms, limits.request_timeout_ms)
         for attempt in range(self.retries):
             endpoint = self._endpoint or self._resolve()
-            requester = Requester(self._context, endpoint, self.timeout_ms)
+            requester = Requester(self._context, endpoint, timeout_ms)
             try:
                 reply = requester.request(doc)
             except (RequestTimeout, TransportError) as error:

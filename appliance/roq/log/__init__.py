@@ -1,2 +1,30 @@
 """The message log (the thesis's Message Logging System). Standard library only: no sockets,
-no ZooKeeper. `format` is the one place that packs and unpacks log bytes."""
+no ZooKeeper. `format` is the one place that packs and unpacks log bytes; `segment` owns one
+file, `memory` the ring of recent batches, `log` the whole log of one exchange."""
+
+from roq.log.log import (
+    FlushPolicy,
+    Log,
+    LogSettings,
+    ReadResult,
+    ReadStatus,
+    Retention,
+    log_directory,
+)
+from roq.log.memory import MemoryLog
+from roq.log.segment import Segment, SegmentCorrupt, parse_segment_name, segment_name
+
+__all__ = [
+    "FlushPolicy",
+    "Log",
+    "LogSettings",
+    "MemoryLog",
+    "ReadResult",
+    "ReadStatus",
+    "Retention",
+    "Segment",
+    "SegmentCorrupt",
+    "log_directory",
+    "parse_segment_name",
+    "segment_name",
+]

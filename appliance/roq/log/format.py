@@ -48,7 +48,7 @@ OFFSET = struct.Struct("<Q")
 CRC_START = 16  # the CRC covers bytes [CRC_START, end)
 BASE_OFFSET_AT = 4
 
-batch_bytes_max = limits.frame_bytes_max
+batch_bytes_max = limits.batch_bytes_max
 ts_delta_us_max = 2**32 - 1
 
 assert HEADER_BYTES == 58 and RECORD_BYTES == 8
@@ -142,7 +142,11 @@ def read_header(buf: bytes | memoryview, at: int = 0) -> BatchHeader:
         raise CorruptRecord(f"unknown format version {version} at byte {at}")
     if flags & ~FLAGS_KNOWN:
         raise CorruptRecord(f"unknown flags 0x{flags:04x} at byte {at}")
-    if length + 4 > batch_bytes_max or length + 4 < HEADER_BYTES + key_len + RECORD_BYTES:
+    if length + 4 > batch_bytes_max:
+        raise CorruptRecord(
+            f"batch at byte {at} of {length + 4} bytes exceeds the {batch_bytes_max}-byte bound"
+        )
+    if length + 4 < HEADER_BYTES + key_len + RECORD_BYTES:
         raise CorruptRecord(f"impossible batch length {length} at byte {at}")
     if count < 1:
         raise CorruptRecord(f"batch with {count} records at byte {at}")

@@ -100,4 +100,35 @@ class StatCommand(enum.IntEnum):
 RETIRED: dict[str, frozenset[int]] = {
     "AdminCommand": frozenset(),
     "HostCommand": frozenset(),
+    "MonitorCommand": frozenset({4}),  # RoQ's "most productive" report: folded into 5
 }
+
+
+@enum.unique
+class MonitorCommand(enum.IntEnum):
+    """Requests and reports a queue's monitor receives (RoQ's numbers, reference §2.4).
+
+    Placement requests arrive on the monitor's REP socket (B+1), exchange reports on its SUB
+    socket (B+0)."""
+
+    SUBSCRIBER_INIT = 1  # → every live exchange's outbound (back) address
+    PUBLISHER_INIT = 2  # → the least-loaded exchange's inbound (front) address
+    PUBLISHER_PANIC = 3  # the publisher lost its exchange: place it again, never on `Lost`
+    EXCHANGE_REPORT = 5  # heartbeat carrying the exchange's per-second load
+    EXCHANGE_LEAVING = 6  # an exchange shutting down cleanly: forget it now
+
+
+@enum.unique
+class PublisherNotice(enum.IntEnum):
+    """What a monitor publishes to its publishers (B+2)."""
+
+    RELOCATE = 1  # move `ProducerID` to `Exchange`
+    EXCHANGE_LOST = 2  # `Front` is dead: publishers attached to exactly that address fail over
+
+
+@enum.unique
+class SubscriberNotice(enum.IntEnum):
+    """What a monitor publishes to its subscribers (B+3)."""
+
+    NEW_EXCHANGE = 1  # connect to `Back` (RoQ sent the front port here; roq sends the back one)
+    EXCHANGE_LIST = 2  # the full list, republished every period: add what is new, drop the rest

@@ -13,8 +13,11 @@ from roq.transport.sockets import (
     WouldBlock,
     bind,
     connect,
+    disconnect,
     new_context,
     open_socket,
+    subscribe,
+    unsubscribe,
 )
 
 __all__ = [
@@ -29,6 +32,9 @@ __all__ = [
     "WouldBlock",
     "bind",
     "connect",
+    "disconnect",
     "new_context",
     "open_socket",
+    "subscribe",
+    "unsubscribe",
 ]

@@ -35,6 +35,7 @@ class Kind(enum.IntEnum):
     PULL = zmq.PULL
     DEALER = zmq.DEALER
     ROUTER = zmq.ROUTER
+    PAIR = zmq.PAIR
 
 
 def open_socket(
@@ -73,6 +74,23 @@ def bind(sock: Any, host: str, port: int) -> str:
             raise PortInUse(f"port {port} on {host} is already in use") from None
         raise TransportError(f"cannot bind {endpoint}: {error}") from None
     return endpoint
+
+
+def subscribe(sock: Any, prefix: bytes) -> None:
+    """Add a prefix filter to a SUB socket (one socket may have several)."""
+    sock.setsockopt(zmq.SUBSCRIBE, prefix)
+
+
+def unsubscribe(sock: Any, prefix: bytes) -> None:
+    sock.setsockopt(zmq.UNSUBSCRIBE, prefix)
+
+
+def disconnect(sock: Any, endpoint: str) -> None:
+    """Drop a connection; a peer that was never connected is not an error."""
+    try:
+        sock.disconnect(endpoint)
+    except zmq.ZMQError:
+        pass
 
 
 def connect(sock: Any, endpoint: str) -> None:

@@ -1,0 +1,375 @@
+"""`roq bench`: RoQ's load description (reference §6) run against a live queue.
+
+The bench runs every publisher and subscriber as its own `roq bench-worker` process (so they do
+not share one interpreter lock, and it works the same from the frozen executable). Workers write
+one JSON line per second (progress) and a final one (totals, latency samples) on stdout; the
+driver prints progress and ends with one JSON summary line.
+
+Load description fields (all optional; RoQ's names): delay (s), duration (minutes), maxPub,
+maxSub, payload (bytes), rate (msg/s per publisher, 0 = as fast as possible), spawnRate
+(publishers started per second), throughput (total msg/s when rate is 0). roq adds: seconds
+(duration in seconds, wins over duration), linger_ms (0 = unbatched), key, acks.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from roq import limits
+from roq.errors import ConfigError
+from roq.spawn import child_environment, roq_command
+
+_READY_TIMEOUT_S = 30.0
+_DRAIN_QUIET_S = 1.5  # a subscriber stops after the run once nothing arrived for this long
+_DRAIN_MAX_S = 20.0
+_LATENCY_SAMPLES_MAX = 20_000  # per worker, per run
+
+
+@dataclass
+class LoadDescription:
+    delay: float = 0.0
+    duration: float = 0.0  # minutes (RoQ)
+    seconds: float = 10.0
+    maxPub: int = 1
+    maxSub: int = 1
+    payload: int = 100
+    rate: int = 0
+    spawnRate: int = 10
+    throughput: int = 0
+    linger_ms: float = limits.publisher_linger_ms_default
+    key: str = "test"
+    acks: str = "none"
+
+    @classmethod
+    def from_json(cls, text: str, where: str) -> LoadDescription:
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ConfigError(f"{where}: not JSON: {error}") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{where}: expected a JSON object")
+        known = {f.name: f for f in fields(cls)}
+        values: dict[str, Any] = {}
+        for name, value in raw.items():
+            if name not in known:
+                raise ConfigError(f"{where}: unknown field {name!r} (known: {', '.join(known)})")
+            kind = float if known[name].type in ("float", float) else type(cls.__dict__[name])
+            if not isinstance(value, (int, float, str)) or isinstance(value, bool):
+                raise ConfigError(f"{where}: field {name!r} has value {value!r}")
+            try:
+                values[name] = kind(value)
+            except ValueError:
+                raise ConfigError(f"{where}: field {name!r} has value {value!r}") from None
+        description = cls(**values)
+        if "duration" in raw and "seconds" not in raw:
+            description.seconds = description.duration * 60
+        return description.checked(where)
+
+    def checked(self, where: str = "load description") -> LoadDescription:
+        if self.maxPub < 1 or self.maxSub < 0 or self.payload < 12 or self.seconds <= 0:
+            raise ConfigError(f"{where}: need maxPub ≥ 1, maxSub ≥ 0, payload ≥ 12, seconds > 0")
+        if self.rate == 0 and self.throughput:
+            self.rate = max(1, self.throughput // max(1, self.maxPub))
+        return self
+
+
+@dataclass
+class WorkerResult:
+    role: str
+    lines: list[dict[str, Any]] = field(default_factory=list)
+    final: dict[str, Any] = field(default_factory=dict)
+
+
+class Worker:
+    """One `roq bench-worker` process and a thread reading its JSON lines."""
+
+    def __init__(self, role: str, args: list[str]):
+        self.result = WorkerResult(role)
+        self.ready = threading.Event()
+        self.process = subprocess.Popen(
+            roq_command("bench-worker", role, *args),
+            env=child_environment(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            try:
+                doc = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            kind = doc.get("type")
+            if kind == "ready":
+                self.ready.set()
+            elif kind == "progress":
+                self.result.lines.append(doc)
+            elif kind == "done":
+                self.result.final = doc
+        self.ready.set()
+
+    def wait(self, timeout_s: float) -> None:
+        try:
+            self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=5)
+        self._reader.join(5)
+
+
+def run(
+    description: LoadDescription,
+    queue: str,
+    client_args: list[str],
+    progress: Callable[[str], None],
+) -> dict[str, Any]:
+    """Run the load and return the summary (see `summarize`)."""
+    common = [queue, *client_args, "--load", json.dumps(asdict(description))]
+    subscribers = [Worker("sub", common) for _ in range(description.maxSub)]
+    for worker in subscribers:
+        if not worker.ready.wait(_READY_TIMEOUT_S) or worker.process.poll() is not None:
+            raise ConfigError(f"a bench subscriber did not start (exit {worker.process.poll()})")
+    time.sleep(description.delay)
+    publishers = list(_spawn_publishers(description, common))
+    started = time.monotonic()
+    _report_progress(description, publishers, subscribers, started, progress)
+    for worker in publishers:
+        worker.wait(description.seconds + 60)
+    for worker in subscribers:
+        worker.wait(_DRAIN_MAX_S + 10)
+    return summarize(description, publishers, subscribers)
+
+
+def _spawn_publishers(description: LoadDescription, common: list[str]) -> Iterator[Worker]:
+    for index in range(description.maxPub):
+        if index and index % description.spawnRate == 0:
+            time.sleep(1.0)
+        yield Worker("pub", common)
+
+
+def _report_progress(
+    description: LoadDescription,
+    publishers: list[Worker],
+    subscribers: list[Worker],
+    started: float,
+    progress: Callable[[str], None],
+) -> None:
+    while any(w.process.poll() is None for w in publishers):
+        time.sleep(1.0)
+        elapsed = time.monotonic() - started
+        sent = sum(w.result.lines[-1]["rate"] for w in publishers if w.result.lines)
+        got = sum(w.result.lines[-1]["rate"] for w in subscribers if w.result.lines)
+        progress(
+            f"[{elapsed:5.1f}/{description.seconds:.0f} s] published {sent:,.0f} msg/s, "
+            f"delivered {got:,.0f} msg/s"
+        )
+
+
+def summarize(
+    description: LoadDescription, publishers: list[Worker], subscribers: list[Worker]
+) -> dict[str, Any]:
+    pub_final = [w.result.final for w in publishers]
+    sub_final = [w.result.final for w in subscribers]
+    failed = [w.result.role for w in publishers + subscribers if not w.result.final]
+    published = sum(f.get("messages", 0) for f in pub_final)
+    pub_seconds = max((f.get("seconds", 0.0) for f in pub_final), default=0.0) or 1e-9
+    delivered = sum(f.get("messages", 0) for f in sub_final)
+    sub_seconds = max((f.get("seconds", 0.0) for f in sub_final), default=0.0) or 1e-9
+    latencies = sorted(x for f in sub_final for x in f.get("latency_ms", []))
+    mb = description.payload / 1e6
+    return {
+        "publishers": description.maxPub,
+        "subscribers": description.maxSub,
+        "payload": description.payload,
+        "linger_ms": description.linger_ms,
+        "seconds": description.seconds,
+        "published": published,
+        "published_msg_s": round(published / pub_seconds),
+        "published_MB_s": round(published / pub_seconds * mb, 2),
+        "delivered": delivered,
+        "delivered_msg_s": round(delivered / sub_seconds),
+        "delivered_MB_s": round(delivered / sub_seconds * mb, 2),
+        "latency_ms": {
+            "p50": _percentile(latencies, 0.50),
+            "p99": _percentile(latencies, 0.99),
+            "p99.9": _percentile(latencies, 0.999),
+        },
+        "lost": sum(max(0, published - f.get("messages", 0)) for f in sub_final),
+        "duplicated": sum(f.get("duplicates", 0) for f in sub_final),
+        "failed_workers": failed,
+        "series": {
+            "published": _series(publishers),
+            "delivered": _series(subscribers),
+            "latency_p50_ms": _latency_series(subscribers),
+        },
+    }
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    return round(values[min(len(values) - 1, int(q * len(values)))], 3)
+
+
+def _series(workers: list[Worker]) -> list[float]:
+    per_second: dict[int, float] = {}
+    for worker in workers:
+        for line in worker.result.lines:
+            second = int(line["t"])
+            per_second[second] = per_second.get(second, 0.0) + line["rate"]
+    return [per_second[s] for s in sorted(per_second)]
+
+
+def _latency_series(workers: list[Worker]) -> list[float]:
+    lines = [line for w in workers for line in w.result.lines if line.get("p50_ms") is not None]
+    by_second: dict[int, list[float]] = {}
+    for line in lines:
+        by_second.setdefault(int(line["t"]), []).append(line["p50_ms"])
+    return [statistics.median(by_second[s]) for s in sorted(by_second)]
+
+
+def draw_chart(summary: dict[str, Any], path: str) -> None:
+    """Throughput and latency over time, as a PNG (matplotlib from the `analytics` extra)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ConfigError("--chart needs matplotlib: pip install 'roq[analytics]'") from None
+    series = summary["series"]
+    figure, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    top.plot(series["published"], label="published msg/s")
+    top.plot(series["delivered"], label="delivered msg/s")
+    top.set_ylabel("messages / s")
+    top.legend()
+    bottom.plot(series["latency_p50_ms"], color="tab:red", label="p50 latency")
+    bottom.set_ylabel("ms")
+    bottom.set_xlabel("seconds")
+    bottom.legend()
+    figure.suptitle(
+        f"roq bench: {summary['publishers']} pub × {summary['subscribers']} sub, "
+        f"{summary['payload']} B, linger {summary['linger_ms']} ms"
+    )
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def sample(values: list[float], limit: int = _LATENCY_SAMPLES_MAX) -> list[float]:
+    return values if len(values) <= limit else random.sample(values, limit)
+
+
+# --- the worker processes ---------------------------------------------------------------------
+def _emit(doc: dict[str, Any]) -> None:
+    print(json.dumps(doc), flush=True)  # noqa: T201 — the worker's stdout is its protocol
+
+
+def publisher_worker(description: LoadDescription, queue: str, client: dict[str, Any]) -> None:
+    from roq.client.publisher import Publisher
+
+    payload = (b"%012d" % 0) + b"x" * (description.payload - 12)
+    key = description.key.encode()
+    publisher = Publisher(queue, linger_ms=description.linger_ms, acks=description.acks, **client)
+    _emit({"type": "ready"})
+    sent, started = 0, time.monotonic()
+    end = started + description.seconds
+    next_tick, last_sent = started + 1.0, 0
+    chunk = max(1, min(1000, description.rate // 1000)) if description.rate else 1000
+    try:
+        while (now := time.monotonic()) < end:
+            if description.rate and sent >= description.rate * (now - started):
+                time.sleep(min(0.001, end - now))
+            else:
+                for _ in range(chunk):
+                    publisher.send(payload, key)
+                sent += chunk
+            if now >= next_tick:
+                _emit({"type": "progress", "t": now - started, "rate": sent - last_sent})
+                next_tick, last_sent = next_tick + 1.0, sent
+        publisher.flush()
+    finally:
+        publisher.close()
+    _emit({"type": "done", "messages": sent, "seconds": time.monotonic() - started})
+
+
+def subscriber_worker(description: LoadDescription, queue: str, client: dict[str, Any]) -> None:
+    from roq.client.subscriber import Subscriber
+
+    subscriber = Subscriber(queue, description.key.encode(), **client)
+    _emit({"type": "ready"})
+    counter = _Counter()
+    started = time.monotonic()
+    end = started + description.delay + description.seconds + 2.0
+    try:
+        while True:
+            now = time.monotonic()
+            if now > end + _DRAIN_MAX_S or (now > end and now - counter.last >= _DRAIN_QUIET_S):
+                break
+            for delivery in subscriber.poll(50):
+                counter.add(delivery)
+            counter.tick(now, started)
+    finally:
+        subscriber.close()
+    first = counter.first or started
+    _emit(
+        {
+            "type": "done",
+            "messages": counter.messages,
+            "seconds": max(1e-9, counter.last - first),
+            "duplicates": subscriber.sequencer.duplicates,
+            "gaps": subscriber.sequencer.lost,
+            "latency_ms": sample(counter.all_latency),
+        }
+    )
+
+
+class _Counter:
+    """Counts delivered records and samples their latency (the records' send timestamps)."""
+
+    def __init__(self) -> None:
+        self.messages = 0
+        self.first = 0.0
+        self.last = time.monotonic()
+        self.latency: list[float] = []
+        self.all_latency: list[float] = []
+        self._batches = 0
+        self._tick = time.monotonic() + 1.0
+        self._tick_count = 0
+
+    def add(self, delivery: Any) -> None:
+        from roq.client.subscriber import records
+
+        now = time.monotonic()
+        self.first = self.first or now
+        self.last = now
+        self.messages += delivery.header.count - delivery.skip
+        self._batches += 1
+        if self._batches % 16 == 1 or delivery.header.count < 8:
+            now_us = time.time_ns() // 1000
+            for record in records(delivery):
+                self.latency.append((now_us - record.timestamp_us) / 1000)
+
+    def tick(self, now: float, started: float) -> None:
+        if now < self._tick:
+            return
+        ordered = sorted(self.latency)
+        p50 = ordered[len(ordered) // 2] if ordered else None
+        _emit({"type": "progress", "t": now - started, "rate": self.messages - self._tick_count,
+               "p50_ms": p50})  # fmt: skip
+        self.all_latency.extend(sample(self.latency, 2000))
+        self.all_latency = sample(self.all_latency)
+        self.latency = []
+        self._tick_count = self.messages
+        self._tick = now + 1.0

@@ -1,0 +1,36 @@
+"""Finding a queue's monitor: through the GCM's admin API (`GET_HOST_BY_QNAME`, 2000)."""
+
+from __future__ import annotations
+
+from roq.client.admin import AdminClient
+from roq.errors import RoqError
+
+PLACEMENT_OFFSET = 1  # monitor B+1: placement requests
+TO_PUBLISHERS_OFFSET = 2
+TO_SUBSCRIBERS_OFFSET = 3
+CONTROL_OFFSET = 5
+
+
+class MonitorAddress:
+    """`tcp://ip:B` of a queue's monitor, with the derived endpoints clients use."""
+
+    def __init__(self, base: str, stat: str = ""):
+        host, _, port = base.rpartition(":")
+        if not host.startswith("tcp://") or not port.isdigit():
+            raise RoqError(f"monitor address {base!r} is not tcp://HOST:PORT")
+        self.base = base
+        self.stat = stat  # tcp://ip:S, where statistics go (the KPI stream is S+1)
+        self.host = host
+        self.port = int(port)
+
+    def at(self, offset: int) -> str:
+        return f"{self.host}:{self.port + offset}"
+
+
+def locate_monitor(
+    queue: str, gcm: str | None = None, zk: str | None = None, namespace: str = "/roq"
+) -> MonitorAddress:
+    """Ask the leading GCM where `queue`'s monitor is (raises AdminRefused if it has none)."""
+    with AdminClient(gcm=gcm, zk=zk, namespace=namespace) as admin:
+        reply = admin.get_host_by_qname(queue)
+    return MonitorAddress(str(reply["Monitor_host"]), str(reply.get("Stat_Monitor_host", "")))

@@ -1,0 +1,520 @@
+"""Publisher: sends messages to a logical queue, in batches, and survives exchange moves.
+
+    with Publisher("q1", gcm="127.0.0.1:5000") as pub:
+        pub.send(b"hello", key=b"news")
+        pub.flush()                     # everything sent so far has reached an exchange
+
+Threads. The caller's threads call `send`, `flush` and `close`; they only touch Python buffers
+under a lock. One I/O thread, started by the constructor, owns every ZeroMQ socket: the DEALER to
+the current exchange, the REQ and SUB to the queue's monitor, and the inproc wake-up socket.
+
+Batching. Messages for one routing key accumulate until their payloads reach `batch_bytes`
+or the oldest has waited `linger_ms`; then they are encoded once, in the log's record-batch
+format, and sent as one frame. `linger_ms=0` sends every message on its own.
+
+Sequence numbers count per (publisher, routing key) from 0; subscribers use them to restore
+order across a move and to drop duplicates.
+
+Back-pressure (never a silent drop). Encoded batches wait in a buffer of `buffer_bytes` for the
+socket; ZeroMQ queues at most `limits.data_hwm_messages` batches per connection and then pushes
+back through TCP. When the buffer is full, `send` blocks up to `block_ms` (`on_full="block"`,
+the default) and then raises `PublishTimeout`, or raises `BufferFull` at once
+(`on_full="raise"`).
+
+Moves. When the monitor re-allocates this publisher, or its exchange leaves, the I/O thread
+stops sending, asks the old exchange to drain (every batch sent before the drain request has
+been forwarded to subscribers when the answer comes), and only then connects to the new exchange.
+When the exchange died instead, batches it had not forwarded are lost unless `acks` asked for
+confirmations: unconfirmed batches are then sent again to the new exchange, and subscribers
+drop the duplicates by sequence number.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from roq import limits
+from roq.client.locate import (
+    PLACEMENT_OFFSET,
+    TO_PUBLISHERS_OFFSET,
+    MonitorAddress,
+    locate_monitor,
+)
+from roq.errors import RoqError
+from roq.log import format as batchfmt
+from roq.protocol import bsonmsg, dataplane
+from roq.protocol.commands import MonitorCommand, PublisherNotice, Result
+from roq.transport import (
+    NOBLOCK,
+    POLLIN,
+    Kind,
+    Poller,
+    WouldBlock,
+    connect,
+    open_socket,
+    subscribe,
+)
+from roq.transport import new_context as _new_context
+from roq.transport.rpc import Requester
+
+log = logging.getLogger(__name__)
+
+ACK_MODES = ("none", "leader", "all")
+BROADCAST_TOPIC = b"*"  # the monitor's topic for notices meant for every publisher
+
+
+class PublishError(RoqError):
+    pass
+
+
+class BufferFull(PublishError):
+    pass
+
+
+class PublishTimeout(PublishError):
+    pass
+
+
+class MessageTooLarge(PublishError):
+    pass
+
+
+@dataclass
+class _KeyBuffer:
+    payloads: list[bytes] = field(default_factory=list)
+    stamps: list[int] = field(default_factory=list)
+    size: int = 0
+    since: float = 0.0
+
+
+@dataclass
+class _Outbound:
+    token: int
+    batch: bytes | None  # None: a barrier (drain request) for flush()
+    count: int = 0
+
+
+class Publisher:
+    """A producer on one queue. Thread-safe: any thread may call send/flush/close."""
+
+    def __init__(
+        self,
+        queue: str,
+        *,
+        gcm: str | None = None,
+        zk: str | None = None,
+        namespace: str = "/roq",
+        monitor: str | None = None,
+        batch_bytes: int = limits.publisher_batch_bytes_default,
+        linger_ms: float = limits.publisher_linger_ms_default,
+        buffer_bytes: int = limits.publisher_buffer_bytes_max,
+        on_full: str = "block",
+        block_ms: int = limits.publisher_block_ms_default,
+        acks: str = "none",
+    ):
+        if on_full not in ("block", "raise") or acks not in ACK_MODES:
+            raise ValueError(f"on_full must be block|raise and acks one of {ACK_MODES}")
+        self.queue = queue
+        self.producer_id = uuid.uuid4().bytes
+        self.name = f"publisher {self.producer_id.hex()} on {queue}"
+        self.batch_bytes = min(batch_bytes, limits.batch_bytes_max // 2)
+        self.linger_s = linger_ms / 1000
+        self.buffer_bytes, self.on_full, self.block_s = buffer_bytes, on_full, block_ms / 1000
+        self.acks = acks
+        self.monitor = (
+            MonitorAddress(monitor) if monitor else locate_monitor(queue, gcm, zk, namespace)
+        )
+        self._lock = threading.Lock()
+        self._space = threading.Condition(self._lock)
+        self._buffers: dict[bytes, _KeyBuffer] = {}
+        self._seq: dict[bytes, int] = {}
+        self._outq: collections.deque[_Outbound] = collections.deque()
+        self._outq_bytes = 0
+        self._tokens = itertools.count(1)
+        self._barriers: dict[int, threading.Event] = {}
+        self._closing = False
+        self._error: BaseException | None = None
+        self.refused: list[str] = []  # reasons the exchange gave for refused batches
+        self._refused_seen = 0
+        self.sent_messages = self.sent_batches = self.confirmed_batches = 0
+        self.exchange: str | None = None  # the current exchange's front address
+        self.moves = 0
+        self._context = _new_context()
+        self._wake_endpoint = f"inproc://wake-{self.producer_id.hex()}"
+        self._io = _PublisherIO(self)
+        self._wake = open_socket(self._context, Kind.PAIR)
+        connect(self._wake, self._wake_endpoint)
+        self._placed = threading.Event()
+        self._io.start()
+        self._placed.wait(limits.placement_timeout_ms / 1000 + 5)
+        if self._error is not None or self.exchange is None:
+            self.close(timeout_s=0.1)
+            raise PublishError(f"{self.name}: no exchange: {self._error or 'timed out'}")
+
+    # --- caller side ---------------------------------------------------------------------------
+    def send(self, payload: bytes, key: bytes = b"") -> None:
+        """Queue one message; it leaves within `linger_ms` or when its batch is full."""
+        if len(payload) > limits.message_bytes_max:
+            raise MessageTooLarge(
+                f"message of {len(payload)} bytes exceeds {limits.message_bytes_max}"
+            )
+        with self._lock:
+            self._check_usable()
+            buffer = self._buffers.get(key)
+            if buffer is None:
+                buffer = self._new_buffer(key)
+            elif buffer.size + len(payload) + 512 > limits.batch_bytes_max:
+                self._seal(key, buffer)  # the big message would not fit: send what is there
+            buffer.payloads.append(payload)
+            buffer.stamps.append(time.time_ns() // 1000)
+            buffer.size += len(payload) + batchfmt.RECORD_BYTES
+            sealed = buffer.size >= self.batch_bytes or self.linger_s <= 0
+            if sealed:
+                self._seal(key, buffer)
+            self._wait_for_space()
+        if sealed:
+            # Hand the interpreter to the I/O thread now: otherwise a busy caller keeps it for
+            # up to the switch interval (5 ms), which would be the batch's latency.
+            time.sleep(0)
+
+    def send_many(self, payloads: list[bytes], key: bytes = b"") -> None:
+        for payload in payloads:
+            self.send(payload, key)
+
+    def flush(self, timeout_s: float = limits.drain_timeout_ms / 1000) -> None:
+        """Return once every message sent before the call has reached an exchange (and, with
+        acks, been confirmed); raise PublishTimeout if that takes longer than `timeout_s`."""
+        with self._lock:
+            self._check_usable()
+            for key, buffer in list(self._buffers.items()):
+                self._seal(key, buffer)
+            token = next(self._tokens)
+            done = self._barriers[token] = threading.Event()
+            self._outq.append(_Outbound(token, None))
+            self._poke()
+        if not done.wait(timeout_s):
+            raise PublishTimeout(f"{self.name}: flush not confirmed within {timeout_s:.1f} s")
+        with self._lock:
+            self._check_usable()
+            fresh, self._refused_seen = self.refused[self._refused_seen :], len(self.refused)
+        if fresh:
+            raise PublishError(f"{self.name}: {len(fresh)} batch(es) refused: {fresh[0]}")
+
+    def close(self, timeout_s: float = limits.drain_timeout_ms / 1000) -> None:
+        """Flush (bounded), then stop the I/O thread and close every socket."""
+        try:
+            if self._error is None and not self._closing and self.exchange is not None:
+                self.flush(timeout_s)
+        finally:
+            with self._lock:
+                self._closing = True
+                self._poke()
+            self._io.join(timeout_s + 1)
+            self._wake.close(0)
+            self._context.term() if not self._io.is_alive() else None
+
+    def __enter__(self) -> Publisher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- helpers (lock held) -------------------------------------------------------------------
+    def _check_usable(self) -> None:
+        if self._error is not None:
+            raise PublishError(f"{self.name}: {self._error}") from self._error
+        if self._closing:
+            raise PublishError(f"{self.name} is closed")
+
+    def _new_buffer(self, key: bytes) -> _KeyBuffer:
+        if key not in self._seq:
+            if len(key) > limits.key_bytes_max:
+                raise PublishError(
+                    f"routing key of {len(key)} bytes exceeds {limits.key_bytes_max}"
+                )
+            if len(self._seq) >= limits.publisher_keys_max:
+                raise PublishError(f"more than {limits.publisher_keys_max} routing keys")
+            self._seq[key] = 0
+        buffer = self._buffers[key] = _KeyBuffer(since=time.monotonic())
+        return buffer
+
+    def _seal(self, key: bytes, buffer: _KeyBuffer) -> None:
+        """Encode the key's pending messages as one batch and queue it for the I/O thread."""
+        if not buffer.payloads:
+            return
+        first = self._seq[key]
+        batch = batchfmt.encode_batch(self.producer_id, first, key, buffer.payloads, buffer.stamps)
+        count = len(buffer.payloads)
+        self._seq[key] = first + count
+        del self._buffers[key]
+        self._outq.append(_Outbound(next(self._tokens), batch, count))
+        self._outq_bytes += len(batch)
+        if len(self._outq) == 1:
+            self._poke()
+
+    def _poke(self) -> None:
+        try:
+            self._wake.send(b"", NOBLOCK)
+        except WouldBlock:
+            pass  # a wake-up is already pending
+
+    def _wait_for_space(self) -> None:
+        if self._outq_bytes <= self.buffer_bytes:
+            return
+        if self.on_full == "raise":
+            raise BufferFull(f"{self.name}: {self._outq_bytes} bytes wait for the exchange")
+        deadline = time.monotonic() + self.block_s
+        while self._outq_bytes > self.buffer_bytes:
+            self._check_usable()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise PublishTimeout(
+                    f"{self.name}: exchange did not take data for {self.block_s} s"
+                )
+            self._space.wait(min(left, 0.1))
+
+    # --- I/O thread side (lock taken inside) ---------------------------------------------------
+    def _take_stale(self, now: float) -> None:
+        with self._lock:
+            for key, buffer in list(self._buffers.items()):
+                if now - buffer.since >= self.linger_s:
+                    self._seal(key, buffer)
+
+    def _next_outbound(self) -> _Outbound | None:
+        with self._lock:
+            return self._outq[0] if self._outq else None
+
+    def _sent(self, item: _Outbound) -> None:
+        with self._lock:
+            self._outq.popleft()
+            if item.batch is not None:
+                self._outq_bytes -= len(item.batch)
+                self.sent_batches += 1
+                self.sent_messages += item.count
+                self._space.notify_all()
+
+    def _fail(self, error: BaseException) -> None:
+        with self._lock:
+            self._error = error
+            self._space.notify_all()
+            events = list(self._barriers.values())
+        for event in events:
+            event.set()
+
+
+class _PublisherIO(threading.Thread):
+    """The thread that owns the publisher's sockets (see the module docstring)."""
+
+    def __init__(self, owner: Publisher):
+        super().__init__(name=f"roq-pub-{owner.producer_id.hex()[:8]}", daemon=True)
+        self.p = owner
+        ctx = owner._context
+        self.wake = open_socket(ctx, Kind.PAIR)
+        self.wake.bind(owner._wake_endpoint)
+        topics = owner.producer_id.hex().encode()
+        self.notices = open_socket(ctx, Kind.SUB, subscribe=topics)
+        subscribe(self.notices, BROADCAST_TOPIC)
+        connect(self.notices, owner.monitor.at(TO_PUBLISHERS_OFFSET))
+        self.placement = Requester(ctx, owner.monitor.at(PLACEMENT_OFFSET))
+        self.dealer: Any = None
+        self.unconfirmed: dict[int, _Outbound] = {}
+
+    def run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as error:  # the caller learns it on its next call
+            log.error("%s: I/O thread failed: %s", self.p.name, error)
+            self.p._fail(error)
+            self.p._placed.set()
+        finally:
+            self._close()
+
+    def _loop(self) -> None:
+        poller = Poller()
+        poller.register(self.wake, POLLIN)
+        poller.register(self.notices, POLLIN)
+        self._place(lost="")
+        self.p._placed.set()
+        poller.register(self.dealer, POLLIN)
+        while not (self.p._closing and self.p._next_outbound() is None):
+            wait_ms = max(1, int(self.p.linger_s * 500)) if self.p._buffers else 100
+            events = dict(poller.poll(wait_ms))
+            if self.wake in events:
+                self._drain_wake()
+            if self.notices in events:
+                target = self._notice()
+                if target is not None:
+                    poller.unregister(self.dealer)
+                    self._move(*target)
+                    poller.register(self.dealer, POLLIN)
+            if self.dealer in events:
+                self._replies()
+            self.p._take_stale(time.monotonic())
+            self._pump()
+
+    def _drain_wake(self) -> None:
+        while True:
+            try:
+                self.wake.recv(NOBLOCK)
+            except WouldBlock:
+                return
+
+    # --- placement and moves -------------------------------------------------------------------
+    def _place(self, lost: str) -> None:
+        """Ask the monitor for an exchange until it names one (bounded) and connect to it."""
+        command = MonitorCommand.PUBLISHER_PANIC if lost else MonitorCommand.PUBLISHER_INIT
+        request = {"CMD": int(command), "ProducerID": self.p.producer_id.hex(), "Lost": lost}
+        deadline = time.monotonic() + limits.placement_timeout_ms / 1000
+        while True:
+            try:
+                reply = self.placement.request(request)
+                if reply["RESULT"] == Result.OK:
+                    self._connect(str(reply["Exchange"]["Front"]))
+                    return
+                reason = reply.get("COMMENT", "refused")
+            except RoqError as error:
+                reason = str(error)
+            if time.monotonic() > deadline or self.p._closing:
+                raise PublishError(f"no exchange for queue {self.p.queue}: {reason}")
+            log.info("%s: waiting for an exchange (%s)", self.p.name, reason)
+            time.sleep(limits.placement_retry_ms / 1000)
+
+    def _connect(self, front: str) -> None:
+        self.dealer = open_socket(
+            self.p._context, Kind.DEALER, sndhwm=limits.data_hwm_messages, rcvhwm=100_000
+        )
+        connect(self.dealer, front)
+        self.p.exchange = front
+        log.info("%s: sending to %s", self.p.name, front)
+        for item in sorted(self.unconfirmed.values(), key=lambda i: i.token):
+            self._send(item)  # acks: batches the previous exchange never confirmed
+
+    def _notice(self) -> tuple[str, bool] | None:
+        """Read one monitor notice: (exchange to move to or "" to ask again, whether the old
+        exchange is alive to drain), or None when the notice is not for this publisher."""
+        try:
+            frames = self.notices.recv_multipart(NOBLOCK)
+            doc = bsonmsg.decode(frames[1:])
+        except (WouldBlock, RoqError, IndexError):
+            return None
+        if doc["CMD"] == PublisherNotice.RELOCATE:
+            target = doc.get("Exchange", {}).get("Front")
+            if doc.get("ProducerID") == self.p.producer_id.hex() and target != self.p.exchange:
+                log.info("%s: re-allocated by the monitor to %s", self.p.name, target)
+                return str(target), True
+        if doc["CMD"] == PublisherNotice.EXCHANGE_LOST and doc.get("Front") == self.p.exchange:
+            dead = bool(doc.get("Dead", True))
+            state = "died" if dead else "is leaving"
+            log.warning("%s: exchange %s %s; failing over", self.p.name, doc["Front"], state)
+            return "", not dead
+        return None
+
+    def _move(self, target: str, alive: bool) -> None:
+        old = self.p.exchange or ""
+        drained = self._drain_old() if alive else False
+        self.dealer.close(0)
+        self.p.moves += 1
+        if drained:
+            self._release_barriers()
+        if target:
+            self._connect(target)
+        else:
+            self._place(lost=old)
+        self._resend_barriers()
+
+    def _drain_old(self) -> bool:
+        """Ask the old exchange to confirm it forwarded everything sent to it (bounded)."""
+        token = dataplane.TOKEN.pack(0)
+        try:
+            self.dealer.send_multipart([dataplane.DRAIN, token], NOBLOCK)
+        except WouldBlock:
+            return False
+        deadline = time.monotonic() + limits.drain_timeout_ms / 1000
+        while (left := deadline - time.monotonic()) > 0:
+            if not self.dealer.poll(int(left * 1000) + 1, POLLIN):
+                break
+            frames = self.dealer.recv_multipart()
+            if frames[0] == dataplane.DRAINED and frames[1] == token:
+                return True
+            self._reply(frames)
+        log.warning("%s: old exchange did not confirm the drain", self.p.name)
+        return False
+
+    # --- sending and replies -------------------------------------------------------------------
+    def _pump(self) -> None:
+        while (item := self.p._next_outbound()) is not None:
+            if not self._send(item):
+                return
+            if item.batch is not None and self.p.acks != "none":
+                self.unconfirmed[item.token] = item
+            self.p._sent(item)
+
+    def _send(self, item: _Outbound) -> bool:
+        token = dataplane.TOKEN.pack(item.token)
+        if item.batch is None:
+            frames = [dataplane.DRAIN, token]
+        elif self.p.acks == "none":
+            frames = [dataplane.BATCH, item.batch]
+        else:
+            frames = [dataplane.CONFIRMED_BATCH, token, item.batch]
+        try:
+            self.dealer.send_multipart(frames, NOBLOCK, copy=False)
+        except WouldBlock:
+            return False
+        return True
+
+    def _replies(self) -> None:
+        for _ in range(10_000):
+            try:
+                frames = self.dealer.recv_multipart(NOBLOCK)
+            except WouldBlock:
+                return
+            self._reply(frames)
+
+    def _reply(self, frames: list[bytes]) -> None:
+        kind = frames[0]
+        token = (
+            dataplane.TOKEN.unpack(frames[1])[0] if len(frames) > 1 and len(frames[1]) == 8 else 0
+        )
+        if kind == dataplane.DRAINED:
+            with self.p._lock:
+                event = self.p._barriers.pop(token, None)
+            if event is not None:
+                event.set()
+        elif kind == dataplane.ACK:
+            if self.unconfirmed.pop(token, None) is not None:
+                self.p.confirmed_batches += 1
+        elif kind in (dataplane.NACK, dataplane.REFUSED):
+            reason = frames[-1].decode(errors="replace")
+            log.error("%s: exchange refused a batch: %s", self.p.name, reason)
+            self.unconfirmed.pop(token, None)
+            with self.p._lock:
+                if len(self.p.refused) < 10_000:
+                    self.p.refused.append(reason)
+
+    def _release_barriers(self) -> None:
+        """A confirmed drain covers every flush sent to the old exchange."""
+        with self.p._lock:
+            events = list(self.p._barriers.values())
+            self.p._barriers.clear()
+        for event in events:
+            event.set()
+
+    def _resend_barriers(self) -> None:
+        with self.p._lock:
+            tokens = sorted(self.p._barriers)
+        for token in tokens:
+            self._send(_Outbound(token, None))
+
+    def _close(self) -> None:
+        for sock in (self.dealer, self.notices, self.wake):
+            if sock is not None:
+                sock.close(limits.data_linger_ms if sock is self.dealer else 0)
+        self.placement.close()

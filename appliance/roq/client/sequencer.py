@@ -1,0 +1,121 @@
+"""Per-stream order and de-duplication on the subscriber side.
+
+A stream is (producer id, routing key); its records carry consecutive sequence numbers from 0.
+Batches of one stream can arrive out of order when its publisher moved between exchanges (the
+two exchanges' connections race) and twice when a publisher re-sent unconfirmed batches after a
+fail-over. The sequencer delivers each stream's records in sequence order, exactly once:
+
+* a batch that continues the stream is delivered, then any held batches it unblocks;
+* a batch wholly seen before is dropped (a duplicate); one that overlaps is delivered from its
+  first unseen record (`skip`);
+* a batch ahead of the stream is held (bounded: `limits.subscriber_reorder_batches_max`) until the
+  gap fills, or for at most `gap_wait_s`; then the gap is counted as lost and delivery goes on.
+
+The first batch seen of a stream starts it wherever it starts (a subscriber joins "now").
+Pure and single-threaded: the subscriber's thread owns it.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+from roq import limits
+from roq.log.format import BatchHeader
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    header: BatchHeader
+    batch: memoryview | bytes
+    skip: int = 0  # leading records already delivered before (an overlapping re-send)
+
+
+@dataclass
+class _Stream:
+    next_seq: int
+    held: list[tuple[int, int, Delivery]] = field(default_factory=list)  # heap by first_seq
+    waiting_since: float = 0.0
+
+
+class Sequencer:
+    def __init__(
+        self,
+        gap_wait_s: float = limits.subscriber_gap_wait_ms / 1000,
+        held_max: int = limits.subscriber_reorder_batches_max,
+        streams_max: int = limits.subscriber_streams_max,
+    ):
+        self.gap_wait_s, self.held_max, self.streams_max = gap_wait_s, held_max, streams_max
+        self.streams: dict[tuple[bytes, bytes], _Stream] = {}
+        self.held = 0
+        self.duplicates = 0  # records dropped as already delivered
+        self.lost = 0  # records never seen after their gap timed out
+        self.gaps = 0
+        self._tie = 0
+
+    def resume(self, producer_id: bytes, key: bytes, next_seq: int) -> None:
+        """Continue a stream from a committed position (records before it are duplicates)."""
+        self.streams[(producer_id, key)] = _Stream(next_seq)
+
+    def offer(self, header: BatchHeader, batch: memoryview | bytes, now: float) -> list[Delivery]:
+        key = (header.producer_id, header.key)
+        stream = self.streams.get(key)
+        if stream is None:
+            if len(self.streams) >= self.streams_max:
+                self.streams.clear()  # bounded memory beats perfect dedupe of ancient streams
+            stream = self.streams[key] = _Stream(header.first_seq)
+        if header.first_seq > stream.next_seq:
+            return self._hold(stream, Delivery(header, batch), now)
+        out: list[Delivery] = []
+        self._deliver(stream, Delivery(header, batch), out)
+        self._release(stream, out)
+        return out
+
+    def expire(self, now: float) -> list[Delivery]:
+        """Give up on gaps older than gap_wait_s (call this from the poll loop)."""
+        out: list[Delivery] = []
+        for stream in self.streams.values():
+            if stream.held and now - stream.waiting_since >= self.gap_wait_s:
+                self._skip_gap(stream)
+                self._release(stream, out)
+                stream.waiting_since = now
+        return out
+
+    def _hold(self, stream: _Stream, delivery: Delivery, now: float) -> list[Delivery]:
+        if not stream.held:
+            stream.waiting_since = now
+        self._tie += 1
+        heapq.heappush(stream.held, (delivery.header.first_seq, self._tie, delivery))
+        self.held += 1
+        if self.held <= self.held_max:
+            return []
+        out: list[Delivery] = []  # over the bound: stop waiting for this stream's gap
+        self._skip_gap(stream)
+        self._release(stream, out)
+        return out
+
+    def _skip_gap(self, stream: _Stream) -> None:
+        first = stream.held[0][0]
+        if first > stream.next_seq:
+            self.lost += first - stream.next_seq
+            self.gaps += 1
+            stream.next_seq = first
+
+    def _release(self, stream: _Stream, out: list[Delivery]) -> None:
+        while stream.held and stream.held[0][0] <= stream.next_seq:
+            _, _, delivery = heapq.heappop(stream.held)
+            self.held -= 1
+            self._deliver(stream, delivery, out)
+
+    def _deliver(self, stream: _Stream, delivery: Delivery, out: list[Delivery]) -> None:
+        header = delivery.header
+        last = header.first_seq + header.count - 1
+        if last < stream.next_seq:
+            self.duplicates += header.count
+            return
+        skip = stream.next_seq - header.first_seq
+        if skip > 0:
+            self.duplicates += skip
+            delivery = Delivery(header, delivery.batch, skip)
+        out.append(delivery)
+        stream.next_seq = last + 1

@@ -1,0 +1,378 @@
+"""roq exchange: receives publishers' record batches and fans them out to subscribers.
+
+Ports (F = the front port the host allocated; 4 in all):
+
+    F    ROUTER  publishers' DEALERs send batches, drains and confirmed batches here
+    F+1  PUB     subscribers' SUB sockets connect here; frames are [key][batch]
+    F+2  REP     control socket (PING / SHUTDOWN from the host)
+    F+3  ROUTER  reads of the message log (replay, catch-up, seek by time): `logserver.py`
+
+Hot path (DESIGN §6b): a batch is received without copying, its header bounds and CRC checked
+(`format.check_batch`), and the same bytes are forwarded with the routing key as the first frame,
+so ZeroMQ's prefix matching in the subscribers does the key routing. There is no per-message
+work: a batch of 100 messages costs the same Python as a batch of one.
+
+With `useLog` (the default) every batch is appended to the exchange's message log before it
+is forwarded: the log stamps the batch's offset (its byte position) into the header, so
+subscribers see offsets they can resume from. `acks=leader` is answered once the append
+returned (the batch survives a crash of the exchange process; a crash of the machine too under
+`log.flush=every-batch`). If the log cannot be written (full or read-only disk), batches are
+refused with a reason rather than forwarded without being kept.
+
+The exchange reports its load to its monitor every `heartbeat.period` (the report is also the
+heartbeat) and publishes RoQ's KPI envelope (20/21/22) to the stat monitor every
+`monitor.stat.period`. On SHUTDOWN or SIGTERM it tells the monitor it is leaving, keeps serving
+while its publishers drain and move away (bounded), then exits.
+
+Everything runs in the main thread, which owns every socket.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from roq import limits, procstat
+from roq.child import ControlServer
+from roq.config import Settings
+from roq.errors import CorruptRecord, LogUnavailable, ProtocolError
+from roq.log import Log, LogSettings, log_directory
+from roq.log import format as batchfmt
+from roq.logserver import LogServer
+from roq.protocol import bsonmsg, dataplane
+from roq.protocol.commands import MonitorCommand, StatCommand
+from roq.transport import NOBLOCK, POLLIN, Kind, Poller, WouldBlock, bind, connect, open_socket
+
+log = logging.getLogger(__name__)
+
+FRONT, BACK, CONTROL, REPLICATION = 0, 1, 2, 3
+PORTS_PER_EXCHANGE = 4
+_BURST = 256  # batches handled per poll wake-up before timers and control get a turn
+_LEAVE_QUIET_S = 0.5  # after leaving, exit once publishers were silent this long ...
+_LEAVE_MAX_S = 3.0  # ... or after this long in any case (the host waits 5 s before SIGTERM)
+_PRODUCERS_TRACKED_MAX = 100_000  # beyond this, a period's extra producers count as one
+_OTHERS = b"\xff" * 16
+
+
+@dataclass
+class ExchangeSpec:
+    queue: str
+    exchange_id: str
+    address: str
+    port: int
+    monitor: str  # tcp://ip:B, the monitor's report socket
+    stat: str  # tcp://ip:S, the stat monitor's input
+
+    @property
+    def front(self) -> str:
+        return f"tcp://{self.address}:{self.port + FRONT}"
+
+    @property
+    def back(self) -> str:
+        return f"tcp://{self.address}:{self.port + BACK}"
+
+    @property
+    def name(self) -> str:
+        return f"exchange {self.queue}/{self.exchange_id}"
+
+
+@dataclass
+class LoadMeter:
+    """Messages and payload bytes since the last rollover, in all and per producer."""
+
+    msgs: int = 0
+    payload: int = 0
+    producers: dict[bytes, list[int]] = field(default_factory=dict)
+    total_msgs: int = 0
+    total_bytes: int = 0
+
+    def add(self, producer: bytes, count: int, payload_bytes: int) -> None:
+        self.msgs += count
+        self.payload += payload_bytes
+        entry = self.producers.get(producer)
+        if entry is None:
+            if len(self.producers) >= _PRODUCERS_TRACKED_MAX:
+                producer = _OTHERS
+            entry = self.producers.setdefault(producer, [0, 0])
+        entry[0] += count
+        entry[1] += payload_bytes
+
+    def rollover(self, seconds: float) -> dict[str, Any]:
+        """Per-second rates of the period that ends now, and a fresh period."""
+        seconds = max(seconds, 1e-3)
+        top = sorted(self.producers.items(), key=lambda item: item[1][1], reverse=True)
+        rates = {
+            "Msgs": self.msgs / seconds,
+            "Bytes": self.payload / seconds,
+            "Producers": len(self.producers),
+            "Top": [
+                {"ID": pid.hex(), "Msgs": m / seconds, "Bytes": b / seconds}
+                for pid, (m, b) in top[: limits.exchange_producers_reported_max]
+            ],
+        }
+        self.total_msgs += self.msgs
+        self.total_bytes += self.payload
+        self.msgs = self.payload = 0
+        self.producers = {}
+        return rates
+
+
+class BadFrameLog:
+    """Logs refused frames without letting a flood of them flood the log: at most `per_period`
+    lines per period, then one line saying how many were not shown."""
+
+    def __init__(self, name: str, per_period: int = 10, period_s: float = 1.0):
+        self.name, self.per_period, self.period_s = name, per_period, period_s
+        self.count = 0
+        self._shown = self._hidden = 0
+        self._since = time.monotonic()
+
+    def refused(self, reason: str, what: str = "dropped a bad frame") -> None:
+        self.count += 1
+        now = time.monotonic()
+        if now - self._since >= self.period_s:
+            if self._hidden:
+                log.warning("%s: %d more bad frames not shown", self.name, self._hidden)
+            self._shown = self._hidden = 0
+            self._since = now
+        if self._shown < self.per_period:
+            self._shown += 1
+            log.warning("%s: %s: %s", self.name, what, reason)
+        else:
+            self._hidden += 1
+
+
+class Exchange:
+    """One exchange process. Its main thread owns every socket."""
+
+    def __init__(self, context: Any, spec: ExchangeSpec, settings: Settings):
+        self.spec = spec
+        self.settings = settings
+        self.heartbeat_s = settings.get_int("heartbeat.period") / 1000
+        self.kpi_s = settings.get_int("monitor.stat.period") / 1000
+        self.load = LoadMeter()
+        self.kpi_load = LoadMeter()
+        self.bad = BadFrameLog(spec.name)
+        self.accepted_bytes = 0  # the offset the next batch would have in the log
+        self.leaving_since: float | None = None
+        self.started = time.time()  # tells the monitor a restarted exchange from its old self
+        self._last_inbound = time.monotonic()
+        self._cpu = procstat.CpuMeter()
+        self._kpi_cpu = procstat.CpuMeter()
+        self.log: Log | None = None
+        if settings.get_bool("useLog"):
+            directory = log_directory(settings.get_str("directory"), spec.queue, spec.exchange_id)
+            self.log = Log.open(directory, LogSettings.from_settings(settings), name=spec.name)
+            log.info("%s: log %s holds offsets %d..%d", spec.name, directory,
+                     self.log.start_offset, self.log.end_offset)  # fmt: skip
+        self._open_sockets(context)
+        self.log_server = LogServer(self.replay, self.log, spec.name) if self.log else None
+
+    def _open_sockets(self, context: Any) -> None:
+        spec = self.spec
+        self.front = open_socket(
+            context,
+            Kind.ROUTER,
+            rcvhwm=self.settings.get_int("exchange.publisher.hwm"),
+            sndhwm=self.settings.get_int("exchange.publisher.hwm"),
+        )
+        bind(self.front, spec.address, spec.port + FRONT)
+        self.back = open_socket(
+            context,
+            Kind.PUB,
+            sndhwm=self.settings.get_int("exchange.subscriber.hwm"),
+            linger_ms=limits.data_linger_ms,
+        )
+        bind(self.back, spec.address, spec.port + BACK)
+        self.replay = open_socket(context, Kind.ROUTER, sndhwm=100, rcvhwm=100)
+        bind(self.replay, spec.address, spec.port + REPLICATION)
+        self.control = ControlServer(context, spec.address, spec.port + CONTROL, spec.name)
+        self.control.status = self.status
+        self.reports = open_socket(context, Kind.PUB, sndhwm=100)
+        connect(self.reports, spec.monitor)
+        self.kpi = open_socket(context, Kind.PUB, sndhwm=100)
+        connect(self.kpi, spec.stat)
+
+    # --- main loop -----------------------------------------------------------------------------
+    def run(self, stop: threading.Event) -> None:
+        poller = Poller()
+        poller.register(self.front, POLLIN)
+        poller.register(self.control.sock, POLLIN)
+        poller.register(self.replay, POLLIN)
+        next_report = next_kpi = time.monotonic()
+        last_report = last_kpi = next_report
+        log.info("%s: serving publishers on %s, subscribers on %s", *self._where())
+        while not self._finished():
+            if (stop.is_set() or self.control.stop_requested) and self.leaving_since is None:
+                self._leave()
+            events = dict(poller.poll(limits.poll_interval_ms))
+            if self.front in events:
+                self._pump()
+            if self.control.sock in events:
+                self.control.handle()
+            if self.replay in events:
+                self._serve_log()
+            now = time.monotonic()
+            if self.log is not None:
+                self.log.tick(now)
+            if now >= next_report:
+                self._report(now - last_report)
+                last_report, next_report = now, now + self.heartbeat_s
+            if now >= next_kpi:
+                self._publish_kpi(now - last_kpi)
+                last_kpi, next_kpi = now, now + self.kpi_s
+
+    def _where(self) -> tuple[str, str, str]:
+        return self.spec.name, self.spec.front, self.spec.back
+
+    def _finished(self) -> bool:
+        if self.leaving_since is None:
+            return False
+        now = time.monotonic()
+        quiet = now - self._last_inbound >= _LEAVE_QUIET_S
+        return (quiet and now - self.leaving_since >= _LEAVE_QUIET_S) or (
+            now - self.leaving_since >= _LEAVE_MAX_S
+        )
+
+    def _leave(self) -> None:
+        """Tell the monitor first, so publishers move away while this exchange still drains."""
+        log.info("%s: leaving; publishers are told to move", self.spec.name)
+        self.leaving_since = time.monotonic()
+        self._send_report(MonitorCommand.EXCHANGE_LEAVING, {})
+
+    def _pump(self) -> None:
+        for _ in range(_BURST):
+            try:
+                frames = self.front.recv_multipart(NOBLOCK, copy=False)
+            except WouldBlock:
+                return
+            self._last_inbound = time.monotonic()
+            self._handle(frames[0].bytes, [frame.buffer for frame in frames[1:]])
+
+    def _handle(self, peer: bytes, frames: list[memoryview]) -> None:
+        try:
+            message = dataplane.parse_inbound(frames)
+        except ProtocolError as error:
+            self.bad.refused(f"{error} (from publisher connection {peer.hex()})")
+            return
+        if message.batch is None:
+            self.front.send_multipart([peer, *dataplane.drained(message.token)])
+            return
+        try:
+            offset = self._accept(message.batch)
+        except (ProtocolError, CorruptRecord, LogUnavailable) as error:
+            unlogged = isinstance(error, LogUnavailable)
+            self.bad.refused(
+                str(error),
+                "refused a batch: the log is unavailable" if unlogged else "dropped a bad frame",
+            )
+            reply = (
+                dataplane.nack(message.token, str(error))
+                if message.token
+                else dataplane.refused(str(error))
+            )
+            self.front.send_multipart([peer, *reply])
+            return
+        if message.token:
+            self.front.send_multipart([peer, *dataplane.ack(message.token, offset)])
+
+    def _accept(self, batch: memoryview) -> int:
+        """Check one batch, forward it to subscribers and count it; returns its offset."""
+        header = batchfmt.check_batch(batch, 0)
+        if header.size != len(batch):
+            raise ProtocolError(f"frame of {len(batch)} bytes holds a batch of {header.size}")
+        if self.log is not None:
+            stamped = bytearray(batch)  # the log stamps the offset in place: forward those bytes
+            offset = self.log.append(stamped, header)
+            self.back.send_multipart([header.key, stamped], copy=False)
+        else:
+            offset = self.accepted_bytes
+            self.back.send_multipart([header.key, batch], copy=False)
+        payload = header.size - batchfmt.HEADER_BYTES - len(header.key)
+        payload -= batchfmt.RECORD_BYTES * header.count
+        self.load.add(header.producer_id, header.count, payload)
+        self.kpi_load.add(header.producer_id, header.count, payload)
+        self.accepted_bytes += header.size
+        return offset
+
+    def _serve_log(self) -> None:
+        if self.log_server is not None:
+            self.log_server.pump()
+            return
+        try:  # no log: say so rather than leave the reader waiting
+            peer, *_ = self.replay.recv_multipart(NOBLOCK)
+        except WouldBlock:
+            return
+        reply = dataplane.read_reply(dataplane.READ_ERROR, 0, 0, 0, b"useLog is false")
+        self.replay.send_multipart([peer, *reply])
+
+    # --- reports -------------------------------------------------------------------------------
+    def _report(self, seconds: float) -> None:
+        rates = self.load.rollover(seconds)
+        rates.update(
+            CPU=self._cpu.sample(),
+            RSS=procstat.rss_bytes(),
+            Load=procstat.load_average(),
+            Bad=self.bad.count,
+            TotalMsgs=self.load.total_msgs,
+            TotalBytes=self.load.total_bytes,
+        )
+        command = MonitorCommand.EXCHANGE_LEAVING if self.leaving_since else None
+        self._send_report(command or MonitorCommand.EXCHANGE_REPORT, rates)
+
+    def _send_report(self, command: MonitorCommand, fields: dict[str, Any]) -> None:
+        doc = {
+            "CMD": int(command),
+            "QName": self.spec.queue,
+            "Id": self.spec.exchange_id,
+            "Front": self.spec.front,
+            "Back": self.spec.back,
+            "Period": self.heartbeat_s,
+            "Started": self.started,
+            "Log": self.log is not None,
+            **fields,
+        }
+        try:
+            self.reports.send(bsonmsg.encode(doc), NOBLOCK)
+        except WouldBlock:
+            log.debug("%s: monitor not keeping up; report dropped", self.spec.name)
+
+    def _publish_kpi(self, seconds: float) -> None:
+        """RoQ's 3-frame exchange KPI envelope (reference §2.9), per second instead of minute."""
+        rates = self.kpi_load.rollover(seconds)
+        frames = [
+            {"CMD": int(StatCommand.EXCHANGE_ID), "X_ID": self.spec.exchange_id,
+             "QName": self.spec.queue, "Time": time.time()},
+            {"CMD": int(StatCommand.EXCHANGE_MIN), "Period": seconds,
+             "TotalProcessed": self.kpi_load.total_msgs, "Processed": rates["Msgs"],
+             "TotalThroughput": self.kpi_load.total_bytes, "Throughput": rates["Bytes"],
+             "Producers": rates["Producers"]},
+            {"CMD": int(StatCommand.EXCHANGE_OS_MIN), "CPU": procstat.load_average(),
+             "ProcessCPU": self._kpi_cpu.sample(), "MEMORY": procstat.rss_bytes() / 2**20},
+        ]  # fmt: skip
+        try:
+            self.kpi.send_multipart([bsonmsg.encode(frame) for frame in frames], NOBLOCK)
+        except WouldBlock:
+            log.debug("%s: stat monitor not keeping up; KPI dropped", self.spec.name)
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "Queue": self.spec.queue,
+            "Id": self.spec.exchange_id,
+            "TotalMsgs": self.load.total_msgs + self.load.msgs,
+            "Bad": self.bad.count,
+            "Leaving": self.leaving_since is not None,
+            "LogStart": self.log.start_offset if self.log else None,
+            "LogEnd": self.log.end_offset if self.log else None,
+        }
+
+    def close(self) -> None:
+        for sock in (self.front, self.reports, self.kpi, self.replay):
+            sock.close(0)
+        if self.log is not None:
+            self.log.close()
+        self.back.close()  # its linger lets the last batches reach subscribers (bounded)
+        self.control.close()

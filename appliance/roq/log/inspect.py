@@ -1,0 +1,206 @@
+"""Read-only inspection of segment files (what `roq log inspect` prints): every batch, every
+corrupt span with its file and offset, gaps between segments, and a summary. Unlike recovery it
+changes nothing and goes on after a bad span: it looks for the next position where a CRC-valid
+batch stamped with its own offset begins, so one bad block does not hide the rest of a file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from roq import limits
+from roq.errors import CorruptRecord
+from roq.log import format as fmt
+from roq.log.segment import SegmentCorrupt, iter_file, parse_segment_name
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    path: Path
+    offset: int
+    data: bytes
+    header: fmt.BatchHeader
+
+
+@dataclass(frozen=True, slots=True)
+class Corrupt:
+    """Bytes [offset, offset + length) of `path` hold no valid batch."""
+
+    path: Path
+    offset: int
+    position: int
+    length: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Gap:
+    """No segment holds offsets [start, end) although later ones exist (or they overlap)."""
+
+    directory: Path
+    start: int
+    end: int
+
+
+Item = Batch | Corrupt | Gap
+
+
+def segment_files(path: Path) -> list[list[Path]]:
+    """The segment files under `path` (a segment file or a directory searched recursively),
+    grouped per log directory and sorted by base offset."""
+    if path.is_file():
+        return [[path]]
+    groups: dict[Path, list[Path]] = {}
+    for file in sorted(path.rglob("*.log")):
+        if parse_segment_name(file.name) is not None and file.is_file():
+            groups.setdefault(file.parent, []).append(file)
+    return [groups[key] for key in sorted(groups)]
+
+
+def walk(path: Path) -> Iterator[Item]:
+    """Every batch, corrupt span and gap under `path`, in log order."""
+    for files in segment_files(path):
+        expected: int | None = None
+        for file in files:
+            base = parse_segment_name(file.name)
+            assert base is not None
+            if expected is not None and base != expected:
+                yield Gap(file.parent, expected, base)
+            size = file.stat().st_size
+            yield from walk_segment(file, base, size)
+            expected = base + size
+
+
+def walk_segment(path: Path, base: int, size: int) -> Iterator[Item]:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        position = 0
+        while position < size:
+            try:
+                for at, view, header in _batches(fd, path, base, size, position):
+                    yield Batch(path, base + at, bytes(view), header)
+                    position = at + header.size
+                return
+            except SegmentCorrupt as error:
+                resume = find_next_batch(fd, base, size, error.position + 1)
+                stop = size if resume is None else resume
+                length = stop - error.position
+                yield Corrupt(path, error.offset, error.position, length, error.reason)
+                position = stop
+    finally:
+        os.close(fd)
+
+
+def _batches(
+    fd: int, path: Path, base: int, size: int, start: int
+) -> Iterator[tuple[int, memoryview, fmt.BatchHeader]]:
+    """iter_file from `start` (a batch boundary), with each batch's records checked too."""
+    for at, view, header in iter_file(fd, path, base, size, verify=True, start=start):
+        try:
+            for _ in fmt.iter_records(view):
+                pass
+        except CorruptRecord as error:
+            raise SegmentCorrupt(path, base + at, at, str(error)) from None
+        yield at, view, header
+
+
+def find_next_batch(fd: int, base: int, size: int, start: int) -> int | None:
+    """The first file position >= `start` where a CRC-valid batch stamped with its own offset
+    begins, or None. Reads the file in chunks; candidates are positions of the magic byte."""
+    chunk = limits.log_scan_chunk_bytes
+    magic = bytes([fmt.MAGIC])
+    magic_at = fmt.CRC_START  # the magic is the first byte the CRC covers
+    pos = start
+    while pos < size:
+        data = os.pread(fd, min(chunk + fmt.HEADER_BYTES, size - pos), pos)
+        at = data.find(magic, magic_at)
+        while at != -1 and at - magic_at < chunk:
+            candidate = pos + at - magic_at
+            if fmt.OFFSET.unpack_from(data, at - magic_at + fmt.BASE_OFFSET_AT)[0] == (
+                base + candidate
+            ) and _valid_at(fd, candidate, size):
+                return candidate
+            at = data.find(magic, at + 1)
+        pos += chunk
+    return None
+
+
+def _valid_at(fd: int, position: int, size: int) -> bool:
+    head = os.pread(fd, 4, position)
+    if len(head) < 4:
+        return False
+    length = min(4 + fmt.LENGTH.unpack_from(head)[0], fmt.batch_bytes_max, size - position)
+    try:
+        fmt.check_batch(os.pread(fd, length, position))
+    except CorruptRecord:
+        return False
+    return True
+
+
+@dataclass(slots=True)
+class Summary:
+    """Totals over what walk() found."""
+
+    path: str
+    segments: int = 0
+    batches: int = 0
+    records: int = 0
+    total_bytes: int = 0
+    producers: set[bytes] = field(default_factory=set)
+    first_ts_us: int | None = None
+    last_ts_us: int | None = None
+    corrupt: list[Corrupt] = field(default_factory=list)
+    gaps: list[Gap] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not self.corrupt and not self.gaps
+
+    def add(self, item: Item) -> None:
+        if isinstance(item, Corrupt):
+            self.corrupt.append(item)
+        elif isinstance(item, Gap):
+            self.gaps.append(item)
+        else:
+            self._add_batch(item)
+
+    def _add_batch(self, item: Batch) -> None:
+        header = item.header
+        self.batches += 1
+        self.records += header.count
+        self.total_bytes += header.size
+        self.producers.add(header.producer_id)
+        last = max(record.timestamp_us for record in fmt.iter_records(item.data))
+        first = header.first_ts_us
+        self.first_ts_us = first if self.first_ts_us is None else min(self.first_ts_us, first)
+        self.last_ts_us = last if self.last_ts_us is None else max(self.last_ts_us, last)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "clean": self.clean,
+            "segments": self.segments,
+            "batches": self.batches,
+            "records": self.records,
+            "bytes": self.total_bytes,
+            "producers": len(self.producers),
+            "first_ts_us": self.first_ts_us,
+            "last_ts_us": self.last_ts_us,
+            "corrupt": [
+                {
+                    "file": str(c.path),
+                    "offset": c.offset,
+                    "position": c.position,
+                    "bytes": c.length,
+                    "reason": c.reason,
+                }
+                for c in self.corrupt
+            ],
+            "gaps": [
+                {"directory": str(g.directory), "start": g.start, "end": g.end} for g in self.gaps
+            ],
+        }

@@ -1,0 +1,343 @@
+"""roq monitor: one per logical queue. Knows the queue's exchanges, places publishers, moves them.
+
+Ports (B = the monitor port the host allocated, 6 in all; S = its stat port, 2):
+
+    B+0  SUB   exchange reports (heartbeat + load, `MonitorCommand.EXCHANGE_REPORT`/`LEAVING`)
+    B+1  REP   placement: SUBSCRIBER_INIT → every exchange's back address;
+               PUBLISHER_INIT / PUBLISHER_PANIC → the least-loaded exchange's front address
+    B+2  PUB   to publishers: [producer id hex | b"*"][BSON RELOCATE / EXCHANGE_LOST]
+    B+3  PUB   to subscribers: NEW_EXCHANGE, and the full EXCHANGE_LIST every monitor.list.period
+    B+4        reserved (RoQ's unused heartbeat socket)
+    B+5  REP   control (PING / SHUTDOWN from the host)
+    S+0  SUB   statistics in (exchanges, subscribers): the stat monitor, inside this process
+    S+1  PUB   the KPI stream: what came in on S (validated), plus the queue KPI (CMD 23)
+
+An exchange silent for `monitor.dead.heartbeats` of its periods is dead: its publishers are told
+with the exact front address they use (RoQ's never matched) and subscribers get the new list.
+Everything runs in the main thread, which owns every socket.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from roq import limits
+from roq.child import ControlServer
+from roq.config import Settings
+from roq.errors import ProtocolError
+from roq.placement import ExchangeView, Thresholds, choose_exchange, plan_relocation
+from roq.protocol import bsonmsg
+from roq.protocol.commands import (
+    MonitorCommand,
+    PublisherNotice,
+    Reason,
+    StatCommand,
+    SubscriberNotice,
+)
+from roq.transport import NOBLOCK, POLLIN, Kind, Poller, WouldBlock, bind, open_socket
+from roq.transport.rpc import answer
+
+log = logging.getLogger(__name__)
+
+REPORTS, REQUESTS, TO_PUBLISHERS, TO_SUBSCRIBERS, _RESERVED, CONTROL = range(6)
+PORTS_PER_MONITOR = 6
+STAT_IN, KPI_OUT = 0, 1
+BROADCAST_TOPIC = b"*"
+_BURST = 256
+_STAT_FRAMES_MAX = 4
+_STAT_FRAME_BYTES_MAX = 64 * 1024
+_EXCHANGES_MAX = 10_000
+
+
+def thresholds(settings: Settings) -> Thresholds:
+    return Thresholds(
+        max_throughput=settings.get_int("exchange.max.throughput"),
+        overload=settings.get_float("relocate.overload"),
+        target=settings.get_float("relocate.target"),
+        optimise=settings.get_float("relocate.optimise"),
+        coldstart=settings.get_float("relocate.coldstart"),
+        producers_max=settings.get_int("relocate.producers.max"),
+        hysteresis=settings.get_int("relocate.hysteresis"),
+        cooldown_s=settings.get_int("relocate.cooldown") / 1000,
+        warmup_s=settings.get_int("exchange.warmup") / 1000,
+    )
+
+
+class Monitor:
+    def __init__(
+        self, context: Any, queue: str, address: str, port: int, stat_port: int, settings: Settings
+    ):
+        self.queue, self.address, self.port, self.stat_port = queue, address, port, stat_port
+        self.name = f"monitor {queue}"
+        self.limits = thresholds(settings)
+        self.dead_after = settings.get_int("monitor.dead.heartbeats")
+        self.list_period_s = settings.get_int("monitor.list.period") / 1000
+        self.kpi_period_s = settings.get_int("monitor.stat.period") / 1000
+        self.exchanges: dict[str, ExchangeView] = {}  # by front address
+        self.bad_frames = 0
+        self.relocations = 0
+        self._open_sockets(context)
+
+    def _open_sockets(self, context: Any) -> None:
+        def bound(kind: Kind, port: int, **options: Any) -> Any:
+            sock = open_socket(context, kind, **options)
+            bind(sock, self.address, port)
+            return sock
+
+        b, s = self.port, self.stat_port
+        self.reports = bound(Kind.SUB, b + REPORTS, rcvhwm=10_000, subscribe=b"")
+        self.requests = bound(Kind.REP, b + REQUESTS)
+        self.to_publishers = bound(Kind.PUB, b + TO_PUBLISHERS, sndhwm=10_000)
+        self.to_subscribers = bound(Kind.PUB, b + TO_SUBSCRIBERS, sndhwm=10_000)
+        self.stat_in = bound(Kind.SUB, s + STAT_IN, rcvhwm=10_000, subscribe=b"")
+        self.kpi_out = bound(Kind.PUB, s + KPI_OUT, sndhwm=10_000)
+        self.control = ControlServer(context, self.address, b + CONTROL, self.name)
+        self.control.status = self.status
+
+    # --- main loop -----------------------------------------------------------------------------
+    def run(self, stop: threading.Event) -> None:
+        poller = Poller()
+        handlers = {
+            self.reports: self._pump_reports,
+            self.requests: lambda: answer(self.requests, self._placement, self.name, log),
+            self.stat_in: self._pump_stats,
+            self.control.sock: self.control.handle,
+        }
+        for sock in handlers:
+            poller.register(sock, POLLIN)
+        now = time.monotonic()
+        next_list, next_kpi = now + self.list_period_s, now + self.kpi_period_s
+        log.info("%s: placing publishers on tcp://%s:%d", self.name, self.address, self.port + 1)
+        while not (stop.is_set() or self.control.stop_requested):
+            for sock, _ in poller.poll(limits.poll_interval_ms):
+                handlers[sock]()
+            now = time.monotonic()
+            self._reap(now)
+            if now >= next_list:
+                self._publish_list()
+                next_list = now + self.list_period_s
+            if now >= next_kpi:
+                self._publish_queue_kpi()
+                next_kpi = now + self.kpi_period_s
+        log.info("%s: stopping", self.name)
+
+    # --- exchange reports ----------------------------------------------------------------------
+    def _pump_reports(self) -> None:
+        for _ in range(_BURST):
+            try:
+                frames = self.reports.recv_multipart(NOBLOCK)
+            except WouldBlock:
+                return
+            try:
+                self._on_report(bsonmsg.decode(frames))
+            except (ProtocolError, KeyError, TypeError, ValueError) as error:
+                self.bad_frames += 1
+                log.warning("%s: ignored a bad exchange report: %s", self.name, error)
+
+    def _on_report(self, doc: dict[str, Any]) -> None:
+        front = bsonmsg.field_str(doc, "Front")
+        now = time.monotonic()
+        view = self.exchanges.get(front)
+        if view is not None and view.started != doc.get("Started", view.started):
+            self._forget(view, now, "restarted")  # its memory (and what it held) is gone
+            view = None
+        if view is None:
+            if len(self.exchanges) >= _EXCHANGES_MAX:
+                raise ValueError(f"already {_EXCHANGES_MAX} exchanges known")
+            view = self._register(doc, front, now)
+        view.last_seen = now
+        view.period_s = float(doc.get("Period", view.period_s))
+        if doc["CMD"] == MonitorCommand.EXCHANGE_LEAVING:
+            self._on_leaving(view)
+            return
+        if doc["CMD"] != MonitorCommand.EXCHANGE_REPORT:
+            raise ValueError(f"unknown report command {doc['CMD']}")
+        self._update_load(view, doc)
+        self._relocate(view, now)
+
+    def _register(self, doc: dict[str, Any], front: str, now: float) -> ExchangeView:
+        view = ExchangeView(
+            exchange_id=bsonmsg.field_str(doc, "Id"),
+            front=front,
+            back=bsonmsg.field_str(doc, "Back"),
+            first_seen=now,
+            last_seen=now,
+            period_s=float(doc.get("Period", 1.0)),
+            started=float(doc.get("Started", 0.0)),
+            logged=bool(doc.get("Log", False)),
+        )
+        self.exchanges[front] = view
+        log.info("%s: exchange %s joined (%s)", self.name, view.exchange_id, front)
+        self._to_subscribers(
+            SubscriberNotice.NEW_EXCHANGE, Id=view.exchange_id, Back=view.back, Log=view.logged
+        )
+        return view
+
+    def _update_load(self, view: ExchangeView, doc: dict[str, Any]) -> None:
+        view.bytes_rate = float(doc.get("Bytes", 0.0))
+        view.msgs_rate = float(doc.get("Msgs", 0.0))
+        view.producers = int(doc.get("Producers", 0))
+        view.cpu = float(doc.get("CPU", 0.0))
+        view.rss = int(doc.get("RSS", 0))
+        top = doc.get("Top", [])
+        view.top = [(str(p["ID"]), float(p["Bytes"])) for p in top if isinstance(p, dict)]
+
+    def _on_leaving(self, view: ExchangeView) -> None:
+        if not view.leaving:
+            log.info(
+                "%s: exchange %s is leaving; moving its publishers", self.name, view.exchange_id
+            )
+        view.leaving = True
+        self._to_publishers(
+            BROADCAST_TOPIC, PublisherNotice.EXCHANGE_LOST, Front=view.front, Dead=False
+        )
+
+    def _relocate(self, source: ExchangeView, now: float) -> None:
+        moves = plan_relocation(source, list(self.exchanges.values()), now, self.limits)
+        for move in moves:
+            self.relocations += 1
+            log.info(
+                "%s: moving publisher %s (%.0f B/s) from %s to %s: %s is overloaded",
+                self.name, move.producer, move.bytes_rate, move.source.exchange_id,
+                move.target.exchange_id, move.source.exchange_id,
+            )  # fmt: skip
+            self._to_publishers(
+                move.producer.encode(),
+                PublisherNotice.RELOCATE,
+                ProducerID=move.producer,
+                Exchange={"Id": move.target.exchange_id, "Front": move.target.front},
+                From=move.source.front,
+            )
+
+    def _reap(self, now: float) -> None:
+        dead = [
+            view
+            for view in self.exchanges.values()
+            if now - view.last_seen > self.dead_after * view.period_s
+        ]
+        for view in dead:
+            self._forget(view, now, f"silent for {now - view.last_seen:.1f} s")
+        if dead:
+            self._publish_list()
+
+    def _forget(self, view: ExchangeView, now: float, why: str) -> None:
+        """A dead exchange: its publishers fail over (the notice names the address they use)."""
+        del self.exchanges[view.front]
+        log.warning(
+            "%s: exchange %s (%s) %s: declared dead", self.name, view.exchange_id, view.front, why
+        )
+        self._to_publishers(
+            BROADCAST_TOPIC, PublisherNotice.EXCHANGE_LOST, Front=view.front, Dead=True
+        )
+
+    # --- placement requests --------------------------------------------------------------------
+    def _placement(self, request: dict[str, Any]) -> dict[str, Any]:
+        command = request["CMD"]
+        if command == MonitorCommand.SUBSCRIBER_INIT:
+            return bsonmsg.ok(Exchanges=self._exchange_list())
+        if command in (MonitorCommand.PUBLISHER_INIT, MonitorCommand.PUBLISHER_PANIC):
+            return self._place(request)
+        return bsonmsg.fail(Reason.UNKNOWN_COMMAND, f"unknown command {command}")
+
+    def _place(self, request: dict[str, Any]) -> dict[str, Any]:
+        producer = bsonmsg.field_str(request, "ProducerID", max_chars=64)
+        avoid = request.get("Lost", "") if request["CMD"] == MonitorCommand.PUBLISHER_PANIC else ""
+        chosen = choose_exchange(
+            list(self.exchanges.values()), time.monotonic(), self.limits, str(avoid)
+        )
+        if chosen is None:
+            return bsonmsg.fail(Reason.NO_CAPACITY, f"queue {self.queue} has no live exchange")
+        log.info("%s: publisher %s placed on %s", self.name, producer, chosen.exchange_id)
+        return bsonmsg.ok(Exchange={"Id": chosen.exchange_id, "Front": chosen.front})
+
+    def _exchange_list(self) -> list[dict[str, Any]]:
+        return [
+            {"Id": x.exchange_id, "Back": x.back, "Log": x.logged} for x in self.exchanges.values()
+        ]
+
+    def _publish_list(self) -> None:
+        self._to_subscribers(SubscriberNotice.EXCHANGE_LIST, Exchanges=self._exchange_list())
+
+    # --- stat monitor --------------------------------------------------------------------------
+    def _pump_stats(self) -> None:
+        """Forward valid statistics to the KPI stream; count and drop the rest."""
+        for _ in range(_BURST):
+            try:
+                frames = self.stat_in.recv_multipart(NOBLOCK)
+            except WouldBlock:
+                return
+            if self._valid_stat(frames):
+                self._send(self.kpi_out, frames)
+            else:
+                self.bad_frames += 1
+
+    @staticmethod
+    def _valid_stat(frames: list[bytes]) -> bool:
+        if not 1 <= len(frames) <= _STAT_FRAMES_MAX:
+            return False
+        try:
+            docs = [bsonmsg.decode([frame], _STAT_FRAME_BYTES_MAX) for frame in frames]
+        except ProtocolError:
+            return False
+        known = {int(c) for c in StatCommand}
+        return all(doc["CMD"] in known for doc in docs)
+
+    def _publish_queue_kpi(self) -> None:
+        views = list(self.exchanges.values())
+        doc = {
+            "CMD": int(StatCommand.QUEUE),
+            "QName": f"{self.queue}:{self.port}",
+            "XChanges": len(views),
+            "Producers": sum(x.producers for x in views),
+            "Throughput": sum(x.bytes_rate for x in views),
+            "Msgs": sum(x.msgs_rate for x in views),
+            "Time": time.time(),
+        }
+        self._send(self.kpi_out, [bsonmsg.encode(doc)])
+
+    # --- output --------------------------------------------------------------------------------
+    def _to_publishers(self, topic: bytes, notice: PublisherNotice, **fields: Any) -> None:
+        self._send(self.to_publishers, [topic, bsonmsg.encode({"CMD": int(notice), **fields})])
+
+    def _to_subscribers(self, notice: SubscriberNotice, **fields: Any) -> None:
+        self._send(self.to_subscribers, [bsonmsg.encode({"CMD": int(notice), **fields})])
+
+    def _send(self, sock: Any, frames: list[bytes]) -> None:
+        try:
+            sock.send_multipart(frames, NOBLOCK)
+        except WouldBlock:
+            log.warning("%s: a slow peer missed a notice (it will get the next list)", self.name)
+
+    def status(self) -> dict[str, Any]:
+        now = time.monotonic()
+        return {
+            "Queue": self.queue,
+            "Relocations": self.relocations,
+            "BadFrames": self.bad_frames,
+            "Exchanges": [
+                {
+                    "Id": x.exchange_id,
+                    "Front": x.front,
+                    "Back": x.back,
+                    "Msgs": x.msgs_rate,
+                    "Bytes": x.bytes_rate,
+                    "Producers": x.producers,
+                    "CPU": x.cpu,
+                    "RSS": x.rss,
+                    "Leaving": x.leaving,
+                    "Age": now - x.first_seen,
+                }
+                for x in self.exchanges.values()
+            ],
+        }
+
+    def close(self) -> None:
+        for sock in (
+            self.reports, self.requests, self.to_publishers, self.to_subscribers,
+            self.stat_in, self.kpi_out,
+        ):  # fmt: skip
+            sock.close(0)
+        self.control.close()

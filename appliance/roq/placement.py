@@ -1,0 +1,134 @@
+"""Where a publisher goes: placement and re-allocation (RoQ's "6 steps", reference §4.3–4.4).
+
+Pure functions over the monitor's view of its exchanges; the monitor owns the state and the
+sockets. Loads are payload bytes per second as the exchanges last reported them, corrected by the
+monitor's own decisions since (RoQ's optimistic update, step 5).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+PLACEMENT_MEMORY_S = 10.0  # a placement counts this long before the exchange's own count
+
+
+@dataclass
+class Thresholds:
+    """Every number of the algorithm, from HCM.properties (`relocate.*`, `exchange.*`)."""
+
+    max_throughput: float  # bytes/s an exchange is sized for
+    overload: float = 1.10  # step 2: overloaded above overload × max
+    target: float = 0.90  # step 4a: a candidate must stay below target × max
+    optimise: float = 0.20  # step 4b: or the move narrows a gap wider than this share
+    coldstart: float = 0.10  # below this share everywhere, spread publishers by count
+    producers_max: int = 3  # top-k producers moved per decision (RoQ moved 1)
+    hysteresis: int = 2  # consecutive overloaded reports before acting
+    cooldown_s: float = 5.0  # no second decision for the same exchange within this
+    warmup_s: float = 1.0  # a new exchange takes publishers after this long
+
+
+@dataclass
+class ExchangeView:
+    exchange_id: str
+    front: str
+    back: str
+    first_seen: float
+    last_seen: float
+    period_s: float
+    started: float = 0.0
+    logged: bool = False  # the exchange keeps a message log subscribers can read (F+3)
+    bytes_rate: float = 0.0
+    msgs_rate: float = 0.0
+    producers: int = 0
+    top: list[tuple[str, float]] = field(default_factory=list)  # (producer id hex, bytes/s)
+    leaving: bool = False
+    overloaded_reports: int = 0
+    cooldown_until: float = 0.0
+    cpu: float = 0.0
+    rss: int = 0
+    placed_at: list[float] = field(default_factory=list)  # recent placements (monotonic s)
+
+    def publishers(self, now: float) -> int:
+        """Publishers as far as anyone knows: the exchange counts only those that sent in its
+        last period, so recent placements of still-silent publishers count too."""
+        self.placed_at = [t for t in self.placed_at if now - t < PLACEMENT_MEMORY_S][-1000:]
+        return max(self.producers, len(self.placed_at))
+
+    def is_placeable(self, now: float, warmup_s: float) -> bool:
+        return not self.leaving and now - self.first_seen >= warmup_s
+
+
+@dataclass(frozen=True)
+class Move:
+    producer: str  # hex id
+    source: ExchangeView
+    target: ExchangeView
+    bytes_rate: float
+
+
+def choose_exchange(
+    exchanges: list[ExchangeView], now: float, limits: Thresholds, avoid: str = ""
+) -> ExchangeView | None:
+    """The exchange a new (or failed-over) publisher should use, or None if there is none.
+
+    Exchanges still warming up are used only when no other one is available, so that subscribers
+    that are connected to the queue have joined a new exchange before messages flow through it.
+    """
+    running = [x for x in exchanges if not x.leaving]
+    # `avoid` failed this publisher; if it is all there is, it came back (restarted): use it.
+    live = [x for x in running if x.front != avoid] or running
+    if not live:
+        return None
+    ready = [x for x in live if x.is_placeable(now, limits.warmup_s)] or live
+    cold = all(x.bytes_rate < limits.coldstart * limits.max_throughput for x in ready)
+    if cold:  # no statistics worth the name yet: spread by publisher count (RoQ's rule)
+        chosen = min(ready, key=lambda x: (x.publishers(now), x.bytes_rate, x.first_seen))
+    else:
+        chosen = min(ready, key=lambda x: (x.bytes_rate, x.publishers(now), x.first_seen))
+    chosen.placed_at.append(now)  # step 5's optimism: the next publisher sees this one counted
+    return chosen
+
+
+def plan_relocation(
+    source: ExchangeView, exchanges: list[ExchangeView], now: float, limits: Thresholds
+) -> list[Move]:
+    """Steps 1–5 for one report of `source`; the caller publishes the moves (step 6)."""
+    if source.bytes_rate <= limits.overload * limits.max_throughput:
+        source.overloaded_reports = 0
+        return []
+    source.overloaded_reports += 1
+    if source.overloaded_reports < limits.hysteresis or now < source.cooldown_until:
+        return []
+    others = [x for x in exchanges if x is not source and x.is_placeable(now, limits.warmup_s)]
+    if not others or len(source.top) < 2:
+        return []  # the limit case: nowhere to go, or one publisher carries it all
+    moves = _pick_moves(source, others, limits, now)
+    if moves:
+        source.cooldown_until = now + limits.cooldown_s
+        source.overloaded_reports = 0
+    return moves
+
+
+def _pick_moves(
+    source: ExchangeView, others: list[ExchangeView], limits: Thresholds, now: float
+) -> list[Move]:
+    moves: list[Move] = []
+    ceiling = limits.target * limits.max_throughput
+    remaining = len(source.top)
+    for producer, rate in sorted(source.top, key=lambda item: item[1], reverse=True):
+        if len(moves) >= limits.producers_max or remaining <= 1 or source.bytes_rate <= ceiling:
+            break
+        target = min(others, key=lambda x: x.bytes_rate)
+        fits = target.bytes_rate + rate < ceiling
+        narrows = target.bytes_rate + rate < source.bytes_rate and (
+            source.bytes_rate - target.bytes_rate > limits.optimise * source.bytes_rate
+        )
+        if not (fits or narrows):
+            continue
+        moves.append(Move(producer, source, target, rate))
+        target.bytes_rate += rate
+        target.placed_at.append(now)
+        source.bytes_rate -= rate
+        source.producers -= 1
+        remaining -= 1
+    return moves

@@ -1,0 +1,49 @@
+"""What a process reports about itself and its machine: CPU share, resident memory, load.
+
+Read from /proc (Linux) and `os.times`; nothing here blocks or allocates much, so the exchange
+can call it once per statistics period from its main loop.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+
+
+def rss_bytes() -> int:
+    """Current resident set size (ru_maxrss would be the peak, which hides a shrinking heap)."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * _PAGE_BYTES
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def load_average() -> float:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return 0.0
+
+
+class CpuMeter:
+    """Fraction of one core this process used since the previous `sample()`."""
+
+    def __init__(self) -> None:
+        self._cpu = self._process_seconds()
+        self._wall = time.monotonic()
+
+    @staticmethod
+    def _process_seconds() -> float:
+        times = os.times()
+        return times.user + times.system
+
+    def sample(self) -> float:
+        cpu, wall = self._process_seconds(), time.monotonic()
+        elapsed = wall - self._wall
+        share = (cpu - self._cpu) / elapsed if elapsed > 0 else 0.0
+        self._cpu, self._wall = cpu, wall
+        return round(share, 4)

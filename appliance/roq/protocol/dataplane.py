@@ -1,0 +1,152 @@
+"""Frames of the data plane: publisher → exchange, exchange → publisher, exchange → subscriber.
+
+A publisher's DEALER talks to the exchange's ROUTER (front port F). Every message it sends is
+`[kind, ...]`, where kind is one byte:
+
+    b"B" [batch]            a record batch, fire and forget (acks=none)
+    b"A" [token] [batch]    a record batch the publisher wants confirmed; token is 8 bytes LE
+    b"D" [token]            drain: answered once everything sent before it has been handled
+
+and the exchange answers on the same connection:
+
+    b"a" [token] [offset]   batch `token` accepted at log offset `offset` (8 bytes LE)
+    b"n" [token] [reason]   batch `token` refused; reason is UTF-8 text
+    b"d" [token]            drain `token` done: every earlier batch was forwarded
+    b"e" [reason]           an unconfirmed batch was refused (the publisher logs it)
+
+Subscribers receive `[key][batch]` from the exchange's PUB socket (back port F+1), so ZeroMQ's
+prefix filtering on the first frame does the key routing. The batch bytes are the same
+everywhere (`roq.log.format`): the exchange never re-encodes a message.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from roq.errors import DecodeError
+
+BATCH = b"B"
+CONFIRMED_BATCH = b"A"
+DRAIN = b"D"
+
+ACK = b"a"
+NACK = b"n"
+DRAINED = b"d"
+REFUSED = b"e"
+
+TOKEN = struct.Struct("<Q")
+OFFSET = struct.Struct("<Q")
+
+
+@dataclass(frozen=True, slots=True)
+class Inbound:
+    """One publisher message as the exchange sees it (without the ROUTER's identity frame)."""
+
+    kind: bytes
+    token: bytes  # b"" for BATCH
+    batch: memoryview | None  # None for DRAIN
+
+
+def parse_inbound(frames: Sequence[memoryview | bytes]) -> Inbound:
+    """Check the frame count and kind; the batch itself is checked by `format.check_batch`."""
+    if not frames:
+        raise DecodeError("empty message")
+    kind = bytes(frames[0])
+    expected = {BATCH: 2, CONFIRMED_BATCH: 3, DRAIN: 2}.get(kind)
+    if expected is None:
+        raise DecodeError(f"unknown frame kind {kind[:8]!r}")
+    if len(frames) != expected:
+        raise DecodeError(f"kind {kind!r} takes {expected} frames, got {len(frames)}")
+    if kind == BATCH:
+        return Inbound(kind, b"", memoryview(frames[1]))
+    token = bytes(frames[1])
+    if len(token) != TOKEN.size:
+        raise DecodeError(f"token must be {TOKEN.size} bytes, got {len(token)}")
+    if kind == DRAIN:
+        return Inbound(kind, token, None)
+    return Inbound(kind, token, memoryview(frames[2]))
+
+
+def ack(token: bytes, offset: int) -> list[bytes]:
+    return [ACK, token, OFFSET.pack(offset)]
+
+
+def nack(token: bytes, reason: str) -> list[bytes]:
+    return [NACK, token, reason.encode()[:512]]
+
+
+def drained(token: bytes) -> list[bytes]:
+    return [DRAINED, token]
+
+
+def refused(reason: str) -> list[bytes]:
+    return [REFUSED, reason.encode()[:512]]
+
+
+# --- replay (exchange port F+3, ROUTER; the client is a DEALER) -------------------------------
+# Requests:  b"R" [offset 8 LE] [max_bytes 4 LE]    read whole batches from `offset`
+#            b"T" [timestamp_us 8 LE]               the offset of the first batch at or after T
+#            b"P"                                   the log's start and end offsets
+# Reply:     b"r" [status 1] [next_offset 8] [start 8] [end 8] [data]
+#            status: b"B" batches in data, b"N" no message yet (offset == end),
+#                    b"E" evicted (next_offset = start), b"X" error (data = UTF-8 reason)
+READ = b"R"
+SEEK_TIME = b"T"
+POSITION = b"P"
+READ_REPLY = b"r"
+READ_BATCHES, READ_NOTHING_YET, READ_EVICTED, READ_ERROR = b"B", b"N", b"E", b"X"
+READ_BYTES_MAX = 1024 * 1024  # one read answers at most this much (and at least one batch)
+_READ = struct.Struct("<QI")
+_REPLY = struct.Struct("<QQQ")
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRequest:
+    kind: bytes
+    offset: int = 0
+    max_bytes: int = 0
+    timestamp_us: int = 0
+
+
+def parse_read_request(frames: Sequence[bytes]) -> ReadRequest:
+    if not frames:
+        raise DecodeError("empty replay request")
+    kind = bytes(frames[0])
+    if kind == POSITION and len(frames) == 1:
+        return ReadRequest(kind)
+    if kind == READ and len(frames) == 2 and len(frames[1]) == _READ.size:
+        offset, max_bytes = _READ.unpack(frames[1])
+        return ReadRequest(kind, offset, min(max(max_bytes, 1), READ_BYTES_MAX))
+    if kind == SEEK_TIME and len(frames) == 2 and len(frames[1]) == OFFSET.size:
+        return ReadRequest(kind, timestamp_us=OFFSET.unpack(frames[1])[0])
+    raise DecodeError(f"malformed replay request of kind {kind[:8]!r} with {len(frames)} frames")
+
+
+def read_request(offset: int, max_bytes: int = READ_BYTES_MAX) -> list[bytes]:
+    return [READ, _READ.pack(offset, max_bytes)]
+
+
+def seek_request(timestamp_us: int) -> list[bytes]:
+    return [SEEK_TIME, OFFSET.pack(timestamp_us)]
+
+
+def read_reply(status: bytes, next_offset: int, start: int, end: int, data: bytes) -> list[bytes]:
+    return [READ_REPLY, status, _REPLY.pack(next_offset, start, end), data]
+
+
+@dataclass(frozen=True, slots=True)
+class ReadReply:
+    status: bytes
+    next_offset: int
+    start: int
+    end: int
+    data: bytes
+
+
+def parse_read_reply(frames: Sequence[bytes]) -> ReadReply:
+    if len(frames) != 4 or frames[0] != READ_REPLY or len(frames[2]) != _REPLY.size:
+        raise DecodeError(f"malformed replay reply ({len(frames)} frames)")
+    next_offset, start, end = _REPLY.unpack(frames[2])
+    return ReadReply(bytes(frames[1]), next_offset, start, end, bytes(frames[3]))

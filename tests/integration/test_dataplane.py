@@ -1,0 +1,243 @@
+"""The data plane on a real cluster: keys, order, new exchanges, fail-over, relocation, bad input.
+
+Publishers and subscribers run in this process (real sockets), exchanges and monitors are the
+processes `roq host` starts.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from roq.client.publisher import Publisher
+from roq.client.subscriber import Subscriber, records
+from roq.log import format as batchfmt
+from roq.testing.cluster import LocalCluster, processes_with, wait_for
+from roq.transport import Kind, connect, new_context, open_socket
+
+pytestmark = pytest.mark.integration
+
+
+class Collector(threading.Thread):
+    """Runs a Subscriber in its own thread (which owns it) and keeps what it received."""
+
+    def __init__(self, cluster: LocalCluster, queue: str, key: bytes = b""):
+        super().__init__(daemon=True)
+        self.sub = Subscriber(queue, key, gcm=cluster.gcm)
+        self.stop = threading.Event()
+        self.by_stream: dict[tuple[bytes, bytes], list[int]] = collections.defaultdict(list)
+        self.payloads: list[bytes] = []
+        self.count = 0
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                for delivery in self.sub.poll(50):
+                    for record in records(delivery):
+                        self.by_stream[(record.producer_id, record.key)].append(record.seq)
+                        self.payloads.append(record.payload)
+                        self.count += 1
+        finally:
+            self.sub.close()
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.join(10)
+
+
+@pytest.fixture
+def queue(cluster: LocalCluster) -> Iterator[str]:
+    cluster.start_gcm()
+    cluster.start_host("h1", **{"exchange.max.perhost": 4, "exchange.warmup": 300})
+    cluster.wait_ready()
+    with cluster.admin() as admin:
+        admin.create_queue("q1")
+    yield "q1"
+
+
+def _exchanges(cluster: LocalCluster, queue: str) -> list[dict[str, Any]]:
+    with cluster.admin() as admin:
+        status = admin.status()
+    return next(q for q in status["Queues"] if q["Name"] == queue)["Exchanges"]
+
+
+def _add_exchange(cluster: LocalCluster, queue: str, txid: str) -> dict[str, Any]:
+    with cluster.admin() as admin:
+        reply = admin.create_exchange(queue, txid)
+    return dict(reply["Exchange"])
+
+
+def _assert_exact(collector: Collector, expected: dict[tuple[bytes, bytes], int]) -> None:
+    got = dict(collector.by_stream)
+    assert set(got) == set(expected), (
+        f"streams differ: extra {set(got) - set(expected)}, missing {set(expected) - set(got)}"
+    )
+    for stream, count in expected.items():
+        assert got[stream] == list(range(count)), f"stream {stream} lost, reordered or doubled"
+
+
+def test_keys_order_and_exactly_once(cluster: LocalCluster, queue: str):
+    collectors = {key: Collector(cluster, queue, key) for key in (b"", b"a", b"a.x", b"b")}
+    for collector in collectors.values():
+        collector.start()
+    time.sleep(0.3)
+    sent: dict[tuple[bytes, bytes], int] = {}
+    publishers = [Publisher(queue, gcm=cluster.gcm, linger_ms=1) for _ in range(3)]
+    for index, publisher in enumerate(publishers):
+        for key in (b"a.x.1", b"a.y", b"b", b"c"):
+            for n in range(300 + index):
+                publisher.send(b"%d" % n, key)
+            sent[(publisher.producer_id, key)] = 300 + index
+    for publisher in publishers:
+        publisher.close()
+    total = sum(sent.values())
+    wait_for(lambda: collectors[b""].count >= total, 15, "everything delivered")
+    time.sleep(0.3)  # anything extra (a duplicate) would arrive now
+    for key, collector in collectors.items():
+        collector.finish()
+        _assert_exact(collector, {s: n for s, n in sent.items() if s[1].startswith(key)})
+
+
+def test_an_exchange_added_later_delivers_to_connected_subscribers(
+    cluster: LocalCluster, queue: str
+):
+    collector = Collector(cluster, queue)
+    collector.start()
+    first = Publisher(queue, gcm=cluster.gcm)
+    added = _add_exchange(cluster, queue, "tx-added")
+    wait_for(lambda: len(collector.sub.exchanges) == 2, 10, "subscriber joined the new exchange")
+    time.sleep(0.5)  # past exchange.warmup: the next publisher is placed on the idle new one
+    second = Publisher(queue, gcm=cluster.gcm)
+    assert second.exchange == added["Front"], "the new publisher should go to the idle exchange"
+    for n in range(500):
+        first.send(b"%d" % n, b"k")
+        second.send(b"%d" % n, b"k")
+    first.close()
+    second.close()
+    wait_for(lambda: collector.count >= 1000, 10, "both publishers delivered")
+    collector.finish()
+    _assert_exact(collector, {(first.producer_id, b"k"): 500, (second.producer_id, b"k"): 500})
+
+
+def test_killed_exchange_publishers_fail_over_within_three_heartbeats(
+    cluster: LocalCluster, queue: str
+):
+    _add_exchange(cluster, queue, "tx-2")
+    collector = Collector(cluster, queue)
+    collector.start()
+    wait_for(lambda: len(collector.sub.exchanges) == 2, 10, "subscriber sees both exchanges")
+    time.sleep(0.4)
+    publishers = [Publisher(queue, gcm=cluster.gcm, linger_ms=1) for _ in range(4)]
+    fronts = {p.exchange for p in publishers}
+    assert len(fronts) == 2, "cold start spreads publishers over both exchanges"
+    victim_front = publishers[0].exchange
+    assert victim_front is not None
+    victim = next(x for x in _exchanges(cluster, queue) if x["Front"] == victim_front)
+    [pid] = processes_with(victim["Id"])
+    os.kill(pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    moved = [p for p in publishers if p.exchange == victim_front]
+    wait_for(lambda: all(p.moves >= 1 for p in moved), 5, "fail-over")
+    took = time.monotonic() - killed_at
+    # 3 heartbeats of 0.2 s, plus the monitor's 0.1 s timer tick and the test's own polling
+    assert took <= 1.5, f"fail-over took {took:.2f} s (heartbeat 0.2 s)"
+    before = collector.count
+    for publisher in publishers:
+        for n in range(200):
+            publisher.send(b"after %d" % n, b"k")
+        publisher.close()
+    wait_for(lambda: collector.count >= before + 800, 10, "messages after the fail-over")
+    collector.finish()
+    for publisher in publishers:  # everything sent after the fail-over arrived, in order
+        seqs = collector.by_stream[(publisher.producer_id, b"k")]
+        assert seqs[-200:] == list(range(seqs[-1] - 199, seqs[-1] + 1))
+
+
+def test_heavy_publisher_is_reallocated_without_loss_or_reordering(cluster: LocalCluster):
+    """RoQ's Test117b, thresholds lowered: 1 heavy + 3 light publishers, a second exchange."""
+    cluster.start_gcm()
+    cluster.start_host(
+        "h1",
+        **{
+            "exchange.max.perhost": 4,
+            "exchange.warmup": 200,
+            "exchange.max.throughput": 200_000,  # bytes/s
+            "relocate.coldstart": 0.0,
+            "relocate.hysteresis": 2,
+            "relocate.cooldown": 2000,
+        },
+    )
+    cluster.wait_ready()
+    with cluster.admin() as admin:
+        admin.create_queue("q1")
+    collector = Collector(cluster, "q1")
+    collector.start()
+    heavy = Publisher("q1", gcm=cluster.gcm, linger_ms=1)
+    light = [Publisher("q1", gcm=cluster.gcm, linger_ms=1) for _ in range(3)]
+    start_front = heavy.exchange
+    added = _add_exchange(cluster, "q1", "tx-relief")
+    wait_for(lambda: len(collector.sub.exchanges) == 2, 10, "subscriber on both exchanges")
+    sent = collections.Counter[Any]()
+    deadline = time.monotonic() + 15
+    while heavy.exchange == start_front and time.monotonic() < deadline:
+        for _ in range(20):  # ~400 KB/s from the heavy one, ~4 KB/s from each light one
+            heavy.send(b"h" * 1000, b"k")
+            sent[heavy.producer_id] += 1
+        for publisher in light:
+            publisher.send(b"l" * 200, b"k")
+            sent[publisher.producer_id] += 1
+        time.sleep(0.05)
+    assert heavy.exchange == added["Front"], f"heavy publisher not moved\n{cluster.logs()}"
+    assert all(p.exchange == start_front for p in light), "only the heavy publisher moves"
+    for _ in range(200):
+        heavy.send(b"h" * 1000, b"k")
+        sent[heavy.producer_id] += 1
+    for publisher in [heavy, *light]:
+        publisher.close()
+    total = sum(sent.values())
+    wait_for(lambda: collector.count >= total, 15, "all messages delivered")
+    collector.finish()
+    _assert_exact(collector, {(pid, b"k"): n for pid, n in sent.items()})
+
+
+def test_bad_frames_are_counted_and_dropped_and_the_exchange_keeps_serving(
+    cluster: LocalCluster, queue: str
+):
+    [exchange] = _exchanges(cluster, queue)
+    context = new_context()
+    raw = open_socket(context, Kind.DEALER)
+    connect(raw, exchange["Front"])
+    good = batchfmt.encode_batch(b"p" * 16, 0, b"k", [b"hello"], [time.time_ns() // 1000])
+    wrong_version = bytearray(good)
+    wrong_version[17] = 9
+    oversized = bytearray(good) + bytes(5 * 1024 * 1024)
+    oversized[0:4] = (len(oversized) - 4).to_bytes(4, "little")
+    bad_frames = [
+        [b"B", good[:-3]],  # truncated batch
+        [b"B", good, b"extra"],  # wrong frame count
+        [b"Z", good],  # unknown kind
+        [b"B", bytes(wrong_version)],  # unknown version (and so a CRC mismatch)
+        [b"B", oversized],  # a 5 MiB message
+        [b"B"],
+    ]
+    for frames in bad_frames:
+        raw.send_multipart(frames)
+    collector = Collector(cluster, queue)
+    collector.start()
+    time.sleep(0.3)
+    with Publisher(queue, gcm=cluster.gcm) as publisher:
+        for n in range(100):
+            publisher.send(b"%d" % n)
+    wait_for(lambda: collector.count >= 100, 10, "good messages after bad frames")
+    collector.finish()
+    raw.close(0)
+    log_text = cluster.logs()
+    assert log_text.count("dropped a bad frame") >= len(bad_frames), log_text
+    assert "exceeds the" in log_text and "unknown format version 9" in log_text

@@ -1,0 +1,143 @@
+"""Queue lifecycle through the `roq` CLI on a real cluster: processes really start and stop."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import time
+from typing import Any
+
+import pytest
+
+from roq.testing.cluster import LocalCluster, processes_with, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def _roq(cluster: LocalCluster, *args: str) -> str:
+    result = cluster.cli(*args, "--gcm", cluster.gcm, timeout_s=60)
+    assert result.returncode == 0, f"roq {' '.join(args)}: {result.stderr}\n{cluster.logs()}"
+    return result.stdout
+
+
+def _status(cluster: LocalCluster) -> dict[str, Any]:
+    return dict(json.loads(_roq(cluster, "status", "--json")))
+
+
+def _queue_processes(cluster: LocalCluster, queue: str) -> list[int]:
+    marker = f"{cluster.tmp}"  # children carry the host's -D directory=<tmp>/… override
+    return [
+        pid
+        for pid in processes_with(f" {queue} --bind ")
+        if marker in open(f"/proc/{pid}/cmdline").read().replace("\0", " ")
+    ]
+
+
+@pytest.fixture
+def running(cluster: LocalCluster) -> LocalCluster:
+    cluster.start_gcm()
+    cluster.start_host("h1", **{"exchange.max.perhost": 8})
+    cluster.wait_ready()
+    return cluster
+
+
+def test_create_list_stop_start_delete_round_trip(running: LocalCluster):
+    _roq(running, "queue", "create", "orders")
+    assert len(_queue_processes(running, "orders")) == 2  # its monitor and first exchange
+    [queue] = json.loads(_roq(running, "queue", "list", "--json"))
+    assert (queue["Name"], queue["State"], queue["Host"]) == ("orders", "RUNNING", "h1")
+
+    _roq(running, "queue", "stop", "orders")
+    wait_for(lambda: not _queue_processes(running, "orders"), 10, "processes gone after stop")
+    assert json.loads(_roq(running, "queue", "list", "--json"))[0]["State"] == "STOPPED"
+
+    _roq(running, "queue", "start", "orders")
+    assert len(_queue_processes(running, "orders")) == 2
+    assert json.loads(_roq(running, "queue", "list", "--json"))[0]["State"] == "RUNNING"
+
+    _roq(running, "queue", "delete", "orders")
+    wait_for(lambda: not _queue_processes(running, "orders"), 10, "processes gone after delete")
+    assert json.loads(_roq(running, "queue", "list", "--json")) == []
+
+
+def test_create_twice_and_unknown_host_are_clear_failures(running: LocalCluster):
+    _roq(running, "queue", "create", "q1")
+    again = running.cli("queue", "create", "q1", "--gcm", running.gcm)
+    assert again.returncode == 1 and "already exists" in again.stderr
+    nowhere = running.cli("queue", "create", "q2", "--host", "no-such-host", "--gcm", running.gcm)
+    assert nowhere.returncode == 1 and "no-such-host" in nowhere.stderr
+    bad_name = running.cli("queue", "create", "bad name!", "--gcm", running.gcm)
+    assert bad_name.returncode == 1 and "name" in bad_name.stderr
+
+
+def test_standby_gcm_serves_the_same_queues_after_the_leader_is_killed(running: LocalCluster):
+    _roq(running, "queue", "create", "q1")
+    _roq(running, "queue", "create", "q2")
+    standby = running.start_gcm()
+    leader = running.daemons[0]
+    time.sleep(1.0)  # the standby has joined the election
+    os.killpg(leader.process.pid, signal.SIGKILL)
+    leader.process.wait(timeout=10)
+    killed = time.monotonic()
+    args = ("queue", "list", "--json", "--zk", running.zk, "--namespace", running.namespace)
+
+    def listed() -> list[str]:
+        result = running.cli(*args, timeout_s=30)
+        assert result.returncode == 0, result.stderr
+        return sorted(q["Name"] for q in json.loads(result.stdout))
+
+    assert wait_for(lambda: listed() == ["q1", "q2"], 40, f"standby\n{running.logs()}")
+    assert time.monotonic() - killed < 4 + 12  # session timeout 4 s, a 5 s request timeout
+    assert standby.process.poll() is None
+
+
+def test_a_killed_host_disappears_from_status(running: LocalCluster):
+    second = running.start_host("h2")
+    running.wait_ready(hosts=2)
+    assert {h["Name"] for h in _status(running)["Hosts"]} == {"h1", "h2"}
+    running.kill(second)
+    wait_for(
+        lambda: {h["Name"] for h in _status(running)["Hosts"]} == {"h1"},
+        15,
+        "h2 gone from roq status (session timeout 4 s)",
+    )
+
+
+def _claimed_ports(status: dict[str, Any]) -> list[int]:
+    ports = []
+    for queue in status["Queues"]:
+        for address in (queue["Monitor_host"], queue["Stat_Monitor_host"]):
+            ports.append(int(address.rsplit(":", 1)[1]))
+        ports += [int(x["Front"].rsplit(":", 1)[1]) for x in queue["Exchanges"]]
+    return ports
+
+
+def test_ports_are_reused_without_collisions(running: LocalCluster):
+    for n in range(5):
+        _roq(running, "queue", "create", f"p{n}")
+    _roq(running, "queue", "delete", "p1")
+    _roq(running, "queue", "delete", "p3")
+    _roq(running, "queue", "create", "p5")
+    _roq(running, "queue", "create", "p6")
+    ports = _claimed_ports(_status(running))
+    assert len(ports) == len(set(ports)) == 5 * 3
+
+
+def test_a_port_taken_by_another_program_is_skipped_and_reported(running: LocalCluster):
+    blocker = socket.socket()
+    try:
+        probe = running.cli("queue", "create", "first", "--gcm", running.gcm)
+        assert probe.returncode == 0
+        status = _status(running)
+        monitor_port = int(status["Queues"][0]["Monitor_host"].rsplit(":", 1)[1])
+        _roq(running, "queue", "delete", "first")
+        blocker.bind(("127.0.0.1", monitor_port + 1))  # squat inside the freed monitor block
+        blocker.listen()
+        _roq(running, "queue", "create", "second")
+        second = _status(running)["Queues"][0]
+        assert int(second["Monitor_host"].rsplit(":", 1)[1]) != monitor_port
+        assert "in use" in running.logs()
+    finally:
+        blocker.close()
