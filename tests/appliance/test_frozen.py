@@ -142,3 +142,11 @@ def test_host_port_taken_exits_75(
     assert result.returncode == errors.EXIT_TEMPFAIL, result.stderr
     assert str(port) in last_line(result.stderr)
     assert "Traceback" not in result.stderr
+
+
+def test_analytics_dependencies_stay_out(frozen_roq: Path) -> None:
+    # pyspark and friends belong to spark-submit's Python, not to the appliance.
+    bundled = " ".join(p.name.lower() for p in (frozen_roq.parent / "_internal").iterdir())
+    for name in ("pyspark", "py4j", "pyarrow", "matplotlib", "numpy", "pandas"):
+        assert name not in bundled
+    assert sum(f.stat().st_size for f in frozen_roq.parent.rglob("*") if f.is_file()) < 100e6
