@@ -1,7 +1,9 @@
 """systemd readiness notification (sd_notify) without a dependency.
 
-One datagram to $NOTIFY_SOCKET ('@' = abstract namespace). With the one-file executable the
-Python process is a child of the bootloader, so units set NotifyAccess=all.
+One datagram to $NOTIFY_SOCKET ('@' = abstract namespace). The shipped executable is one-dir, so
+the notifying process is the unit's main PID and the units keep NotifyAccess=main; a one-file
+build would notify from the bootloader's child and need NotifyAccess=all (MAINPID= is sent for
+that case).
 """
 
 from __future__ import annotations

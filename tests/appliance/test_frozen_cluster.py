@@ -236,10 +236,16 @@ def test_units_exec_start_report_ready_and_stop(
             assert sender == processes[role].pid, listeners[role].messages
         status = run_frozen(frozen_roq, "status", "--gcm", f"127.0.0.1:{base}")
         assert "hosts (1)" in status.stdout, status.stdout + status.stderr
+        # A queue gives the host children to drain on SIGTERM.
+        gcm = f"127.0.0.1:{base}"
+        created = run_frozen(frozen_roq, "queue", "create", "q1", "--gcm", gcm)
+        assert created.returncode == 0, created.stdout + created.stderr
+        children = wait_for(lambda: child_pids(processes["host"].pid), 10, "the queue's processes")
         for role in ("host", "gcm"):
             processes[role].send_signal(signal.SIGTERM)
             listeners[role].wait_for("STOPPING=1", STOP_BOUND_S)
             assert processes[role].wait(timeout=STOP_BOUND_S) == 0
+        assert _alive(children) == [], "the host left its monitor or exchange running"
     finally:
         for process in processes.values():
             if process.poll() is None:
