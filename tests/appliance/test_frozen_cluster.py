@@ -6,6 +6,7 @@ main PID (what NotifyAccess=main needs) and STOPPING=1 on SIGTERM."""
 from __future__ import annotations
 
 import array
+import ctypes
 import os
 import shlex
 import signal
@@ -204,7 +205,19 @@ def start_unit_by_hand(
             stdout=log_file,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=deny_write_execute,
         )
+
+
+PR_SET_MDWE = 65
+PR_MDWE_REFUSE_EXEC_GAIN = 1
+
+
+def deny_write_execute() -> None:
+    """preexec_fn: what the units' MemoryDenyWriteExecute=yes asks for, on kernels >= 6.3
+    (inherited by every child, so the host's monitors and exchanges run under it too)."""
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN, 0, 0, 0)  # older kernels: EINVAL, ignored
 
 
 def test_units_exec_start_report_ready_and_stop(
