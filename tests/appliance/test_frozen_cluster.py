@@ -22,6 +22,7 @@ import pytest
 from appliance_support import ROOT, frozen_env, run_frozen
 
 from roq.testing.cluster import PortBlocks, child_pids, wait_for
+from roq.zkserver import is_serving
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -266,3 +267,32 @@ def test_units_exec_start_report_ready_and_stop(
                 process.wait(timeout=10)
         for listener in listeners.values():
             listener.close()
+
+
+def test_zookeeper_unit_command_serves_with_the_shipped_zoo_cfg(
+    tmp_path: Path, port_blocks: PortBlocks
+) -> None:
+    port = port_blocks.take(1)
+    cfg = (ROOT / "ami" / "files" / "zoo.cfg").read_text()
+    cfg = cfg.replace("dataDir=/var/lib/roq-zookeeper", f"dataDir={tmp_path / 'zk'}")
+    cfg = cfg.replace("clientPort=2181", f"clientPort={port}\nclientPortAddress=127.0.0.1")
+    (tmp_path / "zoo.cfg").write_text(cfg)
+    line = next(
+        line
+        for line in (ROOT / "systemd" / "roq-zookeeper.service").read_text().splitlines()
+        if line.startswith("ExecStart=")
+    )
+    argv = shlex.split(line.removeprefix("ExecStart="))
+    argv = [str(tmp_path / "zoo.cfg") if a == "/etc/roq/zoo.cfg" else a for a in argv]
+    argv = [a.replace("/var/log/roq-zookeeper", str(tmp_path)) for a in argv]
+    with (tmp_path / "zk.log").open("wb") as log_file:
+        process = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: is_serving("127.0.0.1", port), 30, f"ZooKeeper on {port}")
+        process.send_signal(signal.SIGTERM)
+        # SuccessExitStatus=143 in the unit: the JVM's answer to SIGTERM.
+        assert process.wait(timeout=30) == 143
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
