@@ -287,11 +287,19 @@ def main(argv: list[str]) -> int:
         from roq.analytics import report  # driver only; matplotlib is not needed on executors
 
         collected = {name: _collect(spark, args.out, name) for name in report.TABLES}
-        path = report.write(args.report_dir or args.out, collected)
+        path = report.write(report_directory(args), collected)
         log.info("wrote %d tables under %s and the report %s", len(tables), args.out, path)
     finally:
         spark.stop()
     return 0
+
+
+def report_directory(args: argparse.Namespace) -> str:
+    """The report is written with plain file I/O on the driver: into OUT when it is local, else
+    into --report-dir or ./roq-analytics-report."""
+    if args.report_dir:
+        return str(args.report_dir)
+    return "roq-analytics-report" if "://" in args.out else str(args.out)
 
 
 def _collect(spark: SparkSession, out: str, name: str) -> list[dict[str, Any]]:
