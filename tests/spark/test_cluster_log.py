@@ -35,7 +35,7 @@ HOST = {
     "relocate.coldstart": 0.0,
     "relocate.hysteresis": 2,
     "relocate.cooldown": 2000,
-    "replicationFactor": 1,  # one host: the job counts leaders' logs only
+    "replicationFactor": 2,  # copies go to _replicas/, which the job must not count again
 }
 
 
@@ -152,6 +152,8 @@ def test_job_tables_match_a_real_cluster_run(cluster: LocalCluster, tmp_path: Pa
     heavy = max(producers.values(), key=lambda r: r["bytes"])
     assert heavy["exchanges"] == 2  # the relocation shows in the log
     assert pq.read_table(out / "corrupt").num_rows == 0
+    copies = list((log_dir / "_replicas").rglob("*.log"))
+    assert copies, "no replica copies were written: the no-double-counting check did not run"
 
     latency = {r["queue"]: r for r in pq.read_table(out / "latency_total").to_pylist()}
     for queue in ("q1", "q2"):
