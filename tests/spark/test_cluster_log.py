@@ -1,6 +1,6 @@
 """The analytics job over the log of a real cluster run: two queues, five publishers, one of them
 relocated to a second exchange mid-run (RoQ's Test117b scenario), subscribers measuring latency,
-and the KPI stream recorded by a KpiRecorder. The job's tables must match what this test
+and the KPI streams recorded by `roq kpi-record`. The job's tables must match what this test
 published exactly (messages and bytes per queue and producer) and its latency must lie within
 what the test measured.
 """
@@ -8,22 +8,23 @@ what the test measured.
 from __future__ import annotations
 
 import collections
+import re
+import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-import bson
 import pyarrow.parquet as pq
 import pytest
 
-from roq.analytics import kpi, submit
-from roq.client.locate import locate_monitor
+from roq.analytics import submit
 from roq.client.publisher import Publisher
 from roq.client.subscriber import Subscriber, records
 from roq.testing.cluster import LocalCluster, wait_for
-from roq.transport import Kind, connect, new_context, open_socket
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -34,36 +35,20 @@ HOST = {
     "relocate.coldstart": 0.0,
     "relocate.hysteresis": 2,
     "relocate.cooldown": 2000,
-    "replicationFactor": 1,  # one host: the job counts leaders' logs only
+    "replicationFactor": 2,  # copies go to _replicas/, which the job must not count again
 }
 
 
-class KpiTap(threading.Thread):
-    """Subscribes to the queues' KPI streams and records every message (this thread owns the
-    SUB socket and the recorder)."""
-
-    def __init__(self, cluster: LocalCluster, queues: list[str], root: Path):
-        super().__init__(daemon=True)
-        # the GCM answers the KPI stream's address (S+1), as RoQ's GET_HOST_BY_QNAME did
-        self.streams = [locate_monitor(queue, gcm=cluster.gcm).stat for queue in queues]
-        self.recorder = kpi.KpiRecorder(root, "test-tap", segment_bytes_max=1 << 20)
-        self.stop = threading.Event()
-        self.recorded = 0
-
-    def run(self) -> None:
-        context = new_context()
-        sock = open_socket(context, Kind.SUB, subscribe=b"")
-        for endpoint in self.streams:
-            connect(sock, endpoint)
-        try:
-            while not self.stop.is_set():
-                if sock.poll(50):
-                    frames = [bson.decode(f) for f in sock.recv_multipart()]
-                    self.recorder.append_message(frames)
-                    self.recorded += 1
-        finally:
-            sock.close(0)
-            context.term()
+def start_kpi_record(cluster: LocalCluster, queues: list[str], root: Path) -> subprocess.Popen[str]:
+    """`roq kpi-record` as its own process; ready once it has written its first KPI record."""
+    argv = [sys.executable, "-m", "roq", "kpi-record", "--gcm", cluster.gcm, "--dir", str(root),
+            "--source", "tap", "--seconds", "120"]  # fmt: skip
+    for queue in queues:
+        argv += ["-q", queue]
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    segment = root / "_kpi" / "tap" / "00000000000000000000.log"
+    wait_for(lambda: segment.exists() and segment.stat().st_size > 0, 15, "first KPI record")
+    return process
 
 
 class Collector(threading.Thread):
@@ -128,24 +113,29 @@ def test_job_tables_match_a_real_cluster_run(cluster: LocalCluster, tmp_path: Pa
         admin.create_queue("q1")
         admin.create_queue("q2")
     kpi_root = tmp_path / "kpi"
-    tap = KpiTap(cluster, ["q1", "q2"], kpi_root)
-    tap.start()
-    collectors = [Collector(cluster, "q1"), Collector(cluster, "q2")]
-    for collector in collectors:
-        collector.start()
-    wait_for(lambda: len(collectors[0].sub.exchanges) >= 1, 10, "subscriber connected")
-    started = time.monotonic()
-    sent, sizes = _publish(cluster)
-    for queue, collector in zip(["q1", "q2"], collectors, strict=True):
-        total = sum(n for (q, _), n in sent.items() if q == queue)
-        wait_for(lambda c=collector, t=total: c.count >= t, 15, f"{queue} delivered")
-    measured_s = time.monotonic() - started
-    time.sleep(1.5)  # one more statistics period, so the last latency reports are recorded
-    for collector in collectors:
-        collector.finish()
-    tap.stop.set()
-    tap.join(10)
-    assert tap.recorded > 0, "no KPI message recorded"
+    recorder = start_kpi_record(cluster, ["q1", "q2"], kpi_root)
+    try:
+        collectors = [Collector(cluster, "q1"), Collector(cluster, "q2")]
+        for collector in collectors:
+            collector.start()
+        wait_for(lambda: len(collectors[0].sub.exchanges) >= 1, 10, "subscriber connected")
+        started = time.monotonic()
+        sent, sizes = _publish(cluster)
+        for queue, collector in zip(["q1", "q2"], collectors, strict=True):
+            total = sum(n for (q, _), n in sent.items() if q == queue)
+            wait_for(lambda c=collector, t=total: c.count >= t, 15, f"{queue} delivered")
+        measured_s = time.monotonic() - started
+        time.sleep(1.5)  # one more statistics period, so the last latency reports are recorded
+        for collector in collectors:
+            collector.finish()
+        recorder.send_signal(signal.SIGTERM)
+        output, _ = recorder.communicate(timeout=10)
+        assert recorder.returncode == 0, output
+        assert re.search(r"recorded [1-9]\d* KPI messages", output), output
+    finally:
+        if recorder.poll() is None:  # the test failed before stopping it
+            recorder.kill()
+            recorder.wait(10)
 
     out = tmp_path / "out"
     log_dir = cluster.tmp / "h1" / "log"
@@ -162,6 +152,8 @@ def test_job_tables_match_a_real_cluster_run(cluster: LocalCluster, tmp_path: Pa
     heavy = max(producers.values(), key=lambda r: r["bytes"])
     assert heavy["exchanges"] == 2  # the relocation shows in the log
     assert pq.read_table(out / "corrupt").num_rows == 0
+    copies = list((log_dir / "_replicas").rglob("*.log"))
+    assert copies, "no replica copies were written: the no-double-counting check did not run"
 
     latency = {r["queue"]: r for r in pq.read_table(out / "latency_total").to_pylist()}
     for queue in ("q1", "q2"):

@@ -1,7 +1,7 @@
 """The Spark job end to end: real spark-submit on local[2] over segments this test writes (several
 queues, exchanges, producers, segments split into several tasks, a bad CRC, a torn tail, a bad
-KPI record), then the Parquet tables are checked against what was written. One job run per
-session (pyspark starts slowly); several tests read its output."""
+KPI record), then the Parquet tables are checked against what was written. One job run
+(pyspark starts slowly), checked by several functions of one test."""
 
 from __future__ import annotations
 
@@ -115,7 +115,7 @@ def _write_kpi(root: Path, rng: random.Random, run: Run) -> None:
     run.corrupt.append((str(segment), segment.stat().st_size - len(batch), 4))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def job(tmp_path_factory: pytest.TempPathFactory) -> Run:
     root = tmp_path_factory.mktemp("log")
     rng = random.Random(11)
@@ -134,7 +134,7 @@ def _table(run: Run, name: str) -> list[dict]:
     return pq.read_table(run.out / name).to_pylist()
 
 
-def test_counts_per_producer_are_exact(job: Run) -> None:
+def _check_counts_per_producer_are_exact(job: Run) -> None:
     got = {(r["queue"], r["producer"]): r for r in _table(job, "producers")}
     for key, messages in job.written.messages.items():
         queue, hexid = key
@@ -146,7 +146,7 @@ def test_counts_per_producer_are_exact(job: Run) -> None:
     assert all(r["exchanges"] == 2 for r in relocated)  # each moved to the other exchange
 
 
-def test_counts_per_queue_and_minute_add_up(job: Run) -> None:
+def _check_counts_per_queue_and_minute_add_up(job: Run) -> None:
     per_queue: Counter[str] = Counter()
     for row in _table(job, "queue_minute"):
         per_queue[row["queue"]] += row["messages"]
@@ -157,7 +157,7 @@ def test_counts_per_queue_and_minute_add_up(job: Run) -> None:
     assert len(minutes) == 3
 
 
-def test_corrupt_regions_are_reported_with_file_and_offset(job: Run) -> None:
+def _check_corrupt_regions_are_reported_with_file_and_offset(job: Run) -> None:
     rows = _table(job, "corrupt")
     got = sorted((r["path"], r["position"], r["bytes_skipped"]) for r in rows)
     assert got == sorted(job.corrupt)
@@ -167,7 +167,7 @@ def test_corrupt_regions_are_reported_with_file_and_offset(job: Run) -> None:
     assert sum(r["corrupt_regions"] for r in segments.values()) == 3
 
 
-def test_latency_percentiles_within_the_measured_range(job: Run) -> None:
+def _check_latency_percentiles_within_the_measured_range(job: Run) -> None:
     rows = {r["queue"]: r for r in _table(job, "latency_total")}
     samples = job.samples["orders"]  # with histograms: merged percentiles
     row = rows["orders"]
@@ -184,7 +184,7 @@ def test_latency_percentiles_within_the_measured_range(job: Run) -> None:
     assert audit["reported_p99_us"] <= max(job.samples["audit"])
 
 
-def test_exchange_load_from_kpi(job: Run) -> None:
+def _check_exchange_load_from_kpi(job: Run) -> None:
     rows = _table(job, "exchange_minute")
     for exchange, cpus in job.cpu.items():
         mine = sorted((r for r in rows if r["exchange"] == exchange), key=lambda r: r["minute"])
@@ -195,10 +195,21 @@ def test_exchange_load_from_kpi(job: Run) -> None:
     assert {r["exchange"] for r in evaluation} == {"x1", "x2", "x3"}
 
 
-def test_report_and_charts(job: Run) -> None:
+def _check_report_and_charts(job: Run) -> None:
     report = (job.out / "report.md").read_text()
     assert "## Corrupt or truncated input" in report and job.corrupt[0][0] in report
     for chart in ("throughput", "latency", "load", "evaluation"):
         png = job.out / "charts" / f"{chart}.png"
         assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 10_000
         assert f"charts/{chart}.png" in report
+
+
+def test_job_tables_match_the_written_segments(job: Run) -> None:
+    """One test, so that the one spark-submit run happens once even under pytest-xdist (a
+    session fixture runs once per worker)."""
+    _check_counts_per_producer_are_exact(job)
+    _check_counts_per_queue_and_minute_add_up(job)
+    _check_corrupt_regions_are_reported_with_file_and_offset(job)
+    _check_latency_percentiles_within_the_measured_range(job)
+    _check_exchange_load_from_kpi(job)
+    _check_report_and_charts(job)

@@ -97,3 +97,34 @@ def test_latency_buckets_bound_the_sample() -> None:
     for sample in (1, 7, 100, 12_345, 10**9):
         index = kpi.latency_bucket(sample)
         assert kpi.bucket_lower_us(index) <= sample < kpi.bucket_upper_us(index)
+
+
+def test_listing_and_planning(tmp_path: Path) -> None:
+    from roq.analytics import files
+
+    layout = [
+        ("q/x/00000000000000000000.log", 10),
+        ("q/x/00000000000000000010.log", 25),
+        ("q/x/notes.txt", 3),  # not a segment
+        ("q/x/123.log", 3),  # not a 20-digit name
+        ("_kpi/h/00000000000000000000.log", 4),
+        ("deep/er/x/00000000000000000000.log", 1),  # not <queue>/<exchange>/
+    ]
+    for rel, size in layout:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(b"\0" * size)
+    logs = files.list_segments(str(tmp_path), "log")
+    assert [(f.queue, f.source, f.base, f.size) for f in logs] == [
+        ("q", "x", 0, 10),
+        ("q", "x", 10, 25),
+    ]
+    kpis = files.list_segments(str(tmp_path), "kpi")
+    assert [(f.queue, f.source) for f in kpis] == [("_kpi", "h")]
+    plan = files.plan(logs, 10)
+    assert [(t.file.base, t.start, t.end) for t in plan] == [
+        (0, 0, 10),
+        (10, 0, 10),
+        (10, 10, 20),
+        (10, 20, 25),
+    ]
+    assert files.list_segments(str(tmp_path / "absent"), "log") == []

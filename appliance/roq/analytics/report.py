@@ -99,8 +99,8 @@ def charts(directory: str, t: dict[str, Rows]) -> list[tuple[str, str]]:
     xm, lat = t["exchange_minute"], t["latency_minute"]
     made = [
         ("Throughput per exchange", line_chart(f"{at}/throughput.png", "Throughput per exchange", [
-            ("messages/s", _series(xm, ("queue", "exchange"), "msgs_per_s")),
-            ("bytes/s", _series(xm, ("queue", "exchange"), "bytes_per_s")),
+            ("messages/s", _series(xm, ("queue", "exchange"), "active_msgs_per_s")),
+            ("bytes/s", _series(xm, ("queue", "exchange"), "active_bytes_per_s")),
         ])),
         ("End-to-end latency per queue", line_chart(f"{at}/latency.png", "End-to-end latency", [
             ("p50 (µs)", _series(lat, ("queue",), "p50_us")),
@@ -118,7 +118,8 @@ def charts(directory: str, t: dict[str, Rows]) -> list[tuple[str, str]]:
 
 METRICS = [
     ("Throughput (bytes/min)", "bytes_per_min"),
-    ("Messages/s", "msgs_per_s"),
+    ("Messages/s (over the minute)", "msgs_per_s"),
+    ("Messages/s (while active)", "active_msgs_per_s"),
     ("CPU (%)", "cpu_pct"),
     ("Memory (MiB)", "mem_rss_mb"),
     ("Latency p50 (µs)", "latency_p50_us"),
@@ -162,15 +163,20 @@ def write(directory: str, t: dict[str, Rows]) -> str:
     lines += ["## Charts", ""]
     lines += [f"### {title}\n\n![{title}]({path})\n" for title, path in charts(directory, t)]
     lines += ["## Latency over the whole run", ""]
+    lines.append(
+        "Microseconds: from the subscribers' latency histograms (samples, percentiles) and "
+        "from the mean and p99 they report per period (reported_*).\n"
+    )
     lines.append(table(t["latency_total"], ["queue", "samples", "mean_us", "min_us", "p50_us",
-                                            "p90_us", "p99_us", "max_us"]))  # fmt: skip
+                                            "p90_us", "p99_us", "max_us", "reported_mean_us",
+                                            "reported_p99_us"]))  # fmt: skip
     lines += ["", "## Producers", ""]
     lines.append(table(t["producers"], ["queue", "producer", "messages", "bytes", "exchanges",
                                         "first_seq", "last_seq", "missing"]))  # fmt: skip
     lines += ["", "## Per queue and minute", ""]
     lines.append(table(sorted(t["queue_minute"], key=lambda r: (r["queue"], r["minute"])),
-                       ["queue", "minute", "messages", "bytes", "msgs_per_s", "producers",
-                        "exchanges"]))  # fmt: skip
+                       ["queue", "minute", "messages", "bytes", "msgs_per_s", "active_s",
+                        "active_msgs_per_s", "producers", "exchanges"]))  # fmt: skip
     lines += ["", "## Segment files", ""]
     lines.append(table(t["segments"], ["path", "kind", "size", "batches", "records",
                                        "corrupt_regions", "corrupt_bytes"]))  # fmt: skip

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
+
 import typer
 
+from roq.analytics.kpi import KpiRecorder
 from roq.cli.app import app
-from roq.cli.common import errors_to_exit, fail
+from roq.cli.common import GCM_OPTION, errors_to_exit, fail, setup_logging, stop_event
+from roq.client.locate import locate_monitor
+from roq.errors import RoqError
+from roq.protocol import bsonmsg
+from roq.transport import Kind, connect, new_context, open_socket
+
+log = logging.getLogger(__name__)
 
 
 @app.command()
@@ -32,3 +43,65 @@ def analytics(
         code = submit.run(log_dir, out, master, job_args, driver_memory)
     if code != 0:
         raise fail(f"spark-submit exited with {code}", code)
+
+
+KPI_WAIT_S = 60.0  # how long kpi-record waits for a queue that does not exist yet
+KPI_POLL_MS = 200
+KPI_SEGMENT_BYTES = 16 << 20
+
+
+@app.command("kpi-record")
+def kpi_record(
+    queues: list[str] = typer.Option(..., "--queue", "-q", help="Queue whose KPI to record."),
+    directory: str = typer.Option("roq-data/log", "--dir", help="Writes DIR/_kpi/<source>/."),
+    source: str = typer.Option("kpi-record", "--source", help="Name of this recorder."),
+    seconds: float = typer.Option(0.0, "--seconds", help="Stop after this long (0: Ctrl-C)."),
+    gcm: str = GCM_OPTION,
+) -> None:
+    """Record queues' KPI streams into the KPI log that `roq analytics` reads."""
+    setup_logging()
+    stop = stop_event()
+    with errors_to_exit():
+        streams = [_kpi_stream(queue, gcm, stop) for queue in queues]
+        recorder = KpiRecorder(directory, source, KPI_SEGMENT_BYTES)
+        recorded = _record(streams, recorder, stop, seconds)
+    typer.echo(f"recorded {recorded} KPI messages under {directory}/_kpi/{source}/")
+
+
+def _kpi_stream(queue: str, gcm: str, stop: threading.Event) -> str:
+    """The queue's KPI stream address (S+1) from the GCM; waits for the queue to be created."""
+    deadline = time.monotonic() + KPI_WAIT_S
+    while True:
+        try:
+            return locate_monitor(queue, gcm=gcm).stat
+        except RoqError:
+            if time.monotonic() > deadline or stop.is_set():
+                raise
+            time.sleep(1)
+
+
+def _record(
+    streams: list[str], recorder: KpiRecorder, stop: threading.Event, seconds: float
+) -> int:
+    """This thread owns the SUB socket; every message becomes one KPI record."""
+    context = new_context()
+    sock = open_socket(context, Kind.SUB, subscribe=b"")
+    for endpoint in streams:
+        connect(sock, endpoint)
+    end = time.monotonic() + seconds if seconds > 0 else float("inf")
+    recorded = 0
+    try:
+        while not stop.is_set() and time.monotonic() < end:
+            if not sock.poll(KPI_POLL_MS):
+                continue
+            frames = sock.recv_multipart()
+            try:
+                recorder.append_message([bsonmsg.decode([frame]) for frame in frames])
+            except (RoqError, ValueError) as error:  # the monitor validates; this is a bug
+                log.warning("KPI message of %d frames not recorded: %s", len(frames), error)
+                continue
+            recorded += 1
+    finally:
+        sock.close(0)
+        context.term()
+    return recorded
