@@ -390,6 +390,10 @@ class Management:
             rules = validate_rules(request)
         except ValueError as error:
             raise Refused(Reason.BAD_REQUEST, str(error)) from None
+        # a version orders a listener's reads and pushes (a stale read never undoes a push)
+        previous = self.registry.rules(name) or {}
+        version = previous.get("Version", 0)
+        rules["Version"] = (version if isinstance(version, int) else 0) + 1
         self.registry.put_rules(fence, name, rules)
         self._push_rules(name, rules)
         return bsonmsg.ok(f"The autoscaling config has been created for the Q {name}")
@@ -420,7 +424,8 @@ class Management:
     def _push_rules(self, queue: str, rules: dict[str, Any]) -> None:
         for address, sock in self._listeners.get(queue, {}).items():
             try:
-                sock.send(bsonmsg.encode({"RESULT": 0, "QName": queue, **rules}), flags=1)
+                update = {"CMD": int(AdminCommand.ADD_AUTOSCALING_RULE), "RESULT": 0}
+                sock.send(bsonmsg.encode({**update, "QName": queue, **rules}), flags=1)
             except Exception as error:  # a slow or gone listener must not fail the request
                 log.warning(
                     "queue %s: rules listener %s did not take the update: %s", queue, address, error

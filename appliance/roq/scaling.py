@@ -312,6 +312,7 @@ _ACTIONS_MAX = 4  # actions queued for the actuator (one is in flight at a time 
 _RESULTS_MAX = 64  # actuator results waiting for the monitor's main thread
 _EVENTS_KEPT = 20  # recent scaling events shown by `roq status`
 _FRESH_WAIT_S = 30.0  # a created exchange that never reports is given up on after this
+_REBALANCE_RETRY_S = 0.5  # filling a new exchange found nothing to move: look again this soon
 _RULES_RETRY_S = 1.0  # a failed rules refresh is retried this soon
 _ADMIN_RETRIES = 3  # attempts per admin request (each bounded by the AdminClient's timeout)
 _JOIN_TIMEOUT_S = 0.5  # closing the monitor waits this long for the actuator (a daemon thread)
@@ -410,11 +411,15 @@ class Scaler:
         self.policy = make_policy(settings)
         self.rules: Rules = self.config.implicit_rules()
         self.stored_rules = False
+        self.rules_version = 0
         self.windows: dict[str, LoadWindow] = {}
         self.events: collections.deque[dict[str, Any]] = collections.deque(maxlen=_EVENTS_KEPT)
         self.in_flight: tuple[str, str, float] | None = None  # (action, argument, since)
         self.fresh: dict[str, float] = {}  # exchanges created here, awaiting rebalancing
         self.scaled_out = self.scaled_in = 0
+        self._next_rebalance: dict[str, float] = {}
+        # how long a new exchange waits for load to move onto it before it is left to placement
+        self._rebalance_for_s = max(3.0, 2 * self.config.window_s)
         self._emit = emit
         self.sock = open_socket(context, Kind.PULL, rcvhwm=16)
         bind(self.sock, address, listen_port)
@@ -439,29 +444,38 @@ class Scaler:
         self.windows.pop(exchange_id, None)
 
     def pump_rules(self) -> None:
-        """Rule updates pushed by the GCM (2008); the last valid one wins."""
+        """Rule updates pushed by the GCM (2008)."""
         for _ in range(16):
             try:
                 frame = self.sock.recv(NOBLOCK)
             except WouldBlock:
                 return
             try:
-                doc = bsonmsg.decode([frame])
-                self._set_rules(validate_rules(doc))
-            except (ProtocolError, ValueError) as error:
+                self._offer(bsonmsg.decode([frame]))
+            except ProtocolError as error:
                 log.warning("%s: ignored a bad rules update: %s", self.name, error)
 
-    def _set_stored(self, doc: dict[str, Any] | None) -> None:
+    def _offer(self, doc: dict[str, Any] | None) -> None:
+        """Rules read (2007) or pushed (2008): the highest `Version` wins, whatever the order in
+        which they arrive; None (nothing stored) only counts while nothing stored was seen."""
+        version = 0 if doc is None else doc.get("Version", 0)
+        if (
+            not isinstance(version, int)
+            or version < self.rules_version
+            or (doc is None and self.rules_version)
+        ):
+            return
         try:
-            self._set_rules(None if doc is None else validate_rules(doc))
+            rules = (
+                self.config.implicit_rules() if doc is None else Rules.from_doc(validate_rules(doc))
+            )
         except ValueError as error:
-            log.warning("%s: stored rules unusable, keeping the current ones: %s", self.name, error)
-
-    def _set_rules(self, doc: dict[str, Any] | None) -> None:
-        rules = self.config.implicit_rules() if doc is None else Rules.from_doc(doc)
+            log.warning("%s: unusable rules, keeping the current ones: %s", self.name, error)
+            return
+        self.rules_version = version
         if rules != self.rules:
             self.rules, self.stored_rules = rules, doc is not None
-            self._event("rules_updated", f"rules now {rules.describe()}")
+            self._event("rules_updated", f"rules now {rules.describe()} (version {version})")
 
     # --- the decision loop --------------------------------------------------------------------
     def tick(self, views: list[ExchangeView], now: float, limits_: Thresholds) -> list[Move]:
@@ -507,7 +521,7 @@ class Scaler:
             except queue_mod.Empty:
                 break
             if result["Kind"] == "rules":
-                self._set_stored(result["Rules"])
+                self._offer(result["Rules"])
             else:
                 self._finished(result, now)
         for exchange_id, since in list(self.fresh.items()):
@@ -532,19 +546,41 @@ class Scaler:
             self._event("exchange_retired", f"drained and stopped in {took}", Exchange=exchange_id)
 
     def _rebalance(self, views: list[ExchangeView], now: float, limits_: Thresholds) -> list[Move]:
-        moves: list[Move] = []
+        """Fill each new exchange once it takes publishers. A moment without load (the last
+        reports showed nothing to move) is retried every `_REBALANCE_RETRY_S` for a while."""
+        every: list[Move] = []
         for view in views:
-            if view.exchange_id in self.fresh and view.is_placeable(now, limits_.warmup_s):
+            pending = self.fresh.get(view.exchange_id)
+            if pending is None or not view.is_placeable(now, limits_.warmup_s):
+                continue
+            if now < self._next_rebalance.get(view.exchange_id, 0.0):
+                continue
+            moves = plan_rebalance(view, views, now, limits_)
+            if moves or now - pending > self._rebalance_for_s:
                 del self.fresh[view.exchange_id]
-                moves = plan_rebalance(view, views, now, limits_)
-                for move in moves:
-                    self._event(
-                        "publisher_moved",
-                        f"{move.bytes_rate:,.0f} B/s from {move.source.exchange_id} to the new "
-                        f"exchange {move.target.exchange_id}",
-                        Producer=move.producer,
-                    )
-        return moves
+                self._next_rebalance.pop(view.exchange_id, None)
+            if moves:
+                self._moved(moves)
+                every.extend(moves)
+            elif view.exchange_id not in self.fresh:
+                loads = {v.exchange_id: (round(v.bytes_rate), len(v.top)) for v in views}
+                self._event(
+                    "rebalance_idle",
+                    f"no publisher worth moving to {view.exchange_id} "
+                    f"(B/s and publishers reported per exchange: {loads})",
+                )
+            else:
+                self._next_rebalance[view.exchange_id] = now + _REBALANCE_RETRY_S
+        return every
+
+    def _moved(self, moves: list[Move]) -> None:
+        for move in moves:
+            self._event(
+                "publisher_moved",
+                f"{move.bytes_rate:,.0f} B/s from {move.source.exchange_id} to the new "
+                f"exchange {move.target.exchange_id}",
+                Producer=move.producer,
+            )
 
     # --- outputs -------------------------------------------------------------------------------
     def _event(self, kind: str, reason: str, **fields: Any) -> None:
@@ -566,7 +602,11 @@ class Scaler:
         low_since = getattr(self.policy, "low_since", None)
         return {
             "Policy": self.policy.name,
-            "Rules": {**self.rules.describe(), "Stored": self.stored_rules},
+            "Rules": {
+                **self.rules.describe(),
+                "Stored": self.stored_rules,
+                "Version": self.rules_version,
+            },
             "Min": self.config.min_exchanges,
             "Max": self.config.max_exchanges,
             "InFlight": self.in_flight[0] if self.in_flight else "",
