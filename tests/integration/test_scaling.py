@@ -8,6 +8,7 @@ this process; the monitor, its exchanges and the GCM are real processes.
 from __future__ import annotations
 
 import collections
+import itertools
 import threading
 import time
 from typing import Any
@@ -297,3 +298,36 @@ def test_invalid_rules_are_refused_naming_the_field_and_change_nothing(
     wait_for(lambda: _live(cluster, queue)["Scaling"]["Rules"]["Name"] == "keep", 10, "rules kept")
     time.sleep(0.3)
     assert _live(cluster, queue)["Scaling"]["Rules"]["Name"] == "keep"
+
+
+def test_flapping_load_does_not_scale_faster_than_the_cooldown(cluster: LocalCluster):
+    cooldown_s = 3.0
+    queue = _start(
+        cluster,
+        **{
+            "scaling.window.ms": 400,  # short enough for the flapping to cross both marks
+            "scaling.cooldown.ms": int(cooldown_s * 1000),
+            "scaling.lowwater.ms": 0,
+        },
+    )
+    collector = Collector(cluster, queue)
+    collector.start()
+    watcher = KpiWatcher(cluster, queue)
+    watcher.start()
+    watcher.ready.wait(5)
+    load = Load(cluster, queue, [1000, 1000, 50])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # 0.6 s at ~180 KB/s, 0.6 s at ~2 KB/s, and again
+        load.sizes = [1000, 1000, 50] if int(time.monotonic() / 0.6) % 2 else [0, 0, 50]
+        load.step()
+    load.close()
+    watcher.finish()
+    decisions = [e["Time"] for e in watcher.events if e["Event"] in ("scale_out", "scale_in")]
+    assert decisions, f"the load never made the queue scale\n{cluster.logs()}"
+    gaps = [b - a for a, b in itertools.pairwise(decisions)]
+    assert all(gap >= cooldown_s - 0.05 for gap in gaps), (gaps, watcher.kinds())
+    assert len(decisions) <= 10 / cooldown_s + 1
+    wait_for(lambda: collector.count >= sum(load.sent.values()), 15, "everything delivered")
+    time.sleep(0.3)
+    collector.finish()
+    _assert_exact(collector, load.expected())
