@@ -21,7 +21,7 @@ from roq.client.live import monitor_status
 from roq.client.publisher import Publisher
 from roq.protocol import bsonmsg
 from roq.protocol.commands import StatCommand
-from roq.testing.cluster import LocalCluster, processes_with, wait_for
+from roq.testing.cluster import LocalCluster, port_is_free, processes_with, wait_for
 from roq.transport import POLLIN, Kind, Poller, bind, connect, new_context, open_socket
 
 pytestmark = pytest.mark.integration
@@ -201,6 +201,7 @@ def test_load_removed_drains_and_retires_the_surplus_exchange_without_a_gap(
         cluster.logs,
     )
     added = next(e["Exchange"] for e in watcher.events if e["Event"] == "exchange_added")
+    fronts = {x["Id"]: x["Front"] for x in _live(cluster, queue)["Exchanges"]}
     load.sizes = [0, 0, 50, 50]  # the heavy load stops; the light publishers go on
     load.run_until(lambda: "exchange_retired" in watcher.kinds(), 25, "scale-in", cluster.logs)
     for _ in range(25):  # and keep sending once the queue is back to one exchange
@@ -214,6 +215,8 @@ def test_load_removed_drains_and_retires_the_surplus_exchange_without_a_gap(
         recorded = next(q for q in admin.status()["Queues"] if q["Name"] == queue)["Exchanges"]
     assert [x["Id"] for x in recorded] != [retired["Exchange"]] and len(recorded) == 1
     assert not processes_with(retired["Exchange"]), "the retired exchange's process is gone"
+    port = int(fronts[retired["Exchange"]].rsplit(":", 1)[1])
+    assert all(port_is_free(p) for p in range(port, port + 4)), "its ports are free again"
     assert added in (retired["Exchange"], recorded[0]["Id"])
     load.close()
     watcher.finish()
