@@ -226,6 +226,13 @@ GCM_KEYS: tuple[Key, ...] = (
         section="Provisioning",
     ),
     Key(
+        "cloud.join.interface",
+        str,
+        "ens5",
+        "Interface a provisioned host binds and announces (ROQ_INTERFACE of the image).",
+        section="Provisioning",
+    ),
+    Key(
         "cloud.instances.max",
         int,
         2,
@@ -489,7 +496,7 @@ HCM_KEYS: tuple[Key, ...] = (
         64 * 1024 * 1024,
         "Roll to a new segment file once the current "
         "one exceeds this many bytes (the thesis used 5000000).",
-        (4096, 2**40),
+        (1024, 2**40),
         section="Message log",
     ),
     Key(

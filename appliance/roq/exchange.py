@@ -5,12 +5,19 @@ Ports (F = the front port the host allocated; 4 in all):
     F    ROUTER  publishers' DEALERs send batches, drains and confirmed batches here
     F+1  PUB     subscribers' SUB sockets connect here; frames are [key][batch]
     F+2  REP     control socket (PING / SHUTDOWN from the host)
-    F+3          reserved for replication
+    F+3  ROUTER  reads of the message log (replay, catch-up, seek by time): `logserver.py`
 
 Hot path (DESIGN §6b): a batch is received without copying, its header bounds and CRC checked
 (`format.check_batch`), and the same bytes are forwarded with the routing key as the first frame,
 so ZeroMQ's prefix matching in the subscribers does the key routing. There is no per-message
 work: a batch of 100 messages costs the same Python as a batch of one.
+
+With `useLog` (the default) every batch is appended to the exchange's message log before it
+is forwarded: the log stamps the batch's offset (its byte position) into the header, so
+subscribers see offsets they can resume from. `acks=leader` is answered once the append
+returned (the batch survives a crash of the exchange process; a crash of the machine too under
+`log.flush=every-batch`). If the log cannot be written (full or read-only disk), batches are
+refused with a reason rather than forwarded without being kept.
 
 The exchange reports its load to its monitor every `heartbeat.period` (the report is also the
 heartbeat) and publishes RoQ's KPI envelope (20/21/22) to the stat monitor every
@@ -22,6 +29,7 @@ Everything runs in the main thread, which owns every socket.
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -31,10 +39,13 @@ from typing import Any
 from roq import limits, procstat
 from roq.child import ControlServer
 from roq.config import Settings
-from roq.errors import CorruptRecord, ProtocolError
+from roq.errors import CorruptRecord, LogUnavailable, ProtocolError
+from roq.log import Log, LogSettings, log_directory
 from roq.log import format as batchfmt
+from roq.logserver import LogServer
 from roq.protocol import bsonmsg, dataplane
-from roq.protocol.commands import MonitorCommand, StatCommand
+from roq.protocol.commands import ChildCommand, MonitorCommand, Reason, StatCommand
+from roq.replication import ReplicaStore, Replicator
 from roq.transport import NOBLOCK, POLLIN, Kind, Poller, WouldBlock, bind, connect, open_socket
 
 log = logging.getLogger(__name__)
@@ -121,7 +132,7 @@ class BadFrameLog:
         self._shown = self._hidden = 0
         self._since = time.monotonic()
 
-    def refused(self, reason: str) -> None:
+    def refused(self, reason: str, what: str = "dropped a bad frame") -> None:
         self.count += 1
         now = time.monotonic()
         if now - self._since >= self.period_s:
@@ -131,7 +142,7 @@ class BadFrameLog:
             self._since = now
         if self._shown < self.per_period:
             self._shown += 1
-            log.warning("%s: dropped a bad frame: %s", self.name, reason)
+            log.warning("%s: %s: %s", self.name, what, reason)
         else:
             self._hidden += 1
 
@@ -153,7 +164,24 @@ class Exchange:
         self._last_inbound = time.monotonic()
         self._cpu = procstat.CpuMeter()
         self._kpi_cpu = procstat.CpuMeter()
+        self.log: Log | None = None
+        if settings.get_bool("useLog"):
+            directory = log_directory(settings.get_str("directory"), spec.queue, spec.exchange_id)
+            self.log = Log.open(directory, LogSettings.from_settings(settings), name=spec.name)
+            log.info("%s: log %s holds offsets %d..%d", spec.name, directory,
+                     self.log.start_offset, self.log.end_offset)  # fmt: skip
         self._open_sockets(context)
+        self.log_server: LogServer | None = None
+        self.replicator: Replicator | None = None
+        self.committed_acks: collections.deque[tuple[bytes, bytes, int]] = collections.deque()
+        if self.log is not None:
+            copies = ReplicaStore(
+                settings.get_str("directory"), spec.queue, spec.exchange_id,
+                LogSettings.from_settings(settings),
+            )  # fmt: skip
+            self.log_server = LogServer(self.replay, self.log, spec.name, copies)
+            self.replicator = Replicator(context, spec.exchange_id, self.log, spec.name)
+            self.control.handler = self._control_command
 
     def _open_sockets(self, context: Any) -> None:
         spec = self.spec
@@ -171,6 +199,8 @@ class Exchange:
             linger_ms=limits.data_linger_ms,
         )
         bind(self.back, spec.address, spec.port + BACK)
+        self.replay = open_socket(context, Kind.ROUTER, sndhwm=100, rcvhwm=100)
+        bind(self.replay, spec.address, spec.port + REPLICATION)
         self.control = ControlServer(context, spec.address, spec.port + CONTROL, spec.name)
         self.control.status = self.status
         self.reports = open_socket(context, Kind.PUB, sndhwm=100)
@@ -179,10 +209,17 @@ class Exchange:
         connect(self.kpi, spec.stat)
 
     # --- main loop -----------------------------------------------------------------------------
-    def run(self, stop: threading.Event) -> None:
+    def _poller(self) -> Poller:
         poller = Poller()
-        poller.register(self.front, POLLIN)
-        poller.register(self.control.sock, POLLIN)
+        for sock in (self.front, self.control.sock, self.replay):
+            poller.register(sock, POLLIN)
+        for sock in self.replicator.sockets() if self.replicator else []:
+            poller.register(sock, POLLIN)
+        self._replica_sockets = set(self.replicator.sockets() if self.replicator else [])
+        return poller
+
+    def run(self, stop: threading.Event) -> None:
+        poller = self._poller()
         next_report = next_kpi = time.monotonic()
         last_report = last_kpi = next_report
         log.info("%s: serving publishers on %s, subscribers on %s", *self._where())
@@ -194,7 +231,15 @@ class Exchange:
                 self._pump()
             if self.control.sock in events:
                 self.control.handle()
+            if self.replay in events:
+                self._serve_log()
             now = time.monotonic()
+            if self.log is not None:
+                self.log.tick(now)
+            if self.replicator is not None:
+                self._replicate(events)
+                if set(self.replicator.sockets()) != self._replica_sockets:
+                    poller = self._poller()  # the monitor changed the replica set
             if now >= next_report:
                 self._report(now - last_report)
                 last_report, next_report = now, now + self.heartbeat_s
@@ -240,8 +285,12 @@ class Exchange:
             return
         try:
             offset = self._accept(message.batch)
-        except (ProtocolError, CorruptRecord) as error:
-            self.bad.refused(str(error))
+        except (ProtocolError, CorruptRecord, LogUnavailable) as error:
+            unlogged = isinstance(error, LogUnavailable)
+            self.bad.refused(
+                str(error),
+                "refused a batch: the log is unavailable" if unlogged else "dropped a bad frame",
+            )
             reply = (
                 dataplane.nack(message.token, str(error))
                 if message.token
@@ -249,22 +298,66 @@ class Exchange:
             )
             self.front.send_multipart([peer, *reply])
             return
-        if message.token:
+        if message.kind == dataplane.COMMITTED_BATCH and self.replicator is not None:
+            end = offset + len(message.batch)
+            self.committed_acks.append((peer, message.token, end))  # confirmed once replicated
+        elif message.token:
             self.front.send_multipart([peer, *dataplane.ack(message.token, offset)])
+
+    def _replicate(self, events: dict[Any, int]) -> None:
+        """Read replicas' answers, back-fill laggards, confirm acks=all batches now committed."""
+        assert self.replicator is not None
+        for sock in self._replica_sockets:
+            if sock in events:
+                self.replicator.on_answer(sock)
+        self.replicator.backfill()
+        committed = self.replicator.committed()
+        while self.committed_acks and self.committed_acks[0][2] <= committed:
+            peer, token, end = self.committed_acks.popleft()
+            self.front.send_multipart([peer, *dataplane.ack(token, end)])
+
+    def _control_command(self, request: dict[str, Any]) -> dict[str, Any] | None:
+        """The monitor's replica assignment (ChildCommand.REPLICAS)."""
+        if request["CMD"] != ChildCommand.REPLICAS or self.replicator is None:
+            return None
+        replicas = request.get("Replicas")
+        if not isinstance(replicas, list):
+            return bsonmsg.fail(Reason.BAD_REQUEST, "Replicas must be a list")
+        pairs = [(str(r["Id"]), str(r["Endpoint"])) for r in replicas if isinstance(r, dict)]
+        self.replicator.assign([p for p in pairs if p[0] != self.spec.exchange_id])
+        return bsonmsg.ok("assigned")
 
     def _accept(self, batch: memoryview) -> int:
         """Check one batch, forward it to subscribers and count it; returns its offset."""
         header = batchfmt.check_batch(batch, 0)
         if header.size != len(batch):
             raise ProtocolError(f"frame of {len(batch)} bytes holds a batch of {header.size}")
-        self.back.send_multipart([header.key, batch], copy=False)
+        if self.log is not None:
+            stamped = bytearray(batch)  # the log stamps the offset in place: forward those bytes
+            offset = self.log.append(stamped, header)
+            self.back.send_multipart([header.key, stamped], copy=False)
+            if self.replicator is not None:
+                self.replicator.appended(offset, stamped)
+        else:
+            offset = self.accepted_bytes
+            self.back.send_multipart([header.key, batch], copy=False)
         payload = header.size - batchfmt.HEADER_BYTES - len(header.key)
         payload -= batchfmt.RECORD_BYTES * header.count
         self.load.add(header.producer_id, header.count, payload)
         self.kpi_load.add(header.producer_id, header.count, payload)
-        offset = self.accepted_bytes
         self.accepted_bytes += header.size
         return offset
+
+    def _serve_log(self) -> None:
+        if self.log_server is not None:
+            self.log_server.pump()
+            return
+        try:  # no log: say so rather than leave the reader waiting
+            peer, *_ = self.replay.recv_multipart(NOBLOCK)
+        except WouldBlock:
+            return
+        reply = dataplane.read_reply(dataplane.READ_ERROR, 0, 0, 0, b"useLog is false")
+        self.replay.send_multipart([peer, *reply])
 
     # --- reports -------------------------------------------------------------------------------
     def _report(self, seconds: float) -> None:
@@ -289,6 +382,8 @@ class Exchange:
             "Back": self.spec.back,
             "Period": self.heartbeat_s,
             "Started": self.started,
+            "Log": self.log is not None,
+            "Host": self.settings.get_str("host.name") or self.spec.address,
             **fields,
         }
         try:
@@ -321,10 +416,20 @@ class Exchange:
             "TotalMsgs": self.load.total_msgs + self.load.msgs,
             "Bad": self.bad.count,
             "Leaving": self.leaving_since is not None,
+            "LogStart": self.log.start_offset if self.log else None,
+            "LogEnd": self.log.end_offset if self.log else None,
+            "Replicas": self.replicator.status() if self.replicator else [],
+            "Committed": self.replicator.committed() if self.replicator else None,
         }
 
     def close(self) -> None:
-        for sock in (self.front, self.reports, self.kpi):
+        for sock in (self.front, self.reports, self.kpi, self.replay):
             sock.close(0)
+        if self.replicator is not None:
+            self.replicator.close()
+        if self.log_server is not None:
+            self.log_server.copies.close()
+        if self.log is not None:
+            self.log.close()
         self.back.close()  # its linger lets the last batches reach subscribers (bounded)
         self.control.close()

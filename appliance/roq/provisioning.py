@@ -5,8 +5,9 @@ Two provisioners, chosen by GCM.properties `provisioner`:
 * `none` logs that capacity is exhausted and starts nothing; the GCM refuses the exchange with
   `no_capacity`, and the queue's monitor raises the KPI alarm (SCALING_EVENT capacity_exhausted).
 * `ec2` starts one instance of the roq machine image (`cloud.image`) through the EC2 Query API
-  (RunInstances, Signature Version 4, no SDK), with user data that writes HCM.properties pointing
-  at this cluster's ZooKeeper and starts `roq-host.service`, so the machine joins as a host. It is
+  (RunInstances, Signature Version 4, no SDK), with cloud-init user data in the image's own
+  format (ami/user-data/host.yaml: /etc/roq/role.env, then roq-configure), so the machine joins
+  this cluster's ZooKeeper as a host. It is
   bounded: at most `cloud.instances.max` launches per GCM, `cloud.provision.cooldown.ms` apart (a
   booting VM is not asked for twice), each request limited to `cloud.request.timeout.ms`.
 
@@ -36,7 +37,7 @@ from roq.errors import ConfigError
 log = logging.getLogger(__name__)
 
 EC2_API_VERSION = "2016-11-15"
-_SAFE = re.compile(r"^[A-Za-z0-9.,:/_\-]*$")  # what may be written into the user-data script
+_SAFE = re.compile(r"^[A-Za-z0-9.,:_\-]*$")  # what ami/files/roq-configure accepts in role.env
 _RESPONSE_BYTES_MAX = 1024 * 1024
 
 
@@ -70,6 +71,7 @@ class Ec2Config:
     join_zk: str
     join_namespace: str
     join_gcm: str
+    join_interface: str
     gcm_ports_base: int
     instances_max: int
     cooldown_s: float
@@ -93,6 +95,7 @@ class Ec2Config:
             join_zk=settings.get_str("cloud.join.zk") or settings.get_str("zk.servers"),
             join_namespace=settings.get_str("zk.namespace"),
             join_gcm=settings.get_str("cloud.join.gcm") or settings.get_str("network.interface"),
+            join_interface=settings.get_str("cloud.join.interface"),
             gcm_ports_base=settings.get_int("ports.base"),
             instances_max=settings.get_int("cloud.instances.max"),
             cooldown_s=settings.get_int("cloud.provision.cooldown.ms") / 1000,
@@ -112,35 +115,43 @@ class Ec2Config:
                 raise ConfigError(f"{where}: provisioner=ec2 needs key '{key}'")
         if not self.endpoint.startswith("https://"):
             raise ConfigError(f"{where}: key 'cloud.endpoint' must be an https:// URL")
+        if self.join_namespace != "/roq":
+            raise ConfigError(
+                f"{where}: key 'zk.namespace' is {self.join_namespace!r}: a provisioned host "
+                "joins /roq (the image's roq-configure has no namespace setting)"
+            )
         for key, value in (
             ("cloud.join.zk", self.join_zk),
-            ("zk.namespace", self.join_namespace),
             ("cloud.join.gcm", self.join_gcm),
+            ("cloud.join.interface", self.join_interface),
         ):
-            if not _SAFE.match(value):
+            if not value or not _SAFE.match(value):
                 raise ConfigError(
-                    f"{where}: key '{key}' has value {value!r}: only letters, digits and "
-                    ".,:/_- may go into the user data"
+                    f"{where}: key '{key}' has value {value!r}: a provisioned host needs it, "
+                    "made of letters, digits and .:,_- only (the image's roq-configure rule)"
                 )
 
 
 def user_data(config: Ec2Config) -> str:
-    """The boot script of a provisioned instance: join this cluster as a host."""
+    """Cloud-init user data that makes an instance of the roq image join as a host.
+
+    The image's contract (ami/files/roq-configure): /etc/roq/role.env names the role, the GCM
+    address, the ZooKeeper servers and the interface; roq-configure writes HCM.properties from it
+    and starts roq-host.service. Only characters roq-configure accepts are written."""
     return "\n".join(
         [
-            "#!/bin/sh",
-            f"# written by roq's ec2 provisioner: join cluster {config.join_namespace} as a host",
-            "set -eu",
-            "ip=$(hostname -I | cut -d' ' -f1)",
-            "mkdir -p /etc/roq",
-            "cat > /etc/roq/HCM.properties <<EOF",
-            f"gcm.address={config.join_gcm}",
-            f"gcm.ports.base={config.gcm_ports_base}",
-            f"zk.servers={config.join_zk}",
-            f"zk.namespace={config.join_namespace}",
-            "network.interface=$ip",
-            "EOF",
-            "systemctl enable --now roq-host.service",
+            "#cloud-config",
+            "# written by roq's ec2 provisioner: this instance joins the cluster as a host",
+            "write_files:",
+            "  - path: /etc/roq/role.env",
+            '    permissions: "0644"',
+            "    content: |",
+            "      ROQ_ROLE=host",
+            f"      ROQ_GCM_ADDRESS={config.join_gcm}",
+            f"      ROQ_ZK_SERVERS={config.join_zk}",
+            f"      ROQ_INTERFACE={config.join_interface}",
+            "runcmd:",
+            "  - [/opt/roq/bin/roq-configure]",
             "",
         ]
     )

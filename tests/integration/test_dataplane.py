@@ -76,7 +76,9 @@ def _add_exchange(cluster: LocalCluster, queue: str, txid: str) -> dict[str, Any
 
 def _assert_exact(collector: Collector, expected: dict[tuple[bytes, bytes], int]) -> None:
     got = dict(collector.by_stream)
-    assert set(got) == set(expected), "streams received differ from streams expected"
+    assert set(got) == set(expected), (
+        f"streams differ: extra {set(got) - set(expected)}, missing {set(expected) - set(got)}"
+    )
     for stream, count in expected.items():
         assert got[stream] == list(range(count)), f"stream {stream} lost, reordered or doubled"
 

@@ -227,7 +227,6 @@ def _ec2(**overrides: str) -> Ec2Config:
         "cloud.security.groups": "sg-1, sg-2",
         "cloud.subnet": "subnet-9",
         "zk.servers": "10.0.0.5:2181",
-        "zk.namespace": "/prod",
         "network.interface": "10.0.0.4",
         **overrides,
     }
@@ -255,12 +254,14 @@ def test_run_instances_request_is_complete_and_signed():
     assert params["ClientToken"] == "token-1"
     assert params["KeyName"] == "ops" and params["SubnetId"] == "subnet-9"
     assert params["SecurityGroupId.1"] == "sg-1" and params["SecurityGroupId.2"] == "sg-2"
-    assert params["TagSpecification.1.Tag.2.Value"] == "/prod"
+    assert params["TagSpecification.1.Tag.2.Value"] == "/roq"
     script = base64.b64decode(params["UserData"]).decode()
     assert script == user_data(ec2)
-    for line in ("zk.servers=10.0.0.5:2181", "zk.namespace=/prod", "gcm.address=10.0.0.4",
-                 "gcm.ports.base=5000", "systemctl enable --now roq-host.service"):  # fmt: skip
-        assert line in script
+    assert script.startswith("#cloud-config\n")
+    for line in ("      ROQ_ROLE=host", "      ROQ_GCM_ADDRESS=10.0.0.4",
+                 "      ROQ_ZK_SERVERS=10.0.0.5:2181", "      ROQ_INTERFACE=ens5",
+                 "  - [/opt/roq/bin/roq-configure]"):  # fmt: skip
+        assert line in script.splitlines()
     request = build_request(ec2, "token-1", "20261122T101500Z")
     assert request.full_url == "https://ec2.eu-west-1.amazonaws.com/"
     assert request.get_method() == "POST"
@@ -282,6 +283,8 @@ def test_ec2_config_errors_name_the_key():
         _ec2(**{"cloud.image": ""})
     with pytest.raises(ConfigError, match=r"cloud\.join\.zk"):
         _ec2(**{"cloud.join.zk": "h:1; rm -rf /"})
+    with pytest.raises(ConfigError, match=r"zk\.namespace"):
+        _ec2(**{"zk.namespace": "/prod"})
     with pytest.raises(ConfigError, match=r"cloud\.endpoint"):
         _ec2(**{"cloud.endpoint": "file:///etc/passwd"})
 

@@ -149,6 +149,20 @@ def sub(
     key: str = typer.Option("", "--key", "-k", help="Routing-key prefix ('' = everything)."),
     count: int | None = typer.Option(None, "--count", "-n", help="Exit after N messages."),
     timeout: float | None = typer.Option(None, "--timeout", help="Exit after S seconds."),
+    from_beginning: bool = typer.Option(
+        False, "--from-beginning", help="Start with the oldest message the logs still hold."
+    ),
+    from_offset: int | None = typer.Option(
+        None, "--from-offset", help="Start at this log offset (of every exchange)."
+    ),
+    from_time: str | None = typer.Option(
+        None,
+        "--from-time",
+        help="Start with messages sent at or after this time (ISO 8601 or Unix seconds).",
+    ),
+    offsets: Path | None = typer.Option(
+        None, "--offsets", help="Resume from and record the position in this file."
+    ),
     gcm: str = GCM_OPTION,
     zk: str | None = ZK_OPTION,
     namespace: str = NAMESPACE_OPTION,
@@ -166,8 +180,10 @@ def sub(
         received = 0
         out = sys.stdout.buffer
         with Subscriber(
-            queue, key.encode(), gcm=None if zk else gcm, zk=zk, namespace=namespace
-        ) as subscriber:
+            queue, key.encode(), gcm=None if zk else gcm, zk=zk, namespace=namespace,
+            start="beginning" if from_beginning else "now", from_offset=from_offset,
+            from_time=_parse_time(from_time), offsets_file=offsets,
+        ) as subscriber:  # fmt: skip
             typer.echo(f"roq sub: subscribed to {queue}", err=True)
             deadline = None if timeout is None else time.monotonic() + timeout
             while not stop.is_set() and (count is None or received < count):
@@ -175,15 +191,30 @@ def sub(
                 if left is not None and left <= 0:
                     break
                 window = 0.2 if left is None else min(0.2, left)
-                for record in subscriber.messages(
-                    None if count is None else count - received, window
-                ):
+                wanted = None if count is None else count - received
+                for record in subscriber.messages(wanted, window):
                     out.write(record.payload + b"\n")
                     received += 1
                 out.flush()
+                subscriber.commit()  # after the output is out: at-least-once across a kill
         if count is not None and received < count and not stop.is_set():
             typer.echo(f"roq sub: only {received} of {count} messages before the timeout", err=True)
             raise typer.Exit(75)
+
+
+def _parse_time(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise ValueError(f"--from-time {text!r}: expected ISO 8601 or Unix seconds") from None
 
 
 @app.command(rich_help_panel="Messages")

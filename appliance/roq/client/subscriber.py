@@ -13,23 +13,35 @@ Membership. It asks the queue's monitor for every exchange, connects one SUB soc
 them, and follows the monitor's notices: a new exchange is joined at once, and the full list the
 monitor republishes every period adds what is missing and drops exchanges that are gone.
 
-Order and duplicates: see `sequencer.py` (per producer and routing key).
+Where to start: `start="now"` (the default: what is published from now on), `"beginning"`
+(everything each exchange's log still holds), `from_offset=N` (offset N of every exchange's log:
+useful with one exchange) or `from_time=T` (epoch seconds: the first batch sent at or after T).
+With `offsets_file`, `commit()` records how far this subscriber got (per exchange, and per
+stream), and a new Subscriber with the same file resumes exactly there.
+
+Order and duplicates: per exchange by log offsets (`feed.py`), across exchanges per producer and
+routing key (`sequencer.py`).
 
 Slow subscribers. The exchange queues at most `exchange.subscriber.hwm` batches for a subscriber;
 past that, ZeroMQ drops that subscriber's batches (never anyone else's, and the exchange does not
-grow). The subscriber sees the sequence gap and counts it in `lost` after `gap_wait_ms`.
+grow). The subscriber sees the offset gap and reads the missing batches from the exchange's log at
+its own pace (`feed.py`); only what retention already evicted is lost, and counted.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from roq import limits
+from roq.client.feed import Feed
 from roq.client.locate import (
     PLACEMENT_OFFSET,
     TO_SUBSCRIBERS_OFFSET,
@@ -37,7 +49,7 @@ from roq.client.locate import (
     locate_monitor,
 )
 from roq.client.sequencer import Delivery, Sequencer
-from roq.errors import CorruptRecord, RoqError
+from roq.errors import RoqError
 from roq.log import format as batchfmt
 from roq.protocol import bsonmsg
 from roq.protocol.commands import MonitorCommand, Result, StatCommand, SubscriberNotice
@@ -48,7 +60,6 @@ from roq.transport import (
     Poller,
     WouldBlock,
     connect,
-    disconnect,
     new_context,
     open_socket,
 )
@@ -58,6 +69,7 @@ log = logging.getLogger(__name__)
 
 _BURST = 1024
 _STAT_PERIOD_S = 1.0
+START_CHOICES = ("now", "beginning")
 
 
 class Subscriber:
@@ -70,31 +82,42 @@ class Subscriber:
         zk: str | None = None,
         namespace: str = "/roq",
         monitor: str | None = None,
+        start: str = "now",
+        from_offset: int | None = None,
+        from_time: float | None = None,
+        offsets_file: str | Path | None = None,
         hwm: int = limits.subscriber_hwm_batches,
         gap_wait_ms: int = limits.subscriber_gap_wait_ms,
         join_timeout_s: float = limits.placement_timeout_ms / 1000,
     ):
-        self.queue, self.key = queue, key
+        if start not in START_CHOICES:
+            raise ValueError(f"start must be one of {START_CHOICES}")
+        self.queue, self.key, self.hwm = queue, key, hwm
+        self.start, self.from_offset, self.from_time = start, from_offset, from_time
         self.subscriber_id = uuid.uuid4().hex
         self.name = f"subscriber {self.subscriber_id[:8]} on {queue}"
         self.monitor = (
             MonitorAddress(monitor) if monitor else locate_monitor(queue, gcm, zk, namespace)
         )
-        self.sequencer = Sequencer(gap_wait_ms / 1000)
-        self.exchanges: dict[str, str] = {}  # back address → exchange id
-        self.received_messages = self.received_batches = self.bad_batches = 0
+        from_start = start == "beginning" and from_offset is None and from_time is None
+        self.sequencer = Sequencer(gap_wait_ms / 1000, from_start=from_start)
+        self.feeds: dict[str, Feed] = {}  # by back address
+        self.offsets_file = Path(offsets_file) if offsets_file else None
+        self._resume = self._load_offsets()
+        self.received_messages = self.received_batches = 0
         self.latency_us: list[float] = []  # per-batch samples since the last statistics
         self._context = new_context()
-        self.data = open_socket(self._context, Kind.SUB, rcvhwm=hwm, subscribe=key)
         self.notices = open_socket(self._context, Kind.SUB, subscribe=b"")
         connect(self.notices, self.monitor.at(TO_SUBSCRIBERS_OFFSET))
         self.stats = self._stat_socket()
         self._placement = Requester(self._context, self.monitor.at(PLACEMENT_OFFSET))
-        self._poller = Poller()
-        self._poller.register(self.data, POLLIN)
-        self._poller.register(self.notices, POLLIN)
         self._next_stat = time.monotonic() + _STAT_PERIOD_S
         self._join(join_timeout_s)
+
+    @property
+    def exchanges(self) -> dict[str, str]:
+        """Back address → exchange id of every exchange this subscriber reads."""
+        return {back: feed.exchange_id for back, feed in self.feeds.items()}
 
     def _stat_socket(self) -> Any:
         sock = open_socket(self._context, Kind.PUB, sndhwm=100)
@@ -121,23 +144,29 @@ class Subscriber:
 
     # --- membership ----------------------------------------------------------------------------
     def _reconcile(self, exchanges: list[Any], drop: bool) -> None:
-        listed = {
-            str(x["Back"]): str(x.get("Id", ""))
-            for x in exchanges
-            if isinstance(x, dict) and "Back" in x
-        }
-        for back, exchange_id in listed.items():
-            self._join_exchange(back, exchange_id)
+        listed = {str(x["Back"]): x for x in exchanges if isinstance(x, dict) and "Back" in x}
+        for back, entry in listed.items():
+            self._join_exchange(back, str(entry.get("Id", "")), bool(entry.get("Log", False)))
         if drop:
-            for back in [b for b in self.exchanges if b not in listed]:
-                log.info("%s: leaving exchange %s", self.name, self.exchanges.pop(back))
-                disconnect(self.data, back)
+            for back in [b for b in self.feeds if b not in listed]:
+                feed = self.feeds.pop(back)
+                log.info("%s: leaving exchange %s", self.name, feed.exchange_id)
+                feed.close()
 
-    def _join_exchange(self, back: str, exchange_id: str) -> None:
-        if back not in self.exchanges:
-            connect(self.data, back)
-            self.exchanges[back] = exchange_id
-            log.info("%s: receiving from exchange %s (%s)", self.name, exchange_id, back)
+    def _join_exchange(self, back: str, exchange_id: str, logged: bool) -> None:
+        if back in self.feeds:
+            return
+        feed = self.feeds[back] = Feed(self._context, exchange_id, back, self.key, self.hwm, logged)
+        log.info("%s: receiving from exchange %s (%s)", self.name, exchange_id, back)
+        resume = self._resume.get("exchanges", {}).get(exchange_id)
+        if resume is not None:
+            feed.start_at(int(resume))
+        elif self.from_offset is not None:
+            feed.start_at(self.from_offset)
+        elif self.from_time is not None:
+            feed.seek_time(int(self.from_time * 1_000_000))
+        elif self.start == "beginning":
+            feed.start_at(0)
 
     def _on_notice(self) -> None:
         try:
@@ -145,7 +174,7 @@ class Subscriber:
         except (WouldBlock, RoqError):
             return
         if doc["CMD"] == SubscriberNotice.NEW_EXCHANGE and isinstance(doc.get("Back"), str):
-            self._join_exchange(doc["Back"], str(doc.get("Id", "")))
+            self._join_exchange(doc["Back"], str(doc.get("Id", "")), bool(doc.get("Log", False)))
         elif doc["CMD"] == SubscriberNotice.EXCHANGE_LIST and isinstance(
             doc.get("Exchanges"), list
         ):
@@ -155,40 +184,89 @@ class Subscriber:
     def poll(self, timeout_ms: int = limits.poll_interval_ms) -> list[Delivery]:
         """Wait up to `timeout_ms` and return the batches now deliverable, in stream order."""
         out: list[Delivery] = []
-        for sock, _ in self._poller.poll(timeout_ms):
-            if sock is self.notices:
+        poller, owners = self._poller()
+        now_us = time.time_ns() // 1000
+        for sock, _ in poller.poll(timeout_ms):
+            owner = owners[sock]
+            if owner is None:
                 self._on_notice()
+            elif sock is owner.live:
+                self._offer(owner, owner.receive(_BURST), now_us, out)
             else:
-                self._receive(out)
+                self._offer(owner, owner.on_reply(), now_us, out)
         now = time.monotonic()
-        out.extend(self.sequencer.expire(now))
+        throttle = self.sequencer.held_max // 4
+        for feed in self.feeds.values():
+            feed.check_timeout(now)
+            # A feed whose batches wait for another feed's older ones reads no further for now.
+            if feed.wants_more() and self.sequencer.held_by_source.get(feed, 0) < throttle:
+                feed.read_more()
+        if not any(feed.reading for feed in self.feeds.values()):
+            out.extend(self.sequencer.expire(now))  # a gap no log read in flight can fill
         if now >= self._next_stat:
             self._publish_stats(now)
         return out
 
-    def _receive(self, out: list[Delivery]) -> None:
+    def _poller(self) -> tuple[Poller, dict[Any, Feed | None]]:
+        poller = Poller()
+        owners: dict[Any, Feed | None] = {self.notices: None}
+        poller.register(self.notices, POLLIN)
+        # While many batches wait for a gap to fill, leave the live streams unread: ZeroMQ then
+        # drops for this subscriber only, and the log gives those batches back later.
+        take_live = self.sequencer.held < self.sequencer.held_max // 2
+        for feed in self.feeds.values():
+            if take_live:
+                poller.register(feed.live, POLLIN)
+                owners[feed.live] = feed
+            if feed.reader is not None:
+                poller.register(feed.reader, POLLIN)
+                owners[feed.reader] = feed
+        return poller, owners
+
+    def _offer(self, feed: Feed, batches: Any, now_us: int, out: list[Delivery]) -> None:
         now = time.monotonic()
-        now_us = time.time_ns() // 1000
-        for _ in range(_BURST):
-            try:
-                frames = self.data.recv_multipart(NOBLOCK, copy=False)
-            except WouldBlock:
-                return
-            if len(frames) != 2:
-                self.bad_batches += 1
-                continue
-            batch = frames[1].buffer
-            try:
-                header = batchfmt.read_header(batch)
-            except CorruptRecord as error:
-                self.bad_batches += 1
-                log.warning("%s: dropped a bad batch: %s", self.name, error)
-                continue
+        for header, batch in batches:
             self.received_batches += 1
             self.received_messages += header.count
             if len(self.latency_us) < 100_000:
                 self.latency_us.append(now_us - header.first_ts_us)
-            out.extend(self.sequencer.offer(header, batch, now))
+            out.extend(self.sequencer.offer(header, batch, now, feed))
+
+    # --- position ------------------------------------------------------------------------------
+    def positions(self) -> dict[str, int]:
+        """Exchange id → the log offset this subscriber continues from."""
+        return {
+            feed.exchange_id: feed.next_offset
+            for feed in self.feeds.values()
+            if feed.next_offset is not None
+        }
+
+    def commit(self) -> None:
+        """Record the position of everything delivered so far in `offsets_file` (atomically)."""
+        if self.offsets_file is None:
+            return
+        state = {
+            "queue": self.queue,
+            "exchanges": {**self._resume.get("exchanges", {}), **self.positions()},
+            "streams": [
+                [pid.hex(), key.hex(), stream.next_seq]
+                for (pid, key), stream in self.sequencer.streams.items()
+            ],
+        }
+        temporary = self.offsets_file.with_suffix(".tmp")
+        temporary.write_text(json.dumps(state))
+        os.replace(temporary, self.offsets_file)
+
+    def _load_offsets(self) -> dict[str, Any]:
+        if self.offsets_file is None or not self.offsets_file.exists():
+            return {}
+        try:
+            state = json.loads(self.offsets_file.read_text())
+            for pid, key, next_seq in state.get("streams", []):
+                self.sequencer.resume(bytes.fromhex(pid), bytes.fromhex(key), int(next_seq))
+        except (OSError, ValueError, TypeError) as error:
+            raise RoqError(f"offsets file {self.offsets_file} is unreadable: {error}") from None
+        return dict(state)
 
     def messages(self, count: int | None = None, timeout_s: float | None = None) -> Iterator[Any]:
         """Yield records (`format.Record`) until `count` were yielded or `timeout_s` passed
@@ -238,7 +316,9 @@ class Subscriber:
         self._next_stat = now + _STAT_PERIOD_S
 
     def close(self) -> None:
-        for sock in (self.data, self.notices, self.stats):
+        for feed in self.feeds.values():
+            feed.close()
+        for sock in (self.notices, self.stats):
             sock.close(0)
         self._placement.close()
         self._context.term()

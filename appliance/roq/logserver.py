@@ -1,0 +1,96 @@
+"""Serves reads of an exchange's message log on its port F+3 (replay, catch-up, seek by time).
+
+Subscribers that start from the beginning, an offset or a time, that fell behind the live stream
+(ZeroMQ dropped batches past `exchange.subscriber.hwm`), or that resume after a restart read
+here at their own pace: the exchange never buffers for them. One request gets exactly one reply
+of at most `dataplane.READ_BYTES_MAX` bytes (and at least one whole batch), so a reader bounds
+the exchange's work per request. Runs in the exchange's main thread, which owns the socket.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from roq import replication
+from roq.errors import CorruptRecord, InvalidOffset, LogError, ProtocolError
+from roq.log import Log, ReadStatus
+from roq.log import format as batchfmt
+from roq.protocol import dataplane
+from roq.replication import ReplicaStore
+from roq.transport import NOBLOCK, WouldBlock
+
+log = logging.getLogger(__name__)
+
+_BURST = 64
+_SEEK_READS_MAX = 100_000  # reads a time seek may take (each ≤ READ_BYTES_MAX)
+
+
+class LogServer:
+    def __init__(self, sock: Any, message_log: Log, name: str, copies: ReplicaStore):
+        self.sock, self.log, self.name, self.copies = sock, message_log, name, copies
+        self.reads = 0
+
+    def pump(self) -> None:
+        """Answer what is waiting: log reads, and replication writes from leaders."""
+        for _ in range(_BURST):
+            try:
+                frames = self.sock.recv_multipart(NOBLOCK)
+            except WouldBlock:
+                return
+            peer, body = frames[0], frames[1:]
+            if body and body[0] in (replication.WRITE, replication.PROBE):
+                self.sock.send_multipart([peer, *self._replicate(body)])
+            else:
+                self.sock.send_multipart([peer, *self._answer(body)])
+
+    def _replicate(self, frames: list[bytes]) -> list[bytes]:
+        try:
+            return self.copies.handle(frames)
+        except (ProtocolError, InvalidOffset, CorruptRecord, LogError) as error:
+            log.warning("%s: refused a replication write: %s", self.name, error)
+            leader = frames[1] if len(frames) > 1 else b""
+            return [replication.WRITTEN, leader, replication.FAILED, b"\0" * 8]
+
+    def _answer(self, frames: list[bytes]) -> list[bytes]:
+        start, end = self.log.start_offset, self.log.end_offset
+        try:
+            request = dataplane.parse_read_request(frames)
+            if request.kind == dataplane.POSITION:
+                return dataplane.read_reply(dataplane.READ_NOTHING_YET, end, start, end, b"")
+            if request.kind == dataplane.SEEK_TIME:
+                offset = self._seek(request.timestamp_us)
+                return dataplane.read_reply(dataplane.READ_NOTHING_YET, offset, start, end, b"")
+            return self._read(request.offset, request.max_bytes, request.leader)
+        except (ProtocolError, InvalidOffset, CorruptRecord, LogError) as error:
+            log.warning("%s: refused a log read: %s", self.name, error)
+            return dataplane.read_reply(dataplane.READ_ERROR, 0, start, end, str(error).encode())
+
+    def _read(self, offset: int, max_bytes: int, leader: str = "") -> list[bytes]:
+        self.reads += 1
+        if leader and leader != self.copies.own_id:
+            result = self.copies.read(leader, offset, max_bytes)
+        else:
+            result = self.log.read(offset, max_bytes)
+        status = {
+            ReadStatus.BATCHES: dataplane.READ_BATCHES,
+            ReadStatus.NO_MESSAGE_YET: dataplane.READ_NOTHING_YET,
+            ReadStatus.EVICTED: dataplane.READ_EVICTED,
+        }[result.status]
+        return dataplane.read_reply(
+            status, result.next_offset, result.start_offset, result.end_offset, result.data
+        )
+
+    def _seek(self, timestamp_us: int) -> int:
+        """The offset of the first batch whose first record is at or after `timestamp_us`
+        (the end if none is). A linear scan: seeks by time are rare and bounded."""
+        offset = self.log.start_offset
+        for _ in range(_SEEK_READS_MAX):
+            result = self.log.read(offset, dataplane.READ_BYTES_MAX)
+            if result.status is not ReadStatus.BATCHES:
+                return result.next_offset if result.status is ReadStatus.EVICTED else offset
+            for position, header in batchfmt.iter_batches(result.data):
+                if header.first_ts_us >= timestamp_us:
+                    return offset + position
+            offset = result.next_offset
+        return self.log.end_offset

@@ -1,0 +1,149 @@
+"""The message log on a real cluster: kill -9, restart and replay; resume; retention; full disk."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from roq.client.publisher import Publisher, PublishError
+from roq.client.subscriber import Subscriber
+from roq.log import segment_name
+from roq.spawn import child_environment, roq_command
+from roq.testing.cluster import LocalCluster, processes_with, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def _start(cluster: LocalCluster, **overrides: Any) -> dict[str, Any]:
+    cluster.start_gcm()
+    cluster.start_host("h1", **overrides)
+    cluster.wait_ready()
+    with cluster.admin() as admin:
+        admin.create_queue("q1")
+        status = admin.status()
+    [exchange] = status["Queues"][0]["Exchanges"]
+    return dict(exchange)
+
+
+def _publish(
+    cluster: LocalCluster, count: int, acks: str = "leader", prefix: str = "m", linger_ms: float = 2
+) -> None:
+    with Publisher("q1", gcm=cluster.gcm, acks=acks, linger_ms=linger_ms) as publisher:
+        for n in range(count):
+            publisher.send(f"{prefix}{n}".encode())
+        publisher.flush()
+
+
+def _sub_cli(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return cluster.cli("sub", "q1", "--gcm", cluster.gcm, *args, timeout_s=60)
+
+
+def test_acknowledged_messages_survive_kill_9_of_their_exchange(cluster: LocalCluster):
+    exchange = _start(cluster)
+    _publish(cluster, 1000)
+    [pid] = processes_with(exchange["Id"])
+    os.kill(pid, signal.SIGKILL)
+    # The host restarts it under the same id: it recovers its log and serves it again.
+    wait_for(lambda: processes_with(exchange["Id"]) not in ([], [pid]), 15, "exchange restarted")
+    result = _sub_cli(cluster, "--from-beginning", "--count", "1000", "--timeout", "30")
+    assert result.returncode == 0, result.stderr + cluster.logs()
+    assert result.stdout.splitlines() == [f"m{n}" for n in range(1000)]
+    assert "recovered" in cluster.logs() or "holds offsets 0.." in cluster.logs()
+
+
+def test_a_restarted_subscriber_resumes_with_no_gap_and_no_duplicate(
+    cluster: LocalCluster, tmp_path: Path
+):
+    _start(cluster)
+    offsets = tmp_path / "sub.offsets"
+    out = tmp_path / "out"
+    args = ["--offsets", str(offsets), "--timeout", "60"]
+    with out.open("wb") as sink:
+        first = subprocess.Popen(
+            roq_command("sub", "q1", "--gcm", cluster.gcm, "--from-beginning", *args),
+            env=child_environment(), stdout=sink, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        _publish(cluster, 500, prefix="a")
+        wait_for(lambda: out.read_bytes().count(b"\n") >= 500, 15, "first 500 delivered")
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=15) == 0
+    _publish(cluster, 500, prefix="b")  # published while no subscriber runs
+    second = _sub_cli(cluster, *args[:2], "--count", "500", "--timeout", "30")
+    assert second.returncode == 0, second.stderr
+    lines = out.read_text().splitlines() + second.stdout.splitlines()
+    assert lines == [f"a{n}" for n in range(500)] + [f"b{n}" for n in range(500)]
+
+
+def test_retention_evicts_and_readers_are_told(cluster: LocalCluster):
+    _start(cluster, maxFileSize=4096, **{"log.retention.bytes": 8192})
+    _publish(cluster, 3000, linger_ms=0)  # 3000 batches, ≈ 210 KB: ~50 segments of 4 KB
+    with Subscriber("q1", gcm=cluster.gcm, start="beginning") as subscriber:
+        got = [r.payload for r in subscriber.messages(count=3000, timeout_s=5)]
+        [feed] = subscriber.feeds.values()
+        evicted = feed.evicted_bytes
+    assert evicted > 0, "reading from offset 0 must be answered 'evicted'"
+    assert 0 < len(got) < 3000
+    assert got[-1] == b"m2999"  # the newest messages are kept
+    first = int(got[0][1:])
+    assert got == [f"m{n}".encode() for n in range(first, 3000)]  # no hole after the evicted part
+
+
+def test_an_unwritable_log_refuses_publishes_with_a_reason(cluster: LocalCluster):
+    exchange = _start(cluster, maxFileSize=1024)
+    directory = cluster.tmp / "h1" / "log" / "q1" / exchange["Id"]
+    with Publisher("q1", gcm=cluster.gcm, acks="leader", linger_ms=0) as publisher:
+        for _ in range(14):  # 14 batches of 71 bytes: the 15th does not fit and rolls
+            publisher.send(b"first")
+        publisher.flush()
+        [segment] = sorted(directory.glob("*.log"))
+        end = segment.stat().st_size
+        assert end == 14 * 71
+        (directory / segment_name(end)).symlink_to("/dev/full")  # the next segment is taken
+        publisher.send(b"second")
+        with pytest.raises(PublishError, match=r"refused"):
+            publisher.flush()
+    log_text = cluster.logs()
+    assert "the log is unavailable" in log_text and "cannot create segment" in log_text
+    with Subscriber("q1", gcm=cluster.gcm, start="beginning") as subscriber:
+        got = [r.payload for r in subscriber.messages(count=15, timeout_s=3)]
+    assert got == [b"first"] * 14
+    assert processes_with(exchange["Id"]), "the exchange keeps serving"
+
+
+def _segments_bytes(directory: Path) -> bytes:
+    return b"".join(path.read_bytes() for path in sorted(directory.glob("*.log")))
+
+
+def test_replicated_acks_all_survive_kill_9_of_the_leader(cluster: LocalCluster):
+    first = _start(cluster, **{"exchange.max.perhost": 4, "replicationFactor": 2})
+    with cluster.admin() as admin:
+        second = admin.create_exchange("q1", "tx-replica")["Exchange"]
+    root = cluster.tmp / "h1" / "log"
+    copy_of_first = root / "_replicas" / "q1" / f"{first['Id']}@{second['Id']}"
+    wait_for(copy_of_first.exists, 15, "the monitor assigned replicas")
+    publisher = Publisher("q1", gcm=cluster.gcm, acks="all", linger_ms=1)
+    leader_id = first["Id"] if publisher.exchange == first["Front"] else second["Id"]
+    sent = 0
+    for n in range(1500):
+        publisher.send(f"m{n}".encode())
+        sent += 1
+        if n == 500:
+            publisher.flush()  # these are acknowledged: on both exchanges
+            [pid] = processes_with(leader_id)
+            os.kill(pid, signal.SIGKILL)
+    publisher.flush()  # everything acknowledged, part of it re-sent after the fail-over
+    assert publisher.moves >= 1
+    publisher.close()
+    result = _sub_cli(cluster, "--from-beginning", "--count", str(sent), "--timeout", "30")
+    assert result.returncode == 0, result.stderr + cluster.logs()
+    assert result.stdout.splitlines() == [f"m{n}" for n in range(sent)]
+    # Each log's copy is a prefix of it (byte for byte, offsets included).
+    for leader, replica in ((first, second), (second, first)):
+        original = _segments_bytes(root / "q1" / leader["Id"])
+        copy = _segments_bytes(root / "_replicas" / "q1" / f"{leader['Id']}@{replica['Id']}")
+        assert original.startswith(copy) and len(copy) > 0
