@@ -218,6 +218,9 @@ def test_load_removed_drains_and_retires_the_surplus_exchange_without_a_gap(
     port = int(fronts[retired["Exchange"]].rsplit(":", 1)[1])
     assert all(port_is_free(p) for p in range(port, port + 4)), "its ports are free again"
     assert added in (retired["Exchange"], recorded[0]["Id"])
+    shown = cluster.cli("status", "--gcm", cluster.gcm).stdout
+    assert "scaling default (exchanges 1..hosts, +1 -1)" in shown, shown
+    assert "last: exchange_retired" in shown, shown
     load.close()
     watcher.finish()
     wait_for(lambda: collector.count >= sum(load.sent.values()), 15, "everything delivered")
