@@ -368,6 +368,7 @@ class Monitor:
                     "CPU": x.cpu,
                     "RSS": x.rss,
                     "Leaving": x.leaving,
+                    "Replicas": list(x.replicas),
                     "Age": now - x.first_seen,
                 }
                 for x in self.exchanges.values()
