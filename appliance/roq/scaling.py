@@ -300,6 +300,18 @@ def _retire_order(x: ExchangeLoad) -> tuple[float, float]:
     return (x.smoothed.bytes_rate if x.smoothed else 0.0, x.age_s)
 
 
+def supersedes(current: int, doc: dict[str, Any] | None) -> int | None:
+    """The version of `doc` (rules read or pushed) if it should replace rules of version
+    `current`, else None: the highest version wins in whatever order they arrive, and None (no
+    rules stored) only counts while no stored rules were seen."""
+    if doc is None:
+        return None if current else 0
+    version = doc.get("Version", 0)
+    if isinstance(version, bool) or not isinstance(version, int) or version < current:
+        return None
+    return version
+
+
 def make_policy(settings: Settings) -> Policy:
     """The policy named by `scaling.policy`."""
     if settings.get_str("scaling.policy") == "null":
@@ -458,12 +470,8 @@ class Scaler:
     def _offer(self, doc: dict[str, Any] | None) -> None:
         """Rules read (2007) or pushed (2008): the highest `Version` wins, whatever the order in
         which they arrive; None (nothing stored) only counts while nothing stored was seen."""
-        version = 0 if doc is None else doc.get("Version", 0)
-        if (
-            not isinstance(version, int)
-            or version < self.rules_version
-            or (doc is None and self.rules_version)
-        ):
+        version = supersedes(self.rules_version, doc)
+        if version is None:
             return
         try:
             rules = (

@@ -33,6 +33,7 @@ from roq.scaling import (
     Sample,
     ScalingConfig,
     make_policy,
+    supersedes,
 )
 
 CONFIG = ScalingConfig(
@@ -86,6 +87,15 @@ def test_rules_from_a_stored_2006_document():
     assert rules.capacity(1.0) == 20000.0
     assert Rules(queue_throughput=7.0).capacity(1.0) == 7.0
     assert Rules().capacity(3.0) == 3.0
+
+
+def test_a_stale_rules_read_never_undoes_a_newer_push():
+    assert supersedes(0, None) == 0, "nothing stored: the implicit rule"
+    assert supersedes(0, {"Version": 1}) == 1
+    assert supersedes(2, {"Version": 1}) is None, "a read that crossed a newer push"
+    assert supersedes(2, None) is None, "a read from before anything was stored"
+    assert supersedes(2, {"Version": 2}) == 2
+    assert supersedes(0, {"Version": "3"}) is None and supersedes(0, {"Version": True}) is None
 
 
 def test_exchange_rule_fires_only_when_every_exchange_is_above_it():
