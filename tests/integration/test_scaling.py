@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import json
 import threading
 import time
 from typing import Any
@@ -275,6 +276,12 @@ def test_rules_are_stored_returned_pushed_and_drive_scaling(cluster: LocalCluste
         10,
         "the monitor to use rule r1",
     )
+    shown = cluster.cli("scaling", "show", queue, "--json", "--gcm", cluster.gcm)
+    assert shown.returncode == 0 and json.loads(shown.stdout)["AUTOSCALING_NAME"] == "r1"
+    refused = cluster.cli(
+        "scaling", "set", queue, "--exchange-throughput", "-5", "--gcm", cluster.gcm
+    )
+    assert refused.returncode == 1 and "AUTOSCALING_XCHANGE_THR" in refused.stderr, refused
     load = Load(cluster, queue, [1000, 1000])  # ~2 × 90 KB/s: above 60 KB/s, far below 50 × max
     load.run_until(
         lambda: "exchange_added" in _events(cluster, queue), 20, "scale-out by r1", cluster.logs
