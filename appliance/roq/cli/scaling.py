@@ -74,7 +74,7 @@ def set_rules(
     )
     with admin_client(gcm, zk, namespace) as client:
         client.add_rules(queue, doc)
-    typer.echo(f"rules {name} stored for queue {queue}")
+    typer.echo(f"rule set {name} stored for queue {queue}")
 
 
 @scaling_app.command("show")
