@@ -325,7 +325,7 @@ _RESULTS_MAX = 64  # actuator results waiting for the monitor's main thread
 _EVENTS_KEPT = 20  # recent scaling events shown by `roq status`
 _FRESH_WAIT_S = 30.0  # a created exchange that never reports is given up on after this
 _REBALANCE_RETRY_S = 0.5  # filling a new exchange found nothing to move: look again this soon
-_RULES_RETRY_S = 1.0  # a failed rules refresh is retried this soon
+_RULES_RETRY_S = 1.0  # a failed rules refresh is retried this soon (doubling each time)
 _ADMIN_RETRIES = 3  # attempts per admin request (each bounded by the AdminClient's timeout)
 _JOIN_TIMEOUT_S = 0.5  # closing the monitor waits this long for the actuator (a daemon thread)
 
@@ -352,11 +352,14 @@ class Actuator(threading.Thread):
         from roq.client.admin import AdminClient
 
         with AdminClient(zk=self.zk, namespace=self.namespace, retries=_ADMIN_RETRIES) as admin:
-            next_refresh = 0.0
+            next_refresh, retry_s = 0.0, _RULES_RETRY_S
             while not self.stop.is_set():
                 if time.monotonic() >= next_refresh:
-                    fresh = self._refresh_rules(admin)
-                    next_refresh = time.monotonic() + (self.refresh_s if fresh else _RULES_RETRY_S)
+                    if self._refresh_rules(admin):
+                        wait_s, retry_s = self.refresh_s, _RULES_RETRY_S
+                    else:  # the GCM is away: ask again, less and less often
+                        wait_s, retry_s = retry_s, min(2 * retry_s, self.refresh_s)
+                    next_refresh = time.monotonic() + wait_s
                 try:
                     action, argument = self.actions.get(timeout=limits.poll_interval_ms / 1000)
                 except queue_mod.Empty:
