@@ -175,6 +175,87 @@ GCM_KEYS: tuple[Key, ...] = (
     ),
     Key("cloud.gateway", str, "", "Gateway given to provisioned VMs.", section="Cloud"),
     Key("cloud.endpoint", str, "", "IaaS endpoint URL.", section="Cloud"),
+    Key(
+        "provisioner",
+        str,
+        "none",
+        "What the GCM does when a queue needs another exchange and no host has a free slot: "
+        "none (log that capacity is exhausted and refuse with no_capacity, which the queue's "
+        "monitor raises as a KPI alarm) or ec2 (start an instance of cloud.image whose user data "
+        "makes it join this cluster as a host). See docs/elasticity.md.",
+        choices=("none", "ec2"),
+        section="Provisioning",
+    ),
+    Key(
+        "cloud.region",
+        str,
+        "us-east-1",
+        "EC2 region of the ec2 provisioner (the endpoint is ec2.<region>.amazonaws.com unless "
+        "cloud.endpoint is set).",
+        section="Provisioning",
+    ),
+    Key("cloud.image", str, "", "AMI id of the roq machine image (ami/).", section="Provisioning"),
+    Key("cloud.instance.type", str, "t3.small", "EC2 instance type.", section="Provisioning"),
+    Key("cloud.key.name", str, "", "EC2 key pair name (empty: none).", section="Provisioning"),
+    Key(
+        "cloud.security.groups",
+        str,
+        "",
+        "Comma-separated security group ids for new instances (empty: the VPC default).",
+        section="Provisioning",
+    ),
+    Key(
+        "cloud.subnet",
+        str,
+        "",
+        "Subnet id for new instances (empty: default).",
+        section="Provisioning",
+    ),
+    Key(
+        "cloud.join.zk",
+        str,
+        "",
+        "ZooKeeper connect string a provisioned host uses (empty: this GCM's zk.servers).",
+        section="Provisioning",
+    ),
+    Key(
+        "cloud.join.gcm",
+        str,
+        "",
+        "GCM address a provisioned host is given (empty: this GCM's network.interface).",
+        section="Provisioning",
+    ),
+    Key(
+        "cloud.join.interface",
+        str,
+        "ens5",
+        "Interface a provisioned host binds and announces (ROQ_INTERFACE of the image).",
+        section="Provisioning",
+    ),
+    Key(
+        "cloud.instances.max",
+        int,
+        2,
+        "Most instances the ec2 provisioner starts during one GCM's leadership.",
+        (0, 1000),
+        section="Provisioning",
+    ),
+    Key(
+        "cloud.provision.cooldown.ms",
+        int,
+        300_000,
+        "Least time between two instance launches: a booting VM is not asked for twice.",
+        (0, 86_400_000),
+        section="Provisioning",
+    ),
+    Key(
+        "cloud.request.timeout.ms",
+        int,
+        10_000,
+        "Time limit of one EC2 API request.",
+        (100, 600_000),
+        section="Provisioning",
+    ),
 )
 
 HCM_KEYS: tuple[Key, ...] = (
@@ -486,6 +567,82 @@ HCM_KEYS: tuple[Key, ...] = (
         "replays of the tail without disk reads (0 = off).",
         (0, 2**40),
         section="Message log",
+    ),
+    Key(
+        "scaling.policy",
+        str,
+        "default",
+        "Scaling policy of each queue's monitor: default (scale out when a rule fires, in when "
+        "the load stays under the low-water mark) or null (never; RoQ's behaviour).",
+        choices=("default", "null"),
+        section="Scaling",
+    ),
+    Key(
+        "scaling.window.ms",
+        int,
+        2000,
+        "Rules are evaluated on exchange rates averaged over this many ms.",
+        (10, 3_600_000),
+        section="Scaling",
+    ),
+    Key(
+        "scaling.cooldown.ms",
+        int,
+        10_000,
+        "After a scale-out or scale-in, no other one for this many ms.",
+        (0, 86_400_000),
+        section="Scaling",
+    ),
+    Key(
+        "scaling.highwater",
+        float,
+        0.9,
+        "With no rule stored for a queue: scale out when every exchange carries more than this "
+        "fraction of exchange.max.throughput.",
+        (0.001, 100.0),
+        section="Scaling",
+    ),
+    Key(
+        "scaling.lowwater",
+        float,
+        0.3,
+        "Scale in when the queue's load would fit in one exchange fewer, each below this "
+        "fraction of its capacity (the exchange rule's limit, else highwater x max throughput).",
+        (0.0, 1.0),
+        section="Scaling",
+    ),
+    Key(
+        "scaling.lowwater.ms",
+        int,
+        30_000,
+        "... continuously for this many ms.",
+        (0, 86_400_000),
+        section="Scaling",
+    ),
+    Key(
+        "scaling.min.exchanges",
+        int,
+        1,
+        "Scale-in never leaves a queue with fewer exchanges than this.",
+        (1, 1000),
+        section="Scaling",
+    ),
+    Key(
+        "scaling.max.exchanges",
+        int,
+        0,
+        "Scale-out never gives a queue more exchanges than this (0: as many as hosts allow).",
+        (0, 1000),
+        section="Scaling",
+    ),
+    Key(
+        "scaling.rules.refresh.ms",
+        int,
+        30_000,
+        "The monitor re-reads its queue's rules (2007) and re-registers for updates (2008) this "
+        "often, so a GCM fail-over does not leave it with stale rules.",
+        (100, 86_400_000),
+        section="Scaling",
     ),
 )
 

@@ -141,6 +141,7 @@ class GlobalConfigurationManager:
         )
 
     def close(self) -> None:
+        self.management.close()  # its rules listeners' sockets, before the context ends
         self.leadership.stop()
         for sock in self._sockets.values():
             sock.close(0)

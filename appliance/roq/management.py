@@ -30,11 +30,14 @@ from roq.protocol import bsonmsg
 from roq.protocol.bsonmsg import Document
 from roq.protocol.commands import AdminCommand, HostCommand, Reason, Result
 from roq.protocol.names import check_queue_name
+from roq.provisioning import make_provisioner
 from roq.rules import validate_rules
 from roq.transport import Kind, connect, open_socket
 from roq.transport.rpc import Requester
 
 log = logging.getLogger(__name__)
+
+_LISTENERS_PER_QUEUE_MAX = 16  # rules listeners (2008) kept per queue; the oldest is dropped
 
 
 class Refused(RoqError):
@@ -53,7 +56,9 @@ class Management:
         self.settings = settings
         self.context = context
         self.host_timeout_ms = settings.get_int("hcmTIMEOUT")
-        self._listeners: dict[str, Any] = {}  # queue → PUSH socket of its rules listener
+        # queue → {listener address → PUSH socket}: the queue's monitor and any admin tool
+        self._listeners: dict[str, dict[str, Any]] = {}
+        self.provisioner = make_provisioner(settings)
         self._handlers: dict[int, Callable[[Document, Fence], Document]] = {
             AdminCommand.INIT_REQ: self.topology,
             AdminCommand.GET_HOST_BY_QNAME: self.get_host_by_qname,
@@ -336,10 +341,27 @@ class Management:
         host = (
             self._find_host(requested)
             if isinstance(requested, str) and requested
-            else self._least_loaded_host()
+            else self._host_with_free_slot(self._queue_name(request))
         )
         self.registry.put_xchange_transaction(fence, txid, {"host": host.name})
         return host
+
+    def _host_with_free_slot(self, queue: str) -> HostRecord:
+        """The host with the most free exchange slots; none free → the provisioner is asked
+        and the request refused with no_capacity (RoQ's SimpleScalingPolicy, steps 2–5)."""
+        host = self._least_loaded_host()
+        used = sum(
+            1
+            for q in self.registry.queues()
+            for x in self.registry.exchanges(q.name)
+            if x.host == host.name
+        )
+        if used < host.max_exchanges:
+            return host
+        said = self.provisioner.provision(
+            f"queue {queue} needs an exchange and every host runs exchange.max.perhost exchanges"
+        )
+        raise Refused(Reason.NO_CAPACITY, f"no host has a free exchange slot: {said}")
 
     def remove_exchange(self, request: Document, fence: Fence) -> Document:
         queue = self._queue_name(request)
@@ -368,6 +390,10 @@ class Management:
             rules = validate_rules(request)
         except ValueError as error:
             raise Refused(Reason.BAD_REQUEST, str(error)) from None
+        # a version orders a listener's reads and pushes (a stale read never undoes a push)
+        previous = self.registry.rules(name) or {}
+        version = previous.get("Version", 0)
+        rules["Version"] = (version if isinstance(version, int) else 0) + 1
         self.registry.put_rules(fence, name, rules)
         self._push_rules(name, rules)
         return bsonmsg.ok(f"The autoscaling config has been created for the Q {name}")
@@ -384,25 +410,35 @@ class Management:
         address = bsonmsg.field_str(request, "Address", max_chars=256)
         if not address.startswith("tcp://"):
             raise Refused(Reason.BAD_REQUEST, "the Address field must be tcp://host:port")
-        self._drop_listener(name)
+        listeners = self._listeners.setdefault(name, {})
+        old = listeners.pop(address, None)
+        if old is not None:
+            old.close(0)  # the same listener again (a monitor re-registering): a fresh socket
+        while len(listeners) >= _LISTENERS_PER_QUEUE_MAX:
+            listeners.pop(next(iter(listeners))).close(0)  # the oldest registration goes
         sock = open_socket(self.context, Kind.PUSH, sndhwm=16, sndtimeo_ms=0)
         connect(sock, address)
-        self._listeners[name] = sock
+        listeners[address] = sock
         return bsonmsg.ok(f"Registrated on {address}")
 
     def _push_rules(self, queue: str, rules: dict[str, Any]) -> None:
-        sock = self._listeners.get(queue)
-        if sock is None:
-            return
-        try:
-            sock.send(bsonmsg.encode({"RESULT": 0, "QName": queue, **rules}), flags=1)
-        except Exception as error:  # a slow or gone listener must not fail the admin request
-            log.warning("queue %s: rules listener did not take the update: %s", queue, error)
+        for address, sock in self._listeners.get(queue, {}).items():
+            try:
+                update = {"CMD": int(AdminCommand.ADD_AUTOSCALING_RULE), "RESULT": 0}
+                sock.send(bsonmsg.encode({**update, "QName": queue, **rules}), flags=1)
+            except Exception as error:  # a slow or gone listener must not fail the request
+                log.warning(
+                    "queue %s: rules listener %s did not take the update: %s", queue, address, error
+                )
 
     def _drop_listener(self, queue: str) -> None:
-        sock = self._listeners.pop(queue, None)
-        if sock is not None:
+        for sock in self._listeners.pop(queue, {}).values():
             sock.close(0)
+
+    def close(self) -> None:
+        """Close every rules listener socket (the context cannot end while one is open)."""
+        for queue in list(self._listeners):
+            self._drop_listener(queue)
 
     def cloud_properties(self, request: Document, fence: Fence) -> Document:
         use = self.settings.get_bool("cloud.use")

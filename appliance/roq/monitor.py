@@ -7,10 +7,14 @@ Ports (B = the monitor port the host allocated, 6 in all; S = its stat port, 2):
                PUBLISHER_INIT / PUBLISHER_PANIC → the least-loaded exchange's front address
     B+2  PUB   to publishers: [producer id hex | b"*"][BSON RELOCATE / EXCHANGE_LOST]
     B+3  PUB   to subscribers: NEW_EXCHANGE, and the full EXCHANGE_LIST every monitor.list.period
-    B+4        reserved (RoQ's unused heartbeat socket)
+    B+4  PULL  scaling rules pushed by the GCM (admin 2008; RoQ's scaling process used S+2)
     B+5  REP   control (PING / SHUTDOWN from the host)
     S+0  SUB   statistics in (exchanges, subscribers): the stat monitor, inside this process
     S+1  PUB   the KPI stream: what came in on S (validated), plus the queue KPI (CMD 23)
+
+Scaling (`roq.scaling.Scaler`, docs/elasticity.md) hooks in at three points only: every report
+feeds its load window, a timer asks the policy for a decision, and new exchanges it created are
+filled by re-allocating publishers. Its admin requests run in its own actuator thread.
 
 An exchange silent for `monitor.dead.heartbeats` of its periods is dead: its publishers are told
 with the exact front address they use (RoQ's never matched) and subscribers get the new list.
@@ -30,6 +34,7 @@ from roq.config import Settings
 from roq.errors import ProtocolError
 from roq.placement import (
     ExchangeView,
+    Move,
     Thresholds,
     assign_replicas,
     choose_exchange,
@@ -44,12 +49,13 @@ from roq.protocol.commands import (
     StatCommand,
     SubscriberNotice,
 )
+from roq.scaling import Scaler
 from roq.transport import NOBLOCK, POLLIN, Kind, Poller, WouldBlock, bind, connect, open_socket
 from roq.transport.rpc import answer
 
 log = logging.getLogger(__name__)
 
-REPORTS, REQUESTS, TO_PUBLISHERS, TO_SUBSCRIBERS, _RESERVED, CONTROL = range(6)
+REPORTS, REQUESTS, TO_PUBLISHERS, TO_SUBSCRIBERS, RULES, CONTROL = range(6)
 PORTS_PER_MONITOR = 6
 STAT_IN, KPI_OUT = 0, 1
 BROADCAST_TOPIC = b"*"
@@ -90,6 +96,10 @@ class Monitor:
         self._context = context
         self._controls: dict[str, Any] = {}  # front → DEALER to the exchange's control port
         self._open_sockets(context)
+        self.scaler = Scaler(
+            context, queue, settings, address, port + RULES,
+            emit=lambda doc: self._send(self.kpi_out, [bsonmsg.encode(doc)]),
+        )  # fmt: skip
 
     def _open_sockets(self, context: Any) -> None:
         def bound(kind: Kind, port: int, **options: Any) -> Any:
@@ -115,17 +125,22 @@ class Monitor:
             self.requests: lambda: answer(self.requests, self._placement, self.name, log),
             self.stat_in: self._pump_stats,
             self.control.sock: self.control.handle,
+            self.scaler.sock: self.scaler.pump_rules,
         }
         for sock in handlers:
             poller.register(sock, POLLIN)
         now = time.monotonic()
         next_list, next_kpi = now + self.list_period_s, now + self.kpi_period_s
+        next_scale = now
         log.info("%s: placing publishers on tcp://%s:%d", self.name, self.address, self.port + 1)
         while not (stop.is_set() or self.control.stop_requested):
             for sock, _ in poller.poll(limits.poll_interval_ms):
                 handlers[sock]()
             now = time.monotonic()
             self._reap(now)
+            if now >= next_scale:
+                self._scale(now)
+                next_scale = now + limits.poll_interval_ms / 1000
             if now >= next_list:
                 self._publish_list()
                 self._assign_replicas()  # again each period: a restarted exchange forgot it
@@ -167,6 +182,7 @@ class Monitor:
         if doc["CMD"] != MonitorCommand.EXCHANGE_REPORT:
             raise ValueError(f"unknown report command {doc['CMD']}")
         self._update_load(view, doc)
+        self.scaler.observe(view.exchange_id, doc, now)
         self._relocate(view, now)
 
     def _register(self, doc: dict[str, Any], front: str, now: float) -> ExchangeView:
@@ -210,19 +226,26 @@ class Monitor:
     def _relocate(self, source: ExchangeView, now: float) -> None:
         moves = plan_relocation(source, list(self.exchanges.values()), now, self.limits)
         for move in moves:
-            self.relocations += 1
-            log.info(
-                "%s: moving publisher %s (%.0f B/s) from %s to %s: %s is overloaded",
-                self.name, move.producer, move.bytes_rate, move.source.exchange_id,
-                move.target.exchange_id, move.source.exchange_id,
-            )  # fmt: skip
-            self._to_publishers(
-                move.producer.encode(),
-                PublisherNotice.RELOCATE,
-                ProducerID=move.producer,
-                Exchange={"Id": move.target.exchange_id, "Front": move.target.front},
-                From=move.source.front,
-            )
+            self._move(move, f"{move.source.exchange_id} is overloaded")
+
+    def _scale(self, now: float) -> None:
+        for move in self.scaler.tick(list(self.exchanges.values()), now, self.limits):
+            self._move(move, f"{move.target.exchange_id} was added to share the load")
+
+    def _move(self, move: Move, why: str) -> None:
+        self.relocations += 1
+        log.info(
+            "%s: moving publisher %s (%.0f B/s) from %s to %s: %s",
+            self.name, move.producer, move.bytes_rate, move.source.exchange_id,
+            move.target.exchange_id, why,
+        )  # fmt: skip
+        self._to_publishers(
+            move.producer.encode(),
+            PublisherNotice.RELOCATE,
+            ProducerID=move.producer,
+            Exchange={"Id": move.target.exchange_id, "Front": move.target.front},
+            From=move.source.front,
+        )
 
     def _reap(self, now: float) -> None:
         dead = [
@@ -238,6 +261,7 @@ class Monitor:
     def _forget(self, view: ExchangeView, now: float, why: str) -> None:
         """A dead exchange: its publishers fail over (the notice names the address they use)."""
         del self.exchanges[view.front]
+        self.scaler.forget(view.exchange_id)
         control = self._controls.pop(view.front, None)
         if control is not None:
             control.close(0)
@@ -332,6 +356,7 @@ class Monitor:
             "Queue": self.queue,
             "Relocations": self.relocations,
             "BadFrames": self.bad_frames,
+            "Scaling": self.scaler.status(now),
             "Exchanges": [
                 {
                     "Id": x.exchange_id,
@@ -343,6 +368,7 @@ class Monitor:
                     "CPU": x.cpu,
                     "RSS": x.rss,
                     "Leaving": x.leaving,
+                    "Replicas": list(x.replicas),
                     "Age": now - x.first_seen,
                 }
                 for x in self.exchanges.values()
@@ -384,6 +410,7 @@ class Monitor:
             log.debug("%s: exchange %s control queue full", self.name, view.exchange_id)
 
     def close(self) -> None:
+        self.scaler.close()
         for control in self._controls.values():
             control.close(0)
         for sock in (

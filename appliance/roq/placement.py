@@ -136,6 +136,40 @@ def _pick_moves(
     return moves
 
 
+def plan_rebalance(
+    target: ExchangeView, exchanges: list[ExchangeView], now: float, limits: Thresholds
+) -> list[Move]:
+    """Moves that fill a new (empty) exchange: the most active publishers of the busiest
+    exchanges go to `target` until it carries its share of the queue's load.
+
+    A move is made only if it narrows the gap between source and target (so nothing bounces
+    back), and every source keeps at least one publisher. Loads are updated optimistically as
+    in step 5, and each source is then left alone for the relocation cool-down."""
+    live = [x for x in exchanges if not x.leaving]
+    if target not in live or len(live) < 2:
+        return []
+    share = sum(x.bytes_rate for x in live) / len(live)
+    moves: list[Move] = []
+    for source in sorted(live, key=lambda x: x.bytes_rate, reverse=True):
+        if source is target:
+            continue
+        remaining = len(source.top)
+        for producer, rate in sorted(source.top, key=lambda item: item[1], reverse=True):
+            if target.bytes_rate >= share or source.bytes_rate <= share or remaining <= 1:
+                break
+            if rate <= 0 or target.bytes_rate + rate >= source.bytes_rate:
+                continue  # would only swap which exchange is the busier one
+            moves.append(Move(producer, source, target, rate))
+            target.bytes_rate += rate
+            target.placed_at.append(now)
+            source.bytes_rate -= rate
+            source.producers -= 1
+            remaining -= 1
+        if any(move.source is source for move in moves):
+            source.cooldown_until = now + limits.cooldown_s
+    return moves
+
+
 def assign_replicas(exchanges: list[ExchangeView], factor: int) -> dict[str, tuple[str, ...]]:
     """Replica exchanges for each logged exchange (thesis §3.2.1): `factor - 1` others, chosen
     among those that already copy the fewest logs, on other hosts when there are any."""

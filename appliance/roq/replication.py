@@ -201,6 +201,8 @@ class Replicator:
     # --- answers ----------------------------------------------------------------------------
     def on_answer(self, sock: Any) -> None:
         link = next((x for x in self.links.values() if x.sock is sock), None)
+        if link is None:
+            return  # closed since the poll (the replica set changed): reading it would raise
         for _ in range(10_000):
             try:
                 frames = sock.recv_multipart(NOBLOCK)

@@ -1,7 +1,7 @@
 """Imports every command module so that each registers its commands on `roq.cli.app.app`.
 
 Each module owns its commands: daemons (gcm, host, up), queues (queue ..., status), data
-(monitor, exchange, pub, sub, bench), logcmd (log ...), analytics.
+(monitor, exchange, pub, sub, bench), logcmd (log ...), analytics, scaling (scaling ...).
 """
 
-from roq.cli import analytics, daemons, data, logcmd, queues  # noqa: F401
+from roq.cli import analytics, daemons, data, logcmd, queues, scaling  # noqa: F401

@@ -135,7 +135,26 @@ def _render_status(reply: dict[str, Any]) -> str:
         for x in q.get("Exchanges", []):
             lines.append(f"    exchange {x['Id']:<28} in {x['Front']} out {x['Back']}")
             lines.append(_live_line(live.get(x["Id"]), q))
+        scaling = (q.get("Live") or {}).get("Scaling")
+        if scaling:
+            lines.append(_scaling_line(scaling))
     return "\n".join(lines)
+
+
+def _scaling_line(scaling: dict[str, Any]) -> str:
+    """One line on the queue's elasticity: policy, limits, state and the last decision."""
+    cap = scaling["Max"] or "hosts"
+    state = f"{scaling['InFlight']} in flight" if scaling["InFlight"] else "idle"
+    if scaling["CooldownLeft"] > 0:
+        state += f", cool-down {scaling['CooldownLeft']:.1f} s"
+    if scaling["LowFor"] > 0:
+        state += f", below low-water for {scaling['LowFor']:.1f} s"
+    events = scaling.get("Events") or []
+    last = f"; last: {events[-1]['Event']}: {events[-1]['Reason']}" if events else ""
+    return (
+        f"    scaling {scaling['Policy']} (exchanges {scaling['Min']}..{cap}, "
+        f"+{scaling['ScaledOut']} -{scaling['ScaledIn']}): {state}{last}"
+    )
 
 
 def _live_line(live: dict[str, Any] | None, queue: dict[str, Any]) -> str:

@@ -95,6 +95,7 @@ class StatCommand(enum.IntEnum):
     EXCHANGE_OS_MIN = 22
     QUEUE = 23
     SUBSCRIBER_TOTAL = 31
+    SCALING_EVENT = 40  # roq: a scaling decision or its outcome (docs/elasticity.md)
 
 
 # Numbers that were used once and must never be reused, per channel.

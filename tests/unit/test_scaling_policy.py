@@ -1,0 +1,311 @@
+"""Scaling policy, rebalancing and the provisioners, without processes (pure functions)."""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import time
+import urllib.parse
+
+import pytest
+
+from roq import config
+from roq.errors import ConfigError
+from roq.placement import ExchangeView, Thresholds, plan_rebalance
+from roq.provisioning import (
+    Ec2Config,
+    Ec2Provisioner,
+    NoProvisioner,
+    build_request,
+    encode_query,
+    make_provisioner,
+    run_instances_params,
+    sign_v4,
+    user_data,
+)
+from roq.rules import validate_rules
+from roq.scaling import (
+    DefaultPolicy,
+    ExchangeLoad,
+    LoadWindow,
+    NullPolicy,
+    Rules,
+    Sample,
+    ScalingConfig,
+    make_policy,
+    supersedes,
+)
+
+CONFIG = ScalingConfig(
+    window_s=1.0,
+    cooldown_s=5.0,
+    highwater=0.5,
+    lowwater=0.3,
+    lowwater_s=3.0,
+    min_exchanges=1,
+    max_exchanges=0,
+    max_throughput=200_000,
+)
+IMPLICIT = CONFIG.implicit_rules()  # every exchange above 100 KB/s
+
+
+def _sample(bytes_rate: float, producers: int = 2, load: float = 0.0, ram: float = 0.0) -> Sample:
+    return Sample(0.0, bytes_rate, bytes_rate / 100, producers, load, ram)
+
+
+def _x(name: str, bytes_rate: float | None, **kw: object) -> ExchangeLoad:
+    smoothed = None if bytes_rate is None else _sample(bytes_rate, **kw)  # type: ignore[arg-type]
+    return ExchangeLoad(name, smoothed, placeable=True, leaving=False, age_s=10.0)
+
+
+# --- smoothing ----------------------------------------------------------------------------------
+def test_window_averages_the_reports_of_its_span_and_needs_two():
+    window = LoadWindow(1.0)
+    window.add(Sample(0.0, 100.0, 1.0, 1, 0.5, 10.0))
+    assert window.mean(0.0) is None, "one report is not a trend"
+    window.add(Sample(0.5, 300.0, 3.0, 3, 1.5, 30.0))
+    mean = window.mean(0.5)
+    assert mean is not None and mean.bytes_rate == 200.0 and mean.producers == 2
+    window.add(Sample(1.2, 500.0, 5.0, 5, 2.5, 50.0))  # the first report left the window
+    mean = window.mean(1.2)
+    assert mean is not None and mean.bytes_rate == 400.0
+    assert window.mean(10.0) is None, "stale reports do not count"
+
+
+# --- rules --------------------------------------------------------------------------------------
+def test_rules_from_a_stored_2006_document():
+    stored = validate_rules(
+        {
+            "AUTOSCALING_NAME": "r1",
+            "AUTOSCALING_HOST": {"AUTOSCALING_HOST_CPU": 30, "AUTOSCALING_HOST_RAM": 40},
+            "AUTOSCALING_XCHANGE": {"AUTOSCALING_XCHANGE_THR": 20000},
+            "AUTOSCALING_Q": {"AUTOSCALING_Q_PROD_EXCH": 10000, "AUTOSCALING_THR_PROD_EXCH": 1e5},
+        }
+    )
+    rules = Rules.from_doc(stored)
+    assert rules == Rules("r1", 30.0, 40.0, 20000.0, 10000.0, 100000.0)
+    assert rules.capacity(1.0) == 20000.0
+    assert Rules(queue_throughput=7.0).capacity(1.0) == 7.0
+    assert Rules().capacity(3.0) == 3.0
+
+
+def test_a_stale_rules_read_never_undoes_a_newer_push():
+    assert supersedes(0, None) == 0, "nothing stored: the implicit rule"
+    assert supersedes(0, {"Version": 1}) == 1
+    assert supersedes(2, {"Version": 1}) is None, "a read that crossed a newer push"
+    assert supersedes(2, None) is None, "a read from before anything was stored"
+    assert supersedes(2, {"Version": 2}) == 2
+    assert supersedes(0, {"Version": "3"}) is None and supersedes(0, {"Version": True}) is None
+
+
+def test_exchange_rule_fires_only_when_every_exchange_is_above_it():
+    policy = DefaultPolicy(CONFIG)
+    assert policy.decide([_x("a", 150_000)], IMPLICIT, 0.0, busy=False) is not None
+    policy = DefaultPolicy(CONFIG)
+    two = [_x("a", 150_000), _x("b", 50_000)]  # b has room: re-allocation, not a new exchange
+    assert policy.decide(two, IMPLICIT, 0.0, busy=False) is None
+    both = [_x("a", 150_000), _x("b", 120_000)]
+    decision = policy.decide(both, IMPLICIT, 0.0, busy=False)
+    assert decision is not None and decision.action == "out"
+    assert "every exchange above 100,000 B/s" in decision.reason
+
+
+def test_host_rule_uses_roqs_semantics_on_every_exchange():
+    rules = Rules("h", host_cpu=2.0, host_ram=35.0)
+    fire = [_x("a", 0, load=4.0, ram=32.0), _x("b", 0, load=1.5, ram=37.0)]
+    assert DefaultPolicy(CONFIG).decide(fire, rules, 0.0, busy=False) is not None
+    calm = [_x("a", 0, load=4.0, ram=32.0), _x("b", 0, load=1.5, ram=34.5)]
+    assert DefaultPolicy(CONFIG).decide(calm, rules, 0.0, busy=False) is None
+
+
+def test_queue_rule_per_exchange_limits():
+    rules = Rules("q", queue_producers=3.0)
+    crowded = [_x("a", 10, producers=4), _x("b", 10, producers=3)]  # 3.5 per exchange
+    decision = DefaultPolicy(CONFIG).decide(crowded, rules, 0.0, busy=False)
+    assert decision is not None and "queue rule q" in decision.reason
+    fine = [_x("a", 10, producers=3), _x("b", 10, producers=3)]
+    assert DefaultPolicy(CONFIG).decide(fine, rules, 0.0, busy=False) is None
+
+
+def test_nothing_is_decided_while_a_change_is_under_way_or_unmeasured():
+    policy = DefaultPolicy(CONFIG)
+    hot = [_x("a", 150_000)]
+    assert policy.decide(hot, IMPLICIT, 0.0, busy=True) is None
+    leaving = [*hot, ExchangeLoad("b", _sample(0), placeable=False, leaving=True, age_s=1)]
+    assert policy.decide(leaving, IMPLICIT, 0.0, busy=False) is None
+    assert policy.decide([*hot, _x("new", None)], IMPLICIT, 0.0, busy=False) is None
+
+
+def test_cooldown_and_max_exchanges_bound_scale_out():
+    policy = DefaultPolicy(CONFIG)
+    hot = [_x("a", 150_000)]
+    assert policy.decide(hot, IMPLICIT, 0.0, busy=False) is not None
+    policy.acted(0.0)
+    assert policy.decide(hot, IMPLICIT, 4.9, busy=False) is None, "inside the cool-down"
+    assert policy.decide(hot, IMPLICIT, 5.1, busy=False) is not None
+    capped = DefaultPolicy(ScalingConfig(max_exchanges=2, max_throughput=200_000, highwater=0.5))
+    two = [_x("a", 150_000), _x("b", 150_000)]
+    assert capped.decide(two, IMPLICIT, 0.0, busy=False) is None
+
+
+def test_scale_in_after_the_low_water_time_retires_the_least_loaded():
+    policy = DefaultPolicy(CONFIG)
+    # capacity 100 KB/s, low-water 30 KB/s per exchange: 25 KB/s fits in one exchange fewer
+    quiet = [_x("a", 20_000), _x("b", 5_000)]
+    assert policy.decide(quiet, IMPLICIT, 0.0, busy=False) is None
+    assert policy.decide(quiet, IMPLICIT, 2.9, busy=False) is None
+    decision = policy.decide(quiet, IMPLICIT, 3.1, busy=False)
+    assert decision is not None and decision.action == "in" and decision.exchange_id == "b"
+    assert "below the low-water mark" in decision.reason
+
+
+def test_scale_in_never_below_the_minimum_and_a_busy_moment_restarts_the_clock():
+    policy = DefaultPolicy(CONFIG)
+    assert policy.decide([_x("a", 0)], IMPLICIT, 100.0, busy=False) is None, "never below 1"
+    two_min = DefaultPolicy(
+        ScalingConfig(min_exchanges=2, lowwater_s=0, max_throughput=200_000, highwater=0.5)
+    )
+    assert two_min.decide([_x("a", 0), _x("b", 0)], IMPLICIT, 100.0, busy=False) is None
+    quiet, busy = [_x("a", 20_000), _x("b", 5_000)], [_x("a", 40_000), _x("b", 5_000)]
+    policy.decide(quiet, IMPLICIT, 0.0, busy=False)
+    policy.decide(busy, IMPLICIT, 2.0, busy=False)  # 45 KB/s does not fit: the clock restarts
+    assert policy.decide(quiet, IMPLICIT, 4.0, busy=False) is None
+    assert policy.decide(quiet, IMPLICIT, 7.1, busy=False) is not None
+
+
+def test_flapping_load_acts_at_most_once_per_cooldown():
+    policy = DefaultPolicy(CONFIG)
+    actions = []
+    exchanges = 1
+    for step in range(200):  # 20 s, the load swinging across both marks every 0.5 s
+        now = step * 0.1
+        rate = 150_000 if (step // 5) % 2 == 0 else 1_000
+        loads = [_x(f"x{i}", rate) for i in range(exchanges)]
+        decision = policy.decide(loads, IMPLICIT, now, busy=False)
+        if decision is not None:
+            policy.acted(now)
+            actions.append(now)
+            exchanges += 1 if decision.action == "out" else -1
+    gaps = [b - a for a, b in itertools.pairwise(actions)]
+    assert len(actions) >= 3, actions  # it does keep acting, just never faster
+    assert all(gap >= CONFIG.cooldown_s for gap in gaps), actions
+
+
+def test_null_policy_never_scales_and_policies_come_from_settings():
+    assert NullPolicy().decide([_x("a", 1e12)], IMPLICIT, 0.0, busy=False) is None
+    settings = config.load_hcm(None, {"scaling.policy": "null"})
+    assert isinstance(make_policy(settings), NullPolicy)
+    assert isinstance(make_policy(config.load_hcm(None)), DefaultPolicy)
+    with pytest.raises(ConfigError, match=r"scaling\.policy"):
+        config.load_hcm(None, {"scaling.policy": "magic"})
+
+
+# --- rebalancing onto a new exchange -------------------------------------------------------------
+def _view(name: str, rate: float, top: list[tuple[str, float]]) -> ExchangeView:
+    return ExchangeView(name, f"tcp://{name}", f"tcp://{name}b", 0.0, 0.0, 0.2,
+                        bytes_rate=rate, producers=len(top), top=top)  # fmt: skip
+
+
+def test_rebalance_moves_the_heaviest_publishers_to_the_new_exchange():
+    limits = Thresholds(max_throughput=200_000)
+    old = _view("old", 190_000, [("h1", 90_000), ("h2", 90_000), ("l1", 5_000), ("l2", 5_000)])
+    new = _view("new", 0.0, [])
+    moves = plan_rebalance(new, [old, new], 10.0, limits)
+    assert [m.producer for m in moves][:1] == ["h1"]
+    assert "h2" not in [m.producer for m in moves], "the second heavy one stays"
+    assert new.bytes_rate <= old.bytes_rate + 10_000
+    assert old.cooldown_until == 10.0 + limits.cooldown_s
+
+
+def test_rebalance_keeps_a_publisher_on_every_source_and_needs_two_exchanges():
+    limits = Thresholds(max_throughput=200_000)
+    single = _view("old", 300_000, [("only", 300_000)])
+    new = _view("new", 0.0, [])
+    assert plan_rebalance(new, [single, new], 0.0, limits) == []
+    assert plan_rebalance(new, [new], 0.0, limits) == []
+
+
+# --- provisioners --------------------------------------------------------------------------------
+def _ec2(**overrides: str) -> Ec2Config:
+    values = {
+        "provisioner": "ec2",
+        "cloud.user": "AKIDEXAMPLE",
+        "cloud.password": "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+        "cloud.image": "ami-0123456789abcdef0",
+        "cloud.region": "eu-west-1",
+        "cloud.key.name": "ops",
+        "cloud.security.groups": "sg-1, sg-2",
+        "cloud.subnet": "subnet-9",
+        "zk.servers": "10.0.0.5:2181",
+        "network.interface": "10.0.0.4",
+        **overrides,
+    }
+    return Ec2Config.from_settings(config.load_gcm(None, values))
+
+
+def test_sigv4_matches_the_aws_test_suite_get_vanilla_vector():
+    headers = sign_v4(
+        "GET", "https://example.amazonaws.com/", {}, b"", "AKIDEXAMPLE",
+        "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "us-east-1", "service", "20150830T123600Z",
+    )  # fmt: skip
+    assert headers["Authorization"] == (
+        "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, "
+        "SignedHeaders=host;x-amz-date, "
+        "Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31"
+    )
+
+
+def test_run_instances_request_is_complete_and_signed():
+    ec2 = _ec2()
+    params = run_instances_params(ec2, "token-1")
+    assert params["Action"] == "RunInstances" and params["Version"] == "2016-11-15"
+    assert params["ImageId"] == "ami-0123456789abcdef0" and params["InstanceType"] == "t3.small"
+    assert params["MinCount"] == params["MaxCount"] == "1"
+    assert params["ClientToken"] == "token-1"
+    assert params["KeyName"] == "ops" and params["SubnetId"] == "subnet-9"
+    assert params["SecurityGroupId.1"] == "sg-1" and params["SecurityGroupId.2"] == "sg-2"
+    assert params["TagSpecification.1.Tag.2.Value"] == "/roq"
+    script = base64.b64decode(params["UserData"]).decode()
+    assert script == user_data(ec2)
+    assert script.startswith("#cloud-config\n")
+    for line in ("      ROQ_ROLE=host", "      ROQ_GCM_ADDRESS=10.0.0.4",
+                 "      ROQ_ZK_SERVERS=10.0.0.5:2181", "      ROQ_INTERFACE=ens5",
+                 "  - [/opt/roq/bin/roq-configure]"):  # fmt: skip
+        assert line in script.splitlines()
+    request = build_request(ec2, "token-1", "20261122T101500Z")
+    assert request.full_url == "https://ec2.eu-west-1.amazonaws.com/"
+    assert request.get_method() == "POST"
+    assert isinstance(request.data, bytes)
+    assert dict(urllib.parse.parse_qsl(request.data.decode())) == params
+    auth = request.get_header("Authorization")
+    assert auth is not None and auth.startswith(
+        "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20261122/eu-west-1/ec2/aws4_request, "
+        "SignedHeaders=content-type;host;x-amz-date, Signature="
+    )
+
+
+def test_query_encoding_is_sorted_and_rfc3986():
+    assert encode_query({"b": "a b", "a": "x/y+z=~"}) == "a=x%2Fy%2Bz%3D~&b=a%20b"
+
+
+def test_ec2_config_errors_name_the_key():
+    with pytest.raises(ConfigError, match=r"cloud\.image"):
+        _ec2(**{"cloud.image": ""})
+    with pytest.raises(ConfigError, match=r"cloud\.join\.zk"):
+        _ec2(**{"cloud.join.zk": "h:1; rm -rf /"})
+    with pytest.raises(ConfigError, match=r"zk\.namespace"):
+        _ec2(**{"zk.namespace": "/prod"})
+    with pytest.raises(ConfigError, match=r"cloud\.endpoint"):
+        _ec2(**{"cloud.endpoint": "file:///etc/passwd"})
+
+
+def test_provisioners_are_bounded_and_say_what_they_did():
+    assert isinstance(make_provisioner(config.load_gcm(None)), NoProvisioner)
+    said = NoProvisioner().provision("queue q needs an exchange")
+    assert "capacity exhausted" in said and "provisioner none" in said
+    capped = Ec2Provisioner(_ec2(**{"cloud.instances.max": "0"}))
+    assert "cloud.instances.max" in capped.provision("q")  # nothing sent
+    cooling = Ec2Provisioner(_ec2())
+    cooling._last_attempt = time.monotonic()  # a launch was just asked
+    assert "waiting for that host to join" in cooling.provision("q")
+    assert cooling.launched == []
