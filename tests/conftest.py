@@ -19,8 +19,11 @@ def _worker_index() -> int:
 
 @pytest.fixture(scope="session")
 def port_blocks() -> PortBlocks:
-    start = 21000 + 4000 * _worker_index()
-    return PortBlocks(start, start + 4000)
+    # Below the kernel's ephemeral range (32768+), so client sockets never take our ports.
+    # ROQ_TEST_PORT_BASE lets two suites share a machine without sharing ports.
+    base = int(os.environ.get("ROQ_TEST_PORT_BASE", "21000"))
+    start = base + 5000 * _worker_index()
+    return PortBlocks(start, start + 5000)
 
 
 @pytest.fixture(scope="session")

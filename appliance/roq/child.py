@@ -30,7 +30,7 @@ class ControlServer:
         self.sock = open_socket(context, Kind.REP)
         self.endpoint = bind(self.sock, host, port)
         self.stop_requested = False
-        self._extra = extra
+        self.handler = extra
         self.status: Callable[[], dict[str, Any]] = dict
 
     def handle(self) -> None:
@@ -44,8 +44,8 @@ class ControlServer:
             log.info("%s: shutdown requested", self.name)
             self.stop_requested = True
             return bsonmsg.ok("stopping")
-        if self._extra is not None:
-            reply = self._extra(request)
+        if self.handler is not None:
+            reply = self.handler(request)
             if reply is not None:
                 return reply
         return bsonmsg.fail(Reason.UNKNOWN_COMMAND, f"unknown command {command}")

@@ -29,6 +29,7 @@ Everything runs in the main thread, which owns every socket.
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -43,7 +44,8 @@ from roq.log import Log, LogSettings, log_directory
 from roq.log import format as batchfmt
 from roq.logserver import LogServer
 from roq.protocol import bsonmsg, dataplane
-from roq.protocol.commands import MonitorCommand, StatCommand
+from roq.protocol.commands import ChildCommand, MonitorCommand, Reason, StatCommand
+from roq.replication import ReplicaStore, Replicator
 from roq.transport import NOBLOCK, POLLIN, Kind, Poller, WouldBlock, bind, connect, open_socket
 
 log = logging.getLogger(__name__)
@@ -169,7 +171,17 @@ class Exchange:
             log.info("%s: log %s holds offsets %d..%d", spec.name, directory,
                      self.log.start_offset, self.log.end_offset)  # fmt: skip
         self._open_sockets(context)
-        self.log_server = LogServer(self.replay, self.log, spec.name) if self.log else None
+        self.log_server: LogServer | None = None
+        self.replicator: Replicator | None = None
+        self.committed_acks: collections.deque[tuple[bytes, bytes, int]] = collections.deque()
+        if self.log is not None:
+            copies = ReplicaStore(
+                settings.get_str("directory"), spec.queue, spec.exchange_id,
+                LogSettings.from_settings(settings),
+            )  # fmt: skip
+            self.log_server = LogServer(self.replay, self.log, spec.name, copies)
+            self.replicator = Replicator(context, spec.exchange_id, self.log, spec.name)
+            self.control.handler = self._control_command
 
     def _open_sockets(self, context: Any) -> None:
         spec = self.spec
@@ -197,11 +209,17 @@ class Exchange:
         connect(self.kpi, spec.stat)
 
     # --- main loop -----------------------------------------------------------------------------
-    def run(self, stop: threading.Event) -> None:
+    def _poller(self) -> Poller:
         poller = Poller()
-        poller.register(self.front, POLLIN)
-        poller.register(self.control.sock, POLLIN)
-        poller.register(self.replay, POLLIN)
+        for sock in (self.front, self.control.sock, self.replay):
+            poller.register(sock, POLLIN)
+        for sock in self.replicator.sockets() if self.replicator else []:
+            poller.register(sock, POLLIN)
+        self._replica_sockets = set(self.replicator.sockets() if self.replicator else [])
+        return poller
+
+    def run(self, stop: threading.Event) -> None:
+        poller = self._poller()
         next_report = next_kpi = time.monotonic()
         last_report = last_kpi = next_report
         log.info("%s: serving publishers on %s, subscribers on %s", *self._where())
@@ -218,6 +236,10 @@ class Exchange:
             now = time.monotonic()
             if self.log is not None:
                 self.log.tick(now)
+            if self.replicator is not None:
+                self._replicate(events)
+                if set(self.replicator.sockets()) != self._replica_sockets:
+                    poller = self._poller()  # the monitor changed the replica set
             if now >= next_report:
                 self._report(now - last_report)
                 last_report, next_report = now, now + self.heartbeat_s
@@ -276,8 +298,34 @@ class Exchange:
             )
             self.front.send_multipart([peer, *reply])
             return
-        if message.token:
+        if message.kind == dataplane.COMMITTED_BATCH and self.replicator is not None:
+            end = offset + len(message.batch)
+            self.committed_acks.append((peer, message.token, end))  # confirmed once replicated
+        elif message.token:
             self.front.send_multipart([peer, *dataplane.ack(message.token, offset)])
+
+    def _replicate(self, events: dict[Any, int]) -> None:
+        """Read replicas' answers, back-fill laggards, confirm acks=all batches now committed."""
+        assert self.replicator is not None
+        for sock in self._replica_sockets:
+            if sock in events:
+                self.replicator.on_answer(sock)
+        self.replicator.backfill()
+        committed = self.replicator.committed()
+        while self.committed_acks and self.committed_acks[0][2] <= committed:
+            peer, token, end = self.committed_acks.popleft()
+            self.front.send_multipart([peer, *dataplane.ack(token, end)])
+
+    def _control_command(self, request: dict[str, Any]) -> dict[str, Any] | None:
+        """The monitor's replica assignment (ChildCommand.REPLICAS)."""
+        if request["CMD"] != ChildCommand.REPLICAS or self.replicator is None:
+            return None
+        replicas = request.get("Replicas")
+        if not isinstance(replicas, list):
+            return bsonmsg.fail(Reason.BAD_REQUEST, "Replicas must be a list")
+        pairs = [(str(r["Id"]), str(r["Endpoint"])) for r in replicas if isinstance(r, dict)]
+        self.replicator.assign([p for p in pairs if p[0] != self.spec.exchange_id])
+        return bsonmsg.ok("assigned")
 
     def _accept(self, batch: memoryview) -> int:
         """Check one batch, forward it to subscribers and count it; returns its offset."""
@@ -288,6 +336,8 @@ class Exchange:
             stamped = bytearray(batch)  # the log stamps the offset in place: forward those bytes
             offset = self.log.append(stamped, header)
             self.back.send_multipart([header.key, stamped], copy=False)
+            if self.replicator is not None:
+                self.replicator.appended(offset, stamped)
         else:
             offset = self.accepted_bytes
             self.back.send_multipart([header.key, batch], copy=False)
@@ -333,6 +383,7 @@ class Exchange:
             "Period": self.heartbeat_s,
             "Started": self.started,
             "Log": self.log is not None,
+            "Host": self.settings.get_str("host.name") or self.spec.address,
             **fields,
         }
         try:
@@ -367,11 +418,17 @@ class Exchange:
             "Leaving": self.leaving_since is not None,
             "LogStart": self.log.start_offset if self.log else None,
             "LogEnd": self.log.end_offset if self.log else None,
+            "Replicas": self.replicator.status() if self.replicator else [],
+            "Committed": self.replicator.committed() if self.replicator else None,
         }
 
     def close(self) -> None:
         for sock in (self.front, self.reports, self.kpi, self.replay):
             sock.close(0)
+        if self.replicator is not None:
+            self.replicator.close()
+        if self.log_server is not None:
+            self.log_server.copies.close()
         if self.log is not None:
             self.log.close()
         self.back.close()  # its linger lets the last batches reach subscribers (bounded)

@@ -12,10 +12,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from roq import replication
 from roq.errors import CorruptRecord, InvalidOffset, LogError, ProtocolError
 from roq.log import Log, ReadStatus
 from roq.log import format as batchfmt
 from roq.protocol import dataplane
+from roq.replication import ReplicaStore
 from roq.transport import NOBLOCK, WouldBlock
 
 log = logging.getLogger(__name__)
@@ -25,18 +27,30 @@ _SEEK_READS_MAX = 100_000  # reads a time seek may take (each ≤ READ_BYTES_MAX
 
 
 class LogServer:
-    def __init__(self, sock: Any, message_log: Log, name: str):
-        self.sock, self.log, self.name = sock, message_log, name
+    def __init__(self, sock: Any, message_log: Log, name: str, copies: ReplicaStore):
+        self.sock, self.log, self.name, self.copies = sock, message_log, name, copies
         self.reads = 0
 
     def pump(self) -> None:
+        """Answer what is waiting: log reads, and replication writes from leaders."""
         for _ in range(_BURST):
             try:
                 frames = self.sock.recv_multipart(NOBLOCK)
             except WouldBlock:
                 return
             peer, body = frames[0], frames[1:]
-            self.sock.send_multipart([peer, *self._answer(body)])
+            if body and body[0] in (replication.WRITE, replication.PROBE):
+                self.sock.send_multipart([peer, *self._replicate(body)])
+            else:
+                self.sock.send_multipart([peer, *self._answer(body)])
+
+    def _replicate(self, frames: list[bytes]) -> list[bytes]:
+        try:
+            return self.copies.handle(frames)
+        except (ProtocolError, InvalidOffset, CorruptRecord, LogError) as error:
+            log.warning("%s: refused a replication write: %s", self.name, error)
+            leader = frames[1] if len(frames) > 1 else b""
+            return [replication.WRITTEN, leader, replication.FAILED, b"\0" * 8]
 
     def _answer(self, frames: list[bytes]) -> list[bytes]:
         start, end = self.log.start_offset, self.log.end_offset
@@ -47,14 +61,17 @@ class LogServer:
             if request.kind == dataplane.SEEK_TIME:
                 offset = self._seek(request.timestamp_us)
                 return dataplane.read_reply(dataplane.READ_NOTHING_YET, offset, start, end, b"")
-            return self._read(request.offset, request.max_bytes)
+            return self._read(request.offset, request.max_bytes, request.leader)
         except (ProtocolError, InvalidOffset, CorruptRecord, LogError) as error:
             log.warning("%s: refused a log read: %s", self.name, error)
             return dataplane.read_reply(dataplane.READ_ERROR, 0, start, end, str(error).encode())
 
-    def _read(self, offset: int, max_bytes: int) -> list[bytes]:
+    def _read(self, offset: int, max_bytes: int, leader: str = "") -> list[bytes]:
         self.reads += 1
-        result = self.log.read(offset, max_bytes)
+        if leader and leader != self.copies.own_id:
+            result = self.copies.read(leader, offset, max_bytes)
+        else:
+            result = self.log.read(offset, max_bytes)
         status = {
             ReadStatus.BATCHES: dataplane.READ_BATCHES,
             ReadStatus.NO_MESSAGE_YET: dataplane.READ_NOTHING_YET,

@@ -28,16 +28,23 @@ from roq import limits
 from roq.child import ControlServer
 from roq.config import Settings
 from roq.errors import ProtocolError
-from roq.placement import ExchangeView, Thresholds, choose_exchange, plan_relocation
+from roq.placement import (
+    ExchangeView,
+    Thresholds,
+    assign_replicas,
+    choose_exchange,
+    plan_relocation,
+)
 from roq.protocol import bsonmsg
 from roq.protocol.commands import (
+    ChildCommand,
     MonitorCommand,
     PublisherNotice,
     Reason,
     StatCommand,
     SubscriberNotice,
 )
-from roq.transport import NOBLOCK, POLLIN, Kind, Poller, WouldBlock, bind, open_socket
+from roq.transport import NOBLOCK, POLLIN, Kind, Poller, WouldBlock, bind, connect, open_socket
 from roq.transport.rpc import answer
 
 log = logging.getLogger(__name__)
@@ -79,6 +86,9 @@ class Monitor:
         self.exchanges: dict[str, ExchangeView] = {}  # by front address
         self.bad_frames = 0
         self.relocations = 0
+        self.replication_factor = settings.get_int("replicationFactor")
+        self._context = context
+        self._controls: dict[str, Any] = {}  # front → DEALER to the exchange's control port
         self._open_sockets(context)
 
     def _open_sockets(self, context: Any) -> None:
@@ -118,6 +128,7 @@ class Monitor:
             self._reap(now)
             if now >= next_list:
                 self._publish_list()
+                self._assign_replicas()  # again each period: a restarted exchange forgot it
                 next_list = now + self.list_period_s
             if now >= next_kpi:
                 self._publish_queue_kpi()
@@ -169,6 +180,7 @@ class Monitor:
             started=float(doc.get("Started", 0.0)),
             logged=bool(doc.get("Log", False)),
         )
+        view.host = str(doc.get("Host", ""))
         self.exchanges[front] = view
         log.info("%s: exchange %s joined (%s)", self.name, view.exchange_id, front)
         self._to_subscribers(
@@ -226,6 +238,9 @@ class Monitor:
     def _forget(self, view: ExchangeView, now: float, why: str) -> None:
         """A dead exchange: its publishers fail over (the notice names the address they use)."""
         del self.exchanges[view.front]
+        control = self._controls.pop(view.front, None)
+        if control is not None:
+            control.close(0)
         log.warning(
             "%s: exchange %s (%s) %s: declared dead", self.name, view.exchange_id, view.front, why
         )
@@ -334,10 +349,51 @@ class Monitor:
             ],
         }
 
+    # --- replication ---------------------------------------------------------------------------
+    def _assign_replicas(self) -> None:
+        """Tell each exchange which exchanges copy its log (only what changed is logged)."""
+        views = list(self.exchanges.values())
+        plan = assign_replicas(views, self.replication_factor)
+        by_id = {x.exchange_id: x for x in views}
+        for leader_id, replica_ids in plan.items():
+            leader = by_id[leader_id]
+            if replica_ids != leader.replicas:
+                log.info(
+                    "%s: %s is copied to %s",
+                    self.name,
+                    leader_id,
+                    ", ".join(replica_ids) or "nobody",
+                )
+                leader.replicas = replica_ids
+            replicas = [{"Id": r, "Endpoint": _port_plus(by_id[r].front, 3)} for r in replica_ids]
+            self._tell_exchange(leader, {"CMD": int(ChildCommand.REPLICAS), "Replicas": replicas})
+
+    def _tell_exchange(self, view: ExchangeView, doc: dict[str, Any]) -> None:
+        sock = self._controls.get(view.front)
+        if sock is None:
+            sock = self._controls[view.front] = open_socket(self._context, Kind.DEALER, sndhwm=10)
+            connect(sock, _port_plus(view.front, 2))
+        while True:  # replies carry nothing we need: discard them
+            try:
+                sock.recv_multipart(NOBLOCK)
+            except WouldBlock:
+                break
+        try:
+            sock.send_multipart([b"", bsonmsg.encode(doc)], NOBLOCK)
+        except WouldBlock:
+            log.debug("%s: exchange %s control queue full", self.name, view.exchange_id)
+
     def close(self) -> None:
+        for control in self._controls.values():
+            control.close(0)
         for sock in (
             self.reports, self.requests, self.to_publishers, self.to_subscribers,
             self.stat_in, self.kpi_out,
         ):  # fmt: skip
             sock.close(0)
         self.control.close()
+
+
+def _port_plus(endpoint: str, delta: int) -> str:
+    host, _, port = endpoint.rpartition(":")
+    return f"{host}:{int(port) + delta}"

@@ -37,6 +37,8 @@ class ExchangeView:
     period_s: float
     started: float = 0.0
     logged: bool = False  # the exchange keeps a message log subscribers can read (F+3)
+    host: str = ""
+    replicas: tuple[str, ...] = ()  # ids of the exchanges that copy this one's log
     bytes_rate: float = 0.0
     msgs_rate: float = 0.0
     producers: int = 0
@@ -132,3 +134,21 @@ def _pick_moves(
         source.producers -= 1
         remaining -= 1
     return moves
+
+
+def assign_replicas(exchanges: list[ExchangeView], factor: int) -> dict[str, tuple[str, ...]]:
+    """Replica exchanges for each logged exchange (thesis §3.2.1): `factor - 1` others, chosen
+    among those that already copy the fewest logs, on other hosts when there are any."""
+    logged = sorted(
+        (x for x in exchanges if x.logged and not x.leaving), key=lambda x: x.exchange_id
+    )
+    load = {x.exchange_id: 0 for x in logged}
+    plan: dict[str, tuple[str, ...]] = {}
+    for leader in logged:
+        others = [x for x in logged if x is not leader]
+        others.sort(key=lambda x: (x.host == leader.host, load[x.exchange_id], x.exchange_id))
+        chosen = tuple(x.exchange_id for x in others[: max(0, factor - 1)])
+        for replica in chosen:
+            load[replica] += 1
+        plan[leader.exchange_id] = chosen
+    return plan

@@ -113,3 +113,37 @@ def test_an_unwritable_log_refuses_publishes_with_a_reason(cluster: LocalCluster
         got = [r.payload for r in subscriber.messages(count=15, timeout_s=3)]
     assert got == [b"first"] * 14
     assert processes_with(exchange["Id"]), "the exchange keeps serving"
+
+
+def _segments_bytes(directory: Path) -> bytes:
+    return b"".join(path.read_bytes() for path in sorted(directory.glob("*.log")))
+
+
+def test_replicated_acks_all_survive_kill_9_of_the_leader(cluster: LocalCluster):
+    first = _start(cluster, **{"exchange.max.perhost": 4, "replicationFactor": 2})
+    with cluster.admin() as admin:
+        second = admin.create_exchange("q1", "tx-replica")["Exchange"]
+    root = cluster.tmp / "h1" / "log"
+    copy_of_first = root / "_replicas" / "q1" / f"{first['Id']}@{second['Id']}"
+    wait_for(copy_of_first.exists, 15, "the monitor assigned replicas")
+    publisher = Publisher("q1", gcm=cluster.gcm, acks="all", linger_ms=1)
+    leader_id = first["Id"] if publisher.exchange == first["Front"] else second["Id"]
+    sent = 0
+    for n in range(1500):
+        publisher.send(f"m{n}".encode())
+        sent += 1
+        if n == 500:
+            publisher.flush()  # these are acknowledged: on both exchanges
+            [pid] = processes_with(leader_id)
+            os.kill(pid, signal.SIGKILL)
+    publisher.flush()  # everything acknowledged, part of it re-sent after the fail-over
+    assert publisher.moves >= 1
+    publisher.close()
+    result = _sub_cli(cluster, "--from-beginning", "--count", str(sent), "--timeout", "30")
+    assert result.returncode == 0, result.stderr + cluster.logs()
+    assert result.stdout.splitlines() == [f"m{n}" for n in range(sent)]
+    # Each log's copy is a prefix of it (byte for byte, offsets included).
+    for leader, replica in ((first, second), (second, first)):
+        original = _segments_bytes(root / "q1" / leader["Id"])
+        copy = _segments_bytes(root / "_replicas" / "q1" / f"{leader['Id']}@{replica['Id']}")
+        assert original.startswith(copy) and len(copy) > 0

@@ -148,9 +148,18 @@ class Feed:
         if reply.status == dataplane.READ_NOTHING_YET:
             self.catching_up = False  # caught up: the live stream continues from here
             return []
-        batches = list(self._split(reply.data))
+        return list(self._split(reply.data))  # the subscriber asks for more (`read_more`)
+
+    @property
+    def reading(self) -> bool:
+        """A log read is in flight."""
+        return self._pending
+
+    def wants_more(self) -> bool:
+        return self.catching_up and not self._pending and self.next_offset is not None
+
+    def read_more(self) -> None:
         self._catch_up()
-        return batches
 
     def _split(self, data: bytes) -> Iterator[tuple[batchfmt.BatchHeader, memoryview]]:
         view = memoryview(data)

@@ -324,7 +324,8 @@ class _PublisherIO(threading.Thread):
         connect(self.notices, owner.monitor.at(TO_PUBLISHERS_OFFSET))
         self.placement = Requester(ctx, owner.monitor.at(PLACEMENT_OFFSET))
         self.dealer: Any = None
-        self.unconfirmed: dict[int, _Outbound] = {}
+        self.unconfirmed: dict[int, _Outbound] = {}  # sent batches the exchange must confirm
+        self.drained: set[int] = set()  # flush tokens drained, waiting for confirmations
 
     def run(self) -> None:
         try:
@@ -450,6 +451,8 @@ class _PublisherIO(threading.Thread):
     # --- sending and replies -------------------------------------------------------------------
     def _pump(self) -> None:
         while (item := self.p._next_outbound()) is not None:
+            if len(self.unconfirmed) >= limits.unconfirmed_batches_max:
+                return  # wait for confirmations: the caller feels it as a full buffer
             if not self._send(item):
                 return
             if item.batch is not None and self.p.acks != "none":
@@ -462,8 +465,10 @@ class _PublisherIO(threading.Thread):
             frames = [dataplane.DRAIN, token]
         elif self.p.acks == "none":
             frames = [dataplane.BATCH, item.batch]
-        else:
+        elif self.p.acks == "leader":
             frames = [dataplane.CONFIRMED_BATCH, token, item.batch]
+        else:
+            frames = [dataplane.COMMITTED_BATCH, token, item.batch]
         try:
             self.dealer.send_multipart(frames, NOBLOCK, copy=False)
         except WouldBlock:
@@ -484,13 +489,12 @@ class _PublisherIO(threading.Thread):
             dataplane.TOKEN.unpack(frames[1])[0] if len(frames) > 1 and len(frames[1]) == 8 else 0
         )
         if kind == dataplane.DRAINED:
-            with self.p._lock:
-                event = self.p._barriers.pop(token, None)
-            if event is not None:
-                event.set()
+            self.drained.add(token)
+            self._settle()
         elif kind == dataplane.ACK:
             if self.unconfirmed.pop(token, None) is not None:
                 self.p.confirmed_batches += 1
+                self._settle()
         elif kind in (dataplane.NACK, dataplane.REFUSED):
             reason = frames[-1].decode(errors="replace")
             log.error("%s: exchange refused a batch: %s", self.p.name, reason)
@@ -499,17 +503,28 @@ class _PublisherIO(threading.Thread):
                 if len(self.p.refused) < 10_000:
                     self.p.refused.append(reason)
 
+    def _settle(self) -> None:
+        """A flush completes when its drain came back and every batch before it is confirmed."""
+        if not self.drained:
+            return
+        oldest = min(self.unconfirmed, default=None)
+        done = [t for t in self.drained if oldest is None or t < oldest]
+        with self.p._lock:
+            events = [self.p._barriers.pop(t, None) for t in done]
+        self.drained.difference_update(done)
+        for event in events:
+            if event is not None:
+                event.set()
+
     def _release_barriers(self) -> None:
         """A confirmed drain covers every flush sent to the old exchange."""
         with self.p._lock:
-            events = list(self.p._barriers.values())
-            self.p._barriers.clear()
-        for event in events:
-            event.set()
+            self.drained.update(self.p._barriers)
+        self._settle()
 
     def _resend_barriers(self) -> None:
         with self.p._lock:
-            tokens = sorted(self.p._barriers)
+            tokens = sorted(t for t in self.p._barriers if t not in self.drained)
         for token in tokens:
             self._send(_Outbound(token, None))
 

@@ -11,7 +11,10 @@ fail-over. The sequencer delivers each stream's records in sequence order, exact
 * a batch ahead of the stream is held (bounded: `limits.subscriber_reorder_batches_max`) until the
   gap fills, or for at most `gap_wait_s`; then the gap is counted as lost and delivery goes on.
 
-The first batch seen of a stream starts it wherever it starts (a subscriber joins "now").
+The first batch seen of a stream starts it wherever it starts (a subscriber joins "now"), unless
+`from_start` is set (a replay from the beginning): then every stream starts at sequence 0, so a
+stream whose later part happens to arrive first (another exchange's log answered sooner) waits
+for its beginning.
 Pure and single-threaded: the subscriber's thread owns it.
 """
 
@@ -29,6 +32,7 @@ class Delivery:
     header: BatchHeader
     batch: memoryview | bytes
     skip: int = 0  # leading records already delivered before (an overlapping re-send)
+    source: object = None  # where it came from (a feed): the subscriber throttles by it
 
 
 @dataclass
@@ -44,30 +48,35 @@ class Sequencer:
         gap_wait_s: float = limits.subscriber_gap_wait_ms / 1000,
         held_max: int = limits.subscriber_reorder_batches_max,
         streams_max: int = limits.subscriber_streams_max,
+        from_start: bool = False,
     ):
+        self.from_start = from_start
         self.gap_wait_s, self.held_max, self.streams_max = gap_wait_s, held_max, streams_max
         self.streams: dict[tuple[bytes, bytes], _Stream] = {}
         self.held = 0
         self.duplicates = 0  # records dropped as already delivered
         self.lost = 0  # records never seen after their gap timed out
         self.gaps = 0
+        self.held_by_source: dict[object, int] = {}
         self._tie = 0
 
     def resume(self, producer_id: bytes, key: bytes, next_seq: int) -> None:
         """Continue a stream from a committed position (records before it are duplicates)."""
         self.streams[(producer_id, key)] = _Stream(next_seq)
 
-    def offer(self, header: BatchHeader, batch: memoryview | bytes, now: float) -> list[Delivery]:
+    def offer(
+        self, header: BatchHeader, batch: memoryview | bytes, now: float, source: object = None
+    ) -> list[Delivery]:
         key = (header.producer_id, header.key)
         stream = self.streams.get(key)
         if stream is None:
             if len(self.streams) >= self.streams_max:
                 self.streams.clear()  # bounded memory beats perfect dedupe of ancient streams
-            stream = self.streams[key] = _Stream(header.first_seq)
+            stream = self.streams[key] = _Stream(0 if self.from_start else header.first_seq)
         if header.first_seq > stream.next_seq:
-            return self._hold(stream, Delivery(header, batch), now)
+            return self._hold(stream, Delivery(header, batch, 0, source), now)
         out: list[Delivery] = []
-        self._deliver(stream, Delivery(header, batch), out)
+        self._deliver(stream, Delivery(header, batch, 0, source), out)
         self._release(stream, out)
         return out
 
@@ -87,6 +96,8 @@ class Sequencer:
         self._tie += 1
         heapq.heappush(stream.held, (delivery.header.first_seq, self._tie, delivery))
         self.held += 1
+        source = delivery.source
+        self.held_by_source[source] = self.held_by_source.get(source, 0) + 1
         if self.held <= self.held_max:
             return []
         out: list[Delivery] = []  # over the bound: stop waiting for this stream's gap
@@ -105,6 +116,7 @@ class Sequencer:
         while stream.held and stream.held[0][0] <= stream.next_seq:
             _, _, delivery = heapq.heappop(stream.held)
             self.held -= 1
+            self.held_by_source[delivery.source] -= 1
             self._deliver(stream, delivery, out)
 
     def _deliver(self, stream: _Stream, delivery: Delivery, out: list[Delivery]) -> None:
@@ -116,6 +128,6 @@ class Sequencer:
         skip = stream.next_seq - header.first_seq
         if skip > 0:
             self.duplicates += skip
-            delivery = Delivery(header, delivery.batch, skip)
+            delivery = Delivery(header, delivery.batch, skip, delivery.source)
         out.append(delivery)
         stream.next_seq = last + 1

@@ -99,7 +99,8 @@ class Subscriber:
         self.monitor = (
             MonitorAddress(monitor) if monitor else locate_monitor(queue, gcm, zk, namespace)
         )
-        self.sequencer = Sequencer(gap_wait_ms / 1000)
+        from_start = start == "beginning" and from_offset is None and from_time is None
+        self.sequencer = Sequencer(gap_wait_ms / 1000, from_start=from_start)
         self.feeds: dict[str, Feed] = {}  # by back address
         self.offsets_file = Path(offsets_file) if offsets_file else None
         self._resume = self._load_offsets()
@@ -190,14 +191,18 @@ class Subscriber:
             if owner is None:
                 self._on_notice()
             elif sock is owner.live:
-                self._offer(owner.receive(_BURST), now_us, out)
+                self._offer(owner, owner.receive(_BURST), now_us, out)
             else:
-                self._offer(owner.on_reply(), now_us, out)
+                self._offer(owner, owner.on_reply(), now_us, out)
         now = time.monotonic()
+        throttle = self.sequencer.held_max // 4
         for feed in self.feeds.values():
             feed.check_timeout(now)
-        if not any(feed.catching_up for feed in self.feeds.values()):
-            out.extend(self.sequencer.expire(now))  # a gap the logs cannot fill
+            # A feed whose batches wait for another feed's older ones reads no further for now.
+            if feed.wants_more() and self.sequencer.held_by_source.get(feed, 0) < throttle:
+                feed.read_more()
+        if not any(feed.reading for feed in self.feeds.values()):
+            out.extend(self.sequencer.expire(now))  # a gap no log read in flight can fill
         if now >= self._next_stat:
             self._publish_stats(now)
         return out
@@ -218,14 +223,14 @@ class Subscriber:
                 owners[feed.reader] = feed
         return poller, owners
 
-    def _offer(self, batches: Any, now_us: int, out: list[Delivery]) -> None:
+    def _offer(self, feed: Feed, batches: Any, now_us: int, out: list[Delivery]) -> None:
         now = time.monotonic()
         for header, batch in batches:
             self.received_batches += 1
             self.received_messages += header.count
             if len(self.latency_us) < 100_000:
                 self.latency_us.append(now_us - header.first_ts_us)
-            out.extend(self.sequencer.offer(header, batch, now))
+            out.extend(self.sequencer.offer(header, batch, now, feed))
 
     # --- position ------------------------------------------------------------------------------
     def positions(self) -> dict[str, int]:

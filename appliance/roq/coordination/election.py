@@ -102,4 +102,6 @@ class Leadership:
         self.fence = None
         self._stop.set()
         self._election.cancel()
-        self._thread.join(timeout=5)
+        # close() also runs when bind() failed (port taken), before the thread was started.
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)

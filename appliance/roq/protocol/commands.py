@@ -81,6 +81,7 @@ class ChildCommand(enum.IntEnum):
 
     PING = 1020
     SHUTDOWN = 1100
+    REPLICAS = 1030  # monitor → exchange: the replicas of your log are `Replicas` [{Id, Endpoint}]
 
 
 @enum.unique

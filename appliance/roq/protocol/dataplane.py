@@ -4,7 +4,8 @@ A publisher's DEALER talks to the exchange's ROUTER (front port F). Every messag
 `[kind, ...]`, where kind is one byte:
 
     b"B" [batch]            a record batch, fire and forget (acks=none)
-    b"A" [token] [batch]    a record batch the publisher wants confirmed; token is 8 bytes LE
+    b"A" [token] [batch]    a record batch to confirm once appended (acks=leader); token: 8 B LE
+    b"C" [token] [batch]    a record batch to confirm once every in-sync replica has it (acks=all)
     b"D" [token]            drain: answered once everything sent before it has been handled
 
 and the exchange answers on the same connection:
@@ -29,6 +30,7 @@ from roq.errors import DecodeError
 
 BATCH = b"B"
 CONFIRMED_BATCH = b"A"
+COMMITTED_BATCH = b"C"
 DRAIN = b"D"
 
 ACK = b"a"
@@ -54,7 +56,7 @@ def parse_inbound(frames: Sequence[memoryview | bytes]) -> Inbound:
     if not frames:
         raise DecodeError("empty message")
     kind = bytes(frames[0])
-    expected = {BATCH: 2, CONFIRMED_BATCH: 3, DRAIN: 2}.get(kind)
+    expected = {BATCH: 2, CONFIRMED_BATCH: 3, COMMITTED_BATCH: 3, DRAIN: 2}.get(kind)
     if expected is None:
         raise DecodeError(f"unknown frame kind {kind[:8]!r}")
     if len(frames) != expected:
@@ -89,6 +91,8 @@ def refused(reason: str) -> list[bytes]:
 # Requests:  b"R" [offset 8 LE] [max_bytes 4 LE]    read whole batches from `offset`
 #            b"T" [timestamp_us 8 LE]               the offset of the first batch at or after T
 #            b"P"                                   the log's start and end offsets
+#            b"R" [offset] [max_bytes] [leader id]  the same from this exchange's copy of the
+#                                                   leader's log (replication.py)
 # Reply:     b"r" [status 1] [next_offset 8] [start 8] [end 8] [data]
 #            status: b"B" batches in data, b"N" no message yet (offset == end),
 #                    b"E" evicted (next_offset = start), b"X" error (data = UTF-8 reason)
@@ -108,6 +112,7 @@ class ReadRequest:
     offset: int = 0
     max_bytes: int = 0
     timestamp_us: int = 0
+    leader: str = ""  # read this exchange's copy of another exchange's log
 
 
 def parse_read_request(frames: Sequence[bytes]) -> ReadRequest:
@@ -116,16 +121,18 @@ def parse_read_request(frames: Sequence[bytes]) -> ReadRequest:
     kind = bytes(frames[0])
     if kind == POSITION and len(frames) == 1:
         return ReadRequest(kind)
-    if kind == READ and len(frames) == 2 and len(frames[1]) == _READ.size:
+    if kind == READ and len(frames) in (2, 3) and len(frames[1]) == _READ.size:
         offset, max_bytes = _READ.unpack(frames[1])
-        return ReadRequest(kind, offset, min(max(max_bytes, 1), READ_BYTES_MAX))
+        leader = bytes(frames[2]).decode(errors="replace") if len(frames) == 3 else ""
+        return ReadRequest(kind, offset, min(max(max_bytes, 1), READ_BYTES_MAX), leader=leader)
     if kind == SEEK_TIME and len(frames) == 2 and len(frames[1]) == OFFSET.size:
         return ReadRequest(kind, timestamp_us=OFFSET.unpack(frames[1])[0])
     raise DecodeError(f"malformed replay request of kind {kind[:8]!r} with {len(frames)} frames")
 
 
-def read_request(offset: int, max_bytes: int = READ_BYTES_MAX) -> list[bytes]:
-    return [READ, _READ.pack(offset, max_bytes)]
+def read_request(offset: int, max_bytes: int = READ_BYTES_MAX, leader: str = "") -> list[bytes]:
+    frames = [READ, _READ.pack(offset, max_bytes)]
+    return [*frames, leader.encode()] if leader else frames
 
 
 def seek_request(timestamp_us: int) -> list[bytes]:

@@ -38,12 +38,18 @@ class PortBlocks:
     worker, so parallel workers never race for the same ports)."""
 
     def __init__(self, start: int, end: int):
-        self.next = start
+        self.start = self.next = start
         self.end = end
 
     def take(self, width: int) -> int:
-        while self.next + width <= self.end:
+        """The next free block; past the end it wraps around once (earlier tests' ports are
+        free again), so a long suite does not run out."""
+        scanned = 0
+        while scanned <= self.end - self.start:
+            if self.next + width > self.end:
+                self.next = self.start
             base, self.next = self.next, self.next + width
+            scanned += width
             if all(port_is_free(p) for p in range(base, base + width)):
                 return base
         raise RuntimeError("no free port block left for this test worker")

@@ -1,0 +1,98 @@
+# The roq machine image: Debian 12 + Java + ZooKeeper + the roq executable, config and units.
+# Valid for Packer 1.6.6 (Debian's package, amazon-ebs built in): no `packer { required_plugins }`
+# block, no `packer init`. Build from the repository root after `make dist`:
+#
+#   packer build -var region=eu-west-1 ami/roq.pkr.hcl
+#
+# The role (gcm or host) and the cluster addresses are chosen per instance by user data
+# (ami/user-data/*.yaml), so one image serves the whole cluster. See docs/deploy.md.
+
+variable "region" {
+  type    = string
+  default = "eu-west-1"
+}
+
+variable "instance_type" {
+  type    = string
+  default = "t3.small"
+}
+
+variable "roq_version" {
+  type    = string
+  default = "0.1.0"
+}
+
+variable "dist_dir" {
+  type        = string
+  default     = "dist/roq"
+  description = "The one-dir executable built by `make dist`."
+}
+
+locals {
+  # Packer 1.6 has no timestamp() in names that AWS accepts with colons; formatdate is available.
+  stamp = formatdate("YYYYMMDD-hhmm", timestamp())
+}
+
+source "amazon-ebs" "debian12" {
+  region          = var.region
+  instance_type   = var.instance_type
+  ssh_username    = "admin"
+  ami_name        = "roq-${var.roq_version}-debian12-${local.stamp}"
+  ami_description = "roq ${var.roq_version}: elastic persistent message queue appliance"
+
+  source_ami_filter {
+    filters = {
+      name                = "debian-12-amd64-*"
+      architecture        = "x86_64"
+      root-device-type    = "ebs"
+      virtualization-type = "hvm"
+    }
+    # Debian's official AWS account.
+    owners      = ["136693071363"]
+    most_recent = true
+  }
+
+  tags = {
+    Name    = "roq-${var.roq_version}"
+    Project = "roq"
+  }
+}
+
+build {
+  sources = ["source.amazon-ebs.debian12"]
+
+  provisioner "shell" {
+    inline = ["mkdir -p /tmp/roq-image"]
+  }
+
+  provisioner "file" {
+    source      = var.dist_dir
+    destination = "/tmp/roq-image/"
+  }
+
+  provisioner "file" {
+    source      = "config"
+    destination = "/tmp/roq-image/"
+  }
+
+  provisioner "file" {
+    source      = "systemd"
+    destination = "/tmp/roq-image/"
+  }
+
+  provisioner "file" {
+    source      = "ami/files"
+    destination = "/tmp/roq-image/"
+  }
+
+  provisioner "file" {
+    source      = "docs/operations.md"
+    destination = "/tmp/roq-image/operations.md"
+  }
+
+  provisioner "shell" {
+    execute_command  = "sudo -E sh -eu '{{ .Path }}'"
+    script           = "ami/install.sh"
+    environment_vars = ["ROQ_IMAGE_SRC=/tmp/roq-image"]
+  }
+}

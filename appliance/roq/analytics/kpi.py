@@ -1,0 +1,231 @@
+"""The KPI record: one BSON document per statistic, recorded durably as a log of its own.
+
+Pure (no sockets): the exchange, monitor and subscriber build documents with the helpers here and
+publish them; a `KpiRecorder` appends them as record batches (roq.log.format) to the system queue
+directory `<directory>/_kpi/<source>/`, segment files named by their 20-digit base offset. The
+Spark job (roq.analytics.job) reads them back with `decode_kpi`. Field names are documented in
+docs/analytics.md; they keep RoQ's stat command numbers (StatCommand) and, where RoQ had one, its
+field name.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import bson
+
+from roq import limits
+from roq.errors import CorruptRecord
+from roq.log import format as fmt
+from roq.protocol.commands import StatCommand
+
+KPI_DIR = "_kpi"  # not a valid queue name (queue names start with a letter or digit)
+KPI_KEY = b"kpi"
+SEGMENT_DIGITS = 20
+
+# Latency histogram: bucket i holds latencies in [bucket_lower_us(i), bucket_lower_us(i + 1)).
+# Eight buckets per power of two: a percentile read from it is within 9 % of the true value.
+BUCKETS_PER_OCTAVE = 8
+BUCKET_MAX = 40 * BUCKETS_PER_OCTAVE  # 2**40 µs ≈ 12.7 days: anything later goes in the last
+
+# The fields the job reads, per command, as the KPI stream carries them (exchange.py, monitor.py,
+# client/subscriber.py); all are numbers and optional unless listed in REQUIRED.
+NUMERIC_FIELDS: dict[int, tuple[str, ...]] = {
+    StatCommand.PUBLISHER_TOTAL: ("TotalSent",),
+    StatCommand.PUBLISHER_MINUTE: ("Total",),
+    StatCommand.EXCHANGE_ID: (),
+    StatCommand.EXCHANGE_MIN: (
+        "Period", "Processed", "Throughput", "TotalProcessed", "TotalThroughput", "Producers",
+        "CPU", "ProcessCPU", "MEMORY",
+    ),
+    StatCommand.EXCHANGE_OS_MIN: ("CPU", "ProcessCPU", "MEMORY"),
+    StatCommand.QUEUE: ("XChanges", "Producers", "Throughput", "Msgs"),
+    StatCommand.SUBSCRIBER_TOTAL: (
+        "TotalReceived", "Lost", "Duplicates", "MeanLat", "P99Lat",
+        "LatCount", "LatSumUs", "LatMinUs", "LatMaxUs",
+    ),
+}  # fmt: skip
+REQUIRED: dict[int, tuple[str, ...]] = {
+    StatCommand.EXCHANGE_MIN: ("X_ID",),
+    StatCommand.SUBSCRIBER_TOTAL: ("SubscriberID",),
+}
+
+
+def merge_frames(frames: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """One KPI document from one KPI-stream message. The exchange's 3-frame envelope (20, 21, 22)
+    becomes one CMD 21 document holding the fields of all three; a 1-frame message is kept."""
+    merged: dict[str, Any] = {}
+    for frame in frames:
+        merged.update(frame)
+    cmds = [frame.get("CMD") for frame in frames]
+    if StatCommand.EXCHANGE_ID in cmds:
+        merged["CMD"] = int(StatCommand.EXCHANGE_MIN)
+    return merged
+
+
+def ts_us(doc: Mapping[str, Any]) -> int:
+    """When the statistic was taken, in µs since the epoch: `TS` (µs) or the stream's `Time` (s)."""
+    if "TS" in doc:
+        return int(doc["TS"])
+    return int(float(doc["Time"]) * 1_000_000)
+
+
+def queue_name(doc: Mapping[str, Any]) -> str:
+    """The queue: CMD 23 says "<queue>:<port>" (RoQ's form); queue names hold no ':'."""
+    return str(doc["QName"]).split(":", 1)[0]
+
+
+def latency_bucket(latency_us: int) -> int:
+    """The histogram bucket of one latency sample (negative clock skew counts as 0)."""
+    if latency_us < 1:
+        return 0
+    return min(int(math.log2(latency_us) * BUCKETS_PER_OCTAVE) + 1, BUCKET_MAX)
+
+
+def bucket_lower_us(index: int) -> float:
+    """Smallest latency of bucket `index` (bucket 0 is [0, 1) µs)."""
+    return 0.0 if index == 0 else float(2.0 ** ((index - 1) / BUCKETS_PER_OCTAVE))
+
+
+def bucket_upper_us(index: int) -> float:
+    """First latency past bucket `index`: the job reports percentiles as this bound."""
+    return float(2.0 ** (index / BUCKETS_PER_OCTAVE))
+
+
+def histogram_fields(samples_us: list[int]) -> dict[str, Any]:
+    """The latency fields of a subscriber KPI document from raw samples (microseconds)."""
+    counts: dict[int, int] = {}
+    for sample in samples_us:
+        index = latency_bucket(sample)
+        counts[index] = counts.get(index, 0) + 1
+    ordered = sorted(counts)
+    return {
+        "LatCount": len(samples_us),
+        "LatSumUs": sum(samples_us),
+        "LatMinUs": min(samples_us, default=0),
+        "LatMaxUs": max(samples_us, default=0),
+        "LatIdx": ordered,
+        "LatCnt": [counts[i] for i in ordered],
+        "MeanLat": (sum(samples_us) / len(samples_us) / 1000.0) if samples_us else 0.0,
+    }
+
+
+def encode_kpi(doc: Mapping[str, Any]) -> bytes:
+    """Check a KPI document's contract and encode it as BSON."""
+    check_kpi(doc)
+    return bytes(bson.encode(dict(doc)))
+
+
+def decode_kpi(data: bytes) -> dict[str, Any]:
+    """Decode and check one KPI record payload; CorruptRecord says what is wrong."""
+    if len(data) > limits.frame_bytes_max:
+        raise CorruptRecord(f"KPI document of {len(data)} bytes is too large")
+    try:
+        doc: dict[str, Any] = bson.decode(data)
+    except Exception as error:  # bson raises several types (InvalidBSON, ValueError, ...)
+        raise CorruptRecord(f"KPI payload is not BSON: {error}") from None
+    check_kpi(doc)
+    return doc
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def check_kpi(doc: Mapping[str, Any]) -> None:
+    """Raise CorruptRecord naming the first field that breaks the contract in docs/analytics.md."""
+    cmd = doc.get("CMD")
+    if not isinstance(cmd, int) or isinstance(cmd, bool) or cmd not in NUMERIC_FIELDS:
+        raise CorruptRecord(f"KPI CMD {cmd!r} is not one of {sorted(NUMERIC_FIELDS)}")
+    if not isinstance(doc.get("QName"), str):
+        raise CorruptRecord(f"KPI CMD {cmd} needs the string field 'QName'")
+    stamp = doc.get("TS", doc.get("Time"))
+    if not _is_number(stamp) or (isinstance(stamp, float) and not math.isfinite(stamp)):
+        raise CorruptRecord(f"KPI CMD {cmd} needs a time: 'TS' (µs) or 'Time' (s), got {stamp!r}")
+    for name in REQUIRED.get(cmd, ()):
+        if not isinstance(doc.get(name), str):
+            raise CorruptRecord(f"KPI CMD {cmd} needs the string field {name!r}")
+    for name in NUMERIC_FIELDS[cmd]:
+        if name in doc and not _is_number(doc[name]):
+            raise CorruptRecord(f"KPI field {name!r} must be a number, got {doc[name]!r}")
+    if cmd == StatCommand.SUBSCRIBER_TOTAL:
+        _check_histogram(doc)
+
+
+def _check_histogram(doc: Mapping[str, Any]) -> None:
+    index = doc.get("LatIdx", [])
+    count = doc.get("LatCnt", [])
+    if not isinstance(index, list) or not isinstance(count, list) or len(index) != len(count):
+        raise CorruptRecord("KPI LatIdx and LatCnt must be lists of the same length")
+    for i, c in zip(index, count, strict=True):
+        if not isinstance(i, int) or not 0 <= i <= BUCKET_MAX or not isinstance(c, int) or c < 0:
+            raise CorruptRecord(f"KPI latency bucket {i!r} with count {c!r} is out of range")
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:0{SEGMENT_DIGITS}d}.log"
+
+
+class KpiRecorder:
+    """Appends KPI documents to `<directory>/_kpi/<source>/` as record batches.
+
+    One recorder per source (a host, or a process) and one thread uses it. Each `append` writes one
+    batch, stamped with its byte offset, and flushes it to the OS; a new segment starts once the
+    current one exceeds `segment_bytes_max`. On open it continues after the last valid batch of
+    the newest segment and cuts a torn tail (a crash mid-write) so that appends stay readable.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], source: str, segment_bytes_max: int):
+        if not source or "/" in source or source in (".", ".."):
+            raise ValueError(f"KPI source name {source!r} must be a plain file name")
+        assert segment_bytes_max > 0
+        self.path = Path(directory) / KPI_DIR / source
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.segment_bytes_max = segment_bytes_max
+        self.producer_id = uuid.uuid5(uuid.NAMESPACE_URL, f"roq-kpi:{source}").bytes
+        self.seq = 0
+        self.base, self.size = self._recover()
+
+    def _recover(self) -> tuple[int, int]:
+        segments = sorted(self.path.glob("[0-9]" * SEGMENT_DIGITS + ".log"))
+        if not segments:
+            return 0, 0
+        last = segments[-1]
+        base = int(last.name[:SEGMENT_DIGITS])
+        data = last.read_bytes()  # bounded: a KPI segment is at most segment_bytes_max + a batch
+        valid = 0
+        try:
+            for at, header in fmt.iter_batches(data):
+                valid = at + header.size
+                self.seq = header.last_seq + 1
+        except CorruptRecord:
+            pass
+        if valid < len(data):
+            os.truncate(last, valid)
+        return base, valid
+
+    def append_message(self, frames: list[Mapping[str, Any]]) -> int:
+        """Record one message of the KPI stream (its decoded frames) as one document."""
+        return self.append([merge_frames(frames)])
+
+    def append(self, docs: list[Mapping[str, Any]]) -> int:
+        """Write `docs` as one batch; return its log offset."""
+        # encode (and so check) first; then order by time: record timestamps may not decrease
+        pairs = sorted(((encode_kpi(doc), ts_us(doc)) for doc in docs), key=lambda p: p[1])
+        payloads = [payload for payload, _ in pairs]
+        stamps = [stamp for _, stamp in pairs]
+        batch = bytearray(fmt.encode_batch(self.producer_id, self.seq, KPI_KEY, payloads, stamps))
+        if self.size > 0 and self.size + len(batch) > self.segment_bytes_max:
+            self.base, self.size = self.base + self.size, 0
+        offset = self.base + self.size
+        fmt.stamp_offset(batch, offset)
+        with open(self.path / segment_name(self.base), "ab") as out:
+            out.write(batch)
+        self.size += len(batch)
+        self.seq += len(docs)
+        return offset

@@ -1,0 +1,245 @@
+"""Log replication between exchanges (the thesis §3.2.1): each exchange leads its own log and
+copies it to `replicationFactor - 1` replica exchanges that the queue's monitor assigns.
+
+Leader side (`Replicator`, in the leading exchange's main thread, which owns its sockets): every
+appended batch is sent, as the same stamped bytes, to each replica's port F+3 with the offset it
+must land at; replicas answer with their new end offset. Sends are pipelined up to
+`REPLICATION_WINDOW_BYTES` ahead of the replica's acknowledgement. A replica that is behind (new,
+restarted, or it missed batches) answers with where its copy ends, and the leader back-fills it
+from its own log. A replica silent for `REPLICA_TIMEOUT_S` is out of sync until it answers again.
+The committed offset is the lowest end offset among in-sync replicas (and the leader's own end):
+`acks=all` confirms a batch once it is below it. With no in-sync replica, committed is the
+leader's end — `acks=all` then means the leader alone, and `Replicator.under_replicated` says so.
+
+Replica side (`ReplicaStore`): one log per leader under
+`<directory>/_replicas/<queue>/<leader id>@<replica id>/`, in the same segment format, so the copy
+can be read (replay) and analysed like the original. A write at an offset below the copy's end
+means the leader lost a tail it never had acknowledged (it crashed before syncing): the copy is
+cut back to the leader's offset, so leader and copies never diverge.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from roq.errors import InvalidOffset, LogError, ProtocolError
+from roq.log import Log, LogSettings, ReadStatus
+from roq.log import format as batchfmt
+from roq.transport import NOBLOCK, Kind, WouldBlock, connect, open_socket
+
+log = logging.getLogger(__name__)
+
+REPLICATION_WINDOW_BYTES = 8 * 1024 * 1024  # sent but not yet acknowledged, per replica
+REPLICA_TIMEOUT_S = 3.0  # a replica silent this long while data is outstanding is out of sync
+REPLICA_LOGS_MAX = 256  # leaders one exchange keeps copies for
+_BACKFILL_BYTES = 1024 * 1024  # one back-fill read
+_END = struct.Struct("<Q")
+
+WRITE = b"W"  # [W][leader id][offset 8 LE][batch]  → [w][leader id][status][end 8 LE]
+PROBE = b"Q"  # [Q][leader id]                         → [w][leader id][K][end 8 LE]
+WRITTEN = b"w"
+OK, BEHIND, FAILED = b"K", b"B", b"X"
+
+
+def replica_directory(root: str | Path, queue: str, leader_id: str, replica_id: str) -> Path:
+    return Path(root) / "_replicas" / queue / f"{leader_id}@{replica_id}"
+
+
+# --- replica side ---------------------------------------------------------------------------
+class ReplicaStore:
+    """The copies this exchange keeps of other exchanges' logs. Main thread only."""
+
+    def __init__(self, root: str | Path, queue: str, own_id: str, settings: LogSettings):
+        self.root, self.queue, self.own_id, self.settings = root, queue, own_id, settings
+        self.logs: dict[str, Log] = {}
+
+    def _log(self, leader_id: str) -> Log:
+        copy = self.logs.get(leader_id)
+        if copy is None:
+            if len(self.logs) >= REPLICA_LOGS_MAX:
+                raise LogError(f"already keeping {REPLICA_LOGS_MAX} replica logs")
+            directory = replica_directory(self.root, self.queue, leader_id, self.own_id)
+            name = f"copy of {leader_id}"
+            copy = self.logs[leader_id] = Log.open(directory, self.settings, name=name)
+        return copy
+
+    def handle(self, frames: list[bytes]) -> list[bytes]:
+        """Answer one WRITE or PROBE (frames without the ROUTER identity)."""
+        kind = frames[0]
+        leader_id = bytes(frames[1]).decode(errors="replace") if len(frames) > 1 else ""
+        if not leader_id or len(leader_id) > 200:
+            raise ProtocolError("replication frame without a valid leader id")
+        copy = self._log(leader_id)
+        if kind == PROBE and len(frames) == 2:
+            return [WRITTEN, frames[1], OK, _END.pack(copy.end_offset)]
+        if kind != WRITE or len(frames) != 4 or len(frames[2]) != _END.size:
+            raise ProtocolError(f"malformed replication frame of kind {bytes(kind)[:4]!r}")
+        offset = _END.unpack(frames[2])[0]
+        return [WRITTEN, frames[1], *self._write(copy, offset, frames[3])]
+
+    def _write(self, copy: Log, offset: int, batch: bytes) -> list[bytes]:
+        if offset > copy.end_offset:
+            return [BEHIND, _END.pack(copy.end_offset)]  # the leader back-fills from here
+        if offset < copy.end_offset:
+            if offset < copy.start_offset:
+                return [BEHIND, _END.pack(copy.end_offset)]
+            log.warning("%s: leader rewrote from %d (copy ended at %d): cutting back",
+                        copy.name, offset, copy.end_offset)  # fmt: skip
+            copy.truncate_to(offset)
+        copy.append(bytearray(batch), expect_offset=offset)
+        return [OK, _END.pack(copy.end_offset)]
+
+    def read(self, leader_id: str, offset: int, max_bytes: int) -> Any:
+        if leader_id not in self.logs:
+            directory = replica_directory(self.root, self.queue, leader_id, self.own_id)
+            if not directory.exists():
+                raise InvalidOffset(f"no copy of {leader_id}'s log here")
+        return self._log(leader_id).read(offset, max_bytes)
+
+    def tick(self, now: float) -> None:
+        for copy in self.logs.values():
+            copy.tick(now)
+
+    def close(self) -> None:
+        for copy in self.logs.values():
+            copy.close()
+
+
+# --- leader side ----------------------------------------------------------------------------
+@dataclass
+class ReplicaLink:
+    replica_id: str
+    endpoint: str
+    sock: Any
+    acked: int = -1  # the replica's end offset as it last said (-1: not known yet)
+    sent_to: int = -1  # the offset the next batch sent to it starts at
+    waiting_since: float = 0.0  # when data became outstanding without an answer
+    last_answer: float = field(default_factory=time.monotonic)
+
+    def in_sync(self, now: float) -> bool:
+        return self.acked >= 0 and not (
+            self.waiting_since and now - self.waiting_since > REPLICA_TIMEOUT_S
+        )
+
+
+class Replicator:
+    """Copies one leader's log to its assigned replicas. Main thread only."""
+
+    def __init__(self, context: Any, leader_id: str, message_log: Log, name: str):
+        self.context, self.leader_id, self.log, self.name = context, leader_id, message_log, name
+        self._id = leader_id.encode()
+        self.links: dict[str, ReplicaLink] = {}
+
+    def assign(self, replicas: list[tuple[str, str]]) -> None:
+        """Replace the replica set with [(replica id, tcp://ip:F+3)]."""
+        wanted = dict(replicas)
+        for replica_id in [r for r in self.links if wanted.get(r) != self.links[r].endpoint]:
+            self.links.pop(replica_id).sock.close(0)
+            log.info("%s: replica %s released", self.name, replica_id)
+        for replica_id, endpoint in wanted.items():
+            if replica_id not in self.links:
+                self._link(replica_id, endpoint)
+
+    def _link(self, replica_id: str, endpoint: str) -> None:
+        sock = open_socket(self.context, Kind.DEALER, sndhwm=10_000, rcvhwm=10_000)
+        connect(sock, endpoint)
+        self.links[replica_id] = ReplicaLink(replica_id, endpoint, sock)
+        sock.send_multipart([PROBE, self._id], NOBLOCK)
+        log.info("%s: replicating to %s (%s)", self.name, replica_id, endpoint)
+
+    def sockets(self) -> list[Any]:
+        return [link.sock for link in self.links.values()]
+
+    # --- sending ----------------------------------------------------------------------------
+    def appended(self, offset: int, stamped: bytearray) -> None:
+        """A batch was just appended at `offset`: send it to every replica that is caught up."""
+        for link in self.links.values():
+            if link.sent_to == offset and self._room(link):
+                self._send(link, offset, stamped)
+
+    def _room(self, link: ReplicaLink) -> bool:
+        return link.sent_to - max(link.acked, 0) < REPLICATION_WINDOW_BYTES
+
+    def _send(self, link: ReplicaLink, offset: int, batch: bytes | bytearray | memoryview) -> None:
+        try:
+            link.sock.send_multipart([WRITE, self._id, _END.pack(offset), batch], NOBLOCK)
+        except WouldBlock:
+            return  # back-filled later from the log
+        link.sent_to = offset + len(batch)
+        if not link.waiting_since:
+            link.waiting_since = time.monotonic()
+
+    def backfill(self) -> None:
+        """Send what replicas are missing, from the log (bounded per call)."""
+        for link in self.links.values():
+            if 0 <= link.sent_to < self.log.end_offset and self._room(link):
+                self._backfill(link)
+
+    def _backfill(self, link: ReplicaLink) -> None:
+        try:
+            result = self.log.read(link.sent_to, _BACKFILL_BYTES)
+        except (InvalidOffset, LogError) as error:
+            log.error("%s: cannot back-fill %s from %d: %s",
+                      self.name, link.replica_id, link.sent_to, error)  # fmt: skip
+            link.sent_to = -1  # ask it again where it stands
+            link.sock.send_multipart([PROBE, self._id], NOBLOCK)
+            return
+        if result.status is ReadStatus.EVICTED:
+            log.warning("%s: %s is behind retention; it restarts from %d",
+                        self.name, link.replica_id, result.next_offset)  # fmt: skip
+        if result.status is not ReadStatus.BATCHES:
+            return
+        view = memoryview(result.data)
+        for position, header in batchfmt.iter_batches(view):
+            self._send(link, result.offset + position, view[position : position + header.size])
+
+    # --- answers ----------------------------------------------------------------------------
+    def on_answer(self, sock: Any) -> None:
+        link = next((x for x in self.links.values() if x.sock is sock), None)
+        for _ in range(10_000):
+            try:
+                frames = sock.recv_multipart(NOBLOCK)
+            except WouldBlock:
+                return
+            if link is None or len(frames) != 4 or frames[0] != WRITTEN:
+                continue
+            self._answered(link, frames[2], _END.unpack(frames[3])[0])
+
+    def _answered(self, link: ReplicaLink, status: bytes, end: int) -> None:
+        now = time.monotonic()
+        link.last_answer = now
+        if status == BEHIND or link.sent_to < 0:
+            link.acked = link.sent_to = min(end, self.log.end_offset)
+            if end > self.log.end_offset:
+                link.sent_to = self.log.end_offset  # its copy is ahead: it will be cut back
+        else:
+            link.acked = max(link.acked, end)
+        link.waiting_since = 0.0 if link.acked >= link.sent_to else (link.waiting_since or now)
+
+    def committed(self) -> int:
+        """The offset below which every in-sync replica holds the log."""
+        now = time.monotonic()
+        ends = [min(link.acked, self.log.end_offset) for link in self.links.values()
+                if link.in_sync(now)]  # fmt: skip
+        return min(ends, default=self.log.end_offset)
+
+    @property
+    def under_replicated(self) -> bool:
+        now = time.monotonic()
+        return not self.links or not all(link.in_sync(now) for link in self.links.values())
+
+    def status(self) -> list[dict[str, Any]]:
+        now = time.monotonic()
+        return [
+            {"Id": x.replica_id, "Acked": x.acked, "Sent": x.sent_to, "InSync": x.in_sync(now)}
+            for x in self.links.values()
+        ]
+
+    def close(self) -> None:
+        for link in self.links.values():
+            link.sock.close(0)

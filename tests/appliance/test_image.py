@@ -1,0 +1,102 @@
+"""The machine image: the Packer template validates, and roq-configure turns user data into the
+properties files the units read (and refuses bad user data with exit 78)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from appliance_support import ROOT
+
+from roq import config
+
+pytestmark = pytest.mark.e2e
+
+TEMPLATE = "ami/roq.pkr.hcl"
+CONFIGURE = ROOT / "ami" / "files" / "roq-configure"
+
+
+def packer(*args: str) -> subprocess.CompletedProcess[str]:
+    # No AWS credentials are needed: Packer 1.6.6 validates offline.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    return subprocess.run(
+        ["packer", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_template_syntax() -> None:
+    result = packer("validate", "-syntax-only", TEMPLATE)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_template_validates_with_the_built_executable(frozen_roq: Path) -> None:
+    # Full validation also checks that every file the provisioners upload exists.
+    result = packer("validate", "-var", f"dist_dir={frozen_roq.parent}", TEMPLATE)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_template_has_no_plugin_block() -> None:
+    # Packer 1.6.6 rejects `required_plugins`; the amazon-ebs builder is built in.
+    assert not re.search(r"^\s*(packer|required_plugins)\s*\{", (ROOT / TEMPLATE).read_text(), re.M)
+
+
+def configure(etc: Path, role_env: str) -> subprocess.CompletedProcess[str]:
+    (etc / "role.env").write_text(role_env)
+    env = {**os.environ, "ROQ_ETC": str(etc), "ROQ_SHIPPED": str(ROOT / "config")}
+    return subprocess.run(
+        ["sh", str(CONFIGURE), "--no-start"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def test_configure_writes_a_host(tmp_path: Path) -> None:
+    result = configure(
+        tmp_path,
+        "ROQ_ROLE=host\nROQ_GCM_ADDRESS=10.0.1.10\nROQ_ZK_SERVERS=10.0.1.10:2181\n"
+        "ROQ_INTERFACE=127.0.0.1\nROQ_HOST_NAME=h2\n",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "roq-host.service" in result.stdout
+    hcm = config.load_hcm(tmp_path / "HCM.properties", {})
+    assert hcm.get_str("gcm.address") == "10.0.1.10"
+    assert hcm.get_str("zk.servers") == "10.0.1.10:2181"
+    assert hcm.get_str("host.name") == "h2"
+    gcm = config.load_gcm(tmp_path / "GCM.properties", {})
+    assert gcm.get_str("network.interface") == "127.0.0.1"
+
+
+def test_configure_gcm_role_starts_zookeeper_and_gcm(tmp_path: Path) -> None:
+    result = configure(
+        tmp_path, "ROQ_ROLE=gcm\nROQ_GCM_ADDRESS=10.0.1.10\nROQ_ZK_SERVERS=10.0.1.10:2181\n"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "roq-zookeeper.service roq-gcm.service" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("role_env", "reason"),
+    [
+        ("ROQ_ROLE=broker\nROQ_GCM_ADDRESS=a\nROQ_ZK_SERVERS=a:1\n", "ROQ_ROLE must be"),
+        ("ROQ_ROLE=$(reboot)\n", "unexpected character"),
+        ("ROQ_ROLE=host\nROQ_GCM_ADDRESS=a\n", "ROQ_ZK_SERVERS is not set"),
+        ("ROQ_ROLE=host\nPATH=/tmp\n", "unknown key 'PATH'"),
+    ],
+)
+def test_configure_refuses_bad_user_data(tmp_path: Path, role_env: str, reason: str) -> None:
+    result = configure(tmp_path, role_env)
+    assert result.returncode == 78
+    assert reason in result.stderr and len(result.stderr.splitlines()) == 1
+    assert not (tmp_path / "HCM.properties").exists()

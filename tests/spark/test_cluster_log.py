@@ -1,0 +1,172 @@
+"""The analytics job over the log of a real cluster run: two queues, five publishers, one of them
+relocated to a second exchange mid-run (RoQ's Test117b scenario), subscribers measuring latency,
+and the KPI stream recorded by a KpiRecorder. The job's tables must match what this test
+published exactly (messages and bytes per queue and producer) and its latency must lie within
+what the test measured.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import bson
+import pyarrow.parquet as pq
+import pytest
+
+from roq.analytics import kpi, submit
+from roq.client.locate import locate_monitor
+from roq.client.publisher import Publisher
+from roq.client.subscriber import Subscriber, records
+from roq.testing.cluster import LocalCluster, wait_for
+from roq.transport import Kind, connect, new_context, open_socket
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(240)]
+
+HOST = {
+    "exchange.max.perhost": 4,
+    "exchange.warmup": 200,
+    "exchange.max.throughput": 200_000,  # bytes/s: the heavy publisher overloads its exchange
+    "relocate.coldstart": 0.0,
+    "relocate.hysteresis": 2,
+    "relocate.cooldown": 2000,
+    "replicationFactor": 1,  # one host: the job counts leaders' logs only
+}
+
+
+class KpiTap(threading.Thread):
+    """Subscribes to the queues' KPI streams and records every message (this thread owns the
+    SUB socket and the recorder)."""
+
+    def __init__(self, cluster: LocalCluster, queues: list[str], root: Path):
+        super().__init__(daemon=True)
+        # the GCM answers the KPI stream's address (S+1), as RoQ's GET_HOST_BY_QNAME did
+        self.streams = [locate_monitor(queue, gcm=cluster.gcm).stat for queue in queues]
+        self.recorder = kpi.KpiRecorder(root, "test-tap", segment_bytes_max=1 << 20)
+        self.stop = threading.Event()
+        self.recorded = 0
+
+    def run(self) -> None:
+        context = new_context()
+        sock = open_socket(context, Kind.SUB, subscribe=b"")
+        for endpoint in self.streams:
+            connect(sock, endpoint)
+        try:
+            while not self.stop.is_set():
+                if sock.poll(50):
+                    frames = [bson.decode(f) for f in sock.recv_multipart()]
+                    self.recorder.append_message(frames)
+                    self.recorded += 1
+        finally:
+            sock.close(0)
+            context.term()
+
+
+class Collector(threading.Thread):
+    """A Subscriber in its own thread (which owns it); it publishes its latency statistics."""
+
+    def __init__(self, cluster: LocalCluster, queue: str):
+        super().__init__(daemon=True)
+        self.sub = Subscriber(queue, b"", gcm=cluster.gcm)
+        self.stop = threading.Event()
+        self.count = 0
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                for delivery in self.sub.poll(50):
+                    self.count += sum(1 for _ in records(delivery))
+        finally:
+            self.sub.close()
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.join(10)
+
+
+def _publish(cluster: LocalCluster) -> tuple[collections.Counter[Any], collections.Counter[Any]]:
+    """Test117b with a second queue: returns messages and payload bytes per (queue, producer)."""
+    heavy = Publisher("q1", gcm=cluster.gcm, linger_ms=1)
+    light = [Publisher("q1", gcm=cluster.gcm, linger_ms=1) for _ in range(3)]
+    other = Publisher("q2", gcm=cluster.gcm, linger_ms=1)
+    start_front = heavy.exchange
+    with cluster.admin() as admin:
+        added = dict(admin.create_exchange("q1", "tx-relief")["Exchange"])
+    sent: collections.Counter[Any] = collections.Counter()
+    sizes: collections.Counter[Any] = collections.Counter()
+
+    def send(publisher: Publisher, queue: str, payload: bytes) -> None:
+        publisher.send(payload, b"k")
+        sent[(queue, publisher.producer_id)] += 1
+        sizes[(queue, publisher.producer_id)] += len(payload)
+
+    deadline = time.monotonic() + 15
+    while heavy.exchange == start_front and time.monotonic() < deadline:
+        for _ in range(20):
+            send(heavy, "q1", b"h" * 1000)
+        for publisher in light:
+            send(publisher, "q1", b"l" * 200)
+        send(other, "q2", b"o" * 300)
+        time.sleep(0.05)
+    assert heavy.exchange == added["Front"], f"heavy publisher not moved\n{cluster.logs()}"
+    for _ in range(200):
+        send(heavy, "q1", b"h" * 1000)
+    for publisher in [heavy, *light, other]:
+        publisher.close()
+    return sent, sizes
+
+
+def test_job_tables_match_a_real_cluster_run(cluster: LocalCluster, tmp_path: Path) -> None:
+    cluster.start_gcm()
+    cluster.start_host("h1", **HOST)
+    cluster.wait_ready()
+    with cluster.admin() as admin:
+        admin.create_queue("q1")
+        admin.create_queue("q2")
+    kpi_root = tmp_path / "kpi"
+    tap = KpiTap(cluster, ["q1", "q2"], kpi_root)
+    tap.start()
+    collectors = [Collector(cluster, "q1"), Collector(cluster, "q2")]
+    for collector in collectors:
+        collector.start()
+    wait_for(lambda: len(collectors[0].sub.exchanges) >= 1, 10, "subscriber connected")
+    started = time.monotonic()
+    sent, sizes = _publish(cluster)
+    for queue, collector in zip(["q1", "q2"], collectors, strict=True):
+        total = sum(n for (q, _), n in sent.items() if q == queue)
+        wait_for(lambda c=collector, t=total: c.count >= t, 15, f"{queue} delivered")
+    measured_s = time.monotonic() - started
+    time.sleep(1.5)  # one more statistics period, so the last latency reports are recorded
+    for collector in collectors:
+        collector.finish()
+    tap.stop.set()
+    tap.join(10)
+    assert tap.recorded > 0, "no KPI message recorded"
+
+    out = tmp_path / "out"
+    log_dir = cluster.tmp / "h1" / "log"
+    args = ["--kpi-dir", str(kpi_root), "--split-bytes", str(64 << 10)]
+    assert submit.run(str(log_dir), str(out), "local[2]", args, "512m", 200) == 0
+
+    rows = pq.read_table(out / "producers").to_pylist()
+    producers = {(r["queue"], r["producer"]): r for r in rows}
+    expected = {(q, str(uuid.UUID(bytes=pid))): n for (q, pid), n in sent.items()}
+    assert {k: r["messages"] for k, r in producers.items()} == expected
+    for (queue, pid), size in sizes.items():
+        row = producers[(queue, str(uuid.UUID(bytes=pid)))]
+        assert row["bytes"] == size and row["missing"] == 0
+    heavy = max(producers.values(), key=lambda r: r["bytes"])
+    assert heavy["exchanges"] == 2  # the relocation shows in the log
+    assert pq.read_table(out / "corrupt").num_rows == 0
+
+    latency = {r["queue"]: r for r in pq.read_table(out / "latency_total").to_pylist()}
+    for queue in ("q1", "q2"):
+        mean_us = latency[queue]["reported_mean_us"]
+        assert mean_us is not None and 0 < mean_us < measured_s * 1e6
+    load = pq.read_table(out / "exchange_minute").to_pylist()
+    assert any(r["cpu_pct"] is not None and r["mem_rss_mb"] > 1 for r in load)
+    assert (out / "report.md").read_text().count("![") == 4
