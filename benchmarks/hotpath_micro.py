@@ -24,8 +24,8 @@ from typing import Any
 
 from roq.exchange import LoadMeter
 from roq.log import Log, LogSettings
-from roq.log.log import FlushPolicy
 from roq.log import format as batchfmt
+from roq.log.log import FlushPolicy
 
 REPEAT = 5
 

@@ -21,7 +21,9 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def pids_matching(pattern: str) -> list[int]:
-    found = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
+    found = subprocess.run(
+        check=False, args=["pgrep", "-f", pattern], capture_output=True, text=True
+    ).stdout
     return [int(p) for p in found.split() if int(p) != os.getpid()]
 
 
@@ -59,8 +61,10 @@ def watch(pattern: str, seconds: float, every: float) -> dict[int, list[float]]:
             cpu = 100 * (ticks - before[1]) / TICKS / (now - before[0]) if before else None
             last[pid] = (now, ticks)
             history.setdefault(pid, []).append(rss)
-            sample[str(pid)] = {"rss_mb": round(rss, 1),
-                                "cpu_pct": None if cpu is None else round(cpu, 1)}  # fmt: skip
+            sample[str(pid)] = {
+                "rss_mb": round(rss, 1),
+                "cpu_pct": None if cpu is None else round(cpu, 1),
+            }
         print(json.dumps({"t": round(now - started, 1), "pids": sample}), flush=True)
         time.sleep(max(0.0, every - (time.monotonic() - now)))
     return history
@@ -74,8 +78,13 @@ def main(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     history = watch(args.match, args.seconds, args.every)
     summary = {
-        str(pid): {"first": round(v[0], 1), "last": round(v[-1], 1), "min": round(min(v), 1),
-                   "max": round(max(v), 1), "samples": len(v)}  # fmt: skip
+        str(pid): {
+            "first": round(v[0], 1),
+            "last": round(v[-1], 1),
+            "min": round(min(v), 1),
+            "max": round(max(v), 1),
+            "samples": len(v),
+        }
         for pid, v in history.items()
     }
     print(json.dumps({"summary": summary}), flush=True)

@@ -82,7 +82,9 @@ def publisher(
     context.term()
 
 
-def subscriber(back: int, payload: int, batch: int, seconds: float, ready: Any, results: Any) -> None:
+def subscriber(
+    back: int, payload: int, batch: int, seconds: float, ready: Any, results: Any
+) -> None:
     context = zmq.Context()
     sub = context.socket(zmq.SUB)
     sub.set_hwm(HWM)
@@ -109,8 +111,9 @@ def subscriber(back: int, payload: int, batch: int, seconds: float, ready: Any, 
                 latencies.append((time.time_ns() - stamp) / 1e6)
         last = time.perf_counter()
         first = first or last
-    results.put(("sub", {"delivered": got, "seconds": max(1e-9, last - first),
-                         "latency_ms": latencies}))  # fmt: skip
+    results.put(
+        ("sub", {"delivered": got, "seconds": max(1e-9, last - first), "latency_ms": latencies})
+    )
     sub.close(0)
     context.term()
 
@@ -128,12 +131,14 @@ def run(payload: int, batch: int, seconds: float, rate: int, port: int) -> dict[
     workers = [ctx.Process(target=proxy, args=(port, port + 1, proxy_ready), daemon=True)]
     workers[0].start()
     proxy_ready.wait(10)
-    workers.append(ctx.Process(target=subscriber,
-                               args=(port + 1, payload, batch, seconds, sub_ready, results)))  # fmt: skip
+    workers.append(
+        ctx.Process(target=subscriber, args=(port + 1, payload, batch, seconds, sub_ready, results))
+    )
     workers[1].start()
     sub_ready.wait(10)
-    workers.append(ctx.Process(target=publisher,
-                               args=(port, payload, batch, seconds, rate, results)))  # fmt: skip
+    workers.append(
+        ctx.Process(target=publisher, args=(port, payload, batch, seconds, rate, results))
+    )
     workers[2].start()
     got = dict(results.get(timeout=seconds + 30) for _ in range(2))
     for worker in workers[1:]:
@@ -153,8 +158,11 @@ def run(payload: int, batch: int, seconds: float, rate: int, port: int) -> dict[
         "delivered": sub["delivered"],
         "delivered_msg_s": round(sub["delivered"] / sub["seconds"]),
         "lost": pub["sent"] - sub["delivered"],
-        "latency_ms": {"p50": percentile(lat, 0.5), "p99": percentile(lat, 0.99),
-                       "p99.9": percentile(lat, 0.999)},  # fmt: skip
+        "latency_ms": {
+            "p50": percentile(lat, 0.5),
+            "p99": percentile(lat, 0.99),
+            "p99.9": percentile(lat, 0.999),
+        },
     }
 
 

@@ -42,12 +42,34 @@ def command(system: str, case: dict[str, Any], args: argparse.Namespace) -> list
     seconds = str(args.seconds if case["kind"] == "throughput" else args.latency_seconds)
     payload = str(case["payload"])
     if system == "proxy":
-        return [PYTHON, str(HERE / "proxy_baseline.py"), case["kind"], "--payload", payload,
-                "--batch", "100" if case["batched"] else "1", "--seconds", seconds,
-                "--rate", "5000"]  # fmt: skip
+        return [
+            PYTHON,
+            str(HERE / "proxy_baseline.py"),
+            case["kind"],
+            "--payload",
+            payload,
+            "--batch",
+            "100" if case["batched"] else "1",
+            "--seconds",
+            seconds,
+            "--rate",
+            "5000",
+        ]
     gcm = args.log_gcm if system.startswith("roq-log") else args.nolog_gcm
-    cmd = [ROQ, "bench", "--gcm", gcm, "-q", f"m{case['payload']}", "--seconds", seconds,
-           "--payload", payload, "--linger-ms", "2" if case["batched"] else "0"]  # fmt: skip
+    cmd = [
+        ROQ,
+        "bench",
+        "--gcm",
+        gcm,
+        "-q",
+        f"m{case['payload']}",
+        "--seconds",
+        seconds,
+        "--payload",
+        payload,
+        "--linger-ms",
+        "2" if case["batched"] else "0",
+    ]
     if case["kind"] == "latency":
         cmd += ["--rate", "5000"]
     if system == "roq-log-acks":
@@ -60,14 +82,22 @@ def run_one(system: str, case: dict[str, Any], args: argparse.Namespace) -> dict
     load_before = os.getloadavg()[0]
     started = time.time()
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+        done = subprocess.run(
+            cmd, check=False, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
+        )
         line = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "{}"
         result = json.loads(line)
     except (subprocess.TimeoutExpired, json.JSONDecodeError) as error:
         result = {"error": str(error)}
     result.pop("series", None)
-    return {"system": system, **case, "cmd": " ".join(cmd), "started": started,
-            "load1": load_before, "result": result}  # fmt: skip
+    return {
+        "system": system,
+        **case,
+        "cmd": " ".join(cmd),
+        "started": started,
+        "load1": load_before,
+        "result": result,
+    }
 
 
 def run(args: argparse.Namespace) -> None:
@@ -86,8 +116,15 @@ def run(args: argparse.Namespace) -> None:
             with out.open("a") as sink:
                 sink.write(json.dumps(record) + "\n")
             r = record["result"]
-            print(system, case, r.get("delivered_msg_s"), r.get("latency_ms"), r.get("lost"),
-                  f"load {record['load1']:.1f}", flush=True)  # fmt: skip
+            print(
+                system,
+                case,
+                r.get("delivered_msg_s"),
+                r.get("latency_ms"),
+                r.get("lost"),
+                f"load {record['load1']:.1f}",
+                flush=True,
+            )
 
 
 def summarize(path: str) -> None:
@@ -101,9 +138,13 @@ def summarize(path: str) -> None:
         res = [r["result"] for r in recs if "error" not in r["result"]]
         rate = [r["delivered_msg_s"] for r in res]
         lost = [r.get("lost", 0) for r in res]
-        row: dict[str, Any] = {"n": len(res), "delivered_msg_s_median": _median(rate),
-                               "all": rate, "lost": lost,
-                               "load1": [round(r["load1"], 1) for r in recs]}  # fmt: skip
+        row: dict[str, Any] = {
+            "n": len(res),
+            "delivered_msg_s_median": _median(rate),
+            "all": rate,
+            "lost": lost,
+            "load1": [round(r["load1"], 1) for r in recs],
+        }
         if key[0] == "latency":
             for q in ("p50", "p99", "p99.9"):
                 row[q] = _median([r["latency_ms"][q] for r in res if r["latency_ms"][q]])

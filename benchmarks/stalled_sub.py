@@ -40,8 +40,11 @@ def main(argv: list[str]) -> None:
         except zmq.Again:
             break
         queued += 1
-    print(json.dumps({"endpoint": args.endpoint, "stalled_s": args.seconds,
-                      "frames_readable_at_end": queued}))  # fmt: skip
+    print(
+        json.dumps(
+            {"endpoint": args.endpoint, "stalled_s": args.seconds, "frames_readable_at_end": queued}
+        )
+    )
     sub.close(0)
     context.term()
 
