@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import os
 import subprocess
 import sys
 import time
@@ -50,7 +49,8 @@ def find_pids(bench: subprocess.Popen[str], exchange_match: str) -> dict[str, in
             if f"bench-worker {role} " in line and role not in found:
                 found[role] = child
     out = subprocess.run(["pgrep", "-f", exchange_match], check=False, capture_output=True)
-    pids = [int(p) for p in out.stdout.split() if int(p) != os.getpid()]
+    # the pattern also matches this script's own command line (and `timeout`'s around it)
+    pids = [int(p) for p in out.stdout.split() if "roq exchange " in cmdline(int(p))]
     if pids:
         found["exchange"] = pids[0]
     return found

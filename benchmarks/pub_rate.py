@@ -41,9 +41,17 @@ def main(argv: list[str]) -> None:
         wall, cpu = time.perf_counter() - started, time.process_time() - cpu0
     finally:
         publisher.close()
-    print(json.dumps({"count": args.count, "payload": args.payload,
-                      "linger_ms": args.linger_ms, "msg_s": round(args.count / wall),
-                      "cpu_us_per_msg": round(cpu / args.count * 1e6, 2)}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "count": args.count,
+                "payload": args.payload,
+                "linger_ms": args.linger_ms,
+                "msg_s": round(args.count / wall),
+                "cpu_us_per_msg": round(cpu / args.count * 1e6, 2),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":
