@@ -24,7 +24,16 @@ def pids_matching(pattern: str) -> list[int]:
     found = subprocess.run(
         check=False, args=["pgrep", "-f", pattern], capture_output=True, text=True
     ).stdout
-    return [int(p) for p in found.split() if int(p) != os.getpid()]
+    # the pattern also matches the command lines of this script and of `timeout` around it
+    return [int(p) for p in found.split() if "proc_watch" not in _cmdline(int(p))]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as line:
+            return line.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return "proc_watch"  # gone: leave it out
 
 
 def rss_mb(pid: int) -> float | None:

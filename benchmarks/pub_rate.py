@@ -25,6 +25,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--count", type=int, default=50_000)
     parser.add_argument("--payload", type=int, default=100)
     parser.add_argument("--linger-ms", type=float, default=0.0)
+    parser.add_argument("--many", type=int, default=0, help="use send_many with N per call")
     args = parser.parse_args(argv)
     with AdminClient(gcm=args.gcm) as admin:
         try:
@@ -35,8 +36,13 @@ def main(argv: list[str]) -> None:
     publisher = Publisher(args.queue, gcm=args.gcm, linger_ms=args.linger_ms)
     try:
         cpu0, started = time.process_time(), time.perf_counter()
-        for _ in range(args.count):
-            publisher.send(payload, b"k")
+        if args.many:
+            chunk = [payload] * args.many
+            for _ in range(args.count // args.many):
+                publisher.send_many(chunk, b"k")
+        else:
+            for _ in range(args.count):
+                publisher.send(payload, b"k")
         publisher.flush()
         wall, cpu = time.perf_counter() - started, time.process_time() - cpu0
     finally:
