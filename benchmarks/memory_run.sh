@@ -34,7 +34,7 @@ timeout $((SECONDS_ + 120)) "$py" "$here/proc_watch.py" --match "$pattern" \
   --seconds $((SECONDS_ + 20)) --every 10 >"$out/memory-$QUEUE.jsonl" &
 watch_pid=$!
 timeout $((SECONDS_ + 120)) "$roq" bench --gcm "$GCM" -q "$QUEUE" --seconds "$SECONDS_" \
-  --payload 100 --linger-ms 2 2>/dev/null | "$py" -c \
+  --payload 100 --linger-ms 2 2>"$out/memory-$QUEUE.bench.stderr" | "$py" -c \
   'import json,sys; d=json.loads(sys.stdin.read()); d.pop("series",None); print(json.dumps(d))' \
   >"$out/memory-$QUEUE.bench.json"
 wait "$watch_pid"
