@@ -49,6 +49,9 @@ assert message_bytes_max < batch_bytes_max <= frame_bytes_max
 publisher_batch_bytes_default = 64 * 1024  # a batch is sent once its payloads reach this
 publisher_linger_ms_default = 2  # ... or once its oldest message waited this long
 publisher_buffer_bytes_max = 32 * 1024 * 1024  # encoded batches waiting for the socket
+# ... and at most this many of them: unbatched messages are small, but each costs the exchange
+# a frame, so a byte bound alone would let a fast producer queue seconds of backlog.
+publisher_pending_batches_max = 5_000
 publisher_block_ms_default = 30_000  # a full buffer blocks send() this long, then raises
 publisher_keys_max = 100_000  # distinct routing keys (each has its own sequence) per publisher
 drain_timeout_ms = 10_000  # an old exchange must confirm a drain within this before a move

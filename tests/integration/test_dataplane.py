@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from roq.client.publisher import Publisher
+from roq.client.publisher import BufferFull, Publisher, PublishTimeout
 from roq.client.subscriber import Subscriber, records
 from roq.log import format as batchfmt
 from roq.testing.cluster import LocalCluster, processes_with, wait_for
@@ -241,3 +241,46 @@ def test_bad_frames_are_counted_and_dropped_and_the_exchange_keeps_serving(
     log_text = cluster.logs()
     assert log_text.count("dropped a bad frame") >= len(bad_frames), log_text
     assert "exceeds the" in log_text and "unknown format version 9" in log_text
+
+
+@pytest.mark.parametrize("on_full", ["raise", "block"])
+def test_a_full_buffer_pushes_back_and_a_refused_send_is_not_queued(
+    cluster: LocalCluster, on_full: str
+):
+    """The queue's only exchange is frozen (SIGSTOP): the publisher's buffer fills, send()
+    raises, and after SIGCONT exactly the messages whose send() returned are delivered."""
+    cluster.start_gcm()
+    # The monitor must not declare the frozen exchange dead while the buffer fills.
+    cluster.start_host("h1", **{"monitor.dead.heartbeats": 100})
+    cluster.wait_ready()
+    with cluster.admin() as admin:
+        admin.create_queue("q1")
+    collector = Collector(cluster, "q1")
+    collector.start()
+    wait_for(lambda: len(collector.sub.exchanges) == 1, 10, "subscriber joined")
+    publisher = Publisher(
+        "q1", gcm=cluster.gcm, linger_ms=0, buffer_bytes=1 << 20, on_full=on_full, block_ms=300
+    )
+    [pid] = processes_with(_exchanges(cluster, "q1")[0]["Id"])
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        taken = _send_until_refused(publisher, payload=b"x" * 8192, limit=20_000)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    publisher.close()
+    assert publisher.sent_messages == taken, "a refused message must not be sent"
+    wait_for(lambda: collector.count >= taken, 15, "every accepted message delivered")
+    time.sleep(0.3)  # a refused message sent anyway would arrive now
+    collector.finish()
+    _assert_exact(collector, {(publisher.producer_id, b"k"): taken})
+
+
+def _send_until_refused(publisher: Publisher, payload: bytes, limit: int) -> int:
+    for taken in range(limit):
+        try:
+            publisher.send(payload, b"k")
+        except (BufferFull, PublishTimeout) as error:
+            expected = BufferFull if publisher.on_full == "raise" else PublishTimeout
+            assert type(error) is expected
+            return taken
+    raise AssertionError(f"{limit} messages of {len(payload)} B taken by a frozen exchange")

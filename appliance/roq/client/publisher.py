@@ -15,18 +15,20 @@ format, and sent as one frame. `linger_ms=0` sends every message on its own.
 Sequence numbers count per (publisher, routing key) from 0; subscribers use them to restore
 order across a move and to drop duplicates.
 
-Back-pressure (never a silent drop). Encoded batches wait in a buffer of `buffer_bytes` for the
-socket; ZeroMQ queues at most `limits.data_hwm_messages` batches per connection and then pushes
-back through TCP. When the buffer is full, `send` blocks up to `block_ms` (`on_full="block"`,
-the default) and then raises `PublishTimeout`, or raises `BufferFull` at once
-(`on_full="raise"`).
+Back-pressure (never a silent drop). Encoded batches wait in a buffer of `buffer_bytes` (and at
+most `limits.publisher_pending_batches_max` batches) for the socket; ZeroMQ queues at most
+`limits.data_hwm_messages` batches per connection and then pushes back through TCP. When the
+buffer is full, `send` blocks up to `block_ms` (`on_full="block"`, the default) and then raises
+`PublishTimeout`, or raises `BufferFull` at once (`on_full="raise"`). Either way a message whose
+`send` raised was not queued, so sending it again makes no duplicate.
 
 Moves. When the monitor re-allocates this publisher, or its exchange leaves, the I/O thread
 stops sending, asks the old exchange to drain (every batch sent before the drain request has
 been forwarded to subscribers when the answer comes), and only then connects to the new exchange.
 When the exchange died instead, batches it had not forwarded are lost unless `acks` asked for
-confirmations: unconfirmed batches are then sent again to the new exchange, and subscribers
-drop the duplicates by sequence number.
+confirmations: every unconfirmed batch (up to `limits.unconfirmed_batches_max`) is then sent
+again to the new exchange, in order and before any newer batch, and subscribers drop the
+duplicates by sequence number.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,7 +74,12 @@ BROADCAST_TOPIC = b"*"  # the monitor's topic for notices meant for every publis
 
 
 class PublishError(RoqError):
-    pass
+    taken = 0  # send_many: how many of the messages were queued before the error
+
+
+def _check_size(payload: bytes) -> None:
+    if len(payload) > limits.message_bytes_max:
+        raise MessageTooLarge(f"message of {len(payload)} bytes exceeds {limits.message_bytes_max}")
 
 
 class BufferFull(PublishError):
@@ -160,33 +168,33 @@ class Publisher:
 
     # --- caller side ---------------------------------------------------------------------------
     def send(self, payload: bytes, key: bytes = b"") -> None:
-        """Queue one message; it leaves within `linger_ms` or when its batch is full."""
-        if len(payload) > limits.message_bytes_max:
-            raise MessageTooLarge(
-                f"message of {len(payload)} bytes exceeds {limits.message_bytes_max}"
-            )
+        """Queue one message; it leaves within `linger_ms` or when its batch is full.
+
+        A full buffer blocks or raises *before* the message is queued: when `send` raises,
+        the message was not taken."""
+        _check_size(payload)
         with self._lock:
             self._check_usable()
-            buffer = self._buffers.get(key)
-            if buffer is None:
-                buffer = self._new_buffer(key)
-            elif buffer.size + len(payload) + 512 > limits.batch_bytes_max:
-                self._seal(key, buffer)  # the big message would not fit: send what is there
-            buffer.payloads.append(payload)
-            buffer.stamps.append(time.time_ns() // 1000)
-            buffer.size += len(payload) + batchfmt.RECORD_BYTES
-            sealed = buffer.size >= self.batch_bytes or self.linger_s <= 0
-            if sealed:
-                self._seal(key, buffer)
             self._wait_for_space()
-        if sealed:
-            # Hand the interpreter to the I/O thread now: otherwise a busy caller keeps it for
-            # up to the switch interval (5 ms), which would be the batch's latency.
-            time.sleep(0)
+            self._append(key, payload, time.time_ns() // 1000)
 
-    def send_many(self, payloads: list[bytes], key: bytes = b"") -> None:
+    def send_many(self, payloads: Sequence[bytes], key: bytes = b"") -> None:
+        """Queue several messages for one key under one lock and one timestamp: the fast path
+        for a producer that has messages at hand. Messages are taken in order; if it raises
+        on a full buffer, `error.taken` of them were queued and the rest were not."""
         for payload in payloads:
-            self.send(payload, key)
+            _check_size(payload)
+        stamp, taken = time.time_ns() // 1000, 0
+        with self._lock:
+            self._check_usable()
+            try:
+                for payload in payloads:
+                    self._wait_for_space()
+                    self._append(key, payload, stamp)
+                    taken += 1
+            except PublishError as error:
+                error.taken = taken
+                raise
 
     def flush(self, timeout_s: float = limits.drain_timeout_ms / 1000) -> None:
         """Return once every message sent before the call has reached an exchange (and, with
@@ -233,6 +241,19 @@ class Publisher:
         if self._closing:
             raise PublishError(f"{self.name} is closed")
 
+    def _append(self, key: bytes, payload: bytes, stamp: int) -> None:
+        buffer = self._buffers.get(key)
+        if buffer is None:
+            buffer = self._new_buffer(key)
+        elif buffer.size + len(payload) + 512 > limits.batch_bytes_max:
+            self._seal(key, buffer)  # the big message would not fit: send what is there
+            buffer = self._new_buffer(key)
+        buffer.payloads.append(payload)
+        buffer.stamps.append(stamp)
+        buffer.size += len(payload) + batchfmt.RECORD_BYTES
+        if buffer.size >= self.batch_bytes or self.linger_s <= 0:
+            self._seal(key, buffer)
+
     def _new_buffer(self, key: bytes) -> _KeyBuffer:
         if key not in self._seq:
             if len(key) > limits.key_bytes_max:
@@ -242,6 +263,8 @@ class Publisher:
             if len(self._seq) >= limits.publisher_keys_max:
                 raise PublishError(f"more than {limits.publisher_keys_max} routing keys")
             self._seq[key] = 0
+        if not self._buffers and self.linger_s > 0:
+            self._poke()  # the idle I/O thread sleeps up to 100 ms: it must time this linger
         buffer = self._buffers[key] = _KeyBuffer(since=time.monotonic())
         return buffer
 
@@ -265,13 +288,22 @@ class Publisher:
         except WouldBlock:
             pass  # a wake-up is already pending
 
+    def _full(self) -> bool:
+        return (
+            self._outq_bytes > self.buffer_bytes
+            or len(self._outq) >= limits.publisher_pending_batches_max
+        )
+
     def _wait_for_space(self) -> None:
-        if self._outq_bytes <= self.buffer_bytes:
+        if not self._full():
             return
         if self.on_full == "raise":
-            raise BufferFull(f"{self.name}: {self._outq_bytes} bytes wait for the exchange")
+            raise BufferFull(
+                f"{self.name}: {len(self._outq)} batches ({self._outq_bytes} bytes) wait for "
+                "the exchange"
+            )
         deadline = time.monotonic() + self.block_s
-        while self._outq_bytes > self.buffer_bytes:
+        while self._full():
             self._check_usable()
             left = deadline - time.monotonic()
             if left <= 0:
@@ -325,6 +357,7 @@ class _PublisherIO(threading.Thread):
         self.placement = Requester(ctx, owner.monitor.at(PLACEMENT_OFFSET))
         self.dealer: Any = None
         self.unconfirmed: dict[int, _Outbound] = {}  # sent batches the exchange must confirm
+        self.resend: collections.deque[_Outbound] = collections.deque()  # after a fail-over
         self.drained: set[int] = set()  # flush tokens drained, waiting for confirmations
 
     def run(self) -> None:
@@ -394,8 +427,9 @@ class _PublisherIO(threading.Thread):
         connect(self.dealer, front)
         self.p.exchange = front
         log.info("%s: sending to %s", self.p.name, front)
-        for item in sorted(self.unconfirmed.values(), key=lambda i: i.token):
-            self._send(item)  # acks: batches the previous exchange never confirmed
+        # acks: batches the previous exchange never confirmed go first, in their order; _pump
+        # sends them as the socket takes them (more than its high-water mark may be waiting).
+        self.resend = collections.deque(sorted(self.unconfirmed.values(), key=lambda i: i.token))
 
     def _notice(self) -> tuple[str, bool] | None:
         """Read one monitor notice: (exchange to move to or "" to ask again, whether the old
@@ -450,6 +484,10 @@ class _PublisherIO(threading.Thread):
 
     # --- sending and replies -------------------------------------------------------------------
     def _pump(self) -> None:
+        while self.resend:
+            if self.resend[0].token in self.unconfirmed and not self._send(self.resend[0]):
+                return
+            self.resend.popleft()
         while (item := self.p._next_outbound()) is not None:
             if len(self.unconfirmed) >= limits.unconfirmed_batches_max:
                 return  # wait for confirmations: the caller feels it as a full buffer
