@@ -284,3 +284,21 @@ def _send_until_refused(publisher: Publisher, payload: bytes, limit: int) -> int
             assert type(error) is expected
             return taken
     raise AssertionError(f"{limit} messages of {len(payload)} B taken by a frozen exchange")
+
+
+def test_a_message_too_big_for_the_open_batch_starts_a_new_one(cluster: LocalCluster, queue: str):
+    """A 4 MiB message after 1 MiB pending for its key: the pending batch leaves alone, the big
+    message in the next one; each message arrives once, in order."""
+    collector = Collector(cluster, queue)
+    collector.start()
+    wait_for(lambda: len(collector.sub.exchanges) == 1, 10, "subscriber joined")
+    publisher = Publisher(queue, gcm=cluster.gcm, batch_bytes=8 << 20, linger_ms=5000)
+    sizes = [1 << 20, 4 << 20, 10]
+    for n, size in enumerate(sizes):
+        publisher.send(bytes([n]) * size, b"k")
+    publisher.close()
+    wait_for(lambda: collector.count >= len(sizes), 15, "all three delivered")
+    time.sleep(0.3)
+    collector.finish()
+    _assert_exact(collector, {(publisher.producer_id, b"k"): len(sizes)})
+    assert [len(p) for p in collector.payloads] == sizes
