@@ -185,8 +185,9 @@ class Subscriber:
         """Wait up to `timeout_ms` and return the batches now deliverable, in stream order."""
         out: list[Delivery] = []
         poller, owners = self._poller()
-        now_us = time.time_ns() // 1000
-        for sock, _ in poller.poll(timeout_ms):
+        ready = poller.poll(timeout_ms)
+        now_us = time.time_ns() // 1000  # after the wait: what arrived during it is not older
+        for sock, _ in ready:
             owner = owners[sock]
             if owner is None:
                 self._on_notice()
