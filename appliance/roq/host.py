@@ -81,13 +81,15 @@ class HostConfigManager:
     def bind(self) -> None:
         self.sock = open_socket(self.context, Kind.REP)
         bind(self.sock, self.address, self.settings.get_int("hcm.port"))
-        self._release_stale_claims()
+        # Own the name first: until then the claims may belong to a live host of this name.
         self.registry.register_host(
             HostRecord(self.name, self.address, self.endpoint, self.max_exchanges)
         )
+        self._release_stale_claims()
 
     def _release_stale_claims(self) -> None:
-        """Claims left by a previous run of this host: its children died with it."""
+        """Claims left by a previous run of this host: its children died with it. Called only
+        once this process holds the host name, so no live host's claims are touched."""
         for port, owner in self.registry.port_claims(self.name).items():
             log.info("releasing port %d left by a previous run (%s)", port, owner)
             self.registry.release_port(self.name, port)

@@ -11,6 +11,9 @@ from typing import Any
 
 import pytest
 
+from roq.coordination import session
+from roq.coordination.paths import Paths
+from roq.coordination.registry import Registry
 from roq.testing.cluster import LocalCluster, processes_with, wait_for
 
 pytestmark = pytest.mark.integration
@@ -141,3 +144,36 @@ def test_a_port_taken_by_another_program_is_skipped_and_reported(running: LocalC
         assert "in use" in running.logs()
     finally:
         blocker.close()
+
+
+def _port_claims(cluster: LocalCluster, host: str) -> dict[int, dict[str, Any]]:
+    client = session.connect(cluster.zk, 4000)
+    try:
+        return Registry(client, Paths(cluster.namespace)).port_claims(host)
+    finally:
+        session.close(client)
+
+
+def test_a_second_host_with_a_live_name_exits_75_and_leaves_the_claims(running: LocalCluster):
+    _roq(running, "queue", "create", "q1")
+    claims = _port_claims(running, "h1")
+    assert len(claims) == 3  # the monitor's, the stat monitor's and the exchange's blocks
+    twin = running.start_host("h1")  # same name, its own hcm.port
+    assert twin.process.wait(timeout=20) == 75, twin.log_text()
+    last = twin.log_text().strip().splitlines()[-1]
+    assert last.startswith("roq: host name 'h1' is already registered by pid "), last
+    assert _port_claims(running, "h1") == claims
+    [host] = _status(running)["Hosts"]
+    assert host["Name"] == "h1"  # the live host's record survived the twin's exit
+    _roq(running, "queue", "create", "q2")  # and it still serves
+    assert len(_queue_processes(running, "q1")) == 2
+
+
+def test_a_host_restarted_after_kill_9_releases_its_old_claims(running: LocalCluster):
+    _roq(running, "queue", "create", "q1")
+    assert len(_port_claims(running, "h1")) == 3
+    running.kill(running.daemons[1])
+    wait_for(lambda: not _status(running)["Hosts"], 15, "h1's session expired (4 s)")
+    running.start_host("h1")
+    running.wait_ready()
+    assert _port_claims(running, "h1") == {}

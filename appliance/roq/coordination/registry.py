@@ -25,7 +25,7 @@ from kazoo.exceptions import (
 )
 
 from roq.coordination.paths import Paths
-from roq.errors import AdminError, CoordinationError, NotLeader
+from roq.errors import AdminError, CoordinationError, NameTaken, NotLeader
 
 log = logging.getLogger(__name__)
 
@@ -183,20 +183,30 @@ class Registry:
 
     # --- host-owned writes --------------------------------------------------------------
     def register_host(self, record: HostRecord) -> None:
-        """Ephemeral: the host vanishes from the cluster when its session ends."""
+        """Ephemeral: the host vanishes from the cluster when its session ends. NameTaken if a
+        live process holds the name (its record is left untouched)."""
         path = self.paths.host(record.name)
         try:
             self.zk.create(path, _dump(record), ephemeral=True, makepath=True)
         except NodeExistsError:
-            raise CoordinationError(
-                f"host name {record.name!r} is already registered by a live process; "
-                "set host.name or stop the other host"
-            ) from None
+            raise NameTaken(self._name_taken(record.name)) from None
+
+    def _name_taken(self, name: str) -> str:
+        other = self.host(name)
+        holder = "a live process" if other is None else f"pid {other.pid} ({other.hcm})"
+        return (
+            f"host name {name!r} is already registered by {holder}; set another host.name "
+            "or stop that host (a crashed one's name is free after zk.session.timeout)"
+        )
 
     def unregister_host(self, name: str) -> None:
+        """Delete the host's record only if this session created it: a process that failed to
+        register must not remove the live owner of the name."""
         try:
-            self.zk.delete(self.paths.host(name))
-        except NoNodeError:
+            _, stat = self.zk.get(self.paths.host(name))
+            if stat.ephemeralOwner == self.zk.client_id[0]:
+                self.zk.delete(self.paths.host(name), version=stat.version)
+        except (NoNodeError, BadVersionError):
             pass
 
     def claim_port(self, host: str, port: int, owner: dict[str, Any]) -> bool:
