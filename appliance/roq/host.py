@@ -131,10 +131,12 @@ class HostConfigManager:
 
     # --- queue lifecycle ---------------------------------------------------------------------
     def create_queue(self, request: Document) -> Document:
-        """Idempotent: a queue already running here is answered with its addresses."""
+        """Idempotent: a queue already running here is answered with its addresses. All or
+        nothing: a monitor started by this call is stopped again if its exchange cannot start."""
         queue = check_queue_name(bsonmsg.field_str(request, "QName"))
         monitors = self._of(queue, "monitor")
-        if not monitors:
+        started = not monitors
+        if started:
             if self._exchange_count() >= self.max_exchanges:
                 return self._no_capacity(queue)
             monitors = [self._start_monitor(queue)]
@@ -142,7 +144,12 @@ class HostConfigManager:
         if not self._of(queue, "exchange"):
             if self._exchange_count() >= self.max_exchanges:
                 return self._no_capacity(queue)
-            self._start_exchange(queue, monitor.port, monitor.meta["stat_port"], txid="")
+            try:
+                self._start_exchange(queue, monitor.port, monitor.meta["stat_port"], txid="")
+            except RoqError:
+                if started:
+                    self._stop_child(monitor)
+                raise
         return self._queue_reply(queue, monitor)
 
     def _no_capacity(self, queue: str) -> Document:

@@ -8,6 +8,9 @@ start or stop processes. The queue state machine makes creation idempotent acros
 
 A create that finds CREATING continues on the recorded host (if it is still alive), because the
 host's own create is idempotent; a create that finds RUNNING or STOPPED answers "already exists".
+A create the host refuses (no free exchange slot, no free port) is rolled back: the host is asked
+to drop whatever it holds of the queue, the record is deleted, and the admin gets the host's
+reason. A host that does not answer leaves CREATING, which the next create resumes.
 """
 
 from __future__ import annotations
@@ -46,6 +49,10 @@ class Refused(RoqError):
     def __init__(self, reason: Reason, comment: str):
         super().__init__(comment)
         self.reason = reason
+
+
+class HostSilent(Refused):
+    """The host did not answer in time: it may still be carrying the request out."""
 
 
 class Management:
@@ -173,7 +180,9 @@ class Management:
         try:
             reply = requester.request(request)
         except TransportError as error:
-            raise Refused(Reason.HOST_FAILED, f"host {host.name} did not answer: {error}") from None
+            raise HostSilent(
+                Reason.HOST_FAILED, f"host {host.name} did not answer: {error}"
+            ) from None
         finally:
             requester.close()
         if reply.get("RESULT") != Result.OK:
@@ -213,9 +222,25 @@ class Management:
             host = self._resume_host(found[0], host, found[1], fence)
         else:
             raise Refused(Reason.ALREADY_EXISTS, f"The queue {name} already exists")
-        self._start_on_host(name, host, fence)
+        try:
+            self._start_on_host(name, host, fence)
+        except HostSilent:
+            raise  # CREATING stays: the host may finish, and the next create resumes it
+        except Refused as refused:
+            self._roll_back_create(name, host, fence)
+            raise Refused(refused.reason, f"{refused}; queue {name} not created") from None
         log.info("queue %s created on host %s", name, host.name)
         return bsonmsg.ok(f"queue {name} created on {host.name}", Host=host.name)
+
+    def _roll_back_create(self, name: str, host: HostRecord, fence: Fence) -> None:
+        """The host refused: it drops what it may hold of the queue (a monitor started by an
+        earlier, interrupted create), then the record goes, so a fresh create starts over."""
+        try:
+            self._call_host(host, {"CMD": int(HostCommand.REMOVE_QUEUE), "QName": name})
+        except Refused as error:
+            log.warning("queue %s: cleaning up the refused create: %s", name, error)
+        self.registry.delete_queue(fence, name)
+        log.warning("queue %s: create refused by host %s, rolled back", name, host.name)
 
     def _write_new_queue(self, name: str, host: HostRecord, fence: Fence) -> None:
         try:
