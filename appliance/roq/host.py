@@ -29,6 +29,7 @@ from roq.protocol import bsonmsg
 from roq.protocol.bsonmsg import Document
 from roq.protocol.commands import HostCommand, Reason
 from roq.protocol.names import check_queue_name
+from roq.replication import replica_root
 from roq.spawn import roq_command
 from roq.supervision import Child
 from roq.transport import POLLIN, Kind, Poller, bind, new_context, open_socket
@@ -307,8 +308,17 @@ class HostConfigManager:
         for child in self._of(queue, "exchange") + self._of(queue, "monitor"):
             self._stop_child(child)
         if delete_logs:
-            shutil.rmtree(Path(self.settings.get_str("directory")) / queue, ignore_errors=True)
+            self._delete_queue_files(queue)
         return bsonmsg.ok(f"queue {queue} stopped on {self.name}")
+
+    def _delete_queue_files(self, queue: str) -> None:
+        """The queue's own logs and the copies this host's exchanges kept of other exchanges'
+        logs. Called after the queue's children here stopped, so nothing writes to them."""
+        root = Path(self.settings.get_str("directory"))
+        for directory in (root / queue, replica_root(root, queue)):
+            if directory.exists():
+                shutil.rmtree(directory, ignore_errors=True)
+                log.info("queue %s: deleted %s", queue, directory)
 
     def _stop_child(self, child: Child) -> None:
         supervision.stop(child, self.context)

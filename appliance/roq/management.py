@@ -324,15 +324,25 @@ class Management:
         if record.state != QueueState.DELETING:
             record.state = QueueState.DELETING
             self.registry.update_queue(fence, record, version)
-        hosts = {record.host} | {x.host for x in self.registry.exchanges(record.name)}
-        for name in sorted(hosts):
-            host = self.registry.host(name)
-            if host is not None:
-                self._call_host(host, {"CMD": int(HostCommand.REMOVE_QUEUE), "QName": record.name})
+        self._remove_from_hosts(record)
         self.registry.delete_queue(fence, record.name)
         self._drop_listener(record.name)
         log.info("queue %s removed", record.name)
         return bsonmsg.ok(f"queue {record.name} removed")
+
+    def _remove_from_hosts(self, record: QueueRecord) -> None:
+        """Every live host stops the queue and deletes its logs and replica copies. The hosts
+        that run it must answer (else the delete fails and can be retried); the others may
+        still hold files of exchanges removed earlier, and are asked on a best-effort basis."""
+        running = {record.host} | {x.host for x in self.registry.exchanges(record.name)}
+        request = {"CMD": int(HostCommand.REMOVE_QUEUE), "QName": record.name}
+        for host in self.registry.hosts():
+            try:
+                self._call_host(host, request)
+            except Refused as error:
+                if host.name in running:
+                    raise
+                log.warning("queue %s: %s (its files there stay)", record.name, error)
 
     # --- exchanges -------------------------------------------------------------------------
     def create_exchange(self, request: Document, fence: Fence) -> Document:
