@@ -40,7 +40,7 @@ from roq.transport.rpc import Requester
 
 log = logging.getLogger(__name__)
 
-_LISTENERS_PER_QUEUE_MAX = 16  # rules listeners (2008) kept per queue; the oldest is dropped
+_LISTENERS_MAX = 16  # rules listeners (2008) kept per queue; the oldest is dropped
 
 
 class Refused(RoqError):
@@ -63,7 +63,7 @@ class Management:
         self.settings = settings
         self.context = context
         self.host_timeout_ms = settings.get_int("hcmTIMEOUT")
-        # queue → {listener address → PUSH socket}: the queue's monitor and any admin tool
+        # queue → {listener address → PUSH socket}, for the listeners stored in ZooKeeper
         self._listeners: dict[str, dict[str, Any]] = {}
         self.provisioner = make_provisioner(settings)
         self._handlers: dict[int, Callable[[Document, Fence], Document]] = {
@@ -441,25 +441,52 @@ class Management:
         return bsonmsg.ok(**rules)
 
     def register_listener(self, request: Document, fence: Fence) -> Document:
+        """Listeners are stored in ZooKeeper with the queue, so a GCM that takes over after a
+        fail-over pushes to them too (and they go with the queue's delete)."""
         name = self._queue_name(request)
         address = bsonmsg.field_str(request, "Address", max_chars=256)
         if not address.startswith("tcp://"):
             raise Refused(Reason.BAD_REQUEST, "the Address field must be tcp://host:port")
-        listeners = self._listeners.setdefault(name, {})
-        old = listeners.pop(address, None)
+        self._queue(name)
+        sockets = self._listeners.setdefault(name, {})
+        old = sockets.pop(address, None)
         if old is not None:
             old.close(0)  # the same listener again (a monitor re-registering): a fresh socket
-        while len(listeners) >= _LISTENERS_PER_QUEUE_MAX:
-            listeners.pop(next(iter(listeners))).close(0)  # the oldest registration goes
-        sock = open_socket(self.context, Kind.PUSH, sndhwm=16, sndtimeo_ms=0)
-        connect(sock, address)
-        listeners[address] = sock
+        sockets[address] = self._open_listener(address)  # a bad address is refused here
+        stored = self.registry.listeners(name)
+        if address not in stored:
+            # the oldest registration goes once the queue has the most listeners kept
+            self.registry.put_listeners(fence, name, [*stored, address][-_LISTENERS_MAX:])
         return bsonmsg.ok(f"Registrated on {address}")
 
+    def _open_listener(self, address: str) -> Any:
+        sock = open_socket(self.context, Kind.PUSH, sndhwm=16, sndtimeo_ms=0)
+        try:
+            connect(sock, address)
+        except TransportError as error:
+            sock.close(0)
+            raise Refused(Reason.BAD_REQUEST, str(error)) from None
+        return sock
+
+    def _listener_sockets(self, queue: str) -> dict[str, Any]:
+        """A PUSH socket per stored listener: opened on first use (by a leader that took over,
+        too), closed once the listener is no longer stored."""
+        wanted = self.registry.listeners(queue)
+        sockets = self._listeners.setdefault(queue, {})
+        for address in [a for a in sockets if a not in wanted]:
+            sockets.pop(address).close(0)
+        for address in wanted:
+            if address not in sockets:
+                try:
+                    sockets[address] = self._open_listener(address)
+                except Refused as error:
+                    log.warning("queue %s: rules listener unusable: %s", queue, error)
+        return sockets
+
     def _push_rules(self, queue: str, rules: dict[str, Any]) -> None:
-        for address, sock in self._listeners.get(queue, {}).items():
+        update = {"CMD": int(AdminCommand.ADD_AUTOSCALING_RULE), "RESULT": 0}
+        for address, sock in self._listener_sockets(queue).items():
             try:
-                update = {"CMD": int(AdminCommand.ADD_AUTOSCALING_RULE), "RESULT": 0}
                 sock.send(bsonmsg.encode({**update, "QName": queue, **rules}), flags=1)
             except Exception as error:  # a slow or gone listener must not fail the request
                 log.warning(
