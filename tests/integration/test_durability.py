@@ -168,6 +168,9 @@ def test_deleting_a_replicated_queue_removes_its_logs_and_copies_on_every_host(
     owned = [h1 / "q1" / first["Id"], h2 / "q1" / second["Id"]]
     assert all(d.exists() for d in owned)
     with cluster.admin() as admin:
+        # h2 runs nothing of q1 any more, but its files stay until the queue is deleted
+        admin.remove_exchange("q1", second["Id"])
+        assert owned[1].exists() and copies[0].exists()
         admin.delete_queue("q1")
     gone = [h1 / "q1", h2 / "q1", h1 / "_replicas" / "q1", h2 / "_replicas" / "q1"]
     wait_for(lambda: not any(d.exists() for d in gone), 10, f"{gone} deleted")
