@@ -365,7 +365,8 @@ HCM_KEYS: tuple[Key, ...] = (
         "heartbeat.period",
         int,
         500,
-        "Exchange heartbeat period in ms; an exchange silent for 3 periods is declared dead.",
+        "Exchange heartbeat period in ms; the monitor declares an exchange dead after "
+        "monitor.dead.heartbeats (default 3) of its periods of silence.",
         (20, 60000),
         section="Timing",
     ),

@@ -13,7 +13,8 @@ RoqError
 │   ├── InvalidOffset      not a batch boundary of the log, or past its end
 │   └── LogUnavailable     the log directory or disk cannot be written (exit code 73)
 ├── CoordinationError      ZooKeeper unreachable, session lost, version conflict
-│   └── NotLeader          a GCM that is not (or no longer) the leader refused to write
+│   ├── NotLeader          a GCM that is not (or no longer) the leader refused to write
+│   └── NameTaken          a live host already holds this host name (exit code 75)
 ├── TransportError         a peer did not answer within its bound
 │   └── RequestTimeout
 └── AdminError             an admin request was refused (unknown queue, already exists, ...)
@@ -91,6 +92,13 @@ class CoordinationError(RoqError):
 
 class NotLeader(CoordinationError):
     pass
+
+
+class NameTaken(CoordinationError):
+    """Another live process is registered under this host name. Temporary: the name is free
+    again once that process stops or its ZooKeeper session expires."""
+
+    exit_code = EXIT_TEMPFAIL
 
 
 class TransportError(RoqError):

@@ -29,6 +29,7 @@ from roq.protocol import bsonmsg
 from roq.protocol.bsonmsg import Document
 from roq.protocol.commands import HostCommand, Reason
 from roq.protocol.names import check_queue_name
+from roq.replication import replica_root
 from roq.spawn import roq_command
 from roq.supervision import Child
 from roq.transport import POLLIN, Kind, Poller, bind, new_context, open_socket
@@ -81,13 +82,15 @@ class HostConfigManager:
     def bind(self) -> None:
         self.sock = open_socket(self.context, Kind.REP)
         bind(self.sock, self.address, self.settings.get_int("hcm.port"))
-        self._release_stale_claims()
+        # Own the name first: until then the claims may belong to a live host of this name.
         self.registry.register_host(
             HostRecord(self.name, self.address, self.endpoint, self.max_exchanges)
         )
+        self._release_stale_claims()
 
     def _release_stale_claims(self) -> None:
-        """Claims left by a previous run of this host: its children died with it."""
+        """Claims left by a previous run of this host: its children died with it. Called only
+        once this process holds the host name, so no live host's claims are touched."""
         for port, owner in self.registry.port_claims(self.name).items():
             log.info("releasing port %d left by a previous run (%s)", port, owner)
             self.registry.release_port(self.name, port)
@@ -129,10 +132,12 @@ class HostConfigManager:
 
     # --- queue lifecycle ---------------------------------------------------------------------
     def create_queue(self, request: Document) -> Document:
-        """Idempotent: a queue already running here is answered with its addresses."""
+        """Idempotent: a queue already running here is answered with its addresses. All or
+        nothing: a monitor started by this call is stopped again if its exchange cannot start."""
         queue = check_queue_name(bsonmsg.field_str(request, "QName"))
         monitors = self._of(queue, "monitor")
-        if not monitors:
+        started = not monitors
+        if started:
             if self._exchange_count() >= self.max_exchanges:
                 return self._no_capacity(queue)
             monitors = [self._start_monitor(queue)]
@@ -140,7 +145,12 @@ class HostConfigManager:
         if not self._of(queue, "exchange"):
             if self._exchange_count() >= self.max_exchanges:
                 return self._no_capacity(queue)
-            self._start_exchange(queue, monitor.port, monitor.meta["stat_port"], txid="")
+            try:
+                self._start_exchange(queue, monitor.port, monitor.meta["stat_port"], txid="")
+            except RoqError:
+                if started:
+                    self._stop_child(monitor)
+                raise
         return self._queue_reply(queue, monitor)
 
     def _no_capacity(self, queue: str) -> Document:
@@ -298,8 +308,17 @@ class HostConfigManager:
         for child in self._of(queue, "exchange") + self._of(queue, "monitor"):
             self._stop_child(child)
         if delete_logs:
-            shutil.rmtree(Path(self.settings.get_str("directory")) / queue, ignore_errors=True)
+            self._delete_queue_files(queue)
         return bsonmsg.ok(f"queue {queue} stopped on {self.name}")
+
+    def _delete_queue_files(self, queue: str) -> None:
+        """The queue's own logs and the copies this host's exchanges kept of other exchanges'
+        logs. Called after the queue's children here stopped, so nothing writes to them."""
+        root = Path(self.settings.get_str("directory"))
+        for directory in (root / queue, replica_root(root, queue)):
+            if directory.exists():
+                shutil.rmtree(directory, ignore_errors=True)
+                log.info("queue %s: deleted %s", queue, directory)
 
     def _stop_child(self, child: Child) -> None:
         supervision.stop(child, self.context)

@@ -32,7 +32,9 @@ child_restart_backoff_ms_min = 250
 child_restart_backoff_ms_max = 10_000
 child_restarts_max = 10  # consecutive fast failures before a child is given up and reported
 child_stable_after_ms = 10_000  # a child that lived this long resets its failure count
-shutdown_grace_ms = 5_000  # SIGTERM → SIGKILL for children
+# a child stopping gets this long after its SHUTDOWN request, then SIGTERM and this long again,
+# then SIGKILL (supervision.stop)
+shutdown_grace_ms = 5_000
 
 # --- ZooKeeper ---------------------------------------------------------------------------
 zk_connect_timeout_s = 10.0

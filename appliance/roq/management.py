@@ -8,6 +8,9 @@ start or stop processes. The queue state machine makes creation idempotent acros
 
 A create that finds CREATING continues on the recorded host (if it is still alive), because the
 host's own create is idempotent; a create that finds RUNNING or STOPPED answers "already exists".
+A create the host refuses (no free exchange slot, no free port) is rolled back: the host is asked
+to drop whatever it holds of the queue, the record is deleted, and the admin gets the host's
+reason. A host that does not answer leaves CREATING, which the next create resumes.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from roq.transport.rpc import Requester
 
 log = logging.getLogger(__name__)
 
-_LISTENERS_PER_QUEUE_MAX = 16  # rules listeners (2008) kept per queue; the oldest is dropped
+_LISTENERS_MAX = 16  # rules listeners (2008) kept per queue; the oldest is dropped
 
 
 class Refused(RoqError):
@@ -48,6 +51,10 @@ class Refused(RoqError):
         self.reason = reason
 
 
+class HostSilent(Refused):
+    """The host did not answer in time: it may still be carrying the request out."""
+
+
 class Management:
     """Handlers of the admin API. Called from the GCM's main thread only."""
 
@@ -56,7 +63,7 @@ class Management:
         self.settings = settings
         self.context = context
         self.host_timeout_ms = settings.get_int("hcmTIMEOUT")
-        # queue → {listener address → PUSH socket}: the queue's monitor and any admin tool
+        # queue → {listener address → PUSH socket}, for the listeners stored in ZooKeeper
         self._listeners: dict[str, dict[str, Any]] = {}
         self.provisioner = make_provisioner(settings)
         self._handlers: dict[int, Callable[[Document, Fence], Document]] = {
@@ -173,7 +180,9 @@ class Management:
         try:
             reply = requester.request(request)
         except TransportError as error:
-            raise Refused(Reason.HOST_FAILED, f"host {host.name} did not answer: {error}") from None
+            raise HostSilent(
+                Reason.HOST_FAILED, f"host {host.name} did not answer: {error}"
+            ) from None
         finally:
             requester.close()
         if reply.get("RESULT") != Result.OK:
@@ -213,9 +222,25 @@ class Management:
             host = self._resume_host(found[0], host, found[1], fence)
         else:
             raise Refused(Reason.ALREADY_EXISTS, f"The queue {name} already exists")
-        self._start_on_host(name, host, fence)
+        try:
+            self._start_on_host(name, host, fence)
+        except HostSilent:
+            raise  # CREATING stays: the host may finish, and the next create resumes it
+        except Refused as refused:
+            self._roll_back_create(name, host, fence)
+            raise Refused(refused.reason, f"{refused}; queue {name} not created") from None
         log.info("queue %s created on host %s", name, host.name)
         return bsonmsg.ok(f"queue {name} created on {host.name}", Host=host.name)
+
+    def _roll_back_create(self, name: str, host: HostRecord, fence: Fence) -> None:
+        """The host refused: it drops what it may hold of the queue (a monitor started by an
+        earlier, interrupted create), then the record goes, so a fresh create starts over."""
+        try:
+            self._call_host(host, {"CMD": int(HostCommand.REMOVE_QUEUE), "QName": name})
+        except Refused as error:
+            log.warning("queue %s: cleaning up the refused create: %s", name, error)
+        self.registry.delete_queue(fence, name)
+        log.warning("queue %s: create refused by host %s, rolled back", name, host.name)
 
     def _write_new_queue(self, name: str, host: HostRecord, fence: Fence) -> None:
         try:
@@ -299,15 +324,25 @@ class Management:
         if record.state != QueueState.DELETING:
             record.state = QueueState.DELETING
             self.registry.update_queue(fence, record, version)
-        hosts = {record.host} | {x.host for x in self.registry.exchanges(record.name)}
-        for name in sorted(hosts):
-            host = self.registry.host(name)
-            if host is not None:
-                self._call_host(host, {"CMD": int(HostCommand.REMOVE_QUEUE), "QName": record.name})
+        self._remove_from_hosts(record)
         self.registry.delete_queue(fence, record.name)
         self._drop_listener(record.name)
         log.info("queue %s removed", record.name)
         return bsonmsg.ok(f"queue {record.name} removed")
+
+    def _remove_from_hosts(self, record: QueueRecord) -> None:
+        """Every live host stops the queue and deletes its logs and replica copies. The hosts
+        that run it must answer (else the delete fails and can be retried); the others may
+        still hold files of exchanges removed earlier, and are asked on a best-effort basis."""
+        running = {record.host} | {x.host for x in self.registry.exchanges(record.name)}
+        request = {"CMD": int(HostCommand.REMOVE_QUEUE), "QName": record.name}
+        for host in self.registry.hosts():
+            try:
+                self._call_host(host, request)
+            except Refused as error:
+                if host.name in running:
+                    raise
+                log.warning("queue %s: %s (its files there stay)", record.name, error)
 
     # --- exchanges -------------------------------------------------------------------------
     def create_exchange(self, request: Document, fence: Fence) -> Document:
@@ -406,25 +441,52 @@ class Management:
         return bsonmsg.ok(**rules)
 
     def register_listener(self, request: Document, fence: Fence) -> Document:
+        """Listeners are stored in ZooKeeper with the queue, so a GCM that takes over after a
+        fail-over pushes to them too (and they go with the queue's delete)."""
         name = self._queue_name(request)
         address = bsonmsg.field_str(request, "Address", max_chars=256)
         if not address.startswith("tcp://"):
             raise Refused(Reason.BAD_REQUEST, "the Address field must be tcp://host:port")
-        listeners = self._listeners.setdefault(name, {})
-        old = listeners.pop(address, None)
+        self._queue(name)
+        sockets = self._listeners.setdefault(name, {})
+        old = sockets.pop(address, None)
         if old is not None:
             old.close(0)  # the same listener again (a monitor re-registering): a fresh socket
-        while len(listeners) >= _LISTENERS_PER_QUEUE_MAX:
-            listeners.pop(next(iter(listeners))).close(0)  # the oldest registration goes
-        sock = open_socket(self.context, Kind.PUSH, sndhwm=16, sndtimeo_ms=0)
-        connect(sock, address)
-        listeners[address] = sock
+        sockets[address] = self._open_listener(address)  # a bad address is refused here
+        stored = self.registry.listeners(name)
+        if address not in stored:
+            # the oldest registration goes once the queue has the most listeners kept
+            self.registry.put_listeners(fence, name, [*stored, address][-_LISTENERS_MAX:])
         return bsonmsg.ok(f"Registrated on {address}")
 
+    def _open_listener(self, address: str) -> Any:
+        sock = open_socket(self.context, Kind.PUSH, sndhwm=16, sndtimeo_ms=0)
+        try:
+            connect(sock, address)
+        except TransportError as error:
+            sock.close(0)
+            raise Refused(Reason.BAD_REQUEST, str(error)) from None
+        return sock
+
+    def _listener_sockets(self, queue: str) -> dict[str, Any]:
+        """A PUSH socket per stored listener: opened on first use (by a leader that took over,
+        too), closed once the listener is no longer stored."""
+        wanted = self.registry.listeners(queue)
+        sockets = self._listeners.setdefault(queue, {})
+        for address in [a for a in sockets if a not in wanted]:
+            sockets.pop(address).close(0)
+        for address in wanted:
+            if address not in sockets:
+                try:
+                    sockets[address] = self._open_listener(address)
+                except Refused as error:
+                    log.warning("queue %s: rules listener unusable: %s", queue, error)
+        return sockets
+
     def _push_rules(self, queue: str, rules: dict[str, Any]) -> None:
-        for address, sock in self._listeners.get(queue, {}).items():
+        update = {"CMD": int(AdminCommand.ADD_AUTOSCALING_RULE), "RESULT": 0}
+        for address, sock in self._listener_sockets(queue).items():
             try:
-                update = {"CMD": int(AdminCommand.ADD_AUTOSCALING_RULE), "RESULT": 0}
                 sock.send(bsonmsg.encode({**update, "QName": queue, **rules}), flags=1)
             except Exception as error:  # a slow or gone listener must not fail the request
                 log.warning(

@@ -46,8 +46,13 @@ WRITTEN = b"w"
 OK, BEHIND, FAILED = b"K", b"B", b"X"
 
 
+def replica_root(root: str | Path, queue: str) -> Path:
+    """Where one host keeps every copy of `queue`'s logs (deleted with the queue)."""
+    return Path(root) / "_replicas" / queue
+
+
 def replica_directory(root: str | Path, queue: str, leader_id: str, replica_id: str) -> Path:
-    return Path(root) / "_replicas" / queue / f"{leader_id}@{replica_id}"
+    return replica_root(root, queue) / f"{leader_id}@{replica_id}"
 
 
 # --- replica side ---------------------------------------------------------------------------

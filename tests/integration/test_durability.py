@@ -147,3 +147,31 @@ def test_replicated_acks_all_survive_kill_9_of_the_leader(cluster: LocalCluster)
         original = _segments_bytes(root / "q1" / leader["Id"])
         copy = _segments_bytes(root / "_replicas" / "q1" / f"{leader['Id']}@{replica['Id']}")
         assert original.startswith(copy) and len(copy) > 0
+
+
+def test_deleting_a_replicated_queue_removes_its_logs_and_copies_on_every_host(
+    cluster: LocalCluster,
+):
+    first = _start(cluster, **{"replicationFactor": 2})
+    cluster.start_host("h2", **{"replicationFactor": 2})
+    cluster.wait_ready(hosts=2)
+    with cluster.admin() as admin:
+        second = admin.create_exchange("q1", "tx-h2", host="h2")["Exchange"]
+    h1, h2 = cluster.tmp / "h1" / "log", cluster.tmp / "h2" / "log"
+    copies = [
+        h2 / "_replicas" / "q1" / f"{first['Id']}@{second['Id']}",
+        h1 / "_replicas" / "q1" / f"{second['Id']}@{first['Id']}",
+    ]
+    wait_for(lambda: all(c.exists() for c in copies), 15, "the monitor assigned replicas")
+    _publish(cluster, 300, acks="all")
+    wait_for(lambda: any(_segments_bytes(c) for c in copies), 15, "a copy holding data")
+    owned = [h1 / "q1" / first["Id"], h2 / "q1" / second["Id"]]
+    assert all(d.exists() for d in owned)
+    with cluster.admin() as admin:
+        # h2 runs nothing of q1 any more, but its files stay until the queue is deleted
+        admin.remove_exchange("q1", second["Id"])
+        assert owned[1].exists() and copies[0].exists()
+        admin.delete_queue("q1")
+    gone = [h1 / "q1", h2 / "q1", h1 / "_replicas" / "q1", h2 / "_replicas" / "q1"]
+    wait_for(lambda: not any(d.exists() for d in gone), 10, f"{gone} deleted")
+    assert not processes_with(first["Id"]) and not processes_with(second["Id"])

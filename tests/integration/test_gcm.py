@@ -11,10 +11,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from roq.client.admin import AdminClient, AdminRefused
+from roq.coordination import session
+from roq.coordination.paths import Paths
+from roq.coordination.registry import Registry
 from roq.protocol import bsonmsg
 from roq.protocol.commands import AdminCommand, Result
 from roq.testing.cluster import LocalCluster, wait_for
-from roq.transport import new_context
+from roq.transport import POLLIN, Kind, Poller, bind, new_context, open_socket
 from roq.transport.rpc import Requester
 
 pytestmark = pytest.mark.integration
@@ -32,12 +35,13 @@ def gcm_only(cluster: LocalCluster) -> LocalCluster:
     return cluster
 
 
+UTF8 = st.characters(codec="utf-8", exclude_characters="\x00")  # what BSON strings can hold
 FRAMES = st.one_of(
     st.binary(max_size=300),
     st.builds(
         lambda d: bson.encode(d)[: len(bson.encode(d)) // 2],
         st.dictionaries(
-            st.text(st.characters(exclude_characters="\x00"), max_size=5),
+            st.text(UTF8, max_size=5),
             st.integers(-(2**63), 2**63 - 1),
             min_size=1,
             max_size=3,
@@ -47,7 +51,7 @@ FRAMES = st.one_of(
         bson.encode,
         st.dictionaries(
             st.sampled_from(["CMD", "QName", "Host", "x"]),
-            st.one_of(st.integers(-3, 3000), st.text(max_size=8), st.none(), st.booleans()),
+            st.one_of(st.integers(-3, 3000), st.text(UTF8, max_size=8), st.none(), st.booleans()),
             max_size=4,
         ),
     ),
@@ -158,3 +162,61 @@ def test_broadcast_has_three_bson_frames(gcm_only: LocalCluster):
     assert bson.decode(frames[0]) == {"CMD": 1500}
     assert bson.decode(frames[1]) == {"Queues": []}
     assert bson.decode(frames[2]) == {"Hosts": []}
+
+
+LIST = {"CMD": int(AdminCommand.LIST_QUEUES)}
+RULES = {"AUTOSCALING_NAME": "r1", "AUTOSCALING_XCHANGE": {"AUTOSCALING_XCHANGE_THR": 60_000}}
+
+
+def test_rules_listeners_survive_a_leader_kill(cluster: LocalCluster):
+    first = cluster.start_gcm()
+    cluster.start_host("h1")
+    cluster.wait_ready()
+    second = cluster.start_gcm()
+    second_base = int(second.name.split("-")[1])
+    context = new_context()
+    listener = open_socket(context, Kind.PULL)
+    port = cluster.ports.take(1)
+    bind(listener, "127.0.0.1", port)
+    standby = Requester(context, f"tcp://127.0.0.1:{second_base + 3}", timeout_ms=5000)
+    poller = Poller()
+    poller.register(listener, POLLIN)
+    try:
+        with cluster.admin() as admin:
+            admin.create_queue("q1")
+            admin.request({"CMD": 2008, "QName": "q1", "Address": f"tcp://127.0.0.1:{port}"})
+        wait_for(lambda: standby.request(LIST)["RESULT"] == Result.LEAD_LOST, 20, "standby")
+        os.killpg(first.process.pid, signal.SIGKILL)
+        first.process.wait(timeout=10)
+        wait_for(lambda: standby.request(LIST)["RESULT"] == Result.OK, 15, "standby leading")
+        with AdminClient(gcm=f"127.0.0.1:{second_base}") as admin:
+            admin.add_rules("q1", RULES)  # only the new leader can push this
+        assert poller.poll(5000), "the new leader did not push the rules to the listener"
+        pushed = bsonmsg.decode([listener.recv()])
+        assert pushed["QName"] == "q1" and pushed["AUTOSCALING_NAME"] == "r1"
+        assert pushed["Version"] == 1
+    finally:
+        standby.close()
+        listener.close(0)
+        context.term()
+
+
+def test_listeners_are_refused_for_unknown_queues_and_go_with_the_queue(gcm_only: LocalCluster):
+    gcm_only.start_host("h1")
+    gcm_only.wait_ready()
+    with gcm_only.admin() as admin:
+        with pytest.raises(AdminRefused, match="not registered"):
+            admin.request({"CMD": 2008, "QName": "nope", "Address": "tcp://127.0.0.1:1"})
+        admin.create_queue("q1")
+        admin.request({"CMD": 2008, "QName": "q1", "Address": "tcp://127.0.0.1:1"})
+        admin.delete_queue("q1")
+        admin.create_queue("q1")  # a fresh queue of the same name: only its monitor listens
+        monitor = admin.get_host_by_qname("q1")["Monitor_host"]
+    host, _, port = monitor.rpartition(":")
+    client = session.connect(gcm_only.zk, 4000)
+    registry = Registry(client, Paths(gcm_only.namespace))
+    try:
+        wait_for(lambda: registry.listeners("q1"), 10, "the monitor registered (2008)")
+        assert registry.listeners("q1") == [f"{host}:{int(port) + 4}"]
+    finally:
+        session.close(client)

@@ -11,6 +11,10 @@ from typing import Any
 
 import pytest
 
+from roq.client.admin import AdminRefused
+from roq.coordination import session
+from roq.coordination.paths import Paths
+from roq.coordination.registry import Registry
 from roq.testing.cluster import LocalCluster, processes_with, wait_for
 
 pytestmark = pytest.mark.integration
@@ -141,3 +145,78 @@ def test_a_port_taken_by_another_program_is_skipped_and_reported(running: LocalC
         assert "in use" in running.logs()
     finally:
         blocker.close()
+
+
+def _port_claims(cluster: LocalCluster, host: str) -> dict[int, dict[str, Any]]:
+    client = session.connect(cluster.zk, 4000)
+    try:
+        return Registry(client, Paths(cluster.namespace)).port_claims(host)
+    finally:
+        session.close(client)
+
+
+def test_a_second_host_with_a_live_name_exits_75_and_leaves_the_claims(running: LocalCluster):
+    _roq(running, "queue", "create", "q1")
+    claims = _port_claims(running, "h1")
+    assert len(claims) == 3  # the monitor's, the stat monitor's and the exchange's blocks
+    twin = running.start_host("h1")  # same name, its own hcm.port
+    assert twin.process.wait(timeout=20) == 75, twin.log_text()
+    last = twin.log_text().strip().splitlines()[-1]
+    assert last.startswith("roq: host name 'h1' is already registered by pid "), last
+    assert _port_claims(running, "h1") == claims
+    [host] = _status(running)["Hosts"]
+    assert host["Name"] == "h1"  # the live host's record survived the twin's exit
+    _roq(running, "queue", "create", "q2")  # and it still serves
+    assert len(_queue_processes(running, "q1")) == 2
+
+
+def test_a_host_restarted_after_kill_9_releases_its_old_claims(running: LocalCluster):
+    _roq(running, "queue", "create", "q1")
+    assert len(_port_claims(running, "h1")) == 3
+    running.kill(running.daemons[1])
+    wait_for(lambda: not _status(running)["Hosts"], 15, "h1's session expired (4 s)")
+    running.start_host("h1")
+    running.wait_ready()
+    assert _port_claims(running, "h1") == {}
+
+
+def _queue_names(cluster: LocalCluster) -> list[str]:
+    return sorted(q["Name"] for q in json.loads(_roq(cluster, "queue", "list", "--json")))
+
+
+def test_a_create_the_host_refuses_is_reported_and_rolled_back(cluster: LocalCluster):
+    cluster.start_gcm()
+    cluster.start_host("h1", **{"exchange.max.perhost": 1})
+    cluster.wait_ready()
+    _roq(cluster, "queue", "create", "q1")
+    refused = cluster.cli("queue", "create", "q2", "--host", "h1", "--gcm", cluster.gcm)
+    assert refused.returncode == 1
+    assert "exchange.max.perhost=1" in refused.stderr and "q2 not created" in refused.stderr
+    assert _queue_names(cluster) == ["q1"]  # no q2 record left in CREATING
+    gone = cluster.cli("queue", "delete", "q2", "--gcm", cluster.gcm)
+    assert gone.returncode == 1 and "not registered" in gone.stderr
+    _roq(cluster, "queue", "delete", "q1")
+    _roq(cluster, "queue", "create", "q2")  # a fresh create works once a slot is free
+    assert _queue_names(cluster) == ["q2"]
+
+
+def test_a_create_whose_exchange_cannot_bind_leaves_nothing_behind(cluster: LocalCluster):
+    cluster.start_gcm()
+    exchange_base = cluster.ports.take(4)
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", exchange_base + 1))  # the only exchange block is unusable
+    blocker.listen()
+    try:
+        cluster.start_host("h1", **{"ports.max.perkind": 1, "exchange.base.port": exchange_base})
+        cluster.wait_ready()
+        with cluster.admin() as admin:
+            with pytest.raises(AdminRefused, match="no free exchange port block") as raised:
+                admin.create_queue("q1")
+            assert raised.value.reason == "host_failed"
+            assert admin.list_queues() == []
+        assert not _queue_processes(cluster, "q1"), "the monitor started for q1 was stopped"
+        assert _port_claims(cluster, "h1") == {}
+    finally:
+        blocker.close()
+    _roq(cluster, "queue", "create", "q1")
+    assert len(_queue_processes(cluster, "q1")) == 2

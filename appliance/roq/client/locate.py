@@ -19,7 +19,9 @@ class MonitorAddress:
         if not host.startswith("tcp://") or not port.isdigit():
             raise RoqError(f"monitor address {base!r} is not tcp://HOST:PORT")
         self.base = base
-        self.stat = stat  # tcp://ip:S, where statistics go (the KPI stream is S+1)
+        # tcp://ip:S+1, the KPI stream (GET_HOST_BY_QNAME's Stat_Monitor_host); statistics
+        # are sent to its input, S = this port - 1
+        self.stat = stat
         self.host = host
         self.port = int(port)
 

@@ -1,12 +1,18 @@
 """Every znode path roq uses, built in one place (namespace configurable, default /roq).
 
 <ns>/gcm/election/…            kazoo Election (lock) participants
+<ns>/gcm/epoch                 PERSISTENT empty; its version is the leader epoch: each newly
+                                          elected leader bumps it, and every leader write checks
+                                          it (registry.Fence)
 <ns>/gcm/leader                EPHEMERAL  the leading GCM: {"id", "topology", "admin", "broadcast"}
-<ns>/hosts/<host>              EPHEMERAL  a live host: {"address", "hcm", "max_exchanges", "pid"}
-<ns>/ports/<host>/<port>       PERSISTENT a port the host allocated: {"queue", "role", "id"}
+<ns>/hosts/<host>              EPHEMERAL  a live host: {"name", "address", "hcm", "max_exchanges",
+                                          "pid"}
+<ns>/ports/<host>/<port>       PERSISTENT a port block the host claimed: {"queue", "role", "width"}
+                                          (+ "txid" for an exchange)
 <ns>/queues/<q>                PERSISTENT the queue record (state machine, see registry.QueueState)
 <ns>/queues/<q>/exchanges/<id> PERSISTENT an exchange of the queue: {"host", "front", "back", …}
 <ns>/queues/<q>/scaling        PERSISTENT autoscaling rules (JSON)
+<ns>/queues/<q>/listeners      PERSISTENT rules listeners (admin 2008): {"Addresses": [...]}
 <ns>/xchangeTransactions/<tx>  PERSISTENT idempotency record of an exchange creation
 """
 
@@ -26,6 +32,10 @@ class Paths:
     @property
     def election(self) -> str:
         return f"{self.namespace}/gcm/election"
+
+    @property
+    def epoch(self) -> str:
+        return f"{self.namespace}/gcm/epoch"
 
     @property
     def leader(self) -> str:
@@ -59,6 +69,9 @@ class Paths:
 
     def scaling(self, queue: str) -> str:
         return f"{self.queue(queue)}/scaling"
+
+    def listeners(self, queue: str) -> str:
+        return f"{self.queue(queue)}/listeners"
 
     @property
     def xchange_transactions(self) -> str:

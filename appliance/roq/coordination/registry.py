@@ -25,7 +25,7 @@ from kazoo.exceptions import (
 )
 
 from roq.coordination.paths import Paths
-from roq.errors import AdminError, CoordinationError, NotLeader
+from roq.errors import AdminError, CoordinationError, NameTaken, NotLeader
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ class Registry:
 
     @property
     def epoch_path(self) -> str:
-        return f"{self.paths.namespace}/gcm/epoch"
+        return self.paths.epoch
 
     def bump_epoch(self) -> Fence:
         """Called by a newly elected leader: every older fence becomes invalid."""
@@ -177,26 +177,42 @@ class Registry:
         got = self._get(self.paths.scaling(queue))
         return None if got is None else got[0]
 
+    def listeners(self, queue: str) -> list[str]:
+        """The queue's rules listeners (admin 2008), oldest registration first."""
+        got = self._get(self.paths.listeners(queue))
+        addresses = [] if got is None else got[0].get("Addresses", [])
+        return [a for a in addresses if isinstance(a, str)] if isinstance(addresses, list) else []
+
     def xchange_transaction(self, txid: str) -> dict[str, Any] | None:
         got = self._get(self.paths.xchange_transaction(txid))
         return None if got is None else got[0]
 
     # --- host-owned writes --------------------------------------------------------------
     def register_host(self, record: HostRecord) -> None:
-        """Ephemeral: the host vanishes from the cluster when its session ends."""
+        """Ephemeral: the host vanishes from the cluster when its session ends. NameTaken if a
+        live process holds the name (its record is left untouched)."""
         path = self.paths.host(record.name)
         try:
             self.zk.create(path, _dump(record), ephemeral=True, makepath=True)
         except NodeExistsError:
-            raise CoordinationError(
-                f"host name {record.name!r} is already registered by a live process; "
-                "set host.name or stop the other host"
-            ) from None
+            raise NameTaken(self._name_taken(record.name)) from None
+
+    def _name_taken(self, name: str) -> str:
+        other = self.host(name)
+        holder = "a live process" if other is None else f"pid {other.pid} ({other.hcm})"
+        return (
+            f"host name {name!r} is already registered by {holder}; set another host.name "
+            "or stop that host (a crashed one's name is free after zk.session.timeout)"
+        )
 
     def unregister_host(self, name: str) -> None:
+        """Delete the host's record only if this session created it: a process that failed to
+        register must not remove the live owner of the name."""
         try:
-            self.zk.delete(self.paths.host(name))
-        except NoNodeError:
+            _, stat = self.zk.get(self.paths.host(name))
+            if stat.ephemeralOwner == self.zk.client_id[0]:
+                self.zk.delete(self.paths.host(name), version=stat.version)
+        except (NoNodeError, BadVersionError):
             pass
 
     def claim_port(self, host: str, port: int, owner: dict[str, Any]) -> bool:
@@ -262,8 +278,9 @@ class Registry:
         for exchange in self._children(self.paths.exchanges(name)):
             ops.append(("delete", self.paths.exchange(name, exchange), None))
         ops.append(("delete", self.paths.exchanges(name), None))
-        if self.zk.exists(self.paths.scaling(name)):
-            ops.append(("delete", self.paths.scaling(name), None))
+        for extra in (self.paths.scaling(name), self.paths.listeners(name)):
+            if self.zk.exists(extra):
+                ops.append(("delete", extra, None))
         ops.append(("delete", self.paths.queue(name), None))
         self._commit(fence, ops)
 
@@ -275,12 +292,18 @@ class Registry:
         self._commit(fence, [("delete", self.paths.exchange(queue, exchange_id), None)])
 
     def put_rules(self, fence: Fence, queue: str, rules: dict[str, Any]) -> None:
-        path = self.paths.scaling(queue)
+        self._put(fence, self.paths.scaling(queue), rules)
+
+    def put_listeners(self, fence: Fence, queue: str, addresses: list[str]) -> None:
+        self._put(fence, self.paths.listeners(queue), {"Addresses": addresses})
+
+    def _put(self, fence: Fence, path: str, data: dict[str, Any]) -> None:
+        """Create or replace a znode under a queue (the queue's own znode must exist)."""
         existing = self.zk.exists(path)
         if existing is None:
-            self._commit(fence, [("create", path, _dump(rules))])
+            self._commit(fence, [("create", path, _dump(data))])
         else:
-            self._commit(fence, [("set", path, (_dump(rules), existing.version))])
+            self._commit(fence, [("set", path, (_dump(data), existing.version))])
 
     def put_xchange_transaction(self, fence: Fence, txid: str, data: dict[str, Any]) -> None:
         self._commit(fence, [("create", self.paths.xchange_transaction(txid), _dump(data))])
