@@ -167,7 +167,12 @@ class Exchange:
         self.log: Log | None = None
         if settings.get_bool("useLog"):
             directory = log_directory(settings.get_str("directory"), spec.queue, spec.exchange_id)
-            self.log = Log.open(directory, LogSettings.from_settings(settings), name=spec.name)
+            self.log = Log.open(
+                directory,
+                LogSettings.from_settings(settings),
+                name=spec.name,
+                background_flush=True,
+            )
             log.info("%s: log %s holds offsets %d..%d", spec.name, directory,
                      self.log.start_offset, self.log.end_offset)  # fmt: skip
         self._open_sockets(context)

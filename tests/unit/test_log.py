@@ -247,6 +247,51 @@ def test_flush_policies_move_the_durable_offset(tmp_path):
         assert log.durable_offset == log.end_offset
 
 
+def _tick_until_durable(log: Log, clock: StepClock, bound_s: float = 5.0) -> None:
+    deadline = time.monotonic() + bound_s
+    while log.durable_offset != log.end_offset:
+        assert time.monotonic() < deadline, "the background sync never completed"
+        clock.now += 0.001
+        log.tick()
+        time.sleep(0.001)
+
+
+def test_background_flush_moves_the_durable_offset_off_the_owner_thread(tmp_path):
+    clock = StepClock()
+    policy = FlushPolicy("interval", 50)
+    with Log(tmp_path / "a", flush_policy=policy, clock=clock, background_flush=True) as log:
+        fill(log, 3)
+        clock.now += 0.06
+        assert log.maybe_flush(), "the interval passed: a sync is asked for"
+        assert log.durable_offset == 0, "the owner does not wait for the sync"
+        _tick_until_durable(log, clock)
+        end = log.end_offset
+        fill(log, 2)  # past the sync asked for: not durable until the next one
+        assert log.durable_offset == end
+        clock.now += 0.06
+        _tick_until_durable(log, clock)
+    with Log(tmp_path / "a", flush_policy=OS) as reopened:
+        assert reopened.end_offset == log.end_offset  # close() synced the rest and stopped
+
+
+def test_a_background_sync_asked_before_a_truncation_does_not_count(tmp_path):
+    clock = StepClock()
+    policy = FlushPolicy("interval", 50)
+    with Log(tmp_path / "a", flush_policy=policy, clock=clock, background_flush=True) as log:
+        offsets = fill(log, 4)
+        clock.now += 0.06
+        assert log.maybe_flush()
+        log.truncate_to(offsets[2])
+        deadline = time.monotonic() + 5
+        while log._flusher is not None and not log._flusher.idle():
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        log.tick()
+        assert log.durable_offset <= offsets[2], (
+            "a stale sync must not move the offset past the cut"
+        )
+
+
 def test_flush_policy_parsing():
     assert FlushPolicy.parse("interval:25") == FlushPolicy("interval", 25)
     assert FlushPolicy.parse("every-batch") == FlushPolicy("every-batch", 200)

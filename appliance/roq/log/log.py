@@ -23,6 +23,7 @@ from roq import limits
 from roq.config import Settings
 from roq.errors import ConfigError, CorruptRecord, InvalidOffset, LogUnavailable
 from roq.log import format as fmt
+from roq.log.flusher import Flusher
 from roq.log.memory import MemoryLog
 from roq.log.segment import DIR_MODE, Segment, SegmentCorrupt, parse_segment_name
 
@@ -132,6 +133,7 @@ class Log:
         *,
         name: str = "",
         clock: Clock = time.monotonic,
+        background_flush: bool = False,
     ):
         assert max_file_size >= fmt.HEADER_BYTES
         self.directory = Path(directory)
@@ -155,9 +157,22 @@ class Log:
             raise
         self.durable_offset = self.end_offset
         self._last_sync = clock()
+        self._generation = 0  # bumped by truncate_to: a sync asked for before it is stale
+        self._sync_error: LogUnavailable | None = None
+        self._flusher: Flusher | None = None
+        if background_flush and self.flush_policy.kind == "interval":
+            self._flusher = Flusher(self.name)
+            self._flusher.start()
 
     @classmethod
-    def open(cls, directory: Path | str, settings: LogSettings, *, name: str = "") -> Log:
+    def open(
+        cls,
+        directory: Path | str,
+        settings: LogSettings,
+        *,
+        name: str = "",
+        background_flush: bool = False,
+    ) -> Log:
         return cls(
             directory,
             settings.max_file_size,
@@ -165,6 +180,7 @@ class Log:
             settings.retention,
             settings.memory_bytes,
             name=name,
+            background_flush=background_flush,
         )
 
     # --- opening and recovery -----------------------------------------------------------------
@@ -267,6 +283,8 @@ class Log:
         Raises LogUnavailable if the disk refuses the write (nothing acknowledged is lost)."""
         if self._closed:
             raise LogUnavailable(f"log {self.name}: closed")
+        if self._sync_error is not None:
+            raise self._sync_error
         if header is None:
             header = fmt.check_batch(memoryview(batch), 0)
         if header.size != len(batch):
@@ -313,6 +331,7 @@ class Log:
         self.memory.drop_from(offset)
         self.gaps = [gap for gap in self.gaps if gap[1] <= offset]
         self.durable_offset = min(self.durable_offset, offset)
+        self._generation += 1
         log.warning("log %s: truncated to offset %d", self.name, offset)
 
     def _roll(self) -> Segment:
@@ -354,13 +373,35 @@ class Log:
         """Under the `interval` policy, flush if `interval_ms` passed since the last flush.
         Returns whether it flushed. The exchange calls tick() from its loop, so an idle log is
         flushed too."""
-        if self.flush_policy.kind != "interval" or self.durable_offset == self.end_offset:
+        if self.flush_policy.kind != "interval":
+            return False
+        self._collect_sync()
+        if self.durable_offset == self.end_offset:
             return False
         now = self._clock() if now is None else now
         if (now - self._last_sync) * 1000 < self.flush_policy.interval_ms:
             return False
-        self.flush()
-        return True
+        if self._flusher is None:
+            self.flush()
+            return True
+        asked = self._flusher.request(
+            self._segments[-1].fileno(), self.end_offset, self._generation
+        )
+        if asked:
+            self._last_sync = now
+        return asked
+
+    def _collect_sync(self) -> None:
+        """Take the background flusher's last result: durable offset, or its failure."""
+        done = self._flusher.take_done() if self._flusher is not None else None
+        if done is None:
+            return
+        if done.error is not None:
+            # After a failed fdatasync the kernel may have dropped the dirty pages: what was
+            # acknowledged is no longer known to be on disk, so nothing more is accepted.
+            self._sync_error = LogUnavailable(f"log {self.name}: {done.error}")
+        elif done.generation == self._generation:
+            self.durable_offset = max(self.durable_offset, done.end_offset)
 
     def tick(self, now: float | None = None) -> None:
         """Timers: the interval flush and time-based retention. Call at least every
@@ -493,6 +534,8 @@ class Log:
         if self._closed:
             return
         try:
+            if self._flusher is not None:
+                self._flusher.stop()
             self.flush()
         finally:
             self._closed = True
