@@ -5,16 +5,21 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from roq.client.locate import CONTROL_OFFSET, MonitorAddress
 from roq.client.publisher import Publisher, PublishError
 from roq.client.subscriber import Subscriber
 from roq.log import segment_name
+from roq.protocol.commands import ChildCommand
 from roq.spawn import child_environment, roq_command
-from roq.testing.cluster import LocalCluster, processes_with, wait_for
+from roq.testing.cluster import Daemon, LocalCluster, processes_with, wait_for
+from roq.transport import new_context
+from roq.transport.rpc import Requester
 
 pytestmark = pytest.mark.integration
 
@@ -147,3 +152,102 @@ def test_replicated_acks_all_survive_kill_9_of_the_leader(cluster: LocalCluster)
         original = _segments_bytes(root / "q1" / leader["Id"])
         copy = _segments_bytes(root / "_replicas" / "q1" / f"{leader['Id']}@{replica['Id']}")
         assert original.startswith(copy) and len(copy) > 0
+
+
+# --- replay from a replica when the owner is dead ----------------------------------------------
+def _status_of(endpoint: str) -> dict[str, Any]:
+    """STATUS from a child's control port (an exchange's F+2, a monitor's B+5)."""
+    context = new_context()
+    requester = Requester(context, endpoint, timeout_ms=2000)
+    try:
+        return dict(requester.request({"CMD": int(ChildCommand.PING)})["STATUS"])
+    finally:
+        requester.close()
+        context.term()
+
+
+def _port_plus(endpoint: str, delta: int) -> str:
+    host, _, port = endpoint.rpartition(":")
+    return f"{host}:{int(port) + delta}"
+
+
+def _two_hosts(cluster: LocalCluster) -> tuple[dict[str, Any], dict[str, Any], Daemon]:
+    """A queue with its monitor and one exchange on h1 and a second exchange on h2, each log
+    copied to the other (replicationFactor 2). Returns (h2's exchange, the queue, h2)."""
+    settings = {"replicationFactor": 2}
+    cluster.start_gcm()
+    cluster.start_host("h1", **settings)
+    cluster.wait_ready()
+    with cluster.admin() as admin:
+        admin.create_queue("q1")
+    h2 = cluster.start_host("h2", **settings)
+    cluster.wait_ready(hosts=2)
+    with cluster.admin() as admin:
+        exchange = admin.create_exchange("q1", "tx-h2", host="h2")["Exchange"]
+        [queue] = admin.status()["Queues"]
+    return dict(exchange), dict(queue), h2
+
+
+def _publisher_on(cluster: LocalCluster, front: str) -> Publisher:
+    """An acks=all publisher that the monitor placed on the exchange at `front` (placement
+    spreads new publishers by count, so a few tries suffice)."""
+    spare: list[Publisher] = []
+    try:
+        for _ in range(6):
+            publisher = Publisher("q1", gcm=cluster.gcm, acks="all", linger_ms=1)
+            if publisher.exchange == front:
+                return publisher
+            spare.append(publisher)
+            time.sleep(0.3)  # past the new exchange's warm-up
+        raise AssertionError(f"no publisher was placed on {front}")
+    finally:
+        for publisher in spare:
+            publisher.close()
+
+
+def _fully_replicated(exchange: dict[str, Any]) -> bool:
+    status = _status_of(_port_plus(exchange["Front"], 2))
+    replicas = status["Replicas"]
+    return bool(replicas) and all(r["InSync"] for r in replicas) and (
+        status["Committed"] == status["LogEnd"]
+    )
+
+
+def _kill_host_and_wait_for_the_copy(
+    cluster: LocalCluster, host: Daemon, exchange: dict[str, Any], queue: dict[str, Any]
+) -> dict[str, Any]:
+    """kill -9 the host and its exchange (nobody restarts it); the monitor's announcement of
+    the dead exchange's copy, once it is made."""
+    wait_for(lambda: _fully_replicated(exchange), 10, "every batch on the replica")
+    cluster.kill(host)
+    assert not processes_with(exchange["Id"])
+
+    def announced() -> dict[str, Any] | None:
+        copies = _status_of(MonitorAddress(queue["Monitor_host"]).at(CONTROL_OFFSET))["Copies"]
+        return next((c for c in copies if c["Id"] == exchange["Id"]), None)
+
+    return wait_for(announced, 10, f"the monitor announcing the copy of {exchange['Id']}")
+
+
+def _stream(records: list[Any]) -> list[tuple[bytes, int, bytes]]:
+    return [(r.producer_id, r.seq, r.payload) for r in records]
+
+
+def test_a_dead_exchanges_log_is_replayed_from_its_replica(cluster: LocalCluster):
+    exchange, queue, h2 = _two_hosts(cluster)
+    publisher = _publisher_on(cluster, exchange["Front"])
+    for n in range(600):
+        publisher.send(f"m{n}".encode())
+    publisher.flush()  # acks=all: on the replica too
+    publisher.close()
+    copy = _kill_host_and_wait_for_the_copy(cluster, h2, exchange, queue)
+    assert copy["Replicas"][0]["End"] > 0
+    with Subscriber("q1", gcm=cluster.gcm, start="beginning") as subscriber:
+        got = list(subscriber.messages(count=600, timeout_s=20))
+        extra = list(subscriber.messages(count=1, timeout_s=1))
+        [feed] = [f for f in subscriber.feeds.values() if f.exchange_id == exchange["Id"]]
+        assert feed.copies == [copy["Replicas"][0]["Log"]]
+        assert feed.next_offset == copy["Replicas"][0]["End"]  # the copy's offsets are the log's
+    assert len(set(_stream(got))) == len(got) == 600, "each message exactly once"
+    assert [r.payload for r in got] == [f"m{n}".encode() for n in range(600)]
+    assert extra == []
