@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -171,12 +172,14 @@ def _port_plus(endpoint: str, delta: int) -> str:
     return f"{host}:{int(port) + delta}"
 
 
-def _two_hosts(cluster: LocalCluster) -> tuple[dict[str, Any], dict[str, Any], Daemon]:
+def _two_hosts(
+    cluster: LocalCluster, **monitor_settings: Any
+) -> tuple[dict[str, Any], dict[str, Any], Daemon]:
     """A queue with its monitor and one exchange on h1 and a second exchange on h2, each log
     copied to the other (replicationFactor 2). Returns (h2's exchange, the queue, h2)."""
     settings = {"replicationFactor": 2}
     cluster.start_gcm()
-    cluster.start_host("h1", **settings)
+    cluster.start_host("h1", **settings, **monitor_settings)
     cluster.wait_ready()
     with cluster.admin() as admin:
         admin.create_queue("q1")
@@ -251,3 +254,72 @@ def test_a_dead_exchanges_log_is_replayed_from_its_replica(cluster: LocalCluster
     assert len(set(_stream(got))) == len(got) == 600, "each message exactly once"
     assert [r.payload for r in got] == [f"m{n}".encode() for n in range(600)]
     assert extra == []
+
+
+def test_an_offsets_file_resumes_on_the_copy_of_a_dead_exchange(
+    cluster: LocalCluster, tmp_path: Path
+):
+    exchange, queue, h2 = _two_hosts(cluster)
+    offsets = tmp_path / "sub.offsets"
+    publisher = _publisher_on(cluster, exchange["Front"])
+    with Subscriber("q1", gcm=cluster.gcm, start="beginning", offsets_file=offsets) as first:
+        wait_for(lambda: len(first.feeds) == 2, 10, "the subscriber on both exchanges")
+        for n in range(300):
+            publisher.send(f"a{n}".encode())
+        publisher.flush()
+        before = list(first.messages(count=300, timeout_s=15))
+        first.commit()
+    for n in range(300):  # published while no subscriber runs, then the exchange dies
+        publisher.send(f"b{n}".encode())
+    publisher.flush()
+    publisher.close()
+    _kill_host_and_wait_for_the_copy(cluster, h2, exchange, queue)
+    with Subscriber("q1", gcm=cluster.gcm, offsets_file=offsets) as second:
+        after = list(second.messages(count=300, timeout_s=20))
+        extra = list(second.messages(count=1, timeout_s=1))
+    assert [r.payload for r in before] == [f"a{n}".encode() for n in range(300)]
+    assert [r.payload for r in after] == [f"b{n}".encode() for n in range(300)]
+    assert len(set(_stream(before + after))) == 600 and extra == []
+
+
+def test_a_read_in_flight_moves_to_the_copy_when_the_owner_is_declared_dead(
+    cluster: LocalCluster, caplog: pytest.LogCaptureFixture
+):
+    # The monitor takes 3 s (15 heartbeats) to declare the exchange dead, so the subscriber
+    # joins it as live, reads its dead log server, and moves to the copy on the next list.
+    exchange, _, h2 = _two_hosts(cluster, **{"monitor.dead.heartbeats": 15})
+    publisher = _publisher_on(cluster, exchange["Front"])
+    for n in range(600):
+        publisher.send(f"m{n}".encode())
+    publisher.flush()
+    publisher.close()
+    wait_for(lambda: _fully_replicated(exchange), 10, "every batch on the replica")
+    cluster.kill(h2)
+    caplog.set_level(logging.INFO, logger="roq.client.feed")
+    with Subscriber("q1", gcm=cluster.gcm, start="beginning") as subscriber:
+        assert exchange["Id"] in subscriber.exchanges.values(), "joined while still listed"
+        got = list(subscriber.messages(count=600, timeout_s=20))
+    assert f"exchange {exchange['Id']} is gone: reading its log from the copy" in caplog.text
+    assert [r.payload for r in got] == [f"m{n}".encode() for n in range(600)]
+    assert len(set(_stream(got))) == 600
+
+
+def test_a_feed_whose_exchange_stops_answering_is_noticed_and_recovers(cluster: LocalCluster):
+    # The monitor would drop a stopped exchange after 20 s: this test sees the feed alone.
+    exchange = _start(cluster, **{"monitor.dead.heartbeats": 100})
+    [pid] = processes_with(exchange["Id"])
+    with Subscriber("q1", gcm=cluster.gcm) as subscriber:
+        [feed] = subscriber.feeds.values()
+        list(subscriber.messages(timeout_s=3))  # idle: probes are answered
+        assert not feed.silent
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            wait_for(lambda: list(subscriber.messages(timeout_s=0.1)) == [] and feed.silent,
+                     10, "the feed noticing its exchange is silent")  # fmt: skip
+            noticed_s = time.monotonic() - started
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        wait_for(lambda: list(subscriber.messages(timeout_s=0.1)) == [] and not feed.silent,
+                 10, "the feed hearing from its exchange again")  # fmt: skip
+    assert noticed_s < 2 + 5 + 1  # idle probe period + answer timeout (+ polling slack)
