@@ -211,8 +211,10 @@ def _publisher_on(cluster: LocalCluster, front: str) -> Publisher:
 def _fully_replicated(exchange: dict[str, Any]) -> bool:
     status = _status_of(_port_plus(exchange["Front"], 2))
     replicas = status["Replicas"]
-    return bool(replicas) and all(r["InSync"] for r in replicas) and (
-        status["Committed"] == status["LogEnd"]
+    return (
+        bool(replicas)
+        and all(r["InSync"] for r in replicas)
+        and (status["Committed"] == status["LogEnd"])
     )
 
 
