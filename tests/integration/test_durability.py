@@ -241,9 +241,13 @@ def _stream(records: list[Any]) -> list[tuple[bytes, int, bytes]]:
 def test_a_dead_exchanges_log_is_replayed_from_its_replica(cluster: LocalCluster):
     exchange, queue, h2 = _two_hosts(cluster)
     publisher = _publisher_on(cluster, exchange["Front"])
-    for n in range(600):
+    for n in range(300):
         publisher.send(f"m{n}".encode())
     publisher.flush()  # acks=all: on the replica too
+    halfway = time.time()
+    for n in range(300, 600):
+        publisher.send(f"m{n}".encode())
+    publisher.flush()
     publisher.close()
     copy = _kill_host_and_wait_for_the_copy(cluster, h2, exchange, queue)
     assert copy["Replicas"][0]["End"] > 0
@@ -256,6 +260,9 @@ def test_a_dead_exchanges_log_is_replayed_from_its_replica(cluster: LocalCluster
     assert len(set(_stream(got))) == len(got) == 600, "each message exactly once"
     assert [r.payload for r in got] == [f"m{n}".encode() for n in range(600)]
     assert extra == []
+    with Subscriber("q1", gcm=cluster.gcm, from_time=halfway) as subscriber:
+        later = [r.payload for r in subscriber.messages(count=300, timeout_s=20)]
+    assert later == [f"m{n}".encode() for n in range(300, 600)]  # a seek by time on the copy
 
 
 def test_an_offsets_file_resumes_on_the_copy_of_a_dead_exchange(

@@ -73,6 +73,7 @@ class Feed:
         self._seeking = False
         self._probing = False
         self._last_request: list[bytes] = []
+        self._probed_at: int | None = None  # next_offset when the last probe was sent
 
     # --- positioning ---------------------------------------------------------------------------
     def start_at(self, offset: int) -> None:
@@ -252,7 +253,7 @@ class Feed:
             log.info("exchange %s: its log ends at %d, past %d: reading the missed tail",
                      self.exchange_id, end, self.next_offset)  # fmt: skip
             self._catch_up()
-        elif end < self.next_offset:
+        elif end < self.next_offset == self._probed_at:  # no live batch came since the probe
             log.warning("exchange %s: its log ends at %d, before %d (it lost a tail it never "
                         "confirmed): continuing from there", self.exchange_id, end,
                         self.next_offset)  # fmt: skip
@@ -294,7 +295,7 @@ class Feed:
     def check_idle(self, now: float) -> None:
         """Nothing heard for a while: ask the log where it ends (see the module's docstring)."""
         if self.logged and self._idle() and now - self._heard > _IDLE_S and not self.copies:
-            self._probing = True
+            self._probing, self._probed_at = True, self.next_offset
             self._request(dataplane.position_request())
 
     def _close_reader(self) -> None:
