@@ -162,6 +162,8 @@ class Subscriber:
                 feed.close()
 
     def _join_exchange(self, back: str, exchange_id: str, logged: bool) -> None:
+        if back in self.feeds and self.feeds[back].exchange_id != exchange_id:
+            self._set_aside(back)  # a new exchange on a dead one's port
         if back in self.feeds:
             self.feeds[back].use_owner(back)  # no-op unless it was reading a copy
             return
@@ -173,6 +175,14 @@ class Subscriber:
         feed = self.feeds[back] = Feed(self._context, exchange_id, back, self.key, self.hwm, logged)
         log.info("%s: receiving from exchange %s (%s)", self.name, exchange_id, back)
         self._position(feed)
+
+    def _set_aside(self, back: str) -> None:
+        feed = self.feeds.pop(back)
+        if feed.copies:
+            self.feeds[f"copy of {feed.exchange_id}"] = feed
+        else:
+            log.info("%s: leaving exchange %s", self.name, feed.exchange_id)
+            feed.close()
 
     def _replay_copy(self, leader_id: str, copies: list[tuple[str, int]]) -> None:
         """The exchange `leader_id` is dead: read what this subscriber wants of its log from a
