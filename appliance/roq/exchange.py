@@ -374,9 +374,18 @@ class Exchange:
             Bad=self.bad.count,
             TotalMsgs=self.load.total_msgs,
             TotalBytes=self.load.total_bytes,
+            Copies=self._copies(),
         )
         command = MonitorCommand.EXCHANGE_LEAVING if self.leaving_since else None
         self._send_report(command or MonitorCommand.EXCHANGE_REPORT, rates)
+
+    def _copies(self) -> list[dict[str, Any]]:
+        """The copies of other exchanges' logs held here: the monitor tells subscribers where
+        to replay the log of an exchange that is dead."""
+        if self.log_server is None:
+            return []
+        ends = self.log_server.copies.ends()
+        return [{"Id": leader, "End": end} for leader, end in sorted(ends.items())]
 
     def _send_report(self, command: MonitorCommand, fields: dict[str, Any]) -> None:
         doc = {

@@ -56,22 +56,28 @@ class LogServer:
         start, end = self.log.start_offset, self.log.end_offset
         try:
             request = dataplane.parse_read_request(frames)
+            source = self._source(request.leader)
+            start, end = source.start_offset, source.end_offset
             if request.kind == dataplane.POSITION:
                 return dataplane.read_reply(dataplane.READ_NOTHING_YET, end, start, end, b"")
             if request.kind == dataplane.SEEK_TIME:
-                offset = self._seek(request.timestamp_us)
+                offset = self._seek(source, request.timestamp_us)
                 return dataplane.read_reply(dataplane.READ_NOTHING_YET, offset, start, end, b"")
-            return self._read(request.offset, request.max_bytes, request.leader)
+            return self._read(source, request.offset, request.max_bytes)
         except (ProtocolError, InvalidOffset, CorruptRecord, LogError) as error:
             log.warning("%s: refused a log read: %s", self.name, error)
             return dataplane.read_reply(dataplane.READ_ERROR, 0, start, end, str(error).encode())
 
-    def _read(self, offset: int, max_bytes: int, leader: str = "") -> list[bytes]:
-        self.reads += 1
+    def _source(self, leader: str) -> Log:
+        """This exchange's own log, or its copy of `leader`'s (same offsets: a dead leader's
+        log is replayed from here)."""
         if leader and leader != self.copies.own_id:
-            result = self.copies.read(leader, offset, max_bytes)
-        else:
-            result = self.log.read(offset, max_bytes)
+            return self.copies.copy(leader)
+        return self.log
+
+    def _read(self, source: Log, offset: int, max_bytes: int) -> list[bytes]:
+        self.reads += 1
+        result = source.read(offset, max_bytes)
         status = {
             ReadStatus.BATCHES: dataplane.READ_BATCHES,
             ReadStatus.NO_MESSAGE_YET: dataplane.READ_NOTHING_YET,
@@ -81,16 +87,17 @@ class LogServer:
             status, result.next_offset, result.start_offset, result.end_offset, result.data
         )
 
-    def _seek(self, timestamp_us: int) -> int:
+    @staticmethod
+    def _seek(source: Log, timestamp_us: int) -> int:
         """The offset of the first batch whose first record is at or after `timestamp_us`
         (the end if none is). A linear scan: seeks by time are rare and bounded."""
-        offset = self.log.start_offset
+        offset = source.start_offset
         for _ in range(_SEEK_READS_MAX):
-            result = self.log.read(offset, dataplane.READ_BYTES_MAX)
+            result = source.read(offset, dataplane.READ_BYTES_MAX)
             if result.status is not ReadStatus.BATCHES:
                 return result.next_offset if result.status is ReadStatus.EVICTED else offset
             for position, header in batchfmt.iter_batches(result.data):
                 if header.first_ts_us >= timestamp_us:
                     return offset + position
             offset = result.next_offset
-        return self.log.end_offset
+        return source.end_offset

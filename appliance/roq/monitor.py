@@ -63,6 +63,7 @@ _BURST = 256
 _STAT_FRAMES_MAX = 4
 _STAT_FRAME_BYTES_MAX = 64 * 1024
 _EXCHANGES_MAX = 10_000
+_COPIES_MAX = 1_000  # copies of other logs one exchange may announce
 
 
 def thresholds(settings: Settings) -> Thresholds:
@@ -212,6 +213,8 @@ class Monitor:
         view.rss = int(doc.get("RSS", 0))
         top = doc.get("Top", [])
         view.top = [(str(p["ID"]), float(p["Bytes"])) for p in top if isinstance(p, dict)]
+        copies = doc.get("Copies", [])[:_COPIES_MAX]
+        view.copies = {str(c["Id"]): int(c["End"]) for c in copies if isinstance(c, dict)}
 
     def _on_leaving(self, view: ExchangeView) -> None:
         if not view.leaving:
@@ -276,7 +279,7 @@ class Monitor:
     def _placement(self, request: dict[str, Any]) -> dict[str, Any]:
         command = request["CMD"]
         if command == MonitorCommand.SUBSCRIBER_INIT:
-            return bsonmsg.ok(Exchanges=self._exchange_list())
+            return bsonmsg.ok(Exchanges=self._exchange_list(), Copies=self._copy_list())
         if command in (MonitorCommand.PUBLISHER_INIT, MonitorCommand.PUBLISHER_PANIC):
             return self._place(request)
         return bsonmsg.fail(Reason.UNKNOWN_COMMAND, f"unknown command {command}")
@@ -297,8 +300,28 @@ class Monitor:
             {"Id": x.exchange_id, "Back": x.back, "Log": x.logged} for x in self.exchanges.values()
         ]
 
+    def _copy_list(self) -> list[dict[str, Any]]:
+        """The logs of exchanges that are gone (dead or retired) but copied on a live one, each
+        with the live exchanges that hold a copy, the longest copy first. Built from the
+        exchanges' own reports, so it holds for as long as a copy is there to be read."""
+        live = {x.exchange_id for x in self.exchanges.values()}
+        holders: dict[str, list[dict[str, Any]]] = {}
+        for view in self.exchanges.values():
+            for leader_id, end in view.copies.items():
+                if leader_id not in live and not view.leaving:
+                    entry = {"Id": view.exchange_id, "Log": _port_plus(view.front, 3), "End": end}
+                    holders.setdefault(leader_id, []).append(entry)
+        return [
+            {"Id": leader_id, "Replicas": sorted(found, key=lambda r: -int(r["End"]))}
+            for leader_id, found in sorted(holders.items())
+        ]
+
     def _publish_list(self) -> None:
-        self._to_subscribers(SubscriberNotice.EXCHANGE_LIST, Exchanges=self._exchange_list())
+        self._to_subscribers(
+            SubscriberNotice.EXCHANGE_LIST,
+            Exchanges=self._exchange_list(),
+            Copies=self._copy_list(),
+        )
 
     # --- stat monitor --------------------------------------------------------------------------
     def _pump_stats(self) -> None:
@@ -369,10 +392,12 @@ class Monitor:
                     "RSS": x.rss,
                     "Leaving": x.leaving,
                     "Replicas": list(x.replicas),
+                    "Copies": [{"Id": k, "End": v} for k, v in sorted(x.copies.items())],
                     "Age": now - x.first_seen,
                 }
                 for x in self.exchanges.values()
             ],
+            "Copies": self._copy_list(),
         }
 
     # --- replication ---------------------------------------------------------------------------

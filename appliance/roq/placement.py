@@ -39,6 +39,7 @@ class ExchangeView:
     logged: bool = False  # the exchange keeps a message log subscribers can read (F+3)
     host: str = ""
     replicas: tuple[str, ...] = ()  # ids of the exchanges that copy this one's log
+    copies: dict[str, int] = field(default_factory=dict)  # leader id → end of the copy held here
     bytes_rate: float = 0.0
     msgs_rate: float = 0.0
     producers: int = 0

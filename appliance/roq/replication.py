@@ -62,6 +62,34 @@ class ReplicaStore:
     def __init__(self, root: str | Path, queue: str, own_id: str, settings: LogSettings):
         self.root, self.queue, self.own_id, self.settings = root, queue, own_id, settings
         self.logs: dict[str, Log] = {}
+        self._open_existing()
+
+    def _open_existing(self) -> None:
+        """Open the copies this exchange kept before it (re)started: they are announced in its
+        reports, so the copy of a leader that died meanwhile can still be replayed."""
+        parent = Path(self.root) / "_replicas" / self.queue
+        suffix = f"@{self.own_id}"
+        try:
+            found = sorted(p.name for p in parent.iterdir() if p.name.endswith(suffix))
+        except OSError:
+            return  # no copies yet
+        for name in found[:REPLICA_LOGS_MAX]:
+            try:
+                self._log(name.removesuffix(suffix))
+            except LogError as error:
+                log.error("cannot open the copy in %s: %s", parent / name, error)
+
+    def ends(self) -> dict[str, int]:
+        """Leader id → where this exchange's copy of its log ends (for the monitor)."""
+        return {leader_id: copy.end_offset for leader_id, copy in self.logs.items()}
+
+    def copy(self, leader_id: str) -> Log:
+        """The copy of `leader_id`'s log, for reads; InvalidOffset if this exchange has none."""
+        if leader_id not in self.logs:
+            directory = replica_directory(self.root, self.queue, leader_id, self.own_id)
+            if not directory.exists():
+                raise InvalidOffset(f"no copy of {leader_id}'s log here")
+        return self._log(leader_id)
 
     def _log(self, leader_id: str) -> Log:
         copy = self.logs.get(leader_id)
@@ -98,13 +126,6 @@ class ReplicaStore:
             copy.truncate_to(offset)
         copy.append(bytearray(batch), expect_offset=offset)
         return [OK, _END.pack(copy.end_offset)]
-
-    def read(self, leader_id: str, offset: int, max_bytes: int) -> Any:
-        if leader_id not in self.logs:
-            directory = replica_directory(self.root, self.queue, leader_id, self.own_id)
-            if not directory.exists():
-                raise InvalidOffset(f"no copy of {leader_id}'s log here")
-        return self._log(leader_id).read(offset, max_bytes)
 
     def tick(self, now: float) -> None:
         for copy in self.logs.values():

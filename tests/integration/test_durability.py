@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from roq.client.locate import CONTROL_OFFSET, MonitorAddress
 from roq.client.publisher import Publisher, PublishError
 from roq.client.subscriber import Subscriber
 from roq.log import segment_name
+from roq.protocol.commands import ChildCommand
 from roq.spawn import child_environment, roq_command
-from roq.testing.cluster import LocalCluster, processes_with, wait_for
+from roq.testing.cluster import Daemon, LocalCluster, processes_with, wait_for
+from roq.transport import new_context
+from roq.transport.rpc import Requester
 
 pytestmark = pytest.mark.integration
 
@@ -175,3 +181,182 @@ def test_deleting_a_replicated_queue_removes_its_logs_and_copies_on_every_host(
     gone = [h1 / "q1", h2 / "q1", h1 / "_replicas" / "q1", h2 / "_replicas" / "q1"]
     wait_for(lambda: not any(d.exists() for d in gone), 10, f"{gone} deleted")
     assert not processes_with(first["Id"]) and not processes_with(second["Id"])
+
+
+# --- replay from a replica when the owner is dead ----------------------------------------------
+def _status_of(endpoint: str) -> dict[str, Any]:
+    """STATUS from a child's control port (an exchange's F+2, a monitor's B+5)."""
+    context = new_context()
+    requester = Requester(context, endpoint, timeout_ms=2000)
+    try:
+        return dict(requester.request({"CMD": int(ChildCommand.PING)})["STATUS"])
+    finally:
+        requester.close()
+        context.term()
+
+
+def _port_plus(endpoint: str, delta: int) -> str:
+    host, _, port = endpoint.rpartition(":")
+    return f"{host}:{int(port) + delta}"
+
+
+def _two_hosts(
+    cluster: LocalCluster, **monitor_settings: Any
+) -> tuple[dict[str, Any], dict[str, Any], Daemon]:
+    """A queue with its monitor and one exchange on h1 and a second exchange on h2, each log
+    copied to the other (replicationFactor 2). Returns (h2's exchange, the queue, h2)."""
+    settings = {"replicationFactor": 2}
+    cluster.start_gcm()
+    cluster.start_host("h1", **settings, **monitor_settings)
+    cluster.wait_ready()
+    with cluster.admin() as admin:
+        admin.create_queue("q1")
+    h2 = cluster.start_host("h2", **settings)
+    cluster.wait_ready(hosts=2)
+    with cluster.admin() as admin:
+        exchange = admin.create_exchange("q1", "tx-h2", host="h2")["Exchange"]
+        [queue] = admin.status()["Queues"]
+    return dict(exchange), dict(queue), h2
+
+
+def _publisher_on(cluster: LocalCluster, front: str) -> Publisher:
+    """An acks=all publisher that the monitor placed on the exchange at `front` (placement
+    spreads new publishers by count, so a few tries suffice)."""
+    spare: list[Publisher] = []
+    try:
+        for _ in range(6):
+            publisher = Publisher("q1", gcm=cluster.gcm, acks="all", linger_ms=1)
+            if publisher.exchange == front:
+                return publisher
+            spare.append(publisher)
+            time.sleep(0.3)  # past the new exchange's warm-up
+        raise AssertionError(f"no publisher was placed on {front}")
+    finally:
+        for publisher in spare:
+            publisher.close()
+
+
+def _fully_replicated(exchange: dict[str, Any]) -> bool:
+    status = _status_of(_port_plus(exchange["Front"], 2))
+    replicas = status["Replicas"]
+    return (
+        bool(replicas)
+        and all(r["InSync"] for r in replicas)
+        and (status["Committed"] == status["LogEnd"])
+    )
+
+
+def _kill_host_and_wait_for_the_copy(
+    cluster: LocalCluster, host: Daemon, exchange: dict[str, Any], queue: dict[str, Any]
+) -> dict[str, Any]:
+    """kill -9 the host and its exchange (nobody restarts it); the monitor's announcement of
+    the dead exchange's copy, once it is made."""
+    wait_for(lambda: _fully_replicated(exchange), 10, "every batch on the replica")
+    cluster.kill(host)
+    assert not processes_with(exchange["Id"])
+
+    def announced() -> dict[str, Any] | None:
+        copies = _status_of(MonitorAddress(queue["Monitor_host"]).at(CONTROL_OFFSET))["Copies"]
+        return next((c for c in copies if c["Id"] == exchange["Id"]), None)
+
+    return wait_for(announced, 10, f"the monitor announcing the copy of {exchange['Id']}")
+
+
+def _stream(records: list[Any]) -> list[tuple[bytes, int, bytes]]:
+    return [(r.producer_id, r.seq, r.payload) for r in records]
+
+
+def test_a_dead_exchanges_log_is_replayed_from_its_replica(cluster: LocalCluster):
+    exchange, queue, h2 = _two_hosts(cluster)
+    publisher = _publisher_on(cluster, exchange["Front"])
+    for n in range(300):
+        publisher.send(f"m{n}".encode())
+    publisher.flush()  # acks=all: on the replica too
+    halfway = time.time()
+    for n in range(300, 600):
+        publisher.send(f"m{n}".encode())
+    publisher.flush()
+    publisher.close()
+    copy = _kill_host_and_wait_for_the_copy(cluster, h2, exchange, queue)
+    assert copy["Replicas"][0]["End"] > 0
+    with Subscriber("q1", gcm=cluster.gcm, start="beginning") as subscriber:
+        got = list(subscriber.messages(count=600, timeout_s=20))
+        extra = list(subscriber.messages(count=1, timeout_s=1))
+        [feed] = [f for f in subscriber.feeds.values() if f.exchange_id == exchange["Id"]]
+        assert feed.copies == [copy["Replicas"][0]["Log"]]
+        assert feed.next_offset == copy["Replicas"][0]["End"]  # the copy's offsets are the log's
+    assert len(set(_stream(got))) == len(got) == 600, "each message exactly once"
+    assert [r.payload for r in got] == [f"m{n}".encode() for n in range(600)]
+    assert extra == []
+    with Subscriber("q1", gcm=cluster.gcm, from_time=halfway) as subscriber:
+        later = [r.payload for r in subscriber.messages(count=300, timeout_s=20)]
+    assert later == [f"m{n}".encode() for n in range(300, 600)]  # a seek by time on the copy
+
+
+def test_an_offsets_file_resumes_on_the_copy_of_a_dead_exchange(
+    cluster: LocalCluster, tmp_path: Path
+):
+    exchange, queue, h2 = _two_hosts(cluster)
+    offsets = tmp_path / "sub.offsets"
+    publisher = _publisher_on(cluster, exchange["Front"])
+    with Subscriber("q1", gcm=cluster.gcm, start="beginning", offsets_file=offsets) as first:
+        wait_for(lambda: len(first.feeds) == 2, 10, "the subscriber on both exchanges")
+        for n in range(300):
+            publisher.send(f"a{n}".encode())
+        publisher.flush()
+        before = list(first.messages(count=300, timeout_s=15))
+        first.commit()
+    for n in range(300):  # published while no subscriber runs, then the exchange dies
+        publisher.send(f"b{n}".encode())
+    publisher.flush()
+    publisher.close()
+    _kill_host_and_wait_for_the_copy(cluster, h2, exchange, queue)
+    with Subscriber("q1", gcm=cluster.gcm, offsets_file=offsets) as second:
+        after = list(second.messages(count=300, timeout_s=20))
+        extra = list(second.messages(count=1, timeout_s=1))
+    assert [r.payload for r in before] == [f"a{n}".encode() for n in range(300)]
+    assert [r.payload for r in after] == [f"b{n}".encode() for n in range(300)]
+    assert len(set(_stream(before + after))) == 600 and extra == []
+
+
+def test_a_read_in_flight_moves_to_the_copy_when_the_owner_is_declared_dead(
+    cluster: LocalCluster, caplog: pytest.LogCaptureFixture
+):
+    # The monitor takes 3 s (15 heartbeats) to declare the exchange dead, so the subscriber
+    # joins it as live, reads its dead log server, and moves to the copy on the next list.
+    exchange, _, h2 = _two_hosts(cluster, **{"monitor.dead.heartbeats": 15})
+    publisher = _publisher_on(cluster, exchange["Front"])
+    for n in range(600):
+        publisher.send(f"m{n}".encode())
+    publisher.flush()
+    publisher.close()
+    wait_for(lambda: _fully_replicated(exchange), 10, "every batch on the replica")
+    cluster.kill(h2)
+    caplog.set_level(logging.INFO, logger="roq.client.feed")
+    with Subscriber("q1", gcm=cluster.gcm, start="beginning") as subscriber:
+        assert exchange["Id"] in subscriber.exchanges.values(), "joined while still listed"
+        got = list(subscriber.messages(count=600, timeout_s=20))
+    assert f"exchange {exchange['Id']} is gone: reading its log from the copy" in caplog.text
+    assert [r.payload for r in got] == [f"m{n}".encode() for n in range(600)]
+    assert len(set(_stream(got))) == 600
+
+
+def test_a_feed_whose_exchange_stops_answering_is_noticed_and_recovers(cluster: LocalCluster):
+    # The monitor would drop a stopped exchange after 20 s: this test sees the feed alone.
+    exchange = _start(cluster, **{"monitor.dead.heartbeats": 100})
+    [pid] = processes_with(exchange["Id"])
+    with Subscriber("q1", gcm=cluster.gcm) as subscriber:
+        [feed] = subscriber.feeds.values()
+        list(subscriber.messages(timeout_s=3))  # idle: probes are answered
+        assert not feed.silent
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            wait_for(lambda: list(subscriber.messages(timeout_s=0.1)) == [] and feed.silent,
+                     10, "the feed noticing its exchange is silent")  # fmt: skip
+            noticed_s = time.monotonic() - started
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        wait_for(lambda: list(subscriber.messages(timeout_s=0.1)) == [] and not feed.silent,
+                 10, "the feed hearing from its exchange again")  # fmt: skip
+    assert noticed_s < 2 + 5 + 1  # idle probe period + answer timeout (+ polling slack)

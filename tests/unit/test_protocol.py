@@ -6,8 +6,8 @@ import bson
 import pytest
 
 from roq import limits, rules
-from roq.errors import DecodeError, FrameTooLarge
-from roq.protocol import bsonmsg, commands
+from roq.errors import DecodeError, FrameTooLarge, ProtocolError
+from roq.protocol import bsonmsg, commands, dataplane
 from roq.protocol.names import check_queue_name
 
 
@@ -80,3 +80,30 @@ def test_queue_rule_semantics():
 def test_invalid_rules_name_the_field(doc, fragment):
     with pytest.raises(ValueError, match=fragment.replace(".", r"\.")):
         rules.validate_rules(doc)
+
+
+def test_replay_requests_round_trip_with_and_without_a_leader():
+    for leader in ("", "127.0.0.1-18000-72d6cf"):
+        read = dataplane.parse_read_request(dataplane.read_request(40, 512, leader))
+        assert (read.kind, read.offset, read.max_bytes, read.leader) == (b"R", 40, 512, leader)
+        seek = dataplane.parse_read_request(dataplane.seek_request(123, leader))
+        assert (seek.kind, seek.timestamp_us, seek.leader) == (b"T", 123, leader)
+        position = dataplane.parse_read_request(dataplane.position_request(leader))
+        assert (position.kind, position.leader) == (b"P", leader)
+
+
+@pytest.mark.parametrize(
+    ("frames", "fragment"),
+    [
+        ([], "empty"),
+        ([b"Z"], "unknown replay request kind"),
+        ([b"R", b"short"], "malformed"),
+        ([b"T"], "malformed"),
+        ([b"P", b"leader", b"extra"], "malformed"),
+        ([b"P", b""], "leader id must be"),
+        ([b"R", bytes(12), b"x" * 201], "leader id must be"),
+    ],
+)
+def test_malformed_replay_requests_name_what_is_wrong(frames, fragment):
+    with pytest.raises(ProtocolError, match=fragment):
+        dataplane.parse_read_request(frames)

@@ -10,6 +10,17 @@ in offset order, and ignores the live stream until a read answers "nothing yet",
 it has caught up and takes the live stream again. Offsets make this exact: nothing is skipped
 and nothing delivered twice (the sequencer still orders streams that moved between exchanges).
 
+Dead exchanges. When the exchange that owns a log is dead, the monitor names the live exchanges
+that hold a copy of it (same bytes, same offsets). `use_copies` points the feed's log reads at
+the best copy, with the owner's id as the extra `leader` frame, and the feed reads on from where
+it stands to the copy's end; there is no live stream to take after that. `use_owner` switches
+back when the exchange returns. A copy that refuses or does not answer gives way to the next.
+
+Silence. A feed that heard nothing from its exchange for `subscriber_idle_probe_ms` asks its log
+where it ends (`P`): the answer proves the exchange alive and reveals a tail the live stream
+dropped; no answer within `request_timeout_ms` marks the feed `silent`, so an exchange that stops
+answering is noticed within their sum even when nothing is being published.
+
 Key filtering. Offsets are only contiguous in the whole stream, so a feed on a logged exchange
 subscribes to everything and filters by key prefix itself (one `startswith` per batch); the
 price is that a narrow subscriber receives the exchange's whole stream. Exchanges without a log
@@ -35,6 +46,7 @@ from roq.transport import NOBLOCK, Kind, WouldBlock, connect, open_socket
 log = logging.getLogger(__name__)
 
 _READ_TIMEOUT_S = limits.request_timeout_ms / 1000
+_IDLE_S = limits.subscriber_idle_probe_ms / 1000
 LOG_PORT_OFFSET = 2  # F+3 is back (F+1) + 2
 
 
@@ -43,17 +55,25 @@ class Feed:
         self, context: Any, exchange_id: str, back: str, key: bytes, hwm: int, logged: bool
     ):
         self.exchange_id, self.back, self.logged, self.key = exchange_id, back, logged, key
+        self._hwm = hwm
         self.live = open_socket(context, Kind.SUB, rcvhwm=hwm, subscribe=b"" if logged else key)
-        connect(self.live, back)
+        if back:  # "": a dead exchange known only by the copies of its log
+            connect(self.live, back)
         self._context = context
         self.reader: Any = None
         self.next_offset: int | None = None  # None: take the live stream wherever it is
         self.catching_up = False
         self.evicted_bytes = 0
         self.read_batches = 0
+        self.copies: list[str] = []  # log endpoints of replicas to read from; []: the owner
+        self.silent = False  # the log server did not answer in time (cleared by any answer)
         self._read_sent = 0.0
+        self._heard = time.monotonic()
         self._pending = False
         self._seeking = False
+        self._probing = False
+        self._last_request: list[bytes] = []
+        self._probed_at: int | None = None  # next_offset when the last probe was sent
 
     # --- positioning ---------------------------------------------------------------------------
     def start_at(self, offset: int) -> None:
@@ -70,6 +90,51 @@ class Feed:
         self.catching_up = self._seeking = True
         self._request(dataplane.seek_request(timestamp_us))
 
+    # --- where the log is read -----------------------------------------------------------------
+    def use_copies(self, copies: list[tuple[str, int]]) -> None:
+        """The owner is dead: read its log from these replicas [(tcp://ip:F+3, copy end)], the
+        longest copy first. Called again with every list: keeps the replica it is reading."""
+        if not copies:
+            return
+        endpoints = [endpoint for endpoint, _ in copies]
+        current = self.copies[0] if self.copies else None
+        was_on_copy = bool(self.copies)
+        keep = [e for e in endpoints if e == current]
+        self.copies = keep + [e for e in endpoints if e != current]
+        if not was_on_copy:
+            log.info("exchange %s is gone: reading its log from the copy at %s",
+                     self.exchange_id, self.copies[0])  # fmt: skip
+            self._switch_source()
+        elif self._idle() and self._behind(max(end for _, end in copies)):
+            self._catch_up()  # a longer copy than the one read to its end, or a retry
+
+    def use_owner(self, back: str) -> None:
+        """The exchange is back (at `back`): read its own log and live stream again."""
+        if back != self.back:
+            self.live.close(0)
+            self.live = open_socket(self._context, Kind.SUB, rcvhwm=self._hwm, subscribe=b"")
+            connect(self.live, back)
+            self.back = back
+        if self.copies:
+            log.info("exchange %s is back: reading its own log", self.exchange_id)
+            self.copies = []
+            self._switch_source()
+
+    def _switch_source(self) -> None:
+        """Re-send what was in flight to the new source, or read on from where the feed is."""
+        self._close_reader()
+        self._probing = False
+        if self._seeking:
+            self._request(self._last_request)
+        elif self.next_offset is not None:
+            self._catch_up()
+
+    def _behind(self, end: int) -> bool:
+        return self.next_offset is not None and self.next_offset < end
+
+    def _idle(self) -> bool:
+        return not self._pending and not self.catching_up
+
     # --- live stream ---------------------------------------------------------------------------
     def receive(self, burst: int) -> Iterator[tuple[batchfmt.BatchHeader, memoryview]]:
         """Live batches to deliver, in offset order (gaps switch to reading the log)."""
@@ -78,6 +143,7 @@ class Feed:
                 frames = self.live.recv_multipart(NOBLOCK, copy=False)
             except WouldBlock:
                 return
+            self._heard = time.monotonic()
             if len(frames) != 2:
                 continue
             batch = frames[1].buffer
@@ -92,7 +158,7 @@ class Feed:
     def _admit_live(self, header: batchfmt.BatchHeader) -> bool:
         if not self.logged:
             return True
-        if self.catching_up:
+        if self.catching_up or self.copies:
             return False  # the log read will reach it
         offset = header.base_offset
         if self.next_offset is None or offset == self.next_offset:
@@ -115,13 +181,21 @@ class Feed:
             self._request(dataplane.read_request(self.next_offset))
 
     def _request(self, frames: list[bytes]) -> None:
+        """Send one log request (to a copy, with the owner's id, when the owner is dead)."""
         if self.reader is None:
-            host, _, port = self.back.rpartition(":")
             self.reader = open_socket(self._context, Kind.DEALER, sndhwm=10, rcvhwm=10)
-            connect(self.reader, f"{host}:{int(port) + LOG_PORT_OFFSET}")
-        self.reader.send_multipart(frames, NOBLOCK)
+            connect(self.reader, self._log_endpoint())
+        self._last_request = frames
+        leader = [self.exchange_id.encode()] if self.copies else []
+        self.reader.send_multipart([*frames, *leader], NOBLOCK)
         self._pending = True
         self._read_sent = time.monotonic()
+
+    def _log_endpoint(self) -> str:
+        if self.copies:
+            return self.copies[0]
+        host, _, port = self.back.rpartition(":")
+        return f"{host}:{int(port) + LOG_PORT_OFFSET}"
 
     def on_reply(self) -> list[tuple[batchfmt.BatchHeader, memoryview]]:
         """Handle one log reply; the batches it delivers, in order."""
@@ -130,16 +204,21 @@ class Feed:
         except (WouldBlock, ProtocolError) as error:
             log.warning("exchange %s: bad log reply: %s", self.exchange_id, error)
             return []
-        self._pending = False
-        if self._seeking and reply.status != dataplane.READ_ERROR:
+        self._pending, self.silent, self._heard = False, False, time.monotonic()
+        if reply.status == dataplane.READ_ERROR:
+            self._on_error(reply)
+            return []
+        if self._probing:
+            self._on_position(reply.next_offset)
+            return []
+        if self._seeking:
             self._seeking = False
             self.next_offset = reply.next_offset  # the first batch at or after the time
             self._catch_up()
             return []
-        if reply.status == dataplane.READ_ERROR:
-            log.error("exchange %s: log read refused: %s", self.exchange_id, reply.data[:200])
-            self.catching_up = False  # take the live stream rather than retry a bad offset
-            return []
+        return self._on_read(reply)
+
+    def _on_read(self, reply: dataplane.ReadReply) -> list[tuple[batchfmt.BatchHeader, memoryview]]:
         if reply.status == dataplane.READ_EVICTED:
             self.evicted_bytes += reply.next_offset - (self.next_offset or 0)
             log.warning("exchange %s: offsets below %d were evicted by retention",
@@ -147,13 +226,43 @@ class Feed:
         self.next_offset = reply.next_offset
         if reply.status == dataplane.READ_NOTHING_YET:
             self.catching_up = False  # caught up: the live stream continues from here
+            if self.copies:
+                log.info("exchange %s: read its copy to the end, offset %d",
+                         self.exchange_id, reply.next_offset)  # fmt: skip
             return []
         return list(self._split(reply.data))  # the subscriber asks for more (`read_more`)
 
+    def _on_error(self, reply: dataplane.ReadReply) -> None:
+        reason = reply.data[:200].decode(errors="replace")
+        if len(self.copies) > 1:  # another replica may hold the copy: ask it the same
+            log.warning("exchange %s: the copy at %s refused: %s; trying %s",
+                        self.exchange_id, self.copies[0], reason, self.copies[1])  # fmt: skip
+            self.copies.append(self.copies.pop(0))
+            self._close_reader()
+            self._request(self._last_request)
+            return
+        log.error("exchange %s: log read refused: %s", self.exchange_id, reason)
+        # Take the live stream rather than retry a bad request; a seek or probe is over too.
+        self.catching_up = self._seeking = self._probing = False
+
+    def _on_position(self, end: int) -> None:
+        self._probing = False
+        if self.next_offset is None or self.catching_up:
+            return
+        if end > self.next_offset:
+            log.info("exchange %s: its log ends at %d, past %d: reading the missed tail",
+                     self.exchange_id, end, self.next_offset)  # fmt: skip
+            self._catch_up()
+        elif end < self.next_offset == self._probed_at:  # no live batch came since the probe
+            log.warning("exchange %s: its log ends at %d, before %d (it lost a tail it never "
+                        "confirmed): continuing from there", self.exchange_id, end,
+                        self.next_offset)  # fmt: skip
+            self.next_offset = end
+
     @property
     def reading(self) -> bool:
-        """A log read is in flight."""
-        return self._pending
+        """A log read (not a mere probe) is in flight."""
+        return self._pending and not self._probing
 
     def wants_more(self) -> bool:
         return self.catching_up and not self._pending and self.next_offset is not None
@@ -168,16 +277,33 @@ class Feed:
             if header.key.startswith(self.key):
                 yield header, view[position : position + header.size]
 
+    # --- timers --------------------------------------------------------------------------------
     def check_timeout(self, now: float) -> None:
-        """A log read unanswered for too long (exchange dead or restarting): ask again."""
-        if self._pending and now - self._read_sent > _READ_TIMEOUT_S:
+        """A log request unanswered for too long (exchange dead, stopped or restarting): the feed
+        is `silent`; ask again on a fresh connection, the next copy first if there is one."""
+        if not self._pending or now - self._read_sent <= _READ_TIMEOUT_S:
+            return
+        if not self.silent:
+            log.warning("exchange %s: its log at %s did not answer within %.0f s",
+                        self.exchange_id, self._log_endpoint(), _READ_TIMEOUT_S)  # fmt: skip
+        self.silent = True
+        self._close_reader()
+        if len(self.copies) > 1:
+            self.copies.append(self.copies.pop(0))
+        self._request(self._last_request)
+
+    def check_idle(self, now: float) -> None:
+        """Nothing heard for a while: ask the log where it ends (see the module's docstring)."""
+        if self.logged and self._idle() and now - self._heard > _IDLE_S and not self.copies:
+            self._probing, self._probed_at = True, self.next_offset
+            self._request(dataplane.position_request())
+
+    def _close_reader(self) -> None:
+        if self.reader is not None:
             self.reader.close(0)
             self.reader = None
-            self._pending = False
-            if self.catching_up and self.next_offset is not None:
-                self._catch_up()
+        self._pending = False
 
     def close(self) -> None:
         self.live.close(0)
-        if self.reader is not None:
-            self.reader.close(0)
+        self._close_reader()

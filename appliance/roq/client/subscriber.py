@@ -112,6 +112,7 @@ class Subscriber:
         self.stats = self._stat_socket()
         self._placement = Requester(self._context, self.monitor.at(PLACEMENT_OFFSET))
         self._next_stat = time.monotonic() + _STAT_PERIOD_S
+        self._next_refresh = 0.0
         self._join(join_timeout_s)
 
     @property
@@ -133,7 +134,7 @@ class Subscriber:
             try:
                 reply = self._placement.request({"CMD": int(MonitorCommand.SUBSCRIBER_INIT)})
                 if reply["RESULT"] == Result.OK and reply.get("Exchanges"):
-                    self._reconcile(reply["Exchanges"], drop=False)
+                    self._reconcile(reply["Exchanges"], reply.get("Copies"), drop=False)
                     return
                 reason = "the queue has no exchange yet"
             except RoqError as error:
@@ -143,22 +144,68 @@ class Subscriber:
             time.sleep(limits.placement_retry_ms / 1000)
 
     # --- membership ----------------------------------------------------------------------------
-    def _reconcile(self, exchanges: list[Any], drop: bool) -> None:
+    def _reconcile(self, exchanges: list[Any], copies: Any, drop: bool) -> None:
+        """Join the live exchanges; read the logs of dead ones from their copies (`Copies`:
+        [{Id, Replicas: [{Id, Log, End}]}], the monitor's list); with `drop`, leave the rest."""
         listed = {str(x["Back"]): x for x in exchanges if isinstance(x, dict) and "Back" in x}
         for back, entry in listed.items():
             self._join_exchange(back, str(entry.get("Id", "")), bool(entry.get("Log", False)))
+        dead = _copies_by_leader(copies)
+        for leader_id, found in dead.items():
+            self._replay_copy(leader_id, found)
         if drop:
-            for back in [b for b in self.feeds if b not in listed]:
-                feed = self.feeds.pop(back)
+            for where in [w for w, f in self.feeds.items() if w not in listed]:
+                if self.feeds[where].exchange_id in dead and self.feeds[where].copies:
+                    continue  # reading the copy of a dead exchange's log
+                feed = self.feeds.pop(where)
                 log.info("%s: leaving exchange %s", self.name, feed.exchange_id)
                 feed.close()
 
     def _join_exchange(self, back: str, exchange_id: str, logged: bool) -> None:
+        if back in self.feeds and self.feeds[back].exchange_id != exchange_id:
+            self._set_aside(back)  # a new exchange on a dead one's port
         if back in self.feeds:
+            self.feeds[back].use_owner(back)  # no-op unless it was reading a copy
+            return
+        returning = next((w for w, f in self.feeds.items() if f.exchange_id == exchange_id), None)
+        if returning is not None:  # known by its copy while it was dead
+            self.feeds[back] = self.feeds.pop(returning)
+            self.feeds[back].use_owner(back)
             return
         feed = self.feeds[back] = Feed(self._context, exchange_id, back, self.key, self.hwm, logged)
         log.info("%s: receiving from exchange %s (%s)", self.name, exchange_id, back)
-        resume = self._resume.get("exchanges", {}).get(exchange_id)
+        self._position(feed)
+
+    def _set_aside(self, back: str) -> None:
+        feed = self.feeds.pop(back)
+        if feed.copies:
+            self.feeds[f"copy of {feed.exchange_id}"] = feed
+        else:
+            log.info("%s: leaving exchange %s", self.name, feed.exchange_id)
+            feed.close()
+
+    def _replay_copy(self, leader_id: str, copies: list[tuple[str, int]]) -> None:
+        """The exchange `leader_id` is dead: read what this subscriber wants of its log from a
+        replica's copy (a feed already on it reads on from where it stands)."""
+        feed = next((f for f in self.feeds.values() if f.exchange_id == leader_id), None)
+        if feed is not None:
+            feed.use_copies(copies)
+            return
+        if not self._wants_history(leader_id):
+            return  # starting from now: a dead exchange has nothing new
+        feed = Feed(self._context, leader_id, "", self.key, self.hwm, logged=True)
+        self.feeds[f"copy of {leader_id}"] = feed
+        feed.use_copies(copies)
+        self._position(feed)
+
+    def _wants_history(self, exchange_id: str) -> bool:
+        if exchange_id in self._resume.get("exchanges", {}) or self.start == "beginning":
+            return True
+        return self.from_offset is not None or self.from_time is not None
+
+    def _position(self, feed: Feed) -> None:
+        """Where a new feed starts: the offsets file, then from_offset, from_time, beginning."""
+        resume = self._resume.get("exchanges", {}).get(feed.exchange_id)
         if resume is not None:
             feed.start_at(int(resume))
         elif self.from_offset is not None:
@@ -178,7 +225,20 @@ class Subscriber:
         elif doc["CMD"] == SubscriberNotice.EXCHANGE_LIST and isinstance(
             doc.get("Exchanges"), list
         ):
-            self._reconcile(doc["Exchanges"], drop=True)
+            self._reconcile(doc["Exchanges"], doc.get("Copies"), drop=True)
+
+    def _refresh(self, now: float) -> None:
+        """A feed went silent: ask the monitor for the list now rather than wait for its next
+        notice (which a slow notice socket may have missed). Bounded by a short timeout."""
+        self._next_refresh = now + limits.subscriber_refresh_ms / 1000
+        request = {"CMD": int(MonitorCommand.SUBSCRIBER_INIT)}
+        try:
+            reply = self._placement.request(request, limits.subscriber_refresh_timeout_ms)
+        except RoqError as error:
+            log.warning("%s: cannot refresh the exchange list: %s", self.name, error)
+            return
+        if reply["RESULT"] == Result.OK and isinstance(reply.get("Exchanges"), list):
+            self._reconcile(reply["Exchanges"], reply.get("Copies"), drop=True)
 
     # --- receiving -----------------------------------------------------------------------------
     def poll(self, timeout_ms: int = limits.poll_interval_ms) -> list[Delivery]:
@@ -199,11 +259,14 @@ class Subscriber:
         throttle = self.sequencer.held_max // 4
         for feed in self.feeds.values():
             feed.check_timeout(now)
+            feed.check_idle(now)
             # A feed whose batches wait for another feed's older ones reads no further for now.
             if feed.wants_more() and self.sequencer.held_by_source.get(feed, 0) < throttle:
                 feed.read_more()
         if not any(feed.reading for feed in self.feeds.values()):
             out.extend(self.sequencer.expire(now))  # a gap no log read in flight can fill
+        if now >= self._next_refresh and any(feed.silent for feed in self.feeds.values()):
+            self._refresh(now)
         if now >= self._next_stat:
             self._publish_stats(now)
         return out
@@ -336,3 +399,21 @@ def records(delivery: Delivery) -> Iterator[batchfmt.Record]:
     for index, record in enumerate(batchfmt.iter_records(delivery.batch)):
         if index >= delivery.skip:
             yield record
+
+
+def _copies_by_leader(copies: Any) -> dict[str, list[tuple[str, int]]]:
+    """The monitor's `Copies` as leader id → [(replica log endpoint, copy end)], best first;
+    malformed entries are skipped (the list comes again every period)."""
+    found: dict[str, list[tuple[str, int]]] = {}
+    for entry in copies if isinstance(copies, list) else []:
+        if not isinstance(entry, dict) or not isinstance(entry.get("Replicas"), list):
+            continue
+        replicas = [
+            (r["Log"], r["End"])
+            for r in entry["Replicas"]
+            if isinstance(r, dict) and isinstance(r.get("Log"), str)
+            if isinstance(r.get("End"), int)
+        ]
+        if replicas and entry.get("Id"):
+            found[str(entry["Id"])] = replicas
+    return found

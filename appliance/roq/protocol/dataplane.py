@@ -91,8 +91,9 @@ def refused(reason: str) -> list[bytes]:
 # Requests:  b"R" [offset 8 LE] [max_bytes 4 LE]    read whole batches from `offset`
 #            b"T" [timestamp_us 8 LE]               the offset of the first batch at or after T
 #            b"P"                                   the log's start and end offsets
-#            b"R" [offset] [max_bytes] [leader id]  the same from this exchange's copy of the
-#                                                   leader's log (replication.py)
+# Each may end with one more frame, [leader id]: the request is then answered from this
+# exchange's copy of that leader's log (replication.py), which has the leader's offsets. This is
+# how a subscriber replays the log of an exchange that is dead.
 # Reply:     b"r" [status 1] [next_offset 8] [start 8] [end 8] [data]
 #            status: b"B" batches in data, b"N" no message yet (offset == end),
 #                    b"E" evicted (next_offset = start), b"X" error (data = UTF-8 reason)
@@ -115,28 +116,49 @@ class ReadRequest:
     leader: str = ""  # read this exchange's copy of another exchange's log
 
 
+_ARGUMENT_BYTES = {POSITION: None, READ: _READ.size, SEEK_TIME: OFFSET.size}
+LEADER_ID_BYTES_MAX = 200
+
+
 def parse_read_request(frames: Sequence[bytes]) -> ReadRequest:
     if not frames:
         raise DecodeError("empty replay request")
     kind = bytes(frames[0])
-    if kind == POSITION and len(frames) == 1:
-        return ReadRequest(kind)
-    if kind == READ and len(frames) in (2, 3) and len(frames[1]) == _READ.size:
+    if kind not in _ARGUMENT_BYTES:
+        raise DecodeError(f"unknown replay request kind {kind[:8]!r}")
+    size = _ARGUMENT_BYTES[kind]
+    fixed = 1 if size is None else 2
+    if len(frames) not in (fixed, fixed + 1) or (size is not None and len(frames[1]) != size):
+        raise DecodeError(f"malformed replay request of kind {kind!r} with {len(frames)} frames")
+    leader = _leader(frames[fixed]) if len(frames) > fixed else ""
+    if kind == READ:
         offset, max_bytes = _READ.unpack(frames[1])
-        leader = bytes(frames[2]).decode(errors="replace") if len(frames) == 3 else ""
         return ReadRequest(kind, offset, min(max(max_bytes, 1), READ_BYTES_MAX), leader=leader)
-    if kind == SEEK_TIME and len(frames) == 2 and len(frames[1]) == OFFSET.size:
-        return ReadRequest(kind, timestamp_us=OFFSET.unpack(frames[1])[0])
-    raise DecodeError(f"malformed replay request of kind {kind[:8]!r} with {len(frames)} frames")
+    if kind == SEEK_TIME:
+        return ReadRequest(kind, timestamp_us=OFFSET.unpack(frames[1])[0], leader=leader)
+    return ReadRequest(kind, leader=leader)
 
 
-def read_request(offset: int, max_bytes: int = READ_BYTES_MAX, leader: str = "") -> list[bytes]:
-    frames = [READ, _READ.pack(offset, max_bytes)]
+def _leader(frame: bytes) -> str:
+    if not 0 < len(frame) <= LEADER_ID_BYTES_MAX:
+        raise DecodeError(f"leader id must be 1 to {LEADER_ID_BYTES_MAX} bytes, got {len(frame)}")
+    return bytes(frame).decode(errors="replace")
+
+
+def _with_leader(frames: list[bytes], leader: str) -> list[bytes]:
     return [*frames, leader.encode()] if leader else frames
 
 
-def seek_request(timestamp_us: int) -> list[bytes]:
-    return [SEEK_TIME, OFFSET.pack(timestamp_us)]
+def read_request(offset: int, max_bytes: int = READ_BYTES_MAX, leader: str = "") -> list[bytes]:
+    return _with_leader([READ, _READ.pack(offset, max_bytes)], leader)
+
+
+def seek_request(timestamp_us: int, leader: str = "") -> list[bytes]:
+    return _with_leader([SEEK_TIME, OFFSET.pack(timestamp_us)], leader)
+
+
+def position_request(leader: str = "") -> list[bytes]:
+    return _with_leader([POSITION], leader)
 
 
 def read_reply(status: bytes, next_offset: int, start: int, end: int, data: bytes) -> list[bytes]:
