@@ -85,6 +85,26 @@ def test_a_restarted_subscriber_resumes_with_no_gap_and_no_duplicate(
     assert lines == [f"a{n}" for n in range(500)] + [f"b{n}" for n in range(500)]
 
 
+def test_counted_reads_that_stop_mid_batch_lose_nothing_and_resume_exactly(
+    cluster: LocalCluster, tmp_path: Path
+):
+    """Counts that end inside batches: the rest of a batch comes on the next call, and a
+    commit made there resumes at the first record not yet yielded."""
+    _start(cluster)
+    _publish(cluster, 1000, linger_ms=50)  # batches of many records
+    offsets = tmp_path / "sub.offsets"
+    got: list[bytes] = []
+    with Subscriber("q1", gcm=cluster.gcm, start="beginning", offsets_file=offsets) as first:
+        for count in (7, 93, 250):
+            got += [r.payload for r in first.messages(count=count, timeout_s=10)]
+        first.commit()
+    assert got == [b"m%d" % n for n in range(350)]
+    with Subscriber("q1", gcm=cluster.gcm, offsets_file=offsets) as second:
+        rest = [r.payload for r in second.messages(count=650, timeout_s=15)]
+        assert list(second.messages(timeout_s=0.5)) == [], "a record came twice"
+    assert rest == [b"m%d" % n for n in range(350, 1000)]
+
+
 def test_retention_evicts_and_readers_are_told(cluster: LocalCluster):
     _start(cluster, maxFileSize=4096, **{"log.retention.bytes": 8192})
     _publish(cluster, 3000, linger_ms=0)  # 3000 batches, ≈ 210 KB: ~50 segments of 4 KB

@@ -30,6 +30,7 @@ its own pace (`feed.py`); only what retention already evicted is lost, and count
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
@@ -101,6 +102,9 @@ class Subscriber:
         )
         from_start = start == "beginning" and from_offset is None and from_time is None
         self.sequencer = Sequencer(gap_wait_ms / 1000, from_start=from_start)
+        # Records of delivered batches that messages() has not yielded yet (it stopped at its
+        # count, or its caller stopped iterating), with the id of the exchange they came from.
+        self._pending: collections.deque[tuple[str, batchfmt.Record]] = collections.deque()
         self.feeds: dict[str, Feed] = {}  # by back address
         self.offsets_file = Path(offsets_file) if offsets_file else None
         self._resume = self._load_offsets()
@@ -309,13 +313,21 @@ class Subscriber:
         """Record the position of everything delivered so far in `offsets_file` (atomically)."""
         if self.offsets_file is None:
             return
+        exchanges = {**self._resume.get("exchanges", {}), **self.positions()}
+        streams = {sid: stream.next_seq for sid, stream in self.sequencer.streams.items()}
+        # Records not yet yielded must come again after a restart: start their exchange's read
+        # at their batch, and their stream at their sequence (the rest of the batch is dropped
+        # again as already delivered).
+        for exchange_id, record in self._pending:
+            if exchange_id:
+                held = exchanges.get(exchange_id, record.offset)
+                exchanges[exchange_id] = min(held, record.offset)
+            sid = (record.producer_id, record.key)
+            streams[sid] = min(streams.get(sid, record.seq), record.seq)
         state = {
             "queue": self.queue,
-            "exchanges": {**self._resume.get("exchanges", {}), **self.positions()},
-            "streams": [
-                [pid.hex(), key.hex(), stream.next_seq]
-                for (pid, key), stream in self.sequencer.streams.items()
-            ],
+            "exchanges": exchanges,
+            "streams": [[pid.hex(), key.hex(), seq] for (pid, key), seq in streams.items()],
         }
         temporary = self.offsets_file.with_suffix(".tmp")
         temporary.write_text(json.dumps(state))
@@ -334,10 +346,16 @@ class Subscriber:
 
     def messages(self, count: int | None = None, timeout_s: float | None = None) -> Iterator[Any]:
         """Yield records (`format.Record`) until `count` were yielded or `timeout_s` passed
-        without the count being reached (None: forever)."""
+        without the count being reached (None: forever). Records of a batch that were not
+        yielded (the count was reached mid-batch, or the caller stopped iterating) are kept
+        for the next call, and `commit()` positions before them."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         yielded = 0
         while count is None or yielded < count:
+            if self._pending:
+                yield self._pending.popleft()[1]  # popped first: a yielded record is delivered
+                yielded += 1
+                continue
             wait = limits.poll_interval_ms
             if deadline is not None:
                 left = deadline - time.monotonic()
@@ -345,11 +363,8 @@ class Subscriber:
                     return
                 wait = max(1, min(wait, int(left * 1000)))
             for delivery in self.poll(wait):
-                for record in records(delivery):
-                    yield record
-                    yielded += 1
-                    if count is not None and yielded >= count:
-                        return
+                source = getattr(delivery.source, "exchange_id", "")
+                self._pending.extend((source, record) for record in records(delivery))
 
     def run(self, callback: Callable[[Any], None], stop: threading.Event) -> None:
         """Call `callback(record)` for every message until `stop` is set."""
