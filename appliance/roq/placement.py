@@ -128,13 +128,21 @@ def _pick_moves(
         )
         if not (fits or narrows):
             continue
-        moves.append(Move(producer, source, target, rate))
-        target.bytes_rate += rate
-        target.placed_at.append(now)
-        source.bytes_rate -= rate
-        source.producers -= 1
+        moves.append(_move(producer, source, target, rate, now))
         remaining -= 1
     return moves
+
+
+def _move(
+    producer: str, source: ExchangeView, target: ExchangeView, rate: float, now: float
+) -> Move:
+    """One planned move, with both exchanges' loads updated optimistically (step 5) so the
+    next decision sees them."""
+    target.bytes_rate += rate
+    target.placed_at.append(now)
+    source.bytes_rate -= rate
+    source.producers -= 1
+    return Move(producer, source, target, rate)
 
 
 def plan_rebalance(
@@ -160,11 +168,7 @@ def plan_rebalance(
                 break
             if rate <= 0 or target.bytes_rate + rate >= source.bytes_rate:
                 continue  # would only swap which exchange is the busier one
-            moves.append(Move(producer, source, target, rate))
-            target.bytes_rate += rate
-            target.placed_at.append(now)
-            source.bytes_rate -= rate
-            source.producers -= 1
+            moves.append(_move(producer, source, target, rate, now))
             remaining -= 1
         if any(move.source is source for move in moves):
             source.cooldown_until = now + limits.cooldown_s
