@@ -45,6 +45,7 @@ from roq.log import format as batchfmt
 from roq.logserver import LogServer
 from roq.protocol import bsonmsg, dataplane
 from roq.protocol.commands import ChildCommand, MonitorCommand, Reason, StatCommand
+from roq.pulse import Pulse
 from roq.replication import ReplicaStore, Replicator
 from roq.transport import NOBLOCK, POLLIN, Kind, Poller, WouldBlock, bind, connect, open_socket
 
@@ -155,6 +156,7 @@ class Exchange:
         self.settings = settings
         self.heartbeat_s = settings.get_int("heartbeat.period") / 1000
         self.kpi_s = settings.get_int("monitor.stat.period") / 1000
+        self._last_report = self._next_report = self._last_kpi = self._next_kpi = 0.0
         self.load = LoadMeter()
         self.kpi_load = LoadMeter()
         self.bad = BadFrameLog(spec.name)
@@ -162,6 +164,7 @@ class Exchange:
         self.leaving_since: float | None = None
         self.started = time.time()  # tells the monitor a restarted exchange from its old self
         self._last_inbound = time.monotonic()
+        self._loop_turned = time.monotonic()  # read by the pulse thread (a float: atomic)
         self._cpu = procstat.CpuMeter()
         self._kpi_cpu = procstat.CpuMeter()
         self.log: Log | None = None
@@ -212,6 +215,10 @@ class Exchange:
         connect(self.reports, spec.monitor)
         self.kpi = open_socket(context, Kind.PUB, sndhwm=100)
         connect(self.kpi, spec.stat)
+        identity = {"Id": spec.exchange_id, "Front": spec.front, "Started": self.started}
+        self.pulse = Pulse(
+            context, spec.monitor, identity, self.heartbeat_s, lambda: self._loop_turned
+        )
 
     # --- main loop -----------------------------------------------------------------------------
     def _poller(self) -> Poller:
@@ -225,32 +232,42 @@ class Exchange:
 
     def run(self, stop: threading.Event) -> None:
         poller = self._poller()
-        next_report = next_kpi = time.monotonic()
-        last_report = last_kpi = next_report
+        self._last_report = self._last_kpi = time.monotonic()
+        self._next_report, self._next_kpi = self._last_report, self._last_kpi
         log.info("%s: serving publishers on %s, subscribers on %s", *self._where())
+        self.pulse.start()
         while not self._finished():
+            self._loop_turned = time.monotonic()
             if (stop.is_set() or self.control.stop_requested) and self.leaving_since is None:
                 self._leave()
             events = dict(poller.poll(limits.poll_interval_ms))
             if self.front in events:
-                self._pump()
+                # A slice of the heartbeat period at most: a saturated exchange on a starved
+                # CPU or a throttled disk must still heartbeat, or the monitor declares it dead.
+                self._pump(time.monotonic() + self.heartbeat_s / 4)
+                self._timers()
             if self.control.sock in events:
                 self.control.handle()
             if self.replay in events:
                 self._serve_log()
-            now = time.monotonic()
+                self._timers()
             if self.log is not None:
-                self.log.tick(now)
+                self.log.tick(time.monotonic())
             if self.replicator is not None:
                 self._replicate(events)
                 if set(self.replicator.sockets()) != self._replica_sockets:
                     poller = self._poller()  # the monitor changed the replica set
-            if now >= next_report:
-                self._report(now - last_report)
-                last_report, next_report = now, now + self.heartbeat_s
-            if now >= next_kpi:
-                self._publish_kpi(now - last_kpi)
-                last_kpi, next_kpi = now, now + self.kpi_s
+            self._timers()
+
+    def _timers(self) -> None:
+        """The heartbeat report and the KPI stream, when due."""
+        now = time.monotonic()
+        if now >= self._next_report:
+            self._report(now - self._last_report)
+            self._last_report, self._next_report = now, now + self.heartbeat_s
+        if now >= self._next_kpi:
+            self._publish_kpi(now - self._last_kpi)
+            self._last_kpi, self._next_kpi = now, now + self.kpi_s
 
     def _where(self) -> tuple[str, str, str]:
         return self.spec.name, self.spec.front, self.spec.back
@@ -270,8 +287,10 @@ class Exchange:
         self.leaving_since = time.monotonic()
         self._send_report(MonitorCommand.EXCHANGE_LEAVING, {})
 
-    def _pump(self) -> None:
+    def _pump(self, deadline: float) -> None:
         for _ in range(_BURST):
+            if time.monotonic() > deadline:
+                return
             try:
                 # Copying receive: a zero-copy Frame object costs more than copying all but
                 # the largest batches (benchmarks/exchange_flood.py), and the log copies anyway.
@@ -439,6 +458,8 @@ class Exchange:
         }
 
     def close(self) -> None:
+        if self.pulse.is_alive():
+            self.pulse.stop()
         for sock in (self.front, self.reports, self.kpi, self.replay):
             sock.close(0)
         if self.replicator is not None:

@@ -43,6 +43,9 @@ zk_command_retries_max = 5
 
 # --- polling -------------------------------------------------------------------------------
 poll_interval_ms = 100  # control loops wake at least this often to run their timers
+# An exchange whose main loop has not turned for this long is dead to its monitor even while
+# its pulse thread still beats (roq/pulse.py); shorter stalls (a saturated disk) are survived.
+exchange_loop_stall_max_ms = 10_000
 
 assert admin_frame_bytes_max <= frame_bytes_max
 assert message_bytes_max < batch_bytes_max <= frame_bytes_max
@@ -57,6 +60,7 @@ publisher_pending_batches_max = 5_000
 publisher_block_ms_default = 30_000  # a full buffer blocks send() this long, then raises
 publisher_keys_max = 100_000  # distinct routing keys (each has its own sequence) per publisher
 drain_timeout_ms = 10_000  # an old exchange must confirm a drain within this before a move
+publisher_dead_drain_ms = 300  # ... and one declared dead, within this (it may be only slow)
 placement_retry_ms = 500  # a publisher without an exchange asks its monitor again this often
 placement_timeout_ms = 30_000  # ... and gives up (raises) after this long
 unconfirmed_batches_max = 10_000  # batches kept for re-sending until the exchange confirms them

@@ -168,6 +168,9 @@ class Monitor:
         front = bsonmsg.field_str(doc, "Front")
         now = time.monotonic()
         view = self.exchanges.get(front)
+        if doc["CMD"] == MonitorCommand.EXCHANGE_PULSE:
+            self._on_pulse(view, doc, now)
+            return
         if view is not None and view.started != doc.get("Started", view.started):
             self._forget(view, now, "restarted")  # its memory (and what it held) is gone
             view = None
@@ -185,6 +188,14 @@ class Monitor:
         self._update_load(view, doc)
         self.scaler.observe(view.exchange_id, doc, now)
         self._relocate(view, now)
+
+    def _on_pulse(self, view: ExchangeView | None, doc: dict[str, Any], now: float) -> None:
+        """The process is up: it counts as a heartbeat while its loop still turns (a loop
+        stalled past the bound, or a restarted process, is left to the reports)."""
+        if view is None or view.started != doc.get("Started"):
+            return
+        if float(doc.get("LoopAge", 0.0)) * 1000 < limits.exchange_loop_stall_max_ms:
+            view.last_seen = now
 
     def _register(self, doc: dict[str, Any], front: str, now: float) -> ExchangeView:
         view = ExchangeView(
@@ -250,12 +261,17 @@ class Monitor:
             From=move.source.front,
         )
 
-    def _reap(self, now: float) -> None:
-        dead = [
-            view
-            for view in self.exchanges.values()
-            if now - view.last_seen > self.dead_after * view.period_s
+    def _silent(self, now: float) -> list[ExchangeView]:
+        return [
+            v for v in self.exchanges.values() if now - v.last_seen > self.dead_after * v.period_s
         ]
+
+    def _reap(self, now: float) -> None:
+        if not self._silent(now):
+            return
+        # Reports that arrived while this loop served something else are not silence.
+        self._pump_reports()
+        dead = self._silent(now)
         for view in dead:
             self._forget(view, now, f"silent for {now - view.last_seen:.1f} s")
         if dead:
@@ -268,9 +284,11 @@ class Monitor:
         control = self._controls.pop(view.front, None)
         if control is not None:
             control.close(0)
-        log.warning(
-            "%s: exchange %s (%s) %s: declared dead", self.name, view.exchange_id, view.front, why
-        )
+        if view.leaving:  # it said it was leaving: its silence is the expected end
+            log.info("%s: exchange %s (%s) left", self.name, view.exchange_id, view.front)
+        else:
+            log.warning("%s: exchange %s (%s) %s: declared dead",
+                        self.name, view.exchange_id, view.front, why)  # fmt: skip
         self._to_publishers(
             BROADCAST_TOPIC, PublisherNotice.EXCHANGE_LOST, Front=view.front, Dead=True
         )

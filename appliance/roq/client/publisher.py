@@ -25,10 +25,12 @@ buffer is full, `send` blocks up to `block_ms` (`on_full="block"`, the default) 
 Moves. When the monitor re-allocates this publisher, or its exchange leaves, the I/O thread
 stops sending, asks the old exchange to drain (every batch sent before the drain request has
 been forwarded to subscribers when the answer comes), and only then connects to the new exchange.
-When the exchange died instead, batches it had not forwarded are lost unless `acks` asked for
-confirmations: every unconfirmed batch (up to `limits.unconfirmed_batches_max`) is then sent
-again to the new exchange, in order and before any newer batch, and subscribers drop the
-duplicates by sequence number.
+When the monitor declares the exchange dead instead, the drain gets only
+`limits.publisher_dead_drain_ms` (an exchange that was merely slow then loses nothing); if it
+does not answer, batches it had not forwarded are lost unless `acks` asked for confirmations:
+every unconfirmed batch (up to `limits.unconfirmed_batches_max`) is then sent again to the new
+exchange, in order and before any newer batch, and subscribers drop the duplicates by sequence
+number.
 """
 
 from __future__ import annotations
@@ -453,7 +455,11 @@ class _PublisherIO(threading.Thread):
 
     def _move(self, target: str, alive: bool) -> None:
         old = self.p.exchange or ""
-        drained = self._drain_old() if alive else False
+        # Even an exchange declared dead gets a short drain: one that was only slow (a starved
+        # CPU, a throttled disk) then loses nothing of what it was sent.
+        drained = self._drain_old(
+            limits.drain_timeout_ms if alive else limits.publisher_dead_drain_ms
+        )
         self.dealer.close(0)
         self.p.moves += 1
         if drained:
@@ -464,14 +470,14 @@ class _PublisherIO(threading.Thread):
             self._place(lost=old)
         self._resend_barriers()
 
-    def _drain_old(self) -> bool:
+    def _drain_old(self, timeout_ms: int) -> bool:
         """Ask the old exchange to confirm it forwarded everything sent to it (bounded)."""
         token = dataplane.TOKEN.pack(0)
         try:
             self.dealer.send_multipart([dataplane.DRAIN, token], NOBLOCK)
         except WouldBlock:
             return False
-        deadline = time.monotonic() + limits.drain_timeout_ms / 1000
+        deadline = time.monotonic() + timeout_ms / 1000
         while (left := deadline - time.monotonic()) > 0:
             if not self.dealer.poll(int(left * 1000) + 1, POLLIN):
                 break
@@ -479,7 +485,8 @@ class _PublisherIO(threading.Thread):
             if frames[0] == dataplane.DRAINED and frames[1] == token:
                 return True
             self._reply(frames)
-        log.warning("%s: old exchange did not confirm the drain", self.p.name)
+        log.warning("%s: old exchange did not confirm the drain within %d ms",
+                    self.p.name, timeout_ms)  # fmt: skip
         return False
 
     # --- sending and replies -------------------------------------------------------------------

@@ -118,6 +118,7 @@ class MonitorCommand(enum.IntEnum):
     PUBLISHER_PANIC = 3  # the publisher lost its exchange: place it again, never on `Lost`
     EXCHANGE_REPORT = 5  # heartbeat carrying the exchange's per-second load
     EXCHANGE_LEAVING = 6  # an exchange shutting down cleanly: forget it now
+    EXCHANGE_PULSE = 7  # liveness from the exchange's pulse thread, with its loop's age
 
 
 @enum.unique

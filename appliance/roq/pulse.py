@@ -1,0 +1,62 @@
+"""An exchange's pulse: proof to its monitor that the process is up, sent by its own thread.
+
+The exchange's reports (heartbeats with its load) come from its main loop, which can stall for
+seconds while the disk is saturated (an ext4 fdatasync or a file-extending write waits for the
+journal) or the CPU is oversubscribed. Declared dead for that, the exchange would lose its
+publishers, and with `acks="none"` what they had in flight. The pulse thread does no I/O but one
+small send per period, so it keeps beating through such stalls; it says how long ago the loop
+last turned, and the monitor only trusts it while that age stays under
+`limits.exchange_loop_stall_max_ms` — a loop stuck for longer is dead even if its process is not.
+A killed or frozen process stops both, and is declared dead as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from roq.protocol import bsonmsg
+from roq.protocol.commands import MonitorCommand
+from roq.transport import NOBLOCK, Kind, WouldBlock, connect, open_socket
+
+log = logging.getLogger(__name__)
+
+
+class Pulse(threading.Thread):
+    """Owns one PUB socket to the monitor's report port; sends every `period_s` until stopped."""
+
+    def __init__(
+        self,
+        context: Any,
+        monitor: str,
+        identity: dict[str, Any],
+        period_s: float,
+        loop_turned: Callable[[], float],
+    ):
+        super().__init__(name="roq-pulse", daemon=True)
+        self._context, self._monitor = context, monitor
+        self._identity = identity  # Id, Front, Started: how the monitor knows the exchange
+        self._period_s = period_s
+        self._loop_turned = loop_turned  # monotonic time of the main loop's last turn
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        sock = open_socket(self._context, Kind.PUB, sndhwm=10)
+        try:
+            connect(sock, self._monitor)
+            while not self._stop_event.wait(self._period_s):
+                age = time.monotonic() - self._loop_turned()
+                doc = {"CMD": int(MonitorCommand.EXCHANGE_PULSE), **self._identity, "LoopAge": age}
+                try:
+                    sock.send(bsonmsg.encode(doc), NOBLOCK)
+                except WouldBlock:
+                    pass  # the monitor is not reading: the next pulse tries again
+        finally:
+            sock.close(0)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(max(1.0, 2 * self._period_s))
