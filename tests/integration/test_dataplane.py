@@ -16,9 +16,13 @@ from typing import Any
 
 import pytest
 
+from roq import limits
+from roq.client.locate import PLACEMENT_OFFSET, locate_monitor
 from roq.client.publisher import BufferFull, Publisher, PublishTimeout
 from roq.client.subscriber import Subscriber, records
 from roq.log import format as batchfmt
+from roq.protocol import bsonmsg
+from roq.protocol.commands import MonitorCommand
 from roq.testing.cluster import LocalCluster, processes_with, wait_for
 from roq.transport import Kind, connect, new_context, open_socket
 
@@ -158,6 +162,84 @@ def test_killed_exchange_publishers_fail_over_within_three_heartbeats(
     for publisher in publishers:  # everything sent after the fail-over arrived, in order
         seqs = collector.by_stream[(publisher.producer_id, b"k")]
         assert seqs[-200:] == list(range(seqs[-1] - 199, seqs[-1] + 1))
+
+
+class _StalledExchange:
+    """Plays an exchange towards the queue's real monitor over its real report socket: one
+    report (it joins), then only pulses, as the pulse thread of an exchange whose main loop is
+    stuck on a saturated disk sends them."""
+
+    def __init__(self, cluster: LocalCluster, queue: str):
+        self.monitor = locate_monitor(queue, gcm=cluster.gcm)
+        self.context = new_context()
+        self.reports = open_socket(self.context, Kind.PUB)
+        connect(self.reports, self.monitor.base)
+        self.placement = open_socket(self.context, Kind.REQ, rcvtimeo_ms=2000, sndtimeo_ms=2000)
+        connect(self.placement, self.monitor.at(PLACEMENT_OFFSET))
+        port = 1 + max(int(x["Front"].rpartition(":")[2]) for x in _exchanges(cluster, queue))
+        self.identity = {
+            "Id": "fake-x", "Front": f"tcp://127.0.0.1:{port}", "Started": time.time()
+        }  # fmt: skip
+        self.loop_turned = time.monotonic()
+
+    def report(self) -> None:
+        doc = {"CMD": int(MonitorCommand.EXCHANGE_REPORT), "QName": "q1", "Period": 0.2,
+               "Back": "tcp://127.0.0.1:1", **self.identity}  # fmt: skip
+        self.reports.send(bsonmsg.encode(doc))
+        self.loop_turned = time.monotonic()
+
+    def pulse(self, loop_age: float | None = None, started: float | None = None) -> None:
+        age = time.monotonic() - self.loop_turned if loop_age is None else loop_age
+        doc = {"CMD": int(MonitorCommand.EXCHANGE_PULSE), **self.identity, "LoopAge": age}
+        if started is not None:
+            doc["Started"] = started
+        self.reports.send(bsonmsg.encode(doc))
+
+    def known(self) -> bool:
+        """Whether the monitor still lists this exchange to subscribers."""
+        self.placement.send(bsonmsg.encode({"CMD": int(MonitorCommand.SUBSCRIBER_INIT)}))
+        reply = bsonmsg.decode_reply(self.placement.recv())
+        return any(x["Id"] == "fake-x" for x in reply["Exchanges"])
+
+    def close(self) -> None:
+        self.reports.close(0)
+        self.placement.close(0)
+        self.context.term()
+
+
+def test_an_exchange_whose_loop_stalls_but_pulses_is_not_declared_dead(
+    cluster: LocalCluster, queue: str
+):
+    """Reports stop for 10 heartbeats (3 make an exchange dead) while pulses go on: the monitor
+    keeps it. Pulses from another incarnation, or saying the loop is stuck past
+    `limits.exchange_loop_stall_max_ms`, do not count, and it is declared dead."""
+    fake = _StalledExchange(cluster, queue)
+    try:
+        for _ in range(50):  # the PUB connection is asynchronous: report until it is heard
+            fake.report()
+            if fake.known():
+                break
+            time.sleep(0.1)
+        assert fake.known(), "the monitor never heard the fake exchange's report"
+        stalled_until = time.monotonic() + 2.0
+        while time.monotonic() < stalled_until:
+            fake.pulse()
+            time.sleep(0.2)
+            assert fake.known(), "declared dead while its pulse went on"
+        wrong_process = fake.identity["Started"] + 1
+        stuck_for = limits.exchange_loop_stall_max_ms / 1000 + 1
+        for pulse in (
+            lambda: fake.pulse(started=wrong_process),
+            lambda: fake.pulse(loop_age=stuck_for),
+        ):
+            fake.report()
+            deadline = time.monotonic() + 2.0
+            while fake.known() and time.monotonic() < deadline:
+                pulse()
+                time.sleep(0.2)
+            assert not fake.known(), "pulses that should not count kept the exchange alive"
+    finally:
+        fake.close()
 
 
 def test_heavy_publisher_is_reallocated_without_loss_or_reordering(cluster: LocalCluster):
