@@ -320,23 +320,32 @@ class HostConfigManager:
                 shutil.rmtree(directory, ignore_errors=True)
                 log.info("queue %s: deleted %s", queue, directory)
 
-    def _stop_child(self, child: Child) -> None:
+    def _stop_child(self, child: Child, release: bool = True) -> None:
         supervision.stop(child, self.context)
         self.children.remove(child)
-        self.ports.release(child.port)
-        if "stat_port" in child.meta:
-            self.ports.release(child.meta["stat_port"])
+        if release:
+            self.ports.release(child.port)
+            if "stat_port" in child.meta:
+                self.ports.release(child.meta["stat_port"])
         log.info("%s stopped", child.name)
 
     def close(self) -> None:
         """Stop every child (exchanges first), unregister, close. Bounded by the children's
-        shutdown bounds."""
+        shutdown bounds. Without ZooKeeper the children still stop; the port claims stay for the
+        next start to reclaim, and the host's ephemeral record goes with the session."""
+        reachable = session.responds(self.zk)
+        if not reachable:
+            log.warning("host %s: ZooKeeper unreachable; stopping without unregistering", self.name)
         for child in sorted(self.children, key=lambda c: c.role != "exchange"):
             try:
-                self._stop_child(child)
+                self._stop_child(child, release=reachable)
             except RoqError as error:
                 log.error("stopping %s: %s", child.name, error)
-        self.registry.unregister_host(self.name)
+        if reachable:
+            try:
+                self.registry.unregister_host(self.name)
+            except RoqError as error:
+                log.warning("host %s: %s", self.name, error)
         if self.sock is not None:
             self.sock.close(0)
         session.close(self.zk)

@@ -40,6 +40,10 @@ shutdown_grace_ms = 5_000
 zk_connect_timeout_s = 10.0
 zk_reconnect_delay_max_s = 2.0  # kazoo's default grows to an hour; we never wait that long
 zk_command_retries_max = 5
+# The longest any ZooKeeper request waits for its answer (kazoo's own wait has no bound while the
+# connection is down); past it the request fails like a lost connection.
+zk_request_timeout_s = 10.0
+zk_probe_timeout_s = 1.0  # a shutdown skips its ZooKeeper clean-up if a probe waits longer
 
 # --- polling -------------------------------------------------------------------------------
 poll_interval_ms = 100  # control loops wake at least this often to run their timers

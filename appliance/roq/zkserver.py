@@ -18,6 +18,7 @@ from pathlib import Path
 
 from roq import limits
 from roq.errors import EXIT_UNAVAILABLE, RoqError
+from roq.spawn import die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,11 @@ class ZooKeeperServer:
             stdout=log_file,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            # Its own session: a Ctrl-C in the terminal reaches `roq up`, which stops the GCM
+            # and host before ZooKeeper. Dying with the parent: a SIGKILLed `roq up` (OOM
+            # killer, supervisord past stopwaitsecs) left a java process holding the port.
             start_new_session=True,
+            preexec_fn=die_with_parent,  # noqa: PLW1509 (started before any other thread)
         )
         log_file.close()
         self._wait_ready(timeout_s)

@@ -28,6 +28,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
 UP_READY_S = 40.0
 STOP_BOUND_S = 30.0  # the units' TimeoutStopSec for the GCM
+# Measured 1.2 s; the bound leaves room for a child's shutdown grace (limits.shutdown_grace_ms).
+KILLED_TREE_GONE_S = 15.0
 
 
 def up_arguments(tmp: Path, ports: PortBlocks) -> tuple[list[str], int]:
@@ -118,6 +120,28 @@ def test_frozen_up_queue_status_and_clean_stop(
     # Every process roq up started (ZooKeeper, gcm, host, monitors, exchanges) is gone.
     try:
         wait_for(lambda: not _alive(tree), 10, "the children of roq up to exit")
+    except TimeoutError:
+        pass  # reported below with the survivors' PIDs
+    left = _alive(tree)
+    assert left == [], f"left behind: {left}\n{log_path.read_text(errors='replace')}"
+
+
+def test_frozen_up_killed_takes_its_whole_tree_down(
+    frozen_roq: Path, frozen_up: tuple[subprocess.Popen[bytes], str, Path]
+) -> None:
+    """SIGKILL (the OOM killer, a supervisor past its stop timeout) of `roq up` alone, not its
+    process group: ZooKeeper, the GCM, the host and the queue's monitor and exchange go too.
+    Before, the JVM survived, and the host hung for ever on its ZooKeeper clean-up."""
+    process, gcm, log_path = frozen_up
+    created = run_frozen(frozen_roq, "queue", "create", "q1", "--gcm", gcm)
+    assert created.returncode == 0, created.stdout + created.stderr
+    tree = child_pids(process.pid)
+    assert len(tree) >= 5, "ZooKeeper, gcm, host, monitor and exchange run under roq up"
+
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=10)
+    try:
+        wait_for(lambda: not _alive(tree), KILLED_TREE_GONE_S, "the orphans of roq up to exit")
     except TimeoutError:
         pass  # reported below with the survivors' PIDs
     left = _alive(tree)

@@ -17,10 +17,12 @@ from kazoo.exceptions import KazooException, NodeExistsError
 from kazoo.protocol.states import KazooState
 from kazoo.recipe.election import Election
 
+from roq.coordination import session
 from roq.coordination.registry import Fence, Registry
 
 log = logging.getLogger(__name__)
 
+_STOP_JOIN_S = 5.0
 _LEADER_CREATE_TRIES = 50  # × 0.1 s: a predecessor's ephemeral vanishes with its session
 
 
@@ -103,5 +105,7 @@ class Leadership:
         self._stop.set()
         self._election.cancel()
         # close() also runs when bind() failed (port taken), before the thread was started.
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
+        # Waiting helps only while ZooKeeper answers: the thread then deletes the leader znode
+        # and its lock, so a standby takes over now rather than after the session timeout.
+        if self._thread.is_alive() and session.responds(self.registry.zk):
+            self._thread.join(timeout=_STOP_JOIN_S)

@@ -214,6 +214,8 @@ class Registry:
                 self.zk.delete(self.paths.host(name), version=stat.version)
         except (NoNodeError, BadVersionError):
             pass
+        except KazooException as error:
+            raise CoordinationError(f"unregistering host {name}: {error!r}") from None
 
     def claim_port(self, host: str, port: int, owner: dict[str, Any]) -> bool:
         try:
@@ -227,6 +229,8 @@ class Registry:
             self.zk.delete(self.paths.port(host, port))
         except NoNodeError:
             pass
+        except KazooException as error:
+            raise CoordinationError(f"releasing port {port} of {host}: {error!r}") from None
 
     # --- leader-owned writes (fenced) ------------------------------------------------------
     def _commit(self, fence: Fence, ops: list[tuple[str, str, Any]]) -> None:

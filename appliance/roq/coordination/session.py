@@ -3,18 +3,45 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException
-from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.handlers import utils
+from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandler
 from kazoo.retry import KazooRetry
 
 from roq import limits
 from roq.errors import CoordinationError
 
 log = logging.getLogger(__name__)
+
+
+class RequestTimeout(KazooTimeoutError, KazooException):  # type: ignore[misc]
+    """ZooKeeper did not answer a request within limits.zk_request_timeout_s. A KazooException,
+    so every caller that handles ZooKeeper failures handles this one too; not a ConnectionLoss,
+    so kazoo's retry does not multiply the wait."""
+
+
+class _BoundedResult(utils.AsyncResult):  # type: ignore[misc]
+    """kazoo queues a request while the connection is down and, without a timeout, waits for an
+    answer until the server comes back: forever if it never does. That hung `roq host` on
+    SIGTERM after its ZooKeeper died. Every blocking wait here has the bound instead."""
+
+    def __init__(self, handler: Any):
+        super().__init__(handler, threading.Condition, RequestTimeout)
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        if block and timeout is None:
+            timeout = limits.zk_request_timeout_s
+        return super().get(block, timeout)
+
+
+class _BoundedHandler(SequentialThreadingHandler):  # type: ignore[misc]
+    def async_result(self) -> _BoundedResult:
+        return _BoundedResult(self)
 
 
 def connect(
@@ -27,6 +54,7 @@ def connect(
     """A started KazooClient, or CoordinationError naming the servers within the bound."""
     client = KazooClient(
         hosts=servers,
+        handler=_BoundedHandler(),
         timeout=session_timeout_ms / 1000.0,
         connection_retry=KazooRetry(max_tries=-1, max_delay=limits.zk_reconnect_delay_max_s),
         command_retry=KazooRetry(
@@ -52,6 +80,19 @@ def _state_name(state: Any) -> str:
     if state == KazooState.SUSPENDED:
         return "SUSPENDED"
     return "CONNECTED"
+
+
+def responds(client: Any, timeout_s: float = limits.zk_probe_timeout_s) -> bool:
+    """Whether ZooKeeper answers a request within `timeout_s`. A shutdown asks this first: its
+    SIGTERM often comes with the server's death (`roq up` killed), before kazoo has noticed the
+    dropped connection, and each cleanup request would then wait its full bound."""
+    if not client.connected:
+        return False
+    try:
+        client.exists_async("/").get(timeout=timeout_s)
+    except (KazooTimeoutError, KazooException):
+        return False
+    return True
 
 
 def close(client: Any) -> None:
