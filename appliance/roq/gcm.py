@@ -26,7 +26,7 @@ from roq.coordination import session
 from roq.coordination.election import Leadership
 from roq.coordination.paths import Paths
 from roq.coordination.registry import Fence, Registry
-from roq.errors import NotLeader
+from roq.errors import CoordinationError, NotLeader
 from roq.management import Management
 from roq.netaddr import resolve_interface
 from roq.protocol import bsonmsg
@@ -114,6 +114,9 @@ class GlobalConfigurationManager:
             return self.management.handle(request, fence)
         except NotLeader as error:
             return bsonmsg.lead_lost(str(error))
+        except CoordinationError as error:  # ZooKeeper went away mid-request: say so, go on
+            log.warning("gcm %s: request %s failed: %s", self.id, request.get("CMD"), error)
+            return bsonmsg.fail(Reason.BUSY, f"ZooKeeper unavailable, retry: {error}")
 
     def _topology(self, request: dict[str, Any]) -> dict[str, Any]:
         if request["CMD"] not in _READ_ONLY:
@@ -127,11 +130,17 @@ class GlobalConfigurationManager:
     def _broadcast(self) -> None:
         if not self.leadership.is_leader:
             return
-        queues = [
-            {"Name": q.name, "Host": q.host, "State": q.state == "RUNNING"}
-            for q in self.registry.queues()
-        ]
-        hosts = [h.address for h in self.registry.hosts()]
+        try:
+            queues = [
+                {"Name": q.name, "Host": q.host, "State": q.state == "RUNNING"}
+                for q in self.registry.queues()
+            ]
+            hosts = [h.address for h in self.registry.hosts()]
+        except CoordinationError as error:
+            # The session was lost under us (a stall past the session timeout); the election
+            # thread has already dropped the lead, and this round is skipped, not fatal.
+            log.warning("gcm %s: no broadcast this period: %s", self.id, error)
+            return
         self._sockets["broadcast"].send_multipart(
             [
                 bsonmsg.encode({"CMD": int(BroadcastCommand.MNGT_UPDATE_CONFIG)}),

@@ -47,8 +47,12 @@ class HostConfigManager:
         self.name = settings.get_str("host.name") or self.address
         self.max_exchanges = settings.get_int("exchange.max.perhost")
         self.context = new_context()
+        self._session_lost = threading.Event()  # set from kazoo's thread, acted on in run()
+        self._next_register = 0.0
         self.zk = session.connect(
-            settings.get_str("zk.servers"), settings.get_int("zk.session.timeout")
+            settings.get_str("zk.servers"),
+            settings.get_int("zk.session.timeout"),
+            on_state=self._on_session_state,
         )
         self.registry = Registry(self.zk, Paths(settings.get_str("zk.namespace")))
         self.registry.ensure_roots()
@@ -83,10 +87,35 @@ class HostConfigManager:
         self.sock = open_socket(self.context, Kind.REP)
         bind(self.sock, self.address, self.settings.get_int("hcm.port"))
         # Own the name first: until then the claims may belong to a live host of this name.
+        self._register()
+        self._release_stale_claims()
+
+    def _register(self) -> None:
         self.registry.register_host(
             HostRecord(self.name, self.address, self.endpoint, self.max_exchanges)
         )
-        self._release_stale_claims()
+
+    def _on_session_state(self, state: str) -> None:
+        """kazoo's thread: no ZooKeeper call here. An expired session took the host's ephemeral
+        record with it (a stall past zk.session.timeout: overload, a paused VM); kazoo opens a
+        new session, and the main loop registers the host again on it."""
+        if state == "LOST":
+            self._session_lost.set()
+
+    def _reregister(self, now: float) -> None:
+        if now < self._next_register:
+            return
+        self._next_register = now + limits.host_reregister_interval_s
+        if not session.responds(self.zk):
+            return
+        try:
+            self._register()
+        except RoqError as error:  # NameTaken: another live host holds the name; or no answer
+            log.error("host %s: cannot register again after the session expired: %s",
+                      self.name, error)  # fmt: skip
+            return
+        self._session_lost.clear()
+        log.warning("host %s: registered again after its ZooKeeper session expired", self.name)
 
     def _release_stale_claims(self) -> None:
         """Claims left by a previous run of this host: its children died with it. Called only
@@ -107,6 +136,8 @@ class HostConfigManager:
             now = time.monotonic()
             for child in self.children:
                 supervision.watch(child, self.context, now)
+            if self._session_lost.is_set():
+                self._reregister(now)
 
     def _dispatch(self, request: Document) -> Document:
         handler = self._handlers.get(request["CMD"])

@@ -43,6 +43,8 @@ zk_command_retries_max = 5
 # The longest any ZooKeeper request waits for its answer (kazoo's own wait has no bound while the
 # connection is down); past it the request fails like a lost connection.
 zk_request_timeout_s = 10.0
+# A host whose session expired tries to register again at most this often.
+host_reregister_interval_s = 1.0
 zk_probe_timeout_s = 1.0  # a shutdown skips its ZooKeeper clean-up if a probe waits longer
 
 # --- polling -------------------------------------------------------------------------------

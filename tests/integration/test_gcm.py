@@ -220,3 +220,33 @@ def test_listeners_are_refused_for_unknown_queues_and_go_with_the_queue(gcm_only
         assert registry.listeners("q1") == [f"{host}:{int(port) + 4}"]
     finally:
         session.close(client)
+
+
+def test_gcm_and_host_outlive_an_expired_zookeeper_session(cluster: LocalCluster):
+    """Both processes frozen past the session timeout (what an overloaded machine or a paused
+    VM does): ZooKeeper expires their sessions and the host's ephemeral record. After they
+    resume, the GCM leads again instead of crashing on the expired session, and the host
+    registers again and takes a queue. Found on a 2-core machine at load 14, where the GCM
+    died with SessionExpiredError and took its `roq up` cluster down."""
+    gcm = cluster.start_gcm(**{"zk.session.timeout": 2000})
+    _leader_ready(cluster, cluster.gcm_base)
+    host = cluster.start_host("h1", **{"zk.session.timeout": 2000})
+    cluster.wait_ready(hosts=1)
+
+    watcher = session.connect(cluster.zk, 4000)
+    registry = Registry(watcher, Paths(cluster.namespace))
+    for daemon in (gcm, host):
+        os.kill(daemon.process.pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: registry.hosts() == [], 15, "the frozen host's record to expire")
+        wait_for(lambda: registry.leader() is None, 15, "the frozen leader's record to expire")
+    finally:
+        for daemon in (gcm, host):
+            os.kill(daemon.process.pid, signal.SIGCONT)
+        session.close(watcher)
+
+    cluster.wait_ready(hosts=1, timeout_s=20)
+    with cluster.admin(timeout_ms=2000, retries=3) as admin:
+        assert admin.create_queue("after-expiry")["RESULT"] == Result.OK
+    assert gcm.process.poll() is None and host.process.poll() is None, cluster.logs()
+    assert "registered again after its ZooKeeper session expired" in host.log_text()

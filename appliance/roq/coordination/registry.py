@@ -118,12 +118,16 @@ class Registry:
             return sorted(self.zk.get_children(path))
         except NoNodeError:
             return []
+        except KazooException as error:  # suspended, expired, no answer within the bound
+            raise CoordinationError(f"reading {path} from ZooKeeper: {error!r}") from None
 
     def _get(self, path: str) -> tuple[dict[str, Any], int] | None:
         try:
             data, stat = self.zk.get(path)
         except NoNodeError:
             return None
+        except KazooException as error:
+            raise CoordinationError(f"reading {path} from ZooKeeper: {error!r}") from None
         return _load(data), stat.version
 
     def hosts(self) -> list[HostRecord]:
@@ -196,6 +200,8 @@ class Registry:
             self.zk.create(path, _dump(record), ephemeral=True, makepath=True)
         except NodeExistsError:
             raise NameTaken(self._name_taken(record.name)) from None
+        except KazooException as error:
+            raise CoordinationError(f"registering host {record.name}: {error!r}") from None
 
     def _name_taken(self, name: str) -> str:
         other = self.host(name)
