@@ -6,13 +6,13 @@
 #   GCM=127.0.0.1:24000 NS=roq-bench-r2 QUEUE=mem1 SECONDS_=300 STALL=0 benchmarks/memory_run.sh
 #   GCM=127.0.0.1:24000 NS=roq-bench-r2 QUEUE=mem2 SECONDS_=200 STALL=1 benchmarks/memory_run.sh
 #
-# Writes benchmarks/results/memory-$QUEUE.jsonl (VmRSS/CPU every 10 s) and
-# benchmarks/results/memory-$QUEUE.bench.json (the bench summary).
+# Writes $OUT/memory-$QUEUE.jsonl (VmRSS/CPU every 10 s) and $OUT/memory-$QUEUE.bench.json
+# (the bench summary); OUT defaults to benchmarks/results.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 py=${PYTHON:-$here/../.venv/bin/python}
 roq=${ROQ:-$here/../.venv/bin/roq}
-out=$here/results
+out=${OUT:-$here/results}
 mkdir -p "$out"
 : "${GCM:?}" "${NS:?}" "${QUEUE:?}" "${SECONDS_:=300}" "${STALL:=0}"
 

@@ -372,6 +372,9 @@ class HostConfigManager:
                 self._stop_child(child, release=reachable)
             except RoqError as error:
                 log.error("stopping %s: %s", child.name, error)
+                # ZooKeeper may have gone since the probe: ask again rather than let every
+                # remaining child's clean-up wait for its full request bound.
+                reachable = session.responds(self.zk)
         if reachable:
             try:
                 self.registry.unregister_host(self.name)
