@@ -159,6 +159,10 @@ def test_job_tables_match_a_real_cluster_run(cluster: LocalCluster, tmp_path: Pa
     for queue in ("q1", "q2"):
         mean_us = latency[queue]["reported_mean_us"]
         assert mean_us is not None and 0 < mean_us < measured_s * 1e6
+        # The subscribers' histograms, not only their per-period mean, reached the job.
+        row = latency[queue]
+        assert row["samples"] > 0, row
+        assert 0 < row["p50_us"] <= row["p99_us"] < measured_s * 1e6, row
     load = pq.read_table(out / "exchange_minute").to_pylist()
     assert any(r["cpu_pct"] is not None and r["mem_rss_mb"] > 1 for r in load)
     assert (out / "report.md").read_text().count("![") == 4

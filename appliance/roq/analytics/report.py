@@ -53,6 +53,9 @@ def _series(rows: Rows, label: Iterable[str], y: str) -> dict[str, tuple[list[An
     return out
 
 
+_NO_DATA = "no data in the KPI log for this chart (was `roq kpi-record` running?)"
+
+
 def line_chart(path: str, title: str, panels: list[tuple[str, dict[str, Any]]]) -> str:
     """One PNG with one panel per (y label, series)."""
     fig, axes = plt.subplots(len(panels), 1, figsize=(9, 3.2 * len(panels)), squeeze=False)
@@ -63,6 +66,9 @@ def line_chart(path: str, title: str, panels: list[tuple[str, dict[str, Any]]]) 
         ax.grid(alpha=0.3)
         if series:
             ax.legend(fontsize=8, loc="best")
+        else:  # say why the panel is blank rather than leave bare axes to puzzle over
+            ax.text(0.5, 0.5, _NO_DATA, ha="center", va="center", transform=ax.transAxes,
+                    color="0.4")  # fmt: skip
     axes[0, 0].set_title(title)
     axes[-1, 0].set_xlabel("minute (UTC)")
     fig.autofmt_xdate()

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from roq import limits
+from roq.analytics.kpi import histogram_fields
 from roq.client.feed import Feed
 from roq.client.locate import (
     PLACEMENT_OFFSET,
@@ -384,7 +385,9 @@ class Subscriber:
             "TotalReceived": self.received_messages,
             "Lost": self.sequencer.lost,
             "Duplicates": self.sequencer.duplicates,
-            "MeanLat": (sum(samples) / len(samples) / 1000) if samples else 0.0,
+            # The histogram lets the analytics job merge percentiles across subscribers and
+            # periods; a mean and a p99 per period cannot be merged.
+            **histogram_fields([max(0, int(sample)) for sample in samples]),
             "P99Lat": samples[int(len(samples) * 0.99)] / 1000 if samples else 0.0,
             "Time": time.time(),
         }
