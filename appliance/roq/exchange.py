@@ -362,8 +362,6 @@ class Exchange:
             stamped = bytearray(batch)  # the log stamps the offset in place: forward those bytes
             offset = self.log.append(stamped, header)
             self.back.send_multipart([header.key, stamped], copy=False)
-            if self.replicator is not None:
-                self.replicator.appended(offset, stamped)
         else:
             offset = self.accepted_bytes
             self.back.send_multipart([header.key, batch], copy=False)

@@ -1,9 +1,12 @@
 """Log replication between exchanges (the thesis §3.2.1): each exchange leads its own log and
 copies it to `replicationFactor - 1` replica exchanges that the queue's monitor assigns.
 
-Leader side (`Replicator`, in the leading exchange's main thread, which owns its sockets): every
-appended batch is sent, as the same stamped bytes, to each replica's port F+3 with the offset it
-must land at; replicas answer with their new end offset. Sends are pipelined up to
+Leader side (`Replicator`, in the leading exchange's main thread, which owns its sockets): once
+per turn of the exchange's loop, what was appended since the last send goes to each replica's
+port F+3 as one frame of whole batches (the same stamped bytes, read back from the memory log),
+with the offset it must land at; replicas answer with their new end offset. One frame per turn
+rather than per batch: a replication frame costs each side tens of µs, so small batches sent one
+by one doubled the exchanges' CPU (docs/benchmarks.md §3). Sends are pipelined up to
 `REPLICATION_WINDOW_BYTES` ahead of the replica's acknowledgement. A replica that is behind (new,
 restarted, or it missed batches) answers with where its copy ends, and the leader back-fills it
 from its own log. A replica silent for `REPLICA_TIMEOUT_S` is out of sync until it answers again.
@@ -40,7 +43,7 @@ REPLICA_LOGS_MAX = 256  # leaders one exchange keeps copies for
 _BACKFILL_BYTES = 1024 * 1024  # one back-fill read
 _END = struct.Struct("<Q")
 
-WRITE = b"W"  # [W][leader id][offset 8 LE][batch]  → [w][leader id][status][end 8 LE]
+WRITE = b"W"  # [W][leader id][offset 8 LE][whole batches]  → [w][leader id][status][end 8 LE]
 PROBE = b"Q"  # [Q][leader id]                         → [w][leader id][K][end 8 LE]
 WRITTEN = b"w"
 OK, BEHIND, FAILED = b"K", b"B", b"X"
@@ -115,7 +118,13 @@ class ReplicaStore:
         offset = _END.unpack(frames[2])[0]
         return [WRITTEN, frames[1], *self._write(copy, offset, frames[3])]
 
-    def _write(self, copy: Log, offset: int, batch: bytes) -> list[bytes]:
+    def _write(self, copy: Log, offset: int, batches: bytes) -> list[bytes]:
+        """Append a frame of whole batches at `offset`. Every batch is checked before any is
+        written, so a bad frame changes nothing (CorruptRecord: the leader is told FAILED)."""
+        view = memoryview(batches)
+        checked = list(batchfmt.iter_batches(view))
+        if not checked:
+            raise ProtocolError("replication write without a batch")
         if offset > copy.end_offset:
             return [BEHIND, _END.pack(copy.end_offset)]  # the leader back-fills from here
         if offset < copy.end_offset:
@@ -124,7 +133,9 @@ class ReplicaStore:
             log.warning("%s: leader rewrote from %d (copy ended at %d): cutting back",
                         copy.name, offset, copy.end_offset)  # fmt: skip
             copy.truncate_to(offset)
-        copy.append(bytearray(batch), expect_offset=offset)
+        for position, header in checked:
+            batch = bytearray(view[position : position + header.size])
+            copy.append(batch, header, expect_offset=offset + position)
         return [OK, _END.pack(copy.end_offset)]
 
     def tick(self, now: float) -> None:
@@ -182,31 +193,31 @@ class Replicator:
         return [link.sock for link in self.links.values()]
 
     # --- sending ----------------------------------------------------------------------------
-    def appended(self, offset: int, stamped: bytearray) -> None:
-        """A batch was just appended at `offset`: send it to every replica that is caught up."""
-        for link in self.links.values():
-            if link.sent_to == offset and self._room(link):
-                self._send(link, offset, stamped)
-
     def _room(self, link: ReplicaLink) -> bool:
         return link.sent_to - max(link.acked, 0) < REPLICATION_WINDOW_BYTES
 
-    def _send(self, link: ReplicaLink, offset: int, batch: bytes | bytearray | memoryview) -> None:
+    def _send(
+        self, link: ReplicaLink, offset: int, batches: bytes | bytearray | memoryview
+    ) -> bool:
         try:
-            link.sock.send_multipart([WRITE, self._id, _END.pack(offset), batch], NOBLOCK)
+            link.sock.send_multipart([WRITE, self._id, _END.pack(offset), batches], NOBLOCK)
         except WouldBlock:
-            return  # back-filled later from the log
-        link.sent_to = offset + len(batch)
+            return False  # sent again from the log on a later turn
+        link.sent_to = offset + len(batches)
         if not link.waiting_since:
             link.waiting_since = time.monotonic()
+        return True
 
     def backfill(self) -> None:
-        """Send what replicas are missing, from the log (bounded per call)."""
+        """Send each replica what it lacks, from the log: new batches and a laggard's back-fill
+        alike, `_BACKFILL_BYTES` per frame, up to the replication window per call."""
         for link in self.links.values():
-            if 0 <= link.sent_to < self.log.end_offset and self._room(link):
-                self._backfill(link)
+            while 0 <= link.sent_to < self.log.end_offset and self._room(link):
+                if not self._backfill(link):
+                    break
 
-    def _backfill(self, link: ReplicaLink) -> None:
+    def _backfill(self, link: ReplicaLink) -> bool:
+        """One frame of whole batches from `link.sent_to`; False when nothing more can go now."""
         try:
             result = self.log.read(link.sent_to, _BACKFILL_BYTES)
         except (InvalidOffset, LogError) as error:
@@ -214,15 +225,13 @@ class Replicator:
                       self.name, link.replica_id, link.sent_to, error)  # fmt: skip
             link.sent_to = -1  # ask it again where it stands
             link.sock.send_multipart([PROBE, self._id], NOBLOCK)
-            return
+            return False
         if result.status is ReadStatus.EVICTED:
             log.warning("%s: %s is behind retention; it restarts from %d",
                         self.name, link.replica_id, result.next_offset)  # fmt: skip
         if result.status is not ReadStatus.BATCHES:
-            return
-        view = memoryview(result.data)
-        for position, header in batchfmt.iter_batches(view):
-            self._send(link, result.offset + position, view[position : position + header.size])
+            return False
+        return self._send(link, result.offset, result.data)
 
     # --- answers ----------------------------------------------------------------------------
     def on_answer(self, sock: Any) -> None:
