@@ -19,7 +19,7 @@ from roq.errors import CoordinationError
 log = logging.getLogger(__name__)
 
 
-class RequestTimeout(KazooTimeoutError, KazooException):  # type: ignore[misc]
+class ZooKeeperTimeout(KazooTimeoutError, KazooException):  # type: ignore[misc]
     """ZooKeeper did not answer a request within limits.zk_request_timeout_s. A KazooException,
     so every caller that handles ZooKeeper failures handles this one too; not a ConnectionLoss,
     so kazoo's retry does not multiply the wait."""
@@ -31,7 +31,7 @@ class _BoundedResult(utils.AsyncResult):  # type: ignore[misc]
     SIGTERM after its ZooKeeper died. Every blocking wait here has the bound instead."""
 
     def __init__(self, handler: Any):
-        super().__init__(handler, threading.Condition, RequestTimeout)
+        super().__init__(handler, threading.Condition, ZooKeeperTimeout)
 
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
         if block and timeout is None:
