@@ -175,9 +175,14 @@ def test_a_host_restarted_after_kill_9_releases_its_old_claims(running: LocalClu
     assert len(_port_claims(running, "h1")) == 3
     running.kill(running.daemons[1])
     wait_for(lambda: not _status(running)["Hosts"], 15, "h1's session expired (4 s)")
-    running.start_host("h1")
+    restarted = running.start_host("h1")
     running.wait_ready()
+    # The host registers its name before it releases the old claims (until it owns the name they
+    # may belong to a live twin), so registration alone does not mean the release is done.
+    # h1.log is appended to, so the first run's line is there too.
+    wait_for(lambda: restarted.log_text().count("serving on") == 2, 15, "the restarted h1 serving")
     assert _port_claims(running, "h1") == {}
+    assert restarted.log_text().count("left by a previous run") == 3
 
 
 def _queue_names(cluster: LocalCluster) -> list[str]:
