@@ -3,7 +3,7 @@
 Ports (F = the front port the host allocated; 4 in all):
 
     F    ROUTER  publishers' DEALERs send batches, drains and confirmed batches here
-    F+1  PUB     subscribers' SUB sockets connect here; frames are [key][batch]
+    F+1  XPUB    subscribers' SUB sockets connect here; frames are [key][batch]
     F+2  REP     control socket (PING / SHUTDOWN from the host)
     F+3  ROUTER  reads of the message log (replay, catch-up, seek by time): `logserver.py`
 
@@ -21,8 +21,11 @@ refused with a reason rather than forwarded without being kept.
 
 The exchange reports its load to its monitor every `heartbeat.period` (the report is also the
 heartbeat) and publishes RoQ's KPI envelope (20/21/22) to the stat monitor every
-`monitor.stat.period`. On SHUTDOWN or SIGTERM it tells the monitor it is leaving, keeps serving
-while its publishers drain and move away (bounded), then exits.
+`monitor.stat.period`. It tells the monitor at once when its count of subscriptions changes (the
+XPUB socket hands every subscribe and unsubscribe up), so a new exchange takes publishers as soon
+as the queue's subscribers have joined it rather than after a fixed wait. On SHUTDOWN or SIGTERM
+it tells the monitor it is leaving, keeps serving while its publishers drain and move away
+(bounded), then exits.
 
 Everything runs in the main thread, which owns every socket.
 """
@@ -160,6 +163,9 @@ class Exchange:
         self.load = LoadMeter()
         self.kpi_load = LoadMeter()
         self.bad = BadFrameLog(spec.name)
+        self.subscriptions = 0  # (subscriber connection, key prefix) pairs on the XPUB socket
+        self._subscriptions_told = 0
+        self._next_subscriptions_notice = 0.0
         self.accepted_bytes = 0  # the offset the next batch would have in the log
         self.leaving_since: float | None = None
         self.started = time.time()  # tells the monitor a restarted exchange from its old self
@@ -202,7 +208,7 @@ class Exchange:
         bind(self.front, spec.address, spec.port + FRONT)
         self.back = open_socket(
             context,
-            Kind.PUB,
+            Kind.XPUB,
             sndhwm=self.settings.get_int("exchange.subscriber.hwm"),
             linger_ms=limits.data_linger_ms,
         )
@@ -223,7 +229,7 @@ class Exchange:
     # --- main loop -----------------------------------------------------------------------------
     def _poller(self) -> Poller:
         poller = Poller()
-        for sock in (self.front, self.control.sock, self.replay):
+        for sock in (self.front, self.back, self.control.sock, self.replay):
             poller.register(sock, POLLIN)
         for sock in self.replicator.sockets() if self.replicator else []:
             poller.register(sock, POLLIN)
@@ -246,6 +252,8 @@ class Exchange:
                 # CPU or a throttled disk must still heartbeat, or the monitor declares it dead.
                 self._pump(time.monotonic() + self.heartbeat_s / 4)
                 self._timers()
+            if self.back in events:
+                self._count_subscriptions()
             if self.control.sock in events:
                 self.control.handle()
             if self.replay in events:
@@ -260,14 +268,23 @@ class Exchange:
             self._timers()
 
     def _timers(self) -> None:
-        """The heartbeat report and the KPI stream, when due."""
+        """The heartbeat report, the KPI stream and a changed subscription count, when due."""
         now = time.monotonic()
+        if self.subscriptions != self._subscriptions_told:
+            self._tell_subscriptions(now)
         if now >= self._next_report:
             self._report(now - self._last_report)
             self._last_report, self._next_report = now, now + self.heartbeat_s
         if now >= self._next_kpi:
             self._publish_kpi(now - self._last_kpi)
             self._last_kpi, self._next_kpi = now, now + self.kpi_s
+
+    def _tell_subscriptions(self, now: float) -> None:
+        if now < self._next_subscriptions_notice:
+            return  # bounded: a crowd of subscribers joining costs one notice per interval
+        self._subscriptions_told = self.subscriptions
+        self._next_subscriptions_notice = now + limits.exchange_subscriptions_notice_ms / 1000
+        self._send_report(MonitorCommand.EXCHANGE_SUBSCRIPTIONS, {"Subs": self.subscriptions})
 
     def _where(self) -> tuple[str, str, str]:
         return self.spec.name, self.spec.front, self.spec.back
@@ -299,6 +316,19 @@ class Exchange:
                 return
             self._last_inbound = time.monotonic()
             self._handle(frames[0], [memoryview(frame) for frame in frames[1:]])
+
+    def _count_subscriptions(self) -> None:
+        """Subscribe (first byte 1) and unsubscribe (0) messages from the XPUB socket: ZeroMQ has
+        already applied them to its filter; they are read only to be counted."""
+        for _ in range(_BURST):
+            try:
+                message = self.back.recv(NOBLOCK)
+            except WouldBlock:
+                return
+            if message[:1] == b"\x01":
+                self.subscriptions += 1
+            elif message[:1] == b"\x00":
+                self.subscriptions = max(0, self.subscriptions - 1)
 
     def _handle(self, peer: bytes, frames: list[memoryview]) -> None:
         try:
@@ -394,6 +424,7 @@ class Exchange:
             TotalMsgs=self.load.total_msgs,
             TotalBytes=self.load.total_bytes,
             Copies=self._copies(),
+            Subs=self.subscriptions,
         )
         command = MonitorCommand.EXCHANGE_LEAVING if self.leaving_since else None
         self._send_report(command or MonitorCommand.EXCHANGE_REPORT, rates)
@@ -448,6 +479,7 @@ class Exchange:
             "Id": self.spec.exchange_id,
             "TotalMsgs": self.load.total_msgs + self.load.msgs,
             "Bad": self.bad.count,
+            "Subscriptions": self.subscriptions,
             "Leaving": self.leaving_since is not None,
             "LogStart": self.log.start_offset if self.log else None,
             "LogEnd": self.log.end_offset if self.log else None,

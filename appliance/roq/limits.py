@@ -83,6 +83,7 @@ subscriber_streams_max = 1_000_000  # (producer, key) streams tracked for order 
 # --- data plane: monitor ------------------------------------------------------------------
 monitor_publishers_max = 1_000_000  # publishers a monitor remembers placements for
 exchange_producers_reported_max = 32  # most active producers an exchange names per report
+exchange_subscriptions_notice_ms = 50  # a changed subscription count is told at most this often
 
 # --- message log ----------------------------------------------------------------------------
 log_scan_chunk_bytes = 1024 * 1024  # recovery and inspection read segments in chunks this big

@@ -39,7 +39,7 @@ class LogServer:
             except WouldBlock:
                 return
             peer, body = frames[0], frames[1:]
-            if body and body[0] in (replication.WRITE, replication.PROBE):
+            if body and body[0] in (replication.WRITE, replication.PROBE, replication.RESTART):
                 self.sock.send_multipart([peer, *self._replicate(body)])
             else:
                 self.sock.send_multipart([peer, *self._answer(body)])

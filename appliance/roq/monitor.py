@@ -38,6 +38,7 @@ from roq.placement import (
     Thresholds,
     assign_replicas,
     choose_exchange,
+    mark_joined,
     plan_relocation,
 )
 from roq.protocol import bsonmsg
@@ -171,6 +172,9 @@ class Monitor:
         if doc["CMD"] == MonitorCommand.EXCHANGE_PULSE:
             self._on_pulse(view, doc, now)
             return
+        if doc["CMD"] == MonitorCommand.EXCHANGE_SUBSCRIPTIONS:
+            self._on_subscriptions(view, doc)
+            return
         if view is not None and view.started != doc.get("Started", view.started):
             self._forget(view, now, "restarted")  # its memory (and what it held) is gone
             view = None
@@ -197,6 +201,21 @@ class Monitor:
         if float(doc.get("LoopAge", 0.0)) * 1000 < limits.exchange_loop_stall_max_ms:
             view.last_seen = now
 
+    def _on_subscriptions(self, view: ExchangeView | None, doc: dict[str, Any]) -> None:
+        """Subscribers joined or left an exchange: a new one may now take publishers."""
+        if view is None or view.started != doc.get("Started"):
+            return  # its first report registers it, and carries the count too
+        view.subscriptions = int(doc.get("Subs", 0))
+        self._mark_joined()
+
+    def _mark_joined(self) -> None:
+        waiting = [x.exchange_id for x in self.exchanges.values() if not x.joined]
+        mark_joined(list(self.exchanges.values()))
+        for view in self.exchanges.values():
+            if view.joined and view.exchange_id in waiting:
+                log.info("%s: subscribers have joined exchange %s (%d subscriptions)",
+                         self.name, view.exchange_id, view.subscriptions)  # fmt: skip
+
     def _register(self, doc: dict[str, Any], front: str, now: float) -> ExchangeView:
         view = ExchangeView(
             exchange_id=bsonmsg.field_str(doc, "Id"),
@@ -222,6 +241,8 @@ class Monitor:
         view.producers = int(doc.get("Producers", 0))
         view.cpu = float(doc.get("CPU", 0.0))
         view.rss = int(doc.get("RSS", 0))
+        view.subscriptions = int(doc.get("Subs", 0))
+        self._mark_joined()
         top = doc.get("Top", [])
         view.top = [(str(p["ID"]), float(p["Bytes"])) for p in top if isinstance(p, dict)]
         copies = doc.get("Copies", [])[:_COPIES_MAX]
@@ -409,6 +430,8 @@ class Monitor:
                     "CPU": x.cpu,
                     "RSS": x.rss,
                     "Leaving": x.leaving,
+                    "Subscriptions": x.subscriptions,
+                    "Placeable": x.is_placeable(now, self.limits.warmup_s),
                     "Replicas": list(x.replicas),
                     "Copies": [{"Id": k, "End": v} for k, v in sorted(x.copies.items())],
                     "Age": now - x.first_seen,

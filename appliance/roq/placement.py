@@ -24,7 +24,7 @@ class Thresholds:
     producers_max: int = 3  # top-k producers moved per decision (RoQ moved 1)
     hysteresis: int = 2  # consecutive overloaded reports before acting
     cooldown_s: float = 5.0  # no second decision for the same exchange within this
-    warmup_s: float = 1.0  # a new exchange takes publishers after this long
+    warmup_s: float = 1.0  # a new exchange takes publishers after this long at the latest
 
 
 @dataclass
@@ -45,6 +45,8 @@ class ExchangeView:
     producers: int = 0
     top: list[tuple[str, float]] = field(default_factory=list)  # (producer id hex, bytes/s)
     leaving: bool = False
+    subscriptions: int = 0  # (subscriber, key prefix) pairs the exchange last reported
+    joined: bool = False  # the queue's subscribers have joined it (see `mark_joined`)
     overloaded_reports: int = 0
     cooldown_until: float = 0.0
     cpu: float = 0.0
@@ -58,7 +60,24 @@ class ExchangeView:
         return max(self.producers, len(self.placed_at))
 
     def is_placeable(self, now: float, warmup_s: float) -> bool:
-        return not self.leaving and now - self.first_seen >= warmup_s
+        """Takes publishers: once the subscribers have joined it, or after the warm-up at the
+        latest (a subscriber that cannot reach it must not keep it idle for ever)."""
+        return not self.leaving and (self.joined or now - self.first_seen >= warmup_s)
+
+
+def mark_joined(exchanges: list[ExchangeView]) -> None:
+    """An exchange has been joined by the queue's subscribers once it holds as many
+    subscriptions as any exchange the monitor knew before it: a subscriber subscribes to the
+    same key prefixes on every exchange of the queue. Once joined, always joined."""
+    for view in exchanges:
+        if view.joined or view.leaving:
+            continue
+        older = [
+            x.subscriptions
+            for x in exchanges
+            if x is not view and not x.leaving and x.first_seen <= view.first_seen
+        ]
+        view.joined = view.subscriptions >= max(older, default=0)
 
 
 @dataclass(frozen=True)

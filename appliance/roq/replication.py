@@ -45,6 +45,7 @@ _END = struct.Struct("<Q")
 
 WRITE = b"W"  # [W][leader id][offset 8 LE][whole batches]  → [w][leader id][status][end 8 LE]
 PROBE = b"Q"  # [Q][leader id]                         → [w][leader id][K][end 8 LE]
+RESTART = b"R"  # [R][leader id][offset 8 LE]          → [w][leader id][K][end 8 LE]
 WRITTEN = b"w"
 OK, BEHIND, FAILED = b"K", b"B", b"X"
 
@@ -112,6 +113,11 @@ class ReplicaStore:
             raise ProtocolError("replication frame without a valid leader id")
         copy = self._log(leader_id)
         if kind == PROBE and len(frames) == 2:
+            return [WRITTEN, frames[1], OK, _END.pack(copy.end_offset)]
+        if kind == RESTART and len(frames) == 3 and len(frames[2]) == _END.size:
+            offset = _END.unpack(frames[2])[0]
+            if offset > copy.end_offset:  # a repeated RESTART is answered, not applied twice
+                copy.restart_at(offset)
             return [WRITTEN, frames[1], OK, _END.pack(copy.end_offset)]
         if kind != WRITE or len(frames) != 4 or len(frames[2]) != _END.size:
             raise ProtocolError(f"malformed replication frame of kind {bytes(kind)[:4]!r}")
@@ -227,11 +233,24 @@ class Replicator:
             link.sock.send_multipart([PROBE, self._id], NOBLOCK)
             return False
         if result.status is ReadStatus.EVICTED:
-            log.warning("%s: %s is behind retention; it restarts from %d",
-                        self.name, link.replica_id, result.next_offset)  # fmt: skip
+            return self._restart(link, result.next_offset)
         if result.status is not ReadStatus.BATCHES:
             return False
         return self._send(link, result.offset, result.data)
+
+    def _restart(self, link: ReplicaLink, start: int) -> bool:
+        """The replica's copy ends below what retention left of this log: it cannot be filled
+        in, so the replica empties its copy and goes on at this log's start."""
+        try:
+            link.sock.send_multipart([RESTART, self._id, _END.pack(start)], NOBLOCK)
+        except WouldBlock:
+            return False
+        log.warning("%s: %s is behind retention (its copy ends at %d); it restarts at %d",
+                    self.name, link.replica_id, link.sent_to, start)  # fmt: skip
+        link.sent_to = start
+        if not link.waiting_since:
+            link.waiting_since = time.monotonic()
+        return True
 
     # --- answers ----------------------------------------------------------------------------
     def on_answer(self, sock: Any) -> None:

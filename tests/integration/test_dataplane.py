@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from roq import limits
+from roq.client.live import monitor_status
 from roq.client.locate import PLACEMENT_OFFSET, locate_monitor
 from roq.client.publisher import BufferFull, Publisher, PublishTimeout
 from roq.client.subscriber import Subscriber, records
@@ -127,6 +128,46 @@ def test_an_exchange_added_later_delivers_to_connected_subscribers(
     second.close()
     wait_for(lambda: collector.count >= 1000, 10, "both publishers delivered")
     collector.finish()
+    _assert_exact(collector, {(first.producer_id, b"k"): 500, (second.producer_id, b"k"): 500})
+
+
+def test_a_new_exchange_takes_publishers_once_the_subscribers_joined_it(cluster: LocalCluster):
+    cluster.start_gcm()
+    cluster.start_host("h1", **{"exchange.max.perhost": 4, "exchange.warmup": 60_000})
+    cluster.wait_ready()
+    with cluster.admin() as admin:
+        admin.create_queue("q1")
+    [old] = _exchanges(cluster, "q1")
+    context = new_context()
+    stray = open_socket(context, Kind.SUB, subscribe=b"")  # joined the old exchange only
+    connect(stray, old["Back"])
+    collector = Collector(cluster, "q1")
+    collector.start()
+    first = Publisher("q1", gcm=cluster.gcm)
+    added = _add_exchange(cluster, "q1", "tx-joined")
+
+    with cluster.admin() as admin:
+        monitor = next(q for q in admin.status()["Queues"] if q["Name"] == "q1")["Monitor_host"]
+
+    def new_one() -> dict[str, Any]:  # as the monitor sees it
+        live = monitor_status(monitor) or {"Exchanges": []}
+        return next(x for x in live["Exchanges"] if x["Id"] == added["Id"])
+
+    wait_for(lambda: new_one()["Subscriptions"] == 1, 10, "the collector joined the new exchange")
+    time.sleep(1.0)  # reports come every 0.5 s: time enough for a wrong "placeable"
+    assert not new_one()["Placeable"], "one subscriber of the queue has not joined it"
+    stray.close(0)  # the one that had not joined leaves: now every subscriber has joined
+    wait_for(lambda: new_one()["Placeable"], 5, "placeable long before the 60 s warm-up")
+    second = Publisher("q1", gcm=cluster.gcm)
+    assert second.exchange == added["Front"], "the new publisher should go to the idle exchange"
+    for n in range(500):
+        first.send(b"%d" % n, b"k")
+        second.send(b"%d" % n, b"k")
+    first.close()
+    second.close()
+    wait_for(lambda: collector.count >= 1000, 10, "both publishers delivered")
+    collector.finish()
+    context.term()
     _assert_exact(collector, {(first.producer_id, b"k"): 500, (second.producer_id, b"k"): 500})
 
 

@@ -380,3 +380,48 @@ def test_a_feed_whose_exchange_stops_answering_is_noticed_and_recovers(cluster: 
         wait_for(lambda: list(subscriber.messages(timeout_s=0.1)) == [] and not feed.silent,
                  10, "the feed hearing from its exchange again")  # fmt: skip
     assert noticed_s < 2 + 5 + 1  # idle probe period + answer timeout (+ polling slack)
+
+
+def _log_bytes(directory: Path) -> tuple[int, bytes]:
+    """(start offset, bytes) of a log directory's segments (contiguous ones)."""
+    segments = sorted(directory.glob("*.log"))
+    return int(segments[0].stem), b"".join(path.read_bytes() for path in segments)
+
+
+def test_a_replica_behind_the_leaders_retention_starts_its_copy_again(cluster: LocalCluster):
+    # 256 KiB segments, 1 MiB kept; the monitor would wait 20 s before declaring a silent
+    # exchange dead, so the stopped replica stays assigned.
+    first = _start(cluster, **{
+        "exchange.max.perhost": 4, "replicationFactor": 2, "maxFileSize": 256 * 1024,
+        "log.retention.bytes": 1024 * 1024, "monitor.dead.heartbeats": 100,
+    })  # fmt: skip
+    with cluster.admin() as admin:
+        second = admin.create_exchange("q1", "tx-replica")["Exchange"]
+    publisher = Publisher("q1", gcm=cluster.gcm, acks="leader", linger_ms=1)
+    leader, replica = (first, second) if publisher.exchange == first["Front"] else (second, first)
+    root = cluster.tmp / "h1" / "log"
+    copy = root / "_replicas" / "q1" / f"{leader['Id']}@{replica['Id']}"
+    wait_for(copy.exists, 15, "the monitor assigned replicas")
+    payload = b"x" * 1024
+    for _ in range(200):
+        publisher.send(payload)
+    publisher.flush()
+    wait_for(lambda: _fully_replicated(leader), 15, "the first batches on the replica")
+    [pid] = processes_with(replica["Id"])
+    os.kill(pid, signal.SIGSTOP)
+    try:  # 12 MiB: past the 8 MiB replication window, and what is past it is evicted
+        for _ in range(12 * 1024):
+            publisher.send(payload)
+        publisher.flush()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    publisher.close()
+    wait_for(lambda: _fully_replicated(leader), 30, "the replica in sync again")
+    assert "is behind retention" in cluster.logs()
+    leader_start, leader_bytes = _log_bytes(root / "q1" / leader["Id"])
+    copy_start, copy_bytes = _log_bytes(copy)
+    assert leader_start > 8 * 1024 * 1024, "retention evicted what the replica lacked"
+    assert copy_start >= leader_start - 1024 * 1024  # started again, not filled in
+    assert leader_start + len(leader_bytes) == copy_start + len(copy_bytes)  # same end
+    overlap = max(leader_start, copy_start)
+    assert leader_bytes[overlap - leader_start :] == copy_bytes[overlap - copy_start :]

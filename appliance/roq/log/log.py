@@ -334,6 +334,28 @@ class Log:
         self._generation += 1
         log.warning("log %s: truncated to offset %d", self.name, offset)
 
+    def restart_at(self, offset: int) -> None:
+        """Empty the log and go on at `offset`, past its end: a replica's copy that fell behind
+        its leader's retention starts again where the leader's log now starts (everything it
+        held is older than that). The new segment is made durable before the old ones go, so a
+        crash in between leaves a gap that opening reports, never a lost new segment."""
+        if offset <= self.end_offset:
+            raise InvalidOffset(
+                f"log {self.name}: cannot restart at {offset}: the log already ends at "
+                f"{self.end_offset}"
+            )
+        segment = Segment.create(self.directory, offset)
+        self._sync_directory()
+        for old in self._segments:
+            old.delete()
+        self._segments, self._bases, self._open_readers = [], [], []
+        self._add(segment)
+        self.memory.clear()
+        self.gaps = []
+        self.durable_offset = offset
+        self._generation += 1  # a sync asked for before is stale
+        log.warning("log %s: emptied; it goes on at offset %d", self.name, offset)
+
     def _roll(self) -> Segment:
         """Close the active segment (made durable first unless the OS manages flushing) and
         start the next one, named by the offset where the old one ends."""

@@ -119,6 +119,7 @@ class MonitorCommand(enum.IntEnum):
     EXCHANGE_REPORT = 5  # heartbeat carrying the exchange's per-second load
     EXCHANGE_LEAVING = 6  # an exchange shutting down cleanly: forget it now
     EXCHANGE_PULSE = 7  # liveness from the exchange's pulse thread, with its loop's age
+    EXCHANGE_SUBSCRIPTIONS = 8  # the exchange's subscription count changed (`Subs`)
 
 
 @enum.unique

@@ -61,6 +61,10 @@ def open_socket(
     sock.setsockopt(zmq.MAXMSGSIZE, max_msg_bytes)
     if kind is Kind.SUB:
         sock.setsockopt(zmq.SUBSCRIBE, b"" if subscribe is None else subscribe)
+    if kind is Kind.XPUB:
+        # Every subscribe and unsubscribe (a closed connection's too) reaches the owner, not
+        # only a topic's first and last: the owner can count its subscriptions.
+        sock.setsockopt(zmq.XPUB_VERBOSER, 1)
     return sock
 
 
