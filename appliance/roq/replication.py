@@ -23,6 +23,7 @@ cut back to the leader's offset, so leader and copies never diverge.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import struct
 import time
@@ -64,6 +65,10 @@ class ReplicaStore:
     """The copies this exchange keeps of other exchanges' logs. Main thread only."""
 
     def __init__(self, root: str | Path, queue: str, own_id: str, settings: LogSettings):
+        # No memory log for copies: a copy is read only once its leader is dead, and then the
+        # page cache serves it. A memory tail each (64 MiB by default) made R=2 exchanges
+        # grow past 200 MB resident (docs/benchmarks.md §4).
+        settings = dataclasses.replace(settings, memory_bytes=0)
         self.root, self.queue, self.own_id, self.settings = root, queue, own_id, settings
         self.logs: dict[str, Log] = {}
         self._open_existing()
