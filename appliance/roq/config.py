@@ -390,8 +390,9 @@ HCM_KEYS: tuple[Key, ...] = (
         "exchange.warmup",
         int,
         1000,
-        "A new exchange takes publishers only after this many ms, so that subscribers "
-        "already connected to the queue have joined it (unless it is the only exchange).",
+        "A new exchange takes publishers once the subscribers already connected to the queue "
+        "have joined it (counted by its subscriptions), or after this many ms at the latest "
+        "(a subscriber that never joins). The only exchange of a queue takes publishers at once.",
         (0, 600_000),
         section="Monitor",
     ),
@@ -564,8 +565,9 @@ HCM_KEYS: tuple[Key, ...] = (
         "log.memory.bytes",
         int,
         64 * 1024 * 1024,
-        "Size of the memory log: the most recent batches of each log kept in memory to serve "
-        "replays of the tail without disk reads (0 = off).",
+        "Size of the memory log: the most recent batches of each exchange's own log kept in "
+        "memory to serve replays of the tail without disk reads (0 = off). Copies of other "
+        "exchanges' logs have none: they are read only once their leader is dead.",
         (0, 2**40),
         section="Message log",
     ),
