@@ -34,6 +34,7 @@ from typing import Any
 from roq.errors import InvalidOffset, LogError, ProtocolError
 from roq.log import Log, LogSettings, ReadStatus
 from roq.log import format as batchfmt
+from roq.protocol.names import check_exchange_id
 from roq.transport import NOBLOCK, Kind, WouldBlock, connect, open_socket
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,8 @@ _END = struct.Struct("<Q")
 
 WRITE = b"W"  # [W][leader id][offset 8 LE][whole batches]  → [w][leader id][status][end 8 LE]
 PROBE = b"Q"  # [Q][leader id]                         → [w][leader id][K][end 8 LE]
-RESTART = b"R"  # [R][leader id][offset 8 LE]          → [w][leader id][K][end 8 LE]
+RESTART = b"S"  # [S][leader id][offset 8 LE]          → [w][leader id][K][end 8 LE]
+# (the log server tells these from log reads by the first frame: R, T and P are taken)
 WRITTEN = b"w"
 OK, BEHIND, FAILED = b"K", b"B", b"X"
 
@@ -94,6 +96,7 @@ class ReplicaStore:
 
     def copy(self, leader_id: str) -> Log:
         """The copy of `leader_id`'s log, for reads; InvalidOffset if this exchange has none."""
+        check_exchange_id(leader_id)
         if leader_id not in self.logs:
             directory = replica_directory(self.root, self.queue, leader_id, self.own_id)
             if not directory.exists():
@@ -114,8 +117,7 @@ class ReplicaStore:
         """Answer one WRITE or PROBE (frames without the ROUTER identity)."""
         kind = frames[0]
         leader_id = bytes(frames[1]).decode(errors="replace") if len(frames) > 1 else ""
-        if not leader_id or len(leader_id) > 200:
-            raise ProtocolError("replication frame without a valid leader id")
+        check_exchange_id(leader_id)
         copy = self._log(leader_id)
         if kind == PROBE and len(frames) == 2:
             return [WRITTEN, frames[1], OK, _END.pack(copy.end_offset)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import os
 import signal
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -16,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from roq import limits
+from roq import limits, replication
 from roq.client.live import monitor_status
 from roq.client.locate import PLACEMENT_OFFSET, locate_monitor
 from roq.client.publisher import BufferFull, Publisher, PublishTimeout
 from roq.client.subscriber import Subscriber, records
 from roq.log import format as batchfmt
-from roq.protocol import bsonmsg
+from roq.protocol import bsonmsg, dataplane
 from roq.protocol.commands import MonitorCommand
 from roq.testing.cluster import LocalCluster, processes_with, wait_for
 from roq.transport import Kind, connect, new_context, open_socket
@@ -364,6 +365,37 @@ def test_bad_frames_are_counted_and_dropped_and_the_exchange_keeps_serving(
     log_text = cluster.logs()
     assert log_text.count("dropped a bad frame") >= len(bad_frames), log_text
     assert "exceeds the" in log_text and "unknown format version 9" in log_text
+
+
+def test_bad_requests_on_the_log_port_are_refused_and_the_exchange_keeps_serving(
+    cluster: LocalCluster, queue: str
+):
+    [exchange] = _exchanges(cluster, queue)
+    host, _, port = exchange["Front"].rpartition(":")
+    context = new_context()
+    raw = open_socket(context, Kind.DEALER, rcvtimeo_ms=5000)
+    connect(raw, f"{host}:{int(port) + 3}")  # F+3: log reads and replication
+    read_from_0 = dataplane.read_request(0, 4096)
+    offset = struct.pack("<Q", 0)
+    bad_requests = [
+        [*read_from_0, b"a\0b"],  # a log read of a leader id with a NUL byte
+        [*read_from_0, b"../../escape"],  # ... and one that would leave the log directory
+        [replication.WRITE, b"../escape", offset, b"x"],
+        [replication.RESTART, b"x@y", offset],
+        [replication.RESTART, b"leader"],  # a frame short
+        [replication.PROBE, b""],
+    ]
+    for frames in bad_requests:
+        raw.send_multipart(frames)
+        reply = raw.recv_multipart()
+        assert reply[0] in (b"r", replication.WRITTEN), reply
+        assert reply[1] == dataplane.READ_ERROR or reply[2] == replication.FAILED, reply
+    raw.send_multipart(dataplane.read_request(0, 4096))  # still serving
+    assert raw.recv_multipart()[0] == b"r"
+    raw.close(0)
+    context.term()
+    assert not list(cluster.tmp.rglob("escape*")), "a directory outside the log tree"
+    assert processes_with(exchange["Id"]), "the exchange keeps serving"
 
 
 @pytest.mark.parametrize("on_full", ["raise", "block"])

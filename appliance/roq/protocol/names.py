@@ -22,3 +22,16 @@ def check_queue_name(name: str) -> str:
             "and must start with a letter or digit"
         )
     return name
+
+
+EXCHANGE_ID_CHARS_MAX = 200
+
+
+def check_exchange_id(exchange_id: str) -> str:
+    """An exchange id names directories (its log, and `<leader>@<replica>` for copies), and
+    peers send it in frames: it must be a plain file name."""
+    if not 0 < len(exchange_id) <= EXCHANGE_ID_CHARS_MAX:
+        raise DecodeError(f"exchange id must have 1 to {EXCHANGE_ID_CHARS_MAX} characters")
+    if exchange_id in (".", "..") or any(c in exchange_id for c in "/@\0\\"):
+        raise DecodeError(f"exchange id {exchange_id!r} is not a plain file name")
+    return exchange_id
