@@ -49,6 +49,20 @@ def errors_to_exit() -> Iterator[None]:
         raise fail(str(error), 2) from None
 
 
+@contextmanager
+def serving(what: str) -> Iterator[None]:
+    """Around a daemon's main loop: an error that is not a roq error is a bug. Log it with its
+    traceback (a one-line message hides where it came from) and exit 70 (EX_SOFTWARE), which
+    systemd's Restart=on-failure restarts."""
+    try:
+        yield
+    except (RoqError, KeyboardInterrupt, typer.Exit):
+        raise
+    except Exception as error:
+        logging.getLogger("roq").exception("%s stopped by an unexpected error", what)
+        raise fail(f"{what}: unexpected {type(error).__name__}: {error}", 70) from None
+
+
 def stop_event() -> threading.Event:
     """An event set by SIGTERM or SIGINT (Ctrl-C): daemons drain and exit 0."""
     event = threading.Event()

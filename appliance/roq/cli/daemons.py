@@ -8,7 +8,14 @@ import typer
 
 from roq import config, notify
 from roq.cli.app import app
-from roq.cli.common import CONFIG_OPTION, DEFINE_OPTION, errors_to_exit, setup_logging, stop_event
+from roq.cli.common import (
+    CONFIG_OPTION,
+    DEFINE_OPTION,
+    errors_to_exit,
+    serving,
+    setup_logging,
+    stop_event,
+)
 
 
 @app.command(rich_help_panel="Daemons")
@@ -29,7 +36,8 @@ def gcm(
         try:
             manager.bind()
             stop = stop_event()
-            manager.run(stop, on_ready=lambda: notify.ready(f"gcm {manager.id} serving"))
+            with serving(f"gcm {manager.id}"):
+                manager.run(stop, on_ready=lambda: notify.ready(f"gcm {manager.id} serving"))
             notify.stopping()
         finally:
             manager.close()
@@ -51,7 +59,8 @@ def host(
         try:
             manager.bind()
             stop = stop_event()
-            manager.run(stop, on_ready=lambda: notify.ready(f"host {manager.name} serving"))
+            with serving(f"host {manager.name}"):
+                manager.run(stop, on_ready=lambda: notify.ready(f"host {manager.name} serving"))
             notify.stopping()
         finally:
             manager.close()

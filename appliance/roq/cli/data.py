@@ -17,6 +17,7 @@ from roq.cli.common import (
     GCM_OPTION,
     ZK_OPTION,
     errors_to_exit,
+    serving,
     setup_logging,
     stop_event,
 )
@@ -44,7 +45,8 @@ def monitor(
         context = new_context()
         server = Monitor(context, queue, bind, port, stat_port, settings)
         try:
-            server.run(stop_event())
+            with serving(f"monitor {queue}"):
+                server.run(stop_event())
         finally:
             server.close()
             context.term()
@@ -72,7 +74,8 @@ def exchange(
         context = new_context()
         server = Exchange(context, spec, settings)
         try:
-            server.run(stop_event())
+            with serving(spec.name):
+                server.run(stop_event())
         finally:
             server.close()
             context.term()
