@@ -188,6 +188,10 @@ class Exchange:
         self.log_server: LogServer | None = None
         self.replicator: Replicator | None = None
         self.committed_acks: collections.deque[tuple[bytes, bytes, int]] = collections.deque()
+        # acks=leader confirmations and drain answers, sent at the end of the loop turn (in
+        # order): sent one by one between receives they cost publishers 20-40 % of their p50
+        # latency at 5,000 msg/s (docs/benchmarks.md, Findings)
+        self.replies: list[list[bytes]] = []
         if self.log is not None:
             copies = ReplicaStore(
                 settings.get_str("directory"), spec.queue, spec.exchange_id,
@@ -265,7 +269,13 @@ class Exchange:
                 self._replicate(events)
                 if set(self.replicator.sockets()) != self._replica_sockets:
                     poller = self._poller()  # the monitor changed the replica set
+            self._send_replies()
             self._timers()
+
+    def _send_replies(self) -> None:
+        for frames in self.replies:
+            self.front.send_multipart(frames)
+        self.replies.clear()
 
     def _timers(self) -> None:
         """The heartbeat report, the KPI stream and a changed subscription count, when due."""
@@ -337,7 +347,7 @@ class Exchange:
             self.bad.refused(f"{error} (from publisher connection {peer.hex()})")
             return
         if message.batch is None:
-            self.front.send_multipart([peer, *dataplane.drained(message.token)])
+            self.replies.append([peer, *dataplane.drained(message.token)])
             return
         try:
             offset = self._accept(message.batch)
@@ -358,7 +368,7 @@ class Exchange:
             end = offset + len(message.batch)
             self.committed_acks.append((peer, message.token, end))  # confirmed once replicated
         elif message.token:
-            self.front.send_multipart([peer, *dataplane.ack(message.token, offset)])
+            self.replies.append([peer, *dataplane.ack(message.token, offset)])
 
     def _replicate(self, events: dict[Any, int]) -> None:
         """Read replicas' answers, back-fill laggards, confirm acks=all batches now committed."""
