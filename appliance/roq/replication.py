@@ -170,9 +170,12 @@ class ReplicaLink:
     sent_to: int = -1  # the offset the next batch sent to it starts at
     waiting_since: float = 0.0  # when data became outstanding without an answer
     last_answer: float = field(default_factory=time.monotonic)
+    # After a restart (its copy fell behind retention) the copy lacks what lies between its old
+    # end and the restart: it is out of sync until it holds the log up to here.
+    resync_at: int = 0
 
     def in_sync(self, now: float) -> bool:
-        return self.acked >= 0 and not (
+        return self.acked >= max(self.resync_at, 0) and not (
             self.waiting_since and now - self.waiting_since > REPLICA_TIMEOUT_S
         )
 
@@ -252,9 +255,11 @@ class Replicator:
             link.sock.send_multipart([RESTART, self._id, _END.pack(start)], NOBLOCK)
         except WouldBlock:
             return False
-        log.warning("%s: %s is behind retention (its copy ends at %d); it restarts at %d",
-                    self.name, link.replica_id, link.sent_to, start)  # fmt: skip
+        log.warning("%s: %s is behind retention (sent up to %d); it restarts at %d and is out "
+                    "of sync until it holds the log up to %d", self.name, link.replica_id,
+                    link.sent_to, start, self.log.end_offset)  # fmt: skip
         link.sent_to = start
+        link.resync_at = self.log.end_offset
         if not link.waiting_since:
             link.waiting_since = time.monotonic()
         return True

@@ -1,17 +1,20 @@
-"""The replica side of replication (`ReplicaStore`), without sockets: a write frame carries
-several whole batches, and a frame with one bad batch changes nothing."""
+"""Replication's two sides: the replica's `ReplicaStore` without sockets (a write frame carries
+several whole batches, and a frame with one bad batch changes nothing), and a leader's
+`Replicator` against it over real inproc sockets (a copy that fell behind retention)."""
 
 from __future__ import annotations
 
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 from logutil import batch, seqs
 
 from roq.errors import CorruptRecord, InvalidOffset
-from roq.log import LogSettings, ReadStatus, segment_name
-from roq.replication import OK, RESTART, WRITE, WRITTEN, ReplicaStore
+from roq.log import Log, LogSettings, ReadStatus, Retention, segment_name
+from roq.replication import OK, RESTART, WRITE, WRITTEN, ReplicaStore, Replicator
+from roq.transport import POLLIN, Kind, new_context
 
 LEADER = b"127.0.0.1-6000-aaaaaa"
 
@@ -73,3 +76,70 @@ def test_restart_at_or_below_the_end_is_refused_by_the_log(tmp_path: Path) -> No
     with pytest.raises(InvalidOffset):
         copy.restart_at(copy.end_offset)
     store.close()
+
+
+def _serve(router: Any, store: ReplicaStore, most: int = 1000) -> int:
+    """Answer what reached the replica's socket, as its log server does; how many."""
+    answered = 0
+    while answered < most and router.poll(20, POLLIN):
+        peer, *body = router.recv_multipart()
+        router.send_multipart([peer, *store.handle(body)])
+        answered += 1
+    return answered
+
+
+def _turn(replicator: Replicator) -> None:
+    """The leader's replication step of one loop turn."""
+    for sock in replicator.sockets():
+        if sock.poll(20, POLLIN):
+            replicator.on_answer(sock)
+    replicator.backfill()
+
+
+def test_a_copy_behind_retention_restarts_and_is_out_of_sync_until_it_caught_up(
+    tmp_path: Path,
+) -> None:
+    """Real sockets (inproc): the leader's Replicator against a ReplicaStore. The leader's
+    retention (8 KiB of 4 KiB segments) outruns a replica that is not served for a while."""
+    context = new_context()
+    router = context.socket(Kind.ROUTER)
+    router.bind("inproc://replica")
+    leader = Log(tmp_path / "leader", 4096, retention=Retention(bytes=8192), memory_bytes=0)
+    store = ReplicaStore(tmp_path / "copies", "q", "r1", LogSettings(memory_bytes=0))
+    replicator = Replicator(context, "l1", leader, "leader l1")
+    replicator.assign([("r1", "inproc://replica")])
+    try:
+        for seq in range(0, 30, 3):
+            leader.append(batch(seq))
+        for _ in range(50):
+            _serve(router, store)
+            _turn(replicator)
+            if replicator.status()[0]["InSync"] and replicator.committed() == leader.end_offset:
+                break
+        assert replicator.committed() == leader.end_offset > 0
+        held_before = leader.end_offset
+        for seq in range(30, 630, 3):  # one burst, no replication step: retention outruns it
+            leader.append(batch(seq))
+        assert leader.start_offset > held_before
+        _turn(replicator)  # reads an evicted offset: sends the restart, then the log after it
+        assert _serve(router, store, most=1) == 1  # the restart only
+        _turn(replicator)  # its answer: the copy now starts (and ends) at the leader's start
+        [link] = replicator.status()
+        assert link["Acked"] == leader.start_offset < leader.end_offset
+        assert not link["InSync"], "a copy with a hole must not count as in sync"
+        for _ in range(50):
+            _serve(router, store)
+            _turn(replicator)
+            if replicator.status()[0]["InSync"]:
+                break
+        copy = store.logs["l1"]
+        assert replicator.status()[0]["InSync"] and copy.end_offset == leader.end_offset
+        assert copy.start_offset > held_before  # started again: nothing below is claimed
+        tail = copy.read(copy.start_offset, 1 << 20)
+        assert bytes(tail.data) == bytes(leader.read(copy.start_offset, 1 << 20).data)
+    finally:
+        replicator.close()
+        router.close(0)
+        store.close()
+        leader.close()
+        context.term()
