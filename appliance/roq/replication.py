@@ -9,7 +9,9 @@ rather than per batch: a replication frame costs each side tens of µs, so small
 by one doubled the exchanges' CPU (docs/benchmarks.md §3). Sends are pipelined up to
 `REPLICATION_WINDOW_BYTES` ahead of the replica's acknowledgement. A replica that is behind (new,
 restarted, or it missed batches) answers with where its copy ends, and the leader back-fills it
-from its own log. A replica silent for `REPLICA_TIMEOUT_S` is out of sync until it answers again.
+from its own log; if retention already deleted that part, the leader tells the replica to
+restart its copy at the log's start (RESTART), and the replica is out of sync until it has
+caught up. A replica silent for `REPLICA_TIMEOUT_S` is out of sync until it answers again.
 The committed offset is the lowest end offset among in-sync replicas (and the leader's own end):
 `acks=all` confirms a batch once it is below it. With no in-sync replica, committed is the
 leader's end — `acks=all` then means the leader alone, and `Replicator.under_replicated` says so.
@@ -114,7 +116,7 @@ class ReplicaStore:
         return copy
 
     def handle(self, frames: list[bytes]) -> list[bytes]:
-        """Answer one WRITE or PROBE (frames without the ROUTER identity)."""
+        """Answer one WRITE, PROBE or RESTART (frames without the ROUTER identity)."""
         kind = frames[0]
         leader_id = bytes(frames[1]).decode(errors="replace") if len(frames) > 1 else ""
         check_exchange_id(leader_id)
