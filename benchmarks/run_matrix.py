@@ -26,16 +26,22 @@ ROQ = str(Path(PYTHON).with_name("roq"))
 RUN_TIMEOUT_S = 180
 
 
+# Framings: "batched" = linger 2 ms (the default); "unbatched" = linger 0, a send() per message,
+# the publisher coalescing what arrives while it is busy; "frame" = batch_bytes 1, a frame per
+# message whatever the load. The proxy has two: 100 messages per frame, or 1.
+FRAMINGS = ("batched", "unbatched", "frame")
+
+
 def throughput_cases() -> list[dict[str, Any]]:
     return [
-        {"kind": "throughput", "payload": p, "batched": b}
-        for p in (100, 1024)
-        for b in (True, False)
+        {"kind": "throughput", "payload": p, "framing": f} for p in (100, 1024) for f in FRAMINGS
     ]
 
 
 def latency_cases() -> list[dict[str, Any]]:
-    return [{"kind": "latency", "payload": p, "batched": False} for p in (100, 1024)]
+    return [
+        {"kind": "latency", "payload": p, "framing": f} for p in (100, 1024) for f in FRAMINGS[1:]
+    ]
 
 
 def command(system: str, case: dict[str, Any], args: argparse.Namespace) -> list[str]:
@@ -49,7 +55,7 @@ def command(system: str, case: dict[str, Any], args: argparse.Namespace) -> list
             "--payload",
             payload,
             "--batch",
-            "100" if case["batched"] else "1",
+            "100" if case["framing"] == "batched" else "1",
             "--seconds",
             seconds,
             "--rate",
@@ -68,8 +74,10 @@ def command(system: str, case: dict[str, Any], args: argparse.Namespace) -> list
         "--payload",
         payload,
         "--linger-ms",
-        "2" if case["batched"] else "0",
+        "2" if case["framing"] == "batched" else "0",
     ]
+    if case["framing"] == "frame":
+        cmd += ["--batch-bytes", "1"]
     if case["kind"] == "latency":
         cmd += ["--rate", "5000"]
     if system == "roq-log-acks":
@@ -107,6 +115,8 @@ def run(args: argparse.Namespace) -> None:
     if "latency" in args.kinds:
         systems = ("proxy", "roq-nolog", "roq-log", "roq-log-acks")
         cases += [(s, c) for c in latency_cases() for s in systems]
+    # the proxy has one frame-per-message mode: "unbatched" measures it
+    cases = [(s, c) for s, c in cases if not (s == "proxy" and c["framing"] == "frame")]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     for round_ in range(args.repeat):
@@ -131,7 +141,7 @@ def summarize(path: str) -> None:
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for line in Path(path).read_text().splitlines():
         rec = json.loads(line)
-        key = (rec["kind"], rec["payload"], rec["batched"], rec["system"])
+        key = (rec["kind"], rec["payload"], rec["framing"], rec["system"])
         groups.setdefault(key, []).append(rec)
     for key in sorted(groups):
         recs = groups[key]
@@ -143,6 +153,7 @@ def summarize(path: str) -> None:
             "delivered_msg_s_median": _median(rate),
             "all": rate,
             "lost": lost,
+            "records_per_batch": _median([r.get("records_per_batch", 0) for r in res]),
             "load1": [round(r["load1"], 1) for r in recs],
         }
         if key[0] == "latency":

@@ -8,11 +8,18 @@ driver prints progress and ends with one JSON summary line.
 Load description fields (all optional; RoQ's names): delay (s), duration (minutes), maxPub,
 maxSub, payload (bytes), rate (msg/s per publisher, 0 = as fast as possible), spawnRate
 (publishers started per second), throughput (total msg/s when rate is 0). roq adds: seconds
-(duration in seconds, wins over duration), linger_ms (0 = unbatched), key, acks.
+(duration in seconds, wins over duration), linger_ms, batch_bytes, key, acks.
+
+Batched (linger_ms > 0) publishers hand messages over with `send_many`, 1,000 per call (or one
+millisecond's worth at a set rate). Unbatched (linger_ms = 0) publishers call `send` once per
+message, as an application without messages at hand does; the publisher then still sends what
+arrived while it was busy as one batch (`client/publisher.py`), unless batch_bytes = 1 makes
+every message its own frame. The summary's `records_per_batch` says which happened.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import statistics
@@ -45,6 +52,7 @@ class LoadDescription:
     spawnRate: int = 10
     throughput: int = 0
     linger_ms: float = limits.publisher_linger_ms_default
+    batch_bytes: int = limits.publisher_batch_bytes_default
     key: str = "test"
     acks: str = "none"
 
@@ -184,6 +192,7 @@ def summarize(
     sub_final = [w.result.final for w in subscribers]
     failed = [w.result.role for w in publishers + subscribers if not w.result.final]
     published = sum(f.get("messages", 0) for f in pub_final)
+    batches = sum(f.get("batches", 0) for f in pub_final)
     pub_seconds = max((f.get("seconds", 0.0) for f in pub_final), default=0.0) or 1e-9
     delivered = sum(f.get("messages", 0) for f in sub_final)
     sub_seconds = max((f.get("seconds", 0.0) for f in sub_final), default=0.0) or 1e-9
@@ -194,10 +203,12 @@ def summarize(
         "subscribers": description.maxSub,
         "payload": description.payload,
         "linger_ms": description.linger_ms,
+        "batch_bytes": description.batch_bytes,
         "seconds": description.seconds,
         "published": published,
         "published_msg_s": round(published / pub_seconds),
         "published_MB_s": round(published / pub_seconds * mb, 2),
+        "records_per_batch": round(published / max(1, batches), 1),
         "delivered": delivered,
         "delivered_msg_s": round(delivered / sub_seconds),
         "delivered_MB_s": round(delivered / sub_seconds * mb, 2),
@@ -281,19 +292,32 @@ def publisher_worker(description: LoadDescription, queue: str, client: dict[str,
 
     payload = (b"%012d" % 0) + b"x" * (description.payload - 12)
     key = description.key.encode()
-    publisher = Publisher(queue, linger_ms=description.linger_ms, acks=description.acks, **client)
+    publisher = Publisher(
+        queue,
+        linger_ms=description.linger_ms,
+        batch_bytes=description.batch_bytes,
+        acks=description.acks,
+        **client,
+    )
     _emit({"type": "ready"})
     sent, started = 0, time.monotonic()
     end = started + description.seconds
     next_tick, last_sent = started + 1.0, 0
-    chunk = max(1, min(1000, description.rate // 1000)) if description.rate else 1000
-    payloads = [payload] * chunk  # one send_many per chunk: one lock and timestamp per call
+    if description.linger_ms > 0:
+        chunk = max(1, min(1000, description.rate // 1000)) if description.rate else 1000
+        payloads = [payload] * chunk  # one send_many per chunk: one lock and timestamp per call
+        send_chunk = functools.partial(publisher.send_many, payloads, key)
+    else:
+        # A message per send(), in 1 ms ticks at a set rate (a sleep per message would cost this
+        # 2-core machine more CPU than the broker: docs/benchmarks.md §2); a clock read per 100.
+        chunk = max(1, min(100, description.rate // 1000)) if description.rate else 100
+        send_chunk = functools.partial(_send_each, publisher, payload, key, chunk)
     try:
         while (now := time.monotonic()) < end:
             if description.rate and sent >= description.rate * (now - started):
                 time.sleep(min(0.001, end - now))
             else:
-                publisher.send_many(payloads, key)
+                send_chunk()
                 sent += chunk
             if now >= next_tick:
                 _emit({"type": "progress", "t": now - started, "rate": sent - last_sent})
@@ -301,7 +325,13 @@ def publisher_worker(description: LoadDescription, queue: str, client: dict[str,
         publisher.flush()
     finally:
         publisher.close()
-    _emit({"type": "done", "messages": sent, "seconds": time.monotonic() - started})
+    _emit({"type": "done", "messages": sent, "seconds": time.monotonic() - started,
+           "batches": publisher.sent_batches})  # fmt: skip
+
+
+def _send_each(publisher: Any, payload: bytes, key: bytes, count: int) -> None:
+    for _ in range(count):
+        publisher.send(payload, key)
 
 
 def subscriber_worker(description: LoadDescription, queue: str, client: dict[str, Any]) -> None:

@@ -40,12 +40,15 @@ class Collector(threading.Thread):
         self.stop = threading.Event()
         self.by_stream: dict[tuple[bytes, bytes], list[int]] = collections.defaultdict(list)
         self.payloads: list[bytes] = []
+        self.batch_counts: dict[tuple[bytes, bytes], list[int]] = collections.defaultdict(list)
         self.count = 0
 
     def run(self) -> None:
         try:
             while not self.stop.is_set():
                 for delivery in self.sub.poll(50):
+                    stream = (delivery.header.producer_id, delivery.header.key)
+                    self.batch_counts[stream].append(delivery.header.count - delivery.skip)
                     for record in records(delivery):
                         self.by_stream[(record.producer_id, record.key)].append(record.seq)
                         self.payloads.append(record.payload)
@@ -455,3 +458,58 @@ def test_a_message_too_big_for_the_open_batch_starts_a_new_one(cluster: LocalClu
     collector.finish()
     _assert_exact(collector, {(publisher.producer_id, b"k"): len(sizes)})
     assert [len(p) for p in collector.payloads] == sizes
+
+
+def test_linger_zero_sends_alone_when_idle_and_together_when_busy(
+    cluster: LocalCluster, queue: str
+):
+    """linger_ms=0 never makes a message wait, yet does not cost a frame per message when the
+    caller is faster than the socket; batch_bytes=1 does cost one."""
+    collector = Collector(cluster, queue)
+    collector.start()
+    wait_for(lambda: len(collector.sub.exchanges) == 1, 10, "subscriber joined")
+    publisher = Publisher(queue, gcm=cluster.gcm, linger_ms=0)
+    for n in range(3):
+        publisher.send(b"%d" % n, b"k")
+        publisher.flush()
+    assert publisher.sent_batches == 3, "an idle publisher sends each message on its own"
+    publisher.send_many([b"%d" % n for n in range(3, 20_003)], b"k")  # faster than any socket
+    publisher.close()
+    assert publisher.sent_batches <= 3 + 10, f"{publisher.sent_batches} batches for 20,000"
+    strict = Publisher(queue, gcm=cluster.gcm, linger_ms=0, batch_bytes=1)
+    strict.send_many([b"s"] * 50, b"k")
+    strict.close()
+    assert strict.sent_batches == 50
+    wait_for(lambda: collector.count >= 20_053, 15, "everything delivered")
+    time.sleep(0.3)
+    collector.finish()
+    _assert_exact(
+        collector, {(publisher.producer_id, b"k"): 20_003, (strict.producer_id, b"k"): 50}
+    )
+    assert collector.batch_counts[(strict.producer_id, b"k")] == [1] * 50
+
+
+def test_send_many_cuts_batches_where_send_does(cluster: LocalCluster, queue: str):
+    """send_many's run-at-a-time path and send's message-at-a-time path seal at the same
+    messages: a batch closes with the message that takes it to batch_bytes."""
+    collector = Collector(cluster, queue)
+    collector.start()
+    wait_for(lambda: len(collector.sub.exchanges) == 1, 10, "subscriber joined")
+    sizes = [(n * 37) % 300 for n in range(2_000)]  # 0..299 bytes, irregular
+    one, many = (
+        Publisher(queue, gcm=cluster.gcm, batch_bytes=1000, linger_ms=60_000) for _ in range(2)
+    )
+    for n, size in enumerate(sizes):
+        one.send(bytes([n % 256]) * size, b"k")
+    many.send_many([bytes([n % 256]) * size for n, size in enumerate(sizes[:700])], b"k")
+    many.send_many([bytes([n % 256]) * size for n, size in enumerate(sizes)][700:], b"k")
+    one.close()
+    many.close()
+    wait_for(lambda: collector.count >= 2 * len(sizes), 15, "everything delivered")
+    time.sleep(0.3)
+    collector.finish()
+    expected = {(one.producer_id, b"k"): len(sizes), (many.producer_id, b"k"): len(sizes)}
+    _assert_exact(collector, expected)
+    cuts = collector.batch_counts[(one.producer_id, b"k")]
+    assert collector.batch_counts[(many.producer_id, b"k")] == cuts
+    assert len(cuts) > 100 and sum(cuts) == len(sizes)

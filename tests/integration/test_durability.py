@@ -37,9 +37,16 @@ def _start(cluster: LocalCluster, **overrides: Any) -> dict[str, Any]:
 
 
 def _publish(
-    cluster: LocalCluster, count: int, acks: str = "leader", prefix: str = "m", linger_ms: float = 2
+    cluster: LocalCluster,
+    count: int,
+    acks: str = "leader",
+    prefix: str = "m",
+    linger_ms: float = 2,
+    batch_bytes: int = 64 * 1024,
 ) -> None:
-    with Publisher("q1", gcm=cluster.gcm, acks=acks, linger_ms=linger_ms) as publisher:
+    with Publisher(
+        "q1", gcm=cluster.gcm, acks=acks, linger_ms=linger_ms, batch_bytes=batch_bytes
+    ) as publisher:
         for n in range(count):
             publisher.send(f"{prefix}{n}".encode())
         publisher.flush()
@@ -107,7 +114,7 @@ def test_counted_reads_that_stop_mid_batch_lose_nothing_and_resume_exactly(
 
 def test_retention_evicts_and_readers_are_told(cluster: LocalCluster):
     _start(cluster, maxFileSize=4096, **{"log.retention.bytes": 8192})
-    _publish(cluster, 3000, linger_ms=0)  # 3000 batches, ≈ 210 KB: ~50 segments of 4 KB
+    _publish(cluster, 3000, batch_bytes=1)  # 3000 batches, ≈ 210 KB: ~50 segments of 4 KB
     with Subscriber("q1", gcm=cluster.gcm, start="beginning") as subscriber:
         got = [r.payload for r in subscriber.messages(count=3000, timeout_s=5)]
         [feed] = subscriber.feeds.values()
@@ -122,7 +129,7 @@ def test_retention_evicts_and_readers_are_told(cluster: LocalCluster):
 def test_an_unwritable_log_refuses_publishes_with_a_reason(cluster: LocalCluster):
     exchange = _start(cluster, maxFileSize=1024)
     directory = cluster.tmp / "h1" / "log" / "q1" / exchange["Id"]
-    with Publisher("q1", gcm=cluster.gcm, acks="leader", linger_ms=0) as publisher:
+    with Publisher("q1", gcm=cluster.gcm, acks="leader", batch_bytes=1) as publisher:
         for _ in range(14):  # 14 batches of 71 bytes: the 15th does not fit and rolls
             publisher.send(b"first")
         publisher.flush()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from roq import config
+from roq import config, limits
 from roq.cli.app import app
 from roq.cli.common import (
     CONFIG_OPTION,
@@ -89,7 +89,9 @@ def pub(
     rate: float = typer.Option(0, "--rate", help="Messages per second (0: as fast as possible)."),
     size: int = typer.Option(100, "--size", help="Payload bytes of generated messages."),
     acks: str = typer.Option("none", "--acks", help="none | leader | all."),
-    linger_ms: float = typer.Option(2.0, "--linger-ms", help="Longest wait to fill a batch."),
+    linger_ms: float = typer.Option(
+        2.0, "--linger-ms", help="Longest wait to fill a batch (0: send as soon as possible)."
+    ),
     gcm: str = GCM_OPTION,
     zk: str | None = ZK_OPTION,
     namespace: str = NAMESPACE_OPTION,
@@ -229,7 +231,14 @@ def bench(
     rate: int = typer.Option(0, "--rate", help="msg/s per publisher (0: as fast as possible)."),
     payload: int = typer.Option(100, "--payload", "--size", help="Bytes per message."),
     seconds: float = typer.Option(10.0, "--seconds", help="How long publishers send."),
-    linger_ms: float = typer.Option(2.0, "--linger-ms", help="Batch linger; 0 = unbatched."),
+    linger_ms: float = typer.Option(
+        2.0, "--linger-ms", help="Batch linger; 0 = unbatched (one send() per message)."
+    ),
+    batch_bytes: int = typer.Option(
+        limits.publisher_batch_bytes_default,
+        "--batch-bytes",
+        help="A batch leaves at this many bytes; 1 = a frame per message.",
+    ),
     acks: str = typer.Option("none", "--acks", help="none | leader | all."),
     chart: Path | None = typer.Option(None, "--chart", help="Draw throughput/latency PNG."),
     gcm: str = GCM_OPTION,
@@ -250,7 +259,7 @@ def bench(
         else:
             description = benchmod.LoadDescription(
                 seconds=seconds, maxPub=publishers, maxSub=subscribers, payload=payload,
-                rate=rate, linger_ms=linger_ms, acks=acks,
+                rate=rate, linger_ms=linger_ms, batch_bytes=batch_bytes, acks=acks,
             ).checked()  # fmt: skip
         client_args = ["--zk", zk, "--namespace", namespace] if zk else ["--gcm", gcm]
         with AdminClient(gcm=None if zk else gcm, zk=zk, namespace=namespace) as admin:

@@ -27,6 +27,8 @@ exchange stamps the offset without recomputing the CRC. See docs/log-format.md.
 
 from __future__ import annotations
 
+import itertools
+import operator
 import struct
 import zlib
 from collections.abc import Iterator, Sequence
@@ -105,11 +107,12 @@ def encode_batch(
     if len(key) > limits.key_bytes_max:
         raise ValueError(f"routing key of {len(key)} bytes exceeds {limits.key_bytes_max}")
     first_ts = timestamps_us[0]
-    parts: list[bytes] = []
-    pack = RECORD.pack
-    for payload, ts in zip(payloads, timestamps_us, strict=True):
-        parts.append(pack(ts - first_ts, len(payload)))
-        parts.append(payload)
+    # Record headers and payloads interleaved by slice assignment, the headers packed by map():
+    # no Python-level loop per record, which made this the publisher's largest cost.
+    deltas = map(operator.sub, timestamps_us, itertools.repeat(first_ts))
+    parts: list[bytes] = [b""] * (2 * len(payloads))
+    parts[::2] = map(RECORD.pack, deltas, map(len, payloads))
+    parts[1::2] = payloads
     body = b"".join(parts)
     tail = (
         struct.pack(
