@@ -304,8 +304,9 @@ class Publisher:
         buffer = self._buffers[key] = _KeyBuffer(since=time.monotonic())
         return buffer
 
-    def _seal(self, key: bytes, buffer: _KeyBuffer) -> None:
-        """Encode the key's pending messages as one batch and queue it for the I/O thread."""
+    def _seal(self, key: bytes, buffer: _KeyBuffer, poke: bool = True) -> None:
+        """Encode the key's pending messages as one batch and queue it for the I/O thread
+        (which needs no wake-up when it is the caller: `poke=False`)."""
         if not buffer.payloads:
             return
         first = self._seq[key]
@@ -315,7 +316,7 @@ class Publisher:
         del self._buffers[key]
         self._outq.append(_Outbound(next(self._tokens), batch, count))
         self._outq_bytes += len(batch)
-        if len(self._outq) == 1:
+        if poke and len(self._outq) == 1:
             self._poke()
 
     def _poke(self) -> None:
@@ -353,7 +354,7 @@ class Publisher:
         with self._lock:
             for key, buffer in list(self._buffers.items()):
                 if now - buffer.since >= self.linger_s:
-                    self._seal(key, buffer)
+                    self._seal(key, buffer, poke=False)
 
     def _next_outbound(self) -> _Outbound | None:
         with self._lock:
