@@ -90,8 +90,11 @@ class LogServer:
     @staticmethod
     def _seek(source: Log, timestamp_us: int) -> int:
         """The offset of the first batch whose first record is at or after `timestamp_us`
-        (the end if none is). A linear scan: seeks by time are rare and bounded."""
-        offset = source.start_offset
+        (the end if none is). Segment heads are read newest first, so a seek for a recent time
+        (a subscriber joining an exchange that appeared after it started) touches one or two
+        segments; the scan then goes forward from the newest segment that starts before T.
+        Timestamps are taken to grow with offsets across segments (producers' clocks agree)."""
+        offset = _newest_segment_before(source, timestamp_us)
         for _ in range(_SEEK_READS_MAX):
             result = source.read(offset, dataplane.READ_BYTES_MAX)
             if result.status is not ReadStatus.BATCHES:
@@ -101,3 +104,18 @@ class LogServer:
                     return offset + position
             offset = result.next_offset
         return source.end_offset
+
+
+def _newest_segment_before(source: Log, timestamp_us: int) -> int:
+    """The base of the newest segment whose first batch is older than `timestamp_us`, or the
+    log's start when there is none."""
+    start = source.start_offset
+    for segment in reversed(source.segments):
+        if segment.end <= max(segment.base, start):
+            continue  # empty, or evicted
+        head = source.read(max(segment.base, start), 1)  # answers one whole batch at least
+        if head.status is ReadStatus.BATCHES and (
+            batchfmt.read_header(head.data).first_ts_us < timestamp_us
+        ):
+            return max(segment.base, start)
+    return start

@@ -513,3 +513,29 @@ def test_send_many_cuts_batches_where_send_does(cluster: LocalCluster, queue: st
     cuts = collector.batch_counts[(one.producer_id, b"k")]
     assert collector.batch_counts[(many.producer_id, b"k")] == cuts
     assert len(cuts) > 100 and sum(cuts) == len(sizes)
+
+
+def test_a_subscriber_that_joins_an_added_exchange_late_misses_nothing(cluster: LocalCluster):
+    """A subscriber (start "now") whose thread was busy while an exchange was added and took a
+    publisher: when it joins that exchange it reads what it missed from the exchange's log."""
+    cluster.start_gcm()
+    cluster.start_host("h1", **{"exchange.max.perhost": 4, "exchange.warmup": 200})
+    cluster.wait_ready()
+    with cluster.admin() as admin:
+        admin.create_queue("q1")
+    collector = Collector(cluster, "q1")  # joined the first exchange; not polled until start()
+    first = Publisher("q1", gcm=cluster.gcm)
+    added = _add_exchange(cluster, "q1", "tx-late")
+    time.sleep(1.0)  # past the 200 ms warm-up: placeable although the subscriber never joined
+    second = Publisher("q1", gcm=cluster.gcm)
+    assert second.exchange == added["Front"], "the new publisher should go to the idle exchange"
+    for n in range(500):
+        first.send(b"%d" % n, b"k")
+        second.send(b"%d" % n, b"k")
+    first.close()
+    second.close()
+    collector.start()  # now it reads its notices and joins the new exchange
+    wait_for(lambda: collector.count >= 1000, 15, "both publishers delivered")
+    time.sleep(0.3)  # a duplicate would arrive now
+    collector.finish()
+    _assert_exact(collector, {(first.producer_id, b"k"): 500, (second.producer_id, b"k"): 500})

@@ -13,7 +13,8 @@ Membership. It asks the queue's monitor for every exchange, connects one SUB soc
 them, and follows the monitor's notices: a new exchange is joined at once, and the full list the
 monitor republishes every period adds what is missing and drops exchanges that are gone.
 
-Where to start: `start="now"` (the default: what is published from now on), `"beginning"`
+Where to start: `start="now"` (the default: what is published from now on, on every exchange:
+one that appears later is read from its log from the subscriber's start time), `"beginning"`
 (everything each exchange's log still holds), `from_offset=N` (offset N of every exchange's log:
 useful with one exchange) or `from_time=T` (epoch seconds: the first batch sent at or after T).
 With `offsets_file`, `commit()` records how far this subscriber got (per exchange, and per
@@ -118,7 +119,10 @@ class Subscriber:
         self._placement = Requester(self._context, self.monitor.at(PLACEMENT_OFFSET))
         self._next_stat = time.monotonic() + _STAT_PERIOD_S
         self._next_refresh = 0.0
+        self._started_us = time.time_ns() // 1000
+        self._joined = False
         self._join(join_timeout_s)
+        self._joined = True
 
     @property
     def exchanges(self) -> dict[str, str]:
@@ -219,6 +223,11 @@ class Subscriber:
             feed.seek_time(int(self.from_time * 1_000_000))
         elif self.start == "beginning":
             feed.start_at(0)
+        elif self._joined and feed.logged:
+            # An exchange that appeared after this subscriber joined: what it took before this
+            # feed connected was still published after the subscriber started. Its log gives
+            # that back (a restarted exchange's older batches are skipped by their time).
+            feed.seek_time(self._started_us)
 
     def _on_notice(self) -> None:
         try:
