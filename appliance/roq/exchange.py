@@ -56,7 +56,10 @@ log = logging.getLogger(__name__)
 
 FRONT, BACK, CONTROL, REPLICATION = 0, 1, 2, 3
 PORTS_PER_EXCHANGE = 4
-_BURST = 256  # batches handled per poll wake-up before timers and control get a turn
+_BURST = 256  # batches handled per poll wake-up before timers and control get a turn ...
+# ... or this many bytes of them: with big batches 256 are 16 MiB or more, and a subscriber
+# catching up from the log waits a burst for each read (its catch-up then trails the live rate)
+_BURST_BYTES = 4 * 1024 * 1024
 _LEAVE_QUIET_S = 0.5  # after leaving, exit once publishers were silent this long ...
 _LEAVE_MAX_S = 3.0  # ... or after this long in any case (the host waits 5 s before SIGTERM)
 _PRODUCERS_TRACKED_MAX = 100_000  # beyond this, a period's extra producers count as one
@@ -315,8 +318,9 @@ class Exchange:
         self._send_report(MonitorCommand.EXCHANGE_LEAVING, {})
 
     def _pump(self, deadline: float) -> None:
+        taken = 0
         for _ in range(_BURST):
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline or taken > _BURST_BYTES:
                 return
             try:
                 # Copying receive: a zero-copy Frame object costs more than copying all but
@@ -325,6 +329,7 @@ class Exchange:
             except WouldBlock:
                 return
             self._last_inbound = time.monotonic()
+            taken += len(frames[-1])
             self._handle(frames[0], [memoryview(frame) for frame in frames[1:]])
 
     def _count_subscriptions(self) -> None:

@@ -75,6 +75,9 @@ unconfirmed_batches_max = 10_000  # batches kept for re-sending until the exchan
 subscriber_hwm_batches = 10_000  # batches ZeroMQ queues for one subscriber socket
 subscriber_reorder_batches_max = 1_000  # out-of-order batches held while waiting for a gap
 subscriber_gap_wait_ms = 2_000  # a gap not filled within this is reported as lost
+# A feed reading the log this far behind its end stops taking the live stream until it has
+# caught up: the catch-up then gets the subscriber's whole time (client/feed.py).
+subscriber_live_pause_bytes = 16 * 1024 * 1024
 subscriber_idle_probe_ms = 2_000  # a feed silent this long asks its exchange's log where it ends
 subscriber_refresh_ms = 2_000  # while a feed is silent, ask the monitor for the list this often
 subscriber_refresh_timeout_ms = 1_000  # ... and wait this long for its answer

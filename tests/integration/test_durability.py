@@ -452,3 +452,29 @@ def test_a_replica_behind_the_leaders_retention_starts_its_copy_again(cluster: L
     assert leader_start + len(leader_bytes) == copy_start + len(copy_bytes)  # same end
     overlap = max(leader_start, copy_start)
     assert leader_bytes[overlap - leader_start :] == copy_bytes[overlap - copy_start :]
+
+
+def test_a_subscriber_far_behind_pauses_its_live_stream_and_catches_up(cluster: LocalCluster):
+    """A subscriber that did not read while 40 MB went by (ZeroMQ dropped most of it for that
+    subscriber) reads the log with its live stream paused, delivers every message once and in
+    order, then takes the live stream again."""
+    _start(cluster, **{"exchange.subscriber.hwm": 10})
+    count, payload = 40_000, b"x" * 1000
+    with Subscriber("q1", gcm=cluster.gcm, hwm=10) as subscriber:
+        with Publisher("q1", gcm=cluster.gcm) as publisher:
+            for n in range(count):
+                publisher.send(b"%d " % n + payload)
+            publisher.flush()  # the subscriber reads nothing meanwhile
+        got = [r.payload.split(b" ")[0] for r in subscriber.messages(count=count, timeout_s=60)]
+        assert got == [b"%d" % n for n in range(count)]
+        [feed] = subscriber.feeds.values()
+        assert feed.pauses >= 1, "40 MB behind: the live stream should have been paused"
+        wait_for(lambda: list(subscriber.messages(timeout_s=0.2)) == [] and not feed.live_paused,
+                 10, "caught up, live again")  # fmt: skip
+        read_before = feed.read_batches
+        with Publisher("q1", gcm=cluster.gcm) as publisher:
+            time.sleep(0.5)  # the live socket has reconnected
+            publisher.send(b"live")
+        assert [r.payload for r in subscriber.messages(count=1, timeout_s=10)] == [b"live"]
+        assert feed.read_batches == read_before, "the new message came on the live stream"
+    assert subscriber.sequencer.lost == 0 and subscriber.sequencer.duplicates == 0

@@ -66,6 +66,8 @@ class Feed:
         self.evicted_bytes = 0
         self.read_batches = 0
         self.copies: list[str] = []  # log endpoints of replicas to read from; []: the owner
+        self.live_paused = False  # far behind: the live socket is not connected (see _on_read)
+        self.pauses = 0
         self.silent = False  # the log server did not answer in time (cleared by any answer)
         self._read_sent = 0.0
         self._heard = time.monotonic()
@@ -114,7 +116,7 @@ class Feed:
             self.live.close(0)
             self.live = open_socket(self._context, Kind.SUB, rcvhwm=self._hwm, subscribe=b"")
             connect(self.live, back)
-            self.back = back
+            self.back, self.live_paused = back, False
         if self.copies:
             log.info("exchange %s is back: reading its own log", self.exchange_id)
             self.copies = []
@@ -226,11 +228,35 @@ class Feed:
         self.next_offset = reply.next_offset
         if reply.status == dataplane.READ_NOTHING_YET:
             self.catching_up = False  # caught up: the live stream continues from here
+            self._resume_live()
             if self.copies:
                 log.info("exchange %s: read its copy to the end, offset %d",
                          self.exchange_id, reply.next_offset)  # fmt: skip
             return []
+        if reply.end - reply.next_offset > limits.subscriber_live_pause_bytes:
+            self._pause_live()
         return list(self._split(reply.data))  # the subscriber asks for more (`read_more`)
+
+    def _pause_live(self) -> None:
+        """Far behind the log's end: stop taking the live stream. Every live batch would be
+        received only to be dropped (the log read will reach it), and receiving them took the
+        time the catch-up needed: a subscriber behind a flat-out publisher never caught up."""
+        if self.live_paused or not self.back:
+            return
+        log.info("exchange %s: more than %d MiB behind its log's end: live stream paused until "
+                 "the log read catches up", self.exchange_id,
+                 limits.subscriber_live_pause_bytes >> 20)  # fmt: skip
+        self.live.close(0)
+        self.live = open_socket(self._context, Kind.SUB, rcvhwm=self._hwm, subscribe=b"")
+        self.live_paused = True
+        self.pauses += 1
+
+    def _resume_live(self) -> None:
+        """Caught up: connect the live stream again. What it misses while connecting shows as
+        a gap in the first live batch and is read from the log (a short catch-up)."""
+        if self.live_paused:
+            connect(self.live, self.back)
+            self.live_paused = False
 
     def _on_error(self, reply: dataplane.ReadReply) -> None:
         reason = reply.data[:200].decode(errors="replace")

@@ -102,7 +102,10 @@ SEEK_TIME = b"T"
 POSITION = b"P"
 READ_REPLY = b"r"
 READ_BATCHES, READ_NOTHING_YET, READ_EVICTED, READ_ERROR = b"B", b"N", b"E", b"X"
-READ_BYTES_MAX = 1024 * 1024  # one read answers at most this much (and at least one batch)
+# One read answers at most this much (and at least one batch). A reader has one read in flight
+# and the exchange takes up to 4 MiB of publishers' batches per loop turn: smaller reads would
+# let a subscriber behind a flat-out publisher fall further behind (docs/benchmarks.md §5).
+READ_BYTES_MAX = 4 * 1024 * 1024
 _READ = struct.Struct("<QI")
 _REPLY = struct.Struct("<QQQ")
 
