@@ -67,6 +67,7 @@ class Feed:
         self.read_batches = 0
         self.copies: list[str] = []  # log endpoints of replicas to read from; []: the owner
         self.live_paused = False  # far behind: the live socket is not connected (see _on_read)
+        self.evicted_since_offer = False
         self.pauses = 0
         self.silent = False  # the log server did not answer in time (cleared by any answer)
         self._read_sent = 0.0
@@ -222,6 +223,7 @@ class Feed:
 
     def _on_read(self, reply: dataplane.ReadReply) -> list[tuple[batchfmt.BatchHeader, memoryview]]:
         if reply.status == dataplane.READ_EVICTED:
+            self.evicted_since_offer = True  # the subscriber tells its sequencer (forgive)
             self.evicted_bytes += reply.next_offset - (self.next_offset or 0)
             log.warning("exchange %s: offsets below %d were evicted by retention",
                         self.exchange_id, reply.next_offset)  # fmt: skip

@@ -58,11 +58,23 @@ class Sequencer:
         self.lost = 0  # records never seen after their gap timed out
         self.gaps = 0
         self.held_by_source: dict[object, int] = {}
+        # sources whose log evicted records: the streams already offered since (see forgive)
+        self._forgiving: dict[object, set[tuple[bytes, bytes]]] = {}
         self._tie = 0
 
     def resume(self, producer_id: bytes, key: bytes, next_seq: int) -> None:
         """Continue a stream from a committed position (records before it are duplicates)."""
         self.streams[(producer_id, key)] = _Stream(next_seq)
+
+    def forgive(self, source: object) -> None:
+        """`source` (a feed) read past records its log had evicted: the next batch it offers of
+        each stream may follow a gap that nothing will fill, so that gap is counted as lost at
+        once instead of held for gap_wait_s. Waiting there stalled a subscriber chasing
+        retention for 2 s per eviction. Ends with `forget`."""
+        self._forgiving[source] = set()
+
+    def forget(self, source: object) -> None:
+        self._forgiving.pop(source, None)
 
     def offer(
         self, header: BatchHeader, batch: memoryview | bytes, now: float, source: object = None
@@ -73,12 +85,25 @@ class Sequencer:
             if len(self.streams) >= self.streams_max:
                 self.streams.clear()  # bounded memory beats perfect dedupe of ancient streams
             stream = self.streams[key] = _Stream(0 if self.from_start else header.first_seq)
+        if header.first_seq > stream.next_seq and self._forgiven(source, key):
+            self.lost += header.first_seq - stream.next_seq
+            self.gaps += 1
+            stream.next_seq = header.first_seq
         if header.first_seq > stream.next_seq:
             return self._hold(stream, Delivery(header, batch, 0, source), now)
         out: list[Delivery] = []
         self._deliver(stream, Delivery(header, batch, 0, source), out)
         self._release(stream, out)
         return out
+
+    def _forgiven(self, source: object, key: tuple[bytes, bytes]) -> bool:
+        """Whether this is the stream's first batch from a forgiving source (once per stream)."""
+        seen = self._forgiving.get(source)
+        if seen is None or key in seen:
+            return False
+        if len(seen) < self.streams_max:
+            seen.add(key)
+        return True
 
     def expire(self, now: float) -> list[Delivery]:
         """Give up on gaps older than gap_wait_s (call this from the poll loop)."""

@@ -168,6 +168,7 @@ class Subscriber:
                     continue  # reading the copy of a dead exchange's log
                 feed = self.feeds.pop(where)
                 log.info("%s: leaving exchange %s", self.name, feed.exchange_id)
+                self.sequencer.forget(feed)
                 feed.close()
 
     def _join_exchange(self, back: str, exchange_id: str, logged: bool) -> None:
@@ -191,6 +192,7 @@ class Subscriber:
             self.feeds[f"copy of {feed.exchange_id}"] = feed
         else:
             log.info("%s: leaving exchange %s", self.name, feed.exchange_id)
+            self.sequencer.forget(feed)
             feed.close()
 
     def _replay_copy(self, leader_id: str, copies: list[tuple[str, int]]) -> None:
@@ -303,6 +305,11 @@ class Subscriber:
 
     def _offer(self, feed: Feed, batches: Any, now_us: int, out: list[Delivery]) -> None:
         now = time.monotonic()
+        if feed.evicted_since_offer:  # what it skipped will never come: do not wait for it
+            feed.evicted_since_offer = False
+            self.sequencer.forgive(feed)
+        elif not feed.catching_up:
+            self.sequencer.forget(feed)
         for header, batch in batches:
             self.received_batches += 1
             self.received_messages += header.count

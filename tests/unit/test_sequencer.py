@@ -1,0 +1,40 @@
+"""The subscriber's sequencer: a gap is held for the records that fill it, unless its source
+said those records were evicted from its log (then the gap is lost at once, once per stream)."""
+
+from __future__ import annotations
+
+from roq.client.sequencer import Sequencer
+from roq.log import format as fmt
+
+PRODUCER = bytes(16)
+
+
+def header(first_seq: int, count: int = 2, key: bytes = b"k") -> fmt.BatchHeader:
+    stamps = [1_700_000_000_000_000] * count
+    return fmt.read_header(fmt.encode_batch(PRODUCER, first_seq, key, [b"x"] * count, stamps))
+
+
+def seqs(deliveries) -> list[int]:  # type: ignore[no-untyped-def]
+    return [d.header.first_seq + d.skip for d in deliveries]
+
+
+def test_a_gap_is_held_until_it_fills():
+    sequencer, feed = Sequencer(gap_wait_s=60), object()
+    assert seqs(sequencer.offer(header(0), b"", 0.0, feed)) == [0]
+    assert sequencer.offer(header(4), b"", 0.0, feed) == []  # 2..3 missing: held
+    assert seqs(sequencer.offer(header(2), b"", 0.0, feed)) == [2, 4]
+    assert sequencer.lost == 0
+
+
+def test_a_source_whose_log_evicted_is_forgiven_one_gap_per_stream():
+    sequencer, feed, other = Sequencer(gap_wait_s=60), object(), object()
+    for key in (b"a", b"b"):
+        sequencer.offer(header(0, key=key), b"", 0.0, feed)
+    sequencer.forgive(feed)
+    assert sequencer.offer(header(10, key=b"a"), b"", 0.0, other) == []  # not that source
+    assert seqs(sequencer.offer(header(20, key=b"b"), b"", 0.0, feed)) == [20]  # at once
+    assert sequencer.lost == 18 and sequencer.gaps == 1
+    assert sequencer.offer(header(30, key=b"b"), b"", 0.0, feed) == []  # once per stream
+    assert seqs(sequencer.offer(header(12, key=b"a"), b"", 0.0, feed)) == [12]
+    sequencer.forget(feed)
+    assert sequencer.offer(header(40, key=b"a"), b"", 0.0, feed) == []  # held again
