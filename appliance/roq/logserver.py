@@ -109,13 +109,12 @@ class LogServer:
 def _newest_segment_before(source: Log, timestamp_us: int) -> int:
     """The base of the newest segment whose first batch is older than `timestamp_us`, or the
     log's start when there is none."""
-    start = source.start_offset
     for segment in reversed(source.segments):
-        if segment.end <= max(segment.base, start):
-            continue  # empty, or evicted
-        head = source.read(max(segment.base, start), 1)  # answers one whole batch at least
+        if segment.end == segment.base:
+            continue  # empty
+        head = source.read(segment.base, 1)  # answers one whole batch at least
         if head.status is ReadStatus.BATCHES and (
             batchfmt.read_header(head.data).first_ts_us < timestamp_us
         ):
-            return max(segment.base, start)
-    return start
+            return segment.base
+    return source.start_offset
