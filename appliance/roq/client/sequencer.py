@@ -86,9 +86,7 @@ class Sequencer:
                 self.streams.clear()  # bounded memory beats perfect dedupe of ancient streams
             stream = self.streams[key] = _Stream(0 if self.from_start else header.first_seq)
         if header.first_seq > stream.next_seq and self._forgiven(source, key):
-            self.lost += header.first_seq - stream.next_seq
-            self.gaps += 1
-            stream.next_seq = header.first_seq
+            self._lose_until(stream, header.first_seq)
         if header.first_seq > stream.next_seq:
             return self._hold(stream, Delivery(header, batch, 0, source), now)
         out: list[Delivery] = []
@@ -131,11 +129,14 @@ class Sequencer:
         return out
 
     def _skip_gap(self, stream: _Stream) -> None:
-        first = stream.held[0][0]
-        if first > stream.next_seq:
-            self.lost += first - stream.next_seq
-            self.gaps += 1
-            stream.next_seq = first
+        if stream.held[0][0] > stream.next_seq:
+            self._lose_until(stream, stream.held[0][0])
+
+    def _lose_until(self, stream: _Stream, seq: int) -> None:
+        """Records before `seq` will never come: count them lost and go on from `seq`."""
+        self.lost += seq - stream.next_seq
+        self.gaps += 1
+        stream.next_seq = seq
 
     def _release(self, stream: _Stream, out: list[Delivery]) -> None:
         while stream.held and stream.held[0][0] <= stream.next_seq:
