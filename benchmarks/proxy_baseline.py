@@ -14,7 +14,12 @@ concatenates `--batch` messages into one ZeroMQ frame (what roq's publisher does
 
 Each run prints one JSON line: sent and delivered msg/s, lost, and latency percentiles (ms).
 Throughput runs send as fast as possible; ZeroMQ PUB drops at its high-water mark, so
-`delivered_msg_s` is the number that counts. Latency runs pace the publisher at `--rate`.
+`delivered_msg_s` is the number that counts. Latency runs pace the publisher at `--rate`, in
+one of two ways. `--pacing tick` (the default) is how `roq bench` paces: each millisecond's
+messages are sent together, then the publisher sleeps until the next tick. `--pacing spin`
+sends each message at its own due time, sleeping until 50 µs before it and spinning the rest:
+the spinning keeps a CPU awake, and on a VM that hides most wake-up costs, so its latencies
+are lower than the same proxy's under tick pacing (docs/benchmarks.md §2 has both).
 """
 
 from __future__ import annotations
@@ -53,7 +58,7 @@ def proxy(front: int, back: int, ready: Any) -> None:
 
 
 def publisher(
-    front: int, payload: int, batch: int, seconds: float, rate: int, results: Any
+    front: int, payload: int, batch: int, seconds: float, rate: int, pacing: str, results: Any
 ) -> None:
     context = zmq.Context()
     pub = context.socket(zmq.PUB)
@@ -65,7 +70,10 @@ def publisher(
     started = time.perf_counter()
     end = started + seconds
     while (now := time.perf_counter()) < end:
-        if rate:
+        if rate and pacing == "tick" and sent >= rate * (now - started):
+            time.sleep(0.001)  # the tick's messages are out: sleep, as roq bench does
+            continue
+        if rate and pacing == "spin":
             due = started + sent / rate
             if now < due:
                 if due - now > 5e-5:
@@ -125,7 +133,9 @@ def percentile(values: list[float], q: float) -> float | None:
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
 
 
-def run(payload: int, batch: int, seconds: float, rate: int, port: int) -> dict[str, Any]:
+def run(
+    payload: int, batch: int, seconds: float, rate: int, port: int, pacing: str = "tick"
+) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     proxy_ready, sub_ready, results = ctx.Event(), ctx.Event(), ctx.Queue()
     workers = [ctx.Process(target=proxy, args=(port, port + 1, proxy_ready), daemon=True)]
@@ -137,7 +147,9 @@ def run(payload: int, batch: int, seconds: float, rate: int, port: int) -> dict[
     workers[1].start()
     sub_ready.wait(10)
     workers.append(
-        ctx.Process(target=publisher, args=(port, payload, batch, seconds, rate, results))
+        ctx.Process(
+            target=publisher, args=(port, payload, batch, seconds, rate, pacing, results)
+        )
     )
     workers[2].start()
     got = dict(results.get(timeout=seconds + 30) for _ in range(2))
@@ -152,6 +164,7 @@ def run(payload: int, batch: int, seconds: float, rate: int, port: int) -> dict[
         "payload": payload,
         "batch": batch,
         "rate": rate,
+        "pacing": pacing if rate else None,
         "seconds": seconds,
         "sent": pub["sent"],
         "sent_msg_s": round(pub["sent"] / pub["seconds"]),
@@ -174,11 +187,13 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rate", type=int, default=5000, help="msg/s (latency mode)")
     parser.add_argument("--port", type=int, default=21500)
+    parser.add_argument("--pacing", choices=("tick", "spin"), default="tick",
+                        help="latency mode: 1 ms ticks like roq bench, or spin to each due time")
     args = parser.parse_args(argv)
     if args.payload < HEAD.size:
         parser.error(f"--payload must be at least {HEAD.size}")
     rate = args.rate if args.mode == "latency" else 0
-    print(json.dumps(run(args.payload, args.batch, args.seconds, rate, args.port)))
+    print(json.dumps(run(args.payload, args.batch, args.seconds, rate, args.port, args.pacing)))
 
 
 if __name__ == "__main__":

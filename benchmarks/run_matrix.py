@@ -47,7 +47,8 @@ def latency_cases() -> list[dict[str, Any]]:
 def command(system: str, case: dict[str, Any], args: argparse.Namespace) -> list[str]:
     seconds = str(args.seconds if case["kind"] == "throughput" else args.latency_seconds)
     payload = str(case["payload"])
-    if system == "proxy":
+    if system.startswith("proxy"):
+        pacing = ["--pacing", "spin" if system == "proxy-spin" else "tick"]
         return [
             PYTHON,
             str(HERE / "proxy_baseline.py"),
@@ -60,6 +61,7 @@ def command(system: str, case: dict[str, Any], args: argparse.Namespace) -> list
             seconds,
             "--rate",
             "5000",
+            *(pacing if case["kind"] == "latency" else []),
         ]
     gcm = args.log_gcm if system.startswith("roq-log") else args.nolog_gcm
     cmd = [
@@ -113,10 +115,12 @@ def run(args: argparse.Namespace) -> None:
     if "throughput" in args.kinds:
         cases += [(s, c) for c in throughput_cases() for s in ("proxy", "roq-nolog", "roq-log")]
     if "latency" in args.kinds:
-        systems = ("proxy", "roq-nolog", "roq-log", "roq-log-acks")
+        # "proxy" is paced like roq bench (1 ms ticks); "proxy-spin" spins to each message's
+        # due time, which keeps a CPU awake and flatters it (proxy_baseline.py)
+        systems = ("proxy", "proxy-spin", "roq-nolog", "roq-log", "roq-log-acks")
         cases += [(s, c) for c in latency_cases() for s in systems]
     # the proxy has one frame-per-message mode: "unbatched" measures it
-    cases = [(s, c) for s, c in cases if not (s == "proxy" and c["framing"] == "frame")]
+    cases = [(s, c) for s, c in cases if not (s.startswith("proxy") and c["framing"] == "frame")]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     for round_ in range(args.repeat):
