@@ -147,9 +147,7 @@ def run(
     workers[1].start()
     sub_ready.wait(10)
     workers.append(
-        ctx.Process(
-            target=publisher, args=(port, payload, batch, seconds, rate, pacing, results)
-        )
+        ctx.Process(target=publisher, args=(port, payload, batch, seconds, rate, pacing, results))
     )
     workers[2].start()
     got = dict(results.get(timeout=seconds + 30) for _ in range(2))
@@ -187,8 +185,12 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rate", type=int, default=5000, help="msg/s (latency mode)")
     parser.add_argument("--port", type=int, default=21500)
-    parser.add_argument("--pacing", choices=("tick", "spin"), default="tick",
-                        help="latency mode: 1 ms ticks like roq bench, or spin to each due time")
+    parser.add_argument(
+        "--pacing",
+        choices=("tick", "spin"),
+        default="tick",
+        help="latency mode: 1 ms ticks like roq bench, or spin to each due time",
+    )
     args = parser.parse_args(argv)
     if args.payload < HEAD.size:
         parser.error(f"--payload must be at least {HEAD.size}")
