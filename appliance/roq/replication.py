@@ -11,10 +11,17 @@ by one doubled the exchanges' CPU (docs/benchmarks.md §3). Sends are pipelined 
 restarted, or it missed batches) answers with where its copy ends, and the leader back-fills it
 from its own log; if retention already deleted that part, the leader tells the replica to
 restart its copy at the log's start (RESTART), and the replica is out of sync until it has
-caught up. A replica silent for `REPLICA_TIMEOUT_S` is out of sync until it answers again.
+caught up.
+
+In sync (Kafka's ISR rule, with its `replica.lag.time.max.ms` as `REPLICA_LAG_S`): a replica is
+in sync while its copy holds the whole log as it stood `REPLICA_LAG_S` ago, and has no hole. So
+a replica that stops answering, or keeps answering but falls further behind than that, drops
+out; a new replica of a long log is out until its back-fill has come that close to the end.
 The committed offset is the lowest end offset among in-sync replicas (and the leader's own end):
-`acks=all` confirms a batch once it is below it. With no in-sync replica, committed is the
-leader's end — `acks=all` then means the leader alone, and `Replicator.under_replicated` says so.
+`acks=all` confirms a batch once it is below it, so it waits for a slow replica at most about
+`REPLICA_LAG_S`, and never for a back-fill. With no in-sync replica, committed is the leader's
+end — `acks=all` then means the leader alone, and `Replicator.under_replicated` says so (each
+change is logged).
 
 Replica side (`ReplicaStore`): one log per leader under
 `<directory>/_replicas/<queue>/<leader id>@<replica id>/`, in the same segment format, so the copy
@@ -25,11 +32,12 @@ cut back to the leader's offset, so leader and copies never diverge.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import struct
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +50,8 @@ from roq.transport import NOBLOCK, Kind, WouldBlock, connect, open_socket
 log = logging.getLogger(__name__)
 
 REPLICATION_WINDOW_BYTES = 8 * 1024 * 1024  # sent but not yet acknowledged, per replica
-REPLICA_TIMEOUT_S = 3.0  # a replica silent this long while data is outstanding is out of sync
+REPLICA_LAG_S = 3.0  # a replica that lacks part of the log as it stood this long ago is out of sync
+_END_SAMPLE_S = 0.1  # how often the leader notes its log's end for that rule
 REPLICA_LOGS_MAX = 256  # leaders one exchange keeps copies for
 _BACKFILL_BYTES = 1024 * 1024  # one back-fill read
 _END = struct.Struct("<Q")
@@ -170,25 +179,42 @@ class ReplicaLink:
     sock: Any
     acked: int = -1  # the replica's end offset as it last said (-1: not known yet)
     sent_to: int = -1  # the offset the next batch sent to it starts at
-    waiting_since: float = 0.0  # when data became outstanding without an answer
-    last_answer: float = field(default_factory=time.monotonic)
     # After a restart (its copy fell behind retention) the copy lacks what lies between its old
     # end and the restart: it is out of sync until it holds the log up to here.
     resync_at: int = 0
+    was_in_sync: bool = False  # as last logged
 
-    def in_sync(self, now: float) -> bool:
-        return self.acked >= max(self.resync_at, 0) and not (
-            self.waiting_since and now - self.waiting_since > REPLICA_TIMEOUT_S
-        )
+    def in_sync(self, lagged_end: int) -> bool:
+        """`lagged_end`: the leader's log end `REPLICA_LAG_S` ago."""
+        return self.acked >= max(self.resync_at, lagged_end, 0)
 
 
 class Replicator:
     """Copies one leader's log to its assigned replicas. Main thread only."""
 
-    def __init__(self, context: Any, leader_id: str, message_log: Log, name: str):
+    def __init__(
+        self, context: Any, leader_id: str, message_log: Log, name: str,
+        lag_s: float = REPLICA_LAG_S,
+    ):  # fmt: skip
         self.context, self.leader_id, self.log, self.name = context, leader_id, message_log, name
         self._id = leader_id.encode()
         self.links: dict[str, ReplicaLink] = {}
+        self.lag_s = lag_s
+        # (time, log end) every _END_SAMPLE_S, back to lag_s ago: bounded by lag_s/_END_SAMPLE_S
+        self._ends: collections.deque[tuple[float, int]] = collections.deque()
+        self._note_end(time.monotonic())
+
+    def _note_end(self, now: float) -> None:
+        if not self._ends or now - self._ends[-1][0] >= _END_SAMPLE_S:
+            self._ends.append((now, self.log.end_offset))
+        while len(self._ends) > 1 and self._ends[1][0] <= now - self.lag_s:
+            self._ends.popleft()  # the one left is the newest at or before now - lag_s
+
+    def _lagged_end(self) -> int:
+        """The log's end `lag_s` ago (or when this leader started, if that is later)."""
+        now = time.monotonic()
+        self._note_end(now)
+        return self._ends[0][1]
 
     def assign(self, replicas: list[tuple[str, str]]) -> None:
         """Replace the replica set with [(replica id, tcp://ip:F+3)]."""
@@ -222,8 +248,6 @@ class Replicator:
         except WouldBlock:
             return False  # sent again from the log on a later turn
         link.sent_to = offset + len(batches)
-        if not link.waiting_since:
-            link.waiting_since = time.monotonic()
         return True
 
     def backfill(self) -> None:
@@ -262,8 +286,6 @@ class Replicator:
                     link.sent_to, start, self.log.end_offset)  # fmt: skip
         link.sent_to = start
         link.resync_at = self.log.end_offset
-        if not link.waiting_since:
-            link.waiting_since = time.monotonic()
         return True
 
     # --- answers ----------------------------------------------------------------------------
@@ -281,32 +303,44 @@ class Replicator:
             self._answered(link, frames[2], _END.unpack(frames[3])[0])
 
     def _answered(self, link: ReplicaLink, status: bytes, end: int) -> None:
-        now = time.monotonic()
-        link.last_answer = now
         if status == BEHIND or link.sent_to < 0:
             link.acked = link.sent_to = min(end, self.log.end_offset)
             if end > self.log.end_offset:
                 link.sent_to = self.log.end_offset  # its copy is ahead: it will be cut back
         else:
             link.acked = max(link.acked, end)
-        link.waiting_since = 0.0 if link.acked >= link.sent_to else (link.waiting_since or now)
 
     def committed(self) -> int:
-        """The offset below which every in-sync replica holds the log."""
-        now = time.monotonic()
-        ends = [min(link.acked, self.log.end_offset) for link in self.links.values()
-                if link.in_sync(now)]  # fmt: skip
+        """The offset below which every in-sync replica holds the log (the exchange asks once
+        per loop turn: a replica's moves in and out of sync are logged here)."""
+        lagged = self._lagged_end()
+        ends = []
+        for link in self.links.values():
+            in_sync = link.in_sync(lagged)
+            if in_sync != link.was_in_sync:
+                self._log_sync_change(link, in_sync)
+            if in_sync:
+                ends.append(min(link.acked, self.log.end_offset))
         return min(ends, default=self.log.end_offset)
+
+    def _log_sync_change(self, link: ReplicaLink, in_sync: bool) -> None:
+        link.was_in_sync = in_sync
+        if in_sync:
+            log.info("%s: replica %s is in sync", self.name, link.replica_id)
+        else:
+            log.warning("%s: replica %s is out of sync (its copy ends at %d, the log at %d): "
+                        "acks=all goes on without it", self.name, link.replica_id,
+                        link.acked, self.log.end_offset)  # fmt: skip
 
     @property
     def under_replicated(self) -> bool:
-        now = time.monotonic()
-        return not self.links or not all(link.in_sync(now) for link in self.links.values())
+        lagged = self._lagged_end()
+        return not self.links or not all(link.in_sync(lagged) for link in self.links.values())
 
     def status(self) -> list[dict[str, Any]]:
-        now = time.monotonic()
+        lagged = self._lagged_end()
         return [
-            {"Id": x.replica_id, "Acked": x.acked, "Sent": x.sent_to, "InSync": x.in_sync(now)}
+            {"Id": x.replica_id, "Acked": x.acked, "Sent": x.sent_to, "InSync": x.in_sync(lagged)}
             for x in self.links.values()
         ]
 

@@ -5,6 +5,7 @@ several whole batches, and a frame with one bad batch changes nothing), and a le
 from __future__ import annotations
 
 import struct
+import time
 from pathlib import Path
 from typing import Any
 
@@ -143,3 +144,77 @@ def test_a_copy_behind_retention_restarts_and_is_out_of_sync_until_it_caught_up(
         store.close()
         leader.close()
         context.term()
+
+
+class _Pair:
+    """A leader's Replicator and one ReplicaStore over inproc sockets, served by hand."""
+
+    def __init__(self, tmp_path: Path, lag_s: float, batches: int, size: int = 1000) -> None:
+        self.context = new_context()
+        self.router = self.context.socket(Kind.ROUTER)
+        self.router.bind("inproc://replica")
+        self.leader = Log(tmp_path / "leader", 1 << 20, memory_bytes=0)
+        for seq in range(0, 10 * batches, 10):
+            self.leader.append(batch(seq, records=10, size=size))
+        self.store = ReplicaStore(tmp_path / "copies", "q", "r1", LogSettings(memory_bytes=0))
+        self.replicator = Replicator(self.context, "l1", self.leader, "leader l1", lag_s=lag_s)
+
+    def in_sync(self) -> bool:
+        return bool(self.replicator.status()[0]["InSync"])
+
+    def close(self) -> None:
+        self.replicator.close()
+        self.router.close(0)
+        self.store.close()
+        self.leader.close()
+        self.context.term()
+
+
+def test_a_new_replica_is_out_of_sync_until_its_backfill_reaches_the_end(tmp_path: Path) -> None:
+    """acks=all must not wait for a back-fill: until the copy holds the log as it stood a lag
+    ago, the committed offset is the leader's own end."""
+    pair = _Pair(tmp_path, lag_s=60.0, batches=300)  # ~3 MiB: three 1 MiB back-fill frames
+    try:
+        end = pair.leader.end_offset
+        pair.replicator.assign([("r1", "inproc://replica")])
+        assert _serve(pair.router, pair.store, most=1) == 1  # the probe: an empty copy
+        _turn(pair.replicator)  # its answer, then the back-fill's frames go out
+        assert not pair.in_sync() and pair.replicator.committed() == end
+        assert _serve(pair.router, pair.store, most=1) == 1
+        _turn(pair.replicator)
+        [link] = pair.replicator.status()
+        assert 0 < link["Acked"] < end, "one frame of the back-fill landed"
+        assert not pair.in_sync() and pair.replicator.committed() == end
+        while _serve(pair.router, pair.store):
+            _turn(pair.replicator)
+        assert pair.in_sync() and pair.store.logs["l1"].end_offset == end
+        assert pair.replicator.committed() == end and not pair.replicator.under_replicated
+    finally:
+        pair.close()
+
+
+def test_a_replica_that_falls_a_lag_behind_drops_out_and_acks_all_goes_on(
+    tmp_path: Path,
+) -> None:
+    """An in-sync replica is waited for (committed stays at its end) for at most the lag; then
+    it is out of sync and committed moves on to the leader's end; it is back once it answers."""
+    pair = _Pair(tmp_path, lag_s=0.3, batches=3)
+    try:
+        pair.replicator.assign([("r1", "inproc://replica")])
+        while _serve(pair.router, pair.store):
+            _turn(pair.replicator)
+        before = pair.leader.end_offset
+        assert pair.in_sync() and pair.replicator.committed() == before
+        pair.leader.append(batch(1000, records=10, size=1000))
+        _turn(pair.replicator)  # sent, not answered: the replica stalls
+        assert pair.replicator.committed() == before, "an in-sync replica is waited for"
+        for _ in range(30):  # the exchange's loop turns, each asking for the committed offset
+            time.sleep(0.02)
+            pair.replicator.committed()
+        assert pair.replicator.committed() == pair.leader.end_offset > before
+        assert not pair.in_sync() and pair.replicator.under_replicated
+        while _serve(pair.router, pair.store):
+            _turn(pair.replicator)
+        assert pair.in_sync() and pair.replicator.committed() == pair.leader.end_offset
+    finally:
+        pair.close()
