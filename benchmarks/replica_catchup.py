@@ -13,7 +13,7 @@ line of docs/benchmarks.md). The script:
    copy has caught up or `--timeout` passed.
 
     python benchmarks/replica_catchup.py --gcm 127.0.0.1:24000 -q cu1 --namespace roq-bench-r2 \
-        --fill-seconds 15 --during-seconds 30 --out benchmarks/results/2026-11-24/catchup.jsonl
+        --fill-seconds 15 --during-seconds 30 --out benchmarks/results/2026-11-23d/catchup.jsonl
 
 Prints (and appends to `--out`) one JSON line per sample and a summary line.
 """
