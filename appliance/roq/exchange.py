@@ -184,6 +184,7 @@ class Exchange:
                 LogSettings.from_settings(settings),
                 name=spec.name,
                 background_flush=True,
+                background_delete=True,
             )
             log.info("%s: log %s holds offsets %d..%d", spec.name, directory,
                      self.log.start_offset, self.log.end_offset)  # fmt: skip
@@ -209,8 +210,8 @@ class Exchange:
         self.front = open_socket(
             context,
             Kind.ROUTER,
-            rcvhwm=self.settings.get_int("exchange.publisher.hwm"),
-            sndhwm=self.settings.get_int("exchange.publisher.hwm"),
+            rcvhwm=self.settings.get_int("exchange.publisher.hwm"),  # batches: memory
+            sndhwm=limits.exchange_replies_hwm,  # replies, which the ROUTER would drop
         )
         bind(self.front, spec.address, spec.port + FRONT)
         self.back = open_socket(

@@ -70,6 +70,11 @@ publisher_dead_drain_ms = 300  # ... and one declared dead, within this (it may 
 placement_retry_ms = 500  # a publisher without an exchange asks its monitor again this often
 placement_timeout_ms = 30_000  # ... and gives up (raises) after this long
 unconfirmed_batches_max = 10_000  # batches kept for re-sending until the exchange confirms them
+# Replies (acks, drain answers) an exchange queues for one publisher. A ROUTER drops what is
+# past its high-water mark, silently, and a lost drain answer hangs flush(): this must exceed
+# what a publisher can have outstanding (its unconfirmed batches and its flushes). ~40 bytes
+# each.
+exchange_replies_hwm = 2 * unconfirmed_batches_max
 
 # --- data plane: subscribers --------------------------------------------------------------
 subscriber_hwm_batches = 10_000  # batches ZeroMQ queues for one subscriber socket

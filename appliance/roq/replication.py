@@ -121,7 +121,9 @@ class ReplicaStore:
                 raise LogError(f"already keeping {REPLICA_LOGS_MAX} replica logs")
             directory = replica_directory(self.root, self.queue, leader_id, self.own_id)
             name = f"copy of {leader_id}"
-            copy = self.logs[leader_id] = Log.open(directory, self.settings, name=name)
+            copy = self.logs[leader_id] = Log.open(
+                directory, self.settings, name=name, background_delete=True
+            )
         return copy
 
     def handle(self, frames: list[bytes]) -> list[bytes]:

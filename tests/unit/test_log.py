@@ -19,6 +19,7 @@ from roq.log import (
     MemoryLog,
     ReadStatus,
     Retention,
+    janitor,
     log_directory,
     parse_segment_name,
     segment_name,
@@ -377,3 +378,45 @@ def test_a_frame_with_bytes_after_its_batch_is_refused(tmp_path):
         with pytest.raises(CorruptRecord, match="bytes given for one batch"):
             log.append(batch(0) + b"junk")
         assert log.end_offset == 0
+
+
+def test_background_retention_renames_at_once_and_the_janitor_deletes(tmp_path):
+    """With `background_delete` (the exchange's logs), retention takes a segment out of the log
+    at once (renamed `.deleted`) and the janitor thread unlinks it: an unlink can block for
+    40 ms on a discard-mounted disk (janitor.py)."""
+    size = len(batch(0))
+    retention = Retention(bytes=5 * size)
+    shared = janitor.shared()
+    before = shared.deleted
+    with Log(tmp_path, 2 * size, OS, retention, background_delete=True) as log:
+        fill(log, 20)
+        assert log.start_offset > 0 and log.read(0, 100).status is ReadStatus.EVICTED
+        deadline = time.monotonic() + 10
+        while not shared.idle() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        names = sorted(p.name for p in tmp_path.iterdir())
+        assert names[0] == segment_name(log.start_offset), "a retired segment was left behind"
+        assert not [n for n in names if n.endswith(janitor.DELETED_SUFFIX)]
+        assert shared.deleted > before, "the janitor, not the appending thread, unlinked them"
+        assert seqs(read_all(log, log.start_offset))[-1] == 59
+
+
+def test_a_segment_retired_before_a_crash_is_removed_on_open(tmp_path):
+    with Log(tmp_path, 2 * len(batch(0)), OS) as log:
+        fill(log, 6)
+        end = log.end_offset
+    head = tmp_path / segment_name(0)
+    head.rename(head.with_name(head.name + janitor.DELETED_SUFFIX))
+    with Log(tmp_path, 2 * len(batch(0)), OS) as log:
+        assert log.start_offset > 0 and log.end_offset == end
+        assert not list(tmp_path.glob("*" + janitor.DELETED_SUFFIX))
+
+
+def test_the_janitor_deletes_inline_when_too_many_files_wait(tmp_path):
+    idle = janitor.Janitor()  # not started: nothing is taken off its queue
+    files = [tmp_path / f"f{i}" for i in range(janitor.PENDING_MAX + 1)]
+    for file in files:
+        file.write_bytes(b"x")
+        idle.discard(file)
+    assert all(file.exists() for file in files[:-1]), "queued, waiting for the thread"
+    assert not files[-1].exists(), "past the bound the caller deletes it itself"

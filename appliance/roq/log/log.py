@@ -23,6 +23,7 @@ from roq import limits
 from roq.config import Settings
 from roq.errors import ConfigError, CorruptRecord, InvalidOffset, LogUnavailable
 from roq.log import format as fmt
+from roq.log import janitor
 from roq.log.flusher import Flusher
 from roq.log.memory import MemoryLog
 from roq.log.segment import DIR_MODE, Segment, SegmentCorrupt, parse_segment_name
@@ -134,8 +135,10 @@ class Log:
         name: str = "",
         clock: Clock = time.monotonic,
         background_flush: bool = False,
+        background_delete: bool = False,
     ):
         assert max_file_size >= fmt.HEADER_BYTES
+        self._janitor = janitor.shared() if background_delete else None
         self.directory = Path(directory)
         self.name = name or str(self.directory)
         self.max_file_size = max_file_size
@@ -172,6 +175,7 @@ class Log:
         *,
         name: str = "",
         background_flush: bool = False,
+        background_delete: bool = False,
     ) -> Log:
         return cls(
             directory,
@@ -181,6 +185,7 @@ class Log:
             settings.memory_bytes,
             name=name,
             background_flush=background_flush,
+            background_delete=background_delete,
         )
 
     # --- opening and recovery -----------------------------------------------------------------
@@ -190,6 +195,8 @@ class Log:
             names = sorted(p.name for p in self.directory.iterdir())
         except OSError as error:
             raise LogUnavailable(f"log {self.name}: cannot use directory: {error}") from None
+        for leftover in [n for n in names if n.endswith(janitor.DELETED_SUFFIX)]:
+            janitor.unlink(self.directory / leftover)  # retired before a crash
         paths = [self.directory / n for n in names if parse_segment_name(n) is not None]
         if not paths:
             self._add(Segment.create(self.directory, 0))
@@ -473,7 +480,10 @@ class Log:
         self._bases.pop(0)
         if head in self._open_readers:
             self._open_readers.remove(head)
-        head.delete()
+        if self._janitor is not None:
+            self._janitor.discard(head.retire())  # an unlink can take 40 ms: janitor.py
+        else:
+            head.delete()
         self.gaps = [gap for gap in self.gaps if gap[0] >= self.start_offset]
         self.memory.drop_before(self.start_offset)
         log.info(

@@ -21,6 +21,7 @@ from pathlib import Path
 from roq import limits
 from roq.errors import CorruptRecord, InvalidOffset, LogUnavailable
 from roq.log import format as fmt
+from roq.log.janitor import DELETED_SUFFIX
 
 log = logging.getLogger(__name__)
 
@@ -267,6 +268,17 @@ class Segment:
             pass
         except OSError as error:
             raise LogUnavailable(f"{self.path}: cannot delete segment: {error}") from None
+
+    def retire(self) -> Path:
+        """Close the segment and rename it out of the log (`janitor.py` deletes it later);
+        returns its new path."""
+        self.close()
+        retired = self.path.with_name(self.path.name + DELETED_SUFFIX)
+        try:
+            self.path.rename(retired)
+        except OSError as error:
+            raise LogUnavailable(f"{self.path}: cannot retire segment: {error}") from None
+        return retired
 
 
 def _peek_header(data: bytes) -> fmt.BatchHeader:
