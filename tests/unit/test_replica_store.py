@@ -14,7 +14,15 @@ from logutil import batch, seqs
 
 from roq.errors import CorruptRecord, InvalidOffset
 from roq.log import Log, LogSettings, ReadStatus, Retention, segment_name
-from roq.replication import OK, RESTART, WRITE, WRITTEN, ReplicaStore, Replicator
+from roq.replication import (
+    OK,
+    REPLICA_LAG_S,
+    RESTART,
+    WRITE,
+    WRITTEN,
+    ReplicaStore,
+    Replicator,
+)
 from roq.transport import POLLIN, Kind, new_context
 
 LEADER = b"127.0.0.1-6000-aaaaaa"
@@ -97,25 +105,55 @@ def _turn(replicator: Replicator) -> None:
     replicator.backfill()
 
 
+class _Pair:
+    """A leader's Replicator (of `leader`) and one ReplicaStore over real inproc sockets,
+    served by hand (`_serve`, `_turn`); the replica is assigned at once."""
+
+    def __init__(self, tmp_path: Path, leader: Log, lag_s: float = REPLICA_LAG_S) -> None:
+        self.context = new_context()
+        self.router = self.context.socket(Kind.ROUTER)
+        self.router.bind("inproc://replica")
+        self.leader = leader
+        self.store = ReplicaStore(tmp_path / "copies", "q", "r1", LogSettings(memory_bytes=0))
+        self.replicator = Replicator(self.context, "l1", leader, "leader l1", lag_s=lag_s)
+        self.replicator.assign([("r1", "inproc://replica")])
+
+    def in_sync(self) -> bool:
+        return bool(self.replicator.status()[0]["InSync"])
+
+    def __enter__(self) -> _Pair:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.replicator.close()
+        self.router.close(0)
+        self.store.close()
+        self.leader.close()
+        self.context.term()
+
+
+def _long_log(tmp_path: Path, batches: int) -> Log:
+    """`batches` batches of 10 records of 1000 bytes (~10 KB each) in 1 MiB segments."""
+    leader = Log(tmp_path / "leader", 1 << 20, memory_bytes=0)
+    for seq in range(0, 10 * batches, 10):
+        leader.append(batch(seq, records=10, size=1000))
+    return leader
+
+
 def test_a_copy_behind_retention_restarts_and_is_out_of_sync_until_it_caught_up(
     tmp_path: Path,
 ) -> None:
-    """Real sockets (inproc): the leader's Replicator against a ReplicaStore. The leader's
-    retention (8 KiB of 4 KiB segments) outruns a replica that is not served for a while."""
-    context = new_context()
-    router = context.socket(Kind.ROUTER)
-    router.bind("inproc://replica")
+    """The leader's retention (8 KiB of 4 KiB segments) outruns a replica that is not served
+    for a while."""
     leader = Log(tmp_path / "leader", 4096, retention=Retention(bytes=8192), memory_bytes=0)
-    store = ReplicaStore(tmp_path / "copies", "q", "r1", LogSettings(memory_bytes=0))
-    replicator = Replicator(context, "l1", leader, "leader l1")
-    replicator.assign([("r1", "inproc://replica")])
-    try:
+    with _Pair(tmp_path, leader) as pair:
+        router, store, replicator = pair.router, pair.store, pair.replicator
         for seq in range(0, 30, 3):
             leader.append(batch(seq))
         for _ in range(50):
             _serve(router, store)
             _turn(replicator)
-            if replicator.status()[0]["InSync"] and replicator.committed() == leader.end_offset:
+            if pair.in_sync() and replicator.committed() == leader.end_offset:
                 break
         assert replicator.committed() == leader.end_offset > 0
         held_before = leader.end_offset
@@ -131,52 +169,21 @@ def test_a_copy_behind_retention_restarts_and_is_out_of_sync_until_it_caught_up(
         for _ in range(50):
             _serve(router, store)
             _turn(replicator)
-            if replicator.status()[0]["InSync"]:
+            if pair.in_sync():
                 break
         copy = store.logs["l1"]
-        assert replicator.status()[0]["InSync"] and copy.end_offset == leader.end_offset
+        assert pair.in_sync() and copy.end_offset == leader.end_offset
         assert copy.start_offset > held_before  # started again: nothing below is claimed
         tail = copy.read(copy.start_offset, 1 << 20)
         assert bytes(tail.data) == bytes(leader.read(copy.start_offset, 1 << 20).data)
-    finally:
-        replicator.close()
-        router.close(0)
-        store.close()
-        leader.close()
-        context.term()
-
-
-class _Pair:
-    """A leader's Replicator and one ReplicaStore over inproc sockets, served by hand."""
-
-    def __init__(self, tmp_path: Path, lag_s: float, batches: int, size: int = 1000) -> None:
-        self.context = new_context()
-        self.router = self.context.socket(Kind.ROUTER)
-        self.router.bind("inproc://replica")
-        self.leader = Log(tmp_path / "leader", 1 << 20, memory_bytes=0)
-        for seq in range(0, 10 * batches, 10):
-            self.leader.append(batch(seq, records=10, size=size))
-        self.store = ReplicaStore(tmp_path / "copies", "q", "r1", LogSettings(memory_bytes=0))
-        self.replicator = Replicator(self.context, "l1", self.leader, "leader l1", lag_s=lag_s)
-
-    def in_sync(self) -> bool:
-        return bool(self.replicator.status()[0]["InSync"])
-
-    def close(self) -> None:
-        self.replicator.close()
-        self.router.close(0)
-        self.store.close()
-        self.leader.close()
-        self.context.term()
 
 
 def test_a_new_replica_is_out_of_sync_until_its_backfill_reaches_the_end(tmp_path: Path) -> None:
     """acks=all must not wait for a back-fill: until the copy holds the log as it stood a lag
     ago, the committed offset is the leader's own end."""
-    pair = _Pair(tmp_path, lag_s=60.0, batches=300)  # ~3 MiB: three 1 MiB back-fill frames
-    try:
+    # ~3 MiB: three 1 MiB back-fill frames
+    with _Pair(tmp_path, _long_log(tmp_path, batches=300), lag_s=60.0) as pair:
         end = pair.leader.end_offset
-        pair.replicator.assign([("r1", "inproc://replica")])
         assert _serve(pair.router, pair.store, most=1) == 1  # the probe: an empty copy
         _turn(pair.replicator)  # its answer, then the back-fill's frames go out
         assert not pair.in_sync() and pair.replicator.committed() == end
@@ -189,8 +196,6 @@ def test_a_new_replica_is_out_of_sync_until_its_backfill_reaches_the_end(tmp_pat
             _turn(pair.replicator)
         assert pair.in_sync() and pair.store.logs["l1"].end_offset == end
         assert pair.replicator.committed() == end and not pair.replicator.under_replicated
-    finally:
-        pair.close()
 
 
 def test_a_replica_that_falls_a_lag_behind_drops_out_and_acks_all_goes_on(
@@ -198,9 +203,7 @@ def test_a_replica_that_falls_a_lag_behind_drops_out_and_acks_all_goes_on(
 ) -> None:
     """An in-sync replica is waited for (committed stays at its end) for at most the lag; then
     it is out of sync and committed moves on to the leader's end; it is back once it answers."""
-    pair = _Pair(tmp_path, lag_s=0.3, batches=3)
-    try:
-        pair.replicator.assign([("r1", "inproc://replica")])
+    with _Pair(tmp_path, _long_log(tmp_path, batches=3), lag_s=0.3) as pair:
         while _serve(pair.router, pair.store):
             _turn(pair.replicator)
         before = pair.leader.end_offset
@@ -216,5 +219,3 @@ def test_a_replica_that_falls_a_lag_behind_drops_out_and_acks_all_goes_on(
         while _serve(pair.router, pair.store):
             _turn(pair.replicator)
         assert pair.in_sync() and pair.replicator.committed() == pair.leader.end_offset
-    finally:
-        pair.close()
