@@ -50,7 +50,17 @@ from roq.protocol import bsonmsg, dataplane
 from roq.protocol.commands import ChildCommand, MonitorCommand, Reason, StatCommand
 from roq.pulse import Pulse
 from roq.replication import ReplicaStore, Replicator
-from roq.transport import NOBLOCK, POLLIN, Kind, Poller, WouldBlock, bind, connect, open_socket
+from roq.transport import (
+    NOBLOCK,
+    POLLIN,
+    Kind,
+    Poller,
+    WouldBlock,
+    bind,
+    connect,
+    open_socket,
+    readable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -320,7 +330,7 @@ class Exchange:
 
     def _pump(self, deadline: float) -> None:
         taken = 0
-        for _ in range(_BURST):
+        for turn in range(_BURST):
             if time.monotonic() > deadline or taken > _BURST_BYTES:
                 return
             try:
@@ -332,6 +342,8 @@ class Exchange:
             self._last_inbound = time.monotonic()
             taken += len(frames[-1])
             self._handle(frames[0], [memoryview(frame) for frame in frames[1:]])
+            if turn == 0 and not readable(self.front):
+                return  # the usual wake-up at low rates: one frame (see transport.readable)
 
     def _count_subscriptions(self) -> None:
         """Subscribe (first byte 1) and unsubscribe (0) messages from the XPUB socket: ZeroMQ has

@@ -68,6 +68,7 @@ from roq.transport import (
     WouldBlock,
     connect,
     open_socket,
+    readable,
     subscribe,
 )
 from roq.transport import new_context as _new_context
@@ -435,7 +436,9 @@ class _PublisherIO(threading.Thread):
             self._pump()
 
     def _drain_wake(self) -> None:
-        while True:
+        for turn in range(limits.control_hwm_messages + 1):  # a PAIR holds at most that many
+            if turn == 1 and not readable(self.wake):
+                return  # one poke is the usual case (see transport.readable)
             try:
                 self.wake.recv(NOBLOCK)
             except WouldBlock:
@@ -560,7 +563,9 @@ class _PublisherIO(threading.Thread):
         return True
 
     def _replies(self) -> None:
-        for _ in range(10_000):
+        for turn in range(10_000):
+            if turn == 1 and not readable(self.dealer):
+                return  # one ack per wake-up is the usual case at low rates
             try:
                 frames = self.dealer.recv_multipart(NOBLOCK)
             except WouldBlock:

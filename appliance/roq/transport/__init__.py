@@ -16,6 +16,7 @@ from roq.transport.sockets import (
     disconnect,
     new_context,
     open_socket,
+    readable,
     subscribe,
     unsubscribe,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "disconnect",
     "new_context",
     "open_socket",
+    "readable",
     "subscribe",
     "unsubscribe",
 ]
