@@ -58,8 +58,8 @@ from roq.transport import (
     WouldBlock,
     bind,
     connect,
+    drained,
     open_socket,
-    readable,
 )
 
 log = logging.getLogger(__name__)
@@ -330,20 +330,14 @@ class Exchange:
 
     def _pump(self, deadline: float) -> None:
         taken = 0
-        for turn in range(_BURST):
-            if time.monotonic() > deadline or taken > _BURST_BYTES:
-                return
-            try:
-                # Copying receive: a zero-copy Frame object costs more than copying all but
-                # the largest batches (benchmarks/exchange_flood.py), and the log copies anyway.
-                frames = self.front.recv_multipart(NOBLOCK)
-            except WouldBlock:
-                return
+        # Copying receive: a zero-copy Frame object costs more than copying all but the
+        # largest batches (benchmarks/exchange_flood.py), and the log copies anyway.
+        for frames in drained(self.front, _BURST):
             self._last_inbound = time.monotonic()
             taken += len(frames[-1])
             self._handle(frames[0], [memoryview(frame) for frame in frames[1:]])
-            if turn == 0 and not readable(self.front):
-                return  # the usual wake-up at low rates: one frame (see transport.readable)
+            if time.monotonic() > deadline or taken > _BURST_BYTES:
+                return
 
     def _count_subscriptions(self) -> None:
         """Subscribe (first byte 1) and unsubscribe (0) messages from the XPUB socket: ZeroMQ has

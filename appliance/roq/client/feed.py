@@ -41,7 +41,7 @@ from roq import limits
 from roq.errors import CorruptRecord, ProtocolError
 from roq.log import format as batchfmt
 from roq.protocol import dataplane
-from roq.transport import NOBLOCK, Kind, WouldBlock, connect, open_socket, readable
+from roq.transport import NOBLOCK, Kind, WouldBlock, connect, drained, open_socket
 
 log = logging.getLogger(__name__)
 
@@ -141,13 +141,7 @@ class Feed:
     # --- live stream ---------------------------------------------------------------------------
     def receive(self, burst: int) -> Iterator[tuple[batchfmt.BatchHeader, memoryview]]:
         """Live batches to deliver, in offset order (gaps switch to reading the log)."""
-        for turn in range(burst):
-            if turn == 1 and not readable(self.live):
-                return  # the usual wake-up at low rates: one batch (see transport.readable)
-            try:
-                frames = self.live.recv_multipart(NOBLOCK, copy=False)
-            except WouldBlock:
-                return
+        for frames in drained(self.live, burst, copy=False):
             self._heard = time.monotonic()
             if len(frames) != 2:
                 continue

@@ -67,8 +67,8 @@ from roq.transport import (
     Poller,
     WouldBlock,
     connect,
+    drained,
     open_socket,
-    readable,
     subscribe,
 )
 from roq.transport import new_context as _new_context
@@ -436,13 +436,8 @@ class _PublisherIO(threading.Thread):
             self._pump()
 
     def _drain_wake(self) -> None:
-        for turn in range(limits.control_hwm_messages + 1):  # a PAIR holds at most that many
-            if turn == 1 and not readable(self.wake):
-                return  # one poke is the usual case (see transport.readable)
-            try:
-                self.wake.recv(NOBLOCK)
-            except WouldBlock:
-                return
+        for _ in drained(self.wake, limits.control_hwm_messages):  # its high-water mark
+            pass
 
     # --- placement and moves -------------------------------------------------------------------
     def _place(self, lost: str) -> None:
@@ -563,13 +558,7 @@ class _PublisherIO(threading.Thread):
         return True
 
     def _replies(self) -> None:
-        for turn in range(10_000):
-            if turn == 1 and not readable(self.dealer):
-                return  # one ack per wake-up is the usual case at low rates
-            try:
-                frames = self.dealer.recv_multipart(NOBLOCK)
-            except WouldBlock:
-                return
+        for frames in drained(self.dealer, 10_000):
             self._reply(frames)
 
     def _reply(self, frames: list[bytes]) -> None:

@@ -14,9 +14,9 @@ from roq.transport.sockets import (
     bind,
     connect,
     disconnect,
+    drained,
     new_context,
     open_socket,
-    readable,
     subscribe,
     unsubscribe,
 )
@@ -34,9 +34,9 @@ __all__ = [
     "bind",
     "connect",
     "disconnect",
+    "drained",
     "new_context",
     "open_socket",
-    "readable",
     "subscribe",
     "unsubscribe",
 ]
