@@ -328,7 +328,7 @@ class Log:
         self.read(offset, 1)  # raises InvalidOffset unless a batch starts there
         while len(self._segments) > 1 and self._segments[-1].base > offset:
             self._bases.pop()
-            self._segments.pop().delete()
+            self._drop(self._segments.pop())
         last = self._segments.pop()
         if last in self._open_readers:
             self._open_readers.remove(last)
@@ -354,7 +354,7 @@ class Log:
         segment = Segment.create(self.directory, offset)
         self._sync_directory()
         for old in self._segments:
-            old.delete()
+            self._drop(old)
         self._segments, self._bases, self._open_readers = [], [], []
         self._add(segment)
         self.memory.clear()
@@ -475,15 +475,19 @@ class Log:
         # "keep at least", and the first limit reached frees the space.
         return any(reasons)
 
+    def _drop(self, segment: Segment) -> None:
+        """Delete a segment that left the log (retention, truncation, restart)."""
+        if self._janitor is not None:
+            self._janitor.discard(segment.retire())  # an unlink can take 40 ms: janitor.py
+        else:
+            segment.delete()
+
     def _delete_head(self) -> None:
         head = self._segments.pop(0)
         self._bases.pop(0)
         if head in self._open_readers:
             self._open_readers.remove(head)
-        if self._janitor is not None:
-            self._janitor.discard(head.retire())  # an unlink can take 40 ms: janitor.py
-        else:
-            head.delete()
+        self._drop(head)
         self.gaps = [gap for gap in self.gaps if gap[0] >= self.start_offset]
         self.memory.drop_before(self.start_offset)
         log.info(
