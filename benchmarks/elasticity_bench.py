@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from roq.client.publisher import Publisher
+from roq.local.zkserver import ZooKeeperServer
 from roq.protocol import bsonmsg
 from roq.protocol.commands import StatCommand
-from roq.spawn import child_environment, roq_command
+from roq.system.spawn import child_environment, roq_command
 from roq.testing.cluster import LocalCluster, PortBlocks, wait_for
 from roq.transport import POLLIN, Kind, Poller, connect, new_context, open_socket
-from roq.zkserver import ZooKeeperServer
 
 FAST = {
     "exchange.warmup": 200,

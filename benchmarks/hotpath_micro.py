@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from roq.exchange import LoadMeter
+from roq.exchange.service import LoadMeter
 from roq.log import Log, LogSettings
 from roq.log import format as batchfmt
 from roq.log.log import FlushPolicy

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from roq.local.zkserver import ZooKeeperServer
 from roq.testing.cluster import LocalCluster, PortBlocks
-from roq.zkserver import ZooKeeperServer
 
 
 def _worker_index() -> int:

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from appliance_support import ROOT, frozen_env, run_frozen
 
+from roq.local.zkserver import is_serving
 from roq.testing.cluster import PortBlocks, child_pids, wait_for
-from roq.zkserver import is_serving
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 

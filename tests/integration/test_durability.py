@@ -17,7 +17,7 @@ from roq.client.publisher import Publisher, PublishError
 from roq.client.subscriber import Subscriber
 from roq.log import segment_name
 from roq.protocol.commands import ChildCommand
-from roq.spawn import child_environment, roq_command
+from roq.system.spawn import child_environment, roq_command
 from roq.testing.cluster import Daemon, LocalCluster, processes_with, wait_for
 from roq.transport import new_context
 from roq.transport.rpc import Requester

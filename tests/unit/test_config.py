@@ -9,7 +9,7 @@ import pytest
 
 from roq import config
 from roq.errors import ConfigError
-from roq.spawn import child_environment, roq_command
+from roq.system.spawn import child_environment, roq_command
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from logutil import batch
 
 from roq.log import FlushPolicy, Log
-from roq.spawn import child_environment
+from roq.system.spawn import child_environment
 
 ROQ = Path(sys.executable).parent / "roq"
 

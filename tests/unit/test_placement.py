@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from roq.placement import ExchangeView, mark_joined
+from roq.monitor.placement import ExchangeView, mark_joined
 
 
 def _view(name: str, first_seen: float, subscriptions: int, leaving: bool = False) -> ExchangeView:

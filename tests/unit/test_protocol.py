@@ -5,9 +5,9 @@ from __future__ import annotations
 import bson
 import pytest
 
-from roq import limits, rules
+from roq import limits
 from roq.errors import DecodeError, FrameTooLarge, ProtocolError
-from roq.protocol import bsonmsg, commands, dataplane
+from roq.protocol import bsonmsg, commands, dataplane, rules
 from roq.protocol.names import check_queue_name
 
 

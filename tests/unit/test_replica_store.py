@@ -13,8 +13,7 @@ import pytest
 from logutil import batch, seqs
 
 from roq.errors import CorruptRecord, InvalidOffset
-from roq.log import Log, LogSettings, ReadStatus, Retention, segment_name
-from roq.replication import (
+from roq.exchange.replication import (
     OK,
     REPLICA_LAG_S,
     RESTART,
@@ -23,6 +22,7 @@ from roq.replication import (
     ReplicaStore,
     Replicator,
 )
+from roq.log import Log, LogSettings, ReadStatus, Retention, segment_name
 from roq.transport import POLLIN, Kind, new_context
 
 LEADER = b"127.0.0.1-6000-aaaaaa"

@@ -11,8 +11,7 @@ import pytest
 
 from roq import config
 from roq.errors import ConfigError
-from roq.placement import ExchangeView, Thresholds, plan_rebalance
-from roq.provisioning import (
+from roq.gcm.provisioning import (
     Ec2Config,
     Ec2Provisioner,
     NoProvisioner,
@@ -23,8 +22,8 @@ from roq.provisioning import (
     sign_v4,
     user_data,
 )
-from roq.rules import validate_rules
-from roq.scaling import (
+from roq.monitor.placement import ExchangeView, Thresholds, plan_rebalance
+from roq.monitor.scaling import (
     DefaultPolicy,
     ExchangeLoad,
     LoadWindow,
@@ -35,6 +34,7 @@ from roq.scaling import (
     make_policy,
     supersedes,
 )
+from roq.protocol.rules import validate_rules
 
 CONFIG = ScalingConfig(
     window_s=1.0,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from logutil import batch
 
+from roq.exchange.logserver import LogServer
 from roq.log import FlushPolicy, Log
-from roq.logserver import LogServer
 
 T0 = 1_700_000_000_000_000
 

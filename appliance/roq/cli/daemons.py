@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from roq import config, notify
+from roq import config
 from roq.cli.app import app
 from roq.cli.common import (
     CONFIG_OPTION,
@@ -16,6 +16,7 @@ from roq.cli.common import (
     setup_logging,
     stop_event,
 )
+from roq.system import notify
 
 
 @app.command(rich_help_panel="Daemons")
@@ -30,7 +31,7 @@ def gcm(
     setup_logging()
     with errors_to_exit():
         settings = config.load_gcm(config_file, config.parse_overrides(define))
-        from roq.gcm import GlobalConfigurationManager
+        from roq.gcm.service import GlobalConfigurationManager
 
         manager = GlobalConfigurationManager(settings)
         try:
@@ -53,7 +54,7 @@ def host(
     with errors_to_exit():
         settings = config.load_hcm(config_file, config.parse_overrides(define))
         _check_log_directory(settings)
-        from roq.host import HostConfigManager
+        from roq.host.service import HostConfigManager
 
         manager = HostConfigManager(settings)
         try:
@@ -93,7 +94,7 @@ def up(
     """Run a one-machine cluster in the foreground: ZooKeeper (if none is reachable), a GCM and
     a host. Ctrl-C or SIGTERM stops all of it."""
     setup_logging()
-    from roq.up import Cluster
+    from roq.local.up import Cluster
 
     with errors_to_exit():
         cluster = Cluster(data_dir, gcm_config, hcm_config, config.parse_overrides(define))

@@ -39,7 +39,7 @@ def monitor(
     setup_logging()
     with errors_to_exit():
         settings = config.load_hcm(config_file, config.parse_overrides(define))
-        from roq.monitor import Monitor
+        from roq.monitor.service import Monitor
         from roq.transport import new_context
 
         context = new_context()
@@ -67,7 +67,7 @@ def exchange(
     setup_logging()
     with errors_to_exit():
         settings = config.load_hcm(config_file, config.parse_overrides(define))
-        from roq.exchange import Exchange, ExchangeSpec
+        from roq.exchange.service import Exchange, ExchangeSpec
         from roq.transport import new_context
 
         spec = ExchangeSpec(queue, exchange_id, bind, port, monitor_endpoint, stat)
@@ -251,7 +251,7 @@ def bench(
     with errors_to_exit():
         import json as _json
 
-        from roq import bench as benchmod
+        from roq.client import bench as benchmod
         from roq.client.admin import AdminClient
 
         if load is not None:
@@ -286,7 +286,7 @@ def bench_worker(
     """One publisher or subscriber of `roq bench` (JSON lines on stdout)."""
     setup_logging("WARNING")
     with errors_to_exit():
-        from roq import bench as benchmod
+        from roq.client import bench as benchmod
 
         description = benchmod.LoadDescription.from_json(load, "--load")
         client = {"gcm": gcm, "zk": zk, "namespace": namespace}

@@ -10,6 +10,8 @@ from roq.log.log import (
     ReadStatus,
     Retention,
     log_directory,
+    replica_directory,
+    replica_root,
 )
 from roq.log.memory import MemoryLog
 from roq.log.segment import Segment, SegmentCorrupt, parse_segment_name, segment_name
@@ -26,5 +28,7 @@ __all__ = [
     "SegmentCorrupt",
     "log_directory",
     "parse_segment_name",
+    "replica_directory",
+    "replica_root",
     "segment_name",
 ]

@@ -100,6 +100,15 @@ def log_directory(root: Path | str, queue: str, exchange_id: str) -> Path:
     return Path(root) / queue / exchange_id
 
 
+def replica_root(root: Path | str, queue: str) -> Path:
+    """Where one host keeps every copy of `queue`'s logs (deleted with the queue)."""
+    return Path(root) / "_replicas" / queue
+
+
+def replica_directory(root: Path | str, queue: str, leader_id: str, replica_id: str) -> Path:
+    return replica_root(root, queue) / f"{leader_id}@{replica_id}"
+
+
 class ReadStatus(enum.Enum):
     BATCHES = "batches"  # data holds one or more whole batches
     NO_MESSAGE_YET = "no-message-yet"  # offset == end_offset: nothing there yet (mq's 231)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from roq.client.admin import AdminClient
-from roq.spawn import child_environment, roq_command
+from roq.system.spawn import child_environment, roq_command
 
 T = TypeVar("T")
 

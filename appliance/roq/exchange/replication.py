@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from roq.errors import InvalidOffset, LogError, ProtocolError
-from roq.log import Log, LogSettings, ReadStatus
+from roq.log import Log, LogSettings, ReadStatus, replica_directory
 from roq.log import format as batchfmt
 from roq.protocol.names import check_exchange_id
 from roq.transport import NOBLOCK, Kind, WouldBlock, connect, open_socket
@@ -62,15 +62,6 @@ RESTART = b"S"  # [S][leader id][offset 8 LE]          → [w][leader id][K][end
 # (the log server tells these from log reads by the first frame: R, T and P are taken)
 WRITTEN = b"w"
 OK, BEHIND, FAILED = b"K", b"B", b"X"
-
-
-def replica_root(root: str | Path, queue: str) -> Path:
-    """Where one host keeps every copy of `queue`'s logs (deleted with the queue)."""
-    return Path(root) / "_replicas" / queue
-
-
-def replica_directory(root: str | Path, queue: str, leader_id: str, replica_id: str) -> Path:
-    return replica_root(root, queue) / f"{leader_id}@{replica_id}"
 
 
 # --- replica side ---------------------------------------------------------------------------

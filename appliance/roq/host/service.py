@@ -17,21 +17,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from roq import limits, supervision
+from roq import limits
 from roq.config import HCM_KEYS, Settings
 from roq.coordination import session
 from roq.coordination.paths import Paths
 from roq.coordination.registry import HostRecord, Registry
 from roq.errors import DecodeError, PortInUse, RoqError
-from roq.netaddr import resolve_interface
-from roq.ports import PortAllocator
+from roq.host import supervision
+from roq.host.ports import PortAllocator
+from roq.host.supervision import Child
+from roq.log import replica_root
 from roq.protocol import bsonmsg
 from roq.protocol.bsonmsg import Document
 from roq.protocol.commands import HostCommand, Reason
 from roq.protocol.names import check_queue_name
-from roq.replication import replica_root
-from roq.spawn import roq_command
-from roq.supervision import Child
+from roq.system.netaddr import resolve_interface
+from roq.system.spawn import roq_command
 from roq.transport import POLLIN, Kind, Poller, bind, new_context, open_socket
 from roq.transport.rpc import answer
 

@@ -12,9 +12,9 @@ Ports (B = the monitor port the host allocated, 6 in all; S = its stat port, 2):
     S+0  SUB   statistics in (exchanges, subscribers): the stat monitor, inside this process
     S+1  PUB   the KPI stream: what came in on S (validated), plus the queue KPI (CMD 23)
 
-Scaling (`roq.scaling.Scaler`, docs/elasticity.md) hooks in at three points only: every report
-feeds its load window, a timer asks the policy for a decision, and new exchanges it created are
-filled by re-allocating publishers. Its admin requests run in its own actuator thread.
+Scaling (`roq.monitor.scaling.Scaler`, docs/elasticity.md) hooks in at three points only: every
+report feeds its load window, a timer asks the policy for a decision, and new exchanges it
+created are filled by re-allocating publishers. Its admin requests run in its own actuator thread.
 
 An exchange silent for `monitor.dead.heartbeats` of its periods is dead: its publishers are told
 with the exact front address they use (RoQ's never matched) and subscribers get the new list.
@@ -29,10 +29,9 @@ import time
 from typing import Any
 
 from roq import limits
-from roq.child import ControlServer
 from roq.config import Settings
 from roq.errors import ProtocolError
-from roq.placement import (
+from roq.monitor.placement import (
     ExchangeView,
     Move,
     Thresholds,
@@ -41,6 +40,7 @@ from roq.placement import (
     mark_joined,
     plan_relocation,
 )
+from roq.monitor.scaling import Scaler
 from roq.protocol import bsonmsg
 from roq.protocol.commands import (
     ChildCommand,
@@ -50,8 +50,8 @@ from roq.protocol.commands import (
     StatCommand,
     SubscriberNotice,
 )
-from roq.scaling import Scaler
 from roq.transport import NOBLOCK, POLLIN, Kind, Poller, WouldBlock, bind, connect, open_socket
+from roq.transport.control import ControlServer
 from roq.transport.rpc import answer
 
 log = logging.getLogger(__name__)

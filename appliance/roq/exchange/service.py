@@ -39,17 +39,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from roq import limits, procstat
-from roq.child import ControlServer
+from roq import limits
 from roq.config import Settings
 from roq.errors import CorruptRecord, LogUnavailable, ProtocolError
+from roq.exchange.logserver import LogServer
+from roq.exchange.pulse import Pulse
+from roq.exchange.replication import ReplicaStore, Replicator
 from roq.log import Log, LogSettings, log_directory
 from roq.log import format as batchfmt
-from roq.logserver import LogServer
 from roq.protocol import bsonmsg, dataplane
 from roq.protocol.commands import ChildCommand, MonitorCommand, Reason, StatCommand
-from roq.pulse import Pulse
-from roq.replication import ReplicaStore, Replicator
+from roq.system import procstat
 from roq.transport import (
     NOBLOCK,
     POLLIN,
@@ -61,6 +61,7 @@ from roq.transport import (
     drained,
     open_socket,
 )
+from roq.transport.control import ControlServer
 
 log = logging.getLogger(__name__)
 

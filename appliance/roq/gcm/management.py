@@ -29,12 +29,12 @@ from roq.coordination.registry import (
     Registry,
 )
 from roq.errors import AdminError, DecodeError, RoqError, TransportError
+from roq.gcm.provisioning import make_provisioner
 from roq.protocol import bsonmsg
 from roq.protocol.bsonmsg import Document
 from roq.protocol.commands import AdminCommand, HostCommand, Reason, Result
 from roq.protocol.names import check_queue_name
-from roq.provisioning import make_provisioner
-from roq.rules import validate_rules
+from roq.protocol.rules import validate_rules
 from roq.transport import Kind, connect, open_socket
 from roq.transport.rpc import Requester
 

@@ -27,10 +27,10 @@ from roq.coordination.election import Leadership
 from roq.coordination.paths import Paths
 from roq.coordination.registry import Fence, Registry
 from roq.errors import CoordinationError, NotLeader
-from roq.management import Management
-from roq.netaddr import resolve_interface
+from roq.gcm.management import Management
 from roq.protocol import bsonmsg
 from roq.protocol.commands import AdminCommand, BroadcastCommand, Reason
+from roq.system.netaddr import resolve_interface
 from roq.transport import POLLIN, Kind, Poller, bind, new_context, open_socket
 from roq.transport.rpc import answer
 

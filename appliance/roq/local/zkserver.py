@@ -18,7 +18,7 @@ from pathlib import Path
 
 from roq import limits
 from roq.errors import EXIT_UNAVAILABLE, RoqError
-from roq.spawn import die_with_parent
+from roq.system.spawn import die_with_parent
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from roq import limits
 from roq.errors import ConfigError
-from roq.spawn import child_environment, roq_command
+from roq.system.spawn import child_environment, roq_command
 
 _READY_TIMEOUT_S = 30.0
 _DRAIN_QUIET_S = 1.5  # a subscriber stops after the run once nothing arrived for this long

@@ -12,12 +12,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from roq import replication
 from roq.errors import CorruptRecord, InvalidOffset, LogError, ProtocolError
+from roq.exchange import replication
+from roq.exchange.replication import ReplicaStore
 from roq.log import Log, ReadStatus
 from roq.log import format as batchfmt
 from roq.protocol import dataplane
-from roq.replication import ReplicaStore
 from roq.transport import NOBLOCK, WouldBlock
 
 log = logging.getLogger(__name__)

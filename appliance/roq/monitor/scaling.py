@@ -5,7 +5,7 @@ The monitor feeds each exchange report into a `LoadWindow` (per-second rates smo
 to its actuator thread (which talks to the GCM: 2004 to scale out, 2014 to scale in). Everything
 here is pure: no sockets, no clocks of its own (callers pass `now`, monotonic seconds).
 
-Rules are RoQ's three kinds (`roq.rules`), evaluated on smoothed values:
+Rules are RoQ's three kinds (`roq.protocol.rules`), evaluated on smoothed values:
 
 * exchange rule (`AUTOSCALING_XCHANGE_THR`, payload bytes/s) and host rule (`AUTOSCALING_HOST_CPU`
   = load average, `AUTOSCALING_HOST_RAM` = exchange RSS in MB) fire for the queue when they fire on
@@ -38,10 +38,15 @@ from typing import Any, Protocol
 from roq import limits
 from roq.config import Settings
 from roq.errors import ProtocolError, RoqError
-from roq.placement import ExchangeView, Move, Thresholds, plan_rebalance
+from roq.monitor.placement import ExchangeView, Move, Thresholds, plan_rebalance
 from roq.protocol import bsonmsg
 from roq.protocol.commands import AdminCommand, StatCommand
-from roq.rules import exchange_rule_fires, host_rule_fires, queue_rule_fires, validate_rules
+from roq.protocol.rules import (
+    exchange_rule_fires,
+    host_rule_fires,
+    queue_rule_fires,
+    validate_rules,
+)
 from roq.transport import NOBLOCK, Kind, WouldBlock, bind, open_socket
 
 log = logging.getLogger(__name__)
@@ -104,7 +109,7 @@ class Rules:
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> Rules:
-        """From the stored form of a 2006 request (`roq.rules.validate_rules`)."""
+        """From the stored form of a 2006 request (`roq.protocol.rules.validate_rules`)."""
         host = doc.get("AUTOSCALING_HOST") or {}
         xchange = doc.get("AUTOSCALING_XCHANGE") or {}
         queue = doc.get("AUTOSCALING_Q") or {}

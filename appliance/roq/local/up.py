@@ -14,8 +14,8 @@ from pathlib import Path
 from roq import config, limits
 from roq.client.admin import AdminClient
 from roq.errors import ConfigError, RoqError
-from roq.spawn import child_environment, die_with_parent, roq_command
-from roq.zkserver import ZooKeeperServer, first_reachable
+from roq.local.zkserver import ZooKeeperServer, first_reachable
+from roq.system.spawn import child_environment, die_with_parent, roq_command
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from typing import Any
 from roq import limits
 from roq.errors import EXIT_CONFIG, EXIT_TEMPFAIL, PortInUse, RoqError, TransportError
 from roq.protocol.commands import ChildCommand, Result
-from roq.spawn import child_environment, die_with_parent
+from roq.system.spawn import child_environment, die_with_parent
 from roq.transport.rpc import Requester
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,1 @@
+"""The GCM process (`roq gcm`): admin API, topology, config broadcast, provisioning."""

@@ -1,0 +1,1 @@
+"""The host process (`roq host`): registers a machine, allocates ports, supervises children."""

@@ -1,0 +1,1 @@
+"""`roq up`: a one-machine cluster with an embedded ZooKeeper, in the foreground."""

@@ -1,0 +1,1 @@
+"""The monitor process (`roq monitor`): one per queue; placement, liveness, scaling, KPIs."""

@@ -1,0 +1,1 @@
+"""Operating-system helpers shared by every process: spawning, interfaces, sd_notify, /proc."""
