@@ -10,9 +10,9 @@ import urllib.parse
 import pytest
 
 from roq import config
+from roq.config import Ec2Config, ScalingConfig, Thresholds
 from roq.errors import ConfigError
 from roq.gcm.provisioning import (
-    Ec2Config,
     Ec2Provisioner,
     NoProvisioner,
     build_request,
@@ -22,7 +22,7 @@ from roq.gcm.provisioning import (
     sign_v4,
     user_data,
 )
-from roq.monitor.placement import ExchangeView, Thresholds, plan_rebalance
+from roq.monitor.placement import ExchangeView, plan_rebalance
 from roq.monitor.scaling import (
     DefaultPolicy,
     ExchangeLoad,
@@ -30,7 +30,7 @@ from roq.monitor.scaling import (
     NullPolicy,
     Rules,
     Sample,
-    ScalingConfig,
+    implicit_rules,
     make_policy,
     supersedes,
 )
@@ -46,7 +46,7 @@ CONFIG = ScalingConfig(
     max_exchanges=0,
     max_throughput=200_000,
 )
-IMPLICIT = CONFIG.implicit_rules()  # every exchange above 100 KB/s
+IMPLICIT = implicit_rules(CONFIG)  # every exchange above 100 KB/s
 
 
 def _sample(bytes_rate: float, producers: int = 2, load: float = 0.0, ram: float = 0.0) -> Sample:
@@ -194,8 +194,9 @@ def test_flapping_load_acts_at_most_once_per_cooldown():
 def test_null_policy_never_scales_and_policies_come_from_settings():
     assert NullPolicy().decide([_x("a", 1e12)], IMPLICIT, 0.0, busy=False) is None
     settings = config.load_hcm(None, {"scaling.policy": "null"})
-    assert isinstance(make_policy(settings), NullPolicy)
-    assert isinstance(make_policy(config.load_hcm(None)), DefaultPolicy)
+    assert isinstance(make_policy(ScalingConfig.from_settings(settings)), NullPolicy)
+    defaults = config.load_hcm(None)
+    assert isinstance(make_policy(ScalingConfig.from_settings(defaults)), DefaultPolicy)
     with pytest.raises(ConfigError, match=r"scaling\.policy"):
         config.load_hcm(None, {"scaling.policy": "magic"})
 
@@ -300,7 +301,8 @@ def test_ec2_config_errors_name_the_key():
 
 
 def test_provisioners_are_bounded_and_say_what_they_did():
-    assert isinstance(make_provisioner(config.load_gcm(None)), NoProvisioner)
+    none = config.ProvisioningSettings.from_settings(config.load_gcm(None))
+    assert isinstance(make_provisioner(none), NoProvisioner)
     said = NoProvisioner().provision("queue q needs an exchange")
     assert "capacity exhausted" in said and "provisioner none" in said
     capped = Ec2Provisioner(_ec2(**{"cloud.instances.max": "0"}))

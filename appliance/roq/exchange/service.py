@@ -44,12 +44,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from roq import limits
-from roq.config import Settings
+from roq.config import ExchangeSettings
 from roq.errors import CorruptRecord, LogUnavailable, ProtocolError
 from roq.exchange.logserver import LogServer
 from roq.exchange.pulse import Pulse
 from roq.exchange.replication import ReplicaStore, Replicator
-from roq.log import Log, LogSettings, log_directory
+from roq.log import Log, log_directory
 from roq.log import format as batchfmt
 from roq.protocol import bsonmsg, dataplane
 from roq.protocol.commands import ChildCommand, MonitorCommand, Reason, StatCommand
@@ -172,11 +172,11 @@ class BadFrameLog:
 class Exchange:
     """One exchange process. Its main thread owns every socket."""
 
-    def __init__(self, context: Any, spec: ExchangeSpec, settings: Settings):
+    def __init__(self, context: Any, spec: ExchangeSpec, settings: ExchangeSettings):
         self.spec = spec
         self.settings = settings
-        self.heartbeat_s = settings.get_int("heartbeat.period") / 1000
-        self.kpi_s = settings.get_int("monitor.stat.period") / 1000
+        self.heartbeat_s = settings.heartbeat_s
+        self.kpi_s = settings.stat_period_s
         self._last_report = self._next_report = self._last_kpi = self._next_kpi = 0.0
         self.load = LoadMeter()
         self.kpi_load = LoadMeter()
@@ -192,11 +192,11 @@ class Exchange:
         self._cpu = procstat.CpuMeter()
         self._kpi_cpu = procstat.CpuMeter()
         self.log: Log | None = None
-        if settings.get_bool("useLog"):
-            directory = log_directory(settings.get_str("directory"), spec.queue, spec.exchange_id)
+        if settings.use_log:
+            directory = log_directory(settings.log_root, spec.queue, spec.exchange_id)
             self.log = Log.open(
                 directory,
-                LogSettings.from_settings(settings),
+                settings.log,
                 name=spec.name,
                 background_flush=True,
                 background_delete=True,
@@ -212,10 +212,7 @@ class Exchange:
         # latency at 5,000 msg/s (docs/benchmarks.md, Findings)
         self.replies: list[list[bytes]] = []
         if self.log is not None:
-            copies = ReplicaStore(
-                settings.get_str("directory"), spec.queue, spec.exchange_id,
-                LogSettings.from_settings(settings),
-            )  # fmt: skip
+            copies = ReplicaStore(settings.log_root, spec.queue, spec.exchange_id, settings.log)
             self.log_server = LogServer(self.replay, self.log, spec.name, copies)
             self.replicator = Replicator(context, spec.exchange_id, self.log, spec.name)
             self.control.handler = self._control_command
@@ -225,14 +222,14 @@ class Exchange:
         self.front = open_socket(
             context,
             Kind.ROUTER,
-            rcvhwm=self.settings.get_int("exchange.publisher.hwm"),  # batches: memory
+            rcvhwm=self.settings.publisher_hwm_batches,  # batches: memory
             sndhwm=limits.exchange_replies_hwm,  # replies, which the ROUTER would drop
         )
         bind(self.front, spec.address, spec.port + FRONT)
         self.back = open_socket(
             context,
             Kind.XPUB,
-            sndhwm=self.settings.get_int("exchange.subscriber.hwm"),
+            sndhwm=self.settings.subscriber_hwm_batches,
             linger_ms=limits.data_linger_ms,
         )
         bind(self.back, spec.address, spec.port + BACK)
@@ -474,7 +471,7 @@ class Exchange:
             "Period": self.heartbeat_s,
             "Started": self.started,
             "Log": self.log is not None,
-            "Host": self.settings.get_str("host.name") or self.spec.address,
+            "Host": self.settings.host_name or self.spec.address,
             **fields,
         }
         try:

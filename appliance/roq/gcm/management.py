@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from roq.config import Settings
+from roq.config import GcmSettings
 from roq.coordination.registry import (
     ExchangeRecord,
     Fence,
@@ -58,14 +58,14 @@ class HostSilent(Refused):
 class Management:
     """Handlers of the admin API. Called from the GCM's main thread only."""
 
-    def __init__(self, registry: Registry, settings: Settings, context: Any):
+    def __init__(self, registry: Registry, settings: GcmSettings, context: Any):
         self.registry = registry
         self.settings = settings
         self.context = context
-        self.host_timeout_ms = settings.get_int("hcmTIMEOUT")
+        self.host_timeout_ms = settings.host_timeout_ms
         # queue → {listener address → PUSH socket}, for the listeners stored in ZooKeeper
         self._listeners: dict[str, dict[str, Any]] = {}
-        self.provisioner = make_provisioner(settings)
+        self.provisioner = make_provisioner(settings.provisioning)
         self._handlers: dict[int, Callable[[Document, Fence], Document]] = {
             AdminCommand.INIT_REQ: self.topology,
             AdminCommand.GET_HOST_BY_QNAME: self.get_host_by_qname,
@@ -503,16 +503,16 @@ class Management:
             self._drop_listener(queue)
 
     def cloud_properties(self, request: Document, fence: Fence) -> Document:
-        use = self.settings.get_bool("cloud.use")
+        use = self.settings.cloud.use
         if not use:
             return bsonmsg.ok("cloud disabled", **{"cloud.use": False})
         return bsonmsg.ok(
             "cloud enabled",
             **{
                 "cloud.use": True,
-                "cloud.user": self.settings.get_str("cloud.user"),
-                "cloud.endpoint": self.settings.get_str("cloud.endpoint"),
-                "cloud.gateway": self.settings.get_str("cloud.gateway"),
+                "cloud.user": self.settings.cloud.user,
+                "cloud.endpoint": self.settings.cloud.endpoint,
+                "cloud.gateway": self.settings.cloud.gateway,
             },
         )
 

@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from roq import limits
-from roq.config import Settings
+from roq.config import MonitorSettings, ScalingConfig, Thresholds, ZooKeeperSettings
 from roq.errors import ProtocolError, RoqError
-from roq.monitor.placement import ExchangeView, Move, Thresholds, plan_rebalance
+from roq.monitor.placement import ExchangeView, Move, plan_rebalance
 from roq.protocol import bsonmsg
 from roq.protocol.commands import AdminCommand, StatCommand
 from roq.protocol.rules import (
@@ -155,32 +155,9 @@ class Decision:
     exchange_id: str = ""  # the exchange to retire (scale-in)
 
 
-@dataclass(frozen=True)
-class ScalingConfig:
-    window_s: float = 2.0
-    cooldown_s: float = 10.0
-    highwater: float = 0.9
-    lowwater: float = 0.3
-    lowwater_s: float = 30.0
-    min_exchanges: int = 1
-    max_exchanges: int = 0  # 0: as many as the hosts have slots for
-    max_throughput: float = 100_000_000.0
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> ScalingConfig:
-        return cls(
-            window_s=settings.get_int("scaling.window.ms") / 1000,
-            cooldown_s=settings.get_int("scaling.cooldown.ms") / 1000,
-            highwater=settings.get_float("scaling.highwater"),
-            lowwater=settings.get_float("scaling.lowwater"),
-            lowwater_s=settings.get_int("scaling.lowwater.ms") / 1000,
-            min_exchanges=settings.get_int("scaling.min.exchanges"),
-            max_exchanges=settings.get_int("scaling.max.exchanges"),
-            max_throughput=float(settings.get_int("exchange.max.throughput")),
-        )
-
-    def implicit_rules(self) -> Rules:
-        return Rules(exchange_throughput=self.highwater * self.max_throughput)
+def implicit_rules(config: ScalingConfig) -> Rules:
+    """The rule in force while none is stored for the queue."""
+    return Rules(exchange_throughput=config.highwater * config.max_throughput)
 
 
 class Policy(Protocol):
@@ -317,11 +294,11 @@ def supersedes(current: int, doc: dict[str, Any] | None) -> int | None:
     return version
 
 
-def make_policy(settings: Settings) -> Policy:
+def make_policy(config: ScalingConfig) -> Policy:
     """The policy named by `scaling.policy`."""
-    if settings.get_str("scaling.policy") == "null":
+    if config.policy == "null":
         return NullPolicy()
-    return DefaultPolicy(ScalingConfig.from_settings(settings))
+    return DefaultPolicy(config)
 
 
 # --- the monitor's side: actuator thread and the glue ----------------------------------------
@@ -342,13 +319,13 @@ class Actuator(threading.Thread):
     process), which the monitor's main loop must never do. Requests come in on `actions`, results
     go out on `results`; both queues are bounded."""
 
-    def __init__(self, queue: str, settings: Settings, listen: str):
+    def __init__(self, queue: str, zk: ZooKeeperSettings, refresh_s: float, listen: str):
         super().__init__(name=f"scaling {queue}", daemon=True)
         self.queue = queue
         self.listen = listen  # tcp://ip:B+4, the monitor's rules PULL socket
-        self.zk = settings.get_str("zk.servers")
-        self.namespace = settings.get_str("zk.namespace")
-        self.refresh_s = settings.get_int("scaling.rules.refresh.ms") / 1000
+        self.zk = zk.servers
+        self.namespace = zk.namespace
+        self.refresh_s = refresh_s
         self.actions: queue_mod.Queue[tuple[str, str]] = queue_mod.Queue(_ACTIONS_MAX)
         self.results: queue_mod.Queue[dict[str, Any]] = queue_mod.Queue(_RESULTS_MAX)
         self.stop = threading.Event()
@@ -422,14 +399,14 @@ class Scaler:
     thread, which owns `sock` (PULL, the rules pushed by the GCM)."""
 
     def __init__(
-        self, context: Any, queue: str, settings: Settings, address: str, listen_port: int,
+        self, context: Any, queue: str, settings: MonitorSettings, address: str, listen_port: int,
         emit: Callable[[dict[str, Any]], None],
     ):  # fmt: skip
         self.queue = queue
         self.name = f"monitor {queue}"
-        self.config = ScalingConfig.from_settings(settings)
-        self.policy = make_policy(settings)
-        self.rules: Rules = self.config.implicit_rules()
+        self.config = settings.scaling
+        self.policy = make_policy(self.config)
+        self.rules: Rules = implicit_rules(self.config)
         self.stored_rules = False
         self.rules_version = 0
         self.windows: dict[str, LoadWindow] = {}
@@ -443,7 +420,9 @@ class Scaler:
         self._emit = emit
         self.sock = open_socket(context, Kind.PULL, rcvhwm=16)
         bind(self.sock, address, listen_port)
-        self.actuator = Actuator(queue, settings, f"tcp://{address}:{listen_port}")
+        self.actuator = Actuator(
+            queue, settings.zk, self.config.rules_refresh_s, f"tcp://{address}:{listen_port}"
+        )
         self.actuator.start()
 
     # --- inputs ------------------------------------------------------------------------------
@@ -483,7 +462,7 @@ class Scaler:
             return
         try:
             rules = (
-                self.config.implicit_rules() if doc is None else Rules.from_doc(validate_rules(doc))
+                implicit_rules(self.config) if doc is None else Rules.from_doc(validate_rules(doc))
             )
         except ValueError as error:
             log.warning("%s: unusable rules, keeping the current ones: %s", self.name, error)

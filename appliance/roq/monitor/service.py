@@ -30,12 +30,11 @@ import time
 from typing import Any
 
 from roq import limits
-from roq.config import Settings
+from roq.config import MonitorSettings
 from roq.errors import ProtocolError
 from roq.monitor.placement import (
     ExchangeView,
     Move,
-    Thresholds,
     assign_replicas,
     choose_exchange,
     mark_joined,
@@ -68,34 +67,26 @@ _EXCHANGES_MAX = 10_000
 _COPIES_MAX = 1_000  # copies of other logs one exchange may announce
 
 
-def thresholds(settings: Settings) -> Thresholds:
-    return Thresholds(
-        max_throughput=settings.get_int("exchange.max.throughput"),
-        overload=settings.get_float("relocate.overload"),
-        target=settings.get_float("relocate.target"),
-        optimise=settings.get_float("relocate.optimise"),
-        coldstart=settings.get_float("relocate.coldstart"),
-        producers_max=settings.get_int("relocate.producers.max"),
-        hysteresis=settings.get_int("relocate.hysteresis"),
-        cooldown_s=settings.get_int("relocate.cooldown") / 1000,
-        warmup_s=settings.get_int("exchange.warmup") / 1000,
-    )
-
-
 class Monitor:
     def __init__(
-        self, context: Any, queue: str, address: str, port: int, stat_port: int, settings: Settings
+        self,
+        context: Any,
+        queue: str,
+        address: str,
+        port: int,
+        stat_port: int,
+        settings: MonitorSettings,
     ):
         self.queue, self.address, self.port, self.stat_port = queue, address, port, stat_port
         self.name = f"monitor {queue}"
-        self.limits = thresholds(settings)
-        self.dead_after = settings.get_int("monitor.dead.heartbeats")
-        self.list_period_s = settings.get_int("monitor.list.period") / 1000
-        self.kpi_period_s = settings.get_int("monitor.stat.period") / 1000
+        self.limits = settings.thresholds
+        self.dead_after = settings.dead_heartbeats
+        self.list_period_s = settings.list_period_s
+        self.kpi_period_s = settings.stat_period_s
         self.exchanges: dict[str, ExchangeView] = {}  # by front address
         self.bad_frames = 0
         self.relocations = 0
-        self.replication_factor = settings.get_int("replicationFactor")
+        self.replication_factor = settings.replication_factor
         self._context = context
         self._controls: dict[str, Any] = {}  # front → DEALER to the exchange's control port
         self._open_sockets(context)
