@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import base64
 import itertools
 import time
 import urllib.parse
+from pathlib import Path
 
 import pytest
 
@@ -22,8 +24,9 @@ from roq.gcm.provisioning import (
     sign_v4,
     user_data,
 )
+from roq.monitor import policy
 from roq.monitor.placement import ExchangeView, plan_rebalance
-from roq.monitor.scaling import (
+from roq.monitor.policy import (
     DefaultPolicy,
     ExchangeLoad,
     LoadWindow,
@@ -56,6 +59,17 @@ def _sample(bytes_rate: float, producers: int = 2, load: float = 0.0, ram: float
 def _x(name: str, bytes_rate: float | None, **kw: object) -> ExchangeLoad:
     smoothed = None if bytes_rate is None else _sample(bytes_rate, **kw)  # type: ignore[arg-type]
     return ExchangeLoad(name, smoothed, placeable=True, leaving=False, age_s=10.0)
+
+
+_IMPURE = ("threading", "socket", "zmq", "kazoo", "roq.transport", "roq.coordination", "roq.client")
+
+
+def test_the_policy_is_pure():
+    """policy.py only decides: no socket, no thread, no client (the actuator carries it out)."""
+    tree = ast.parse(Path(policy.__file__).read_text(encoding="utf-8"))
+    names = {alias.name for n in ast.walk(tree) if isinstance(n, ast.Import) for alias in n.names}
+    names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not [name for name in names if name.startswith(_IMPURE)], names
 
 
 # --- smoothing ----------------------------------------------------------------------------------

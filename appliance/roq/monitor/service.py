@@ -13,13 +13,14 @@ Ports (B = the monitor port the host allocated, 6 in all; S = its stat port, 2):
     S+1  PUB   the KPI stream: what came in on S (validated), plus the queue KPI (CMD 23)
 
 Scaling (`roq.monitor.scaling.Scaler`, docs/elasticity.md) hooks in at three points only: every
-report feeds its load window, a timer asks the policy for a decision, and new exchanges it
-created are filled by re-allocating publishers. Its admin requests run in its own actuator thread.
+report feeds its load window, a timer asks the policy (`policy.py`, pure) for a decision, and new
+exchanges it created are filled by re-allocating publishers. Its admin requests run in its own
+actuator thread (`actuator.py`).
 
 An exchange silent for `monitor.dead.heartbeats` of its periods is dead: its publishers are told
 with the exact front address they use (RoQ's never matched) and subscribers get the new list.
 The main thread runs the poll loop and owns every socket; the scaling actuator thread
-(`scaling.py`) owns its AdminClient and talks to the main thread through two bounded queues.
+(`actuator.py`) owns its AdminClient and talks to the main thread through two bounded queues.
 """
 
 from __future__ import annotations
