@@ -71,13 +71,8 @@ log = logging.getLogger(__name__)
 
 FRONT, BACK, CONTROL, REPLICATION = 0, 1, 2, 3
 PORTS_PER_EXCHANGE = 4
-_BURST = 256  # batches handled per poll wake-up before timers and control get a turn ...
-# ... or this many bytes of them: with big batches 256 are 16 MiB or more, and a subscriber
-# catching up from the log waits a burst for each read (its catch-up then trails the live rate)
-_BURST_BYTES = 4 * 1024 * 1024
-_LEAVE_QUIET_S = 0.5  # after leaving, exit once publishers were silent this long ...
-_LEAVE_MAX_S = 3.0  # ... or after this long in any case (the host waits 5 s before SIGTERM)
-_PRODUCERS_TRACKED_MAX = 100_000  # beyond this, a period's extra producers count as one
+# Not a bound: the producer id under which producers past limits.exchange_producers_tracked_max
+# are counted together.
 _OTHERS = b"\xff" * 16
 
 
@@ -118,7 +113,7 @@ class LoadMeter:
         self.payload += payload_bytes
         entry = self.producers.get(producer)
         if entry is None:
-            if len(self.producers) >= _PRODUCERS_TRACKED_MAX:
+            if len(self.producers) >= limits.exchange_producers_tracked_max:
                 producer = _OTHERS
             entry = self.producers.setdefault(producer, [0, 0])
         entry[0] += count
@@ -319,9 +314,9 @@ class Exchange:
         if self.leaving_since is None:
             return False
         now = time.monotonic()
-        quiet = now - self._last_inbound >= _LEAVE_QUIET_S
-        return (quiet and now - self.leaving_since >= _LEAVE_QUIET_S) or (
-            now - self.leaving_since >= _LEAVE_MAX_S
+        quiet = now - self._last_inbound >= limits.exchange_leave_quiet_s
+        return (quiet and now - self.leaving_since >= limits.exchange_leave_quiet_s) or (
+            now - self.leaving_since >= limits.exchange_leave_max_s
         )
 
     def _leave(self) -> None:
@@ -331,20 +326,20 @@ class Exchange:
         self._send_report(MonitorCommand.EXCHANGE_LEAVING, {})
 
     def _pump(self, deadline: float) -> None:
-        taken = 0
+        taken, burst_bytes = 0, limits.exchange_burst_bytes  # a local: compared per batch
         # Copying receive: a zero-copy Frame object costs more than copying all but the
         # largest batches (benchmarks/exchange_flood.py), and the log copies anyway.
-        for frames in drained(self.front, _BURST):
+        for frames in drained(self.front, limits.exchange_burst_batches):
             self._last_inbound = time.monotonic()
             taken += len(frames[-1])
             self._handle(frames[0], [memoryview(frame) for frame in frames[1:]])
-            if time.monotonic() > deadline or taken > _BURST_BYTES:
+            if time.monotonic() > deadline or taken > burst_bytes:
                 return
 
     def _count_subscriptions(self) -> None:
         """Subscribe (first byte 1) and unsubscribe (0) messages from the XPUB socket: ZeroMQ has
         already applied them to its filter; they are read only to be counted."""
-        for _ in range(_BURST):
+        for _ in range(limits.exchange_burst_batches):
             try:
                 message = self.back.recv(NOBLOCK)
             except WouldBlock:

@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from roq import limits
 from roq.config import GcmSettings
 from roq.coordination.registry import (
     ExchangeRecord,
@@ -39,8 +40,6 @@ from roq.transport import Kind, connect, open_socket
 from roq.transport.rpc import Requester
 
 log = logging.getLogger(__name__)
-
-_LISTENERS_MAX = 16  # rules listeners (2008) kept per queue; the oldest is dropped
 
 
 class Refused(RoqError):
@@ -456,7 +455,9 @@ class Management:
         stored = self.registry.listeners(name)
         if address not in stored:
             # the oldest registration goes once the queue has the most listeners kept
-            self.registry.put_listeners(fence, name, [*stored, address][-_LISTENERS_MAX:])
+            self.registry.put_listeners(
+                fence, name, [*stored, address][-limits.rules_listeners_max :]
+            )
         return bsonmsg.ok(f"Registrated on {address}")
 
     def _open_listener(self, address: str) -> Any:

@@ -31,12 +31,12 @@ import urllib.request
 import uuid
 from typing import Protocol
 
+from roq import limits
 from roq.config import Ec2Config, ProvisioningSettings
 
 log = logging.getLogger(__name__)
 
 EC2_API_VERSION = "2016-11-15"
-_RESPONSE_BYTES_MAX = 1024 * 1024
 
 
 class Provisioner(Protocol):
@@ -203,7 +203,7 @@ class Ec2Provisioner:
         request = build_request(self.config, uuid.uuid4().hex, amz_date)
         try:
             with urllib.request.urlopen(request, timeout=self.config.timeout_s) as response:  # noqa: S310
-                text = response.read(_RESPONSE_BYTES_MAX).decode(errors="replace")
+                text = response.read(limits.ec2_response_bytes_max).decode(errors="replace")
         except (urllib.error.URLError, OSError, ValueError) as error:
             return self._say(f"capacity exhausted ({reason}); ec2 RunInstances failed: {error}")
         found = re.search(r"<instanceId>([^<]+)</instanceId>", text)

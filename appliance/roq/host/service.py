@@ -38,8 +38,6 @@ from roq.transport.rpc import answer
 
 log = logging.getLogger(__name__)
 
-_BIND_ATTEMPTS = 3  # a child that loses a port race gets this many blocks before we give up
-
 
 class HostConfigManager:
     def __init__(self, settings: HostSettings):
@@ -213,7 +211,7 @@ class HostConfigManager:
         }
 
     def _start_monitor(self, queue: str) -> Child:
-        for _ in range(_BIND_ATTEMPTS):
+        for _ in range(limits.child_bind_attempts):
             port = self.ports.allocate("monitor", {"queue": queue})
             stat = self.ports.allocate("stat", {"queue": queue})
             child = Child(
@@ -249,7 +247,7 @@ class HostConfigManager:
         monitor_address: str | None = None,
     ) -> Child:
         monitor_address = monitor_address or self.address
-        for _ in range(_BIND_ATTEMPTS):
+        for _ in range(limits.child_bind_attempts):
             port = self.ports.allocate("exchange", {"queue": queue, "txid": txid})
             exchange_id = f"{self.name.replace(':', '_')}-{port}-{uuid.uuid4().hex[:6]}"
             child = Child(

@@ -23,11 +23,6 @@ from roq.protocol.commands import AdminCommand
 
 log = logging.getLogger(__name__)
 
-_ACTIONS_MAX = 4  # actions queued for the actuator (one is in flight at a time anyway)
-_RESULTS_MAX = 64  # actuator results waiting for the monitor's main thread
-_RULES_RETRY_S = 1.0  # a failed rules refresh is retried this soon (doubling each time)
-_ADMIN_RETRIES = 3  # attempts per admin request (each bounded by the AdminClient's timeout)
-
 
 class Actuator(threading.Thread):
     """Talks to the GCM for the monitor: rules (2007/2008) and exchanges (2004/2014).
@@ -43,17 +38,23 @@ class Actuator(threading.Thread):
         self.zk = zk.servers
         self.namespace = zk.namespace
         self.refresh_s = refresh_s
-        self.actions: queue_mod.Queue[tuple[str, str]] = queue_mod.Queue(_ACTIONS_MAX)
-        self.results: queue_mod.Queue[dict[str, Any]] = queue_mod.Queue(_RESULTS_MAX)
+        self.actions: queue_mod.Queue[tuple[str, str]] = queue_mod.Queue(
+            limits.scaling_actions_queued_max
+        )
+        self.results: queue_mod.Queue[dict[str, Any]] = queue_mod.Queue(
+            limits.scaling_results_queued_max
+        )
         self.stop = threading.Event()
 
     def run(self) -> None:
-        with AdminClient(zk=self.zk, namespace=self.namespace, retries=_ADMIN_RETRIES) as admin:
-            next_refresh, retry_s = 0.0, _RULES_RETRY_S
+        with AdminClient(
+            zk=self.zk, namespace=self.namespace, retries=limits.scaling_admin_retries
+        ) as admin:
+            next_refresh, retry_s = 0.0, limits.scaling_rules_retry_s
             while not self.stop.is_set():
                 if time.monotonic() >= next_refresh:
                     if self._refresh_rules(admin):
-                        wait_s, retry_s = self.refresh_s, _RULES_RETRY_S
+                        wait_s, retry_s = self.refresh_s, limits.scaling_rules_retry_s
                     else:  # the GCM is away: ask again, less and less often
                         wait_s, retry_s = retry_s, min(2 * retry_s, self.refresh_s)
                     next_refresh = time.monotonic() + wait_s

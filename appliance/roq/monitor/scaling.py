@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from roq import limits
 from roq.config import MonitorSettings, Thresholds
 from roq.errors import ProtocolError
 from roq.monitor.actuator import Actuator
@@ -40,11 +41,6 @@ from roq.transport import NOBLOCK, Kind, WouldBlock, bind, open_socket
 
 log = logging.getLogger(__name__)
 
-_EVENTS_KEPT = 20  # recent scaling events shown by `roq status`
-_FRESH_WAIT_S = 30.0  # a created exchange that never reports is given up on after this
-_REBALANCE_RETRY_S = 0.5  # filling a new exchange found nothing to move: look again this soon
-_JOIN_TIMEOUT_S = 0.5  # closing the monitor waits this long for the actuator (a daemon thread)
-
 
 class Scaler:
     """The scaling side of one monitor. Everything but the actuator runs in the monitor's main
@@ -62,7 +58,9 @@ class Scaler:
         self.stored_rules = False
         self.rules_version = 0
         self.windows: dict[str, LoadWindow] = {}
-        self.events: collections.deque[dict[str, Any]] = collections.deque(maxlen=_EVENTS_KEPT)
+        self.events: collections.deque[dict[str, Any]] = collections.deque(
+            maxlen=limits.scaling_events_kept
+        )
         self.in_flight: tuple[str, str, float] | None = None  # (action, argument, since)
         self.fresh: dict[str, float] = {}  # exchanges created here, awaiting rebalancing
         self.scaled_out = self.scaled_in = 0
@@ -172,7 +170,7 @@ class Scaler:
             else:
                 self._finished(result, now)
         for exchange_id, since in list(self.fresh.items()):
-            if now - since > _FRESH_WAIT_S:
+            if now - since > limits.scaling_fresh_wait_s:
                 del self.fresh[exchange_id]
                 self._event("scale_failed", f"exchange {exchange_id} never reported")
 
@@ -194,7 +192,8 @@ class Scaler:
 
     def _rebalance(self, views: list[ExchangeView], now: float, limits_: Thresholds) -> list[Move]:
         """Fill each new exchange once it takes publishers. A moment without load (the last
-        reports showed nothing to move) is retried every `_REBALANCE_RETRY_S` for a while."""
+        reports showed nothing to move) is retried every `limits.scaling_rebalance_retry_s` for a
+        while."""
         every: list[Move] = []
         for view in views:
             pending = self.fresh.get(view.exchange_id)
@@ -217,7 +216,7 @@ class Scaler:
                     f"(B/s and publishers reported per exchange: {loads})",
                 )
             else:
-                self._next_rebalance[view.exchange_id] = now + _REBALANCE_RETRY_S
+                self._next_rebalance[view.exchange_id] = now + limits.scaling_rebalance_retry_s
         return every
 
     def _moved(self, moves: list[Move]) -> None:
@@ -268,5 +267,5 @@ class Scaler:
 
     def close(self) -> None:
         self.actuator.stop.set()
-        self.actuator.join(_JOIN_TIMEOUT_S)
+        self.actuator.join(limits.scaling_actuator_join_s)
         self.sock.close(0)

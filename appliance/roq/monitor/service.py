@@ -61,11 +61,6 @@ REPORTS, REQUESTS, TO_PUBLISHERS, TO_SUBSCRIBERS, RULES, CONTROL = range(6)
 PORTS_PER_MONITOR = 6
 STAT_IN, KPI_OUT = 0, 1
 BROADCAST_TOPIC = b"*"
-_BURST = 256
-_STAT_FRAMES_MAX = 4
-_STAT_FRAME_BYTES_MAX = 64 * 1024
-_EXCHANGES_MAX = 10_000
-_COPIES_MAX = 1_000  # copies of other logs one exchange may announce
 
 
 class Monitor:
@@ -147,7 +142,7 @@ class Monitor:
 
     # --- exchange reports ----------------------------------------------------------------------
     def _pump_reports(self) -> None:
-        for _ in range(_BURST):
+        for _ in range(limits.monitor_burst_messages):
             try:
                 frames = self.reports.recv_multipart(NOBLOCK)
             except WouldBlock:
@@ -172,8 +167,8 @@ class Monitor:
             self._forget(view, now, "restarted")  # its memory (and what it held) is gone
             view = None
         if view is None:
-            if len(self.exchanges) >= _EXCHANGES_MAX:
-                raise ValueError(f"already {_EXCHANGES_MAX} exchanges known")
+            if len(self.exchanges) >= limits.monitor_exchanges_max:
+                raise ValueError(f"already {limits.monitor_exchanges_max} exchanges known")
             view = self._register(doc, front, now)
         view.last_seen = now
         view.period_s = float(doc.get("Period", view.period_s))
@@ -238,7 +233,7 @@ class Monitor:
         self._mark_joined()
         top = doc.get("Top", [])
         view.top = [(str(p["ID"]), float(p["Bytes"])) for p in top if isinstance(p, dict)]
-        copies = doc.get("Copies", [])[:_COPIES_MAX]
+        copies = doc.get("Copies", [])[: limits.monitor_copies_announced_max]
         view.copies = {str(c["Id"]): int(c["End"]) for c in copies if isinstance(c, dict)}
 
     def _on_leaving(self, view: ExchangeView) -> None:
@@ -358,7 +353,7 @@ class Monitor:
     # --- stat monitor --------------------------------------------------------------------------
     def _pump_stats(self) -> None:
         """Forward valid statistics to the KPI stream; count and drop the rest."""
-        for _ in range(_BURST):
+        for _ in range(limits.monitor_burst_messages):
             try:
                 frames = self.stat_in.recv_multipart(NOBLOCK)
             except WouldBlock:
@@ -370,10 +365,10 @@ class Monitor:
 
     @staticmethod
     def _valid_stat(frames: list[bytes]) -> bool:
-        if not 1 <= len(frames) <= _STAT_FRAMES_MAX:
+        if not 1 <= len(frames) <= limits.stat_frames_max:
             return False
         try:
-            docs = [bsonmsg.decode([frame], _STAT_FRAME_BYTES_MAX) for frame in frames]
+            docs = [bsonmsg.decode([frame], limits.stat_frame_bytes_max) for frame in frames]
         except ProtocolError:
             return False
         known = {int(c) for c in StatCommand}
