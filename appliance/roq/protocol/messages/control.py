@@ -1,0 +1,317 @@
+"""The control port of a child process (monitor B+5, exchange F+2): PING/PONG with the child's
+STATUS, SHUTDOWN, and REPLICAS (monitor → exchange). docs/protocol.md, "Child control".
+
+STATUS is what `roq status` shows: `MonitorStatus` or `ExchangeStatus`, by the child asked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Self
+
+from roq.protocol import bsonmsg
+from roq.protocol.bsonmsg import (
+    INT64_MAX,
+    Document,
+    field_bool,
+    field_doc,
+    field_docs,
+    field_float,
+    field_int,
+    field_str,
+    field_strs,
+)
+from roq.protocol.commands import ChildCommand
+from roq.protocol.messages.kpi import ScalingEvent
+from roq.protocol.messages.monitor import EXCHANGES_MAX, CopyEnd, DeadLog
+
+
+@dataclass(frozen=True)
+class Ping:
+    """1020 PING: are you up? Answered with `Pong`."""
+
+    def encode(self) -> Document:
+        return {"CMD": int(ChildCommand.PING)}
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    """1100 SHUTDOWN: leave the main loop (an exchange first tells its monitor it is leaving);
+    answered `COMMENT: "stopping"`."""
+
+    def encode(self) -> Document:
+        return {"CMD": int(ChildCommand.SHUTDOWN)}
+
+
+@dataclass(frozen=True)
+class Pong:
+    """The reply to PING: `NAME` ("monitor q1", "exchange q1/<id>") and `STATUS`."""
+
+    name: str
+    status: Mapping[str, Any]  # MonitorStatus or ExchangeStatus, encoded
+
+    def encode(self) -> Document:
+        return bsonmsg.ok("PONG", NAME=self.name, STATUS=dict(self.status))
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        return cls(field_str(doc, "NAME"), field_doc(doc, "STATUS"))
+
+
+@dataclass(frozen=True)
+class ReplicaAssignment:
+    replica_id: str  # Id
+    endpoint: str  # Endpoint: tcp://ip:F+3 of the replica
+
+    def fields(self) -> Document:
+        return {"Id": self.replica_id, "Endpoint": self.endpoint}
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any], prefix: str = "") -> Self:
+        return cls(field_str(doc, "Id", prefix=prefix), field_str(doc, "Endpoint", prefix=prefix))
+
+
+@dataclass(frozen=True)
+class Replicas:
+    """1030 REPLICAS, monitor → exchange: the exchanges that copy your log are these (the set
+    replaces the previous one); answered `COMMENT: "assigned"`."""
+
+    replicas: tuple[ReplicaAssignment, ...]
+
+    def encode(self) -> Document:
+        return {"CMD": int(ChildCommand.REPLICAS), "Replicas": [r.fields() for r in self.replicas]}
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        return cls(field_docs(doc, "Replicas", ReplicaAssignment.decode, max_items=EXCHANGES_MAX))
+
+
+def _offset_or_null(doc: Mapping[str, Any], name: str, lo: int = 0) -> int | None:
+    """An offset that is `null` when the exchange keeps no log."""
+    return None if doc.get(name) is None else field_int(doc, name, lo=lo)
+
+
+# --- an exchange's STATUS ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class ReplicaStatus:
+    """One replica of the exchange's log, as its leader sees it (-1: not known yet)."""
+
+    replica_id: str  # Id
+    acked: int  # Acked: where the replica's copy ends, as it last said
+    sent: int  # Sent: where the next batch sent to it starts
+    in_sync: bool  # InSync
+
+    def fields(self) -> Document:
+        return {"Id": self.replica_id, "Acked": self.acked, "Sent": self.sent,
+                "InSync": self.in_sync}  # fmt: skip
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any], prefix: str = "") -> Self:
+        return cls(
+            field_str(doc, "Id", prefix=prefix),
+            field_int(doc, "Acked", lo=-1, prefix=prefix),
+            field_int(doc, "Sent", lo=-1, prefix=prefix),
+            field_bool(doc, "InSync", prefix=prefix),
+        )
+
+
+@dataclass(frozen=True)
+class ExchangeStatus:
+    queue: str  # Queue
+    exchange_id: str  # Id
+    total_msgs: int  # TotalMsgs
+    bad: int  # Bad: refused frames
+    subscriptions: int  # Subscriptions
+    leaving: bool  # Leaving
+    log_start: int | None  # LogStart: null with useLog=false
+    log_end: int | None  # LogEnd
+    replicas: tuple[ReplicaStatus, ...]  # Replicas
+    committed: int | None  # Committed: every in-sync replica holds the log below it
+
+    def encode(self) -> Document:
+        return {
+            "Queue": self.queue, "Id": self.exchange_id, "TotalMsgs": self.total_msgs,
+            "Bad": self.bad, "Subscriptions": self.subscriptions, "Leaving": self.leaving,
+            "LogStart": self.log_start, "LogEnd": self.log_end,
+            "Replicas": [r.fields() for r in self.replicas], "Committed": self.committed,
+        }  # fmt: skip
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        return cls(
+            field_str(doc, "Queue"),
+            field_str(doc, "Id"),
+            field_int(doc, "TotalMsgs"),
+            field_int(doc, "Bad"),
+            field_int(doc, "Subscriptions"),
+            field_bool(doc, "Leaving"),
+            _offset_or_null(doc, "LogStart"),
+            _offset_or_null(doc, "LogEnd"),
+            field_docs(doc, "Replicas", ReplicaStatus.decode, max_items=EXCHANGES_MAX),
+            _offset_or_null(doc, "Committed"),
+        )
+
+
+# --- a monitor's STATUS ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MonitoredExchange:
+    """One exchange as its monitor knows it: rates per second as last reported (corrected by
+    the monitor's own placements since, so `Bytes` and `Producers` may dip below 0)."""
+
+    exchange_id: str  # Id
+    front: str
+    back: str
+    msgs_rate: float  # Msgs
+    bytes_rate: float  # Bytes
+    producers: int
+    cpu: float  # CPU: share of one core
+    rss: int  # RSS, bytes
+    leaving: bool
+    subscriptions: int
+    placeable: bool  # Placeable: takes publishers (joined, or past its warm-up)
+    replicas: tuple[str, ...]  # Replicas: ids of the exchanges that copy its log
+    copies: tuple[CopyEnd, ...]  # Copies: the copies of other logs it holds
+    age_s: float  # Age: since the monitor first heard of it
+
+    def fields(self) -> Document:
+        return {
+            "Id": self.exchange_id, "Front": self.front, "Back": self.back,
+            "Msgs": self.msgs_rate, "Bytes": self.bytes_rate, "Producers": self.producers,
+            "CPU": self.cpu, "RSS": self.rss, "Leaving": self.leaving,
+            "Subscriptions": self.subscriptions, "Placeable": self.placeable,
+            "Replicas": list(self.replicas), "Copies": [c.fields() for c in self.copies],
+            "Age": self.age_s,
+        }  # fmt: skip
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any], prefix: str = "") -> Self:
+        p = prefix
+        return cls(
+            field_str(doc, "Id", prefix=p),
+            field_str(doc, "Front", prefix=p),
+            field_str(doc, "Back", prefix=p),
+            field_float(doc, "Msgs", prefix=p),
+            field_float(doc, "Bytes", prefix=p),
+            field_int(doc, "Producers", lo=-INT64_MAX, prefix=p),
+            field_float(doc, "CPU", lo=0.0, prefix=p),
+            field_int(doc, "RSS", prefix=p),
+            field_bool(doc, "Leaving", prefix=p),
+            field_int(doc, "Subscriptions", prefix=p),
+            field_bool(doc, "Placeable", prefix=p),
+            field_strs(doc, "Replicas", max_items=EXCHANGES_MAX, prefix=p),
+            field_docs(doc, "Copies", CopyEnd.decode, prefix=p),
+            field_float(doc, "Age", lo=0.0, prefix=p),
+        )
+
+
+@dataclass(frozen=True)
+class RulesInForce:
+    """The rules the monitor applies (a zero limit: that check is off)."""
+
+    name: str
+    host_cpu: float
+    host_ram: float
+    exchange_throughput: float
+    queue_producers: float
+    queue_throughput: float
+    stored: bool  # Stored: stored rules (else the implicit one)
+    version: int
+
+    def fields(self) -> Document:
+        return {
+            "Name": self.name, "HostCPU": self.host_cpu, "HostRAM": self.host_ram,
+            "ExchangeThroughput": self.exchange_throughput,
+            "QueueProducers": self.queue_producers, "QueueThroughput": self.queue_throughput,
+            "Stored": self.stored, "Version": self.version,
+        }  # fmt: skip
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any], prefix: str = "") -> Self:
+        def limit(name: str) -> float:
+            return field_float(doc, name, lo=0.0, prefix=prefix)
+
+        return cls(
+            field_str(doc, "Name", empty_ok=True, prefix=prefix),
+            limit("HostCPU"),
+            limit("HostRAM"),
+            limit("ExchangeThroughput"),
+            limit("QueueProducers"),
+            limit("QueueThroughput"),
+            field_bool(doc, "Stored", prefix=prefix),
+            field_int(doc, "Version", prefix=prefix),
+        )
+
+
+@dataclass(frozen=True)
+class ScalingStatus:
+    """The queue's elasticity: policy, rules, limits, state and recent events (oldest first)."""
+
+    policy: str
+    rules: RulesInForce
+    min_exchanges: int  # Min
+    max_exchanges: int  # Max: 0 = as many as the hosts have slots for
+    in_flight: str  # InFlight: "out", "in" or ""
+    cooldown_left_s: float  # CooldownLeft
+    low_for_s: float  # LowFor: below the low-water mark this long
+    scaled_out: int
+    scaled_in: int
+    events: tuple[ScalingEvent, ...]
+
+    def fields(self) -> Document:
+        return {
+            "Policy": self.policy, "Rules": self.rules.fields(), "Min": self.min_exchanges,
+            "Max": self.max_exchanges, "InFlight": self.in_flight,
+            "CooldownLeft": self.cooldown_left_s, "LowFor": self.low_for_s,
+            "ScaledOut": self.scaled_out, "ScaledIn": self.scaled_in,
+            "Events": [e.entry() for e in self.events],
+        }  # fmt: skip
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any], prefix: str = "") -> Self:
+        p = prefix
+        return cls(
+            field_str(doc, "Policy", prefix=p),
+            RulesInForce.decode(field_doc(doc, "Rules", prefix=p), f"{p}Rules."),
+            field_int(doc, "Min", prefix=p),
+            field_int(doc, "Max", prefix=p),
+            field_str(doc, "InFlight", empty_ok=True, prefix=p),
+            field_float(doc, "CooldownLeft", lo=0.0, prefix=p),
+            field_float(doc, "LowFor", lo=0.0, prefix=p),
+            field_int(doc, "ScaledOut", prefix=p),
+            field_int(doc, "ScaledIn", prefix=p),
+            field_docs(doc, "Events", _event_entry, prefix=p),
+        )
+
+
+def _event_entry(doc: Mapping[str, Any], prefix: str) -> ScalingEvent:
+    return ScalingEvent.decode_entry(doc, prefix=prefix)
+
+
+@dataclass(frozen=True)
+class MonitorStatus:
+    queue: str  # Queue
+    relocations: int  # Relocations: publishers moved since start
+    bad_frames: int  # BadFrames: malformed reports and statistics dropped
+    scaling: ScalingStatus
+    exchanges: tuple[MonitoredExchange, ...]
+    copies: tuple[DeadLog, ...]  # Copies: dead exchanges' logs subscribers are told about
+
+    def encode(self) -> Document:
+        return {
+            "Queue": self.queue, "Relocations": self.relocations, "BadFrames": self.bad_frames,
+            "Scaling": self.scaling.fields(),
+            "Exchanges": [x.fields() for x in self.exchanges],
+            "Copies": [c.fields() for c in self.copies],
+        }  # fmt: skip
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        return cls(
+            field_str(doc, "Queue"),
+            field_int(doc, "Relocations"),
+            field_int(doc, "BadFrames"),
+            ScalingStatus.decode(field_doc(doc, "Scaling"), "Scaling."),
+            field_docs(doc, "Exchanges", MonitoredExchange.decode, max_items=EXCHANGES_MAX),
+            field_docs(doc, "Copies", DeadLog.decode),
+        )

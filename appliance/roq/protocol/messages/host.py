@@ -1,0 +1,234 @@
+"""What the leading GCM asks a host on its request socket (`hcm.port`), and the replies.
+docs/protocol.md, "Host". Every request names its queue by `QName` (checked as a queue name).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Self
+
+from roq.protocol import bsonmsg
+from roq.protocol.bsonmsg import Document, field_docs, field_int, field_str
+from roq.protocol.commands import HostCommand
+from roq.protocol.names import check_queue_name
+
+TXID_CHARS_MAX: Final = 128
+EXCHANGE_ID_CHARS_MAX: Final = 256  # an id a request names (the host made it: name-port-hex)
+PORT_MAX: Final = 65_535
+
+
+def queue_field(doc: Mapping[str, Any]) -> str:
+    """`QName`: a queue name (it becomes a znode and a directory name)."""
+    return check_queue_name(field_str(doc, "QName"))
+
+
+def port_field(doc: Mapping[str, Any], name: str, prefix: str = "") -> int:
+    return field_int(doc, name, lo=1, hi=PORT_MAX, prefix=prefix)
+
+
+@dataclass(frozen=True)
+class ExchangeInfo:
+    """An exchange a host started: `{Id, Port, TransactionID, Front, Back}` (also 2004's reply).
+    `TransactionID` is "" for the exchange a queue is created with."""
+
+    exchange_id: str  # Id
+    port: int  # Port: F
+    txid: str  # TransactionID
+    front: str  # tcp://ip:F
+    back: str  # tcp://ip:F+1
+
+    def fields(self) -> Document:
+        return {"Id": self.exchange_id, "Port": self.port, "TransactionID": self.txid,
+                "Front": self.front, "Back": self.back}  # fmt: skip
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any], prefix: str = "") -> Self:
+        return cls(
+            field_str(doc, "Id", max_chars=EXCHANGE_ID_CHARS_MAX, prefix=prefix),
+            port_field(doc, "Port", prefix),
+            field_str(doc, "TransactionID", max_chars=TXID_CHARS_MAX, empty_ok=True, prefix=prefix),
+            field_str(doc, "Front", prefix=prefix),
+            field_str(doc, "Back", prefix=prefix),
+        )
+
+
+# --- queues ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CreateQueueOnHost:
+    """1002: start the queue's monitor and an exchange (idempotent: a queue already here is
+    answered with its addresses)."""
+
+    queue: str
+
+    def encode(self) -> Document:
+        return {"CMD": int(HostCommand.CREATE_QUEUE), "QName": self.queue}
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        return cls(queue_field(doc))
+
+
+@dataclass(frozen=True)
+class QueueOnHost:
+    """The reply to 1002: where the monitor is, and the queue's exchanges on this host."""
+
+    monitor_host: str  # Monitor_host: tcp://ip:B
+    stat_monitor_host: str  # Stat_Monitor_host: tcp://ip:S+1
+    monitor_port: int  # Monitor_port: B
+    stat_port: int  # Stat_port: S
+    exchanges: tuple[ExchangeInfo, ...]
+
+    def encode(self) -> Document:
+        return bsonmsg.ok(
+            Monitor_host=self.monitor_host,
+            Stat_Monitor_host=self.stat_monitor_host,
+            Monitor_port=self.monitor_port,
+            Stat_port=self.stat_port,
+            Exchanges=[x.fields() for x in self.exchanges],
+        )
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        return cls(
+            field_str(doc, "Monitor_host"),
+            field_str(doc, "Stat_Monitor_host"),
+            port_field(doc, "Monitor_port"),
+            port_field(doc, "Stat_port"),
+            field_docs(doc, "Exchanges", ExchangeInfo.decode),
+        )
+
+
+@dataclass(frozen=True)
+class StopQueueOnHost:
+    """1012 STOP_QUEUE: stop the queue's exchanges, then its monitor; the logs stay. With
+    `delete_logs`, 1008 REMOVE_QUEUE: its logs and the copies of its logs go too."""
+
+    queue: str
+    delete_logs: bool
+
+    def encode(self) -> Document:
+        command = HostCommand.REMOVE_QUEUE if self.delete_logs else HostCommand.STOP_QUEUE
+        return {"CMD": int(command), "QName": self.queue}
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        return cls(queue_field(doc), bsonmsg.command(doc) == HostCommand.REMOVE_QUEUE)
+
+
+# --- exchanges ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CreateExchangeOnHost:
+    """1009: start an exchange of the queue whose monitor is at `Monitor_address`; a
+    `TransactionID` already running here is answered with that exchange (`"exists"`)."""
+
+    queue: str
+    txid: str  # TransactionID
+    monitor_port: int  # Monitor_port: B
+    stat_port: int  # Stat_port: S
+    monitor_address: str  # Monitor_address: the monitor's ip
+
+    def encode(self) -> Document:
+        return {
+            "CMD": int(HostCommand.CREATE_EXCHANGE), "QName": self.queue,
+            "TransactionID": self.txid, "Monitor_port": self.monitor_port,
+            "Stat_port": self.stat_port, "Monitor_address": self.monitor_address,
+        }  # fmt: skip
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        return cls(
+            queue_field(doc),
+            field_str(doc, "TransactionID", max_chars=TXID_CHARS_MAX),
+            port_field(doc, "Monitor_port"),
+            port_field(doc, "Stat_port"),
+            field_str(doc, "Monitor_address"),
+        )
+
+
+@dataclass(frozen=True)
+class ExchangeOnHost:
+    """The reply to 1009 (and 2004's): the exchange; `COMMENT` "created" or "exists"."""
+
+    exchange: ExchangeInfo
+    comment: str = "SUCCESS"
+
+    def encode(self) -> Document:
+        return bsonmsg.ok(self.comment, Exchange=self.exchange.fields())
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        found = bsonmsg.field_doc(doc, "Exchange")
+        comment = field_str(doc, "COMMENT", empty_ok=True, max_chars=bsonmsg.COMMENT_CHARS_MAX)
+        return cls(ExchangeInfo.decode(found, "Exchange."), comment)
+
+
+@dataclass(frozen=True)
+class RemoveExchangeOnHost:
+    """1010: stop this exchange (OK also when it is not running here)."""
+
+    queue: str
+    exchange_id: str  # ExchangeID
+
+    def encode(self) -> Document:
+        return {"CMD": int(HostCommand.REMOVE_EXCHANGE), "QName": self.queue,
+                "ExchangeID": self.exchange_id}  # fmt: skip
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        return cls(queue_field(doc), field_str(doc, "ExchangeID", max_chars=EXCHANGE_ID_CHARS_MAX))
+
+
+@dataclass(frozen=True)
+class InfoExchange:
+    """1011: how many exchanges run here (served; the GCM does not ask it)."""
+
+    def encode(self) -> Document:
+        return {"CMD": int(HostCommand.INFO_EXCHANGE)}
+
+
+@dataclass(frozen=True)
+class ExchangeCount:
+    """The reply to 1011: `Exchanges` running here, `Max` = exchange.max.perhost."""
+
+    exchanges: int
+    max_exchanges: int  # Max
+
+    def encode(self) -> Document:
+        return bsonmsg.ok(Exchanges=self.exchanges, Max=self.max_exchanges)
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        return cls(field_int(doc, "Exchanges"), field_int(doc, "Max"))
+
+
+# --- liveness ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class HostPing:
+    """1020 PING."""
+
+    def encode(self) -> Document:
+        return {"CMD": int(HostCommand.PING)}
+
+
+@dataclass(frozen=True)
+class HostPong:
+    """The reply to PING: `COMMENT: "PONG"` and the host's name."""
+
+    host: str
+
+    def encode(self) -> Document:
+        return bsonmsg.ok("PONG", Host=self.host)
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        return cls(field_str(doc, "Host"))
+
+
+@dataclass(frozen=True)
+class HostShutdown:
+    """1100 SHUTDOWN: declared, not served (a host answers `unknown_command` and stops on
+    SIGTERM)."""
+
+    def encode(self) -> Document:
+        return {"CMD": int(HostCommand.SHUTDOWN)}
