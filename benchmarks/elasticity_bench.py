@@ -65,9 +65,8 @@ def _events(endpoint: str, out: list[dict[str, Any]], stop: threading.Event) -> 
 
 def reaction_trial(cluster: LocalCluster, queue: str) -> dict[str, float]:
     with cluster.admin() as admin:
-        record = admin.create_queue(queue) and next(
-            q for q in admin.list_queues() if q["Name"] == queue
-        )
+        admin.create_queue(queue)
+        record = next(q.fields() for q in admin.list_queues() if q.name == queue)
     events: list[dict[str, Any]] = []
     stop = threading.Event()
     watcher = threading.Thread(target=_events, args=(record["Stat_Monitor_host"], events, stop))
@@ -107,7 +106,7 @@ def throughput(cluster: LocalCluster, exchanges: int, args: argparse.Namespace) 
             admin.create_exchange(queue, f"bench-{queue}-{n}")
         wait_for(
             lambda: (
-                sum(len(q["Exchanges"]) for q in admin.status()["Queues"] if q["Name"] == queue)
+                sum(len(q.exchanges) for q in admin.status().queues if q.info.name == queue)
                 == exchanges
             ),
             30,

@@ -26,6 +26,7 @@ from roq.exchange import replication
 from roq.log import format as batchfmt
 from roq.protocol import bsonmsg, dataplane
 from roq.protocol.commands import MonitorCommand
+from roq.protocol.messages.monitor import ExchangeIdentity, ExchangeReport, ReportedLoad
 from roq.testing.cluster import LocalCluster, processes_with, wait_for
 from roq.transport import Kind, connect, new_context, open_socket
 
@@ -75,13 +76,13 @@ def queue(cluster: LocalCluster) -> Iterator[str]:
 def _exchanges(cluster: LocalCluster, queue: str) -> list[dict[str, Any]]:
     with cluster.admin() as admin:
         status = admin.status()
-    return next(q for q in status["Queues"] if q["Name"] == queue)["Exchanges"]
+    return next(q.fields() for q in status.queues if q.info.name == queue)["Exchanges"]
 
 
 def _add_exchange(cluster: LocalCluster, queue: str, txid: str) -> dict[str, Any]:
     with cluster.admin() as admin:
         reply = admin.create_exchange(queue, txid)
-    return dict(reply["Exchange"])
+    return reply.exchange.fields()
 
 
 def _assert_exact(collector: Collector, expected: dict[tuple[bytes, bytes], int]) -> None:
@@ -157,11 +158,12 @@ def test_a_new_exchange_takes_publishers_once_the_subscribers_joined_it(cluster:
     added = _add_exchange(cluster, "q1", "tx-joined")
 
     with cluster.admin() as admin:
-        monitor = next(q for q in admin.status()["Queues"] if q["Name"] == "q1")["Monitor_host"]
+        monitor = next(q.info for q in admin.status().queues if q.info.name == "q1").monitor_host
 
     def new_one() -> dict[str, Any]:  # as the monitor sees it
-        live = monitor_status(monitor) or {"Exchanges": []}
-        return next(x for x in live["Exchanges"] if x["Id"] == added["Id"])
+        live = monitor_status(monitor)
+        exchanges = live.exchanges if live else ()
+        return next(x.fields() for x in exchanges if x.exchange_id == added["Id"])
 
     wait_for(lambda: new_one()["Subscriptions"] == 1, 10, "the collector joined the new exchange")
     time.sleep(1.0)  # reports come every 0.5 s: time enough for a wrong "placeable"
@@ -227,9 +229,12 @@ class _StalledExchange:
         self.loop_turned = time.monotonic()
 
     def report(self) -> None:
-        doc = {"CMD": int(MonitorCommand.EXCHANGE_REPORT), "QName": "q1", "Period": 0.2,
-               "Back": "tcp://127.0.0.1:1", **self.identity}  # fmt: skip
-        self.reports.send(bsonmsg.encode(doc))
+        identity = ExchangeIdentity(
+            "q1", self.identity["Id"], self.identity["Front"], "tcp://127.0.0.1:1", 0.2,
+            self.identity["Started"], False, "fake",
+        )  # fmt: skip
+        idle = ReportedLoad(0.0, 0.0, 0, (), 0.0, 0, 0.0, 0, 0, 0, (), 0)
+        self.reports.send(bsonmsg.encode(ExchangeReport(identity, idle).encode()))
         self.loop_turned = time.monotonic()
 
     def pulse(self, loop_age: float | None = None, started: float | None = None) -> None:

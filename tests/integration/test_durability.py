@@ -32,8 +32,8 @@ def _start(cluster: LocalCluster, **overrides: Any) -> dict[str, Any]:
     with cluster.admin() as admin:
         admin.create_queue("q1")
         status = admin.status()
-    [exchange] = status["Queues"][0]["Exchanges"]
-    return dict(exchange)
+    [exchange] = status.queues[0].exchanges
+    return exchange.fields()
 
 
 def _publish(
@@ -155,7 +155,7 @@ def _segments_bytes(directory: Path) -> bytes:
 def test_replicated_acks_all_survive_kill_9_of_the_leader(cluster: LocalCluster):
     first = _start(cluster, **{"exchange.max.perhost": 4, "replicationFactor": 2})
     with cluster.admin() as admin:
-        second = admin.create_exchange("q1", "tx-replica")["Exchange"]
+        second = admin.create_exchange("q1", "tx-replica").exchange.fields()
     root = cluster.tmp / "h1" / "log"
     copy_of_first = root / "_replicas" / "q1" / f"{first['Id']}@{second['Id']}"
     wait_for(copy_of_first.exists, 15, "the monitor assigned replicas")
@@ -207,7 +207,7 @@ def test_deleting_a_replicated_queue_removes_its_logs_and_copies_on_every_host(
     cluster.start_host("h2", **{"replicationFactor": 2})
     cluster.wait_ready(hosts=2)
     with cluster.admin() as admin:
-        second = admin.create_exchange("q1", "tx-h2", host="h2")["Exchange"]
+        second = admin.create_exchange("q1", "tx-h2", host="h2").exchange.fields()
     h1, h2 = cluster.tmp / "h1" / "log", cluster.tmp / "h2" / "log"
     copies = [
         h2 / "_replicas" / "q1" / f"{first['Id']}@{second['Id']}",
@@ -259,9 +259,9 @@ def _two_hosts(
     h2 = cluster.start_host("h2", **settings)
     cluster.wait_ready(hosts=2)
     with cluster.admin() as admin:
-        exchange = admin.create_exchange("q1", "tx-h2", host="h2")["Exchange"]
-        [queue] = admin.status()["Queues"]
-    return dict(exchange), dict(queue), h2
+        exchange = admin.create_exchange("q1", "tx-h2", host="h2").exchange.fields()
+        [queue] = admin.status().queues
+    return exchange, queue.fields(), h2
 
 
 def _publisher_on(cluster: LocalCluster, front: str) -> Publisher:
@@ -421,7 +421,7 @@ def test_a_replica_behind_the_leaders_retention_starts_its_copy_again(cluster: L
         "log.retention.bytes": 1024 * 1024, "monitor.dead.heartbeats": 100,
     })  # fmt: skip
     with cluster.admin() as admin:
-        second = admin.create_exchange("q1", "tx-replica")["Exchange"]
+        second = admin.create_exchange("q1", "tx-replica").exchange.fields()
     publisher = Publisher("q1", gcm=cluster.gcm, acks="leader", linger_ms=1)
     leader, replica = (first, second) if publisher.exchange == first["Front"] else (second, first)
     root = cluster.tmp / "h1" / "log"

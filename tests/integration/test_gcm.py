@@ -211,7 +211,7 @@ def test_listeners_are_refused_for_unknown_queues_and_go_with_the_queue(gcm_only
         admin.request({"CMD": 2008, "QName": "q1", "Address": "tcp://127.0.0.1:1"})
         admin.delete_queue("q1")
         admin.create_queue("q1")  # a fresh queue of the same name: only its monitor listens
-        monitor = admin.get_host_by_qname("q1")["Monitor_host"]
+        monitor = admin.get_host_by_qname("q1").monitor_host
     host, _, port = monitor.rpartition(":")
     client = session.connect(gcm_only.zk, 4000)
     registry = Registry(client, Paths(gcm_only.namespace))
@@ -247,6 +247,6 @@ def test_gcm_and_host_outlive_an_expired_zookeeper_session(cluster: LocalCluster
 
     cluster.wait_ready(hosts=1, timeout_s=20)
     with cluster.admin(timeout_ms=2000, retries=3) as admin:
-        assert admin.create_queue("after-expiry")["RESULT"] == Result.OK
+        assert admin.create_queue("after-expiry").host == "h1"
     assert gcm.process.poll() is None and host.process.poll() is None, cluster.logs()
     assert "registered again after its ZooKeeper session expired" in host.log_text()

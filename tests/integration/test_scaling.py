@@ -50,10 +50,10 @@ def _start(cluster: LocalCluster, queue: str = "q1", **overrides: Any) -> str:
 
 def _live(cluster: LocalCluster, queue: str) -> dict[str, Any]:
     with cluster.admin() as admin:
-        record = next(q for q in admin.list_queues() if q["Name"] == queue)
-    status = monitor_status(record["Monitor_host"])
+        record = next(q for q in admin.list_queues() if q.name == queue)
+    status = monitor_status(record.monitor_host)
     assert status is not None, "monitor unreachable"
-    return status
+    return status.encode()
 
 
 def _events(cluster: LocalCluster, queue: str) -> list[str]:
@@ -134,8 +134,8 @@ class KpiWatcher(threading.Thread):
     def __init__(self, cluster: LocalCluster, queue: str):
         super().__init__(daemon=True)
         with cluster.admin() as admin:
-            record = next(q for q in admin.list_queues() if q["Name"] == queue)
-        self.endpoint = record["Stat_Monitor_host"]
+            record = next(q for q in admin.list_queues() if q.name == queue)
+        self.endpoint = record.stat_monitor_host
         self.events: list[dict[str, Any]] = []
         self.stop = threading.Event()
         self.ready = threading.Event()
@@ -221,7 +221,8 @@ def test_load_removed_drains_and_retires_the_surplus_exchange_without_a_gap(
     assert retired["Exchange"] == scale_in["Exchange"]
     wait_for(lambda: len(_live(cluster, queue)["Exchanges"]) == 1, 10, "the retired one gone")
     with cluster.admin() as admin:
-        recorded = next(q for q in admin.status()["Queues"] if q["Name"] == queue)["Exchanges"]
+        recorded = next(q.fields() for q in admin.status().queues if q.info.name == queue)
+    recorded = recorded["Exchanges"]
     assert [x["Id"] for x in recorded] != [retired["Exchange"]] and len(recorded) == 1
     assert not processes_with(retired["Exchange"]), "the retired exchange's process is gone"
     port = int(fronts[retired["Exchange"]].rsplit(":", 1)[1])
@@ -255,7 +256,7 @@ def test_rules_are_stored_returned_pushed_and_drive_scaling(cluster: LocalCluste
         with cluster.admin() as admin:
             admin.request({"CMD": 2008, "QName": queue, "Address": f"tcp://127.0.0.1:{port}"})
             admin.add_rules(queue, rules)
-            stored = admin.get_rules(queue)
+            stored = admin.get_rules(queue).fields()
         assert stored["AUTOSCALING_NAME"] == "r1"
         assert stored["AUTOSCALING_HOST"]["AUTOSCALING_HOST_CPU"] == 30
         assert stored["AUTOSCALING_XCHANGE"]["AUTOSCALING_XCHANGE_THR"] == 60_000
@@ -315,7 +316,7 @@ def test_invalid_rules_are_refused_naming_the_field_and_change_nothing(
         with pytest.raises(AdminRefused) as unknown:
             admin.add_rules("no-such-queue", good)
         assert unknown.value.reason == "unknown_queue"
-        assert admin.get_rules(queue)["AUTOSCALING_NAME"] == "keep"
+        assert admin.get_rules(queue).name == "keep"
     wait_for(lambda: _live(cluster, queue)["Scaling"]["Rules"]["Name"] == "keep", 10, "rules kept")
     time.sleep(0.3)
     assert _live(cluster, queue)["Scaling"]["Rules"]["Name"] == "keep"

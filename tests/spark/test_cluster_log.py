@@ -80,7 +80,7 @@ def _publish(cluster: LocalCluster) -> tuple[collections.Counter[Any], collectio
     other = Publisher("q2", gcm=cluster.gcm, linger_ms=1)
     start_front = heavy.exchange
     with cluster.admin() as admin:
-        added = dict(admin.create_exchange("q1", "tx-relief")["Exchange"])
+        added = admin.create_exchange("q1", "tx-relief").exchange.fields()
     sent: collections.Counter[Any] = collections.Counter()
     sizes: collections.Counter[Any] = collections.Counter()
 

@@ -119,7 +119,7 @@ class _Pair:
         self.replicator.assign([("r1", "inproc://replica")])
 
     def in_sync(self) -> bool:
-        return bool(self.replicator.status()[0]["InSync"])
+        return self.replicator.status()[0].in_sync
 
     def __enter__(self) -> _Pair:
         return self
@@ -164,8 +164,8 @@ def test_a_copy_behind_retention_restarts_and_is_out_of_sync_until_it_caught_up(
         assert _serve(router, store, most=1) == 1  # the restart only
         _turn(replicator)  # its answer: the copy now starts (and ends) at the leader's start
         [link] = replicator.status()
-        assert link["Acked"] == leader.start_offset < leader.end_offset
-        assert not link["InSync"], "a copy with a hole must not count as in sync"
+        assert link.acked == leader.start_offset < leader.end_offset
+        assert not link.in_sync, "a copy with a hole must not count as in sync"
         for _ in range(50):
             _serve(router, store)
             _turn(replicator)
@@ -190,7 +190,7 @@ def test_a_new_replica_is_out_of_sync_until_its_backfill_reaches_the_end(tmp_pat
         assert _serve(pair.router, pair.store, most=1) == 1
         _turn(pair.replicator)
         [link] = pair.replicator.status()
-        assert 0 < link["Acked"] < end, "one frame of the back-fill landed"
+        assert 0 < link.acked < end, "one frame of the back-fill landed"
         assert not pair.in_sync() and pair.replicator.committed() == end
         while _serve(pair.router, pair.store):
             _turn(pair.replicator)

@@ -13,7 +13,7 @@ import pytest
 
 from roq import config
 from roq.config import Ec2Config, ScalingConfig, Thresholds
-from roq.errors import ConfigError
+from roq.errors import ConfigError, DecodeError
 from roq.gcm.provisioning import (
     Ec2Provisioner,
     NoProvisioner,
@@ -37,7 +37,7 @@ from roq.monitor.policy import (
     make_policy,
     supersedes,
 )
-from roq.protocol.rules import validate_rules
+from roq.protocol.rules import RuleSet
 
 CONFIG = ScalingConfig(
     window_s=1.0,
@@ -88,7 +88,7 @@ def test_window_averages_the_reports_of_its_span_and_needs_two():
 
 # --- rules --------------------------------------------------------------------------------------
 def test_rules_from_a_stored_2006_document():
-    stored = validate_rules(
+    stored = RuleSet.decode(
         {
             "AUTOSCALING_NAME": "r1",
             "AUTOSCALING_HOST": {"AUTOSCALING_HOST_CPU": 30, "AUTOSCALING_HOST_RAM": 40},
@@ -96,7 +96,7 @@ def test_rules_from_a_stored_2006_document():
             "AUTOSCALING_Q": {"AUTOSCALING_Q_PROD_EXCH": 10000, "AUTOSCALING_THR_PROD_EXCH": 1e5},
         }
     )
-    rules = Rules.from_doc(stored)
+    rules = Rules.of(stored)
     assert rules == Rules("r1", 30.0, 40.0, 20000.0, 10000.0, 100000.0)
     assert rules.capacity(1.0) == 20000.0
     assert Rules(queue_throughput=7.0).capacity(1.0) == 7.0
@@ -105,11 +105,13 @@ def test_rules_from_a_stored_2006_document():
 
 def test_a_stale_rules_read_never_undoes_a_newer_push():
     assert supersedes(0, None) == 0, "nothing stored: the implicit rule"
-    assert supersedes(0, {"Version": 1}) == 1
-    assert supersedes(2, {"Version": 1}) is None, "a read that crossed a newer push"
+    assert supersedes(0, 1) == 1
+    assert supersedes(2, 1) is None, "a read that crossed a newer push"
     assert supersedes(2, None) is None, "a read from before anything was stored"
-    assert supersedes(2, {"Version": 2}) == 2
-    assert supersedes(0, {"Version": "3"}) is None and supersedes(0, {"Version": True}) is None
+    assert supersedes(2, 2) == 2
+    for version in ("3", True, -1):  # refused when the rules are read, so never offered
+        with pytest.raises(DecodeError, match="Version"):
+            RuleSet.decode({"AUTOSCALING_NAME": "r", "AUTOSCALING_Q": {}, "Version": version})
 
 
 def test_exchange_rule_fires_only_when_every_exchange_is_above_it():

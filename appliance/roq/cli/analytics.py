@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Mapping
+from typing import Any
 
 import typer
 
@@ -14,6 +16,7 @@ from roq.cli.common import GCM_OPTION, errors_to_exit, fail, setup_logging, stop
 from roq.client.locate import locate_monitor
 from roq.errors import RoqError
 from roq.protocol import bsonmsg
+from roq.protocol.messages.kpi import decode_kpi_message
 from roq.transport import Kind, connect, new_context, open_socket
 
 log = logging.getLogger(__name__)
@@ -96,7 +99,9 @@ def _record(
                 continue
             frames = sock.recv_multipart()
             try:
-                recorder.append_message([bsonmsg.decode([frame]) for frame in frames])
+                docs: list[Mapping[str, Any]] = [bsonmsg.decode([frame]) for frame in frames]
+                decode_kpi_message(docs)  # the stream's schema: the monitor checked it too
+                recorder.append_message(docs)
             except (RoqError, ValueError) as error:  # the monitor validates; this is a bug
                 log.warning("KPI message of %d frames not recorded: %s", len(frames), error)
                 continue

@@ -12,6 +12,8 @@ import typer
 from roq.cli.app import app
 from roq.cli.common import GCM_OPTION, ZK_OPTION, errors_to_exit, fail
 from roq.client.admin import AdminClient, AdminRefused
+from roq.protocol.messages.admin import ClusterStatus, QueueStatus
+from roq.protocol.messages.control import MonitoredExchange, MonitorStatus, ScalingStatus
 
 queue_app = typer.Typer(help="Create, stop, start, delete and list queues.", no_args_is_help=True)
 app.add_typer(queue_app, name="queue", rich_help_panel="Clients")
@@ -50,7 +52,7 @@ def create(
 ) -> None:
     """Create a queue: starts its monitor and first exchange on a host."""
     reply = _run(gcm, zk, namespace, lambda c: c.create_queue(name, host))
-    typer.echo(f"queue {name} created on {reply.get('Host', '?')}")
+    typer.echo(f"queue {name} created on {reply.host}")
 
 
 @queue_app.command("delete")
@@ -79,7 +81,7 @@ def start(
 ) -> None:
     """Start a stopped queue again."""
     reply = _run(gcm, zk, namespace, lambda c: c.start_queue(name, host))
-    typer.echo(f"queue {name} started on {reply.get('Host', '?')}")
+    typer.echo(f"queue {name} started on {reply.host}")
 
 
 @queue_app.command("list")
@@ -92,12 +94,12 @@ def list_(
     """List the queues with their state, host and monitor."""
     queues = _run(gcm, zk, namespace, lambda c: c.list_queues())
     if as_json:
-        typer.echo(json.dumps(queues))
+        typer.echo(json.dumps([q.fields() for q in queues]))
         return
     typer.echo(f"{'QUEUE':<24} {'STATE':<9} {'HOST':<20} MONITOR")
     for q in queues:
-        host = q["Host"] + ("" if q.get("HostAlive", True) else " (down)")
-        typer.echo(f"{q['Name']:<24} {q['State']:<9} {host:<20} {q['Monitor_host']}")
+        host = q.host + ("" if q.host_alive else " (down)")
+        typer.echo(f"{q.name:<24} {q.state:<9} {host:<20} {q.monitor_host}")
 
 
 @app.command(rich_help_panel="Clients")
@@ -111,59 +113,72 @@ def status(
     reply = _run(gcm, zk, namespace, lambda c: c.status())
     from roq.client.live import monitor_status
 
-    for queue in reply["Queues"]:
-        if queue["State"] == "RUNNING":
-            queue["Live"] = monitor_status(queue["Monitor_host"])
+    lives = {q.info.name: monitor_status(q.info.monitor_host) for q in reply.queues
+             if q.info.state == "RUNNING"}  # fmt: skip
     if as_json:
-        typer.echo(json.dumps({"Hosts": reply["Hosts"], "Queues": reply["Queues"]}))
+        queues = [
+            {
+                **q.fields(),
+                **({"Live": _fields(lives[q.info.name])} if q.info.name in lives else {}),
+            }
+            for q in reply.queues
+        ]
+        typer.echo(json.dumps({"Hosts": [h.fields() for h in reply.hosts], "Queues": queues}))
         return
-    typer.echo(_render_status(reply))
+    typer.echo(_render_status(reply, lives))
 
 
-def _render_status(reply: dict[str, Any]) -> str:
-    lines = [f"hosts ({len(reply['Hosts'])}):"]
-    for h in reply["Hosts"]:
-        lines.append(f"  {h['Name']:<20} {h['HCM']:<26} max {h['MaxExchanges']} exchanges")
-    lines.append(f"queues ({len(reply['Queues'])}):")
-    for q in reply["Queues"]:
-        alive = "" if q.get("HostAlive", True) else " (host down)"
+def _fields(live: MonitorStatus | None) -> dict[str, Any] | None:
+    return None if live is None else live.encode()
+
+
+def _render_status(reply: ClusterStatus, lives: dict[str, MonitorStatus | None]) -> str:
+    lines = [f"hosts ({len(reply.hosts)}):"]
+    for h in reply.hosts:
+        lines.append(f"  {h.name:<20} {h.hcm:<26} max {h.max_exchanges} exchanges")
+    lines.append(f"queues ({len(reply.queues)}):")
+    for q in reply.queues:
+        info, status = q.info, lives.get(q.info.name)
+        alive = "" if info.host_alive else " (host down)"
         lines.append(
-            f"  {q['Name']:<20} {q['State']:<9} host {q['Host']}{alive} "
-            f"monitor {q['Monitor_host'] or '-'} kpi {q['Stat_Monitor_host'] or '-'}"
+            f"  {info.name:<20} {info.state:<9} host {info.host}{alive} "
+            f"monitor {info.monitor_host or '-'} kpi {info.stat_monitor_host or '-'}"
         )
-        live = {x["Id"]: x for x in (q.get("Live") or {}).get("Exchanges", [])}
-        for x in q.get("Exchanges", []):
-            lines.append(f"    exchange {x['Id']:<28} in {x['Front']} out {x['Back']}")
-            lines.append(_live_line(live.get(x["Id"]), q))
-        scaling = (q.get("Live") or {}).get("Scaling")
-        if scaling:
-            lines.append(_scaling_line(scaling))
+        live = {x.exchange_id: x for x in (status.exchanges if status else ())}
+        for x in q.exchanges:
+            lines.append(f"    exchange {x.exchange_id:<28} in {x.front} out {x.back}")
+            lines.append(_live_line(live.get(x.exchange_id), q, status))
+        if status is not None:
+            lines.append(_scaling_line(status.scaling))
     return "\n".join(lines)
 
 
-def _scaling_line(scaling: dict[str, Any]) -> str:
+def _scaling_line(scaling: ScalingStatus) -> str:
     """One line on the queue's elasticity: policy, limits, state and the last decision."""
-    cap = scaling["Max"] or "hosts"
-    state = f"{scaling['InFlight']} in flight" if scaling["InFlight"] else "idle"
-    if scaling["CooldownLeft"] > 0:
-        state += f", cool-down {scaling['CooldownLeft']:.1f} s"
-    if scaling["LowFor"] > 0:
-        state += f", below low-water for {scaling['LowFor']:.1f} s"
-    events = scaling.get("Events") or []
-    last = f"; last: {events[-1]['Event']}: {events[-1]['Reason']}" if events else ""
+    cap = scaling.max_exchanges or "hosts"
+    state = f"{scaling.in_flight} in flight" if scaling.in_flight else "idle"
+    if scaling.cooldown_left_s > 0:
+        state += f", cool-down {scaling.cooldown_left_s:.1f} s"
+    if scaling.low_for_s > 0:
+        state += f", below low-water for {scaling.low_for_s:.1f} s"
+    events = scaling.events
+    last = f"; last: {events[-1].event}: {events[-1].reason}" if events else ""
     return (
-        f"    scaling {scaling['Policy']} (exchanges {scaling['Min']}..{cap}, "
-        f"+{scaling['ScaledOut']} -{scaling['ScaledIn']}): {state}{last}"
+        f"    scaling {scaling.policy} (exchanges {scaling.min_exchanges}..{cap}, "
+        f"+{scaling.scaled_out} -{scaling.scaled_in}): {state}{last}"
     )
 
 
-def _live_line(live: dict[str, Any] | None, queue: dict[str, Any]) -> str:
+def _live_line(
+    live: MonitoredExchange | None, queue: QueueStatus, status: MonitorStatus | None
+) -> str:
     if live is None:
-        reason = "monitor unreachable" if queue.get("Live") is None else "not reporting"
-        return f"      ({reason if queue['State'] == 'RUNNING' else queue['State'].lower()})"
-    state = " LEAVING" if live.get("Leaving") else ""
+        reason = "monitor unreachable" if status is None else "not reporting"
+        state = queue.info.state
+        return f"      ({reason if state == 'RUNNING' else state.lower()})"
+    leaving = " LEAVING" if live.leaving else ""
     return (
-        f"      {live['Msgs']:>12,.0f} msg/s {live['Bytes'] / 1e6:>9.2f} MB/s "
-        f"{live['Producers']:>4} publishers  cpu {live['CPU'] * 100:5.1f}%  "
-        f"rss {live['RSS'] / 2**20:6.1f} MiB{state}"
+        f"      {live.msgs_rate:>12,.0f} msg/s {live.bytes_rate / 1e6:>9.2f} MB/s "
+        f"{live.producers:>4} publishers  cpu {live.cpu * 100:5.1f}%  "
+        f"rss {live.rss / 2**20:6.1f} MiB{leaving}"
     )

@@ -87,12 +87,11 @@ def show_rules(
 ) -> None:
     """Show a queue's stored rules."""
     with admin_client(gcm, zk, namespace) as client:
-        reply = client.get_rules(queue)
-    rules = {k: v for k, v in reply.items() if k not in ("RESULT", "COMMENT", "CMD")}
+        rules = client.get_rules(queue)
     if as_json:
-        typer.echo(json.dumps(rules))
+        typer.echo(json.dumps(rules.fields()))
         return
-    typer.echo(f"rules {rules.get('AUTOSCALING_NAME', '?')} (version {rules.get('Version', 0)})")
+    typer.echo(f"rules {rules.name} (version {rules.version})")
     for group in ("AUTOSCALING_HOST", "AUTOSCALING_XCHANGE", "AUTOSCALING_Q"):
-        for field, value in (rules.get(group) or {}).items():
+        for field, value in rules.groups.get(group, {}).items():
             typer.echo(f"  {field:<28} {value:g}")

@@ -4,21 +4,47 @@
     admin.create_queue("q1")                       # on the least-loaded host; host="…" to choose
     admin.list_queues(); admin.stop_queue("q1"); admin.start_queue("q1"); admin.delete_queue("q1")
 
-Every call is one BSON request to the admin API (ports.base+3). A GCM that is not the leader
-answers with the leader's address and the client follows it; an unreachable GCM is retried a
-bounded number of times (`limits.client_retry_max`), re-reading the leader from ZooKeeper when a
-connect string was given. Refusals raise `AdminRefused` with the GCM's reason and comment.
-Not thread-safe: one AdminClient per thread.
+Every call is one BSON request to the admin API (ports.base+3), built and its reply read by the
+schemas of `roq.protocol.messages.admin`: an operation returns its typed reply. A GCM that is not
+the leader answers with the leader's address and the client follows it; an unreachable GCM is
+retried a bounded number of times (`limits.client_retry_max`), re-reading the leader from
+ZooKeeper when a connect string was given. Refusals raise `AdminRefused` with the GCM's reason
+and comment; a malformed reply raises `ProtocolError`. Not thread-safe: one AdminClient per thread.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from roq import limits
 from roq.errors import AdminError, RequestTimeout, TransportError
+from roq.protocol.bsonmsg import Document, Reply
 from roq.protocol.commands import AdminCommand, Reason, Result
+from roq.protocol.messages.admin import (
+    AddRules,
+    ClusterStatus,
+    CreateExchange,
+    CreateQueue,
+    CreateQueueAutomatically,
+    ExchangeCreated,
+    GetHostByQname,
+    GetRules,
+    GetStatus,
+    ListQueues,
+    MonitorLocation,
+    QueueExists,
+    QueueInfo,
+    QueueList,
+    QueuePlaced,
+    RegisterRulesListener,
+    RemoveExchange,
+    RemoveQueue,
+    StartQueue,
+    StopQueue,
+)
+from roq.protocol.rules import RuleSet
 from roq.transport import new_context
 from roq.transport.rpc import Requester
 
@@ -81,8 +107,9 @@ class AdminClient:
             raise ValueError(f"--gcm {self.gcm!r}: expected HOST:PORT (PORT = ports.base)")
         return f"tcp://{host}:{int(port) + ADMIN_OFFSET}"
 
-    def request(self, doc: dict[str, Any]) -> dict[str, Any]:
-        """One admin request, following the leader; raises AdminRefused or GcmUnreachable."""
+    def request(self, doc: Mapping[str, Any]) -> Document:
+        """One admin request, following the leader; raises AdminRefused or GcmUnreachable.
+        Returns the reply document (its envelope checked); the operations below read it."""
         last_error = "no attempt made"
         timeout_ms = self.timeout_ms
         if doc.get("CMD") not in _SLOW:
@@ -91,7 +118,7 @@ class AdminClient:
             endpoint = self._endpoint or self._resolve()
             requester = Requester(self._context, endpoint, timeout_ms)
             try:
-                reply = requester.request(doc)
+                reply = requester.request(dict(doc))
             except (RequestTimeout, TransportError) as error:
                 last_error = str(error)
                 self._endpoint = None
@@ -99,14 +126,15 @@ class AdminClient:
                 continue
             finally:
                 requester.close()
-            if reply["RESULT"] == Result.LEAD_LOST:
-                self._endpoint = reply.get("LEADER") or None
+            envelope = Reply.decode(reply)
+            if envelope.result == Result.LEAD_LOST:
+                self._endpoint = envelope.leader or None
                 last_error = f"{endpoint} is not the leader"
                 time.sleep(limits.client_retry_backoff_ms / 1000)
                 continue
             self._endpoint = endpoint
-            if reply["RESULT"] != Result.OK:
-                raise AdminRefused(str(reply.get("ERROR", "")), str(reply.get("COMMENT", "")))
+            if not envelope.ok:
+                raise AdminRefused(envelope.error, envelope.comment)
             return reply
         raise GcmUnreachable(f"GCM unreachable after {self.retries} attempts: {last_error}")
 
@@ -120,63 +148,57 @@ class AdminClient:
         self.close()
 
     # --- operations ----------------------------------------------------------------------------
-    def create_queue(self, name: str, host: str | None = None) -> dict[str, Any]:
+    def create_queue(self, name: str, host: str | None = None) -> QueuePlaced:
         if host:
-            return self.request(
-                {"CMD": int(AdminCommand.CREATE_QUEUE), "QName": name, "Host": host}
-            )
-        return self.request({"CMD": int(AdminCommand.CREATE_QUEUE_AUTOMATICALLY), "QName": name})
+            return QueuePlaced.decode(self.request(CreateQueue(name, host).encode()))
+        return QueuePlaced.decode(self.request(CreateQueueAutomatically(name).encode()))
 
-    def delete_queue(self, name: str) -> dict[str, Any]:
-        return self.request({"CMD": int(AdminCommand.REMOVE_QUEUE), "QName": name})
+    def delete_queue(self, name: str) -> Reply:
+        return Reply.decode(self.request(RemoveQueue(name).encode()))
 
-    def stop_queue(self, name: str) -> dict[str, Any]:
-        return self.request({"CMD": int(AdminCommand.STOP_QUEUE), "QName": name})
+    def stop_queue(self, name: str) -> Reply:
+        return Reply.decode(self.request(StopQueue(name).encode()))
 
-    def start_queue(self, name: str, host: str | None = None) -> dict[str, Any]:
-        doc: dict[str, Any] = {"CMD": int(AdminCommand.START_QUEUE), "QName": name}
-        if host:
-            doc["Host"] = host
-        return self.request(doc)
+    def start_queue(self, name: str, host: str | None = None) -> QueuePlaced:
+        return QueuePlaced.decode(self.request(StartQueue(name, host or "").encode()))
 
     def queue_exists(self, name: str) -> bool:
         try:
-            self.request({"CMD": int(AdminCommand.QUEUE_EXISTS), "QName": name})
+            self.request(QueueExists(name).encode())
         except AdminRefused as refused:
             if refused.reason == Reason.UNKNOWN_QUEUE:
                 return False
             raise
         return True
 
-    def list_queues(self) -> list[dict[str, Any]]:
-        reply = self.request({"CMD": int(AdminCommand.LIST_QUEUES)})
-        return list(reply["Queues"])
+    def list_queues(self) -> list[QueueInfo]:
+        return list(QueueList.decode(self.request(ListQueues().encode())).queues)
 
-    def status(self) -> dict[str, Any]:
-        return self.request({"CMD": int(AdminCommand.GET_STATUS)})
+    def status(self) -> ClusterStatus:
+        return ClusterStatus.decode(self.request(GetStatus().encode()))
 
-    def get_host_by_qname(self, name: str) -> dict[str, Any]:
-        return self.request({"CMD": int(AdminCommand.GET_HOST_BY_QNAME), "QName": name})
+    def get_host_by_qname(self, name: str) -> MonitorLocation:
+        return MonitorLocation.decode(self.request(GetHostByQname(name).encode()))
 
     def create_exchange(
         self, name: str, transaction_id: str, host: str | None = None
-    ) -> dict[str, Any]:
-        doc: dict[str, Any] = {
-            "CMD": int(AdminCommand.CREATE_XCHANGE),
-            "QName": name,
-            "TransactionID": transaction_id,
-        }
-        if host:
-            doc["Host"] = host
-        return self.request(doc)
+    ) -> ExchangeCreated:
+        request = CreateExchange(name, transaction_id, host or "")
+        return ExchangeCreated.decode(self.request(request.encode()))
 
-    def remove_exchange(self, name: str, exchange_id: str) -> dict[str, Any]:
-        return self.request(
-            {"CMD": int(AdminCommand.REMOVE_XCHANGE), "QName": name, "ExchangeID": exchange_id}
-        )
+    def remove_exchange(self, name: str, exchange_id: str) -> Reply:
+        return Reply.decode(self.request(RemoveExchange(name, exchange_id).encode()))
 
-    def add_rules(self, name: str, rules: dict[str, Any]) -> dict[str, Any]:
-        return self.request({"CMD": int(AdminCommand.ADD_AUTOSCALING_RULE), "QName": name, **rules})
+    def add_rules(self, name: str, rules: Mapping[str, Any] | RuleSet) -> Reply:
+        """Store a rule document (RoQ's 2006 body) or a `RuleSet`. A document goes as given:
+        the GCM checks it and its refusal names the field."""
+        if isinstance(rules, RuleSet):
+            return Reply.decode(self.request(AddRules(name, rules).encode()))
+        return Reply.decode(self.request(AddRules.request(name, rules)))
 
-    def get_rules(self, name: str) -> dict[str, Any]:
-        return self.request({"CMD": int(AdminCommand.GET_AUTOSCALING_RULE), "QName": name})
+    def get_rules(self, name: str) -> RuleSet:
+        return RuleSet.decode(self.request(GetRules(name).encode()))
+
+    def register_rules_listener(self, name: str, address: str) -> Reply:
+        """Have the GCM push the queue's rules to the PULL socket at `address` (2008)."""
+        return Reply.decode(self.request(RegisterRulesListener(name, address).encode()))

@@ -34,5 +34,5 @@ def locate_monitor(
 ) -> MonitorAddress:
     """Ask the leading GCM where `queue`'s monitor is (raises AdminRefused if it has none)."""
     with AdminClient(gcm=gcm, zk=zk, namespace=namespace) as admin:
-        reply = admin.get_host_by_qname(queue)
-    return MonitorAddress(str(reply["Monitor_host"]), str(reply.get("Stat_Monitor_host", "")))
+        found = admin.get_host_by_qname(queue)
+    return MonitorAddress(found.monitor_host, found.stat_monitor_host)

@@ -56,10 +56,17 @@ from roq.client.locate import (
     MonitorAddress,
     locate_monitor,
 )
-from roq.errors import RoqError
+from roq.errors import ProtocolError, RoqError
 from roq.log import format as batchfmt
 from roq.protocol import bsonmsg, dataplane
-from roq.protocol.commands import MonitorCommand, PublisherNotice, Result
+from roq.protocol.bsonmsg import Reply
+from roq.protocol.messages.monitor import (
+    EVERY_PUBLISHER,
+    ExchangeLost,
+    Placed,
+    PublisherInit,
+    decode_publisher_notice,
+)
 from roq.transport import (
     NOBLOCK,
     POLLIN,
@@ -77,7 +84,6 @@ from roq.transport.rpc import Requester
 log = logging.getLogger(__name__)
 
 ACK_MODES = ("none", "leader", "all")
-BROADCAST_TOPIC = b"*"  # the monitor's topic for notices meant for every publisher
 
 
 class PublishError(RoqError):
@@ -394,7 +400,7 @@ class _PublisherIO(threading.Thread):
         self.wake.bind(owner._wake_endpoint)
         topics = owner.producer_id.hex().encode()
         self.notices = open_socket(ctx, Kind.SUB, subscribe=topics)
-        subscribe(self.notices, BROADCAST_TOPIC)
+        subscribe(self.notices, EVERY_PUBLISHER)
         connect(self.notices, owner.monitor.at(TO_PUBLISHERS_OFFSET))
         self.placement = Requester(ctx, owner.monitor.at(PLACEMENT_OFFSET))
         self.dealer: Any = None
@@ -442,16 +448,16 @@ class _PublisherIO(threading.Thread):
     # --- placement and moves -------------------------------------------------------------------
     def _place(self, lost: str) -> None:
         """Ask the monitor for an exchange until it names one (bounded) and connect to it."""
-        command = MonitorCommand.PUBLISHER_PANIC if lost else MonitorCommand.PUBLISHER_INIT
-        request = {"CMD": int(command), "ProducerID": self.p.producer_id.hex(), "Lost": lost}
+        request = PublisherInit(self.p.producer_id.hex(), lost, panic=bool(lost)).encode()
         deadline = time.monotonic() + limits.placement_timeout_ms / 1000
         while True:
             try:
                 reply = self.placement.request(request)
-                if reply["RESULT"] == Result.OK:
-                    self._connect(str(reply["Exchange"]["Front"]))
+                envelope = Reply.decode(reply)
+                if envelope.ok:
+                    self._connect(Placed.decode(reply).front)
                     return
-                reason = reply.get("COMMENT", "refused")
+                reason = envelope.comment
             except RoqError as error:
                 reason = str(error)
             if time.monotonic() > deadline or self.p._closing:
@@ -475,19 +481,22 @@ class _PublisherIO(threading.Thread):
         exchange is alive to drain), or None when the notice is not for this publisher."""
         try:
             frames = self.notices.recv_multipart(NOBLOCK)
-            doc = bsonmsg.decode(frames[1:])
-        except (WouldBlock, RoqError, IndexError):
+        except WouldBlock:
             return None
-        if doc["CMD"] == PublisherNotice.RELOCATE:
-            target = doc.get("Exchange", {}).get("Front")
-            if doc.get("ProducerID") == self.p.producer_id.hex() and target != self.p.exchange:
-                log.info("%s: re-allocated by the monitor to %s", self.p.name, target)
-                return str(target), True
-        if doc["CMD"] == PublisherNotice.EXCHANGE_LOST and doc.get("Front") == self.p.exchange:
-            dead = bool(doc.get("Dead", True))
-            state = "died" if dead else "is leaving"
-            log.warning("%s: exchange %s %s; failing over", self.p.name, doc["Front"], state)
-            return "", not dead
+        try:
+            notice = decode_publisher_notice(bsonmsg.decode(frames[1:]))
+        except ProtocolError as error:
+            log.warning("%s: ignored a bad notice from the monitor: %s", self.p.name, error)
+            return None
+        if isinstance(notice, ExchangeLost):
+            if notice.front != self.p.exchange:
+                return None
+            state = "died" if notice.dead else "is leaving"
+            log.warning("%s: exchange %s %s; failing over", self.p.name, notice.front, state)
+            return "", not notice.dead
+        if notice.producer == self.p.producer_id.hex() and notice.front != self.p.exchange:
+            log.info("%s: re-allocated by the monitor to %s", self.p.name, notice.front)
+            return notice.front, True
         return None
 
     def _move(self, target: str, alive: bool) -> None:

@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import Any
 
 from roq import limits
-from roq.analytics.kpi import histogram_fields
 from roq.client.feed import Feed
 from roq.client.locate import (
     PLACEMENT_OFFSET,
@@ -52,10 +51,18 @@ from roq.client.locate import (
     locate_monitor,
 )
 from roq.client.sequencer import Delivery, Sequencer
-from roq.errors import RoqError
+from roq.errors import ProtocolError, RoqError
 from roq.log import format as batchfmt
 from roq.protocol import bsonmsg
-from roq.protocol.commands import MonitorCommand, Result, StatCommand, SubscriberNotice
+from roq.protocol.bsonmsg import Reply
+from roq.protocol.messages.kpi import SubscriberKpi
+from roq.protocol.messages.monitor import (
+    DeadLog,
+    ExchangeList,
+    NewExchange,
+    SubscriberInit,
+    decode_subscriber_notice,
+)
 from roq.transport import (
     NOBLOCK,
     POLLIN,
@@ -139,9 +146,9 @@ class Subscriber:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                reply = self._placement.request({"CMD": int(MonitorCommand.SUBSCRIBER_INIT)})
-                if reply["RESULT"] == Result.OK and reply.get("Exchanges"):
-                    self._reconcile(reply["Exchanges"], reply.get("Copies"), drop=False)
+                listing = self._list_exchanges(self._placement.request(SubscriberInit().encode()))
+                if listing is not None and listing.exchanges:
+                    self._reconcile(listing, drop=False)
                     return
                 reason = "the queue has no exchange yet"
             except RoqError as error:
@@ -150,14 +157,20 @@ class Subscriber:
                 raise RoqError(f"{self.name}: cannot join the queue: {reason}")
             time.sleep(limits.placement_retry_ms / 1000)
 
+    @staticmethod
+    def _list_exchanges(reply: dict[str, Any]) -> ExchangeList | None:
+        """The monitor's answer to SUBSCRIBER_INIT; None if it refused (ProtocolError if it is
+        malformed)."""
+        return ExchangeList.decode(reply) if Reply.decode(reply).ok else None
+
     # --- membership ----------------------------------------------------------------------------
-    def _reconcile(self, exchanges: list[Any], copies: Any, drop: bool) -> None:
-        """Join the live exchanges; read the logs of dead ones from their copies (`Copies`:
-        [{Id, Replicas: [{Id, Log, End}]}], the monitor's list); with `drop`, leave the rest."""
-        listed = {str(x["Back"]): x for x in exchanges if isinstance(x, dict) and "Back" in x}
+    def _reconcile(self, listing: ExchangeList, drop: bool) -> None:
+        """Join the live exchanges; read the logs of dead ones from their copies (`Copies`, the
+        monitor's list); with `drop`, leave the rest."""
+        listed = {x.back: x for x in listing.exchanges}
         for back, entry in listed.items():
-            self._join_exchange(back, str(entry.get("Id", "")), bool(entry.get("Log", False)))
-        dead = _copies_by_leader(copies)
+            self._join_exchange(back, entry.exchange_id, entry.logged)
+        dead = _copies_by_leader(listing.copies)
         for leader_id, found in dead.items():
             self._replay_copy(leader_id, found)
         if drop:
@@ -231,28 +244,33 @@ class Subscriber:
 
     def _on_notice(self) -> None:
         try:
-            doc = bsonmsg.decode(self.notices.recv_multipart(NOBLOCK))
-        except (WouldBlock, RoqError):
+            frames = self.notices.recv_multipart(NOBLOCK)
+        except WouldBlock:
             return
-        if doc["CMD"] == SubscriberNotice.NEW_EXCHANGE and isinstance(doc.get("Back"), str):
-            self._join_exchange(doc["Back"], str(doc.get("Id", "")), bool(doc.get("Log", False)))
-        elif doc["CMD"] == SubscriberNotice.EXCHANGE_LIST and isinstance(
-            doc.get("Exchanges"), list
-        ):
-            self._reconcile(doc["Exchanges"], doc.get("Copies"), drop=True)
+        try:
+            notice = decode_subscriber_notice(bsonmsg.decode(frames))
+        except ProtocolError as error:  # the list comes again every period
+            log.warning("%s: ignored a bad notice from the monitor: %s", self.name, error)
+            return
+        if isinstance(notice, NewExchange):
+            entry = notice.entry
+            self._join_exchange(entry.back, entry.exchange_id, entry.logged)
+        else:
+            self._reconcile(notice, drop=True)
 
     def _refresh(self, now: float) -> None:
         """A feed went silent: ask the monitor for the list now rather than wait for its next
         notice (which a slow notice socket may have missed). Bounded by a short timeout."""
         self._next_refresh = now + limits.subscriber_refresh_ms / 1000
-        request = {"CMD": int(MonitorCommand.SUBSCRIBER_INIT)}
+        request = SubscriberInit().encode()
         try:
             reply = self._placement.request(request, limits.subscriber_refresh_timeout_ms)
+            listing = self._list_exchanges(reply)
         except RoqError as error:
             log.warning("%s: cannot refresh the exchange list: %s", self.name, error)
             return
-        if reply["RESULT"] == Result.OK and isinstance(reply.get("Exchanges"), list):
-            self._reconcile(reply["Exchanges"], reply.get("Copies"), drop=True)
+        if listing is not None:
+            self._reconcile(listing, drop=True)
 
     # --- receiving -----------------------------------------------------------------------------
     def poll(self, timeout_ms: int = limits.poll_interval_ms) -> list[Delivery]:
@@ -392,21 +410,12 @@ class Subscriber:
     def _publish_stats(self, now: float) -> None:
         samples = sorted(self.latency_us)
         self.latency_us = []
-        doc = {
-            "CMD": int(StatCommand.SUBSCRIBER_TOTAL),
-            "SubscriberID": self.subscriber_id,
-            "QName": self.queue,
-            "TotalReceived": self.received_messages,
-            "Lost": self.sequencer.lost,
-            "Duplicates": self.sequencer.duplicates,
-            # The histogram lets the analytics job merge percentiles across subscribers and
-            # periods; a mean and a p99 per period cannot be merged.
-            **histogram_fields([max(0, int(sample)) for sample in samples]),
-            "P99Lat": samples[int(len(samples) * 0.99)] / 1000 if samples else 0.0,
-            "Time": time.time(),
-        }
+        # The histogram lets the analytics job merge percentiles across subscribers and
+        # periods; a mean and a p99 per period cannot be merged.
+        totals = (self.received_messages, self.sequencer.lost, self.sequencer.duplicates)
+        kpi = SubscriberKpi.of_samples(self.subscriber_id, self.queue, totals, samples, time.time())
         try:
-            self.stats.send(bsonmsg.encode(doc), NOBLOCK)
+            self.stats.send(bsonmsg.encode(kpi.encode()), NOBLOCK)
         except WouldBlock:
             pass
         self._next_stat = now + limits.subscriber_stat_period_s
@@ -433,19 +442,9 @@ def records(delivery: Delivery) -> Iterator[batchfmt.Record]:
             yield record
 
 
-def _copies_by_leader(copies: Any) -> dict[str, list[tuple[str, int]]]:
-    """The monitor's `Copies` as leader id → [(replica log endpoint, copy end)], best first;
-    malformed entries are skipped (the list comes again every period)."""
-    found: dict[str, list[tuple[str, int]]] = {}
-    for entry in copies if isinstance(copies, list) else []:
-        if not isinstance(entry, dict) or not isinstance(entry.get("Replicas"), list):
-            continue
-        replicas = [
-            (r["Log"], r["End"])
-            for r in entry["Replicas"]
-            if isinstance(r, dict) and isinstance(r.get("Log"), str)
-            if isinstance(r.get("End"), int)
-        ]
-        if replicas and entry.get("Id"):
-            found[str(entry["Id"])] = replicas
-    return found
+def _copies_by_leader(copies: tuple[DeadLog, ...]) -> dict[str, list[tuple[str, int]]]:
+    """The monitor's `Copies` as leader id → [(replica log endpoint, copy end)], best first
+    (a dead log without a copy is left out)."""
+    return {
+        dead.leader_id: [(r.log, r.end) for r in dead.replicas] for dead in copies if dead.replicas
+    }

@@ -12,6 +12,7 @@ A killed or frozen process stops both, and is declared dead as before.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -19,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from roq.protocol import bsonmsg
-from roq.protocol.commands import MonitorCommand
+from roq.protocol.messages.monitor import ExchangePulse
 from roq.transport import NOBLOCK, Kind, WouldBlock, connect, open_socket
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ class Pulse(threading.Thread):
         self,
         context: Any,
         monitor: str,
-        identity: dict[str, Any],
+        identity: ExchangePulse,
         period_s: float,
         loop_turned: Callable[[], float],
     ):
@@ -49,9 +50,9 @@ class Pulse(threading.Thread):
             connect(sock, self._monitor)
             while not self._stop_event.wait(self._period_s):
                 age = time.monotonic() - self._loop_turned()
-                doc = {"CMD": int(MonitorCommand.EXCHANGE_PULSE), **self._identity, "LoopAge": age}
+                pulse = dataclasses.replace(self._identity, loop_age_s=age)
                 try:
-                    sock.send(bsonmsg.encode(doc), NOBLOCK)
+                    sock.send(bsonmsg.encode(pulse.encode()), NOBLOCK)
                 except WouldBlock:
                     pass  # the monitor is not reading: the next pulse tries again
         finally:

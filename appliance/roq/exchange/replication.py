@@ -45,6 +45,7 @@ from roq import limits
 from roq.errors import InvalidOffset, LogError, ProtocolError
 from roq.log import Log, LogSettings, ReadStatus, replica_directory
 from roq.log import format as batchfmt
+from roq.protocol.messages.control import ReplicaStatus
 from roq.protocol.names import check_exchange_id
 from roq.transport import NOBLOCK, Kind, WouldBlock, connect, open_socket
 
@@ -331,10 +332,10 @@ class Replicator:
         lagged = self._lagged_end()
         return not self.links or not all(link.in_sync(lagged) for link in self.links.values())
 
-    def status(self) -> list[dict[str, Any]]:
+    def status(self) -> list[ReplicaStatus]:
         lagged = self._lagged_end()
         return [
-            {"Id": x.replica_id, "Acked": x.acked, "Sent": x.sent_to, "InSync": x.in_sync(lagged)}
+            ReplicaStatus(x.replica_id, x.acked, x.sent_to, x.in_sync(lagged))
             for x in self.links.values()
         ]
 

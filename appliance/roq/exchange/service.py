@@ -52,7 +52,18 @@ from roq.exchange.replication import ReplicaStore, Replicator
 from roq.log import Log, log_directory
 from roq.log import format as batchfmt
 from roq.protocol import bsonmsg, dataplane
-from roq.protocol.commands import ChildCommand, MonitorCommand, Reason, StatCommand
+from roq.protocol.commands import ChildCommand
+from roq.protocol.messages.control import ExchangeStatus, Replicas
+from roq.protocol.messages.kpi import ExchangeKpi
+from roq.protocol.messages.monitor import (
+    CopyEnd,
+    ExchangeIdentity,
+    ExchangePulse,
+    ExchangeReport,
+    ExchangeSubscriptions,
+    ProducerRate,
+    ReportedLoad,
+)
 from roq.system import procstat
 from roq.transport import (
     NOBLOCK,
@@ -98,6 +109,16 @@ class ExchangeSpec:
         return f"exchange {self.queue}/{self.exchange_id}"
 
 
+@dataclass(frozen=True)
+class Rates:
+    """One period of a `LoadMeter`, per second."""
+
+    msgs: float
+    payload: float
+    producers: int
+    top: tuple[ProducerRate, ...]  # the busiest producers first
+
+
 @dataclass
 class LoadMeter:
     """Messages and payload bytes since the last rollover, in all and per producer."""
@@ -119,19 +140,19 @@ class LoadMeter:
         entry[0] += count
         entry[1] += payload_bytes
 
-    def rollover(self, seconds: float) -> dict[str, Any]:
+    def rollover(self, seconds: float) -> Rates:
         """Per-second rates of the period that ends now, and a fresh period."""
         seconds = max(seconds, 1e-3)
         top = sorted(self.producers.items(), key=lambda item: item[1][1], reverse=True)
-        rates = {
-            "Msgs": self.msgs / seconds,
-            "Bytes": self.payload / seconds,
-            "Producers": len(self.producers),
-            "Top": [
-                {"ID": pid.hex(), "Msgs": m / seconds, "Bytes": b / seconds}
+        rates = Rates(
+            self.msgs / seconds,
+            self.payload / seconds,
+            len(self.producers),
+            tuple(
+                ProducerRate(pid.hex(), m / seconds, b / seconds)
                 for pid, (m, b) in top[: limits.exchange_producers_reported_max]
-            ],
-        }
+            ),
+        )
         self.total_msgs += self.msgs
         self.total_bytes += self.payload
         self.msgs = self.payload = 0
@@ -236,7 +257,7 @@ class Exchange:
         connect(self.reports, spec.monitor)
         self.kpi = open_socket(context, Kind.PUB, sndhwm=100)
         connect(self.kpi, spec.stat)
-        identity = {"Id": spec.exchange_id, "Front": spec.front, "Started": self.started}
+        identity = ExchangePulse(spec.exchange_id, spec.front, self.started, loop_age_s=0.0)
         self.pulse = Pulse(
             context, spec.monitor, identity, self.heartbeat_s, lambda: self._loop_turned
         )
@@ -305,7 +326,7 @@ class Exchange:
             return  # bounded: a crowd of subscribers joining costs one notice per interval
         self._subscriptions_told = self.subscriptions
         self._next_subscriptions_notice = now + limits.exchange_subscriptions_notice_ms / 1000
-        self._send_report(MonitorCommand.EXCHANGE_SUBSCRIPTIONS, {"Subs": self.subscriptions})
+        self._send_report(ExchangeSubscriptions(self._identity(), self.subscriptions))
 
     def _where(self) -> tuple[str, str, str]:
         return self.spec.name, self.spec.front, self.spec.back
@@ -323,7 +344,7 @@ class Exchange:
         """Tell the monitor first, so publishers move away while this exchange still drains."""
         log.info("%s: leaving; publishers are told to move", self.spec.name)
         self.leaving_since = time.monotonic()
-        self._send_report(MonitorCommand.EXCHANGE_LEAVING, {})
+        self._send_report(ExchangeReport(self._identity(), None, leaving=True))
 
     def _pump(self, deadline: float) -> None:
         taken, burst_bytes = 0, limits.exchange_burst_bytes  # a local: compared per batch
@@ -392,13 +413,12 @@ class Exchange:
             self.front.send_multipart([peer, *dataplane.ack(token, end)])
 
     def _control_command(self, request: dict[str, Any]) -> dict[str, Any] | None:
-        """The monitor's replica assignment (ChildCommand.REPLICAS)."""
+        """The monitor's replica assignment (ChildCommand.REPLICAS); a malformed one raises
+        DecodeError, which the control server answers with bad_request."""
         if request["CMD"] != ChildCommand.REPLICAS or self.replicator is None:
             return None
-        replicas = request.get("Replicas")
-        if not isinstance(replicas, list):
-            return bsonmsg.fail(Reason.BAD_REQUEST, "Replicas must be a list")
-        pairs = [(str(r["Id"]), str(r["Endpoint"])) for r in replicas if isinstance(r, dict)]
+        assigned = Replicas.decode(request).replicas
+        pairs = [(r.replica_id, r.endpoint) for r in assigned]
         self.replicator.assign([p for p in pairs if p[0] != self.spec.exchange_id])
         return bsonmsg.ok("assigned")
 
@@ -435,76 +455,76 @@ class Exchange:
     # --- reports -------------------------------------------------------------------------------
     def _report(self, seconds: float) -> None:
         rates = self.load.rollover(seconds)
-        rates.update(
-            CPU=self._cpu.sample(),
-            RSS=procstat.rss_bytes(),
-            Load=procstat.load_average(),
-            Bad=self.bad.count,
-            TotalMsgs=self.load.total_msgs,
-            TotalBytes=self.load.total_bytes,
-            Copies=self._copies(),
-            Subs=self.subscriptions,
+        load = ReportedLoad(
+            msgs_rate=rates.msgs,
+            bytes_rate=rates.payload,
+            producers=rates.producers,
+            top=rates.top,
+            cpu=self._cpu.sample(),
+            rss=procstat.rss_bytes(),
+            load=procstat.load_average(),
+            bad=self.bad.count,
+            total_msgs=self.load.total_msgs,
+            total_bytes=self.load.total_bytes,
+            copies=self._copies(),
+            subscriptions=self.subscriptions,
         )
-        command = MonitorCommand.EXCHANGE_LEAVING if self.leaving_since else None
-        self._send_report(command or MonitorCommand.EXCHANGE_REPORT, rates)
+        self._send_report(ExchangeReport(self._identity(), load, leaving=bool(self.leaving_since)))
 
-    def _copies(self) -> list[dict[str, Any]]:
+    def _copies(self) -> tuple[CopyEnd, ...]:
         """The copies of other exchanges' logs held here: the monitor tells subscribers where
         to replay the log of an exchange that is dead."""
         if self.log_server is None:
-            return []
+            return ()
         ends = self.log_server.copies.ends()
-        return [{"Id": leader, "End": end} for leader, end in sorted(ends.items())]
+        return tuple(CopyEnd(leader, end) for leader, end in sorted(ends.items()))
 
-    def _send_report(self, command: MonitorCommand, fields: dict[str, Any]) -> None:
-        doc = {
-            "CMD": int(command),
-            "QName": self.spec.queue,
-            "Id": self.spec.exchange_id,
-            "Front": self.spec.front,
-            "Back": self.spec.back,
-            "Period": self.heartbeat_s,
-            "Started": self.started,
-            "Log": self.log is not None,
-            "Host": self.settings.host_name or self.spec.address,
-            **fields,
-        }
+    def _identity(self) -> ExchangeIdentity:
+        return ExchangeIdentity(
+            queue=self.spec.queue,
+            exchange_id=self.spec.exchange_id,
+            front=self.spec.front,
+            back=self.spec.back,
+            period_s=self.heartbeat_s,
+            started=self.started,
+            logged=self.log is not None,
+            host=self.settings.host_name or self.spec.address,
+        )
+
+    def _send_report(self, report: ExchangeReport | ExchangeSubscriptions) -> None:
         try:
-            self.reports.send(bsonmsg.encode(doc), NOBLOCK)
+            self.reports.send(bsonmsg.encode(report.encode()), NOBLOCK)
         except WouldBlock:
             log.debug("%s: monitor not keeping up; report dropped", self.spec.name)
 
     def _publish_kpi(self, seconds: float) -> None:
         """RoQ's 3-frame exchange KPI envelope (reference §2.9), per second instead of minute."""
         rates = self.kpi_load.rollover(seconds)
-        frames = [
-            {"CMD": int(StatCommand.EXCHANGE_ID), "X_ID": self.spec.exchange_id,
-             "QName": self.spec.queue, "Time": time.time()},
-            {"CMD": int(StatCommand.EXCHANGE_MIN), "Period": seconds,
-             "TotalProcessed": self.kpi_load.total_msgs, "Processed": rates["Msgs"],
-             "TotalThroughput": self.kpi_load.total_bytes, "Throughput": rates["Bytes"],
-             "Producers": rates["Producers"]},
-            {"CMD": int(StatCommand.EXCHANGE_OS_MIN), "CPU": procstat.load_average(),
-             "ProcessCPU": self._kpi_cpu.sample(), "MEMORY": procstat.rss_bytes() / 2**20},
-        ]  # fmt: skip
+        kpi = ExchangeKpi(
+            exchange_id=self.spec.exchange_id, queue=self.spec.queue, time=time.time(),
+            period_s=seconds, total_processed=self.kpi_load.total_msgs, processed=rates.msgs,
+            total_throughput=self.kpi_load.total_bytes, throughput=rates.payload,
+            producers=rates.producers, cpu=procstat.load_average(),
+            process_cpu=self._kpi_cpu.sample(), memory_mib=procstat.rss_bytes() / 2**20,
+        )  # fmt: skip
         try:
-            self.kpi.send_multipart([bsonmsg.encode(frame) for frame in frames], NOBLOCK)
+            self.kpi.send_multipart([bsonmsg.encode(frame) for frame in kpi.frames()], NOBLOCK)
         except WouldBlock:
             log.debug("%s: stat monitor not keeping up; KPI dropped", self.spec.name)
 
     def status(self) -> dict[str, Any]:
-        return {
-            "Queue": self.spec.queue,
-            "Id": self.spec.exchange_id,
-            "TotalMsgs": self.load.total_msgs + self.load.msgs,
-            "Bad": self.bad.count,
-            "Subscriptions": self.subscriptions,
-            "Leaving": self.leaving_since is not None,
-            "LogStart": self.log.start_offset if self.log else None,
-            "LogEnd": self.log.end_offset if self.log else None,
-            "Replicas": self.replicator.status() if self.replicator else [],
-            "Committed": self.replicator.committed() if self.replicator else None,
-        }
+        return ExchangeStatus(
+            queue=self.spec.queue,
+            exchange_id=self.spec.exchange_id,
+            total_msgs=self.load.total_msgs + self.load.msgs,
+            bad=self.bad.count,
+            subscriptions=self.subscriptions,
+            leaving=self.leaving_since is not None,
+            log_start=self.log.start_offset if self.log else None,
+            log_end=self.log.end_offset if self.log else None,
+            replicas=tuple(self.replicator.status()) if self.replicator else (),
+            committed=self.replicator.committed() if self.replicator else None,
+        ).encode()
 
     def close(self) -> None:
         if self.pulse.is_alive():

@@ -15,9 +15,10 @@ reason. A host that does not answer leaves CREATING, which the next create resum
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
 from roq import limits
 from roq.config import GcmSettings
@@ -29,17 +30,57 @@ from roq.coordination.registry import (
     QueueState,
     Registry,
 )
-from roq.errors import AdminError, DecodeError, RoqError, TransportError
+from roq.errors import AdminError, DecodeError, ProtocolError, RoqError, TransportError
 from roq.gcm.provisioning import make_provisioner
 from roq.protocol import bsonmsg
-from roq.protocol.bsonmsg import Document
-from roq.protocol.commands import AdminCommand, HostCommand, Reason, Result
-from roq.protocol.names import check_queue_name
-from roq.protocol.rules import validate_rules
+from roq.protocol.bsonmsg import Document, Reply
+from roq.protocol.commands import AdminCommand, Reason
+from roq.protocol.messages.admin import (
+    AddRules,
+    CloudProperties,
+    ClusterStatus,
+    CreateExchange,
+    CreateQueue,
+    CreateQueueAutomatically,
+    ExchangeCreated,
+    GetHostByQname,
+    GetRules,
+    HostInfo,
+    MonitorLocation,
+    QueueExists,
+    QueueInfo,
+    QueueList,
+    QueuePlaced,
+    QueueStatus,
+    RecordedExchange,
+    RegisterRulesListener,
+    RemoveExchange,
+    RemoveQueue,
+    StartQueue,
+    StopQueue,
+    Topology,
+)
+from roq.protocol.messages.host import (
+    CreateExchangeOnHost,
+    CreateQueueOnHost,
+    ExchangeInfo,
+    ExchangeOnHost,
+    QueueOnHost,
+    RemoveExchangeOnHost,
+    StopQueueOnHost,
+)
+from roq.protocol.messages.monitor import RulesUpdate
+from roq.protocol.rules import RuleSet
 from roq.transport import Kind, connect, open_socket
 from roq.transport.rpc import Requester
 
 log = logging.getLogger(__name__)
+
+R = TypeVar("R")
+
+
+class HostRequest(Protocol):
+    def encode(self) -> Document: ...
 
 
 class Refused(RoqError):
@@ -96,9 +137,6 @@ class Management:
             return bsonmsg.fail(Reason.BAD_REQUEST, f"{error}, INVALID REQUEST")
 
     # --- lookups -------------------------------------------------------------------------
-    def _queue_name(self, request: Document) -> str:
-        return check_queue_name(bsonmsg.field_str(request, "QName"))
-
     def _queue(self, name: str) -> tuple[QueueRecord, int]:
         found = self.registry.queue(name)
         if found is None:
@@ -120,86 +158,87 @@ class Management:
         )
 
     def topology(self, request: Document, fence: Fence) -> Document:
-        return bsonmsg.ok(
-            Hosts=[h.address for h in self.registry.hosts()],
-            Queues=[self._queue_doc(q) for q in self.registry.queues()],
-        )
+        return Topology(
+            hosts=tuple(h.address for h in self.registry.hosts()),
+            queues=tuple(self._queue_doc(q) for q in self.registry.queues()),
+        ).encode()
 
     def get_host_by_qname(self, request: Document, fence: Fence) -> Document:
-        record, _ = self._queue(self._queue_name(request))
+        record, _ = self._queue(GetHostByQname.decode(request).queue)
         if record.state != QueueState.RUNNING:
             raise Refused(Reason.UNKNOWN_QUEUE, f"The Queue {record.name} is {record.state}.")
-        return bsonmsg.ok(Monitor_host=record.monitor, Stat_Monitor_host=record.stat)
+        return MonitorLocation(record.monitor, record.stat).encode()
 
     def queue_exists(self, request: Document, fence: Fence) -> Document:
-        found = self.registry.queue(self._queue_name(request))
+        found = self.registry.queue(QueueExists.decode(request).queue)
         if found is not None and found[0].state == QueueState.RUNNING:
             return bsonmsg.ok("YES")
         return bsonmsg.fail(Reason.UNKNOWN_QUEUE, "NO")
 
     def list_queues(self, request: Document, fence: Fence) -> Document:
-        return bsonmsg.ok(Queues=[self._queue_doc(q) for q in self.registry.queues()])
+        return QueueList(tuple(self._queue_doc(q) for q in self.registry.queues())).encode()
 
     def status(self, request: Document, fence: Fence) -> Document:
         hosts = self.registry.hosts()
         queues = []
         for queue in self.registry.queues():
-            doc = self._queue_doc(queue)
-            doc["Exchanges"] = [
-                {"Id": x.id, "Host": x.host, "Front": x.front, "Back": x.back}
+            exchanges = tuple(
+                RecordedExchange(x.id, x.host, x.front, x.back)
                 for x in self.registry.exchanges(queue.name)
-            ]
-            queues.append(doc)
-        return bsonmsg.ok(
-            Hosts=[
-                {
-                    "Name": h.name,
-                    "Address": h.address,
-                    "HCM": h.hcm,
-                    "MaxExchanges": h.max_exchanges,
-                }
-                for h in hosts
-            ],
-            Queues=queues,
+            )
+            queues.append(QueueStatus(self._queue_doc(queue), exchanges))
+        return ClusterStatus(
+            hosts=tuple(HostInfo(h.name, h.address, h.hcm, h.max_exchanges) for h in hosts),
+            queues=tuple(queues),
+        ).encode()
+
+    def _queue_doc(self, queue: QueueRecord) -> QueueInfo:
+        return QueueInfo(
+            name=queue.name,
+            host=queue.host,
+            state=str(queue.state),
+            monitor_host=queue.monitor,
+            stat_monitor_host=queue.stat,
+            host_alive=self.registry.host(queue.host) is not None,
         )
 
-    def _queue_doc(self, queue: QueueRecord) -> Document:
-        return {
-            "Name": queue.name,
-            "Host": queue.host,
-            "State": str(queue.state),
-            "Monitor_host": queue.monitor,
-            "Stat_Monitor_host": queue.stat,
-            "HostAlive": self.registry.host(queue.host) is not None,
-        }
-
     # --- host calls ----------------------------------------------------------------------
-    def _call_host(self, host: HostRecord, request: Document) -> Document:
+    def _call_host(
+        self, host: HostRecord, request: HostRequest, decode: Callable[[Document], R]
+    ) -> R:
+        """The host's reply, read by `decode` if it is OK; a refusal or a malformed reply
+        raises Refused (never a bad-request error: the admin's request was fine)."""
         requester = Requester(self.context, host.hcm, self.host_timeout_ms)
         try:
-            reply = requester.request(request)
+            reply = requester.request(request.encode())
         except TransportError as error:
             raise HostSilent(
                 Reason.HOST_FAILED, f"host {host.name} did not answer: {error}"
             ) from None
         finally:
             requester.close()
-        if reply.get("RESULT") != Result.OK:
-            reason = reply.get("ERROR", Reason.HOST_FAILED)
+        try:
+            envelope = Reply.decode(reply)
+            if envelope.ok:
+                return decode(reply)
+        except ProtocolError as error:
             raise Refused(
-                Reason(reason) if reason in set(Reason) else Reason.HOST_FAILED,
-                f"host {host.name}: {reply.get('COMMENT', 'refused')}",
-            )
-        return reply
+                Reason.HOST_FAILED, f"host {host.name} sent a bad reply: {error}"
+            ) from None
+        reason = envelope.error
+        raise Refused(
+            Reason(reason) if reason in set(Reason) else Reason.HOST_FAILED,
+            f"host {host.name}: {envelope.comment}",
+        )
 
     # --- queue lifecycle -------------------------------------------------------------------
     def create_queue(self, request: Document, fence: Fence) -> Document:
-        name = self._queue_name(request)
-        host = self._find_host(bsonmsg.field_str(request, "Host"))
-        return self._create(name, host, fence)
+        wanted = CreateQueue.decode(request)
+        host = self._find_host(wanted.host)
+        return self._create(wanted.queue, host, fence)
 
     def create_queue_automatically(self, request: Document, fence: Fence) -> Document:
-        name = self._queue_name(request)
+        name = CreateQueueAutomatically.decode(request).queue
         return self._create(name, self._least_loaded_host(), fence)
 
     def _least_loaded_host(self) -> HostRecord:
@@ -229,13 +268,13 @@ class Management:
             self._roll_back_create(name, host, fence)
             raise Refused(refused.reason, f"{refused}; queue {name} not created") from None
         log.info("queue %s created on host %s", name, host.name)
-        return bsonmsg.ok(f"queue {name} created on {host.name}", Host=host.name)
+        return QueuePlaced(host.name, f"queue {name} created on {host.name}").encode()
 
     def _roll_back_create(self, name: str, host: HostRecord, fence: Fence) -> None:
         """The host refused: it drops what it may hold of the queue (a monitor started by an
         earlier, interrupted create), then the record goes, so a fresh create starts over."""
         try:
-            self._call_host(host, {"CMD": int(HostCommand.REMOVE_QUEUE), "QName": name})
+            self._call_host(host, StopQueueOnHost(name, delete_logs=True), Reply.decode)
         except Refused as error:
             log.warning("queue %s: cleaning up the refused create: %s", name, error)
         self.registry.delete_queue(fence, name)
@@ -260,44 +299,44 @@ class Management:
         return requested
 
     def _start_on_host(self, name: str, host: HostRecord, fence: Fence) -> None:
-        reply = self._call_host(host, {"CMD": int(HostCommand.CREATE_QUEUE), "QName": name})
+        reply = self._call_host(host, CreateQueueOnHost(name), QueueOnHost.decode)
         record, version = self._queue(name)
         record.state = QueueState.RUNNING
         record.host = host.name
-        record.monitor = reply["Monitor_host"]
-        record.stat = reply["Stat_Monitor_host"]
-        record.monitor_port = int(reply["Monitor_port"])
-        record.stat_port = int(reply["Stat_port"])
-        self._record_exchanges(name, host, reply.get("Exchanges", []), fence)
+        record.monitor = reply.monitor_host
+        record.stat = reply.stat_monitor_host
+        record.monitor_port = reply.monitor_port
+        record.stat_port = reply.stat_port
+        self._record_exchanges(name, host, reply.exchanges, fence)
         self.registry.update_queue(fence, record, version)
 
     def _record_exchanges(
-        self, queue: str, host: HostRecord, exchanges: list[Document], fence: Fence
+        self, queue: str, host: HostRecord, exchanges: Sequence[ExchangeInfo], fence: Fence
     ) -> None:
         known = {x.id for x in self.registry.exchanges(queue)}
-        for doc in exchanges:
-            if doc["Id"] in known:
+        for info in exchanges:
+            if info.exchange_id in known:
                 continue
             self.registry.put_exchange(
                 fence,
                 ExchangeRecord(
-                    id=doc["Id"],
+                    id=info.exchange_id,
                     queue=queue,
                     host=host.name,
-                    front=doc["Front"],
-                    back=doc["Back"],
-                    port=int(doc["Port"]),
-                    txid=doc.get("TransactionID", ""),
+                    front=info.front,
+                    back=info.back,
+                    port=info.port,
+                    txid=info.txid,
                 ),
             )
 
     def stop_queue(self, request: Document, fence: Fence) -> Document:
-        record, version = self._queue(self._queue_name(request))
+        record, version = self._queue(StopQueue.decode(request).queue)
         if record.state != QueueState.RUNNING:
             raise Refused(Reason.BAD_REQUEST, f"queue {record.name} is {record.state}, not RUNNING")
         host = self.registry.host(record.host)
         if host is not None:
-            self._call_host(host, {"CMD": int(HostCommand.STOP_QUEUE), "QName": record.name})
+            self._call_host(host, StopQueueOnHost(record.name, delete_logs=False), Reply.decode)
         for exchange in self.registry.exchanges(record.name):
             self.registry.delete_exchange(fence, record.name, exchange.id)
         record.state, record.monitor, record.stat = QueueState.STOPPED, "", ""
@@ -306,20 +345,17 @@ class Management:
         return bsonmsg.ok(f"queue {record.name} stopped")
 
     def start_queue(self, request: Document, fence: Fence) -> Document:
-        record, _ = self._queue(self._queue_name(request))
+        wanted = StartQueue.decode(request)
+        record, _ = self._queue(wanted.queue)
         if record.state != QueueState.STOPPED:
             raise Refused(Reason.BAD_REQUEST, f"queue {record.name} is {record.state}, not STOPPED")
-        requested = request.get("Host")
-        if isinstance(requested, str) and requested:
-            host = self._find_host(requested)
-        else:
-            host = self._live_host(record.host)
+        host = self._find_host(wanted.host) if wanted.host else self._live_host(record.host)
         self._start_on_host(record.name, host, fence)
         log.info("queue %s started on %s", record.name, host.name)
-        return bsonmsg.ok(f"queue {record.name} started on {host.name}", Host=host.name)
+        return QueuePlaced(host.name, f"queue {record.name} started on {host.name}").encode()
 
     def remove_queue(self, request: Document, fence: Fence) -> Document:
-        record, version = self._queue(self._queue_name(request))
+        record, version = self._queue(RemoveQueue.decode(request).queue)
         if record.state != QueueState.DELETING:
             record.state = QueueState.DELETING
             self.registry.update_queue(fence, record, version)
@@ -334,10 +370,10 @@ class Management:
         that run it must answer (else the delete fails and can be retried); the others may
         still hold files of exchanges removed earlier, and are asked on a best-effort basis."""
         running = {record.host} | {x.host for x in self.registry.exchanges(record.name)}
-        request = {"CMD": int(HostCommand.REMOVE_QUEUE), "QName": record.name}
+        request = StopQueueOnHost(record.name, delete_logs=True)
         for host in self.registry.hosts():
             try:
-                self._call_host(host, request)
+                self._call_host(host, request, Reply.decode)
             except Refused as error:
                 if host.name in running:
                     raise
@@ -345,39 +381,36 @@ class Management:
 
     # --- exchanges -------------------------------------------------------------------------
     def create_exchange(self, request: Document, fence: Fence) -> Document:
-        record, _ = self._queue(self._queue_name(request))
+        wanted = CreateExchange.decode(request)
+        record, _ = self._queue(wanted.queue)
         if record.state != QueueState.RUNNING:
             raise Refused(Reason.BAD_REQUEST, f"queue {record.name} is {record.state}")
-        txid = bsonmsg.field_str(request, "TransactionID", max_chars=128)
-        host = self._exchange_host(request, txid, fence)
+        txid = wanted.txid
+        host = self._exchange_host(wanted, fence)
         reply = self._call_host(
             host,
-            {
-                "CMD": int(HostCommand.CREATE_EXCHANGE),
-                "QName": record.name,
-                "TransactionID": txid,
-                "Monitor_port": record.monitor_port,
-                "Stat_port": record.stat_port,
-                "Monitor_address": _address_of(record.monitor),
-            },
+            CreateExchangeOnHost(
+                queue=record.name,
+                txid=txid,
+                monitor_port=record.monitor_port,
+                stat_port=record.stat_port,
+                monitor_address=_address_of(record.monitor),
+            ),
+            ExchangeOnHost.decode,
         )
-        self._record_exchanges(record.name, host, [reply["Exchange"]], fence)
-        return bsonmsg.ok(
-            f"exchange {reply['Exchange']['Id']} on {host.name}", Exchange=reply["Exchange"]
-        )
+        self._record_exchanges(record.name, host, [reply.exchange], fence)
+        comment = f"exchange {reply.exchange.exchange_id} on {host.name}"
+        return ExchangeCreated(reply.exchange, comment).encode()
 
-    def _exchange_host(self, request: Document, txid: str, fence: Fence) -> HostRecord:
+    def _exchange_host(self, wanted: CreateExchange, fence: Fence) -> HostRecord:
         """RoQ's idempotent exchange create: a recorded transaction's host wins."""
-        existing = self.registry.xchange_transaction(txid)
+        existing = self.registry.xchange_transaction(wanted.txid)
         if existing is not None:
             return self._live_host(existing["host"])
-        requested = request.get("Host")
         host = (
-            self._find_host(requested)
-            if isinstance(requested, str) and requested
-            else self._host_with_free_slot(self._queue_name(request))
+            self._find_host(wanted.host) if wanted.host else self._host_with_free_slot(wanted.queue)
         )
-        self.registry.put_xchange_transaction(fence, txid, {"host": host.name})
+        self.registry.put_xchange_transaction(fence, wanted.txid, {"host": host.name})
         return host
 
     def _host_with_free_slot(self, queue: str) -> HostRecord:
@@ -398,52 +431,47 @@ class Management:
         raise Refused(Reason.NO_CAPACITY, f"no host has a free exchange slot: {said}")
 
     def remove_exchange(self, request: Document, fence: Fence) -> Document:
-        queue = self._queue_name(request)
-        exchange_id = bsonmsg.field_str(request, "ExchangeID", max_chars=256)
+        unwanted = RemoveExchange.decode(request)
+        queue, exchange_id = unwanted.queue, unwanted.exchange_id
         matches = [x for x in self.registry.exchanges(queue) if x.id == exchange_id]
         if not matches:
             raise Refused(Reason.BAD_REQUEST, f"queue {queue} has no exchange {exchange_id}")
         host = self.registry.host(matches[0].host)
         if host is not None:
-            self._call_host(
-                host,
-                {
-                    "CMD": int(HostCommand.REMOVE_EXCHANGE),
-                    "QName": queue,
-                    "ExchangeID": exchange_id,
-                },
-            )
+            self._call_host(host, RemoveExchangeOnHost(queue, exchange_id), Reply.decode)
         self.registry.delete_exchange(fence, queue, exchange_id)
         return bsonmsg.ok(f"exchange {exchange_id} removed")
 
     # --- autoscaling rules -----------------------------------------------------------------
     def add_rule(self, request: Document, fence: Fence) -> Document:
-        name = self._queue_name(request)
+        wanted = AddRules.decode(request)
+        name = wanted.queue
         self._queue(name)
-        try:
-            rules = validate_rules(request)
-        except ValueError as error:
-            raise Refused(Reason.BAD_REQUEST, str(error)) from None
         # a version orders a listener's reads and pushes (a stale read never undoes a push)
         previous = self.registry.rules(name) or {}
         version = previous.get("Version", 0)
-        rules["Version"] = (version if isinstance(version, int) else 0) + 1
-        self.registry.put_rules(fence, name, rules)
+        version = (version if isinstance(version, int) else 0) + 1
+        rules = dataclasses.replace(wanted.rules, version=version)
+        self.registry.put_rules(fence, name, rules.fields())
         self._push_rules(name, rules)
         return bsonmsg.ok(f"The autoscaling config has been created for the Q {name}")
 
     def get_rule(self, request: Document, fence: Fence) -> Document:
-        name = self._queue_name(request)
-        rules = self.registry.rules(name)
-        if rules is None:
+        name = GetRules.decode(request).queue
+        stored = self.registry.rules(name)
+        if stored is None:
             raise Refused(Reason.UNKNOWN_QUEUE, "ERROR NO auto scaling rule defined for this queue")
-        return bsonmsg.ok(**rules)
+        try:
+            rules = RuleSet.decode(stored)
+        except DecodeError as error:  # checked when stored: ZooKeeper was edited by hand
+            raise Refused(Reason.INTERNAL, f"the stored rules of {name}: {error}") from None
+        return bsonmsg.ok(**rules.fields())
 
     def register_listener(self, request: Document, fence: Fence) -> Document:
         """Listeners are stored in ZooKeeper with the queue, so a GCM that takes over after a
         fail-over pushes to them too (and they go with the queue's delete)."""
-        name = self._queue_name(request)
-        address = bsonmsg.field_str(request, "Address", max_chars=256)
+        wanted = RegisterRulesListener.decode(request)
+        name, address = wanted.queue, wanted.address
         if not address.startswith("tcp://"):
             raise Refused(Reason.BAD_REQUEST, "the Address field must be tcp://host:port")
         self._queue(name)
@@ -484,11 +512,11 @@ class Management:
                     log.warning("queue %s: rules listener unusable: %s", queue, error)
         return sockets
 
-    def _push_rules(self, queue: str, rules: dict[str, Any]) -> None:
-        update = {"CMD": int(AdminCommand.ADD_AUTOSCALING_RULE), "RESULT": 0}
+    def _push_rules(self, queue: str, rules: RuleSet) -> None:
+        update = bsonmsg.encode(RulesUpdate(queue, rules).encode())
         for address, sock in self._listener_sockets(queue).items():
             try:
-                sock.send(bsonmsg.encode({**update, "QName": queue, **rules}), flags=1)
+                sock.send(update, flags=1)
             except Exception as error:  # a slow or gone listener must not fail the request
                 log.warning(
                     "queue %s: rules listener %s did not take the update: %s", queue, address, error
@@ -506,16 +534,13 @@ class Management:
     def cloud_properties(self, request: Document, fence: Fence) -> Document:
         use = self.settings.cloud.use
         if not use:
-            return bsonmsg.ok("cloud disabled", **{"cloud.use": False})
-        return bsonmsg.ok(
-            "cloud enabled",
-            **{
-                "cloud.use": True,
-                "cloud.user": self.settings.cloud.user,
-                "cloud.endpoint": self.settings.cloud.endpoint,
-                "cloud.gateway": self.settings.cloud.gateway,
-            },
-        )
+            return CloudProperties(use=False).encode()
+        return CloudProperties(
+            use=True,
+            user=self.settings.cloud.user,
+            endpoint=self.settings.cloud.endpoint,
+            gateway=self.settings.cloud.gateway,
+        ).encode()
 
 
 def _address_of(endpoint: str) -> str:

@@ -29,7 +29,8 @@ from roq.coordination.registry import Fence, Registry
 from roq.errors import CoordinationError, NotLeader
 from roq.gcm.management import Management
 from roq.protocol import bsonmsg
-from roq.protocol.commands import AdminCommand, BroadcastCommand, Reason
+from roq.protocol.commands import AdminCommand, Reason
+from roq.protocol.messages.admin import BroadcastQueue, ConfigBroadcast
 from roq.system.netaddr import resolve_interface
 from roq.transport import POLLIN, Kind, Poller, bind, new_context, open_socket
 from roq.transport.rpc import answer
@@ -113,7 +114,7 @@ class GlobalConfigurationManager:
         except NotLeader as error:
             return bsonmsg.lead_lost(str(error))
         except CoordinationError as error:  # ZooKeeper went away mid-request: say so, go on
-            log.warning("gcm %s: request %s failed: %s", self.id, request.get("CMD"), error)
+            log.warning("gcm %s: request %s failed: %s", self.id, request["CMD"], error)
             return bsonmsg.fail(Reason.BUSY, f"ZooKeeper unavailable, retry: {error}")
 
     def _topology(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -129,22 +130,20 @@ class GlobalConfigurationManager:
         if not self.leadership.is_leader:
             return
         try:
-            queues = [
-                {"Name": q.name, "Host": q.host, "State": q.state == "RUNNING"}
-                for q in self.registry.queues()
-            ]
-            hosts = [h.address for h in self.registry.hosts()]
+            broadcast = ConfigBroadcast(
+                queues=tuple(
+                    BroadcastQueue(q.name, q.host, running=q.state == "RUNNING")
+                    for q in self.registry.queues()
+                ),
+                hosts=tuple(h.address for h in self.registry.hosts()),
+            )
         except CoordinationError as error:
             # The session was lost under us (a stall past the session timeout); the election
             # thread has already dropped the lead, and this round is skipped, not fatal.
             log.warning("gcm %s: no broadcast this period: %s", self.id, error)
             return
         self._sockets["broadcast"].send_multipart(
-            [
-                bsonmsg.encode({"CMD": int(BroadcastCommand.MNGT_UPDATE_CONFIG)}),
-                bsonmsg.encode({"Queues": queues}),
-                bsonmsg.encode({"Hosts": hosts}),
-            ]
+            [bsonmsg.encode(frame) for frame in broadcast.frames()]
         )
 
     def close(self) -> None:

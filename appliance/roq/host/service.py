@@ -30,7 +30,17 @@ from roq.log import replica_root
 from roq.protocol import bsonmsg
 from roq.protocol.bsonmsg import Document
 from roq.protocol.commands import HostCommand, Reason
-from roq.protocol.names import check_queue_name
+from roq.protocol.messages.host import (
+    CreateExchangeOnHost,
+    CreateQueueOnHost,
+    ExchangeCount,
+    ExchangeInfo,
+    ExchangeOnHost,
+    HostPong,
+    QueueOnHost,
+    RemoveExchangeOnHost,
+    StopQueueOnHost,
+)
 from roq.system.netaddr import resolve_interface
 from roq.system.spawn import roq_command
 from roq.transport import POLLIN, Kind, Poller, bind, new_context, open_socket
@@ -69,12 +79,12 @@ class HostConfigManager:
         self.children: list[Child] = []
         self.sock: Any = None
         self._handlers: dict[int, Callable[[Document], Document]] = {
-            HostCommand.PING: lambda _: bsonmsg.ok("PONG", Host=self.name),
+            HostCommand.PING: lambda _: HostPong(self.name).encode(),
             HostCommand.CREATE_QUEUE: self.create_queue,
             HostCommand.CREATE_EXCHANGE: self.create_exchange,
             HostCommand.REMOVE_EXCHANGE: self.remove_exchange,
-            HostCommand.STOP_QUEUE: lambda r: self.stop_queue(r, delete_logs=False),
-            HostCommand.REMOVE_QUEUE: lambda r: self.stop_queue(r, delete_logs=True),
+            HostCommand.STOP_QUEUE: self.stop_queue,
+            HostCommand.REMOVE_QUEUE: self.stop_queue,
             HostCommand.INFO_EXCHANGE: self.info_exchange,
         }
 
@@ -158,13 +168,13 @@ class HostConfigManager:
         return sum(1 for c in self.children if c.role == "exchange")
 
     def info_exchange(self, request: Document) -> Document:
-        return bsonmsg.ok(Exchanges=self._exchange_count(), Max=self.max_exchanges)
+        return ExchangeCount(self._exchange_count(), self.max_exchanges).encode()
 
     # --- queue lifecycle ---------------------------------------------------------------------
     def create_queue(self, request: Document) -> Document:
         """Idempotent: a queue already running here is answered with its addresses. All or
         nothing: a monitor started by this call is stopped again if its exchange cannot start."""
-        queue = check_queue_name(bsonmsg.field_str(request, "QName"))
+        queue = CreateQueueOnHost.decode(request).queue
         monitors = self._of(queue, "monitor")
         started = not monitors
         if started:
@@ -193,22 +203,22 @@ class HostConfigManager:
 
     def _queue_reply(self, queue: str, monitor: Child) -> Document:
         stat_port = monitor.meta["stat_port"]
-        return bsonmsg.ok(
-            Monitor_host=f"tcp://{self.address}:{monitor.port}",
-            Stat_Monitor_host=f"tcp://{self.address}:{stat_port + 1}",
-            Monitor_port=monitor.port,
-            Stat_port=stat_port,
-            Exchanges=[self._exchange_doc(c) for c in self._of(queue, "exchange")],
-        )
+        return QueueOnHost(
+            monitor_host=f"tcp://{self.address}:{monitor.port}",
+            stat_monitor_host=f"tcp://{self.address}:{stat_port + 1}",
+            monitor_port=monitor.port,
+            stat_port=stat_port,
+            exchanges=tuple(self._exchange_doc(c) for c in self._of(queue, "exchange")),
+        ).encode()
 
-    def _exchange_doc(self, child: Child) -> Document:
-        return {
-            "Id": child.id,
-            "Port": child.port,
-            "TransactionID": child.txid,
-            "Front": f"tcp://{self.address}:{child.port}",
-            "Back": f"tcp://{self.address}:{child.port + 1}",
-        }
+    def _exchange_doc(self, child: Child) -> ExchangeInfo:
+        return ExchangeInfo(
+            exchange_id=child.id,
+            port=child.port,
+            txid=child.txid,
+            front=f"tcp://{self.address}:{child.port}",
+            back=f"tcp://{self.address}:{child.port + 1}",
+        )
 
     def _start_monitor(self, queue: str) -> Child:
         for _ in range(limits.child_bind_attempts):
@@ -304,37 +314,39 @@ class HostConfigManager:
         ]
 
     def create_exchange(self, request: Document) -> Document:
-        queue = check_queue_name(bsonmsg.field_str(request, "QName"))
-        txid = bsonmsg.field_str(request, "TransactionID", max_chars=128)
+        wanted = CreateExchangeOnHost.decode(request)
+        queue, txid = wanted.queue, wanted.txid
         for child in self._of(queue, "exchange"):
             if child.txid == txid:
-                return bsonmsg.ok("exists", Exchange=self._exchange_doc(child))
+                return ExchangeOnHost(self._exchange_doc(child), "exists").encode()
         if self._exchange_count() >= self.max_exchanges:
             return self._no_capacity(queue)
         child = self._start_exchange(
             queue,
-            bsonmsg.field_int(request, "Monitor_port"),
-            bsonmsg.field_int(request, "Stat_port"),
+            wanted.monitor_port,
+            wanted.stat_port,
             txid,
-            monitor_address=bsonmsg.field_str(request, "Monitor_address"),
+            monitor_address=wanted.monitor_address,
         )
-        return bsonmsg.ok("created", Exchange=self._exchange_doc(child))
+        return ExchangeOnHost(self._exchange_doc(child), "created").encode()
 
     def remove_exchange(self, request: Document) -> Document:
-        queue = check_queue_name(bsonmsg.field_str(request, "QName"))
-        exchange_id = bsonmsg.field_str(request, "ExchangeID", max_chars=256)
+        unwanted = RemoveExchangeOnHost.decode(request)
+        queue, exchange_id = unwanted.queue, unwanted.exchange_id
         for child in self._of(queue, "exchange"):
             if child.id == exchange_id:
                 self._stop_child(child)
                 return bsonmsg.ok(f"exchange {exchange_id} stopped")
         return bsonmsg.ok(f"exchange {exchange_id} was not running here")
 
-    def stop_queue(self, request: Document, delete_logs: bool) -> Document:
-        queue = check_queue_name(bsonmsg.field_str(request, "QName"))
+    def stop_queue(self, request: Document) -> Document:
+        """1012, or 1008 (`delete_logs`): the queue's processes stop here."""
+        stop = StopQueueOnHost.decode(request)
+        queue = stop.queue
         # Exchanges first, so they can still tell their monitor they are leaving.
         for child in self._of(queue, "exchange") + self._of(queue, "monitor"):
             self._stop_child(child)
-        if delete_logs:
+        if stop.delete_logs:
             self._delete_queue_files(queue)
         return bsonmsg.ok(f"queue {queue} stopped on {self.name}")
 

@@ -19,8 +19,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from roq import limits
-from roq.errors import EXIT_CONFIG, EXIT_TEMPFAIL, PortInUse, RoqError, TransportError
-from roq.protocol.commands import ChildCommand, Result
+from roq.errors import (
+    EXIT_CONFIG,
+    EXIT_TEMPFAIL,
+    PortInUse,
+    ProtocolError,
+    RoqError,
+    TransportError,
+)
+from roq.protocol.bsonmsg import Reply
+from roq.protocol.messages.control import Ping, Shutdown
 from roq.system.spawn import child_environment, die_with_parent
 from roq.transport.rpc import Requester
 
@@ -91,10 +99,9 @@ def _exit_error(child: Child, code: int) -> RoqError:
 
 def _ping(requester: Requester) -> bool:
     try:
-        reply = requester.request({"CMD": int(ChildCommand.PING)})
-    except TransportError:
+        return Reply.decode(requester.request(Ping().encode())).ok
+    except (TransportError, ProtocolError):  # not up yet, or not (yet) a child that answers
         return False
-    return reply.get("RESULT") == Result.OK
 
 
 def stop(child: Child, context: Any) -> None:
@@ -105,7 +112,7 @@ def stop(child: Child, context: Any) -> None:
         return
     requester = Requester(context, child.control, timeout_ms=500)
     try:
-        requester.request({"CMD": int(ChildCommand.SHUTDOWN)})
+        requester.request(Shutdown().encode())
     except TransportError:
         pass
     finally:

@@ -105,8 +105,8 @@ class Cluster:
             while time.monotonic() < deadline and not stop.is_set():
                 self._check_alive()
                 try:
-                    hosts = admin.status()["Hosts"]
-                    if any(host_name in (h["Name"], h["Address"]) for h in hosts):
+                    hosts = admin.status().hosts
+                    if any(host_name in (h.name, h.address) for h in hosts):
                         return
                 except RoqError:
                     pass

@@ -19,7 +19,7 @@ from roq import limits
 from roq.client.admin import AdminClient, AdminRefused
 from roq.config import ZooKeeperSettings
 from roq.errors import RoqError
-from roq.protocol.commands import AdminCommand
+from roq.protocol.rules import RuleSet
 
 log = logging.getLogger(__name__)
 
@@ -67,15 +67,9 @@ class Actuator(threading.Thread):
     def _refresh_rules(self, admin: AdminClient) -> bool:
         """Register for pushes first, then read: no update can fall between the two."""
         try:
-            admin.request(
-                {
-                    "CMD": int(AdminCommand.REGISTER_FOR_AUTOSCALING_RULE_UPDATE),
-                    "QName": self.queue,
-                    "Address": self.listen,
-                }
-            )
+            admin.register_rules_listener(self.queue, self.listen)
             try:
-                rules: dict[str, Any] | None = admin.get_rules(self.queue)
+                rules: RuleSet | None = admin.get_rules(self.queue)
             except AdminRefused:
                 rules = None  # none stored: the implicit rule applies
         except (RoqError, ValueError) as error:
@@ -89,7 +83,7 @@ class Actuator(threading.Thread):
         try:
             if action == "out":
                 reply = admin.create_exchange(self.queue, argument)
-                result = {"Ok": True, "Exchange": reply["Exchange"]}
+                result = {"Ok": True, "Exchange": reply.exchange.fields()}
             else:
                 admin.remove_exchange(self.queue, argument)
                 result = {"Ok": True, "Exchange": {"Id": argument}}

@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from roq.config import ScalingConfig
-from roq.protocol.rules import exchange_rule_fires, host_rule_fires, queue_rule_fires
+from roq.protocol.rules import RuleSet, exchange_rule_fires, host_rule_fires, queue_rule_fires
 
 SAMPLES_MAX = 10_000  # samples kept per exchange, whatever the window and heartbeat
 MIN_SAMPLES = 2  # an exchange needs this many reports before its load counts for a rule
@@ -91,18 +91,15 @@ class Rules:
     queue_throughput: float = 0.0
 
     @classmethod
-    def from_doc(cls, doc: dict[str, Any]) -> Rules:
-        """From the stored form of a 2006 request (`roq.protocol.rules.validate_rules`)."""
-        host = doc.get("AUTOSCALING_HOST") or {}
-        xchange = doc.get("AUTOSCALING_XCHANGE") or {}
-        queue = doc.get("AUTOSCALING_Q") or {}
+    def of(cls, stored: RuleSet) -> Rules:
+        """From the stored rules (a group not given has its checks off)."""
         return cls(
-            name=str(doc.get("AUTOSCALING_NAME", "")),
-            host_cpu=float(host.get("AUTOSCALING_HOST_CPU", 0)),
-            host_ram=float(host.get("AUTOSCALING_HOST_RAM", 0)),
-            exchange_throughput=float(xchange.get("AUTOSCALING_XCHANGE_THR", 0)),
-            queue_producers=float(queue.get("AUTOSCALING_Q_PROD_EXCH", 0)),
-            queue_throughput=float(queue.get("AUTOSCALING_THR_PROD_EXCH", 0)),
+            name=stored.name,
+            host_cpu=stored.limit("AUTOSCALING_HOST", "AUTOSCALING_HOST_CPU"),
+            host_ram=stored.limit("AUTOSCALING_HOST", "AUTOSCALING_HOST_RAM"),
+            exchange_throughput=stored.limit("AUTOSCALING_XCHANGE", "AUTOSCALING_XCHANGE_THR"),
+            queue_producers=stored.limit("AUTOSCALING_Q", "AUTOSCALING_Q_PROD_EXCH"),
+            queue_throughput=stored.limit("AUTOSCALING_Q", "AUTOSCALING_THR_PROD_EXCH"),
         )
 
     def capacity(self, fallback: float) -> float:
@@ -266,16 +263,13 @@ def _retire_order(x: ExchangeLoad) -> tuple[float, float]:
     return (x.smoothed.bytes_rate if x.smoothed else 0.0, x.age_s)
 
 
-def supersedes(current: int, doc: dict[str, Any] | None) -> int | None:
-    """The version of `doc` (rules read or pushed) if it should replace rules of version
-    `current`, else None: the highest version wins in whatever order they arrive, and None (no
-    rules stored) only counts while no stored rules were seen."""
-    if doc is None:
+def supersedes(current: int, version: int | None) -> int | None:
+    """`version` (of rules read or pushed; None: no rules stored) if those rules should replace
+    rules of version `current`, else None: the highest version wins in whatever order they
+    arrive, and no rules stored only counts while no stored rules were seen."""
+    if version is None:
         return None if current else 0
-    version = doc.get("Version", 0)
-    if isinstance(version, bool) or not isinstance(version, int) or version < current:
-        return None
-    return version
+    return None if version < current else version
 
 
 def make_policy(config: ScalingConfig) -> Policy:

@@ -35,8 +35,10 @@ from roq.monitor.policy import (
     supersedes,
 )
 from roq.protocol import bsonmsg
-from roq.protocol.commands import StatCommand
-from roq.protocol.rules import validate_rules
+from roq.protocol.messages.control import RulesInForce, ScalingStatus
+from roq.protocol.messages.kpi import ScalingEvent
+from roq.protocol.messages.monitor import ReportedLoad, RulesUpdate
+from roq.protocol.rules import RuleSet
 from roq.transport import NOBLOCK, Kind, WouldBlock, bind, open_socket
 
 log = logging.getLogger(__name__)
@@ -48,7 +50,7 @@ class Scaler:
 
     def __init__(
         self, context: Any, queue: str, settings: MonitorSettings, address: str, listen_port: int,
-        emit: Callable[[dict[str, Any]], None],
+        emit: Callable[[ScalingEvent], None],
     ):  # fmt: skip
         self.queue = queue
         self.name = f"monitor {queue}"
@@ -58,7 +60,7 @@ class Scaler:
         self.stored_rules = False
         self.rules_version = 0
         self.windows: dict[str, LoadWindow] = {}
-        self.events: collections.deque[dict[str, Any]] = collections.deque(
+        self.events: collections.deque[ScalingEvent] = collections.deque(
             maxlen=limits.scaling_events_kept
         )
         self.in_flight: tuple[str, str, float] | None = None  # (action, argument, since)
@@ -76,16 +78,16 @@ class Scaler:
         self.actuator.start()
 
     # --- inputs ------------------------------------------------------------------------------
-    def observe(self, exchange_id: str, doc: dict[str, Any], now: float) -> None:
+    def observe(self, exchange_id: str, load: ReportedLoad, now: float) -> None:
         window = self.windows.setdefault(exchange_id, LoadWindow(self.config.window_s))
         window.add(
             Sample(
                 at=now,
-                bytes_rate=float(doc.get("Bytes", 0.0)),
-                msgs_rate=float(doc.get("Msgs", 0.0)),
-                producers=int(doc.get("Producers", 0)),
-                load=float(doc.get("Load", 0.0)),
-                ram_mb=float(doc.get("RSS", 0)) / 2**20,
+                bytes_rate=load.bytes_rate,
+                msgs_rate=load.msgs_rate,
+                producers=load.producers,
+                load=load.load,
+                ram_mb=load.rss / 2**20,
             )
         )
 
@@ -100,26 +102,22 @@ class Scaler:
             except WouldBlock:
                 return
             try:
-                self._offer(bsonmsg.decode([frame]))
+                update = RulesUpdate.decode(bsonmsg.decode([frame]))
             except ProtocolError as error:
                 log.warning("%s: ignored a bad rules update: %s", self.name, error)
+                continue
+            self._offer(update.rules)
 
-    def _offer(self, doc: dict[str, Any] | None) -> None:
+    def _offer(self, stored: RuleSet | None) -> None:
         """Rules read (2007) or pushed (2008): the highest `Version` wins, whatever the order in
         which they arrive; None (nothing stored) only counts while nothing stored was seen."""
-        version = supersedes(self.rules_version, doc)
+        version = supersedes(self.rules_version, None if stored is None else stored.version)
         if version is None:
             return
-        try:
-            rules = (
-                implicit_rules(self.config) if doc is None else Rules.from_doc(validate_rules(doc))
-            )
-        except ValueError as error:
-            log.warning("%s: unusable rules, keeping the current ones: %s", self.name, error)
-            return
+        rules = implicit_rules(self.config) if stored is None else Rules.of(stored)
         self.rules_version = version
         if rules != self.rules:
-            self.rules, self.stored_rules = rules, doc is not None
+            self.rules, self.stored_rules = rules, stored is not None
             self._event("rules_updated", f"rules now {rules.describe()} (version {version})")
 
     # --- the decision loop --------------------------------------------------------------------
@@ -155,9 +153,9 @@ class Scaler:
         self.in_flight = (decision.action, argument, now)
         self.policy.acted(now)
         if decision.action == "out":
-            self._event("scale_out", decision.reason, Exchanges=len(self.windows))
+            self._event("scale_out", decision.reason, exchanges=len(self.windows))
         else:
-            self._event("scale_in", decision.reason, Exchange=argument)
+            self._event("scale_in", decision.reason, exchange=argument)
 
     def _collect(self, now: float) -> None:
         while True:
@@ -179,16 +177,16 @@ class Scaler:
         took = f"{result['Seconds']:.2f} s"
         if not result["Ok"]:
             kind = "capacity_exhausted" if result["Reason"] == "no_capacity" else "scale_failed"
-            self._event(kind, f"{result['Comment']} ({took})", Action=result["Kind"])
+            self._event(kind, f"{result['Comment']} ({took})", action=result["Kind"])
             return
         exchange_id = str(result["Exchange"]["Id"])
         if result["Kind"] == "out":
             self.scaled_out += 1
             self.fresh[exchange_id] = now
-            self._event("exchange_added", f"created in {took}", Exchange=exchange_id)
+            self._event("exchange_added", f"created in {took}", exchange=exchange_id)
         else:
             self.scaled_in += 1
-            self._event("exchange_retired", f"drained and stopped in {took}", Exchange=exchange_id)
+            self._event("exchange_retired", f"drained and stopped in {took}", exchange=exchange_id)
 
     def _rebalance(self, views: list[ExchangeView], now: float, limits_: Thresholds) -> list[Move]:
         """Fill each new exchange once it takes publishers. A moment without load (the last
@@ -225,45 +223,49 @@ class Scaler:
                 "publisher_moved",
                 f"{move.bytes_rate:,.0f} B/s from {move.source.exchange_id} to the new "
                 f"exchange {move.target.exchange_id}",
-                Producer=move.producer,
+                producer=move.producer,
             )
 
     # --- outputs -------------------------------------------------------------------------------
-    def _event(self, kind: str, reason: str, **fields: Any) -> None:
-        log.info("%s: scaling %s: %s %s", self.name, kind, reason, fields or "")
-        doc = {
-            "CMD": int(StatCommand.SCALING_EVENT),
-            "QName": self.queue,
-            "Event": kind,
-            "Reason": reason,
-            "Policy": self.policy.name,
-            "Time": time.time(),
-            **fields,
-        }
-        self.events.append(doc)
-        self._emit(doc)
+    def _event(
+        self, kind: str, reason: str, *, exchanges: int | None = None, exchange: str = "",
+        action: str = "", producer: str = "",
+    ) -> None:  # fmt: skip
+        event = ScalingEvent(
+            self.queue, kind, reason, self.policy.name, time.time(),
+            exchanges=exchanges, exchange=exchange, action=action, producer=producer,
+        )  # fmt: skip
+        shown = ("Event", "Reason", "Policy", "Time")
+        extra = {k: v for k, v in event.entry().items() if k not in shown}
+        log.info("%s: scaling %s: %s %s", self.name, kind, reason, extra or "")
+        self.events.append(event)
+        self._emit(event)
 
-    def status(self, now: float) -> dict[str, Any]:
+    def status(self, now: float) -> ScalingStatus:
         cooldown = getattr(self.policy, "cooldown_until", 0.0)
         low_since = getattr(self.policy, "low_since", None)
-        return {
-            "Policy": self.policy.name,
-            "Rules": {
-                **self.rules.describe(),
-                "Stored": self.stored_rules,
-                "Version": self.rules_version,
-            },
-            "Min": self.config.min_exchanges,
-            "Max": self.config.max_exchanges,
-            "InFlight": self.in_flight[0] if self.in_flight else "",
-            "CooldownLeft": max(0.0, cooldown - now),
-            "LowFor": 0.0 if low_since is None else now - low_since,
-            "ScaledOut": self.scaled_out,
-            "ScaledIn": self.scaled_in,
-            "Events": [
-                {k: v for k, v in e.items() if k not in ("CMD", "QName")} for e in self.events
-            ],
-        }
+        r = self.rules
+        return ScalingStatus(
+            policy=self.policy.name,
+            rules=RulesInForce(
+                r.name,
+                r.host_cpu,
+                r.host_ram,
+                r.exchange_throughput,
+                r.queue_producers,
+                r.queue_throughput,
+                stored=self.stored_rules,
+                version=self.rules_version,
+            ),
+            min_exchanges=self.config.min_exchanges,
+            max_exchanges=self.config.max_exchanges,
+            in_flight=self.in_flight[0] if self.in_flight else "",
+            cooldown_left_s=max(0.0, cooldown - now),
+            low_for_s=0.0 if low_since is None else now - low_since,
+            scaled_out=self.scaled_out,
+            scaled_in=self.scaled_in,
+            events=tuple(self.events),
+        )
 
     def close(self) -> None:
         self.actuator.stop.set()

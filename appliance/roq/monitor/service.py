@@ -43,13 +43,31 @@ from roq.monitor.placement import (
 )
 from roq.monitor.scaling import Scaler
 from roq.protocol import bsonmsg
-from roq.protocol.commands import (
-    ChildCommand,
-    MonitorCommand,
-    PublisherNotice,
-    Reason,
-    StatCommand,
-    SubscriberNotice,
+from roq.protocol.commands import MonitorCommand, Reason
+from roq.protocol.messages.control import (
+    MonitoredExchange,
+    MonitorStatus,
+    ReplicaAssignment,
+    Replicas,
+)
+from roq.protocol.messages.kpi import QueueKpi, decode_kpi_message
+from roq.protocol.messages.monitor import (
+    CopyEnd,
+    DeadLog,
+    ExchangeEntry,
+    ExchangeIdentity,
+    ExchangeList,
+    ExchangeLost,
+    ExchangeMessage,
+    ExchangePulse,
+    ExchangeSubscriptions,
+    NewExchange,
+    Placed,
+    PublisherInit,
+    Relocate,
+    ReplicaCopy,
+    ReportedLoad,
+    decode_exchange_message,
 )
 from roq.transport import NOBLOCK, POLLIN, Kind, Poller, WouldBlock, bind, connect, open_socket
 from roq.transport.control import ControlServer
@@ -60,7 +78,6 @@ log = logging.getLogger(__name__)
 REPORTS, REQUESTS, TO_PUBLISHERS, TO_SUBSCRIBERS, RULES, CONTROL = range(6)
 PORTS_PER_MONITOR = 6
 STAT_IN, KPI_OUT = 0, 1
-BROADCAST_TOPIC = b"*"
 
 
 class Monitor:
@@ -88,7 +105,7 @@ class Monitor:
         self._open_sockets(context)
         self.scaler = Scaler(
             context, queue, settings, address, port + RULES,
-            emit=lambda doc: self._send(self.kpi_out, [bsonmsg.encode(doc)]),
+            emit=lambda event: self._send(self.kpi_out, [bsonmsg.encode(event.encode())]),
         )  # fmt: skip
 
     def _open_sockets(self, context: Any) -> None:
@@ -148,52 +165,57 @@ class Monitor:
             except WouldBlock:
                 return
             try:
-                self._on_report(bsonmsg.decode(frames))
-            except (ProtocolError, KeyError, TypeError, ValueError) as error:
+                message = decode_exchange_message(bsonmsg.decode(frames))
+            except ProtocolError as error:
                 self.bad_frames += 1
                 log.warning("%s: ignored a bad exchange report: %s", self.name, error)
+                continue
+            self._on_report(message)
 
-    def _on_report(self, doc: dict[str, Any]) -> None:
-        front = bsonmsg.field_str(doc, "Front")
+    def _on_report(self, message: ExchangeMessage) -> None:
         now = time.monotonic()
-        view = self.exchanges.get(front)
-        if doc["CMD"] == MonitorCommand.EXCHANGE_PULSE:
-            self._on_pulse(view, doc, now)
+        if isinstance(message, ExchangePulse):
+            self._on_pulse(self.exchanges.get(message.front), message, now)
             return
-        if doc["CMD"] == MonitorCommand.EXCHANGE_SUBSCRIPTIONS:
-            self._on_subscriptions(view, doc)
+        if isinstance(message, ExchangeSubscriptions):
+            self._on_subscriptions(self.exchanges.get(message.identity.front), message)
             return
-        if view is not None and view.started != doc.get("Started", view.started):
+        identity = message.identity
+        view = self.exchanges.get(identity.front)
+        if view is not None and view.started != identity.started:
             self._forget(view, now, "restarted")  # its memory (and what it held) is gone
             view = None
         if view is None:
             if len(self.exchanges) >= limits.monitor_exchanges_max:
-                raise ValueError(f"already {limits.monitor_exchanges_max} exchanges known")
-            view = self._register(doc, front, now)
+                # a bound of this monitor, not a fault of the report: not counted as a bad one
+                log.warning(
+                    "%s: exchange %s (%s) not tracked: already %d exchanges known",
+                    self.name, identity.exchange_id, identity.front, limits.monitor_exchanges_max,
+                )  # fmt: skip
+                return
+            view = self._register(identity, now)
         view.last_seen = now
-        view.period_s = float(doc.get("Period", view.period_s))
-        if doc["CMD"] == MonitorCommand.EXCHANGE_LEAVING:
+        view.period_s = identity.period_s
+        if message.leaving or message.load is None:
             self._on_leaving(view)
             return
-        if doc["CMD"] != MonitorCommand.EXCHANGE_REPORT:
-            raise ValueError(f"unknown report command {doc['CMD']}")
-        self._update_load(view, doc)
-        self.scaler.observe(view.exchange_id, doc, now)
+        self._update_load(view, message.load)
+        self.scaler.observe(view.exchange_id, message.load, now)
         self._relocate(view, now)
 
-    def _on_pulse(self, view: ExchangeView | None, doc: dict[str, Any], now: float) -> None:
+    def _on_pulse(self, view: ExchangeView | None, pulse: ExchangePulse, now: float) -> None:
         """The process is up: it counts as a heartbeat while its loop still turns (a loop
         stalled past the bound, or a restarted process, is left to the reports)."""
-        if view is None or view.started != doc.get("Started"):
+        if view is None or view.started != pulse.started:
             return
-        if float(doc.get("LoopAge", 0.0)) * 1000 < limits.exchange_loop_stall_max_ms:
+        if pulse.loop_age_s * 1000 < limits.exchange_loop_stall_max_ms:
             view.last_seen = now
 
-    def _on_subscriptions(self, view: ExchangeView | None, doc: dict[str, Any]) -> None:
+    def _on_subscriptions(self, view: ExchangeView | None, notice: ExchangeSubscriptions) -> None:
         """Subscribers joined or left an exchange: a new one may now take publishers."""
-        if view is None or view.started != doc.get("Started"):
+        if view is None or view.started != notice.identity.started:
             return  # its first report registers it, and carries the count too
-        view.subscriptions = int(doc.get("Subs", 0))
+        view.subscriptions = notice.subscriptions
         self._mark_joined()
 
     def _mark_joined(self) -> None:
@@ -204,37 +226,33 @@ class Monitor:
                 log.info("%s: subscribers have joined exchange %s (%d subscriptions)",
                          self.name, view.exchange_id, view.subscriptions)  # fmt: skip
 
-    def _register(self, doc: dict[str, Any], front: str, now: float) -> ExchangeView:
+    def _register(self, identity: ExchangeIdentity, now: float) -> ExchangeView:
         view = ExchangeView(
-            exchange_id=bsonmsg.field_str(doc, "Id"),
-            front=front,
-            back=bsonmsg.field_str(doc, "Back"),
+            exchange_id=identity.exchange_id,
+            front=identity.front,
+            back=identity.back,
             first_seen=now,
             last_seen=now,
-            period_s=float(doc.get("Period", 1.0)),
-            started=float(doc.get("Started", 0.0)),
-            logged=bool(doc.get("Log", False)),
+            period_s=identity.period_s,
+            started=identity.started,
+            logged=identity.logged,
         )
-        view.host = str(doc.get("Host", ""))
-        self.exchanges[front] = view
-        log.info("%s: exchange %s joined (%s)", self.name, view.exchange_id, front)
-        self._to_subscribers(
-            SubscriberNotice.NEW_EXCHANGE, Id=view.exchange_id, Back=view.back, Log=view.logged
-        )
+        view.host = identity.host
+        self.exchanges[view.front] = view
+        log.info("%s: exchange %s joined (%s)", self.name, view.exchange_id, view.front)
+        self._to_subscribers(NewExchange(_entry(view)).encode())
         return view
 
-    def _update_load(self, view: ExchangeView, doc: dict[str, Any]) -> None:
-        view.bytes_rate = float(doc.get("Bytes", 0.0))
-        view.msgs_rate = float(doc.get("Msgs", 0.0))
-        view.producers = int(doc.get("Producers", 0))
-        view.cpu = float(doc.get("CPU", 0.0))
-        view.rss = int(doc.get("RSS", 0))
-        view.subscriptions = int(doc.get("Subs", 0))
+    def _update_load(self, view: ExchangeView, load: ReportedLoad) -> None:
+        view.bytes_rate = load.bytes_rate
+        view.msgs_rate = load.msgs_rate
+        view.producers = load.producers
+        view.cpu = load.cpu
+        view.rss = load.rss
+        view.subscriptions = load.subscriptions
         self._mark_joined()
-        top = doc.get("Top", [])
-        view.top = [(str(p["ID"]), float(p["Bytes"])) for p in top if isinstance(p, dict)]
-        copies = doc.get("Copies", [])[: limits.monitor_copies_announced_max]
-        view.copies = {str(c["Id"]): int(c["End"]) for c in copies if isinstance(c, dict)}
+        view.top = [(p.producer, p.bytes_rate) for p in load.top]
+        view.copies = {c.leader_id: c.end for c in load.copies}
 
     def _on_leaving(self, view: ExchangeView) -> None:
         if not view.leaving:
@@ -242,9 +260,7 @@ class Monitor:
                 "%s: exchange %s is leaving; moving its publishers", self.name, view.exchange_id
             )
         view.leaving = True
-        self._to_publishers(
-            BROADCAST_TOPIC, PublisherNotice.EXCHANGE_LOST, Front=view.front, Dead=False
-        )
+        self._to_publishers(ExchangeLost(view.front, dead=False))
 
     def _relocate(self, source: ExchangeView, now: float) -> None:
         moves = plan_relocation(source, list(self.exchanges.values()), now, self.limits)
@@ -263,11 +279,7 @@ class Monitor:
             move.target.exchange_id, why,
         )  # fmt: skip
         self._to_publishers(
-            move.producer.encode(),
-            PublisherNotice.RELOCATE,
-            ProducerID=move.producer,
-            Exchange={"Id": move.target.exchange_id, "Front": move.target.front},
-            From=move.source.front,
+            Relocate(move.producer, move.target.exchange_id, move.target.front, move.source.front)
         )
 
     def _silent(self, now: float) -> list[ExchangeView]:
@@ -298,57 +310,48 @@ class Monitor:
         else:
             log.warning("%s: exchange %s (%s) %s: declared dead",
                         self.name, view.exchange_id, view.front, why)  # fmt: skip
-        self._to_publishers(
-            BROADCAST_TOPIC, PublisherNotice.EXCHANGE_LOST, Front=view.front, Dead=True
-        )
+        self._to_publishers(ExchangeLost(view.front, dead=True))
 
     # --- placement requests --------------------------------------------------------------------
     def _placement(self, request: dict[str, Any]) -> dict[str, Any]:
         command = request["CMD"]
         if command == MonitorCommand.SUBSCRIBER_INIT:
-            return bsonmsg.ok(Exchanges=self._exchange_list(), Copies=self._copy_list())
+            return self._listing().reply()
         if command in (MonitorCommand.PUBLISHER_INIT, MonitorCommand.PUBLISHER_PANIC):
-            return self._place(request)
+            return self._place(PublisherInit.decode(request))
         return bsonmsg.fail(Reason.UNKNOWN_COMMAND, f"unknown command {command}")
 
-    def _place(self, request: dict[str, Any]) -> dict[str, Any]:
-        producer = bsonmsg.field_str(request, "ProducerID", max_chars=64)
-        avoid = request.get("Lost", "") if request["CMD"] == MonitorCommand.PUBLISHER_PANIC else ""
+    def _place(self, request: PublisherInit) -> dict[str, Any]:
+        avoid = request.lost if request.panic else ""
         chosen = choose_exchange(
-            list(self.exchanges.values()), time.monotonic(), self.limits, str(avoid)
+            list(self.exchanges.values()), time.monotonic(), self.limits, avoid
         )
         if chosen is None:
             return bsonmsg.fail(Reason.NO_CAPACITY, f"queue {self.queue} has no live exchange")
-        log.info("%s: publisher %s placed on %s", self.name, producer, chosen.exchange_id)
-        return bsonmsg.ok(Exchange={"Id": chosen.exchange_id, "Front": chosen.front})
+        log.info("%s: publisher %s placed on %s", self.name, request.producer, chosen.exchange_id)
+        return Placed(chosen.exchange_id, chosen.front).encode()
 
-    def _exchange_list(self) -> list[dict[str, Any]]:
-        return [
-            {"Id": x.exchange_id, "Back": x.back, "Log": x.logged} for x in self.exchanges.values()
-        ]
+    def _listing(self) -> ExchangeList:
+        return ExchangeList(tuple(_entry(x) for x in self.exchanges.values()), self._copy_list())
 
-    def _copy_list(self) -> list[dict[str, Any]]:
+    def _copy_list(self) -> tuple[DeadLog, ...]:
         """The logs of exchanges that are gone (dead or retired) but copied on a live one, each
         with the live exchanges that hold a copy, the longest copy first. Built from the
         exchanges' own reports, so it holds for as long as a copy is there to be read."""
         live = {x.exchange_id for x in self.exchanges.values()}
-        holders: dict[str, list[dict[str, Any]]] = {}
+        holders: dict[str, list[ReplicaCopy]] = {}
         for view in self.exchanges.values():
             for leader_id, end in view.copies.items():
                 if leader_id not in live and not view.leaving:
-                    entry = {"Id": view.exchange_id, "Log": _port_plus(view.front, 3), "End": end}
+                    entry = ReplicaCopy(view.exchange_id, _port_plus(view.front, 3), end)
                     holders.setdefault(leader_id, []).append(entry)
-        return [
-            {"Id": leader_id, "Replicas": sorted(found, key=lambda r: -int(r["End"]))}
+        return tuple(
+            DeadLog(leader_id, tuple(sorted(found, key=lambda r: -r.end)))
             for leader_id, found in sorted(holders.items())
-        ]
+        )
 
     def _publish_list(self) -> None:
-        self._to_subscribers(
-            SubscriberNotice.EXCHANGE_LIST,
-            Exchanges=self._exchange_list(),
-            Copies=self._copy_list(),
-        )
+        self._to_subscribers(self._listing().notice())
 
     # --- stat monitor --------------------------------------------------------------------------
     def _pump_stats(self) -> None:
@@ -363,36 +366,35 @@ class Monitor:
             else:
                 self.bad_frames += 1
 
-    @staticmethod
-    def _valid_stat(frames: list[bytes]) -> bool:
+    def _valid_stat(self, frames: list[bytes]) -> bool:
         if not 1 <= len(frames) <= limits.stat_frames_max:
             return False
         try:
             docs = [bsonmsg.decode([frame], limits.stat_frame_bytes_max) for frame in frames]
-        except ProtocolError:
+            decode_kpi_message(docs)
+        except ProtocolError as error:
+            log.warning("%s: dropped a bad statistics message: %s", self.name, error)
             return False
-        known = {int(c) for c in StatCommand}
-        return all(doc["CMD"] in known for doc in docs)
+        return True
 
     def _publish_queue_kpi(self) -> None:
         views = list(self.exchanges.values())
-        doc = {
-            "CMD": int(StatCommand.QUEUE),
-            "QName": f"{self.queue}:{self.port}",
-            "XChanges": len(views),
-            "Producers": sum(x.producers for x in views),
-            "Throughput": sum(x.bytes_rate for x in views),
-            "Msgs": sum(x.msgs_rate for x in views),
-            "Time": time.time(),
-        }
-        self._send(self.kpi_out, [bsonmsg.encode(doc)])
+        kpi = QueueKpi(
+            queue=f"{self.queue}:{self.port}",
+            exchanges=len(views),
+            producers=sum(x.producers for x in views),
+            throughput=sum(x.bytes_rate for x in views),
+            msgs=sum(x.msgs_rate for x in views),
+            time=time.time(),
+        )
+        self._send(self.kpi_out, [bsonmsg.encode(kpi.encode())])
 
     # --- output --------------------------------------------------------------------------------
-    def _to_publishers(self, topic: bytes, notice: PublisherNotice, **fields: Any) -> None:
-        self._send(self.to_publishers, [topic, bsonmsg.encode({"CMD": int(notice), **fields})])
+    def _to_publishers(self, notice: Relocate | ExchangeLost) -> None:
+        self._send(self.to_publishers, [notice.topic, bsonmsg.encode(notice.encode())])
 
-    def _to_subscribers(self, notice: SubscriberNotice, **fields: Any) -> None:
-        self._send(self.to_subscribers, [bsonmsg.encode({"CMD": int(notice), **fields})])
+    def _to_subscribers(self, notice: dict[str, Any]) -> None:
+        self._send(self.to_subscribers, [bsonmsg.encode(notice)])
 
     def _send(self, sock: Any, frames: list[bytes]) -> None:
         try:
@@ -402,32 +404,32 @@ class Monitor:
 
     def status(self) -> dict[str, Any]:
         now = time.monotonic()
-        return {
-            "Queue": self.queue,
-            "Relocations": self.relocations,
-            "BadFrames": self.bad_frames,
-            "Scaling": self.scaler.status(now),
-            "Exchanges": [
-                {
-                    "Id": x.exchange_id,
-                    "Front": x.front,
-                    "Back": x.back,
-                    "Msgs": x.msgs_rate,
-                    "Bytes": x.bytes_rate,
-                    "Producers": x.producers,
-                    "CPU": x.cpu,
-                    "RSS": x.rss,
-                    "Leaving": x.leaving,
-                    "Subscriptions": x.subscriptions,
-                    "Placeable": x.is_placeable(now, self.limits.warmup_s),
-                    "Replicas": list(x.replicas),
-                    "Copies": [{"Id": k, "End": v} for k, v in sorted(x.copies.items())],
-                    "Age": now - x.first_seen,
-                }
+        return MonitorStatus(
+            queue=self.queue,
+            relocations=self.relocations,
+            bad_frames=self.bad_frames,
+            scaling=self.scaler.status(now),
+            exchanges=tuple(
+                MonitoredExchange(
+                    exchange_id=x.exchange_id,
+                    front=x.front,
+                    back=x.back,
+                    msgs_rate=x.msgs_rate,
+                    bytes_rate=x.bytes_rate,
+                    producers=x.producers,
+                    cpu=x.cpu,
+                    rss=x.rss,
+                    leaving=x.leaving,
+                    subscriptions=x.subscriptions,
+                    placeable=x.is_placeable(now, self.limits.warmup_s),
+                    replicas=x.replicas,
+                    copies=tuple(CopyEnd(k, v) for k, v in sorted(x.copies.items())),
+                    age_s=now - x.first_seen,
+                )
                 for x in self.exchanges.values()
-            ],
-            "Copies": self._copy_list(),
-        }
+            ),
+            copies=self._copy_list(),
+        ).encode()
 
     # --- replication ---------------------------------------------------------------------------
     def _assign_replicas(self) -> None:
@@ -445,8 +447,8 @@ class Monitor:
                     ", ".join(replica_ids) or "nobody",
                 )
                 leader.replicas = replica_ids
-            replicas = [{"Id": r, "Endpoint": _port_plus(by_id[r].front, 3)} for r in replica_ids]
-            self._tell_exchange(leader, {"CMD": int(ChildCommand.REPLICAS), "Replicas": replicas})
+            replicas = [ReplicaAssignment(r, _port_plus(by_id[r].front, 3)) for r in replica_ids]
+            self._tell_exchange(leader, Replicas(tuple(replicas)).encode())
 
     def _tell_exchange(self, view: ExchangeView, doc: dict[str, Any]) -> None:
         sock = self._controls.get(view.front)
@@ -473,6 +475,11 @@ class Monitor:
         ):  # fmt: skip
             sock.close(0)
         self.control.close()
+
+
+def _entry(view: ExchangeView) -> ExchangeEntry:
+    """The exchange as subscribers see it."""
+    return ExchangeEntry(view.exchange_id, view.back, view.logged)
 
 
 def _port_plus(endpoint: str, delta: int) -> str:

@@ -166,7 +166,7 @@ class LocalCluster:
     def wait_ready(self, hosts: int = 1, timeout_s: float = 30.0) -> None:
         with self.admin(timeout_ms=1000, retries=1) as admin:
             wait_for(
-                lambda: len(admin.status()["Hosts"]) >= hosts,
+                lambda: len(admin.status().hosts) >= hosts,
                 timeout_s,
                 f"{hosts} host(s) registered\n{self.logs()}",
             )

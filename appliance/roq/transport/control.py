@@ -14,6 +14,7 @@ from typing import Any
 
 from roq.protocol import bsonmsg
 from roq.protocol.commands import ChildCommand, Reason
+from roq.protocol.messages.control import Pong
 from roq.transport import Kind, bind, open_socket
 from roq.transport.rpc import answer
 
@@ -39,7 +40,7 @@ class ControlServer:
     def _dispatch(self, request: dict[str, Any]) -> dict[str, Any]:
         command = request["CMD"]
         if command == ChildCommand.PING:
-            return bsonmsg.ok("PONG", NAME=self.name, STATUS=self.status())
+            return Pong(self.name, self.status()).encode()
         if command == ChildCommand.SHUTDOWN:
             log.info("%s: shutdown requested", self.name)
             self.stop_requested = True
