@@ -164,7 +164,8 @@ CASES: list[tuple[str, Any, Encode, Decode, frozenset[str]]] = [
      *_std(kpi.ScalingEvent), frozenset({"Exchange", "Action", "Producer"})),
     ("subscriber kpi", kpi.SubscriberKpi.of_samples("s1", "q1", (10, 0, 1), [-3.0, 5.0, 900.0],
                                                     1.7e9),
-     *_std(kpi.SubscriberKpi), frozenset()),
+     *_std(kpi.SubscriberKpi),
+     frozenset({"LatCount", "LatSumUs", "LatMinUs", "LatMaxUs", "LatIdx", "LatCnt"})),
     ("publisher total", kpi.PublisherKpi(StatCommand.PUBLISHER_TOTAL, "q1", 5, 1.7e9),
      *_std(kpi.PublisherKpi), frozenset()),
     ("publisher minute", kpi.PublisherKpi(StatCommand.PUBLISHER_MINUTE, "q1", 5, 1.7e9),
@@ -379,3 +380,14 @@ def test_numbers_take_ints_where_floats_are_declared_but_never_bools():
         monitor.ExchangeIdentity.decode({**doc, "Period": True})
     with pytest.raises(DecodeError, match="the Subs field must be an integer"):
         monitor.ExchangeSubscriptions.decode({**IDENTITY.fields(), "Subs": 1.0})
+
+
+def test_a_subscriber_kpi_without_its_histogram_is_taken():
+    """The KPI record's contract (docs/analytics.md) makes the histogram optional in a 31."""
+    doc = {"CMD": 31, "SubscriberID": "s", "QName": "q1", "TotalReceived": 1, "Lost": 0,
+           "Duplicates": 0, "MeanLat": 1.5, "P99Lat": 2.0, "Time": 1.0}  # fmt: skip
+    decoded = kpi.decode_kpi_message([doc])
+    assert isinstance(decoded, kpi.SubscriberKpi)
+    assert (decoded.lat_count, decoded.lat_idx, decoded.lat_cnt) == (0, (), ())
+    with pytest.raises(DecodeError, match="same length"):
+        kpi.SubscriberKpi.decode({**doc, "LatIdx": [1]})

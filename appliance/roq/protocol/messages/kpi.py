@@ -217,7 +217,9 @@ class ScalingEvent:
 @dataclass(frozen=True)
 class SubscriberKpi:
     """31 SUBSCRIBER_TOTAL, every second: totals since start, the period's latency (ms, from
-    the batch's first timestamp to receipt) and its histogram (µs; `histogram_fields`)."""
+    the batch's first timestamp to receipt) and its histogram (µs; `histogram_fields`). roq's
+    subscribers always send the histogram; it is optional (empty) as in the KPI record's
+    contract (docs/analytics.md), for subscribers that send only `MeanLat` and `P99Lat`."""
 
     subscriber_id: str  # SubscriberID
     queue: str  # QName
@@ -267,10 +269,10 @@ class SubscriberKpi:
             field_int(doc, "TotalReceived"),
             field_int(doc, "Lost"),
             field_int(doc, "Duplicates"),
-            field_int(doc, "LatCount"),
-            field_int(doc, "LatSumUs"),
-            field_int(doc, "LatMinUs"),
-            field_int(doc, "LatMaxUs"),
+            field_int(doc, "LatCount", default=0),
+            field_int(doc, "LatSumUs", default=0),
+            field_int(doc, "LatMinUs", default=0),
+            field_int(doc, "LatMaxUs", default=0),
             index,
             count,
             field_float(doc, "MeanLat", lo=0.0),
@@ -280,8 +282,8 @@ class SubscriberKpi:
 
 
 def _histogram(doc: Mapping[str, Any]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    index = field_list(doc, "LatIdx", max_items=BUCKET_MAX + 1)
-    count = field_list(doc, "LatCnt", max_items=BUCKET_MAX + 1)
+    index = field_list(doc, "LatIdx", max_items=BUCKET_MAX + 1, default=[])
+    count = field_list(doc, "LatCnt", max_items=BUCKET_MAX + 1, default=[])
     if len(index) != len(count):
         raise DecodeError("the LatIdx and LatCnt fields must be lists of the same length")
     as_doc = {f"LatIdx[{n}]": i for n, i in enumerate(index)}
