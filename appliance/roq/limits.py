@@ -65,6 +65,18 @@ exchange_loop_stall_max_ms = 10_000
 assert admin_frame_bytes_max <= frame_bytes_max
 assert message_bytes_max < batch_bytes_max <= frame_bytes_max
 
+# --- control messages: the schemas of protocol/messages ----------------------------------------
+message_str_chars_max = 1024  # a string field without a bound of its own
+message_list_items_max = 100_000  # a list field without a bound of its own (frames bound it too)
+# A reply's COMMENT may quote a host's or a handler's error, and a scaling event's reason lists
+# the load of every exchange.
+reply_comment_chars_max = 64 * 1024
+producer_id_chars_max = 64  # a producer id in hex (16 bytes today)
+transaction_id_chars_max = 128  # TransactionID of 2004 and 1009
+exchange_id_request_chars_max = 256  # an exchange id a request names (2014, 1010)
+cluster_hosts_max = 10_000  # hosts in one reply (2, 2013) or config broadcast
+cluster_queues_max = 100_000  # queues in one reply (2, 2012, 2013) or config broadcast
+
 # --- control plane: GCM ----------------------------------------------------------------------
 rules_listeners_max = 16  # rules listeners (2008) kept per queue; the oldest is dropped
 ec2_response_bytes_max = 1024 * 1024  # an EC2 API answer is read this far at most

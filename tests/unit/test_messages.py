@@ -12,6 +12,7 @@ from typing import Any
 import bson
 import pytest
 
+from roq import limits
 from roq.errors import DecodeError, ProtocolError
 from roq.protocol import bsonmsg
 from roq.protocol.bsonmsg import Reply
@@ -317,7 +318,8 @@ def test_numbers_out_of_range_are_refused(decode, doc, field):
         (monitor.ReportedLoad.decode,
          {**LOAD.fields(), "Top": [LOAD.top[0].fields()] * 33}, "Top"),
         (monitor.ReportedLoad.decode,
-         {**LOAD.fields(), "Copies": [LOAD.copies[0].fields()] * (monitor.COPIES_MAX + 1)},
+         {**LOAD.fields(),
+          "Copies": [LOAD.copies[0].fields()] * (limits.monitor_copies_announced_max + 1)},
          "Copies"),
         (admin.CreateExchange.decode, admin.CreateExchange("q1", "t" * 129).encode(),
          "TransactionID"),

@@ -27,10 +27,9 @@ from roq.protocol.commands import Reason, Result
 Document = dict[str, Any]
 T = TypeVar("T")
 
-INT64_MAX: Final = 2**63 - 1  # BSON's int64: a larger integer cannot go back on the wire
-STR_CHARS_MAX: Final = 1024  # a string field without a bound of its own
-LIST_ITEMS_MAX: Final = 100_000  # a list field without a bound of its own (frames bound it too)
-COMMENT_CHARS_MAX: Final = 64 * 1024  # a reply's COMMENT may quote a host's or a handler's error
+# BSON's int64, a fact of the format rather than a bound (limits.py holds those): a larger
+# integer cannot go back on the wire, and a log offset never exceeds it.
+INT64_MAX: Final = 2**63 - 1
 
 
 class Required:
@@ -86,7 +85,7 @@ def field_str(
     doc: Mapping[str, Any],
     name: str,
     *,
-    max_chars: int = STR_CHARS_MAX,
+    max_chars: int = limits.message_str_chars_max,
     empty_ok: bool = False,
     default: str | Required = REQUIRED,
     prefix: str = "",
@@ -169,7 +168,7 @@ def field_list(
     doc: Mapping[str, Any],
     name: str,
     *,
-    max_items: int = LIST_ITEMS_MAX,
+    max_items: int = limits.message_list_items_max,
     default: list[Any] | Required = REQUIRED,
     prefix: str = "",
 ) -> list[Any]:
@@ -188,7 +187,7 @@ def field_docs(
     name: str,
     item: Callable[[Mapping[str, Any], str], T],
     *,
-    max_items: int = LIST_ITEMS_MAX,
+    max_items: int = limits.message_list_items_max,
     prefix: str = "",
 ) -> tuple[T, ...]:
     """A required list of sub-documents, each decoded by `item(sub, its prefix)`."""
@@ -205,8 +204,8 @@ def field_strs(
     doc: Mapping[str, Any],
     name: str,
     *,
-    max_items: int = LIST_ITEMS_MAX,
-    max_chars: int = STR_CHARS_MAX,
+    max_items: int = limits.message_list_items_max,
+    max_chars: int = limits.message_str_chars_max,
     empty_ok: bool = False,
     prefix: str = "",
 ) -> tuple[str, ...]:
@@ -257,7 +256,7 @@ class Reply:
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
         result = field_int(doc, "RESULT", lo=-(2**31), hi=2**31 - 1)
-        comment = field_str(doc, "COMMENT", empty_ok=True, max_chars=COMMENT_CHARS_MAX)
+        comment = field_str(doc, "COMMENT", empty_ok=True, max_chars=limits.reply_comment_chars_max)
         if result == Result.FAIL:
             return cls(result, comment, error=field_str(doc, "ERROR", max_chars=64))
         if result == Result.LEAD_LOST:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final, Self
 
+from roq import limits
 from roq.errors import DecodeError
 from roq.protocol import bsonmsg
 from roq.protocol.bsonmsg import (
@@ -23,17 +24,10 @@ from roq.protocol.bsonmsg import (
     field_strs,
 )
 from roq.protocol.commands import AdminCommand, BroadcastCommand
-from roq.protocol.messages.host import (
-    EXCHANGE_ID_CHARS_MAX,
-    TXID_CHARS_MAX,
-    ExchangeOnHost,
-    queue_field,
-)
+from roq.protocol.messages.host import ExchangeOnHost, queue_field
 from roq.protocol.rules import RuleSet
 
 QUEUE_STATES: Final = ("CREATING", "RUNNING", "STOPPED", "DELETING")
-HOSTS_MAX: Final = 10_000  # hosts in one reply
-QUEUES_MAX: Final = 100_000  # queues in one reply
 
 
 # --- requests ----------------------------------------------------------------------------------
@@ -175,7 +169,7 @@ class CreateExchange:
     def decode(cls, doc: Mapping[str, Any]) -> Self:
         return cls(
             queue_field(doc),
-            field_str(doc, "TransactionID", max_chars=TXID_CHARS_MAX),
+            field_str(doc, "TransactionID", max_chars=limits.transaction_id_chars_max),
             field_str(doc, "Host", empty_ok=True, default=""),
         )
 
@@ -193,7 +187,10 @@ class RemoveExchange:
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
-        return cls(queue_field(doc), field_str(doc, "ExchangeID", max_chars=EXCHANGE_ID_CHARS_MAX))
+        return cls(
+            queue_field(doc),
+            field_str(doc, "ExchangeID", max_chars=limits.exchange_id_request_chars_max),
+        )
 
 
 @dataclass(frozen=True)
@@ -317,7 +314,7 @@ class QueueList:
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
-        return cls(field_docs(doc, "Queues", QueueInfo.decode, max_items=QUEUES_MAX))
+        return cls(field_docs(doc, "Queues", QueueInfo.decode, max_items=limits.cluster_queues_max))
 
 
 @dataclass(frozen=True)
@@ -334,8 +331,8 @@ class Topology:
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
         return cls(
-            field_strs(doc, "Hosts", max_items=HOSTS_MAX),
-            field_docs(doc, "Queues", QueueInfo.decode, max_items=QUEUES_MAX),
+            field_strs(doc, "Hosts", max_items=limits.cluster_hosts_max),
+            field_docs(doc, "Queues", QueueInfo.decode, max_items=limits.cluster_queues_max),
         )
 
 
@@ -412,8 +409,8 @@ class ClusterStatus:
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
         return cls(
-            field_docs(doc, "Hosts", HostInfo.decode, max_items=HOSTS_MAX),
-            field_docs(doc, "Queues", QueueStatus.decode, max_items=QUEUES_MAX),
+            field_docs(doc, "Hosts", HostInfo.decode, max_items=limits.cluster_hosts_max),
+            field_docs(doc, "Queues", QueueStatus.decode, max_items=limits.cluster_queues_max),
         )
 
 
@@ -485,6 +482,8 @@ class ConfigBroadcast:
         if len(docs) != 3 or bsonmsg.command(docs[0]) != BroadcastCommand.MNGT_UPDATE_CONFIG:
             raise DecodeError("a config broadcast is three frames, the first {CMD: 1500}")
         return cls(
-            field_docs(docs[1], "Queues", BroadcastQueue.decode, max_items=QUEUES_MAX),
-            field_strs(docs[2], "Hosts", max_items=HOSTS_MAX),
+            field_docs(
+                docs[1], "Queues", BroadcastQueue.decode, max_items=limits.cluster_queues_max
+            ),
+            field_strs(docs[2], "Hosts", max_items=limits.cluster_hosts_max),
         )

@@ -8,14 +8,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Self
 
+from roq import limits
 from roq.protocol import bsonmsg
 from roq.protocol.bsonmsg import Document, field_docs, field_int, field_str
 from roq.protocol.commands import HostCommand
 from roq.protocol.names import check_queue_name
 
-TXID_CHARS_MAX: Final = 128
-EXCHANGE_ID_CHARS_MAX: Final = 256  # an id a request names (the host made it: name-port-hex)
-PORT_MAX: Final = 65_535
+PORT_MAX: Final = 65_535  # TCP's, a fact of the format rather than a bound
 
 
 def queue_field(doc: Mapping[str, Any]) -> str:
@@ -45,9 +44,15 @@ class ExchangeInfo:
     @classmethod
     def decode(cls, doc: Mapping[str, Any], prefix: str = "") -> Self:
         return cls(
-            field_str(doc, "Id", max_chars=EXCHANGE_ID_CHARS_MAX, prefix=prefix),
+            field_str(doc, "Id", max_chars=limits.exchange_id_request_chars_max, prefix=prefix),
             port_field(doc, "Port", prefix),
-            field_str(doc, "TransactionID", max_chars=TXID_CHARS_MAX, empty_ok=True, prefix=prefix),
+            field_str(
+                doc,
+                "TransactionID",
+                max_chars=limits.transaction_id_chars_max,
+                empty_ok=True,
+                prefix=prefix,
+            ),
             field_str(doc, "Front", prefix=prefix),
             field_str(doc, "Back", prefix=prefix),
         )
@@ -139,7 +144,7 @@ class CreateExchangeOnHost:
     def decode(cls, doc: Mapping[str, Any]) -> Self:
         return cls(
             queue_field(doc),
-            field_str(doc, "TransactionID", max_chars=TXID_CHARS_MAX),
+            field_str(doc, "TransactionID", max_chars=limits.transaction_id_chars_max),
             port_field(doc, "Monitor_port"),
             port_field(doc, "Stat_port"),
             field_str(doc, "Monitor_address"),
@@ -159,7 +164,7 @@ class ExchangeOnHost:
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
         found = bsonmsg.field_doc(doc, "Exchange")
-        comment = field_str(doc, "COMMENT", empty_ok=True, max_chars=bsonmsg.COMMENT_CHARS_MAX)
+        comment = field_str(doc, "COMMENT", empty_ok=True, max_chars=limits.reply_comment_chars_max)
         return cls(ExchangeInfo.decode(found, "Exchange."), comment)
 
 
@@ -176,7 +181,10 @@ class RemoveExchangeOnHost:
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
-        return cls(queue_field(doc), field_str(doc, "ExchangeID", max_chars=EXCHANGE_ID_CHARS_MAX))
+        return cls(
+            queue_field(doc),
+            field_str(doc, "ExchangeID", max_chars=limits.exchange_id_request_chars_max),
+        )
 
 
 @dataclass(frozen=True)

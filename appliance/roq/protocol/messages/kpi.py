@@ -26,7 +26,6 @@ from roq.protocol.commands import StatCommand
 # true value. 2**40 µs ≈ 12.7 days: anything later goes in the last bucket.
 BUCKETS_PER_OCTAVE: Final = 8
 BUCKET_MAX: Final = 40 * BUCKETS_PER_OCTAVE
-EVENT_CHARS_MAX: Final = 4096  # a scaling event's reason (it lists loads per exchange)
 _QNAME_CHARS_MAX: Final = limits.queue_name_chars_max + 8  # 23 says "<queue>:<port>"
 
 
@@ -203,7 +202,13 @@ class ScalingEvent:
         return cls(
             queue,
             field_str(doc, "Event", prefix=prefix),
-            field_str(doc, "Reason", max_chars=EVENT_CHARS_MAX, empty_ok=True, prefix=prefix),
+            field_str(
+                doc,
+                "Reason",
+                max_chars=limits.reply_comment_chars_max,
+                empty_ok=True,
+                prefix=prefix,
+            ),
             field_str(doc, "Policy", prefix=prefix),
             field_float(doc, "Time", lo=0.0, prefix=prefix),
             exchanges,

@@ -28,10 +28,7 @@ from roq.protocol.commands import SubscriberNotice as Notice
 from roq.protocol.names import check_queue_name
 from roq.protocol.rules import RuleSet
 
-# Bounds of these schemas' lists, declared with them (a reader of the schema looks here).
-EXCHANGES_MAX: Final = 10_000  # exchanges in one list: a monitor tracks at most this many
-COPIES_MAX: Final = 1_000  # copies of other exchanges' logs one exchange announces
-PRODUCER_ID_CHARS_MAX: Final = 64  # a producer id in hex (16 bytes today)
+EXCHANGES_MAX: Final = limits.monitor_exchanges_max  # in one list: a monitor tracks no more
 
 
 # --- B+0: exchange reports, pulses and subscription counts -----------------------------------
@@ -84,7 +81,7 @@ class ProducerRate:
     @classmethod
     def decode(cls, doc: Mapping[str, Any], prefix: str = "") -> Self:
         return cls(
-            field_str(doc, "ID", max_chars=PRODUCER_ID_CHARS_MAX, prefix=prefix),
+            field_str(doc, "ID", max_chars=limits.producer_id_chars_max, prefix=prefix),
             field_float(doc, "Msgs", lo=0.0, prefix=prefix),
             field_float(doc, "Bytes", lo=0.0, prefix=prefix),
         )
@@ -151,7 +148,9 @@ class ReportedLoad:
             bad=field_int(doc, "Bad"),
             total_msgs=field_int(doc, "TotalMsgs"),
             total_bytes=field_int(doc, "TotalBytes"),
-            copies=field_docs(doc, "Copies", CopyEnd.decode, max_items=COPIES_MAX),
+            copies=field_docs(
+                doc, "Copies", CopyEnd.decode, max_items=limits.monitor_copies_announced_max
+            ),
             subscriptions=field_int(doc, "Subs"),
         )
 
@@ -275,7 +274,7 @@ class PublisherInit:
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
         panic = bsonmsg.command(doc) == MonitorCommand.PUBLISHER_PANIC
-        producer = field_str(doc, "ProducerID", max_chars=PRODUCER_ID_CHARS_MAX)
+        producer = field_str(doc, "ProducerID", max_chars=limits.producer_id_chars_max)
         lost = field_str(doc, "Lost", empty_ok=True, default=REQUIRED if panic else "")
         return cls(producer, lost, panic)
 
@@ -414,7 +413,7 @@ class Relocate:
     def decode(cls, doc: Mapping[str, Any]) -> Self:
         placed = Placed.decode(doc)
         return cls(
-            field_str(doc, "ProducerID", max_chars=PRODUCER_ID_CHARS_MAX),
+            field_str(doc, "ProducerID", max_chars=limits.producer_id_chars_max),
             placed.exchange_id,
             placed.front,
             field_str(doc, "From"),
