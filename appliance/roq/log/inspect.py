@@ -1,7 +1,9 @@
 """Read-only inspection of segment files (what `roq log inspect` prints): every batch, every
 corrupt span with its file and offset, gaps between segments, and a summary. Unlike recovery it
 changes nothing and goes on after a bad span: it looks for the next position where a CRC-valid
-batch stamped with its own offset begins, so one bad block does not hide the rest of a file.
+batch stamped with its own offset begins, so one bad block does not hide the rest of a file. A
+batch whose CRC holds but whose records do not fill it is one corrupt span of its own length
+(its header is sound), and its records are counted as skipped.
 """
 
 from __future__ import annotations
@@ -35,6 +37,15 @@ class Corrupt:
     position: int
     length: int
     reason: str
+    records: int | None = None  # records skipped, when a sound header says how many
+
+
+class _TornRecords(SegmentCorrupt):
+    """A batch with a sound header (its CRC holds) whose records do not fill it."""
+
+    def __init__(self, path: Path, base: int, position: int, reason: str, header: fmt.BatchHeader):
+        super().__init__(path, base + position, position, reason)
+        self.header = header
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +96,11 @@ def walk_segment(path: Path, base: int, size: int) -> Iterator[Item]:
                     yield Batch(path, base + at, bytes(view), header)
                     position = at + header.size
                 return
+            except _TornRecords as error:  # its length is sound: the next batch follows it
+                stop = error.position + error.header.size
+                length, records = stop - error.position, error.header.count
+                yield Corrupt(path, error.offset, error.position, length, error.reason, records)
+                position = stop
             except SegmentCorrupt as error:
                 resume = find_next_batch(fd, base, size, error.position + 1)
                 stop = size if resume is None else resume
@@ -101,10 +117,9 @@ def _batches(
     """iter_file from `start` (a batch boundary), with each batch's records checked too."""
     for at, view, header in iter_file(fd, path, base, size, verify=True, start=start):
         try:
-            for _ in fmt.iter_records(view):
-                pass
+            fmt.check_records(view, header)
         except CorruptRecord as error:
-            raise SegmentCorrupt(path, base + at, at, str(error)) from None
+            raise _TornRecords(path, base, at, str(error), header) from None
         yield at, view, header
 
 
@@ -160,6 +175,11 @@ class Summary:
     def clean(self) -> bool:
         return not self.corrupt and not self.gaps
 
+    @property
+    def skipped_records(self) -> int:
+        """Records in corrupt spans, as far as sound headers tell."""
+        return sum(c.records or 0 for c in self.corrupt)
+
     def add(self, item: Item) -> None:
         if isinstance(item, Corrupt):
             self.corrupt.append(item)
@@ -190,6 +210,7 @@ class Summary:
             "producers": len(self.producers),
             "first_ts_us": self.first_ts_us,
             "last_ts_us": self.last_ts_us,
+            "skipped_records": self.skipped_records,
             "corrupt": [
                 {
                     "file": str(c.path),
@@ -197,6 +218,7 @@ class Summary:
                     "position": c.position,
                     "bytes": c.length,
                     "reason": c.reason,
+                    "records": c.records,
                 }
                 for c in self.corrupt
             ],

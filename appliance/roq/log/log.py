@@ -144,6 +144,7 @@ class Log:
         self.memory = MemoryLog(memory_bytes)
         self.gaps: list[tuple[int, int]] = []  # [start, end) offsets missing between segments
         self.recovered_bytes_dropped = 0
+        self.corrupt_batches = 0  # found on open with a valid CRC but torn records (kept)
         self._clock = clock
         self._segments: list[Segment] = []
         self._bases: list[int] = []
@@ -195,6 +196,10 @@ class Log:
         for leftover in [n for n in names if n.endswith(janitor.DELETED_SUFFIX)]:
             janitor.unlink(self.directory / leftover)  # retired before a crash
         paths = [self.directory / n for n in names if parse_segment_name(n) is not None]
+        last = parse_segment_name(paths[-1].name) if paths else 0  # names sort by offset
+        if last is not None and last >= limits.log_offset_max:
+            raise CorruptRecord(f"log {self.name}: segment {paths[-1].name} lies beyond any log "
+                                f"(offsets stay below {limits.log_offset_max})")  # fmt: skip
         if not paths:
             self._add(Segment.create(self.directory, 0))
             self._sync_directory()
@@ -235,8 +240,9 @@ class Log:
         """Check every batch of the last segment; cut the file at the first bad one."""
         good = 0
         try:
-            for position, _, header in segment.scan(verify=True):
+            for position, view, header in segment.scan(verify=True):
                 good = position + header.size
+                self._check_records(segment, position, view, header)
         except SegmentCorrupt as error:
             dropped = segment.size - good
             log.warning(
@@ -252,6 +258,21 @@ class Log:
             segment.truncate(good)
         segment.stats = None  # recomputed from the headers when retention needs them
         segment.sync()
+
+    def _check_records(
+        self, segment: Segment, position: int, view: memoryview, header: fmt.BatchHeader
+    ) -> None:
+        """A batch whose CRC holds but whose records do not fill it (damage the CRC cannot see,
+        or an exchange that did not check records) is kept and counted: its length is sound, so
+        the batches after it stay reachable, and readers skip it. Cutting the file there
+        would drop every later batch."""
+        try:
+            fmt.check_records(view, header)
+        except CorruptRecord as error:
+            self.corrupt_batches += 1
+            log.warning("log %s: %s: the batch at offset %d (byte %d) is corrupt: %s; kept, "
+                        "readers skip its %d records", self.name, segment.path,
+                        segment.base + position, position, error, header.count)  # fmt: skip
 
     # --- offsets ------------------------------------------------------------------------------
     @property
@@ -343,10 +364,10 @@ class Log:
         its leader's retention starts again where the leader's log now starts (everything it
         held is older than that). The new segment is made durable before the old ones go, so a
         crash in between leaves a gap that opening reports, never a lost new segment."""
-        if offset <= self.end_offset:
+        if not self.end_offset < offset < limits.log_offset_max:
             raise InvalidOffset(
                 f"log {self.name}: cannot restart at {offset}: the log already ends at "
-                f"{self.end_offset}"
+                f"{self.end_offset}, and no log reaches {limits.log_offset_max}"
             )
         segment = Segment.create(self.directory, offset)
         self._sync_directory()
