@@ -212,4 +212,36 @@ def test_a_torn_record_on_disk_is_skipped_and_counted_by_readers(
     listed = [line for line in inspected.stdout.splitlines() if line.startswith("offset=")]
     assert len(listed) == batches - 1, inspected.stdout  # every other batch
     assert inspected.returncode == 65, inspected
+    printed = cluster.cli(
+        "sub", queue, "--from-beginning", "--count", str(30 - skipped), "--timeout", "20",
+        "--gcm", cluster.gcm,
+    )  # fmt: skip
+    assert printed.returncode == 0, printed
+    assert len(printed.stdout.splitlines()) == 30 - skipped, printed
+    assert f"skipped {skipped} records of corrupt batches" in printed.stderr, printed
+    assert processes_with(exchange["Id"]), "the exchange keeps serving"
+
+
+def test_a_batch_damaged_on_disk_is_skipped_by_the_log_server_and_counted(
+    cluster: LocalCluster, queue: str
+) -> None:
+    """A flipped byte: the CRC fails, so the exchange cannot tell the batch's records; it
+    answers the read with where sound batches resume, and the subscriber counts the bytes."""
+    exchange = _exchange(cluster, queue)
+    for _ in range(3):
+        _publish(cluster, queue, 10)
+    segment = _segment(cluster, queue, exchange["Id"])
+    data = bytearray(segment.read_bytes())
+    positions = [at for at, _ in batchfmt.iter_batches(bytes(data))]
+    damaged = batchfmt.read_header(data, positions[1])
+    data[positions[1] + damaged.size - 1] ^= 0xFF  # the last payload byte
+    segment.write_bytes(data)
+    got, subscriber = _replay(cluster, queue, 30 - damaged.count)
+    skipped = subscriber.skipped_bytes
+    subscriber.close()
+    assert len(got) == 30 - damaged.count and got[:10] == [b"%d" % n for n in range(10)], got
+    assert skipped == damaged.size
+    assert "are damaged" in cluster.logs()
+    inspected = cluster.cli("log", "inspect", str(segment.parent))
+    assert "CRC mismatch" in inspected.stdout and inspected.returncode == 65, inspected
     assert processes_with(exchange["Id"]), "the exchange keeps serving"

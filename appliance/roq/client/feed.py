@@ -30,8 +30,9 @@ stream as it comes (RoQ's at-most-once).
 Corrupt batches. A batch whose records do not fill it (damage on disk that left its CRC right,
 or an exchange that did not check records) is still framed by its sound header: the feed hands
 it on marked unsound, and the sequencer skips its records and counts them, so the stream goes on
-at once. Bytes that cannot be framed at all (a CRC mismatch in a reply) are skipped to the end of
-that reply and counted in `skipped_bytes`.
+at once. Bytes that cannot be framed at all are skipped and counted in `skipped_bytes`: a log
+damaged on disk (the exchange answers with a `next_offset` past the damage), or a CRC mismatch in
+a reply (the rest of that reply).
 
 Owned by the subscriber's thread, like every socket here.
 """
@@ -235,6 +236,8 @@ class Feed:
             self.evicted_bytes += reply.next_offset - (self.next_offset or 0)
             log.warning("exchange %s: offsets below %d were evicted by retention",
                         self.exchange_id, reply.next_offset)  # fmt: skip
+        elif reply.status == dataplane.READ_BATCHES:
+            self._note_damage(reply)
         self.next_offset = reply.next_offset
         if reply.status == dataplane.READ_NOTHING_YET:
             self.catching_up = False  # caught up: the live stream continues from here
@@ -246,6 +249,14 @@ class Feed:
         if reply.end - reply.next_offset > limits.subscriber_live_pause_bytes:
             self._pause_live()
         return list(self._split(reply.data))  # the subscriber asks for more (`read_more`)
+
+    def _note_damage(self, reply: dataplane.ReadReply) -> None:
+        """The exchange skipped bytes of its log that are damaged: count them."""
+        damaged = reply.next_offset - (self.next_offset or 0) - len(reply.data)
+        if damaged > 0:
+            self.skipped_bytes += damaged
+            log.warning("exchange %s: its log is damaged before offset %d: %d bytes skipped",
+                        self.exchange_id, reply.next_offset, damaged)  # fmt: skip
 
     def _pause_live(self) -> None:
         """Far behind the log's end: stop taking the live stream. Every live batch would be

@@ -24,7 +24,8 @@ Order and duplicates: per exchange by log offsets (`feed.py`), across exchanges 
 routing key (`sequencer.py`).
 
 Corrupt batches (records that do not fill their batch: damage on disk the CRC cannot see) are
-skipped and counted in `corrupt_records`, and delivery goes on (`feed.py`, `sequencer.py`).
+skipped and counted in `corrupt_records`, log bytes damaged beyond framing in `skipped_bytes`,
+and delivery goes on (`feed.py`, `sequencer.py`).
 
 Slow subscribers. The exchange queues at most `exchange.subscriber.hwm` batches for a subscriber;
 past that, ZeroMQ drops that subscriber's batches (never anyone else's, and the exchange does not
@@ -322,6 +323,12 @@ class Subscriber:
     def corrupt_records(self) -> int:
         """Records skipped because their batch was corrupt (each is also logged)."""
         return self.sequencer.corrupt
+
+    @property
+    def skipped_bytes(self) -> int:
+        """Bytes of exchanges' logs skipped because they could not be read at all (damaged on
+        disk: the records they held are counted `lost` by the sequencer if later ones came)."""
+        return sum(feed.skipped_bytes for feed in self.feeds.values())
 
     # --- position ------------------------------------------------------------------------------
     def positions(self) -> dict[str, int]:

@@ -14,10 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from roq import limits
 from roq.errors import CorruptRecord
 from roq.log import format as fmt
-from roq.log.segment import SegmentCorrupt, iter_file, parse_segment_name
+from roq.log.segment import SegmentCorrupt, find_next_batch, iter_file, parse_segment_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,39 +120,6 @@ def _batches(
         except CorruptRecord as error:
             raise _TornRecords(path, base, at, str(error), header) from None
         yield at, view, header
-
-
-def find_next_batch(fd: int, base: int, size: int, start: int) -> int | None:
-    """The first file position >= `start` where a CRC-valid batch stamped with its own offset
-    begins, or None. Reads the file in chunks; candidates are positions of the magic byte."""
-    chunk = limits.log_scan_chunk_bytes
-    magic = bytes([fmt.MAGIC])
-    magic_at = fmt.CRC_START  # the magic is the first byte the CRC covers
-    pos = start
-    while pos < size:
-        data = os.pread(fd, min(chunk + fmt.HEADER_BYTES, size - pos), pos)
-        at = data.find(magic, magic_at)
-        while at != -1 and at - magic_at < chunk:
-            candidate = pos + at - magic_at
-            if fmt.OFFSET.unpack_from(data, at - magic_at + fmt.BASE_OFFSET_AT)[0] == (
-                base + candidate
-            ) and _valid_at(fd, candidate, size):
-                return candidate
-            at = data.find(magic, at + 1)
-        pos += chunk
-    return None
-
-
-def _valid_at(fd: int, position: int, size: int) -> bool:
-    head = os.pread(fd, 4, position)
-    if len(head) < 4:
-        return False
-    length = min(4 + fmt.LENGTH.unpack_from(head)[0], fmt.batch_bytes_max, size - position)
-    try:
-        fmt.check_batch(os.pread(fd, length, position))
-    except CorruptRecord:
-        return False
-    return True
 
 
 @dataclass(slots=True)

@@ -28,7 +28,13 @@ from roq.log import format as fmt
 from roq.log import janitor
 from roq.log.flusher import Flusher
 from roq.log.memory import MemoryLog
-from roq.log.segment import DIR_MODE, Segment, SegmentCorrupt, parse_segment_name
+from roq.log.segment import (
+    DIR_MODE,
+    Segment,
+    SegmentCorrupt,
+    find_next_batch,
+    parse_segment_name,
+)
 
 log = logging.getLogger(__name__)
 
@@ -299,9 +305,10 @@ class Log:
     ) -> int:
         """Append one batch; returns its offset (its byte position in the log).
 
-        The batch is checked (bounds + CRC, CorruptRecord if bad: nothing written) unless the
-        caller passes the `header` check_batch already returned for these bytes. A bytearray is
-        stamped with its offset in place (so the caller can forward the same bytes) and kept by
+        The batch is checked (`format.validate_batch`: bounds, CRC and records; CorruptRecord if
+        bad: nothing written) unless the caller passes the header its own full check returned
+        (validate_batch, or check_batch and check_records). A bytearray is stamped with its
+        offset in place (so the caller can forward the same bytes) and kept by
         the memory log: the caller must not change it afterwards. Other buffers are copied once.
         A replica passes the leader's offset as `expect_offset`: if this log's end differs, the
         logs diverged and InvalidOffset is raised before anything is written.
@@ -311,7 +318,7 @@ class Log:
         if self._sync_error is not None:
             raise self._sync_error
         if header is None:
-            header = fmt.check_batch(memoryview(batch), 0)
+            header = fmt.validate_batch(memoryview(batch), 0)
         if header.size != len(batch):
             raise CorruptRecord(f"{len(batch)} bytes given for one batch of {header.size} bytes")
         if expect_offset is not None and expect_offset != self.end_offset:
@@ -562,6 +569,25 @@ class Log:
             size += len(more)
         data = parts[0] if len(parts) == 1 else b"".join(parts)
         return data, offset + len(data)
+
+    def next_sound_batch(self, offset: int) -> int:
+        """Where reading goes on after the damaged batch at `offset` (a read raised CorruptRecord
+        there): the next position of its segment where a sound batch stamped with its own offset
+        begins, else the segment's end. Changes nothing: the damage stays for `roq log inspect`
+        to report, and every reader skips it."""
+        if not self.start_offset <= offset < self.end_offset:
+            raise InvalidOffset(f"log {self.name}: offset {offset} is not in the log")
+        index = bisect_right(self._bases, offset) - 1
+        segment = self._segments[index]
+        if segment is not self._segments[-1]:
+            self._note_reader(segment)
+        try:
+            found = find_next_batch(
+                segment.fileno(), segment.base, segment.size, offset - segment.base + 1
+            )
+        except OSError as error:
+            raise LogUnavailable(f"log {self.name}: cannot read {segment.path}: {error}") from None
+        return segment.end if found is None else segment.base + found
 
     def _read_segment(
         self, segment: Segment, position: int, max_bytes: int, at_least_one: bool

@@ -102,6 +102,8 @@ def refused(reason: str) -> list[bytes]:
 # Reply:     b"r" [status 1] [next_offset 8] [start 8] [end 8] [data]
 #            status: b"B" batches in data, b"N" no message yet (offset == end),
 #                    b"E" evicted (next_offset = start), b"X" error (data = UTF-8 reason)
+#            With b"B", next_offset = offset + len(data) unless the log is damaged past the
+#            data: then next_offset is where sound batches resume (the reader skips the rest).
 READ = b"R"
 SEEK_TIME = b"T"
 POSITION = b"P"
