@@ -58,6 +58,10 @@ BASE_OFFSET_AT = 4
 
 batch_bytes_max = limits.batch_bytes_max
 ts_delta_us_max = 2**32 - 1
+# Sequence numbers and timestamps end in BSON (int64) and in subscribers' positions: a batch's
+# last sequence number and its records' timestamps must stay below 2**63.
+_SEQ_END_MAX = limits.int64_max + 1
+_FIRST_TS_US_MAX = limits.int64_max - ts_delta_us_max
 
 assert HEADER_BYTES == 58 and RECORD_BYTES == 8
 
@@ -162,8 +166,7 @@ def read_header(buf: bytes | memoryview, at: int = 0) -> BatchHeader:
         raise CorruptRecord(f"impossible batch length {length} at byte {at}")
     if count < 1:
         raise CorruptRecord(f"batch with {count} records at byte {at}")
-    if seq + count > limits.int64_max + 1 or ts > limits.int64_max - ts_delta_us_max:
-        # Both end in BSON (int64) and in a subscriber's position: refused at the door.
+    if seq + count > _SEQ_END_MAX or ts > _FIRST_TS_US_MAX:
         raise CorruptRecord(f"sequence {seq} or timestamp {ts} past 2**63 in batch at byte {at}")
     if len(buf) - at < 4 + length:
         raise CorruptRecord(
