@@ -122,23 +122,20 @@ def test_offsets_beyond_any_log_are_refused_on_restart_and_on_open(tmp_path):
 
 def test_a_batch_damaged_on_disk_ends_a_read_and_readers_can_skip_it(tmp_path):
     with Log(tmp_path, flush_policy=OS, memory_bytes=0) as log:
-        offsets = fill(log, 4)
+        offsets = fill(log, 5)
         path = log.segments[0].path
         data = bytearray(path.read_bytes())
-        data[offsets[2] - 1] ^= 0xFF  # the last payload byte of batch 1: its CRC fails
+        for damaged in (1, 2, 4):  # the last payload byte of each: their CRCs fail
+            data[offsets[damaged] + len(batch(0)) - 1] ^= 0xFF
         path.write_bytes(data)
         first = log.read(0, 10**6)
         assert first.next_offset == offsets[1] and seqs(first.data) == [0, 1, 2]
         with pytest.raises(CorruptRecord, match="CRC mismatch"):
             log.read(offsets[1], 10**6)
-        assert log.next_sound_batch(offsets[1]) == offsets[2]
-        assert seqs(log.read(offsets[2], 10**6).data) == list(range(6, 12))
-        data[offsets[3] - 1] ^= 0xFF  # batch 2 too: the next sound one is batch 3
-        path.write_bytes(data)
-        assert log.next_sound_batch(offsets[1]) == offsets[3]
-        data[log.end_offset - 1] ^= 0xFF  # and batch 3: nothing sound follows
-        path.write_bytes(data)
-        assert log.next_sound_batch(offsets[1]) == log.end_offset
+        assert log.next_sound_batch(offsets[1]) == offsets[3]  # past batches 1 and 2
+        assert seqs(log.read(offsets[3], 10**6).data) == [9, 10, 11]  # ends before batch 4
+        assert log.next_sound_batch(offsets[4]) == log.end_offset  # nothing sound follows
+        assert log.next_sound_batch(offsets[1]) == offsets[3]  # asked again: the same
 
 
 def test_read_answers_no_message_yet_evicted_and_invalid(tmp_path):

@@ -39,6 +39,7 @@ from roq.log.segment import (
 log = logging.getLogger(__name__)
 
 FLUSH_KINDS = ("every-batch", "interval", "os")
+_DAMAGE_KEPT_MAX = 1024  # damaged offsets whose resume point is remembered (next_sound_batch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +152,7 @@ class Log:
         self.gaps: list[tuple[int, int]] = []  # [start, end) offsets missing between segments
         self.recovered_bytes_dropped = 0
         self.corrupt_batches = 0  # found on open with a valid CRC but torn records (kept)
+        self._damage: dict[int, int] = {}  # damaged offset → where sound batches resume
         self._clock = clock
         self._segments: list[Segment] = []
         self._bases: list[int] = []
@@ -361,6 +363,7 @@ class Log:
         self._segments.append(Segment.open(last.path))
         self._segments[-1].truncate(offset - last.base)
         self.memory.drop_from(offset)
+        self._damage.clear()
         self.gaps = [gap for gap in self.gaps if gap[1] <= offset]
         self.durable_offset = min(self.durable_offset, offset)
         self._generation += 1
@@ -383,6 +386,7 @@ class Log:
         self._segments, self._bases, self._open_readers = [], [], []
         self._add(segment)
         self.memory.clear()
+        self._damage.clear()
         self.gaps = []
         self.durable_offset = offset
         self._generation += 1  # a sync asked for before is stale
@@ -574,9 +578,18 @@ class Log:
         """Where reading goes on after the damaged batch at `offset` (a read raised CorruptRecord
         there): the next position of its segment where a sound batch stamped with its own offset
         begins, else the segment's end. Changes nothing: the damage stays for `roq log inspect`
-        to report, and every reader skips it."""
+        to report, and every reader skips it. The answer is kept (a scan may read the rest of a
+        segment, on the exchange's thread: every reader that meets the damage asks)."""
         if not self.start_offset <= offset < self.end_offset:
             raise InvalidOffset(f"log {self.name}: offset {offset} is not in the log")
+        resume = self._damage.get(offset)
+        if resume is None:
+            if len(self._damage) >= _DAMAGE_KEPT_MAX:
+                self._damage.clear()
+            resume = self._damage[offset] = self._find_sound_batch(offset)
+        return resume
+
+    def _find_sound_batch(self, offset: int) -> int:
         index = bisect_right(self._bases, offset) - 1
         segment = self._segments[index]
         if segment is not self._segments[-1]:
