@@ -12,7 +12,7 @@ checked (`format.check_batch`, `format.check_records`: a batch whose records do 
 refused, or it would block every replay), and the same bytes are forwarded with the routing key
 as the first frame, so ZeroMQ's prefix matching in the subscribers does the key routing. There is
 no per-message Python work when a batch's records have one size (the record check is then a few
-strided byte slices); records of mixed sizes are walked, ~90 ns each (docs/benchmarks.md §6).
+strided byte slices); records of mixed sizes are walked, ~80 ns each (docs/benchmarks.md §6b).
 
 With `useLog` (the default) every batch is appended to the exchange's message log before it
 is forwarded: the log stamps the batch's offset (its byte position) into the header, so

@@ -199,7 +199,7 @@ def check_records(buf: bytes | memoryview, header: BatchHeader, at: int = 0) -> 
     """CorruptRecord unless the records of the batch at `at` fill it exactly. On the exchange's
     hot path, so no Python work per record in the common case: when every record has the size
     of the first (a publisher's usual batch) the check is four strided byte slices; otherwise
-    it walks the record heads (~90 ns a record; docs/benchmarks.md §6)."""
+    it walks the record heads (~80 ns a record; docs/benchmarks.md §6b)."""
     start, end, count = at + HEADER_BYTES + len(header.key), at + header.size, header.count
     if count * RECORD_BYTES > end - start:
         raise CorruptRecord(f"batch at byte {at} is too short for its {count} records")
