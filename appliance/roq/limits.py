@@ -118,6 +118,7 @@ subscriber_refresh_timeout_ms = 1_000  # ... and wait this long for its answer
 subscriber_streams_max = 1_000_000  # (producer, key) streams tracked for order and duplicates
 subscriber_burst_batches = 1_024  # batches taken from one live stream per wake-up
 subscriber_stat_period_s = 1.0  # a subscriber sends its statistics to the stat monitor this often
+subscriber_corrupt_logged_max = 10  # corrupt batches a feed logs; the rest are only counted
 
 # --- data plane: monitor ------------------------------------------------------------------
 monitor_publishers_max = 1_000_000  # publishers a monitor remembers placements for
@@ -150,6 +151,7 @@ log_read_files_max = 16  # closed segments kept open for reading (least recently
 log_offset_max = 2**60
 # Sequence numbers and timestamps travel as unsigned 64-bit fields but may reach BSON (int64).
 int64_max = 2**63 - 1
+log_damage_kept_max = 1_024  # damaged offsets whose resume point a log remembers (readers ask)
 
 # --- roq bench ------------------------------------------------------------------------------
 bench_ready_timeout_s = 30.0  # a bench subscriber process must say it is ready within this

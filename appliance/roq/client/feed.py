@@ -55,7 +55,6 @@ log = logging.getLogger(__name__)
 _READ_TIMEOUT_S = limits.request_timeout_ms / 1000
 _IDLE_S = limits.subscriber_idle_probe_ms / 1000
 LOG_PORT_OFFSET = 2  # F+3 is back (F+1) + 2
-_CORRUPT_LOGGED_MAX = 10  # corrupt batches logged per feed; the rest are only counted
 
 # (header, batch, sound): `sound` is False for a batch whose records cannot be read
 Taken = tuple[batchfmt.BatchHeader, memoryview, bool]
@@ -340,7 +339,7 @@ class Feed:
             batchfmt.check_records(batch, header)
         except CorruptRecord as error:
             self.corrupt_batches += 1
-            if self.corrupt_batches <= _CORRUPT_LOGGED_MAX:
+            if self.corrupt_batches <= limits.subscriber_corrupt_logged_max:
                 log.warning("exchange %s: skipping the %d records of a corrupt batch at offset %d "
                             "(producer %s, sequence %d..%d): %s", self.exchange_id, header.count,
                             header.base_offset, header.producer_id.hex(), header.first_seq,

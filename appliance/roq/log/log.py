@@ -39,7 +39,6 @@ from roq.log.segment import (
 log = logging.getLogger(__name__)
 
 FLUSH_KINDS = ("every-batch", "interval", "os")
-_DAMAGE_KEPT_MAX = 1024  # damaged offsets whose resume point is remembered (next_sound_batch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -584,7 +583,7 @@ class Log:
             raise InvalidOffset(f"log {self.name}: offset {offset} is not in the log")
         resume = self._damage.get(offset)
         if resume is None:
-            if len(self._damage) >= _DAMAGE_KEPT_MAX:
+            if len(self._damage) >= limits.log_damage_kept_max:
                 self._damage.clear()
             resume = self._damage[offset] = self._find_sound_batch(offset)
         return resume
