@@ -1,11 +1,13 @@
 """Cost of each step of the exchange's and the clients' per-batch work, without sockets.
 
-Times, per batch, what `Exchange._accept` does (check_batch: header + CRC; the bytearray copy
-for the log; Log.append: pwrite + memory log; the two LoadMeter.add calls) and what the
-publisher (`encode_batch`) and subscriber (`read_header`, `iter_records`) do, for a batch of
-100 records and a batch of 1 record, 100 B and 1 KiB payloads. One process, one core.
+Times, per batch, what `Exchange._accept` does (check_batch: header + CRC; check_records: the
+records fill the batch; the bytearray copy for the log; Log.append: pwrite + memory log; the two
+LoadMeter.add calls) and what the publisher (`encode_batch`) and subscriber (`read_header`,
+`iter_records`) do, for a batch of 100 records and a batch of 1 record, 100 B and 1 KiB
+payloads, and a 64 KiB batch of 100 B records (600). `--mixed` gives the records sizes of
+payload ± 20 B instead of one size (check_records then walks the record heads). One process.
 
-    python benchmarks/hotpath_micro.py [--log-dir /tmp/roq-micro]
+    python benchmarks/hotpath_micro.py [--log-dir /tmp/roq-micro] [--mixed] [--only-checks]
 """
 
 from __future__ import annotations
@@ -35,9 +37,11 @@ def per_call_us(fn: Callable[[], Any], number: int) -> float:
     return min(timeit.repeat(fn, number=number, repeat=REPEAT)) / number * 1e6
 
 
-def one_case(count: int, payload: int, log_dir: Path) -> dict[str, Any]:
+def one_case(
+    count: int, payload: int, log_dir: Path, mixed: bool, only_checks: bool
+) -> dict[str, Any]:
     pid = uuid.uuid4().bytes
-    payloads = [b"x" * payload] * count
+    payloads = [b"x" * (payload + (i * 7 % 41 - 20 if mixed else 0)) for i in range(count)]
     stamps = [time.time_ns() // 1000 + i for i in range(count)]
     batch = batchfmt.encode_batch(pid, 0, b"test", payloads, stamps)
     view = memoryview(batch)
@@ -46,30 +50,37 @@ def one_case(count: int, payload: int, log_dir: Path) -> dict[str, Any]:
     meter = LoadMeter()
     directory = Path(tempfile.mkdtemp(dir=log_dir))
     log = Log.open(directory, LogSettings(flush=FlushPolicy("os")), name="micro")
+    calls: dict[str, Callable[[], Any]] = {
+        "encode_batch (publisher)": lambda: batchfmt.encode_batch(
+            pid, 0, b"test", payloads, stamps
+        ),
+        "read_header": lambda: batchfmt.read_header(view),
+        "check_batch (header + CRC)": lambda: batchfmt.check_batch(view),
+        "bytearray copy": lambda: bytearray(view),
+        "Log.append (pwrite + memory log, flush=os)": lambda: log.append(bytearray(view), header),
+        "2 x LoadMeter.add": lambda: (
+            meter.add(pid, count, payload),
+            meter.add(pid, count, payload),
+        ),
+        "iter_records (subscriber, all records)": lambda: sum(
+            1 for _ in batchfmt.iter_records(view)
+        ),
+    }
+    if hasattr(batchfmt, "check_records"):  # absent before issue 16: A/B against older trees
+        calls["check_records"] = lambda: batchfmt.check_records(view, header)
+        calls["exchange's check (check_batch + check_records)"] = lambda: batchfmt.check_records(
+            view, batchfmt.check_batch(view)
+        )
+    if only_checks:
+        calls = {name: call for name, call in calls.items() if "head" in name or "check" in name}
     try:
-        steps = {
-            "encode_batch (publisher)": per_call_us(
-                lambda: batchfmt.encode_batch(pid, 0, b"test", payloads, stamps), number
-            ),
-            "read_header": per_call_us(lambda: batchfmt.read_header(view), number),
-            "check_batch (header + CRC)": per_call_us(lambda: batchfmt.check_batch(view), number),
-            "bytearray copy": per_call_us(lambda: bytearray(view), number),
-            "Log.append (pwrite + memory log, flush=os)": per_call_us(
-                lambda: log.append(bytearray(view), header), number
-            ),
-            "2 x LoadMeter.add": per_call_us(
-                lambda: (meter.add(pid, count, payload), meter.add(pid, count, payload)), number
-            ),
-            "iter_records (subscriber, all records)": per_call_us(
-                lambda: sum(1 for _ in batchfmt.iter_records(view)), number
-            ),
-        }
+        steps = {name: per_call_us(call, number) for name, call in calls.items()}
     finally:
         log.close()
         shutil.rmtree(directory, ignore_errors=True)
     return {
         "records_per_batch": count,
-        "payload": payload,
+        "payload": f"{payload} ± 20" if mixed else payload,
         "batch_bytes": len(batch),
         "us_per_batch": {k: round(v, 2) for k, v in steps.items()},
         "us_per_message": {k: round(v / count, 3) for k, v in steps.items()},
@@ -79,10 +90,14 @@ def one_case(count: int, payload: int, log_dir: Path) -> dict[str, Any]:
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--log-dir", default=tempfile.gettempdir())
+    parser.add_argument("--mixed", action="store_true", help="payload sizes of payload ± 20 B")
+    parser.add_argument(
+        "--only-checks", action="store_true", help="time the header and batch checks only"
+    )
     args = parser.parse_args(argv)
-    for count in (100, 1):
-        for payload in (100, 1024):
-            print(json.dumps(one_case(count, payload, Path(args.log_dir))), flush=True)
+    for count, payload in ((100, 100), (100, 1024), (1, 100), (1, 1024), (600, 100)):
+        case = one_case(count, payload, Path(args.log_dir), args.mixed, args.only_checks)
+        print(json.dumps(case), flush=True)
 
 
 if __name__ == "__main__":

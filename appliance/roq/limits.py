@@ -130,6 +130,7 @@ subscriber_refresh_timeout_ms = 1_000  # ... and wait this long for its answer
 subscriber_streams_max = 1_000_000  # (producer, key) streams tracked for order and duplicates
 subscriber_burst_batches = 1_024  # batches taken from one live stream per wake-up
 subscriber_stat_period_s = 1.0  # a subscriber sends its statistics to the stat monitor this often
+subscriber_corrupt_logged_max = 10  # corrupt batches a feed logs; the rest are only counted
 
 # --- data plane: monitor ------------------------------------------------------------------
 monitor_publishers_max = 1_000_000  # publishers a monitor remembers placements for
@@ -156,6 +157,13 @@ scaling_actuator_join_s = 0.5  # closing the monitor waits this long for the (da
 # --- message log ----------------------------------------------------------------------------
 log_scan_chunk_bytes = 1024 * 1024  # recovery and inspection read segments in chunks this big
 log_read_files_max = 16  # closed segments kept open for reading (least recently used closed)
+# A log offset is a byte position, and no log reaches 2**60 bytes (1 EiB: 36 years at 1 GB/s).
+# An offset at or past this, in a frame or a segment file's name, is refused where it enters:
+# it would otherwise reach BSON (int64) in a report, or a file name (issue 16).
+log_offset_max = 2**60
+# Sequence numbers and timestamps travel as unsigned 64-bit fields but may reach BSON (int64).
+int64_max = 2**63 - 1
+log_damage_kept_max = 1_024  # damaged offsets whose resume point a log remembers (readers ask)
 
 # --- roq bench ------------------------------------------------------------------------------
 bench_ready_timeout_s = 30.0  # a bench subscriber process must say it is ready within this

@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 import pytest
-from logutil import batch, seqs
+from logutil import batch, seqs, torn
 
-from roq import config
+from roq import config, limits
 from roq.errors import CorruptRecord, InvalidOffset, LogUnavailable
 from roq.log import (
     FlushPolicy,
@@ -99,6 +99,43 @@ def test_corrupt_input_is_refused_and_nothing_is_written(tmp_path):
             log.append(b"\x00" * 100)
         assert log.end_offset == 0
         assert log.segments[0].path.stat().st_size == 0
+
+
+def test_a_batch_with_torn_records_is_refused_and_nothing_is_written(tmp_path):
+    with Log(tmp_path, flush_policy=OS) as log:
+        with pytest.raises(CorruptRecord, match="record 1 of batch"):
+            log.append(torn(batch(0)))
+        assert log.end_offset == 0 and log.segments[0].path.stat().st_size == 0
+
+
+def test_offsets_beyond_any_log_are_refused_on_restart_and_on_open(tmp_path):
+    with Log(tmp_path / "a", flush_policy=OS) as log:
+        with pytest.raises(InvalidOffset, match="cannot restart at"):
+            log.restart_at(2**63 + 5)
+        log.restart_at(limits.log_offset_max - 1)  # the largest plausible start
+    beyond = tmp_path / "b"
+    beyond.mkdir()
+    (beyond / segment_name(2**63 + 5)).touch()
+    with pytest.raises(CorruptRecord, match="lies beyond any log"):
+        Log(beyond, flush_policy=OS)
+
+
+def test_a_batch_damaged_on_disk_ends_a_read_and_readers_can_skip_it(tmp_path):
+    with Log(tmp_path, flush_policy=OS, memory_bytes=0) as log:
+        offsets = fill(log, 5)
+        path = log.segments[0].path
+        data = bytearray(path.read_bytes())
+        for damaged in (1, 2, 4):  # the last payload byte of each: their CRCs fail
+            data[offsets[damaged] + len(batch(0)) - 1] ^= 0xFF
+        path.write_bytes(data)
+        first = log.read(0, 10**6)
+        assert first.next_offset == offsets[1] and seqs(first.data) == [0, 1, 2]
+        with pytest.raises(CorruptRecord, match="CRC mismatch"):
+            log.read(offsets[1], 10**6)
+        assert log.next_sound_batch(offsets[1]) == offsets[3]  # past batches 1 and 2
+        assert seqs(log.read(offsets[3], 10**6).data) == [9, 10, 11]  # ends before batch 4
+        assert log.next_sound_batch(offsets[4]) == log.end_offset  # nothing sound follows
+        assert log.next_sound_batch(offsets[1]) == offsets[3]  # asked again: the same
 
 
 def test_read_answers_no_message_yet_evicted_and_invalid(tmp_path):

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from logutil import batch
+from logutil import batch, torn
 
 from roq.log import FlushPolicy, Log
 from roq.system.spawn import child_environment
@@ -77,6 +77,27 @@ def test_inspect_a_corrupted_directory_names_file_and_offset(tmp_path):
     assert text.returncode == 65
     assert f"CORRUPT {first} offset=0" in text.stdout
     assert "CORRUPTION FOUND" in text.stdout
+
+
+def test_inspect_skips_and_counts_a_batch_with_torn_records_and_reads_on(tmp_path):
+    """A CRC that holds over records that do not fill their batch (a disk error the CRC cannot
+    see): the batch is reported with its records, and the batch after it is still read."""
+    log_dir = make_log(tmp_path)
+    first = sorted(log_dir.iterdir())[0]
+    first.write_bytes(torn(first.read_bytes(), 0))
+    result = inspect(str(log_dir), "--json")
+    assert result.returncode == 65
+    summary = json.loads(result.stdout)
+    assert summary["batches"] == 5 and summary["records"] == 15
+    assert summary["skipped_records"] == 3
+    [span] = summary["corrupt"]
+    assert (span["offset"], span["bytes"], span["records"]) == (0, 145, 3)
+    assert "record 1 of batch" in span["reason"]
+    text = inspect(str(log_dir))
+    assert f"CORRUPT {first} offset=0 byte=0 bytes=145" in text.stdout
+    assert "(3 records skipped)" in text.stdout
+    assert "offset=145 producer=" in text.stdout  # the next batch of the same file
+    assert "skipped 1 corrupt span(s) (3 records known)" in text.stdout
 
 
 def test_inspect_reports_a_missing_segment_as_a_gap(tmp_path):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from logutil import batch, seqs
+from logutil import batch, seqs, torn
 
 from roq.log import FlushPolicy, Log, ReadStatus, segment_name
 from roq.log import format as fmt
@@ -51,6 +51,23 @@ def reopen_and_check(directory: Path, good_batches: int, caplog, dropped: int) -
     with Log(directory, flush_policy=OS) as again:  # and the repaired log is clean
         assert again.recovered_bytes_dropped == 0
         assert again.end_offset == (good_batches + 1) * SIZE
+
+
+def test_a_batch_with_torn_records_is_kept_counted_and_the_rest_recovers(tmp_path, caplog):
+    """Its CRC holds, so its length is sound: cutting there would drop every later batch.
+    It is kept (readers skip it) and named in a warning."""
+    write_log(tmp_path)
+    path = last_segment(tmp_path)
+    path.write_bytes(torn(path.read_bytes(), 2 * SIZE))
+    with (
+        caplog.at_level(logging.WARNING, logger="roq.log.log"),
+        Log(tmp_path, flush_policy=OS) as log,
+    ):
+        assert log.end_offset == 5 * SIZE and log.recovered_bytes_dropped == 0
+        assert log.corrupt_batches == 1
+        assert f"the batch at offset {2 * SIZE}" in caplog.text and "kept" in caplog.text
+        data = log.read(3 * SIZE, 10**6).data
+        assert seqs(data) == list(range(9, 15))
 
 
 def test_clean_log_recovers_nothing(tmp_path, caplog):

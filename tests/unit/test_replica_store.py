@@ -4,17 +4,19 @@ several whole batches, and a frame with one bad batch changes nothing), and a le
 
 from __future__ import annotations
 
+import logging
 import struct
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from logutil import batch, seqs
+from logutil import batch, seqs, torn
 
-from roq.errors import CorruptRecord, InvalidOffset
+from roq.errors import CorruptRecord, DecodeError, InvalidOffset
 from roq.exchange.replication import (
     OK,
+    PROBE,
     REPLICA_LAG_S,
     RESTART,
     WRITE,
@@ -52,7 +54,50 @@ def test_a_frame_with_a_corrupt_batch_writes_none_of_it(tmp_path: Path) -> None:
     bad[-1] ^= 0xFF  # a payload byte: the CRC no longer matches
     with pytest.raises(CorruptRecord):
         _write(store, 0, good + bytes(bad))
-    assert store.logs[LEADER.decode()].end_offset == 0
+    assert LEADER.decode() not in store.logs  # checked before the copy is even opened
+    store.close()
+
+
+@pytest.mark.parametrize("offset", [2**63 + 5, 2**60, 2**64 - 1])
+def test_a_restart_beyond_any_log_is_refused_before_a_copy_is_made(
+    tmp_path: Path, offset: int
+) -> None:
+    store = ReplicaStore(tmp_path, "q", "127.0.0.1-6004-bbbbbb", LogSettings(memory_bytes=0))
+    with pytest.raises(DecodeError, match="beyond any log"):
+        store.handle([RESTART, b"fz-1", struct.pack("<Q", offset)])
+    with pytest.raises(DecodeError, match="beyond any log"):
+        _write(store, offset, batch(0))
+    assert store.ends() == {} and not list(tmp_path.rglob("fz-1@*"))
+    store.close()
+
+
+def test_a_write_with_torn_records_is_refused_before_a_copy_is_made(tmp_path: Path) -> None:
+    store = ReplicaStore(tmp_path, "q", "127.0.0.1-6004-bbbbbb", LogSettings(memory_bytes=0))
+    with pytest.raises(CorruptRecord, match="record 1 of batch"):
+        _write(store, 0, batch(0) + torn(batch(3)))
+    assert store.ends() == {}
+    store.close()
+
+
+def test_a_copy_beyond_any_log_on_disk_is_quarantined_at_start(tmp_path: Path, caplog) -> None:
+    """What a RESTART at 2**63 + 5 left behind before it was refused: the exchange reported
+    that end in BSON and died, on every restart. Now the copy is set aside, the others open."""
+    own = "127.0.0.1-6004-bbbbbb"
+    good = ReplicaStore(tmp_path, "q", own, LogSettings(memory_bytes=0))
+    _write(good, 0, batch(0))
+    good.close()
+    bad = tmp_path / "_replicas" / "q" / f"fz-1@{own}"
+    bad.mkdir()
+    (bad / segment_name(2**63 + 5)).touch()
+    with caplog.at_level(logging.ERROR, logger="roq.exchange.replication"):
+        store = ReplicaStore(tmp_path, "q", own, LogSettings(memory_bytes=0))
+    assert store.ends() == {LEADER.decode(): len(batch(0))}
+    assert not bad.exists() and len(list(bad.parent.glob(f"fz-1@{own}.quarantined-*"))) == 1
+    assert "quarantined" in caplog.text and "fz-1" in caplog.text
+    with pytest.raises(InvalidOffset, match="no copy"):
+        store.copy("fz-1")  # a read of the set-aside copy
+    assert store.handle([PROBE, b"fz-1"])[2] == OK  # a live leader starts a new copy
+    assert store.ends()["fz-1"] == 0
     store.close()
 
 

@@ -38,3 +38,16 @@ def test_a_source_whose_log_evicted_is_forgiven_one_gap_per_stream():
     assert seqs(sequencer.offer(header(12, key=b"a"), b"", 0.0, feed)) == [12]
     sequencer.forget(feed)
     assert sequencer.offer(header(40, key=b"a"), b"", 0.0, feed) == []  # held again
+
+
+def test_a_corrupt_batch_is_skipped_and_counted_in_its_turn_without_waiting():
+    sequencer, feed = Sequencer(gap_wait_s=60), object()
+    assert seqs(sequencer.offer(header(0), b"", 0.0, feed)) == [0]
+    assert sequencer.offer(header(4), b"", 0.0, feed) == []  # held: 2..3 missing
+    assert seqs(sequencer.offer(header(2), b"", 0.0, feed, corrupt=True)) == [4]  # 2..3 skipped
+    assert (sequencer.corrupt, sequencer.lost, sequencer.held) == (2, 0, 0)
+    assert sequencer.offer(header(8), b"", 0.0, feed, corrupt=True) == []  # held in order
+    assert seqs(sequencer.offer(header(6), b"", 0.0, feed)) == [6]  # then skipped after it
+    assert sequencer.corrupt == 4 and sequencer.streams[(PRODUCER, b"k")].next_seq == 10
+    sequencer.offer(header(9, count=3), b"", 0.0, feed, corrupt=True)  # overlaps a delivered one
+    assert sequencer.corrupt == 6 and sequencer.duplicates == 1

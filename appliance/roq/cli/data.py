@@ -144,6 +144,10 @@ def sub(
                     received += 1
                 out.flush()
                 subscriber.commit()  # after the output is out: at-least-once across a kill
+            if subscriber.corrupt_records or subscriber.skipped_bytes:
+                typer.echo(f"roq sub: skipped {subscriber.corrupt_records} records of corrupt "
+                           f"batches and {subscriber.skipped_bytes} damaged log bytes",
+                           err=True)  # fmt: skip
         if count is not None and received < count and not stop.is_set():
             typer.echo(f"roq sub: only {received} of {count} messages before the timeout", err=True)
             raise typer.Exit(75)

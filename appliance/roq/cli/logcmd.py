@@ -1,7 +1,9 @@
 """`roq log inspect DIR|FILE`: print the batches of message-log segments and check them.
 
-Read-only: it never repairs (an exchange's recovery on open does that). Exit code 0 when every
-batch is valid, 65 (EX_DATAERR) when corrupt spans or gaps between segments were found.
+Read-only: it never repairs (an exchange's recovery on open does that). A corrupt span is
+reported (with the records it skips, when its header says), counted, and the reading goes on
+after it. Exit code 0 when every batch is valid, 65 (EX_DATAERR) when corrupt spans or gaps
+between segments were found; the summary then says what was skipped and that the rest was read.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ def _print_problem(item: Corrupt | Gap) -> None:
     if isinstance(item, Corrupt):
         typer.echo(
             f"CORRUPT {item.path} offset={item.offset} byte={item.position} "
-            f"bytes={item.length}: {item.reason}"
+            f"bytes={item.length}: {item.reason}{_skipped(item)}"
         )
     else:
         typer.echo(f"GAP {item.directory} offsets {item.start}..{item.end}: no segment holds them")
@@ -77,11 +79,22 @@ def _print_summary(summary: Summary) -> None:
     for corrupt in summary.corrupt:
         typer.echo(
             f"corrupt: {corrupt.path} at offset {corrupt.offset} (byte {corrupt.position}), "
-            f"{corrupt.length} bytes: {corrupt.reason}"
+            f"{corrupt.length} bytes: {corrupt.reason}{_skipped(corrupt)}"
         )
     for gap in summary.gaps:
         typer.echo(f"gap: {gap.directory} offsets {gap.start}..{gap.end}")
-    typer.echo("clean" if summary.clean else "CORRUPTION FOUND")
+    if summary.clean:
+        typer.echo("clean")
+    else:
+        typer.echo(
+            f"CORRUPTION FOUND: skipped {len(summary.corrupt)} corrupt span(s) "
+            f"({summary.skipped_records} records known) and {len(summary.gaps)} gap(s); "
+            "every other batch was read"
+        )
+
+
+def _skipped(corrupt: Corrupt) -> str:
+    return "" if corrupt.records is None else f" ({corrupt.records} records skipped)"
 
 
 @log_app.command("inspect")

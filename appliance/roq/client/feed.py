@@ -27,6 +27,13 @@ price is that a narrow subscriber receives the exchange's whole stream. Exchange
 (`useLog=false`) stamp no offsets: their feeds let ZeroMQ filter by prefix and deliver the live
 stream as it comes (RoQ's at-most-once).
 
+Corrupt batches. A batch whose records do not fill it (damage on disk that left its CRC right,
+or an exchange that did not check records) is still framed by its sound header: the feed hands
+it on marked unsound, and the sequencer skips its records and counts them, so the stream goes on
+at once. Bytes that cannot be framed at all are skipped and counted in `skipped_bytes`: a log
+damaged on disk (the exchange answers with a `next_offset` past the damage), or a CRC mismatch in
+a reply (the rest of that reply).
+
 Owned by the subscriber's thread, like every socket here.
 """
 
@@ -49,6 +56,9 @@ _READ_TIMEOUT_S = limits.request_timeout_ms / 1000
 _IDLE_S = limits.subscriber_idle_probe_ms / 1000
 LOG_PORT_OFFSET = 2  # F+3 is back (F+1) + 2
 
+# (header, batch, sound): `sound` is False for a batch whose records cannot be read
+Taken = tuple[batchfmt.BatchHeader, memoryview, bool]
+
 
 class Feed:
     def __init__(
@@ -65,6 +75,8 @@ class Feed:
         self.catching_up = False
         self.evicted_bytes = 0
         self.read_batches = 0
+        self.corrupt_batches = 0  # framed, but their records cannot be read (skipped)
+        self.skipped_bytes = 0  # could not be framed at all (skipped)
         self.copies: list[str] = []  # log endpoints of replicas to read from; []: the owner
         self.live_paused = False  # far behind: the live socket is not connected (see _on_read)
         self.evicted_since_offer = False
@@ -139,7 +151,7 @@ class Feed:
         return not self._pending and not self.catching_up
 
     # --- live stream ---------------------------------------------------------------------------
-    def receive(self, burst: int) -> Iterator[tuple[batchfmt.BatchHeader, memoryview]]:
+    def receive(self, burst: int) -> Iterator[Taken]:
         """Live batches to deliver, in offset order (gaps switch to reading the log)."""
         for frames in drained(self.live, burst, copy=False):
             self._heard = time.monotonic()
@@ -152,7 +164,7 @@ class Feed:
                 log.warning("exchange %s: dropped a bad batch: %s", self.exchange_id, error)
                 continue
             if self._admit_live(header) and header.key.startswith(self.key):
-                yield header, batch
+                yield header, batch, self._sound(header, batch)
 
     def _admit_live(self, header: batchfmt.BatchHeader) -> bool:
         if not self.logged:
@@ -196,7 +208,7 @@ class Feed:
         host, _, port = self.back.rpartition(":")
         return f"{host}:{int(port) + LOG_PORT_OFFSET}"
 
-    def on_reply(self) -> list[tuple[batchfmt.BatchHeader, memoryview]]:
+    def on_reply(self) -> list[Taken]:
         """Handle one log reply; the batches it delivers, in order."""
         try:
             reply = dataplane.parse_read_reply(self.reader.recv_multipart(NOBLOCK))
@@ -217,12 +229,14 @@ class Feed:
             return []
         return self._on_read(reply)
 
-    def _on_read(self, reply: dataplane.ReadReply) -> list[tuple[batchfmt.BatchHeader, memoryview]]:
+    def _on_read(self, reply: dataplane.ReadReply) -> list[Taken]:
         if reply.status == dataplane.READ_EVICTED:
             self.evicted_since_offer = True  # the subscriber tells its sequencer (forgive)
             self.evicted_bytes += reply.next_offset - (self.next_offset or 0)
             log.warning("exchange %s: offsets below %d were evicted by retention",
                         self.exchange_id, reply.next_offset)  # fmt: skip
+        elif reply.status == dataplane.READ_BATCHES:
+            self._note_damage(reply)
         self.next_offset = reply.next_offset
         if reply.status == dataplane.READ_NOTHING_YET:
             self.catching_up = False  # caught up: the live stream continues from here
@@ -234,6 +248,14 @@ class Feed:
         if reply.end - reply.next_offset > limits.subscriber_live_pause_bytes:
             self._pause_live()
         return list(self._split(reply.data))  # the subscriber asks for more (`read_more`)
+
+    def _note_damage(self, reply: dataplane.ReadReply) -> None:
+        """The exchange skipped bytes of its log that are damaged: count them."""
+        damaged = reply.next_offset - (self.next_offset or 0) - len(reply.data)
+        if damaged > 0:
+            self.skipped_bytes += damaged
+            log.warning("exchange %s: its log is damaged before offset %d: %d bytes skipped",
+                        self.exchange_id, reply.next_offset, damaged)  # fmt: skip
 
     def _pause_live(self) -> None:
         """Far behind the log's end: stop taking the live stream. Every live batch would be
@@ -294,12 +316,36 @@ class Feed:
     def read_more(self) -> None:
         self._catch_up()
 
-    def _split(self, data: bytes) -> Iterator[tuple[batchfmt.BatchHeader, memoryview]]:
+    def _split(self, data: bytes) -> Iterator[Taken]:
         view = memoryview(data)
-        for position, header in batchfmt.iter_batches(view):
+        position = 0
+        while position < len(view):
+            try:
+                header = batchfmt.check_batch(view, position)
+            except CorruptRecord as error:  # no sound length: the rest cannot be framed
+                self.skipped_bytes += len(view) - position
+                log.warning("exchange %s: skipped %d bytes of a log read that cannot be read: %s",
+                            self.exchange_id, len(view) - position, error)  # fmt: skip
+                return
             self.read_batches += 1
+            batch = view[position : position + header.size]
             if header.key.startswith(self.key):
-                yield header, view[position : position + header.size]
+                yield header, batch, self._sound(header, batch)
+            position += header.size
+
+    def _sound(self, header: batchfmt.BatchHeader, batch: memoryview) -> bool:
+        """Whether the batch's records can be read; a corrupt one is counted and logged."""
+        try:
+            batchfmt.check_records(batch, header)
+        except CorruptRecord as error:
+            self.corrupt_batches += 1
+            if self.corrupt_batches <= limits.subscriber_corrupt_logged_max:
+                log.warning("exchange %s: skipping the %d records of a corrupt batch at offset %d "
+                            "(producer %s, sequence %d..%d): %s", self.exchange_id, header.count,
+                            header.base_offset, header.producer_id.hex(), header.first_seq,
+                            header.last_seq, error)  # fmt: skip
+            return False
+        return True
 
     # --- timers --------------------------------------------------------------------------------
     def check_timeout(self, now: float) -> None:

@@ -11,6 +11,10 @@ fail-over. The sequencer delivers each stream's records in sequence order, exact
 * a batch ahead of the stream is held (bounded: `limits.subscriber_reorder_batches_max`) until the
   gap fills, or for at most `gap_wait_s`; then the gap is counted as lost and delivery goes on.
 
+A corrupt batch (its records cannot be read, `corrupt=True`) takes its place in the stream like
+any other, but when its turn comes its records are counted in `corrupt` instead of delivered:
+the stream goes on at once rather than wait `gap_wait_s` for records that will never be readable.
+
 The first batch seen of a stream starts it wherever it starts (a subscriber joins "now"), unless
 `from_start` is set (a replay from the beginning): then every stream starts at sequence 0, so a
 stream whose later part happens to arrive first (another exchange's log answered sooner) waits
@@ -33,6 +37,7 @@ class Delivery:
     batch: memoryview | bytes
     skip: int = 0  # leading records already delivered before (an overlapping re-send)
     source: object = None  # where it came from (a feed): the subscriber throttles by it
+    corrupt: bool = False  # its records cannot be read: skipped and counted, never delivered
 
 
 @dataclass
@@ -56,6 +61,7 @@ class Sequencer:
         self.held = 0
         self.duplicates = 0  # records dropped as already delivered
         self.lost = 0  # records never seen after their gap timed out
+        self.corrupt = 0  # records skipped because their batch was corrupt
         self.gaps = 0
         self.held_by_source: dict[object, int] = {}
         # sources whose log evicted records: the streams already offered since (see forgive)
@@ -77,7 +83,12 @@ class Sequencer:
         self._forgiving.pop(source, None)
 
     def offer(
-        self, header: BatchHeader, batch: memoryview | bytes, now: float, source: object = None
+        self,
+        header: BatchHeader,
+        batch: memoryview | bytes,
+        now: float,
+        source: object = None,
+        corrupt: bool = False,
     ) -> list[Delivery]:
         key = (header.producer_id, header.key)
         stream = self.streams.get(key)
@@ -87,10 +98,11 @@ class Sequencer:
             stream = self.streams[key] = _Stream(0 if self.from_start else header.first_seq)
         if header.first_seq > stream.next_seq and self._forgiven(source, key):
             self._lose_until(stream, header.first_seq)
+        delivery = Delivery(header, batch, 0, source, corrupt)
         if header.first_seq > stream.next_seq:
-            return self._hold(stream, Delivery(header, batch, 0, source), now)
+            return self._hold(stream, delivery, now)
         out: list[Delivery] = []
-        self._deliver(stream, Delivery(header, batch, 0, source), out)
+        self._deliver(stream, delivery, out)
         self._release(stream, out)
         return out
 
@@ -152,8 +164,12 @@ class Sequencer:
             self.duplicates += header.count
             return
         skip = stream.next_seq - header.first_seq
+        stream.next_seq = last + 1
         if skip > 0:
             self.duplicates += skip
+        if delivery.corrupt:
+            self.corrupt += header.count - max(skip, 0)
+            return
+        if skip > 0:
             delivery = Delivery(header, delivery.batch, skip, delivery.source)
         out.append(delivery)
-        stream.next_seq = last + 1

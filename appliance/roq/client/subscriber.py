@@ -23,6 +23,10 @@ stream), and a new Subscriber with the same file resumes exactly there.
 Order and duplicates: per exchange by log offsets (`feed.py`), across exchanges per producer and
 routing key (`sequencer.py`).
 
+Corrupt batches (records that do not fill their batch: damage on disk the CRC cannot see) are
+skipped and counted in `corrupt_records`, log bytes damaged beyond framing in `skipped_bytes`,
+and delivery goes on (`feed.py`, `sequencer.py`).
+
 Slow subscribers. The exchange queues at most `exchange.subscriber.hwm` batches for a subscriber;
 past that, ZeroMQ drops that subscriber's batches (never anyone else's, and the exchange does not
 grow). The subscriber sees the offset gap and reads the missing batches from the exchange's log at
@@ -326,12 +330,23 @@ class Subscriber:
             self.sequencer.forgive(feed)
         elif not feed.catching_up:
             self.sequencer.forget(feed)
-        for header, batch in batches:
+        for header, batch, sound in batches:
             self.received_batches += 1
             self.received_messages += header.count
             if len(self.latency_us) < 100_000:
                 self.latency_us.append(now_us - header.first_ts_us)
-            out.extend(self.sequencer.offer(header, batch, now, feed))
+            out.extend(self.sequencer.offer(header, batch, now, feed, corrupt=not sound))
+
+    @property
+    def corrupt_records(self) -> int:
+        """Records skipped because their batch was corrupt (each is also logged)."""
+        return self.sequencer.corrupt
+
+    @property
+    def skipped_bytes(self) -> int:
+        """Bytes of exchanges' logs skipped because they could not be read at all (damaged on
+        disk: the records they held are counted `lost` by the sequencer if later ones came)."""
+        return sum(feed.skipped_bytes for feed in self.feeds.values())
 
     # --- position ------------------------------------------------------------------------------
     def positions(self) -> dict[str, int]:

@@ -4,7 +4,9 @@ Subscribers that start from the beginning, an offset or a time, that fell behind
 (ZeroMQ dropped batches past `exchange.subscriber.hwm`), or that resume after a restart read
 here at their own pace: the exchange never buffers for them. One request gets exactly one reply
 of at most `dataplane.READ_BYTES_MAX` bytes (and at least one whole batch), so a reader bounds
-the exchange's work per request. Runs in the exchange's main thread, which owns the socket.
+the exchange's work per request. A batch damaged on disk (its CRC fails) is skipped: the reply
+holds no data and a `next_offset` past the damage, so no reader is stuck on it. Runs in the
+exchange's main thread, which owns the socket.
 """
 
 from __future__ import annotations
@@ -75,7 +77,14 @@ class LogServer:
 
     def _read(self, source: Log, offset: int, max_bytes: int) -> list[bytes]:
         self.reads += 1
-        result = source.read(offset, max_bytes)
+        try:
+            result = source.read(offset, max_bytes)
+        except CorruptRecord as error:
+            resume = source.next_sound_batch(offset)
+            log.error("%s: %s: offsets %d..%d are damaged (%s); readers skip them",
+                      self.name, source.name, offset, resume, error)  # fmt: skip
+            start, end = source.start_offset, source.end_offset
+            return dataplane.read_reply(dataplane.READ_BATCHES, resume, start, end, b"")
         status = {
             ReadStatus.BATCHES: dataplane.READ_BATCHES,
             ReadStatus.NO_MESSAGE_YET: dataplane.READ_NOTHING_YET,

@@ -27,7 +27,10 @@ Replica side (`ReplicaStore`): one log per leader under
 `<directory>/_replicas/<queue>/<leader id>@<replica id>/`, in the same segment format, so the copy
 can be read (replay) and analysed like the original. A write at an offset below the copy's end
 means the leader lost a tail it never had acknowledged (it crashed before syncing): the copy is
-cut back to the leader's offset, so leader and copies never diverge.
+cut back to the leader's offset, so leader and copies never diverge. A frame is decoded whole
+(kind, leader id, an offset below `limits.log_offset_max`, every batch valid) before a copy is
+opened or changed; a copy that cannot be opened at start is set aside (quarantined), so one bad
+copy never stops the exchange.
 """
 
 from __future__ import annotations
@@ -42,9 +45,11 @@ from pathlib import Path
 from typing import Any
 
 from roq import limits
-from roq.errors import InvalidOffset, LogError, ProtocolError
+from roq.errors import CorruptRecord, DecodeError, InvalidOffset, LogError, ProtocolError
 from roq.log import Log, LogSettings, ReadStatus, replica_directory
 from roq.log import format as batchfmt
+from roq.log.format import BatchHeader
+from roq.protocol import dataplane
 from roq.protocol.messages.control import ReplicaStatus
 from roq.protocol.names import check_exchange_id
 from roq.transport import NOBLOCK, Kind, WouldBlock, connect, open_socket
@@ -62,6 +67,8 @@ RESTART = b"S"  # [S][leader id][offset 8 LE]          → [w][leader id][K][end
 # (the log server tells these from log reads by the first frame: R, T and P are taken)
 WRITTEN = b"w"
 OK, BEHIND, FAILED = b"K", b"B", b"X"
+_FRAMES = {PROBE: 2, RESTART: 3, WRITE: 4}
+QUARANTINE_SUFFIX = ".quarantined"  # a copy set aside: `<leader>@<replica>.quarantined-<time>`
 
 
 # --- replica side ---------------------------------------------------------------------------
@@ -89,6 +96,8 @@ class ReplicaStore:
         for name in found[:REPLICA_LOGS_MAX]:
             try:
                 self._log(name.removesuffix(suffix))
+            except CorruptRecord as error:
+                _quarantine(parent / name, error)
             except LogError as error:
                 log.error("cannot open the copy in %s: %s", parent / name, error)
 
@@ -118,30 +127,27 @@ class ReplicaStore:
         return copy
 
     def handle(self, frames: list[bytes]) -> list[bytes]:
-        """Answer one WRITE, PROBE or RESTART (frames without the ROUTER identity)."""
-        kind = frames[0]
-        leader_id = bytes(frames[1]).decode(errors="replace") if len(frames) > 1 else ""
-        check_exchange_id(leader_id)
+        """Answer one WRITE, PROBE or RESTART (frames without the ROUTER identity). The whole
+        frame is checked before the copy is opened or changed: a bad one changes nothing."""
+        kind, leader_id, offset = _decode(frames)
+        view = memoryview(frames[3]) if kind == WRITE else memoryview(b"")
+        # Every batch, records included, before any is written (CorruptRecord: told FAILED).
+        checked = list(batchfmt.iter_batches(view, validate=True))
+        if kind == WRITE and not checked:
+            raise ProtocolError("replication write without a batch")
         copy = self._log(leader_id)
-        if kind == PROBE and len(frames) == 2:
+        if kind == PROBE:
             return [WRITTEN, frames[1], OK, _END.pack(copy.end_offset)]
-        if kind == RESTART and len(frames) == 3 and len(frames[2]) == _END.size:
-            offset = _END.unpack(frames[2])[0]
+        if kind == RESTART:
             if offset > copy.end_offset:  # a repeated RESTART is answered, not applied twice
                 copy.restart_at(offset)
             return [WRITTEN, frames[1], OK, _END.pack(copy.end_offset)]
-        if kind != WRITE or len(frames) != 4 or len(frames[2]) != _END.size:
-            raise ProtocolError(f"malformed replication frame of kind {bytes(kind)[:4]!r}")
-        offset = _END.unpack(frames[2])[0]
-        return [WRITTEN, frames[1], *self._write(copy, offset, frames[3])]
+        return [WRITTEN, frames[1], *self._write(copy, offset, view, checked)]
 
-    def _write(self, copy: Log, offset: int, batches: bytes) -> list[bytes]:
-        """Append a frame of whole batches at `offset`. Every batch is checked before any is
-        written, so a bad frame changes nothing (CorruptRecord: the leader is told FAILED)."""
-        view = memoryview(batches)
-        checked = list(batchfmt.iter_batches(view))
-        if not checked:
-            raise ProtocolError("replication write without a batch")
+    def _write(
+        self, copy: Log, offset: int, view: memoryview, checked: list[tuple[int, BatchHeader]]
+    ) -> list[bytes]:
+        """Append a frame of whole batches, already checked, at `offset`."""
         if offset > copy.end_offset:
             return [BEHIND, _END.pack(copy.end_offset)]  # the leader back-fills from here
         if offset < copy.end_offset:
@@ -162,6 +168,30 @@ class ReplicaStore:
     def close(self) -> None:
         for copy in self.logs.values():
             copy.close()
+
+
+def _decode(frames: list[bytes]) -> tuple[bytes, str, int]:
+    """(kind, leader id, offset: 0 for PROBE) of a replication frame, or ProtocolError."""
+    kind = bytes(frames[0]) if frames else b""
+    if _FRAMES.get(kind) != len(frames):
+        raise ProtocolError(f"malformed replication frame of kind {kind[:4]!r}")
+    leader_id = check_exchange_id(bytes(frames[1]).decode(errors="replace"))
+    offset = dataplane.decode_offset(frames[2], "replication offset") if kind != PROBE else 0
+    return kind, leader_id, offset
+
+
+def _quarantine(directory: Path, error: Exception) -> None:
+    """Set aside a copy that cannot be opened, so the exchange serves on without it (a live
+    leader fills a new copy); renamed, not deleted, for an operator to look at."""
+    aside = directory.with_name(f"{directory.name}{QUARANTINE_SUFFIX}-{int(time.time())}")
+    try:
+        directory.rename(aside)
+    except OSError as rename_error:
+        log.error("cannot open the copy in %s (%s) nor set it aside: %s",
+                  directory, error, rename_error)  # fmt: skip
+        return
+    log.error("the copy in %s is corrupt (%s): quarantined as %s; serving without it",
+              directory, error, aside.name)  # fmt: skip
 
 
 # --- leader side ----------------------------------------------------------------------------
@@ -295,7 +325,12 @@ class Replicator:
                 return
             if link is None or len(frames) != 4 or frames[0] != WRITTEN:
                 continue
-            self._answered(link, frames[2], _END.unpack(frames[3])[0])
+            try:
+                end = dataplane.decode_offset(frames[3], "replica's end")
+            except DecodeError as error:
+                log.warning("%s: bad answer from %s: %s", self.name, link.replica_id, error)
+                continue
+            self._answered(link, frames[2], end)
 
     def _answered(self, link: ReplicaLink, status: bytes, end: int) -> None:
         if status == BEHIND or link.sent_to < 0:

@@ -7,10 +7,12 @@ Ports (F = the front port the host allocated; 4 in all):
     F+2  REP     control socket (PING / SHUTDOWN from the host)
     F+3  ROUTER  reads of the message log (replay, catch-up, seek by time): `logserver.py`
 
-Hot path (DESIGN §6b): a batch is received without copying, its header bounds and CRC checked
-(`format.check_batch`), and the same bytes are forwarded with the routing key as the first frame,
-so ZeroMQ's prefix matching in the subscribers does the key routing. There is no per-message
-work: a batch of 100 messages costs the same Python as a batch of one.
+Hot path (DESIGN §6b): a batch is received without copying, its header bounds, CRC and records
+checked (`format.check_batch`, `format.check_records`: a batch whose records do not fill it is
+refused, or it would block every replay), and the same bytes are forwarded with the routing key
+as the first frame, so ZeroMQ's prefix matching in the subscribers does the key routing. There is
+no per-message Python work when a batch's records have one size (the record check is then a few
+strided byte slices); records of mixed sizes are walked, ~80 ns each (docs/benchmarks.md §6b).
 
 With `useLog` (the default) every batch is appended to the exchange's message log before it
 is forwarded: the log stamps the batch's offset (its byte position) into the header, so
@@ -427,6 +429,13 @@ class Exchange:
         header = batchfmt.check_batch(batch, 0)
         if header.size != len(batch):
             raise ProtocolError(f"frame of {len(batch)} bytes holds a batch of {header.size}")
+        try:
+            batchfmt.check_records(batch, header)
+        except CorruptRecord as error:
+            raise CorruptRecord(
+                f"batch of producer {header.producer_id.hex()} (key {header.key[:64]!r}, "
+                f"sequence {header.first_seq}..{header.last_seq}): {error}"
+            ) from None
         if self.log is not None:
             stamped = bytearray(batch)  # the log stamps the offset in place: forward those bytes
             offset = self.log.append(stamped, header)

@@ -23,6 +23,10 @@ A batch holds the records of one producer for one routing key. All integers are 
 
 The CRC does not cover `length` (checked against the frame or file) nor `base_offset`, so the
 exchange stamps the offset without recomputing the CRC. See docs/log-format.md.
+
+A CRC proves that the bytes are the sender's, not that they are a valid batch: `validate_batch`
+also checks that the records fill the batch exactly, and is what a batch must pass before it is
+appended to a log (by the exchange, or by a replica).
 """
 
 from __future__ import annotations
@@ -47,12 +51,17 @@ HEADER_BYTES = HEADER.size  # 58
 RECORD = struct.Struct("<II")
 RECORD_BYTES = RECORD.size  # 8
 LENGTH = struct.Struct("<I")
+_PAYLOAD_LEN = struct.Struct("<4xI").unpack_from  # a record head's payload_len
 OFFSET = struct.Struct("<Q")
 CRC_START = 16  # the CRC covers bytes [CRC_START, end)
 BASE_OFFSET_AT = 4
 
 batch_bytes_max = limits.batch_bytes_max
 ts_delta_us_max = 2**32 - 1
+# Sequence numbers and timestamps end in BSON (int64) and in subscribers' positions: a batch's
+# last sequence number and its records' timestamps must stay below 2**63.
+_SEQ_END_MAX = limits.int64_max + 1
+_FIRST_TS_US_MAX = limits.int64_max - ts_delta_us_max
 
 assert HEADER_BYTES == 58 and RECORD_BYTES == 8
 
@@ -157,6 +166,8 @@ def read_header(buf: bytes | memoryview, at: int = 0) -> BatchHeader:
         raise CorruptRecord(f"impossible batch length {length} at byte {at}")
     if count < 1:
         raise CorruptRecord(f"batch with {count} records at byte {at}")
+    if seq + count > _SEQ_END_MAX or ts > _FIRST_TS_US_MAX:
+        raise CorruptRecord(f"sequence {seq} or timestamp {ts} past 2**63 in batch at byte {at}")
     if len(buf) - at < 4 + length:
         raise CorruptRecord(
             f"batch at byte {at} claims {4 + length} bytes, only {len(buf) - at} present"
@@ -172,6 +183,70 @@ def check_batch(buf: bytes | memoryview, at: int = 0) -> BatchHeader:
     if zlib.crc32(memoryview(buf)[at + CRC_START : end]) != header.crc:
         raise CorruptRecord(f"CRC mismatch in batch at byte {at}")
     return header
+
+
+def validate_batch(buf: bytes | memoryview, at: int = 0) -> BatchHeader:
+    """Full validity (docs/log-format.md §1): header bounds, CRC, and every record inside the
+    batch. What a batch must pass before it is appended to a log: the exchange runs it on every
+    batch a publisher sends, a replica on every batch a leader sends. Bytes read back from a log
+    were validated when they were appended, so readers check the CRC only (`check_batch`)."""
+    header = check_batch(buf, at)
+    check_records(buf, header, at)
+    return header
+
+
+def check_records(buf: bytes | memoryview, header: BatchHeader, at: int = 0) -> None:
+    """CorruptRecord unless the records of the batch at `at` fill it exactly. On the exchange's
+    hot path, so no Python work per record in the common case: when every record has the size
+    of the first (a publisher's usual batch) the check is four strided byte slices; otherwise
+    it walks the record heads (~80 ns a record; docs/benchmarks.md §6b)."""
+    start, end, count = at + HEADER_BYTES + len(header.key), at + header.size, header.count
+    if count * RECORD_BYTES > end - start:
+        raise CorruptRecord(f"batch at byte {at} is too short for its {count} records")
+    if count == 1 and RECORD_BYTES + _PAYLOAD_LEN(buf, start)[0] == end - start:
+        return
+    data, shift = _bytes_of(buf, start, end)
+    start, end = start - shift, end - shift
+    if count == 1 or not _same_sizes(data, start, end, count):
+        pos = start
+        try:
+            for _ in range(count):  # a record past `end` takes pos past it for good
+                pos += RECORD_BYTES + _PAYLOAD_LEN(data, pos)[0]
+        except struct.error:  # a record head past the end of `data`
+            pos = -1
+        if pos != end:
+            for _ in iter_records(buf, at):
+                pass  # raises, naming the first bad record
+            raise CorruptRecord(f"the records of the batch at byte {at} do not fill it")
+
+
+def _bytes_of(buf: bytes | memoryview, start: int, end: int) -> tuple[bytes, int]:
+    """(data, shift) with data[i - shift] == buf[i] for i in [start, end): the bytes object
+    itself when `buf` is one or views all of one (the exchange's frames), else a copy."""
+    if isinstance(buf, bytes):
+        return buf, 0
+    under = buf.obj
+    if isinstance(under, bytes) and buf.nbytes == len(under):
+        return under, 0
+    return bytes(buf[start:end]), start
+
+
+def _same_sizes(data: bytes, start: int, end: int, count: int) -> bool:
+    """Whether all `count` records in data[start:end] have the first one's payload_len and so
+    fill it exactly: each byte of the payload_len field, taken with a stride of one record, is
+    the same byte `count` times (C loops only)."""
+    size = _PAYLOAD_LEN(data, start)[0]
+    stride = RECORD_BYTES + size
+    if stride * count != end - start:
+        return False
+    at = start + 4
+    b0, b1, b2, b3 = LENGTH.pack(size)
+    return (
+        data[at:end:stride].count(b0) == count
+        and data[at + 1 : end : stride].count(b1) == count
+        and data[at + 2 : end : stride].count(b2) == count
+        and data[at + 3 : end : stride].count(b3) == count
+    )
 
 
 def stamp_offset(batch: bytearray | memoryview, base_offset: int, at: int = 0) -> None:
@@ -204,9 +279,13 @@ def iter_records(buf: bytes | memoryview, at: int = 0) -> Iterator[Record]:
         raise CorruptRecord(f"batch at byte {at} has {end - pos} bytes after its last record")
 
 
-def iter_batches(buf: bytes | memoryview, at: int = 0) -> Iterator[tuple[int, BatchHeader]]:
-    """(position, header) of each CRC-valid batch in a buffer of back-to-back batches."""
+def iter_batches(
+    buf: bytes | memoryview, at: int = 0, *, validate: bool = False
+) -> Iterator[tuple[int, BatchHeader]]:
+    """(position, header) of each CRC-valid batch in a buffer of back-to-back batches; with
+    `validate`, each also passes `validate_batch` (its records fill it)."""
+    check = validate_batch if validate else check_batch
     while at < len(buf):
-        header = check_batch(buf, at)
+        header = check(buf, at)
         yield at, header
         at += header.size

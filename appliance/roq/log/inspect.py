@@ -1,7 +1,9 @@
 """Read-only inspection of segment files (what `roq log inspect` prints): every batch, every
 corrupt span with its file and offset, gaps between segments, and a summary. Unlike recovery it
 changes nothing and goes on after a bad span: it looks for the next position where a CRC-valid
-batch stamped with its own offset begins, so one bad block does not hide the rest of a file.
+batch stamped with its own offset begins, so one bad block does not hide the rest of a file. A
+batch whose CRC holds but whose records do not fill it is one corrupt span of its own length
+(its header is sound), and its records are counted as skipped.
 """
 
 from __future__ import annotations
@@ -12,10 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from roq import limits
 from roq.errors import CorruptRecord
 from roq.log import format as fmt
-from roq.log.segment import SegmentCorrupt, iter_file, parse_segment_name
+from roq.log.segment import SegmentCorrupt, find_next_batch, iter_file, parse_segment_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +36,15 @@ class Corrupt:
     position: int
     length: int
     reason: str
+    records: int | None = None  # records skipped, when a sound header says how many
+
+
+class _TornRecords(SegmentCorrupt):
+    """A batch with a sound header (its CRC holds) whose records do not fill it."""
+
+    def __init__(self, path: Path, base: int, position: int, reason: str, header: fmt.BatchHeader):
+        super().__init__(path, base + position, position, reason)
+        self.header = header
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +95,11 @@ def walk_segment(path: Path, base: int, size: int) -> Iterator[Item]:
                     yield Batch(path, base + at, bytes(view), header)
                     position = at + header.size
                 return
+            except _TornRecords as error:  # its length is sound: the next batch follows it
+                stop = error.position + error.header.size
+                length, records = stop - error.position, error.header.count
+                yield Corrupt(path, error.offset, error.position, length, error.reason, records)
+                position = stop
             except SegmentCorrupt as error:
                 resume = find_next_batch(fd, base, size, error.position + 1)
                 stop = size if resume is None else resume
@@ -101,44 +116,10 @@ def _batches(
     """iter_file from `start` (a batch boundary), with each batch's records checked too."""
     for at, view, header in iter_file(fd, path, base, size, verify=True, start=start):
         try:
-            for _ in fmt.iter_records(view):
-                pass
+            fmt.check_records(view, header)
         except CorruptRecord as error:
-            raise SegmentCorrupt(path, base + at, at, str(error)) from None
+            raise _TornRecords(path, base, at, str(error), header) from None
         yield at, view, header
-
-
-def find_next_batch(fd: int, base: int, size: int, start: int) -> int | None:
-    """The first file position >= `start` where a CRC-valid batch stamped with its own offset
-    begins, or None. Reads the file in chunks; candidates are positions of the magic byte."""
-    chunk = limits.log_scan_chunk_bytes
-    magic = bytes([fmt.MAGIC])
-    magic_at = fmt.CRC_START  # the magic is the first byte the CRC covers
-    pos = start
-    while pos < size:
-        data = os.pread(fd, min(chunk + fmt.HEADER_BYTES, size - pos), pos)
-        at = data.find(magic, magic_at)
-        while at != -1 and at - magic_at < chunk:
-            candidate = pos + at - magic_at
-            if fmt.OFFSET.unpack_from(data, at - magic_at + fmt.BASE_OFFSET_AT)[0] == (
-                base + candidate
-            ) and _valid_at(fd, candidate, size):
-                return candidate
-            at = data.find(magic, at + 1)
-        pos += chunk
-    return None
-
-
-def _valid_at(fd: int, position: int, size: int) -> bool:
-    head = os.pread(fd, 4, position)
-    if len(head) < 4:
-        return False
-    length = min(4 + fmt.LENGTH.unpack_from(head)[0], fmt.batch_bytes_max, size - position)
-    try:
-        fmt.check_batch(os.pread(fd, length, position))
-    except CorruptRecord:
-        return False
-    return True
 
 
 @dataclass(slots=True)
@@ -159,6 +140,11 @@ class Summary:
     @property
     def clean(self) -> bool:
         return not self.corrupt and not self.gaps
+
+    @property
+    def skipped_records(self) -> int:
+        """Records in corrupt spans, as far as sound headers tell."""
+        return sum(c.records or 0 for c in self.corrupt)
 
     def add(self, item: Item) -> None:
         if isinstance(item, Corrupt):
@@ -190,6 +176,7 @@ class Summary:
             "producers": len(self.producers),
             "first_ts_us": self.first_ts_us,
             "last_ts_us": self.last_ts_us,
+            "skipped_records": self.skipped_records,
             "corrupt": [
                 {
                     "file": str(c.path),
@@ -197,6 +184,7 @@ class Summary:
                     "position": c.position,
                     "bytes": c.length,
                     "reason": c.reason,
+                    "records": c.records,
                 }
                 for c in self.corrupt
             ],

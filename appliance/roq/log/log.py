@@ -28,7 +28,13 @@ from roq.log import format as fmt
 from roq.log import janitor
 from roq.log.flusher import Flusher
 from roq.log.memory import MemoryLog
-from roq.log.segment import DIR_MODE, Segment, SegmentCorrupt, parse_segment_name
+from roq.log.segment import (
+    DIR_MODE,
+    Segment,
+    SegmentCorrupt,
+    find_next_batch,
+    parse_segment_name,
+)
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +150,8 @@ class Log:
         self.memory = MemoryLog(memory_bytes)
         self.gaps: list[tuple[int, int]] = []  # [start, end) offsets missing between segments
         self.recovered_bytes_dropped = 0
+        self.corrupt_batches = 0  # found on open with a valid CRC but torn records (kept)
+        self._damage: dict[int, int] = {}  # damaged offset → where sound batches resume
         self._clock = clock
         self._segments: list[Segment] = []
         self._bases: list[int] = []
@@ -195,6 +203,10 @@ class Log:
         for leftover in [n for n in names if n.endswith(janitor.DELETED_SUFFIX)]:
             janitor.unlink(self.directory / leftover)  # retired before a crash
         paths = [self.directory / n for n in names if parse_segment_name(n) is not None]
+        last = parse_segment_name(paths[-1].name) if paths else 0  # names sort by offset
+        if last is not None and last >= limits.log_offset_max:
+            raise CorruptRecord(f"log {self.name}: segment {paths[-1].name} lies beyond any log "
+                                f"(offsets stay below {limits.log_offset_max})")  # fmt: skip
         if not paths:
             self._add(Segment.create(self.directory, 0))
             self._sync_directory()
@@ -235,8 +247,9 @@ class Log:
         """Check every batch of the last segment; cut the file at the first bad one."""
         good = 0
         try:
-            for position, _, header in segment.scan(verify=True):
+            for position, view, header in segment.scan(verify=True):
                 good = position + header.size
+                self._check_records(segment, position, view, header)
         except SegmentCorrupt as error:
             dropped = segment.size - good
             log.warning(
@@ -252,6 +265,21 @@ class Log:
             segment.truncate(good)
         segment.stats = None  # recomputed from the headers when retention needs them
         segment.sync()
+
+    def _check_records(
+        self, segment: Segment, position: int, view: memoryview, header: fmt.BatchHeader
+    ) -> None:
+        """A batch whose CRC holds but whose records do not fill it (damage the CRC cannot see,
+        or an exchange that did not check records) is kept and counted: its length is sound, so
+        the batches after it stay reachable, and readers skip it. Cutting the file there
+        would drop every later batch."""
+        try:
+            fmt.check_records(view, header)
+        except CorruptRecord as error:
+            self.corrupt_batches += 1
+            log.warning("log %s: %s: the batch at offset %d (byte %d) is corrupt: %s; kept, "
+                        "readers skip its %d records", self.name, segment.path,
+                        segment.base + position, position, error, header.count)  # fmt: skip
 
     # --- offsets ------------------------------------------------------------------------------
     @property
@@ -278,9 +306,10 @@ class Log:
     ) -> int:
         """Append one batch; returns its offset (its byte position in the log).
 
-        The batch is checked (bounds + CRC, CorruptRecord if bad: nothing written) unless the
-        caller passes the `header` check_batch already returned for these bytes. A bytearray is
-        stamped with its offset in place (so the caller can forward the same bytes) and kept by
+        The batch is checked (`format.validate_batch`: bounds, CRC and records; CorruptRecord if
+        bad: nothing written) unless the caller passes the header its own full check returned
+        (validate_batch, or check_batch and check_records). A bytearray is stamped with its
+        offset in place (so the caller can forward the same bytes) and kept by
         the memory log: the caller must not change it afterwards. Other buffers are copied once.
         A replica passes the leader's offset as `expect_offset`: if this log's end differs, the
         logs diverged and InvalidOffset is raised before anything is written.
@@ -290,7 +319,7 @@ class Log:
         if self._sync_error is not None:
             raise self._sync_error
         if header is None:
-            header = fmt.check_batch(memoryview(batch), 0)
+            header = fmt.validate_batch(memoryview(batch), 0)
         if header.size != len(batch):
             raise CorruptRecord(f"{len(batch)} bytes given for one batch of {header.size} bytes")
         if expect_offset is not None and expect_offset != self.end_offset:
@@ -333,6 +362,7 @@ class Log:
         self._segments.append(Segment.open(last.path))
         self._segments[-1].truncate(offset - last.base)
         self.memory.drop_from(offset)
+        self._damage.clear()
         self.gaps = [gap for gap in self.gaps if gap[1] <= offset]
         self.durable_offset = min(self.durable_offset, offset)
         self._generation += 1
@@ -343,10 +373,10 @@ class Log:
         its leader's retention starts again where the leader's log now starts (everything it
         held is older than that). The new segment is made durable before the old ones go, so a
         crash in between leaves a gap that opening reports, never a lost new segment."""
-        if offset <= self.end_offset:
+        if not self.end_offset < offset < limits.log_offset_max:
             raise InvalidOffset(
                 f"log {self.name}: cannot restart at {offset}: the log already ends at "
-                f"{self.end_offset}"
+                f"{self.end_offset}, and no log reaches {limits.log_offset_max}"
             )
         segment = Segment.create(self.directory, offset)
         self._sync_directory()
@@ -355,6 +385,7 @@ class Log:
         self._segments, self._bases, self._open_readers = [], [], []
         self._add(segment)
         self.memory.clear()
+        self._damage.clear()
         self.gaps = []
         self.durable_offset = offset
         self._generation += 1  # a sync asked for before is stale
@@ -541,6 +572,34 @@ class Log:
             size += len(more)
         data = parts[0] if len(parts) == 1 else b"".join(parts)
         return data, offset + len(data)
+
+    def next_sound_batch(self, offset: int) -> int:
+        """Where reading goes on after the damaged batch at `offset` (a read raised CorruptRecord
+        there): the next position of its segment where a sound batch stamped with its own offset
+        begins, else the segment's end. Changes nothing: the damage stays for `roq log inspect`
+        to report, and every reader skips it. The answer is kept (a scan may read the rest of a
+        segment, on the exchange's thread: every reader that meets the damage asks)."""
+        if not self.start_offset <= offset < self.end_offset:
+            raise InvalidOffset(f"log {self.name}: offset {offset} is not in the log")
+        resume = self._damage.get(offset)
+        if resume is None:
+            if len(self._damage) >= limits.log_damage_kept_max:
+                self._damage.clear()
+            resume = self._damage[offset] = self._find_sound_batch(offset)
+        return resume
+
+    def _find_sound_batch(self, offset: int) -> int:
+        index = bisect_right(self._bases, offset) - 1
+        segment = self._segments[index]
+        if segment is not self._segments[-1]:
+            self._note_reader(segment)
+        try:
+            found = find_next_batch(
+                segment.fileno(), segment.base, segment.size, offset - segment.base + 1
+            )
+        except OSError as error:
+            raise LogUnavailable(f"log {self.name}: cannot read {segment.path}: {error}") from None
+        return segment.end if found is None else segment.base + found
 
     def _read_segment(
         self, segment: Segment, position: int, max_bytes: int, at_least_one: bool

@@ -111,6 +111,39 @@ def _reason(buf: bytes, rel: int, error: CorruptRecord) -> str:
     return str(error).replace(f" at byte {rel}", "")
 
 
+def find_next_batch(fd: int, base: int, size: int, start: int) -> int | None:
+    """The first file position >= `start` where a CRC-valid batch stamped with its own offset
+    begins, or None. Reads the file in chunks; candidates are positions of the magic byte."""
+    chunk = limits.log_scan_chunk_bytes
+    magic = bytes([fmt.MAGIC])
+    magic_at = fmt.CRC_START  # the magic is the first byte the CRC covers
+    pos = start
+    while pos < size:
+        data = os.pread(fd, min(chunk + fmt.HEADER_BYTES, size - pos), pos)
+        at = data.find(magic, magic_at)
+        while at != -1 and at - magic_at < chunk:
+            candidate = pos + at - magic_at
+            if fmt.OFFSET.unpack_from(data, at - magic_at + fmt.BASE_OFFSET_AT)[0] == (
+                base + candidate
+            ) and _valid_at(fd, candidate, size):
+                return candidate
+            at = data.find(magic, at + 1)
+        pos += chunk
+    return None
+
+
+def _valid_at(fd: int, position: int, size: int) -> bool:
+    head = os.pread(fd, 4, position)
+    if len(head) < 4:
+        return False
+    length = min(4 + fmt.LENGTH.unpack_from(head)[0], fmt.batch_bytes_max, size - position)
+    try:
+        fmt.check_batch(os.pread(fd, length, position))
+    except CorruptRecord:
+        return False
+    return True
+
+
 class Segment:
     """One segment file. `size` is the count of valid bytes; the file holds exactly those."""
 
@@ -213,8 +246,9 @@ class Segment:
     def read(self, position: int, max_bytes: int, *, at_least_one: bool) -> bytes:
         """Whole batches from file `position` (a batch boundary), at most `max_bytes` of them, or
         the first batch whatever its size if `at_least_one`. CRCs are checked again: a reader
-        gets CorruptRecord, never bytes that changed on disk. InvalidOffset if `position` is not
-        where a batch starts."""
+        never gets bytes that changed on disk. The read stops before a damaged batch, and raises
+        CorruptRecord if the first one is damaged (`find_next_batch` says where to go on).
+        InvalidOffset if `position` is not where a batch starts."""
         assert 0 <= position < self.size
         want = min(max(max_bytes, fmt.HEADER_BYTES if at_least_one else 0), self.size - position)
         data = os.pread(self.fileno(), want, position) if want else b""
@@ -223,8 +257,7 @@ class Segment:
         if used == 0 and first is not None:
             data = os.pread(self.fileno(), first.size, position)
             used = len(data)
-        for _ in fmt.iter_batches(memoryview(data)[:used]):
-            pass  # raises CorruptRecord on a CRC mismatch
+        used = _sound_prefix(memoryview(data)[:used])
         return data if used == len(data) else data[:used]
 
     def _check_boundary(self, data: bytes, position: int) -> fmt.BatchHeader:
@@ -292,6 +325,20 @@ def _peek_header(data: bytes) -> fmt.BatchHeader:
     if not fmt.HEADER_BYTES + fmt.RECORD_BYTES <= length + 4 <= fmt.batch_bytes_max:
         raise CorruptRecord(f"impossible batch length {length}")
     return fmt.BatchHeader(length, base, crc, count, seq, ts, bytes(pid), b"")
+
+
+def _sound_prefix(view: memoryview) -> int:
+    """Bytes of `view` (whole batches) before the first damaged batch; CorruptRecord if the
+    first one is damaged."""
+    at = 0
+    while at < len(view):
+        try:
+            at += fmt.check_batch(view, at).size
+        except CorruptRecord:
+            if at == 0:
+                raise
+            break
+    return at
 
 
 def _whole_batches(data: bytes) -> int:

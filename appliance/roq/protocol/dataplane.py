@@ -18,6 +18,10 @@ and the exchange answers on the same connection:
 Subscribers receive `[key][batch]` from the exchange's PUB socket (back port F+1), so ZeroMQ's
 prefix filtering on the first frame does the key routing. The batch bytes are the same
 everywhere (`roq.log.format`): the exchange never re-encodes a message.
+
+Every number is range-checked where it is decoded here, before anything acts on it: an offset
+must lie below `limits.log_offset_max`, a timestamp below 2**63 (BSON's int64), a read's size
+is clamped to `READ_BYTES_MAX`. A number out of range is a `DecodeError` naming it.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from roq import limits
 from roq.errors import DecodeError
 
 BATCH = b"B"
@@ -97,6 +102,8 @@ def refused(reason: str) -> list[bytes]:
 # Reply:     b"r" [status 1] [next_offset 8] [start 8] [end 8] [data]
 #            status: b"B" batches in data, b"N" no message yet (offset == end),
 #                    b"E" evicted (next_offset = start), b"X" error (data = UTF-8 reason)
+#            With b"B", next_offset = offset + len(data) unless the log is damaged past the
+#            data: then next_offset is where sound batches resume (the reader skips the rest).
 READ = b"R"
 SEEK_TIME = b"T"
 POSITION = b"P"
@@ -136,10 +143,28 @@ def parse_read_request(frames: Sequence[bytes]) -> ReadRequest:
     leader = _leader(frames[fixed]) if len(frames) > fixed else ""
     if kind == READ:
         offset, max_bytes = _READ.unpack(frames[1])
+        check_offset(offset, "read offset")
         return ReadRequest(kind, offset, min(max(max_bytes, 1), READ_BYTES_MAX), leader=leader)
     if kind == SEEK_TIME:
-        return ReadRequest(kind, timestamp_us=OFFSET.unpack(frames[1])[0], leader=leader)
+        timestamp_us = OFFSET.unpack(frames[1])[0]
+        if timestamp_us > limits.int64_max:
+            raise DecodeError(f"timestamp {timestamp_us} µs is past 2**63")
+        return ReadRequest(kind, timestamp_us=timestamp_us, leader=leader)
     return ReadRequest(kind, leader=leader)
+
+
+def check_offset(offset: int, what: str = "offset") -> int:
+    """`offset` if a log can hold it (0 <= offset < limits.log_offset_max), else DecodeError."""
+    if not 0 <= offset < limits.log_offset_max:
+        raise DecodeError(f"{what} {offset} is beyond any log (not below {limits.log_offset_max})")
+    return offset
+
+
+def decode_offset(frame: bytes | memoryview, what: str = "offset") -> int:
+    """An 8-byte little-endian log offset frame, size and range checked."""
+    if len(frame) != OFFSET.size:
+        raise DecodeError(f"{what} must be {OFFSET.size} bytes, got {len(frame)}")
+    return check_offset(OFFSET.unpack(frame)[0], what)
 
 
 def _leader(frame: bytes) -> str:
@@ -181,4 +206,6 @@ def parse_read_reply(frames: Sequence[bytes]) -> ReadReply:
     if len(frames) != 4 or frames[0] != READ_REPLY or len(frames[2]) != _REPLY.size:
         raise DecodeError(f"malformed replay reply ({len(frames)} frames)")
     next_offset, start, end = _REPLY.unpack(frames[2])
+    for value, what in ((next_offset, "next offset"), (start, "log start"), (end, "log end")):
+        check_offset(value, what)
     return ReadReply(bytes(frames[1]), next_offset, start, end, bytes(frames[3]))

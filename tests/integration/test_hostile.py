@@ -1,0 +1,247 @@
+"""Hostile input on a real exchange (issue 16, items 1 and 2): one frame must never kill it,
+block a replay or make it keep bytes a reader cannot use.
+
+Each test sends exactly the frames a hostile or broken client would, through a raw socket, then
+checks that the exchange is the same process as before and still serves a publish and a replay
+from the beginning, exactly.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import struct
+import time
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from roq.client.publisher import Publisher
+from roq.client.subscriber import Subscriber
+from roq.exchange import replication
+from roq.log import format as batchfmt
+from roq.protocol import dataplane
+from roq.testing.cluster import LocalCluster, processes_with, wait_for
+from roq.transport import Kind, connect, new_context, open_socket
+
+pytestmark = pytest.mark.integration
+
+PRODUCER = bytes(range(16))
+
+
+@pytest.fixture
+def queue(cluster: LocalCluster) -> Iterator[str]:
+    # No memory log: a replay reads the segment files, so bytes changed on disk are seen.
+    cluster.start_gcm()
+    cluster.start_host("h1", **{"log.memory.bytes": 0})
+    cluster.wait_ready()
+    with cluster.admin() as admin:
+        admin.create_queue("q1")
+    yield "q1"
+
+
+def _exchange(cluster: LocalCluster, queue: str) -> dict[str, Any]:
+    with cluster.admin() as admin:
+        status = admin.status()
+    [exchange] = next(q for q in status["Queues"] if q["Name"] == queue)["Exchanges"]
+    return dict(exchange)
+
+
+def _port(exchange: dict[str, Any], offset: int) -> str:
+    host, _, port = str(exchange["Front"]).rpartition(":")
+    return f"{host}:{int(port) + offset}"
+
+
+def _publish(cluster: LocalCluster, queue: str, count: int, key: bytes = b"k") -> bytes:
+    """`count` messages, confirmed by the exchange; returns the producer id."""
+    with Publisher(queue, gcm=cluster.gcm, acks="leader") as publisher:
+        for n in range(count):
+            publisher.send(b"%d" % n, key)
+        publisher.flush()
+        return publisher.producer_id
+
+
+def _replay(cluster: LocalCluster, queue: str, count: int) -> tuple[list[bytes], Subscriber]:
+    """What a new subscriber from the beginning receives (waits for `count` messages, then
+    a little longer: anything extra would arrive then)."""
+    subscriber = Subscriber(queue, gcm=cluster.gcm, start="beginning")
+    got = [record.payload for record in subscriber.messages(count=count, timeout_s=15)]
+    got += [record.payload for record in subscriber.messages(timeout_s=0.5)]
+    return got, subscriber
+
+
+def _log_end(exchange: dict[str, Any]) -> int:
+    context = new_context()
+    sock = open_socket(context, Kind.DEALER, rcvtimeo_ms=5000)
+    connect(sock, _port(exchange, 3))
+    try:
+        sock.send_multipart(dataplane.position_request())
+        return dataplane.parse_read_reply(sock.recv_multipart()).end
+    finally:
+        sock.close(0)
+        context.term()
+
+
+def tear(data: bytearray, at: int = 0) -> int:
+    """Make record 0 of the batch at `at` claim 8 more bytes than it has, so the next record
+    is torn, and make its CRC right again: what a broken client can send, or a disk error the
+    CRC cannot see. Returns the batch's count of records."""
+    header = batchfmt.read_header(data, at)
+    record0 = at + batchfmt.HEADER_BYTES + len(header.key)
+    size = struct.unpack_from("<I", data, record0 + 4)[0]
+    struct.pack_into("<I", data, record0 + 4, size + 8)
+    crc = zlib.crc32(data[at + batchfmt.CRC_START : at + header.size])
+    struct.pack_into("<I", data, at + 12, crc)
+    return header.count
+
+
+def torn_batch() -> bytes:
+    stamps = [time.time_ns() // 1000] * 2
+    batch = bytearray(batchfmt.encode_batch(PRODUCER, 0, b"k", [b"hi", b"yo!"], stamps))
+    tear(batch)
+    return bytes(batch)
+
+
+def test_a_restart_at_offset_2_63_is_refused_and_the_exchange_lives_on(
+    cluster: LocalCluster, queue: str
+) -> None:
+    exchange = _exchange(cluster, queue)
+    [pid] = processes_with(exchange["Id"])
+    context = new_context()
+    raw = open_socket(context, Kind.DEALER, rcvtimeo_ms=5000)
+    connect(raw, _port(exchange, 3))  # F+3: log reads and replication
+    raw.send_multipart([replication.RESTART, b"fz-1", struct.pack("<Q", 2**63 + 5)])
+    reply = raw.recv_multipart()
+    raw.close(0)
+    context.term()
+    assert reply[0] == replication.WRITTEN and reply[2] == replication.FAILED, reply
+    time.sleep(1.5)  # several reports (every 200 ms): the first one killed the exchange
+    assert processes_with(exchange["Id"]) == [pid], cluster.logs()
+    assert not list(cluster.tmp.rglob("fz-1@*")), "a copy was made for the refused frame"
+    _publish(cluster, queue, 100)
+    got, subscriber = _replay(cluster, queue, 100)
+    subscriber.close()
+    assert got == [b"%d" % n for n in range(100)]
+    assert processes_with(exchange["Id"]) == [pid]
+    assert "OverflowError" not in cluster.logs()
+
+
+def test_a_copy_beyond_any_plausible_offset_on_disk_is_quarantined_at_start(
+    cluster: LocalCluster, queue: str
+) -> None:
+    """What the frame above left behind before the fix: a copy that goes on at 2**63 + 5.
+    A restarted exchange sets it aside with a clear line and keeps serving."""
+    exchange = _exchange(cluster, queue)
+    copies = Path(cluster.tmp, "h1", "log", "_replicas", queue)
+    bad = copies / f"fz-1@{exchange['Id']}"
+    bad.mkdir(parents=True)
+    (bad / f"{2**63 + 5:020d}.log").touch()
+    [pid] = processes_with(exchange["Id"])
+    os.kill(pid, signal.SIGKILL)  # the host restarts it
+    new_pid = wait_for(lambda: processes_with(exchange["Id"]), 20, "the exchange restarted")
+    _publish(cluster, queue, 100)
+    time.sleep(1.0)  # several reports
+    assert processes_with(exchange["Id"]) == new_pid, cluster.logs()
+    got, subscriber = _replay(cluster, queue, 100)
+    subscriber.close()
+    assert got == [b"%d" % n for n in range(100)]
+    assert not bad.exists() and list(copies.glob("fz-1@*.quarantined*")), cluster.logs()
+    assert "quarantined" in cluster.logs()
+
+
+def test_a_batch_with_torn_records_is_refused_and_the_queue_still_replays(
+    cluster: LocalCluster, queue: str
+) -> None:
+    exchange = _exchange(cluster, queue)
+    _publish(cluster, queue, 10)
+    end = _log_end(exchange)
+    context = new_context()
+    raw = open_socket(context, Kind.DEALER, rcvtimeo_ms=5000)
+    connect(raw, exchange["Front"])
+    token = dataplane.TOKEN.pack(7)
+    raw.send_multipart([dataplane.CONFIRMED_BATCH, token, torn_batch()])
+    reply = raw.recv_multipart()
+    raw.close(0)
+    context.term()
+    assert reply[:2] == [dataplane.NACK, token], reply
+    assert b"record 1" in reply[2] and b"torn" in reply[2], reply
+    assert _log_end(exchange) == end, "the refused batch was appended"
+    _publish(cluster, queue, 10)
+    got, subscriber = _replay(cluster, queue, 20)
+    subscriber.close()
+    assert got == [b"%d" % n for n in range(10)] * 2
+    logs = cluster.logs()
+    assert f"exchange {queue}/{exchange['Id']}" in logs and PRODUCER.hex() in logs, logs
+
+
+def _segment(cluster: LocalCluster, queue: str, exchange_id: str) -> Path:
+    [segment] = Path(cluster.tmp, "h1", "log", queue, exchange_id).glob("*.log")
+    return segment
+
+
+def _tear_on_disk(segment: Path, batch_index: int) -> tuple[int, int]:
+    """Tear the `batch_index`-th batch of `segment` in place (`tear`); returns the count of
+    batches in the segment and the torn batch's count of records."""
+    data = bytearray(segment.read_bytes())
+    positions = [at for at, _ in batchfmt.iter_batches(bytes(data))]
+    records = tear(data, positions[batch_index])
+    with segment.open("r+b") as file:
+        file.write(data)
+    return len(positions), records
+
+
+def test_a_torn_record_on_disk_is_skipped_and_counted_by_readers(
+    cluster: LocalCluster, queue: str
+) -> None:
+    exchange = _exchange(cluster, queue)
+    for _ in range(3):  # three producers, 10 messages each
+        _publish(cluster, queue, 10)
+    segment = _segment(cluster, queue, exchange["Id"])
+    batches, skipped = _tear_on_disk(segment, 1)
+    got, subscriber = _replay(cluster, queue, 30 - skipped)
+    corrupt = subscriber.corrupt_records
+    subscriber.close()
+    assert len(got) == 30 - skipped and corrupt == skipped > 0
+    assert got[:10] == [b"%d" % n for n in range(10)], got  # the first producer's, whole
+    inspected = cluster.cli("log", "inspect", str(segment.parent))
+    assert "CORRUPT" in inspected.stdout, inspected
+    assert f"{skipped} records skipped" in inspected.stdout, inspected.stdout
+    listed = [line for line in inspected.stdout.splitlines() if line.startswith("offset=")]
+    assert len(listed) == batches - 1, inspected.stdout  # every other batch
+    assert inspected.returncode == 65, inspected
+    printed = cluster.cli(
+        "sub", queue, "--from-beginning", "--count", str(30 - skipped), "--timeout", "20",
+        "--gcm", cluster.gcm,
+    )  # fmt: skip
+    assert printed.returncode == 0, printed
+    assert len(printed.stdout.splitlines()) == 30 - skipped, printed
+    assert f"skipped {skipped} records of corrupt batches" in printed.stderr, printed
+    assert processes_with(exchange["Id"]), "the exchange keeps serving"
+
+
+def test_a_batch_damaged_on_disk_is_skipped_by_the_log_server_and_counted(
+    cluster: LocalCluster, queue: str
+) -> None:
+    """A flipped byte: the CRC fails, so the exchange cannot tell the batch's records; it
+    answers the read with where sound batches resume, and the subscriber counts the bytes."""
+    exchange = _exchange(cluster, queue)
+    for _ in range(3):
+        _publish(cluster, queue, 10)
+    segment = _segment(cluster, queue, exchange["Id"])
+    data = bytearray(segment.read_bytes())
+    positions = [at for at, _ in batchfmt.iter_batches(bytes(data))]
+    damaged = batchfmt.read_header(data, positions[1])
+    data[positions[1] + damaged.size - 1] ^= 0xFF  # the last payload byte
+    segment.write_bytes(data)
+    got, subscriber = _replay(cluster, queue, 30 - damaged.count)
+    skipped = subscriber.skipped_bytes
+    subscriber.close()
+    assert len(got) == 30 - damaged.count and got[:10] == [b"%d" % n for n in range(10)], got
+    assert skipped == damaged.size
+    assert "are damaged" in cluster.logs()
+    inspected = cluster.cli("log", "inspect", str(segment.parent))
+    assert "CRC mismatch" in inspected.stdout and inspected.returncode == 65, inspected
+    assert processes_with(exchange["Id"]), "the exchange keeps serving"
