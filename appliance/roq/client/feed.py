@@ -41,13 +41,13 @@ from roq import limits
 from roq.errors import CorruptRecord, ProtocolError
 from roq.log import format as batchfmt
 from roq.protocol import dataplane
+from roq.protocol.ports import ExchangePort, sibling
 from roq.transport import NOBLOCK, Kind, WouldBlock, connect, drained, open_socket
 
 log = logging.getLogger(__name__)
 
 _READ_TIMEOUT_S = limits.request_timeout_ms / 1000
 _IDLE_S = limits.subscriber_idle_probe_ms / 1000
-LOG_PORT_OFFSET = 2  # F+3 is back (F+1) + 2
 
 
 class Feed:
@@ -193,8 +193,7 @@ class Feed:
     def _log_endpoint(self) -> str:
         if self.copies:
             return self.copies[0]
-        host, _, port = self.back.rpartition(":")
-        return f"{host}:{int(port) + LOG_PORT_OFFSET}"
+        return sibling(self.back, ExchangePort.BACK, ExchangePort.LOG)
 
     def on_reply(self) -> list[tuple[batchfmt.BatchHeader, memoryview]]:
         """Handle one log reply; the batches it delivers, in order."""

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from roq.client.locate import CONTROL_OFFSET, MonitorAddress
+from roq.client.locate import MonitorAddress
 from roq.errors import RoqError
 from roq.protocol.commands import ChildCommand, Result
+from roq.protocol.ports import MonitorPort
 from roq.transport import new_context
 from roq.transport.rpc import Requester
 
@@ -18,7 +19,7 @@ def monitor_status(monitor_host: str, timeout_ms: int = LIVE_TIMEOUT_MS) -> dict
     if not monitor_host:
         return None
     context = new_context()
-    requester = Requester(context, MonitorAddress(monitor_host).at(CONTROL_OFFSET), timeout_ms)
+    requester = Requester(context, MonitorAddress(monitor_host).at(MonitorPort.CONTROL), timeout_ms)
     try:
         reply = requester.request({"CMD": int(ChildCommand.PING)})
     except RoqError:

@@ -50,16 +50,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from roq import limits
-from roq.client.locate import (
-    PLACEMENT_OFFSET,
-    TO_PUBLISHERS_OFFSET,
-    MonitorAddress,
-    locate_monitor,
-)
+from roq.client.locate import MonitorAddress, locate_monitor
 from roq.errors import RoqError
 from roq.log import format as batchfmt
 from roq.protocol import bsonmsg, dataplane
 from roq.protocol.commands import MonitorCommand, PublisherNotice, Result
+from roq.protocol.ports import MonitorPort
 from roq.transport import (
     NOBLOCK,
     POLLIN,
@@ -395,8 +391,8 @@ class _PublisherIO(threading.Thread):
         topics = owner.producer_id.hex().encode()
         self.notices = open_socket(ctx, Kind.SUB, subscribe=topics)
         subscribe(self.notices, BROADCAST_TOPIC)
-        connect(self.notices, owner.monitor.at(TO_PUBLISHERS_OFFSET))
-        self.placement = Requester(ctx, owner.monitor.at(PLACEMENT_OFFSET))
+        connect(self.notices, owner.monitor.at(MonitorPort.TO_PUBLISHERS))
+        self.placement = Requester(ctx, owner.monitor.at(MonitorPort.PLACEMENT))
         self.dealer: Any = None
         self.unconfirmed: dict[int, _Outbound] = {}  # sent batches the exchange must confirm
         self.resend: collections.deque[_Outbound] = collections.deque()  # after a fail-over

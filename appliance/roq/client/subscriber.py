@@ -45,17 +45,13 @@ from typing import Any
 from roq import limits
 from roq.analytics.kpi import histogram_fields
 from roq.client.feed import Feed
-from roq.client.locate import (
-    PLACEMENT_OFFSET,
-    TO_SUBSCRIBERS_OFFSET,
-    MonitorAddress,
-    locate_monitor,
-)
+from roq.client.locate import MonitorAddress, locate_monitor
 from roq.client.sequencer import Delivery, Sequencer
 from roq.errors import RoqError
 from roq.log import format as batchfmt
 from roq.protocol import bsonmsg
 from roq.protocol.commands import MonitorCommand, Result, StatCommand, SubscriberNotice
+from roq.protocol.ports import MonitorPort
 from roq.transport import (
     NOBLOCK,
     POLLIN,
@@ -114,9 +110,9 @@ class Subscriber:
         self.latency_us: list[float] = []  # per-batch samples since the last statistics
         self._context = new_context()
         self.notices = open_socket(self._context, Kind.SUB, subscribe=b"")
-        connect(self.notices, self.monitor.at(TO_SUBSCRIBERS_OFFSET))
+        connect(self.notices, self.monitor.at(MonitorPort.TO_SUBSCRIBERS))
         self.stats = self._stat_socket()
-        self._placement = Requester(self._context, self.monitor.at(PLACEMENT_OFFSET))
+        self._placement = Requester(self._context, self.monitor.at(MonitorPort.PLACEMENT))
         self._next_stat = time.monotonic() + _STAT_PERIOD_S
         self._next_refresh = 0.0
         self._started_us = time.time_ns() // 1000
@@ -131,9 +127,8 @@ class Subscriber:
 
     def _stat_socket(self) -> Any:
         sock = open_socket(self._context, Kind.PUB, sndhwm=100)
-        if self.monitor.stat:
-            host, _, port = self.monitor.stat.rpartition(":")
-            connect(sock, f"{host}:{int(port) - 1}")  # the KPI stream is S+1, its input S
+        if self.monitor.stat_in:
+            connect(sock, self.monitor.stat_in)
         return sock
 
     def _join(self, timeout_s: float) -> None:

@@ -49,6 +49,7 @@ from roq.log import Log, LogSettings, log_directory
 from roq.log import format as batchfmt
 from roq.protocol import bsonmsg, dataplane
 from roq.protocol.commands import ChildCommand, MonitorCommand, Reason, StatCommand
+from roq.protocol.ports import ExchangePort, endpoint_at, port_at
 from roq.system import procstat
 from roq.transport import (
     NOBLOCK,
@@ -65,8 +66,6 @@ from roq.transport.control import ControlServer
 
 log = logging.getLogger(__name__)
 
-FRONT, BACK, CONTROL, REPLICATION = 0, 1, 2, 3
-PORTS_PER_EXCHANGE = 4
 _BURST = 256  # batches handled per poll wake-up before timers and control get a turn ...
 # ... or this many bytes of them: with big batches 256 are 16 MiB or more, and a subscriber
 # catching up from the log waits a burst for each read (its catch-up then trails the live rate)
@@ -88,11 +87,11 @@ class ExchangeSpec:
 
     @property
     def front(self) -> str:
-        return f"tcp://{self.address}:{self.port + FRONT}"
+        return endpoint_at(self.address, self.port, ExchangePort.FRONT)
 
     @property
     def back(self) -> str:
-        return f"tcp://{self.address}:{self.port + BACK}"
+        return endpoint_at(self.address, self.port, ExchangePort.BACK)
 
     @property
     def name(self) -> str:
@@ -224,17 +223,18 @@ class Exchange:
             rcvhwm=self.settings.get_int("exchange.publisher.hwm"),  # batches: memory
             sndhwm=limits.exchange_replies_hwm,  # replies, which the ROUTER would drop
         )
-        bind(self.front, spec.address, spec.port + FRONT)
+        bind(self.front, spec.address, port_at(spec.port, ExchangePort.FRONT))
         self.back = open_socket(
             context,
             Kind.XPUB,
             sndhwm=self.settings.get_int("exchange.subscriber.hwm"),
             linger_ms=limits.data_linger_ms,
         )
-        bind(self.back, spec.address, spec.port + BACK)
+        bind(self.back, spec.address, port_at(spec.port, ExchangePort.BACK))
         self.replay = open_socket(context, Kind.ROUTER, sndhwm=100, rcvhwm=100)
-        bind(self.replay, spec.address, spec.port + REPLICATION)
-        self.control = ControlServer(context, spec.address, spec.port + CONTROL, spec.name)
+        bind(self.replay, spec.address, port_at(spec.port, ExchangePort.LOG))
+        control = port_at(spec.port, ExchangePort.CONTROL)
+        self.control = ControlServer(context, spec.address, control, spec.name)
         self.control.status = self.status
         self.reports = open_socket(context, Kind.PUB, sndhwm=100)
         connect(self.reports, spec.monitor)

@@ -31,6 +31,7 @@ from roq.protocol import bsonmsg
 from roq.protocol.bsonmsg import Document
 from roq.protocol.commands import HostCommand, Reason
 from roq.protocol.names import check_queue_name
+from roq.protocol.ports import ExchangePort, MonitorPort, StatPort, endpoint_at
 from roq.system.netaddr import resolve_interface
 from roq.system.spawn import roq_command
 from roq.transport import POLLIN, Kind, Poller, bind, new_context, open_socket
@@ -196,8 +197,8 @@ class HostConfigManager:
     def _queue_reply(self, queue: str, monitor: Child) -> Document:
         stat_port = monitor.meta["stat_port"]
         return bsonmsg.ok(
-            Monitor_host=f"tcp://{self.address}:{monitor.port}",
-            Stat_Monitor_host=f"tcp://{self.address}:{stat_port + 1}",
+            Monitor_host=endpoint_at(self.address, monitor.port, MonitorPort.REPORTS),
+            Stat_Monitor_host=endpoint_at(self.address, stat_port, StatPort.KPI),
             Monitor_port=monitor.port,
             Stat_port=stat_port,
             Exchanges=[self._exchange_doc(c) for c in self._of(queue, "exchange")],
@@ -208,8 +209,8 @@ class HostConfigManager:
             "Id": child.id,
             "Port": child.port,
             "TransactionID": child.txid,
-            "Front": f"tcp://{self.address}:{child.port}",
-            "Back": f"tcp://{self.address}:{child.port + 1}",
+            "Front": endpoint_at(self.address, child.port, ExchangePort.FRONT),
+            "Back": endpoint_at(self.address, child.port, ExchangePort.BACK),
         }
 
     def _start_monitor(self, queue: str) -> Child:
@@ -221,7 +222,7 @@ class HostConfigManager:
                 role="monitor",
                 queue=queue,
                 port=port,
-                control=f"tcp://{self.address}:{port + 5}",
+                control=endpoint_at(self.address, port, MonitorPort.CONTROL),
                 argv=roq_command(
                     "monitor",
                     queue,
@@ -257,7 +258,7 @@ class HostConfigManager:
                 role="exchange",
                 queue=queue,
                 port=port,
-                control=f"tcp://{self.address}:{port + 2}",
+                control=endpoint_at(self.address, port, ExchangePort.CONTROL),
                 id=exchange_id,
                 txid=txid,
                 argv=roq_command(
@@ -268,9 +269,9 @@ class HostConfigManager:
                     "--port",
                     str(port),
                     "--monitor",
-                    f"tcp://{monitor_address}:{monitor_port}",
+                    endpoint_at(monitor_address, monitor_port, MonitorPort.REPORTS),
                     "--stat",
-                    f"tcp://{monitor_address}:{stat_port}",
+                    endpoint_at(monitor_address, stat_port, StatPort.IN),
                     "--id",
                     exchange_id,
                     *self._overrides(),

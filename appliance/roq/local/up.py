@@ -15,6 +15,7 @@ from roq import config, limits
 from roq.client.admin import AdminClient
 from roq.errors import ConfigError, RoqError
 from roq.local.zkserver import ZooKeeperServer, first_reachable
+from roq.protocol.ports import GcmPort, port_at
 from roq.system.spawn import child_environment, die_with_parent, roq_command
 
 log = logging.getLogger(__name__)
@@ -135,7 +136,7 @@ class Cluster:
                 "roq is up.",
                 f"  ZooKeeper   {self._zk_text()}",
                 f"  GCM         {gcm} (admin API on port "
-                f"{self.gcm_settings.get_int('ports.base') + 3})",
+                f"{port_at(self.gcm_settings.get_int('ports.base'), GcmPort.ADMIN)})",
                 f"  host        {self.hcm_settings.get_str('network.interface')}:"
                 f"{self.hcm_settings.get_int('hcm.port')}",
                 f"  data        {self.data_dir}",

@@ -50,15 +50,13 @@ from roq.protocol.commands import (
     StatCommand,
     SubscriberNotice,
 )
+from roq.protocol.ports import ExchangePort, MonitorPort, StatPort, port_at, sibling
 from roq.transport import NOBLOCK, POLLIN, Kind, Poller, WouldBlock, bind, connect, open_socket
 from roq.transport.control import ControlServer
 from roq.transport.rpc import answer
 
 log = logging.getLogger(__name__)
 
-REPORTS, REQUESTS, TO_PUBLISHERS, TO_SUBSCRIBERS, RULES, CONTROL = range(6)
-PORTS_PER_MONITOR = 6
-STAT_IN, KPI_OUT = 0, 1
 BROADCAST_TOPIC = b"*"
 _BURST = 256
 _STAT_FRAMES_MAX = 4
@@ -99,7 +97,7 @@ class Monitor:
         self._controls: dict[str, Any] = {}  # front → DEALER to the exchange's control port
         self._open_sockets(context)
         self.scaler = Scaler(
-            context, queue, settings, address, port + RULES,
+            context, queue, settings, address, port_at(port, MonitorPort.RULES),
             emit=lambda doc: self._send(self.kpi_out, [bsonmsg.encode(doc)]),
         )  # fmt: skip
 
@@ -109,14 +107,17 @@ class Monitor:
             bind(sock, self.address, port)
             return sock
 
-        b, s = self.port, self.stat_port
-        self.reports = bound(Kind.SUB, b + REPORTS, rcvhwm=10_000, subscribe=b"")
-        self.requests = bound(Kind.REP, b + REQUESTS)
-        self.to_publishers = bound(Kind.PUB, b + TO_PUBLISHERS, sndhwm=10_000)
-        self.to_subscribers = bound(Kind.PUB, b + TO_SUBSCRIBERS, sndhwm=10_000)
-        self.stat_in = bound(Kind.SUB, s + STAT_IN, rcvhwm=10_000, subscribe=b"")
-        self.kpi_out = bound(Kind.PUB, s + KPI_OUT, sndhwm=10_000)
-        self.control = ControlServer(context, self.address, b + CONTROL, self.name)
+        def at(offset: MonitorPort) -> int:
+            return port_at(self.port, offset)
+
+        self.reports = bound(Kind.SUB, at(MonitorPort.REPORTS), rcvhwm=10_000, subscribe=b"")
+        self.requests = bound(Kind.REP, at(MonitorPort.PLACEMENT))
+        self.to_publishers = bound(Kind.PUB, at(MonitorPort.TO_PUBLISHERS), sndhwm=10_000)
+        self.to_subscribers = bound(Kind.PUB, at(MonitorPort.TO_SUBSCRIBERS), sndhwm=10_000)
+        s = self.stat_port
+        self.stat_in = bound(Kind.SUB, port_at(s, StatPort.IN), rcvhwm=10_000, subscribe=b"")
+        self.kpi_out = bound(Kind.PUB, port_at(s, StatPort.KPI), sndhwm=10_000)
+        self.control = ControlServer(context, self.address, at(MonitorPort.CONTROL), self.name)
         self.control.status = self.status
 
     # --- main loop -----------------------------------------------------------------------------
@@ -134,7 +135,8 @@ class Monitor:
         now = time.monotonic()
         next_list, next_kpi = now + self.list_period_s, now + self.kpi_period_s
         next_scale = now
-        log.info("%s: placing publishers on tcp://%s:%d", self.name, self.address, self.port + 1)
+        placement = port_at(self.port, MonitorPort.PLACEMENT)
+        log.info("%s: placing publishers on tcp://%s:%d", self.name, self.address, placement)
         while not (stop.is_set() or self.control.stop_requested):
             for sock, _ in poller.poll(limits.poll_interval_ms):
                 handlers[sock]()
@@ -348,7 +350,7 @@ class Monitor:
         for view in self.exchanges.values():
             for leader_id, end in view.copies.items():
                 if leader_id not in live and not view.leaving:
-                    entry = {"Id": view.exchange_id, "Log": _port_plus(view.front, 3), "End": end}
+                    entry = {"Id": view.exchange_id, "Log": _log_endpoint(view.front), "End": end}
                     holders.setdefault(leader_id, []).append(entry)
         return [
             {"Id": leader_id, "Replicas": sorted(found, key=lambda r: -int(r["End"]))}
@@ -457,14 +459,14 @@ class Monitor:
                     ", ".join(replica_ids) or "nobody",
                 )
                 leader.replicas = replica_ids
-            replicas = [{"Id": r, "Endpoint": _port_plus(by_id[r].front, 3)} for r in replica_ids]
+            replicas = [{"Id": r, "Endpoint": _log_endpoint(by_id[r].front)} for r in replica_ids]
             self._tell_exchange(leader, {"CMD": int(ChildCommand.REPLICAS), "Replicas": replicas})
 
     def _tell_exchange(self, view: ExchangeView, doc: dict[str, Any]) -> None:
         sock = self._controls.get(view.front)
         if sock is None:
             sock = self._controls[view.front] = open_socket(self._context, Kind.DEALER, sndhwm=10)
-            connect(sock, _port_plus(view.front, 2))
+            connect(sock, sibling(view.front, ExchangePort.FRONT, ExchangePort.CONTROL))
         while True:  # replies carry nothing we need: discard them
             try:
                 sock.recv_multipart(NOBLOCK)
@@ -487,6 +489,6 @@ class Monitor:
         self.control.close()
 
 
-def _port_plus(endpoint: str, delta: int) -> str:
-    host, _, port = endpoint.rpartition(":")
-    return f"{host}:{int(port) + delta}"
+def _log_endpoint(front: str) -> str:
+    """Where an exchange serves log reads and replication writes (F+3), from its front (F)."""
+    return sibling(front, ExchangePort.FRONT, ExchangePort.LOG)
