@@ -1,7 +1,8 @@
 """The KPI record: one BSON document per statistic, recorded durably as a log of its own.
 
-Pure (no sockets): the exchange, monitor and subscriber build documents with the helpers here and
-publish them; a `KpiRecorder` appends them as record batches (roq.log.format) to the system queue
+Pure (no sockets): the exchange, monitor and subscribers publish KPI documents on the KPI stream
+(a subscriber's latency histogram is built by roq.protocol.latency); `check_kpi` is their contract,
+and a `KpiRecorder` appends them as record batches (roq.log.format) to the system queue
 directory `<directory>/_kpi/<source>/`, segment files named by their 20-digit base offset. The
 Spark job (roq.analytics.job) reads them back with `decode_kpi`. Field names are documented in
 docs/analytics.md; they keep RoQ's stat command numbers (StatCommand) and, where RoQ had one, its
@@ -23,15 +24,11 @@ from roq import limits
 from roq.errors import CorruptRecord
 from roq.log import format as fmt
 from roq.protocol.commands import StatCommand
+from roq.protocol.latency import BUCKET_MAX
 
 KPI_DIR = "_kpi"  # not a valid queue name (queue names start with a letter or digit)
 KPI_KEY = b"kpi"
 SEGMENT_DIGITS = 20
-
-# Latency histogram: bucket i holds latencies in [bucket_lower_us(i), bucket_lower_us(i + 1)).
-# Eight buckets per power of two: a percentile read from it is within 9 % of the true value.
-BUCKETS_PER_OCTAVE = 8
-BUCKET_MAX = 40 * BUCKETS_PER_OCTAVE  # 2**40 µs ≈ 12.7 days: anything later goes in the last
 
 # The fields the job reads, per command, as the KPI stream carries them (exchange.py, monitor.py,
 # client/subscriber.py); all are numbers and optional unless listed in REQUIRED.
@@ -78,41 +75,6 @@ def ts_us(doc: Mapping[str, Any]) -> int:
 def queue_name(doc: Mapping[str, Any]) -> str:
     """The queue: CMD 23 says "<queue>:<port>" (RoQ's form); queue names hold no ':'."""
     return str(doc["QName"]).split(":", 1)[0]
-
-
-def latency_bucket(latency_us: int) -> int:
-    """The histogram bucket of one latency sample (negative clock skew counts as 0)."""
-    if latency_us < 1:
-        return 0
-    return min(int(math.log2(latency_us) * BUCKETS_PER_OCTAVE) + 1, BUCKET_MAX)
-
-
-def bucket_lower_us(index: int) -> float:
-    """Smallest latency of bucket `index` (bucket 0 is [0, 1) µs)."""
-    return 0.0 if index == 0 else float(2.0 ** ((index - 1) / BUCKETS_PER_OCTAVE))
-
-
-def bucket_upper_us(index: int) -> float:
-    """First latency past bucket `index`: the job reports percentiles as this bound."""
-    return float(2.0 ** (index / BUCKETS_PER_OCTAVE))
-
-
-def histogram_fields(samples_us: list[int]) -> dict[str, Any]:
-    """The latency fields of a subscriber KPI document from raw samples (microseconds)."""
-    counts: dict[int, int] = {}
-    for sample in samples_us:
-        index = latency_bucket(sample)
-        counts[index] = counts.get(index, 0) + 1
-    ordered = sorted(counts)
-    return {
-        "LatCount": len(samples_us),
-        "LatSumUs": sum(samples_us),
-        "LatMinUs": min(samples_us, default=0),
-        "LatMaxUs": max(samples_us, default=0),
-        "LatIdx": ordered,
-        "LatCnt": [counts[i] for i in ordered],
-        "MeanLat": (sum(samples_us) / len(samples_us) / 1000.0) if samples_us else 0.0,
-    }
 
 
 def encode_kpi(doc: Mapping[str, Any]) -> bytes:

@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import Any
 
 from roq import limits
-from roq.analytics.kpi import histogram_fields
 from roq.client.feed import Feed
 from roq.client.locate import MonitorAddress, locate_monitor
 from roq.client.sequencer import Delivery, Sequencer
@@ -51,6 +50,7 @@ from roq.errors import RoqError
 from roq.log import format as batchfmt
 from roq.protocol import bsonmsg
 from roq.protocol.commands import MonitorCommand, Result, StatCommand, SubscriberNotice
+from roq.protocol.latency import histogram_fields
 from roq.protocol.ports import MonitorPort
 from roq.transport import (
     NOBLOCK,
