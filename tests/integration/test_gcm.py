@@ -18,7 +18,7 @@ from roq.protocol import bsonmsg
 from roq.protocol.commands import AdminCommand, Result
 from roq.protocol.ports import GcmPort, MonitorPort, endpoint_at, sibling
 from roq.testing.cluster import LocalCluster, wait_for
-from roq.transport import POLLIN, Kind, Poller, bind, new_context, open_socket
+from roq.transport import READABLE, Kind, Poller, bind, new_context, open_socket
 from roq.transport.rpc import Requester
 
 pytestmark = pytest.mark.integration
@@ -181,7 +181,7 @@ def test_rules_listeners_survive_a_leader_kill(cluster: LocalCluster):
     bind(listener, "127.0.0.1", port)
     standby = Requester(context, endpoint_at("127.0.0.1", second_base, GcmPort.ADMIN), 5000)
     poller = Poller()
-    poller.register(listener, POLLIN)
+    poller.register(listener, READABLE)
     try:
         with cluster.admin() as admin:
             admin.create_queue("q1")

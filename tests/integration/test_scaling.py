@@ -24,7 +24,7 @@ from roq.protocol import bsonmsg
 from roq.protocol.commands import StatCommand
 from roq.protocol.ports import host_block
 from roq.testing.cluster import LocalCluster, port_is_free, processes_with, wait_for
-from roq.transport import POLLIN, Kind, Poller, bind, connect, new_context, open_socket
+from roq.transport import READABLE, Kind, Poller, bind, connect, new_context, open_socket
 
 pytestmark = pytest.mark.integration
 
@@ -146,7 +146,7 @@ class KpiWatcher(threading.Thread):
         sock = open_socket(context, Kind.SUB, subscribe=b"")
         connect(sock, self.endpoint)
         poller = Poller()
-        poller.register(sock, POLLIN)
+        poller.register(sock, READABLE)
         self.ready.set()
         try:
             while not self.stop.is_set():
@@ -262,7 +262,7 @@ def test_rules_are_stored_returned_pushed_and_drive_scaling(cluster: LocalCluste
         assert stored["AUTOSCALING_XCHANGE"]["AUTOSCALING_XCHANGE_THR"] == 60_000
         assert stored["AUTOSCALING_Q"]["AUTOSCALING_Q_PROD_EXCH"] == 10000
         poller = Poller()
-        poller.register(listener, POLLIN)
+        poller.register(listener, READABLE)
         assert poller.poll(5000), "the rules were not pushed to the registered listener"
         pushed = bsonmsg.decode([listener.recv()])
         assert (

@@ -14,7 +14,7 @@ from roq.cli.common import GCM_OPTION, errors_to_exit, fail, setup_logging, stop
 from roq.client.locate import locate_monitor
 from roq.errors import RoqError
 from roq.protocol import bsonmsg
-from roq.transport import Kind, connect, new_context, open_socket
+from roq.transport import Kind, connect, new_context, open_socket, wait_readable
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ def _record(
     recorded = 0
     try:
         while not stop.is_set() and time.monotonic() < end:
-            if not sock.poll(KPI_POLL_MS):
+            if not wait_readable(sock, KPI_POLL_MS):
                 continue
             frames = sock.recv_multipart()
             try:

@@ -38,11 +38,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from roq import limits
-from roq.errors import CorruptRecord, ProtocolError
+from roq.errors import CorruptRecord, ProtocolError, TransportError
 from roq.log import format as batchfmt
 from roq.protocol import dataplane
 from roq.protocol.ports import ExchangePort, sibling
-from roq.transport import NOBLOCK, Kind, WouldBlock, connect, drained, open_socket
+from roq.transport import Kind, connect, drained, open_socket, recv_nowait, send_nowait
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +186,8 @@ class Feed:
             connect(self.reader, self._log_endpoint())
         self._last_request = frames
         leader = [self.exchange_id.encode()] if self.copies else []
-        self.reader.send_multipart([*frames, *leader], NOBLOCK)
+        if not send_nowait(self.reader, [*frames, *leader]):  # a request or two wait at most
+            raise TransportError(f"exchange {self.exchange_id}: the log request queue is full")
         self._pending = True
         self._read_sent = time.monotonic()
 
@@ -197,9 +198,12 @@ class Feed:
 
     def on_reply(self) -> list[tuple[batchfmt.BatchHeader, memoryview]]:
         """Handle one log reply; the batches it delivers, in order."""
+        frames = recv_nowait(self.reader)
+        if frames is None:
+            return []  # the poll's wake-up was not for a reply after all
         try:
-            reply = dataplane.parse_read_reply(self.reader.recv_multipart(NOBLOCK))
-        except (WouldBlock, ProtocolError) as error:
+            reply = dataplane.parse_read_reply(frames)
+        except ProtocolError as error:
             log.warning("exchange %s: bad log reply: %s", self.exchange_id, error)
             return []
         self._pending, self.silent, self._heard = False, False, time.monotonic()

@@ -53,14 +53,14 @@ from roq.protocol.commands import MonitorCommand, Result, StatCommand, Subscribe
 from roq.protocol.latency import histogram_fields
 from roq.protocol.ports import MonitorPort
 from roq.transport import (
-    NOBLOCK,
-    POLLIN,
+    READABLE,
     Kind,
     Poller,
-    WouldBlock,
     connect,
     new_context,
     open_socket,
+    recv_nowait,
+    send_nowait,
 )
 from roq.transport.rpc import Requester
 
@@ -227,9 +227,12 @@ class Subscriber:
             feed.seek_time(self._started_us)
 
     def _on_notice(self) -> None:
+        frames = recv_nowait(self.notices)
+        if frames is None:
+            return
         try:
-            doc = bsonmsg.decode(self.notices.recv_multipart(NOBLOCK))
-        except (WouldBlock, RoqError):
+            doc = bsonmsg.decode(frames)
+        except RoqError:
             return
         if doc["CMD"] == SubscriberNotice.NEW_EXCHANGE and isinstance(doc.get("Back"), str):
             self._join_exchange(doc["Back"], str(doc.get("Id", "")), bool(doc.get("Log", False)))
@@ -285,16 +288,16 @@ class Subscriber:
     def _poller(self) -> tuple[Poller, dict[Any, Feed | None]]:
         poller = Poller()
         owners: dict[Any, Feed | None] = {self.notices: None}
-        poller.register(self.notices, POLLIN)
+        poller.register(self.notices, READABLE)
         # While many batches wait for a gap to fill, leave the live streams unread: ZeroMQ then
         # drops for this subscriber only, and the log gives those batches back later.
         take_live = self.sequencer.held < self.sequencer.held_max // 2
         for feed in self.feeds.values():
             if take_live:
-                poller.register(feed.live, POLLIN)
+                poller.register(feed.live, READABLE)
                 owners[feed.live] = feed
             if feed.reader is not None:
-                poller.register(feed.reader, POLLIN)
+                poller.register(feed.reader, READABLE)
                 owners[feed.reader] = feed
         return poller, owners
 
@@ -402,10 +405,7 @@ class Subscriber:
             "P99Lat": samples[int(len(samples) * 0.99)] / 1000 if samples else 0.0,
             "Time": time.time(),
         }
-        try:
-            self.stats.send(bsonmsg.encode(doc), NOBLOCK)
-        except WouldBlock:
-            pass
+        send_nowait(self.stats, [bsonmsg.encode(doc)])  # not taken: a slow stat monitor misses it
         self._next_stat = now + _STAT_PERIOD_S
 
     def close(self) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from roq.protocol import bsonmsg
 from roq.protocol.commands import MonitorCommand
-from roq.transport import NOBLOCK, Kind, WouldBlock, connect, open_socket
+from roq.transport import Kind, connect, open_socket, send_nowait
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +50,8 @@ class Pulse(threading.Thread):
             while not self._stop_event.wait(self._period_s):
                 age = time.monotonic() - self._loop_turned()
                 doc = {"CMD": int(MonitorCommand.EXCHANGE_PULSE), **self._identity, "LoopAge": age}
-                try:
-                    sock.send(bsonmsg.encode(doc), NOBLOCK)
-                except WouldBlock:
-                    pass  # the monitor is not reading: the next pulse tries again
+                # not taken: the monitor is not reading, and the next pulse tries again
+                send_nowait(sock, [bsonmsg.encode(doc)])
         finally:
             sock.close(0)
 

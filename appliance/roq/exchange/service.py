@@ -52,15 +52,15 @@ from roq.protocol.commands import ChildCommand, MonitorCommand, Reason, StatComm
 from roq.protocol.ports import ExchangePort, endpoint_at, port_at
 from roq.system import procstat
 from roq.transport import (
-    NOBLOCK,
-    POLLIN,
+    READABLE,
     Kind,
     Poller,
-    WouldBlock,
     bind,
     connect,
     drained,
     open_socket,
+    recv_nowait,
+    send_nowait,
 )
 from roq.transport.control import ControlServer
 
@@ -249,9 +249,9 @@ class Exchange:
     def _poller(self) -> Poller:
         poller = Poller()
         for sock in (self.front, self.back, self.control.sock, self.replay):
-            poller.register(sock, POLLIN)
+            poller.register(sock, READABLE)
         for sock in self.replicator.sockets() if self.replicator else []:
-            poller.register(sock, POLLIN)
+            poller.register(sock, READABLE)
         self._replica_sockets = set(self.replicator.sockets() if self.replicator else [])
         return poller
 
@@ -343,11 +343,8 @@ class Exchange:
     def _count_subscriptions(self) -> None:
         """Subscribe (first byte 1) and unsubscribe (0) messages from the XPUB socket: ZeroMQ has
         already applied them to its filter; they are read only to be counted."""
-        for _ in range(_BURST):
-            try:
-                message = self.back.recv(NOBLOCK)
-            except WouldBlock:
-                return
+        for frames in drained(self.back, _BURST):
+            message = frames[0]
             if message[:1] == b"\x01":
                 self.subscriptions += 1
             elif message[:1] == b"\x00":
@@ -429,10 +426,10 @@ class Exchange:
         if self.log_server is not None:
             self.log_server.pump()
             return
-        try:  # no log: say so rather than leave the reader waiting
-            peer, *_ = self.replay.recv_multipart(NOBLOCK)
-        except WouldBlock:
+        frames = recv_nowait(self.replay)  # no log: say so rather than leave the reader waiting
+        if frames is None:
             return
+        peer = frames[0]
         reply = dataplane.read_reply(dataplane.READ_ERROR, 0, 0, 0, b"useLog is false")
         self.replay.send_multipart([peer, *reply])
 
@@ -473,9 +470,7 @@ class Exchange:
             "Host": self.settings.get_str("host.name") or self.spec.address,
             **fields,
         }
-        try:
-            self.reports.send(bsonmsg.encode(doc), NOBLOCK)
-        except WouldBlock:
+        if not send_nowait(self.reports, [bsonmsg.encode(doc)]):
             log.debug("%s: monitor not keeping up; report dropped", self.spec.name)
 
     def _publish_kpi(self, seconds: float) -> None:
@@ -491,9 +486,7 @@ class Exchange:
             {"CMD": int(StatCommand.EXCHANGE_OS_MIN), "CPU": procstat.load_average(),
              "ProcessCPU": self._kpi_cpu.sample(), "MEMORY": procstat.rss_bytes() / 2**20},
         ]  # fmt: skip
-        try:
-            self.kpi.send_multipart([bsonmsg.encode(frame) for frame in frames], NOBLOCK)
-        except WouldBlock:
+        if not send_nowait(self.kpi, [bsonmsg.encode(frame) for frame in frames]):
             log.debug("%s: stat monitor not keeping up; KPI dropped", self.spec.name)
 
     def status(self) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from roq.protocol.bsonmsg import Document
 from roq.protocol.commands import AdminCommand, HostCommand, Reason, Result
 from roq.protocol.names import check_queue_name
 from roq.protocol.rules import validate_rules
-from roq.transport import Kind, connect, open_socket
+from roq.transport import Kind, connect, open_socket, send_nowait
 from roq.transport.rpc import Requester
 
 log = logging.getLogger(__name__)
@@ -487,7 +487,8 @@ class Management:
         update = {"CMD": int(AdminCommand.ADD_AUTOSCALING_RULE), "RESULT": 0}
         for address, sock in self._listener_sockets(queue).items():
             try:
-                sock.send(bsonmsg.encode({**update, "QName": queue, **rules}), flags=1)
+                if not send_nowait(sock, [bsonmsg.encode({**update, "QName": queue, **rules})]):
+                    raise TransportError("its queue is full")
             except Exception as error:  # a slow or gone listener must not fail the request
                 log.warning(
                     "queue %s: rules listener %s did not take the update: %s", queue, address, error

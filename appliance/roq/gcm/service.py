@@ -32,7 +32,7 @@ from roq.protocol import bsonmsg
 from roq.protocol.commands import AdminCommand, BroadcastCommand, Reason
 from roq.protocol.ports import GcmPort, endpoint_at, port_at
 from roq.system.netaddr import resolve_interface
-from roq.transport import POLLIN, Kind, Poller, bind, new_context, open_socket
+from roq.transport import READABLE, Kind, Poller, bind, new_context, open_socket
 from roq.transport.rpc import answer
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ class GlobalConfigurationManager:
         self.leadership.start()
         poller = Poller()
         for name in ("topology", "admin"):
-            poller.register(self._sockets[name], POLLIN)
+            poller.register(self._sockets[name], READABLE)
         topology, admin = self.endpoint(GcmPort.TOPOLOGY), self.endpoint(GcmPort.ADMIN)
         log.info("gcm %s serving on %s (admin %s)", self.id, topology, admin)
         if on_ready is not None:

@@ -34,7 +34,7 @@ from roq.protocol.names import check_queue_name
 from roq.protocol.ports import ExchangePort, MonitorPort, StatPort, endpoint_at
 from roq.system.netaddr import resolve_interface
 from roq.system.spawn import roq_command
-from roq.transport import POLLIN, Kind, Poller, bind, new_context, open_socket
+from roq.transport import READABLE, Kind, Poller, bind, new_context, open_socket
 from roq.transport.rpc import answer
 
 log = logging.getLogger(__name__)
@@ -128,7 +128,7 @@ class HostConfigManager:
 
     def run(self, stop: threading.Event, on_ready: Callable[[], object] | None = None) -> None:
         poller = Poller()
-        poller.register(self.sock, POLLIN)
+        poller.register(self.sock, READABLE)
         log.info("host %s serving on %s", self.name, self.endpoint)
         if on_ready is not None:
             on_ready()

@@ -47,7 +47,7 @@ from roq.protocol.rules import (
     queue_rule_fires,
     validate_rules,
 )
-from roq.transport import NOBLOCK, Kind, WouldBlock, bind, open_socket
+from roq.transport import Kind, bind, drained, open_socket
 
 log = logging.getLogger(__name__)
 
@@ -465,13 +465,9 @@ class Scaler:
 
     def pump_rules(self) -> None:
         """Rule updates pushed by the GCM (2008)."""
-        for _ in range(16):
+        for frames in drained(self.sock, 16):
             try:
-                frame = self.sock.recv(NOBLOCK)
-            except WouldBlock:
-                return
-            try:
-                self._offer(bsonmsg.decode([frame]))
+                self._offer(bsonmsg.decode(frames))
             except ProtocolError as error:
                 log.warning("%s: ignored a bad rules update: %s", self.name, error)
 

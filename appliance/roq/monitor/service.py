@@ -51,7 +51,7 @@ from roq.protocol.commands import (
     SubscriberNotice,
 )
 from roq.protocol.ports import ExchangePort, MonitorPort, StatPort, port_at, sibling
-from roq.transport import NOBLOCK, POLLIN, Kind, Poller, WouldBlock, bind, connect, open_socket
+from roq.transport import READABLE, Kind, Poller, bind, connect, drained, open_socket, send_nowait
 from roq.transport.control import ControlServer
 from roq.transport.rpc import answer
 
@@ -131,7 +131,7 @@ class Monitor:
             self.scaler.sock: self.scaler.pump_rules,
         }
         for sock in handlers:
-            poller.register(sock, POLLIN)
+            poller.register(sock, READABLE)
         now = time.monotonic()
         next_list, next_kpi = now + self.list_period_s, now + self.kpi_period_s
         next_scale = now
@@ -156,11 +156,7 @@ class Monitor:
 
     # --- exchange reports ----------------------------------------------------------------------
     def _pump_reports(self) -> None:
-        for _ in range(_BURST):
-            try:
-                frames = self.reports.recv_multipart(NOBLOCK)
-            except WouldBlock:
-                return
+        for frames in drained(self.reports, _BURST):
             try:
                 self._on_report(bsonmsg.decode(frames))
             except (ProtocolError, KeyError, TypeError, ValueError) as error:
@@ -367,11 +363,7 @@ class Monitor:
     # --- stat monitor --------------------------------------------------------------------------
     def _pump_stats(self) -> None:
         """Forward valid statistics to the KPI stream; count and drop the rest."""
-        for _ in range(_BURST):
-            try:
-                frames = self.stat_in.recv_multipart(NOBLOCK)
-            except WouldBlock:
-                return
+        for frames in drained(self.stat_in, _BURST):
             if self._valid_stat(frames):
                 self._send(self.kpi_out, frames)
             else:
@@ -409,9 +401,7 @@ class Monitor:
         self._send(self.to_subscribers, [bsonmsg.encode({"CMD": int(notice), **fields})])
 
     def _send(self, sock: Any, frames: list[bytes]) -> None:
-        try:
-            sock.send_multipart(frames, NOBLOCK)
-        except WouldBlock:
+        if not send_nowait(sock, frames):
             log.warning("%s: a slow peer missed a notice (it will get the next list)", self.name)
 
     def status(self) -> dict[str, Any]:
@@ -467,14 +457,9 @@ class Monitor:
         if sock is None:
             sock = self._controls[view.front] = open_socket(self._context, Kind.DEALER, sndhwm=10)
             connect(sock, sibling(view.front, ExchangePort.FRONT, ExchangePort.CONTROL))
-        while True:  # replies carry nothing we need: discard them
-            try:
-                sock.recv_multipart(NOBLOCK)
-            except WouldBlock:
-                break
-        try:
-            sock.send_multipart([b"", bsonmsg.encode(doc)], NOBLOCK)
-        except WouldBlock:
+        for _ in drained(sock, limits.control_hwm_messages):  # its high-water mark
+            pass  # replies carry nothing we need: discard them
+        if not send_nowait(sock, [b"", bsonmsg.encode(doc)]):
             log.debug("%s: exchange %s control queue full", self.name, view.exchange_id)
 
     def close(self) -> None:
