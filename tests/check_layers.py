@@ -1,4 +1,4 @@
-"""The layering rules of DESIGN §11 and docs/architecture.md §11, checked on the import statements
+"""The layering rules of DESIGN §11 and docs/architecture.md §1, checked on the import statements
 of every module (inside functions too; relative imports resolved to absolute names).
 
 - Third-party owners: only roq.transport imports zmq, only roq.coordination kazoo, only

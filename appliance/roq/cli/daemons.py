@@ -1,4 +1,5 @@
-"""`roq gcm`, `roq host` and `roq up`: the long-running modes."""
+"""Every long-running mode, one command each: `roq gcm`, `roq host`, `roq up`, and the
+`roq monitor` and `roq exchange` that a host starts as its children."""
 
 from __future__ import annotations
 
@@ -105,3 +106,58 @@ def up(
             cluster.wait(stop)
         finally:
             cluster.stop()
+
+
+@app.command(rich_help_panel="Daemons (started by roq host)")
+def monitor(
+    queue: str = typer.Argument(..., help="Logical queue this monitor serves."),
+    bind: str = typer.Option("127.0.0.1", "--bind", help="Address to bind."),
+    port: int = typer.Option(..., "--port", help="Base port B (B..B+5)."),
+    stat_port: int = typer.Option(..., "--stat-port", help="Stat port S (S, S+1)."),
+    config_file: Path | None = CONFIG_OPTION,
+    define: list[str] = DEFINE_OPTION,
+) -> None:
+    """Run a queue's monitor: exchange liveness, publisher placement and re-allocation, KPIs."""
+    setup_logging()
+    with errors_to_exit():
+        settings = config.load_hcm(config_file, config.parse_overrides(define))
+        from roq.monitor.service import Monitor
+        from roq.transport import new_context
+
+        context = new_context()
+        server = Monitor(context, queue, bind, port, stat_port, settings)
+        try:
+            with serving(f"monitor {queue}"):
+                server.run(stop_event())
+        finally:
+            server.close()
+            context.term()
+
+
+@app.command(rich_help_panel="Daemons (started by roq host)")
+def exchange(
+    queue: str = typer.Argument(..., help="Logical queue this exchange belongs to."),
+    bind: str = typer.Option("127.0.0.1", "--bind", help="Address to bind."),
+    port: int = typer.Option(..., "--port", help="Front port F (F..F+3)."),
+    monitor_endpoint: str = typer.Option(..., "--monitor", help="tcp://IP:B of the monitor."),
+    stat: str = typer.Option(..., "--stat", help="tcp://IP:S of the stat monitor."),
+    exchange_id: str = typer.Option(..., "--id", help="Exchange id (unique in the cluster)."),
+    config_file: Path | None = CONFIG_OPTION,
+    define: list[str] = DEFINE_OPTION,
+) -> None:
+    """Run an exchange: receives publishers' batches and fans them out to subscribers."""
+    setup_logging()
+    with errors_to_exit():
+        settings = config.load_hcm(config_file, config.parse_overrides(define))
+        from roq.exchange.service import Exchange, ExchangeSpec
+        from roq.transport import new_context
+
+        spec = ExchangeSpec(queue, exchange_id, bind, port, monitor_endpoint, stat)
+        context = new_context()
+        server = Exchange(context, spec, settings)
+        try:
+            with serving(spec.name):
+                server.run(stop_event())
+        finally:
+            server.close()
+            context.term()

@@ -27,7 +27,11 @@ as the queue's subscribers have joined it rather than after a fixed wait. On SHU
 it tells the monitor it is leaving, keeps serving while its publishers drain and move away
 (bounded), then exits.
 
-Everything runs in the main thread, which owns every socket.
+The main thread runs the poll loop and owns every socket but one, the log and its replica
+copies. Three helper threads keep slow work off it: the pulse (`pulse.py`, its own PUB socket
+to the monitor), the log's flusher (`log/flusher.py`, fdatasync under `log.flush=interval`) and
+the process's janitor (`log/janitor.py`, unlinks retired segments); none touches a socket of
+the loop, and each hands over through one lock-guarded slot.
 """
 
 from __future__ import annotations

@@ -5,7 +5,10 @@ Offsets are byte positions in the log: a batch's offset is where its first byte 
 batch's offset is that plus the batch's size. So `read(offset)` finds its segment by bisecting
 the segments' base offsets and seeks; there is no index to keep or rebuild.
 
-A Log is owned by one thread (the exchange's main thread): nothing here takes a lock.
+A Log is owned by one thread (the exchange's main thread), which alone calls its methods, so
+the log's own state takes no lock. Two helpers run beside it and hand over through their own
+locks: the flusher (`flusher.py`, the `interval` policy's fdatasync on a duplicated descriptor)
+and the process's janitor (`janitor.py`, unlinking retired segments).
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ created are filled by re-allocating publishers. Its admin requests run in its ow
 
 An exchange silent for `monitor.dead.heartbeats` of its periods is dead: its publishers are told
 with the exact front address they use (RoQ's never matched) and subscribers get the new list.
-Everything runs in the main thread, which owns every socket.
+The main thread runs the poll loop and owns every socket; the scaling actuator thread
+(`scaling.py`) owns its AdminClient and talks to the main thread through two bounded queues.
 """
 
 from __future__ import annotations
