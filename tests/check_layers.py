@@ -35,11 +35,11 @@ MAY_IMPORT: dict[str, set[str] | str] = {
     # top-level modules
     "errors": set(),
     "limits": set(),
-    "config": set(),  # the properties parser: standard library and errors only
+    "config": {"log"},  # the key tables and typed settings; components.py builds LogSettings
     "__main__": {"cli"},
     # layers
     "protocol": set(),
-    "log": {"config"},  # LogSettings.from_settings reads the log's keys; config is pure too
+    "log": set(),
     "system": {"config"},
     "transport": {"protocol"},
     "coordination": {"protocol"},

@@ -1,6 +1,6 @@
 """Every bound roq relies on, in one place, with its unit in its name.
 
-Values that an operator may want to change are configuration keys (see `config.py`); these are
+Values that an operator may want to change are configuration keys (see `config/keys.py`); these are
 the bounds that protect a process from its peers and from itself.
 """
 
@@ -35,6 +35,9 @@ child_stable_after_ms = 10_000  # a child that lived this long resets its failur
 # a child stopping gets this long after its SHUTDOWN request, then SIGTERM and this long again,
 # then SIGKILL (supervision.stop)
 shutdown_grace_ms = 5_000
+# A child that loses a port race to another program gets this many port blocks before the host
+# gives up starting it (host/service.py).
+child_bind_attempts = 3
 
 # --- ZooKeeper ---------------------------------------------------------------------------
 zk_connect_timeout_s = 10.0
@@ -46,15 +49,25 @@ zk_request_timeout_s = 10.0
 # A host whose session expired tries to register again at most this often.
 host_reregister_interval_s = 1.0
 zk_probe_timeout_s = 1.0  # a shutdown skips its ZooKeeper clean-up if a probe waits longer
+zk_client_session_ms = 4_000  # the session of a client that only looks the GCM leader up
+# A new GCM leader retries creating its leader znode this many times, 0.1 s apart, while its
+# predecessor's ephemeral one vanishes with that session (coordination/election.py).
+leader_create_tries = 50
+# A stopping GCM waits this long for its election thread to hand the leadership back.
+election_stop_join_s = 5.0
 
 # --- polling -------------------------------------------------------------------------------
 poll_interval_ms = 100  # control loops wake at least this often to run their timers
 # An exchange whose main loop has not turned for this long is dead to its monitor even while
-# its pulse thread still beats (roq/pulse.py); shorter stalls (a saturated disk) are survived.
+# its pulse thread still beats (exchange/pulse.py); shorter stalls (a saturated disk) are survived.
 exchange_loop_stall_max_ms = 10_000
 
 assert admin_frame_bytes_max <= frame_bytes_max
 assert message_bytes_max < batch_bytes_max <= frame_bytes_max
+
+# --- control plane: GCM ----------------------------------------------------------------------
+rules_listeners_max = 16  # rules listeners (2008) kept per queue; the oldest is dropped
+ec2_response_bytes_max = 1024 * 1024  # an EC2 API answer is read this far at most
 
 # --- data plane: publishers -------------------------------------------------------------
 publisher_batch_bytes_default = 64 * 1024  # a batch is sent once its payloads reach this
@@ -76,6 +89,22 @@ unconfirmed_batches_max = 10_000  # batches kept for re-sending until the exchan
 # each.
 exchange_replies_hwm = 2 * unconfirmed_batches_max
 
+# --- data plane: exchanges ----------------------------------------------------------------
+# Publishers' batches handled per poll wake-up before timers and control get a turn ...
+exchange_burst_batches = 256
+# ... or this many bytes of them: with big batches 256 are 16 MiB or more, and a subscriber
+# catching up from the log waits a burst for each read (its catch-up then trails the live rate)
+exchange_burst_bytes = 4 * 1024 * 1024
+exchange_leave_quiet_s = 0.5  # after leaving, exit once publishers were silent this long ...
+exchange_leave_max_s = 3.0  # ... or after this long in any case (the host waits 5 s: SIGTERM)
+exchange_producers_tracked_max = 100_000  # beyond this, a period's extra producers count as one
+log_server_burst_requests = 64  # log reads and replication writes answered per wake-up (F+3)
+log_seek_reads_max = 100_000  # reads a time seek may take (each ≤ dataplane.READ_BYTES_MAX)
+# How often a replicating leader notes its log's end, for the in-sync rule (the notes kept are
+# bounded by the replica lag over this).
+replication_end_sample_s = 0.1
+replication_backfill_read_bytes = 1024 * 1024  # one back-fill read from the log
+
 # --- data plane: subscribers --------------------------------------------------------------
 subscriber_hwm_batches = 10_000  # batches ZeroMQ queues for one subscriber socket
 subscriber_reorder_batches_max = 1_000  # out-of-order batches held while waiting for a gap
@@ -87,12 +116,37 @@ subscriber_idle_probe_ms = 2_000  # a feed silent this long asks its exchange's 
 subscriber_refresh_ms = 2_000  # while a feed is silent, ask the monitor for the list this often
 subscriber_refresh_timeout_ms = 1_000  # ... and wait this long for its answer
 subscriber_streams_max = 1_000_000  # (producer, key) streams tracked for order and duplicates
+subscriber_burst_batches = 1_024  # batches taken from one live stream per wake-up
+subscriber_stat_period_s = 1.0  # a subscriber sends its statistics to the stat monitor this often
 
 # --- data plane: monitor ------------------------------------------------------------------
 monitor_publishers_max = 1_000_000  # publishers a monitor remembers placements for
 exchange_producers_reported_max = 32  # most active producers an exchange names per report
 exchange_subscriptions_notice_ms = 50  # a changed subscription count is told at most this often
+# Exchange reports, or statistics, handled per wake-up before the monitor's other sockets and
+# timers get a turn.
+monitor_burst_messages = 256
+monitor_exchanges_max = 10_000  # exchanges one monitor tracks; reports of any more are ignored
+monitor_copies_announced_max = 1_000  # copies of other logs one exchange may announce
+stat_frames_max = 4  # frames of one statistics message into the stat monitor (S+0)
+stat_frame_bytes_max = 64 * 1024  # one frame of it
+
+# --- scaling: the monitor's scaler and its actuator thread ---------------------------------
+scaling_actions_queued_max = 4  # decisions queued for the actuator (one is in flight at a time)
+scaling_results_queued_max = 64  # actuator results waiting for the monitor's main thread
+scaling_admin_retries = 3  # attempts per admin request (each bounded by the AdminClient's timeout)
+scaling_rules_retry_s = 1.0  # a failed rules refresh is retried this soon (doubling each time)
+scaling_events_kept = 20  # recent scaling events shown by `roq status`
+scaling_fresh_wait_s = 30.0  # a created exchange that never reports is given up on after this
+scaling_rebalance_retry_s = 0.5  # filling a new exchange found nothing to move: look again then
+scaling_actuator_join_s = 0.5  # closing the monitor waits this long for the (daemon) actuator
 
 # --- message log ----------------------------------------------------------------------------
 log_scan_chunk_bytes = 1024 * 1024  # recovery and inspection read segments in chunks this big
 log_read_files_max = 16  # closed segments kept open for reading (least recently used closed)
+
+# --- roq bench ------------------------------------------------------------------------------
+bench_ready_timeout_s = 30.0  # a bench subscriber process must say it is ready within this
+bench_drain_quiet_s = 1.5  # a subscriber stops after the run once nothing arrived for this long
+bench_drain_max_s = 20.0  # ... or this long after the run at the latest
+bench_latency_samples_max = 20_000  # latency samples kept per worker and run

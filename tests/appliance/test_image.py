@@ -71,11 +71,11 @@ def test_configure_writes_a_host(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "roq-host.service" in result.stdout
     hcm = config.load_hcm(tmp_path / "HCM.properties", {})
-    assert hcm.get_str("gcm.address") == "10.0.1.10"
-    assert hcm.get_str("zk.servers") == "10.0.1.10:2181"
-    assert hcm.get_str("host.name") == "h2"
+    assert hcm.values["gcm.address"] == "10.0.1.10"
+    assert hcm.values["zk.servers"] == "10.0.1.10:2181"
+    assert hcm.values["host.name"] == "h2"
     gcm = config.load_gcm(tmp_path / "GCM.properties", {})
-    assert gcm.get_str("network.interface") == "127.0.0.1"
+    assert gcm.values["network.interface"] == "127.0.0.1"
 
 
 def test_configure_gcm_role_starts_zookeeper_and_gcm(tmp_path: Path) -> None:

@@ -81,21 +81,67 @@ def test_every_roq_key_is_present():
     assert roq_hcm <= {k.name for k in config.HCM_KEYS}
 
 
+class _Reads(dict):
+    """Settings values that note each key looked up by name (`dict.items()` does not)."""
+
+    def __init__(self, values):
+        super().__init__(values)
+        self.read = set()
+
+    def __getitem__(self, name):
+        self.read.add(name)
+        return super().__getitem__(name)
+
+
+def _reading(keys, **values):
+    loaded = config.load(keys, None, values)
+    reads = _Reads(loaded.values)
+    return config.Settings(loaded.source, reads), reads.read
+
+
+def test_every_key_read_is_declared_and_every_declared_key_is_read():
+    """Each component's dataclass reads its keys at start: a misspelled one raises here (KeyError
+    naming it), and a declared key that nothing reads must be listed in NOT_READ."""
+    gcm, gcm_read = _reading(config.GCM_KEYS)
+    ec2_values = {"cloud.image": "ami-1", "cloud.user": "u", "cloud.password": "p"}
+    ec2, ec2_read = _reading(config.GCM_KEYS, provisioner="ec2", **ec2_values)
+    hcm, hcm_read = _reading(config.HCM_KEYS)
+    config.GcmSettings.from_settings(gcm)
+    assert config.GcmSettings.from_settings(ec2).provisioning.ec2 is not None  # its keys too
+    for component in (config.HostSettings, config.MonitorSettings, config.ExchangeSettings):
+        component.from_settings(hcm)
+    config.UpSettings.from_settings(gcm, hcm)
+    for keys, read in ((config.GCM_KEYS, gcm_read | ec2_read), (config.HCM_KEYS, hcm_read)):
+        declared = {key.name for key in keys}
+        assert read <= declared
+        assert declared - read == declared & config.NOT_READ, "read by nothing, not in NOT_READ"
+    assert config.NOT_READ.issubset(key.name for key in config.GCM_KEYS + config.HCM_KEYS)
+
+
+def test_units_are_converted_once_and_children_get_the_hosts_changes():
+    hcm = config.load_hcm(None, {"heartbeat.period": "250", "relocate.cooldown": "1500"})
+    exchange = config.ExchangeSettings.from_settings(hcm)
+    assert exchange.heartbeat_s == 0.25 and exchange.stat_period_s == 1.0
+    assert config.MonitorSettings.from_settings(hcm).thresholds.cooldown_s == 1.5
+    host = config.HostSettings.from_settings(hcm)
+    assert dict(host.child_overrides) == {"heartbeat.period": "250", "relocate.cooldown": "1500"}
+
+
 def test_missing_key_takes_its_default_and_others_are_read(tmp_path):
     path = tmp_path / "HCM.properties"
     path.write_text("# only one key\nexchange.base.port = 7000\n")
-    settings = config.load_hcm(path)
-    assert settings.get_int("exchange.base.port") == 7000
-    assert settings.get_int("monitor.base.port") == 5500
+    settings = config.HostSettings.from_settings(config.load_hcm(path))
+    assert settings.exchange_base_port == 7000
+    assert settings.monitor_base_port == 5500
 
 
 def test_java_properties_syntax(tmp_path):
     path = tmp_path / "GCM.properties"
     path.write_text("! comment\nperiod: 700\nzk.servers = a:1,\\\n   b:2\nformatDB true\n")
-    settings = config.load_gcm(path)
-    assert settings.get_int("period") == 700
-    assert settings.get_str("zk.servers") == "a:1,b:2"
-    assert settings.get_bool("formatDB") is True
+    settings = config.GcmSettings.from_settings(config.load_gcm(path))
+    assert settings.broadcast_period_s == 0.7
+    assert settings.zk.servers == "a:1,b:2"
+    assert settings.format_db is True
 
 
 @pytest.mark.parametrize(

@@ -26,6 +26,7 @@ def test_every_package_has_a_row():
         ("monitor", "roq.gcm.management", "may not import roq.gcm"),
         ("analytics", "roq.transport", "may not import roq.transport"),
         ("protocol", "roq.config", "may not import roq.config"),
+        ("log", "roq.config.components", "may not import roq.config"),
         ("log", "socket", "pure layer"),
         ("protocol", "kazoo.client", "only roq.coordination"),
         ("log", "numpy", "pure layer"),

@@ -308,7 +308,7 @@ def test_settings_from_hcm_properties(tmp_path):
     path.write_text(
         "maxFileSize=8192\nlog.flush=every-batch\nlog.retention.records=77\nlog.memory.bytes=0\n"
     )
-    settings = LogSettings.from_settings(config.load_hcm(path))
+    settings = config.log_settings(config.load_hcm(path))
     assert settings == LogSettings(8192, FlushPolicy("every-batch"), Retention(records=77), 0)
     with pytest.raises(config.ConfigError, match=r"log\.flush"):
         config.load_hcm(None, {"log.flush": "never"})

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import ast
 import base64
 import itertools
 import time
 import urllib.parse
+from pathlib import Path
 
 import pytest
 
 from roq import config
+from roq.config import Ec2Config, ScalingConfig, Thresholds
 from roq.errors import ConfigError
 from roq.gcm.provisioning import (
-    Ec2Config,
     Ec2Provisioner,
     NoProvisioner,
     build_request,
@@ -22,15 +24,16 @@ from roq.gcm.provisioning import (
     sign_v4,
     user_data,
 )
-from roq.monitor.placement import ExchangeView, Thresholds, plan_rebalance
-from roq.monitor.scaling import (
+from roq.monitor import policy
+from roq.monitor.placement import ExchangeView, plan_rebalance
+from roq.monitor.policy import (
     DefaultPolicy,
     ExchangeLoad,
     LoadWindow,
     NullPolicy,
     Rules,
     Sample,
-    ScalingConfig,
+    implicit_rules,
     make_policy,
     supersedes,
 )
@@ -46,7 +49,7 @@ CONFIG = ScalingConfig(
     max_exchanges=0,
     max_throughput=200_000,
 )
-IMPLICIT = CONFIG.implicit_rules()  # every exchange above 100 KB/s
+IMPLICIT = implicit_rules(CONFIG)  # every exchange above 100 KB/s
 
 
 def _sample(bytes_rate: float, producers: int = 2, load: float = 0.0, ram: float = 0.0) -> Sample:
@@ -56,6 +59,17 @@ def _sample(bytes_rate: float, producers: int = 2, load: float = 0.0, ram: float
 def _x(name: str, bytes_rate: float | None, **kw: object) -> ExchangeLoad:
     smoothed = None if bytes_rate is None else _sample(bytes_rate, **kw)  # type: ignore[arg-type]
     return ExchangeLoad(name, smoothed, placeable=True, leaving=False, age_s=10.0)
+
+
+_IMPURE = ("threading", "socket", "zmq", "kazoo", "roq.transport", "roq.coordination", "roq.client")
+
+
+def test_the_policy_is_pure():
+    """policy.py only decides: no socket, no thread, no client (the actuator carries it out)."""
+    tree = ast.parse(Path(policy.__file__).read_text(encoding="utf-8"))
+    names = {alias.name for n in ast.walk(tree) if isinstance(n, ast.Import) for alias in n.names}
+    names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not [name for name in names if name.startswith(_IMPURE)], names
 
 
 # --- smoothing ----------------------------------------------------------------------------------
@@ -194,8 +208,9 @@ def test_flapping_load_acts_at_most_once_per_cooldown():
 def test_null_policy_never_scales_and_policies_come_from_settings():
     assert NullPolicy().decide([_x("a", 1e12)], IMPLICIT, 0.0, busy=False) is None
     settings = config.load_hcm(None, {"scaling.policy": "null"})
-    assert isinstance(make_policy(settings), NullPolicy)
-    assert isinstance(make_policy(config.load_hcm(None)), DefaultPolicy)
+    assert isinstance(make_policy(ScalingConfig.from_settings(settings)), NullPolicy)
+    defaults = config.load_hcm(None)
+    assert isinstance(make_policy(ScalingConfig.from_settings(defaults)), DefaultPolicy)
     with pytest.raises(ConfigError, match=r"scaling\.policy"):
         config.load_hcm(None, {"scaling.policy": "magic"})
 
@@ -300,7 +315,8 @@ def test_ec2_config_errors_name_the_key():
 
 
 def test_provisioners_are_bounded_and_say_what_they_did():
-    assert isinstance(make_provisioner(config.load_gcm(None)), NoProvisioner)
+    none = config.ProvisioningSettings.from_settings(config.load_gcm(None))
+    assert isinstance(make_provisioner(none), NoProvisioner)
     said = NoProvisioner().provision("queue q needs an exchange")
     assert "capacity exhausted" in said and "provisioner none" in said
     capped = Ec2Provisioner(_ec2(**{"cloud.instances.max": "0"}))

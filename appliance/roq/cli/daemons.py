@@ -31,7 +31,9 @@ def gcm(
     """
     setup_logging()
     with errors_to_exit():
-        settings = config.load_gcm(config_file, config.parse_overrides(define))
+        settings = config.GcmSettings.from_settings(
+            config.load_gcm(config_file, config.parse_overrides(define))
+        )
         from roq.gcm.service import GlobalConfigurationManager
 
         manager = GlobalConfigurationManager(settings)
@@ -53,7 +55,9 @@ def host(
     """Run a Host Configuration Manager: registers this machine, runs monitors and exchanges."""
     setup_logging()
     with errors_to_exit():
-        settings = config.load_hcm(config_file, config.parse_overrides(define))
+        settings = config.HostSettings.from_settings(
+            config.load_hcm(config_file, config.parse_overrides(define))
+        )
         _check_log_directory(settings)
         from roq.host.service import HostConfigManager
 
@@ -68,12 +72,12 @@ def host(
             manager.close()
 
 
-def _check_log_directory(settings: config.Settings) -> None:
-    if not settings.get_bool("useLog"):
+def _check_log_directory(settings: config.HostSettings) -> None:
+    if not settings.use_log:
         return
     from roq.errors import EXIT_CANTCREAT, RoqError
 
-    directory = Path(settings.get_str("directory"))
+    directory = Path(settings.log_root)
     try:
         directory.mkdir(parents=True, exist_ok=True)
         probe = directory / ".roq-write-test"
@@ -120,7 +124,9 @@ def monitor(
     """Run a queue's monitor: exchange liveness, publisher placement and re-allocation, KPIs."""
     setup_logging()
     with errors_to_exit():
-        settings = config.load_hcm(config_file, config.parse_overrides(define))
+        settings = config.MonitorSettings.from_settings(
+            config.load_hcm(config_file, config.parse_overrides(define))
+        )
         from roq.monitor.service import Monitor
         from roq.transport import new_context
 
@@ -148,7 +154,9 @@ def exchange(
     """Run an exchange: receives publishers' batches and fans them out to subscribers."""
     setup_logging()
     with errors_to_exit():
-        settings = config.load_hcm(config_file, config.parse_overrides(define))
+        settings = config.ExchangeSettings.from_settings(
+            config.load_hcm(config_file, config.parse_overrides(define))
+        )
         from roq.exchange.service import Exchange, ExchangeSpec
         from roq.transport import new_context
 

@@ -34,11 +34,6 @@ from roq import limits
 from roq.errors import ConfigError
 from roq.system.spawn import child_environment, roq_command
 
-_READY_TIMEOUT_S = 30.0
-_DRAIN_QUIET_S = 1.5  # a subscriber stops after the run once nothing arrived for this long
-_DRAIN_MAX_S = 20.0
-_LATENCY_SAMPLES_MAX = 20_000  # per worker, per run
-
 
 @dataclass
 class LoadDescription:
@@ -147,7 +142,7 @@ def run(
     common = [queue, *client_args, "--load", json.dumps(asdict(description))]
     subscribers = [Worker("sub", common) for _ in range(description.maxSub)]
     for worker in subscribers:
-        if not worker.ready.wait(_READY_TIMEOUT_S) or worker.process.poll() is not None:
+        if not worker.ready.wait(limits.bench_ready_timeout_s) or worker.process.poll() is not None:
             raise ConfigError(f"a bench subscriber did not start (exit {worker.process.poll()})")
     time.sleep(description.delay)
     publishers = list(_spawn_publishers(description, common))
@@ -156,7 +151,7 @@ def run(
     for worker in publishers:
         worker.wait(description.seconds + 60)
     for worker in subscribers:
-        worker.wait(_DRAIN_MAX_S + 10)
+        worker.wait(limits.bench_drain_max_s + 10)
     return summarize(description, publishers, subscribers)
 
 
@@ -278,7 +273,7 @@ def draw_chart(summary: dict[str, Any], path: str) -> None:
     plt.close(figure)
 
 
-def sample(values: list[float], limit: int = _LATENCY_SAMPLES_MAX) -> list[float]:
+def sample(values: list[float], limit: int = limits.bench_latency_samples_max) -> list[float]:
     return values if len(values) <= limit else random.sample(values, limit)
 
 
@@ -345,7 +340,9 @@ def subscriber_worker(description: LoadDescription, queue: str, client: dict[str
     try:
         while True:
             now = time.monotonic()
-            if now > end + _DRAIN_MAX_S or (now > end and now - counter.last >= _DRAIN_QUIET_S):
+            if now > end + limits.bench_drain_max_s or (
+                now > end and now - counter.last >= limits.bench_drain_quiet_s
+            ):
                 break
             for delivery in subscriber.poll(50):
                 counter.add(delivery)

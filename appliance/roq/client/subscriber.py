@@ -66,8 +66,6 @@ from roq.transport.rpc import Requester
 
 log = logging.getLogger(__name__)
 
-_BURST = 1024
-_STAT_PERIOD_S = 1.0
 START_CHOICES = ("now", "beginning")
 
 
@@ -113,7 +111,7 @@ class Subscriber:
         connect(self.notices, self.monitor.at(MonitorPort.TO_SUBSCRIBERS))
         self.stats = self._stat_socket()
         self._placement = Requester(self._context, self.monitor.at(MonitorPort.PLACEMENT))
-        self._next_stat = time.monotonic() + _STAT_PERIOD_S
+        self._next_stat = time.monotonic() + limits.subscriber_stat_period_s
         self._next_refresh = 0.0
         self._started_us = time.time_ns() // 1000
         self._joined = False
@@ -266,7 +264,7 @@ class Subscriber:
             if owner is None:
                 self._on_notice()
             elif sock is owner.live:
-                self._offer(owner, owner.receive(_BURST), now_us, out)
+                self._offer(owner, owner.receive(limits.subscriber_burst_batches), now_us, out)
             else:
                 self._offer(owner, owner.on_reply(), now_us, out)
         now = time.monotonic()
@@ -406,7 +404,7 @@ class Subscriber:
             "Time": time.time(),
         }
         send_nowait(self.stats, [bsonmsg.encode(doc)])  # not taken: a slow stat monitor misses it
-        self._next_stat = now + _STAT_PERIOD_S
+        self._next_stat = now + limits.subscriber_stat_period_s
 
     def close(self) -> None:
         for feed in self.feeds.values():

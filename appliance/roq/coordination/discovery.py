@@ -6,15 +6,14 @@ import json
 
 from kazoo.exceptions import NoNodeError
 
+from roq import limits
 from roq.coordination import session
 from roq.coordination.paths import Paths
 from roq.errors import CoordinationError
 
-_CLIENT_SESSION_MS = 4000
-
 
 def leader_admin_endpoint(servers: str, namespace: str = "/roq") -> str:
-    client = session.connect(servers, _CLIENT_SESSION_MS, connect_timeout_s=5.0)
+    client = session.connect(servers, limits.zk_client_session_ms, connect_timeout_s=5.0)
     try:
         data, _ = client.get(Paths(namespace).leader)
     except NoNodeError:

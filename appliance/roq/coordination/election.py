@@ -17,13 +17,11 @@ from kazoo.exceptions import KazooException, NodeExistsError
 from kazoo.protocol.states import KazooState
 from kazoo.recipe.election import Election
 
+from roq import limits
 from roq.coordination import session
 from roq.coordination.registry import Fence, Registry
 
 log = logging.getLogger(__name__)
-
-_STOP_JOIN_S = 5.0
-_LEADER_CREATE_TRIES = 50  # × 0.1 s: a predecessor's ephemeral vanishes with its session
 
 
 class Leadership:
@@ -82,7 +80,7 @@ class Leadership:
 
     def _publish_leader(self) -> bool:
         data = json.dumps(self.identity).encode()
-        for _ in range(_LEADER_CREATE_TRIES):
+        for _ in range(limits.leader_create_tries):
             try:
                 self.registry.zk.create(
                     self.registry.paths.leader, data, ephemeral=True, makepath=True
@@ -108,4 +106,4 @@ class Leadership:
         # Waiting helps only while ZooKeeper answers: the thread then deletes the leader znode
         # and its lock, so a standby takes over now rather than after the session timeout.
         if self._thread.is_alive() and session.responds(self.registry.zk):
-            self._thread.join(timeout=_STOP_JOIN_S)
+            self._thread.join(timeout=limits.election_stop_join_s)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from roq import limits
 from roq.errors import CorruptRecord, InvalidOffset, LogError, ProtocolError
 from roq.exchange import replication
 from roq.exchange.replication import ReplicaStore
@@ -22,9 +23,6 @@ from roq.transport import drained
 
 log = logging.getLogger(__name__)
 
-_BURST = 64
-_SEEK_READS_MAX = 100_000  # reads a time seek may take (each ≤ READ_BYTES_MAX)
-
 
 class LogServer:
     def __init__(self, sock: Any, message_log: Log, name: str, copies: ReplicaStore):
@@ -33,7 +31,7 @@ class LogServer:
 
     def pump(self) -> None:
         """Answer what is waiting: log reads, and replication writes from leaders."""
-        for frames in drained(self.sock, _BURST):
+        for frames in drained(self.sock, limits.log_server_burst_requests):
             peer, body = frames[0], frames[1:]
             if body and body[0] in (replication.WRITE, replication.PROBE, replication.RESTART):
                 self.sock.send_multipart([peer, *self._replicate(body)])
@@ -91,7 +89,7 @@ class LogServer:
         segments; the scan then goes forward from the newest segment that starts before T.
         Timestamps are taken to grow with offsets across segments (producers' clocks agree)."""
         offset = _newest_segment_before(source, timestamp_us)
-        for _ in range(_SEEK_READS_MAX):
+        for _ in range(limits.log_seek_reads_max):
             result = source.read(offset, dataplane.READ_BYTES_MAX)
             if result.status is not ReadStatus.BATCHES:
                 return result.next_offset if result.status is ReadStatus.EVICTED else offset

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from roq import limits
 from roq.errors import InvalidOffset, LogError, ProtocolError, TransportError
 from roq.log import Log, LogSettings, ReadStatus, replica_directory
 from roq.log import format as batchfmt
@@ -51,9 +52,7 @@ log = logging.getLogger(__name__)
 
 REPLICATION_WINDOW_BYTES = 8 * 1024 * 1024  # sent but not yet acknowledged, per replica
 REPLICA_LAG_S = 3.0  # a replica that lacks part of the log as it stood this long ago is out of sync
-_END_SAMPLE_S = 0.1  # how often the leader notes its log's end for that rule
 REPLICA_LOGS_MAX = 256  # leaders one exchange keeps copies for
-_BACKFILL_BYTES = 1024 * 1024  # one back-fill read
 _END = struct.Struct("<Q")
 
 WRITE = b"W"  # [W][leader id][offset 8 LE][whole batches]  → [w][leader id][status][end 8 LE]
@@ -193,12 +192,13 @@ class Replicator:
         self._id = leader_id.encode()
         self.links: dict[str, ReplicaLink] = {}
         self.lag_s = lag_s
-        # (time, log end) every _END_SAMPLE_S, back to lag_s ago: bounded by lag_s/_END_SAMPLE_S
+        # (time, log end) every `limits.replication_end_sample_s`, back to lag_s ago: bounded by
+        # lag_s over that period
         self._ends: collections.deque[tuple[float, int]] = collections.deque()
         self._note_end(time.monotonic())
 
     def _note_end(self, now: float) -> None:
-        if not self._ends or now - self._ends[-1][0] >= _END_SAMPLE_S:
+        if not self._ends or now - self._ends[-1][0] >= limits.replication_end_sample_s:
             self._ends.append((now, self.log.end_offset))
         while len(self._ends) > 1 and self._ends[1][0] <= now - self.lag_s:
             self._ends.popleft()  # the one left is the newest at or before now - lag_s
@@ -249,7 +249,8 @@ class Replicator:
 
     def backfill(self) -> None:
         """Send each replica what it lacks, from the log: new batches and a laggard's back-fill
-        alike, `_BACKFILL_BYTES` per frame, up to the replication window per call."""
+        alike, `limits.replication_backfill_read_bytes` per frame, up to the replication window per
+        call."""
         for link in self.links.values():
             while 0 <= link.sent_to < self.log.end_offset and self._room(link):
                 if not self._backfill(link):
@@ -258,7 +259,7 @@ class Replicator:
     def _backfill(self, link: ReplicaLink) -> bool:
         """One frame of whole batches from `link.sent_to`; False when nothing more can go now."""
         try:
-            result = self.log.read(link.sent_to, _BACKFILL_BYTES)
+            result = self.log.read(link.sent_to, limits.replication_backfill_read_bytes)
         except (InvalidOffset, LogError) as error:
             log.error("%s: cannot back-fill %s from %d: %s",
                       self.name, link.replica_id, link.sent_to, error)  # fmt: skip

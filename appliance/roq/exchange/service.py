@@ -44,12 +44,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from roq import limits
-from roq.config import Settings
+from roq.config import ExchangeSettings
 from roq.errors import CorruptRecord, LogUnavailable, ProtocolError
 from roq.exchange.logserver import LogServer
 from roq.exchange.pulse import Pulse
 from roq.exchange.replication import ReplicaStore, Replicator
-from roq.log import Log, LogSettings, log_directory
+from roq.log import Log, log_directory
 from roq.log import format as batchfmt
 from roq.protocol import bsonmsg, dataplane
 from roq.protocol.commands import ChildCommand, MonitorCommand, Reason, StatCommand
@@ -70,13 +70,8 @@ from roq.transport.control import ControlServer
 
 log = logging.getLogger(__name__)
 
-_BURST = 256  # batches handled per poll wake-up before timers and control get a turn ...
-# ... or this many bytes of them: with big batches 256 are 16 MiB or more, and a subscriber
-# catching up from the log waits a burst for each read (its catch-up then trails the live rate)
-_BURST_BYTES = 4 * 1024 * 1024
-_LEAVE_QUIET_S = 0.5  # after leaving, exit once publishers were silent this long ...
-_LEAVE_MAX_S = 3.0  # ... or after this long in any case (the host waits 5 s before SIGTERM)
-_PRODUCERS_TRACKED_MAX = 100_000  # beyond this, a period's extra producers count as one
+# Not a bound: the producer id under which producers past limits.exchange_producers_tracked_max
+# are counted together.
 _OTHERS = b"\xff" * 16
 
 
@@ -117,7 +112,7 @@ class LoadMeter:
         self.payload += payload_bytes
         entry = self.producers.get(producer)
         if entry is None:
-            if len(self.producers) >= _PRODUCERS_TRACKED_MAX:
+            if len(self.producers) >= limits.exchange_producers_tracked_max:
                 producer = _OTHERS
             entry = self.producers.setdefault(producer, [0, 0])
         entry[0] += count
@@ -171,11 +166,11 @@ class BadFrameLog:
 class Exchange:
     """One exchange process. Its main thread owns every socket."""
 
-    def __init__(self, context: Any, spec: ExchangeSpec, settings: Settings):
+    def __init__(self, context: Any, spec: ExchangeSpec, settings: ExchangeSettings):
         self.spec = spec
         self.settings = settings
-        self.heartbeat_s = settings.get_int("heartbeat.period") / 1000
-        self.kpi_s = settings.get_int("monitor.stat.period") / 1000
+        self.heartbeat_s = settings.heartbeat_s
+        self.kpi_s = settings.stat_period_s
         self._last_report = self._next_report = self._last_kpi = self._next_kpi = 0.0
         self.load = LoadMeter()
         self.kpi_load = LoadMeter()
@@ -191,11 +186,11 @@ class Exchange:
         self._cpu = procstat.CpuMeter()
         self._kpi_cpu = procstat.CpuMeter()
         self.log: Log | None = None
-        if settings.get_bool("useLog"):
-            directory = log_directory(settings.get_str("directory"), spec.queue, spec.exchange_id)
+        if settings.use_log:
+            directory = log_directory(settings.log_root, spec.queue, spec.exchange_id)
             self.log = Log.open(
                 directory,
-                LogSettings.from_settings(settings),
+                settings.log,
                 name=spec.name,
                 background_flush=True,
                 background_delete=True,
@@ -211,10 +206,7 @@ class Exchange:
         # latency at 5,000 msg/s (docs/benchmarks.md, Findings)
         self.replies: list[list[bytes]] = []
         if self.log is not None:
-            copies = ReplicaStore(
-                settings.get_str("directory"), spec.queue, spec.exchange_id,
-                LogSettings.from_settings(settings),
-            )  # fmt: skip
+            copies = ReplicaStore(settings.log_root, spec.queue, spec.exchange_id, settings.log)
             self.log_server = LogServer(self.replay, self.log, spec.name, copies)
             self.replicator = Replicator(context, spec.exchange_id, self.log, spec.name)
             self.control.handler = self._control_command
@@ -224,14 +216,14 @@ class Exchange:
         self.front = open_socket(
             context,
             Kind.ROUTER,
-            rcvhwm=self.settings.get_int("exchange.publisher.hwm"),  # batches: memory
+            rcvhwm=self.settings.publisher_hwm_batches,  # batches: memory
             sndhwm=limits.exchange_replies_hwm,  # replies, which the ROUTER would drop
         )
         bind(self.front, spec.address, port_at(spec.port, ExchangePort.FRONT))
         self.back = open_socket(
             context,
             Kind.XPUB,
-            sndhwm=self.settings.get_int("exchange.subscriber.hwm"),
+            sndhwm=self.settings.subscriber_hwm_batches,
             linger_ms=limits.data_linger_ms,
         )
         bind(self.back, spec.address, port_at(spec.port, ExchangePort.BACK))
@@ -322,9 +314,9 @@ class Exchange:
         if self.leaving_since is None:
             return False
         now = time.monotonic()
-        quiet = now - self._last_inbound >= _LEAVE_QUIET_S
-        return (quiet and now - self.leaving_since >= _LEAVE_QUIET_S) or (
-            now - self.leaving_since >= _LEAVE_MAX_S
+        quiet = now - self._last_inbound >= limits.exchange_leave_quiet_s
+        return (quiet and now - self.leaving_since >= limits.exchange_leave_quiet_s) or (
+            now - self.leaving_since >= limits.exchange_leave_max_s
         )
 
     def _leave(self) -> None:
@@ -334,20 +326,20 @@ class Exchange:
         self._send_report(MonitorCommand.EXCHANGE_LEAVING, {})
 
     def _pump(self, deadline: float) -> None:
-        taken = 0
+        taken, burst_bytes = 0, limits.exchange_burst_bytes  # a local: compared per batch
         # Copying receive: a zero-copy Frame object costs more than copying all but the
         # largest batches (benchmarks/exchange_flood.py), and the log copies anyway.
-        for frames in drained(self.front, _BURST):
+        for frames in drained(self.front, limits.exchange_burst_batches):
             self._last_inbound = time.monotonic()
             taken += len(frames[-1])
             self._handle(frames[0], [memoryview(frame) for frame in frames[1:]])
-            if time.monotonic() > deadline or taken > _BURST_BYTES:
+            if time.monotonic() > deadline or taken > burst_bytes:
                 return
 
     def _count_subscriptions(self) -> None:
         """Subscribe (first byte 1) and unsubscribe (0) messages from the XPUB socket: ZeroMQ has
         already applied them to its filter; they are read only to be counted."""
-        for frames in drained(self.back, _BURST):
+        for frames in drained(self.back, limits.exchange_burst_batches):
             message = frames[0]
             if message[:1] == b"\x01":
                 self.subscriptions += 1
@@ -471,7 +463,7 @@ class Exchange:
             "Period": self.heartbeat_s,
             "Started": self.started,
             "Log": self.log is not None,
-            "Host": self.settings.get_str("host.name") or self.spec.address,
+            "Host": self.settings.host_name or self.spec.address,
             **fields,
         }
         if not send_nowait(self.reports, [bsonmsg.encode(doc)]):

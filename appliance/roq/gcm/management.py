@@ -19,7 +19,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from roq.config import Settings
+from roq import limits
+from roq.config import GcmSettings
 from roq.coordination.registry import (
     ExchangeRecord,
     Fence,
@@ -40,8 +41,6 @@ from roq.transport.rpc import Requester
 
 log = logging.getLogger(__name__)
 
-_LISTENERS_MAX = 16  # rules listeners (2008) kept per queue; the oldest is dropped
-
 
 class Refused(RoqError):
     """A request the GCM turns down; becomes a FAIL reply with this reason."""
@@ -58,14 +57,14 @@ class HostSilent(Refused):
 class Management:
     """Handlers of the admin API. Called from the GCM's main thread only."""
 
-    def __init__(self, registry: Registry, settings: Settings, context: Any):
+    def __init__(self, registry: Registry, settings: GcmSettings, context: Any):
         self.registry = registry
         self.settings = settings
         self.context = context
-        self.host_timeout_ms = settings.get_int("hcmTIMEOUT")
+        self.host_timeout_ms = settings.host_timeout_ms
         # queue → {listener address → PUSH socket}, for the listeners stored in ZooKeeper
         self._listeners: dict[str, dict[str, Any]] = {}
-        self.provisioner = make_provisioner(settings)
+        self.provisioner = make_provisioner(settings.provisioning)
         self._handlers: dict[int, Callable[[Document, Fence], Document]] = {
             AdminCommand.INIT_REQ: self.topology,
             AdminCommand.GET_HOST_BY_QNAME: self.get_host_by_qname,
@@ -456,7 +455,9 @@ class Management:
         stored = self.registry.listeners(name)
         if address not in stored:
             # the oldest registration goes once the queue has the most listeners kept
-            self.registry.put_listeners(fence, name, [*stored, address][-_LISTENERS_MAX:])
+            self.registry.put_listeners(
+                fence, name, [*stored, address][-limits.rules_listeners_max :]
+            )
         return bsonmsg.ok(f"Registrated on {address}")
 
     def _open_listener(self, address: str) -> Any:
@@ -504,16 +505,16 @@ class Management:
             self._drop_listener(queue)
 
     def cloud_properties(self, request: Document, fence: Fence) -> Document:
-        use = self.settings.get_bool("cloud.use")
+        use = self.settings.cloud.use
         if not use:
             return bsonmsg.ok("cloud disabled", **{"cloud.use": False})
         return bsonmsg.ok(
             "cloud enabled",
             **{
                 "cloud.use": True,
-                "cloud.user": self.settings.get_str("cloud.user"),
-                "cloud.endpoint": self.settings.get_str("cloud.endpoint"),
-                "cloud.gateway": self.settings.get_str("cloud.gateway"),
+                "cloud.user": self.settings.cloud.user,
+                "cloud.endpoint": self.settings.cloud.endpoint,
+                "cloud.gateway": self.settings.cloud.gateway,
             },
         )
 

@@ -12,7 +12,8 @@ Two provisioners, chosen by GCM.properties `provisioner`:
   booting VM is not asked for twice), each request limited to `cloud.request.timeout.ms`.
 
 The request is built by pure functions (`run_instances_params`, `user_data`, `sign_v4`) that the
-unit tests check; tests never send it. Called from the GCM's main thread only.
+unit tests check; tests never send it. Called from the GCM's main thread only. The ec2 settings
+(`roq.config.Ec2Config`) are read and checked when the GCM starts.
 """
 
 from __future__ import annotations
@@ -28,17 +29,14 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from dataclasses import dataclass
 from typing import Protocol
 
-from roq.config import Settings
-from roq.errors import ConfigError
+from roq import limits
+from roq.config import Ec2Config, ProvisioningSettings
 
 log = logging.getLogger(__name__)
 
 EC2_API_VERSION = "2016-11-15"
-_SAFE = re.compile(r"^[A-Za-z0-9.,:_\-]*$")  # what ami/files/roq-configure accepts in role.env
-_RESPONSE_BYTES_MAX = 1024 * 1024
 
 
 class Provisioner(Protocol):
@@ -55,81 +53,6 @@ class NoProvisioner:
         message = f"capacity exhausted ({reason}); provisioner none starts no machine"
         log.warning("%s", message)
         return message
-
-
-@dataclass(frozen=True)
-class Ec2Config:
-    region: str
-    endpoint: str  # https://ec2.<region>.amazonaws.com/
-    access_key: str
-    secret_key: str
-    image: str
-    instance_type: str
-    key_name: str
-    security_groups: tuple[str, ...]
-    subnet: str
-    join_zk: str
-    join_namespace: str
-    join_gcm: str
-    join_interface: str
-    gcm_ports_base: int
-    instances_max: int
-    cooldown_s: float
-    timeout_s: float
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> Ec2Config:
-        region = settings.get_str("cloud.region")
-        config = cls(
-            region=region,
-            endpoint=settings.get_str("cloud.endpoint") or f"https://ec2.{region}.amazonaws.com/",
-            access_key=settings.get_str("cloud.user"),
-            secret_key=settings.get_str("cloud.password"),
-            image=settings.get_str("cloud.image"),
-            instance_type=settings.get_str("cloud.instance.type"),
-            key_name=settings.get_str("cloud.key.name"),
-            security_groups=tuple(
-                g.strip() for g in settings.get_str("cloud.security.groups").split(",") if g.strip()
-            ),
-            subnet=settings.get_str("cloud.subnet"),
-            join_zk=settings.get_str("cloud.join.zk") or settings.get_str("zk.servers"),
-            join_namespace=settings.get_str("zk.namespace"),
-            join_gcm=settings.get_str("cloud.join.gcm") or settings.get_str("network.interface"),
-            join_interface=settings.get_str("cloud.join.interface"),
-            gcm_ports_base=settings.get_int("ports.base"),
-            instances_max=settings.get_int("cloud.instances.max"),
-            cooldown_s=settings.get_int("cloud.provision.cooldown.ms") / 1000,
-            timeout_s=settings.get_int("cloud.request.timeout.ms") / 1000,
-        )
-        config.check(settings.source)
-        return config
-
-    def check(self, where: str) -> None:
-        """Refuse at start-up what would make a broken launch later."""
-        for key, value in (
-            ("cloud.image", self.image),
-            ("cloud.user", self.access_key),
-            ("cloud.password", self.secret_key),
-        ):
-            if not value:
-                raise ConfigError(f"{where}: provisioner=ec2 needs key '{key}'")
-        if not self.endpoint.startswith("https://"):
-            raise ConfigError(f"{where}: key 'cloud.endpoint' must be an https:// URL")
-        if self.join_namespace != "/roq":
-            raise ConfigError(
-                f"{where}: key 'zk.namespace' is {self.join_namespace!r}: a provisioned host "
-                "joins /roq (the image's roq-configure has no namespace setting)"
-            )
-        for key, value in (
-            ("cloud.join.zk", self.join_zk),
-            ("cloud.join.gcm", self.join_gcm),
-            ("cloud.join.interface", self.join_interface),
-        ):
-            if not value or not _SAFE.match(value):
-                raise ConfigError(
-                    f"{where}: key '{key}' has value {value!r}: a provisioned host needs it, "
-                    "made of letters, digits and .:,_- only (the image's roq-configure rule)"
-                )
 
 
 def user_data(config: Ec2Config) -> str:
@@ -280,7 +203,7 @@ class Ec2Provisioner:
         request = build_request(self.config, uuid.uuid4().hex, amz_date)
         try:
             with urllib.request.urlopen(request, timeout=self.config.timeout_s) as response:  # noqa: S310
-                text = response.read(_RESPONSE_BYTES_MAX).decode(errors="replace")
+                text = response.read(limits.ec2_response_bytes_max).decode(errors="replace")
         except (urllib.error.URLError, OSError, ValueError) as error:
             return self._say(f"capacity exhausted ({reason}); ec2 RunInstances failed: {error}")
         found = re.search(r"<instanceId>([^<]+)</instanceId>", text)
@@ -297,7 +220,7 @@ class Ec2Provisioner:
         return message
 
 
-def make_provisioner(settings: Settings) -> Provisioner:
-    if settings.get_str("provisioner") == "ec2":
-        return Ec2Provisioner(Ec2Config.from_settings(settings))
+def make_provisioner(settings: ProvisioningSettings) -> Provisioner:
+    if settings.ec2 is not None:
+        return Ec2Provisioner(settings.ec2)
     return NoProvisioner()

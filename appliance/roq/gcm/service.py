@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from roq import limits
-from roq.config import Settings
+from roq.config import GcmSettings
 from roq.coordination import session
 from roq.coordination.election import Leadership
 from roq.coordination.paths import Paths
@@ -41,17 +41,15 @@ _READ_ONLY = {AdminCommand.GET_HOST_BY_QNAME, AdminCommand.INIT_REQ}
 
 
 class GlobalConfigurationManager:
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: GcmSettings):
         self.settings = settings
-        self.address = resolve_interface(settings.get_str("network.interface"))
-        self.base = settings.get_int("ports.base")
-        self.period_s = settings.get_int("period") / 1000
+        self.address = resolve_interface(settings.interface)
+        self.base = settings.ports_base
+        self.period_s = settings.broadcast_period_s
         self.id = f"gcm-{self.address}-{self.base}-{uuid.uuid4().hex[:6]}"
         self.context = new_context()
-        self.zk = session.connect(
-            settings.get_str("zk.servers"), settings.get_int("zk.session.timeout")
-        )
-        self.registry = Registry(self.zk, Paths(settings.get_str("zk.namespace")))
+        self.zk = session.connect(settings.zk.servers, settings.zk.session_timeout_ms)
+        self.registry = Registry(self.zk, Paths(settings.zk.namespace))
         self.registry.ensure_roots()
         self.management = Management(self.registry, settings, self.context)
         self.leadership = Leadership(self.registry, self._identity(), self._on_elected)
@@ -69,7 +67,7 @@ class GlobalConfigurationManager:
         }
 
     def _on_elected(self, fence: Fence) -> None:
-        if self.settings.get_bool("formatDB"):
+        if self.settings.format_db:
             log.warning("formatDB=true: wiping the cluster state under %s", self.registry.paths)
             self.registry.wipe(fence)
             self.registry.ensure_roots()

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from roq import limits
-from roq.config import HCM_KEYS, Settings
+from roq.config import HostSettings
 from roq.coordination import session
 from roq.coordination.paths import Paths
 from roq.coordination.registry import HostRecord, Registry
@@ -39,35 +39,33 @@ from roq.transport.rpc import answer
 
 log = logging.getLogger(__name__)
 
-_BIND_ATTEMPTS = 3  # a child that loses a port race gets this many blocks before we give up
-
 
 class HostConfigManager:
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: HostSettings):
         self.settings = settings
-        self.address = resolve_interface(settings.get_str("network.interface"))
-        self.name = settings.get_str("host.name") or self.address
-        self.max_exchanges = settings.get_int("exchange.max.perhost")
+        self.address = resolve_interface(settings.interface)
+        self.name = settings.name or self.address
+        self.max_exchanges = settings.exchanges_max
         self.context = new_context()
         self._session_lost = threading.Event()  # set from kazoo's thread, acted on in run()
         self._next_register = 0.0
         self.zk = session.connect(
-            settings.get_str("zk.servers"),
-            settings.get_int("zk.session.timeout"),
+            settings.zk.servers,
+            settings.zk.session_timeout_ms,
             on_state=self._on_session_state,
         )
-        self.registry = Registry(self.zk, Paths(settings.get_str("zk.namespace")))
+        self.registry = Registry(self.zk, Paths(settings.zk.namespace))
         self.registry.ensure_roots()
         self.ports = PortAllocator(
             self.registry,
             self.name,
             self.address,
             {
-                "monitor": settings.get_int("monitor.base.port"),
-                "stat": settings.get_int("statmonitor.base.port"),
-                "exchange": settings.get_int("exchange.base.port"),
+                "monitor": settings.monitor_base_port,
+                "stat": settings.stat_base_port,
+                "exchange": settings.exchange_base_port,
             },
-            settings.get_int("ports.max.perkind"),
+            settings.ports_per_kind_max,
         )
         self.children: list[Child] = []
         self.sock: Any = None
@@ -83,11 +81,11 @@ class HostConfigManager:
 
     @property
     def endpoint(self) -> str:
-        return f"tcp://{self.address}:{self.settings.get_int('hcm.port')}"
+        return f"tcp://{self.address}:{self.settings.hcm_port}"
 
     def bind(self) -> None:
         self.sock = open_socket(self.context, Kind.REP)
-        bind(self.sock, self.address, self.settings.get_int("hcm.port"))
+        bind(self.sock, self.address, self.settings.hcm_port)
         # Own the name first: until then the claims may belong to a live host of this name.
         self._register()
         self._release_stale_claims()
@@ -214,7 +212,7 @@ class HostConfigManager:
         }
 
     def _start_monitor(self, queue: str) -> Child:
-        for _ in range(_BIND_ATTEMPTS):
+        for _ in range(limits.child_bind_attempts):
             port = self.ports.allocate("monitor", {"queue": queue})
             stat = self.ports.allocate("stat", {"queue": queue})
             child = Child(
@@ -250,7 +248,7 @@ class HostConfigManager:
         monitor_address: str | None = None,
     ) -> Child:
         monitor_address = monitor_address or self.address
-        for _ in range(_BIND_ATTEMPTS):
+        for _ in range(limits.child_bind_attempts):
             port = self.ports.allocate("exchange", {"queue": queue, "txid": txid})
             exchange_id = f"{self.name.replace(':', '_')}-{port}-{uuid.uuid4().hex[:6]}"
             child = Child(
@@ -300,12 +298,9 @@ class HostConfigManager:
 
     def _overrides(self) -> list[str]:
         """The host's non-default settings, handed to its children on their command line."""
-        defaults = Settings("defaults", {key.name: key.default for key in HCM_KEYS})
-        default_text = defaults.to_properties()
         return [
             arg
-            for name, value in self.settings.to_properties().items()
-            if default_text.get(name) != value
+            for name, value in self.settings.child_overrides
             for arg in ("-D", f"{name}={value}")
         ]
 
@@ -347,7 +342,7 @@ class HostConfigManager:
     def _delete_queue_files(self, queue: str) -> None:
         """The queue's own logs and the copies this host's exchanges kept of other exchanges'
         logs. Called after the queue's children here stopped, so nothing writes to them."""
-        root = Path(self.settings.get_str("directory"))
+        root = Path(self.settings.log_root)
         for directory in (root / queue, replica_root(root, queue)):
             if directory.exists():
                 shutil.rmtree(directory, ignore_errors=True)

@@ -50,8 +50,9 @@ class Cluster:
         self.data_dir = data_dir.resolve()
         gcm_over, hcm_over = split_overrides(overrides)
         hcm_over.setdefault("directory", str(self.data_dir / "log"))
-        self.gcm_settings = config.load_gcm(gcm_config, gcm_over)
-        self.hcm_settings = config.load_hcm(hcm_config, hcm_over)
+        self.settings = config.UpSettings.from_settings(
+            config.load_gcm(gcm_config, gcm_over), config.load_hcm(hcm_config, hcm_over)
+        )
         self._gcm_args = self._args(gcm_config, gcm_over)
         self._hcm_args = self._args(hcm_config, hcm_over)
         self.zookeeper: ZooKeeperServer | None = None
@@ -66,7 +67,7 @@ class Cluster:
 
     @property
     def zk_servers(self) -> str:
-        return self.gcm_settings.get_str("zk.servers")
+        return self.settings.zk_servers
 
     def start(self, stop: threading.Event) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -100,9 +101,7 @@ class Cluster:
 
     def _wait_ready(self, stop: threading.Event) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S
-        host_name = self.hcm_settings.get_str("host.name") or self.hcm_settings.get_str(
-            "network.interface"
-        )
+        host_name = self.settings.host_name
         with AdminClient(gcm=self.gcm_address, timeout_ms=1000, retries=1) as admin:
             while time.monotonic() < deadline and not stop.is_set():
                 self._check_alive()
@@ -124,10 +123,7 @@ class Cluster:
 
     @property
     def gcm_address(self) -> str:
-        return (
-            f"{self.gcm_settings.get_str('network.interface')}:"
-            f"{self.gcm_settings.get_int('ports.base')}"
-        )
+        return f"{self.settings.gcm_interface}:{self.settings.gcm_ports_base}"
 
     def banner(self) -> str:
         gcm = self.gcm_address
@@ -136,9 +132,8 @@ class Cluster:
                 "roq is up.",
                 f"  ZooKeeper   {self._zk_text()}",
                 f"  GCM         {gcm} (admin API on port "
-                f"{port_at(self.gcm_settings.get_int('ports.base'), GcmPort.ADMIN)})",
-                f"  host        {self.hcm_settings.get_str('network.interface')}:"
-                f"{self.hcm_settings.get_int('hcm.port')}",
+                f"{port_at(self.settings.gcm_ports_base, GcmPort.ADMIN)})",
+                f"  host        {self.settings.host_interface}:{self.settings.hcm_port}",
                 f"  data        {self.data_dir}",
                 "From another terminal:",
                 "  roq queue create q1",

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from roq import limits
-from roq.config import Settings
 from roq.errors import ConfigError, CorruptRecord, InvalidOffset, LogUnavailable
 from roq.log import format as fmt
 from roq.log import janitor
@@ -76,26 +75,12 @@ class Retention:
 
 @dataclass(frozen=True, slots=True)
 class LogSettings:
+    """How one log is kept; built from HCM.properties by `roq.config.log_settings`."""
+
     max_file_size: int = 64 * 1024 * 1024
     flush: FlushPolicy = field(default_factory=FlushPolicy)
     retention: Retention = field(default_factory=Retention)
     memory_bytes: int = 64 * 1024 * 1024
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> LogSettings:
-        """The log keys of an HCM.properties (maxFileSize, log.*)."""
-        return cls(
-            max_file_size=settings.get_int("maxFileSize"),
-            flush=FlushPolicy.parse(
-                settings.get_str("log.flush"), settings.get_int("log.flush.interval.ms")
-            ),
-            retention=Retention(
-                bytes=settings.get_int("log.retention.bytes"),
-                ms=settings.get_int("log.retention.ms"),
-                records=settings.get_int("log.retention.records"),
-            ),
-            memory_bytes=settings.get_int("log.memory.bytes"),
-        )
 
 
 def log_directory(root: Path | str, queue: str, exchange_id: str) -> Path:

@@ -9,22 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from roq.config import Thresholds
+
 PLACEMENT_MEMORY_S = 10.0  # a placement counts this long before the exchange's own count
-
-
-@dataclass
-class Thresholds:
-    """Every number of the algorithm, from HCM.properties (`relocate.*`, `exchange.*`)."""
-
-    max_throughput: float  # bytes/s an exchange is sized for
-    overload: float = 1.10  # step 2: overloaded above overload × max
-    target: float = 0.90  # step 4a: a candidate must stay below target × max
-    optimise: float = 0.20  # step 4b: or the move narrows a gap wider than this share
-    coldstart: float = 0.10  # below this share everywhere, spread publishers by count
-    producers_max: int = 3  # top-k producers moved per decision (RoQ moved 1)
-    hysteresis: int = 2  # consecutive overloaded reports before acting
-    cooldown_s: float = 5.0  # no second decision for the same exchange within this
-    warmup_s: float = 1.0  # a new exchange takes publishers after this long at the latest
 
 
 @dataclass

@@ -13,13 +13,14 @@ Ports (B = the monitor port the host allocated, 6 in all; S = its stat port, 2):
     S+1  PUB   the KPI stream: what came in on S (validated), plus the queue KPI (CMD 23)
 
 Scaling (`roq.monitor.scaling.Scaler`, docs/elasticity.md) hooks in at three points only: every
-report feeds its load window, a timer asks the policy for a decision, and new exchanges it
-created are filled by re-allocating publishers. Its admin requests run in its own actuator thread.
+report feeds its load window, a timer asks the policy (`policy.py`, pure) for a decision, and new
+exchanges it created are filled by re-allocating publishers. Its admin requests run in its own
+actuator thread (`actuator.py`).
 
 An exchange silent for `monitor.dead.heartbeats` of its periods is dead: its publishers are told
 with the exact front address they use (RoQ's never matched) and subscribers get the new list.
 The main thread runs the poll loop and owns every socket; the scaling actuator thread
-(`scaling.py`) owns its AdminClient and talks to the main thread through two bounded queues.
+(`actuator.py`) owns its AdminClient and talks to the main thread through two bounded queues.
 """
 
 from __future__ import annotations
@@ -30,12 +31,11 @@ import time
 from typing import Any
 
 from roq import limits
-from roq.config import Settings
+from roq.config import MonitorSettings
 from roq.errors import ProtocolError
 from roq.monitor.placement import (
     ExchangeView,
     Move,
-    Thresholds,
     assign_replicas,
     choose_exchange,
     mark_joined,
@@ -59,41 +59,28 @@ from roq.transport.rpc import answer
 log = logging.getLogger(__name__)
 
 BROADCAST_TOPIC = b"*"
-_BURST = 256
-_STAT_FRAMES_MAX = 4
-_STAT_FRAME_BYTES_MAX = 64 * 1024
-_EXCHANGES_MAX = 10_000
-_COPIES_MAX = 1_000  # copies of other logs one exchange may announce
-
-
-def thresholds(settings: Settings) -> Thresholds:
-    return Thresholds(
-        max_throughput=settings.get_int("exchange.max.throughput"),
-        overload=settings.get_float("relocate.overload"),
-        target=settings.get_float("relocate.target"),
-        optimise=settings.get_float("relocate.optimise"),
-        coldstart=settings.get_float("relocate.coldstart"),
-        producers_max=settings.get_int("relocate.producers.max"),
-        hysteresis=settings.get_int("relocate.hysteresis"),
-        cooldown_s=settings.get_int("relocate.cooldown") / 1000,
-        warmup_s=settings.get_int("exchange.warmup") / 1000,
-    )
 
 
 class Monitor:
     def __init__(
-        self, context: Any, queue: str, address: str, port: int, stat_port: int, settings: Settings
+        self,
+        context: Any,
+        queue: str,
+        address: str,
+        port: int,
+        stat_port: int,
+        settings: MonitorSettings,
     ):
         self.queue, self.address, self.port, self.stat_port = queue, address, port, stat_port
         self.name = f"monitor {queue}"
-        self.limits = thresholds(settings)
-        self.dead_after = settings.get_int("monitor.dead.heartbeats")
-        self.list_period_s = settings.get_int("monitor.list.period") / 1000
-        self.kpi_period_s = settings.get_int("monitor.stat.period") / 1000
+        self.limits = settings.thresholds
+        self.dead_after = settings.dead_heartbeats
+        self.list_period_s = settings.list_period_s
+        self.kpi_period_s = settings.stat_period_s
         self.exchanges: dict[str, ExchangeView] = {}  # by front address
         self.bad_frames = 0
         self.relocations = 0
-        self.replication_factor = settings.get_int("replicationFactor")
+        self.replication_factor = settings.replication_factor
         self._context = context
         self._controls: dict[str, Any] = {}  # front → DEALER to the exchange's control port
         self._open_sockets(context)
@@ -157,7 +144,7 @@ class Monitor:
 
     # --- exchange reports ----------------------------------------------------------------------
     def _pump_reports(self) -> None:
-        for frames in drained(self.reports, _BURST):
+        for frames in drained(self.reports, limits.monitor_burst_messages):
             try:
                 self._on_report(bsonmsg.decode(frames))
             except (ProtocolError, KeyError, TypeError, ValueError) as error:
@@ -178,8 +165,8 @@ class Monitor:
             self._forget(view, now, "restarted")  # its memory (and what it held) is gone
             view = None
         if view is None:
-            if len(self.exchanges) >= _EXCHANGES_MAX:
-                raise ValueError(f"already {_EXCHANGES_MAX} exchanges known")
+            if len(self.exchanges) >= limits.monitor_exchanges_max:
+                raise ValueError(f"already {limits.monitor_exchanges_max} exchanges known")
             view = self._register(doc, front, now)
         view.last_seen = now
         view.period_s = float(doc.get("Period", view.period_s))
@@ -244,7 +231,7 @@ class Monitor:
         self._mark_joined()
         top = doc.get("Top", [])
         view.top = [(str(p["ID"]), float(p["Bytes"])) for p in top if isinstance(p, dict)]
-        copies = doc.get("Copies", [])[:_COPIES_MAX]
+        copies = doc.get("Copies", [])[: limits.monitor_copies_announced_max]
         view.copies = {str(c["Id"]): int(c["End"]) for c in copies if isinstance(c, dict)}
 
     def _on_leaving(self, view: ExchangeView) -> None:
@@ -364,7 +351,7 @@ class Monitor:
     # --- stat monitor --------------------------------------------------------------------------
     def _pump_stats(self) -> None:
         """Forward valid statistics to the KPI stream; count and drop the rest."""
-        for frames in drained(self.stat_in, _BURST):
+        for frames in drained(self.stat_in, limits.monitor_burst_messages):
             if self._valid_stat(frames):
                 self._send(self.kpi_out, frames)
             else:
@@ -372,10 +359,10 @@ class Monitor:
 
     @staticmethod
     def _valid_stat(frames: list[bytes]) -> bool:
-        if not 1 <= len(frames) <= _STAT_FRAMES_MAX:
+        if not 1 <= len(frames) <= limits.stat_frames_max:
             return False
         try:
-            docs = [bsonmsg.decode([frame], _STAT_FRAME_BYTES_MAX) for frame in frames]
+            docs = [bsonmsg.decode([frame], limits.stat_frame_bytes_max) for frame in frames]
         except ProtocolError:
             return False
         known = {int(c) for c in StatCommand}

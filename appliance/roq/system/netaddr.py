@@ -9,7 +9,7 @@ import struct
 
 from roq.errors import ConfigError
 
-_SIOCGIFADDR = 0x8915
+_SIOCGIFADDR = 0x8915  # the ioctl(2) request for an interface's address (Linux ABI, not a bound)
 
 
 def resolve_interface(value: str) -> str:

@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 
-_PR_SET_PDEATHSIG = 1
+_PR_SET_PDEATHSIG = 1  # prctl(2)'s option number (Linux ABI, not a bound)
 
 
 def is_frozen() -> bool:

@@ -1,25 +1,18 @@
-"""Configuration: the key tables of GCM.properties and HCM.properties, checked once at start-up.
+"""The key tables of GCM.properties and HCM.properties: every key roq reads, declared once.
 
-Every key roq reads is declared here once, with its type, default, bounds and meaning. The shipped
-files in `config/` are rendered from these tables (a test diffs them), so the documentation of a
-key and its behaviour cannot drift apart. A key missing from a file takes its own default; an
-invalid value, an unknown key or an unreadable file raises `ConfigError`, which the command line
-turns into one line on stderr and exit code 78 (EX_CONFIG).
+Each key has its type, default, bounds and meaning. The shipped files in `config/` are rendered
+from these tables (`render`; a test diffs them), so the documentation of a key and its behaviour
+cannot drift apart. What reads each key is `components.py`, beside this table.
 """
 
 from __future__ import annotations
 
-import difflib
-import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 from roq.errors import ConfigError
 
 Value = int | float | bool | str
-
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]*$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -652,117 +645,23 @@ HCM_KEYS: tuple[Key, ...] = (
 )
 
 
-@dataclass(frozen=True)
-class Settings:
-    """Validated values of one file; reading an undeclared key is a programming error."""
-
-    source: str
-    values: Mapping[str, Value] = field(default_factory=dict)
-
-    def get_int(self, name: str) -> int:
-        value = self.values[name]
-        assert isinstance(value, int) and not isinstance(value, bool), name
-        return value
-
-    def get_float(self, name: str) -> float:
-        value = self.values[name]
-        assert isinstance(value, int | float), name
-        return float(value)
-
-    def get_bool(self, name: str) -> bool:
-        value = self.values[name]
-        assert isinstance(value, bool), name
-        return value
-
-    def get_str(self, name: str) -> str:
-        value = self.values[name]
-        assert isinstance(value, str), name
-        return value
-
-    def to_properties(self) -> dict[str, str]:
-        """The values as strings, to hand to a child process through a file."""
-        return {k: _render_value(v) for k, v in self.values.items()}
+# Declared and validated, so that RoQ's and the thesis's files still load, but read by no
+# component (docs/configuration.md, "Keys that have no effect yet"). Every other key is read by
+# one of the dataclasses of `components.py`; tests/unit/test_config.py checks both.
+NOT_READ = frozenset(
+    {
+        "hasCloudConfiguration",
+        "gcm.address",
+        "gcm.ports.base",
+        "queue.hcm.vm",
+        "exchange.hcm.vm",
+        "exchange.vm.heap",
+        "duration",
+    }
+)
 
 
-def parse_properties(text: str) -> list[tuple[int, str, str]]:
-    """Parse Java-style properties: `key=value` or `key: value`, `#`/`!` comments,
-    backslash line continuation. Returns (line number, key, raw value) triples."""
-    entries: list[tuple[int, str, str]] = []
-    lines = text.splitlines()
-    index = 0
-    while index < len(lines):
-        number = index + 1
-        line = lines[index].strip()
-        index += 1
-        while line.endswith("\\") and index < len(lines):
-            line = line[:-1] + lines[index].strip()
-            index += 1
-        if not line or line[0] in "#!":
-            continue
-        match = re.match(r"^([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
-        if match is None:
-            entries.append((number, line, ""))
-        else:
-            entries.append((number, match.group(1), match.group(2)))
-    return entries
-
-
-def load(
-    keys: Iterable[Key], path: Path | None, overrides: Mapping[str, str] | None = None
-) -> Settings:
-    """Read `path` (optional) then apply `overrides` (from the command line)."""
-    table = {key.name: key for key in keys}
-    values: dict[str, Value] = {key.name: key.default for key in table.values()}
-    source = "defaults"
-    if path is not None:
-        source = str(path)
-        for number, name, raw in parse_properties(_read(path)):
-            values[name] = _lookup(table, name, f"{path}:{number}").parse(raw, f"{path}:{number}")
-    for name, raw in (overrides or {}).items():
-        values[name] = _lookup(table, name, "command line").parse(raw, "command line")
-    return Settings(source=source, values=values)
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: configuration file not found") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError(f"{path}: cannot read configuration file: {error}") from None
-
-
-def _lookup(table: Mapping[str, Key], name: str, where: str) -> Key:
-    key = table.get(name)
-    if key is None:
-        if not _NAME_RE.match(name):
-            raise ConfigError(f"{where}: cannot parse line {name!r} (expected key=value)")
-        hint = difflib.get_close_matches(name, table, n=1)
-        suffix = f" (did you mean '{hint[0]}'?)" if hint else ""
-        raise ConfigError(f"{where}: unknown key '{name}'{suffix}")
-    return key
-
-
-def load_gcm(path: Path | None, overrides: Mapping[str, str] | None = None) -> Settings:
-    return load(GCM_KEYS, path, overrides)
-
-
-def load_hcm(path: Path | None, overrides: Mapping[str, str] | None = None) -> Settings:
-    return load(HCM_KEYS, path, overrides)
-
-
-def parse_overrides(items: Iterable[str]) -> dict[str, str]:
-    """`-D key=value` options from the command line."""
-    result: dict[str, str] = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip():
-            raise ConfigError(f"command line: -D {item!r}: expected key=value")
-        result[name.strip()] = value
-    return result
-
-
-def _render_value(value: Value) -> str:
+def render_value(value: Value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
@@ -788,7 +687,7 @@ def render(keys: Iterable[Key], title: str) -> str:
             out.append(f"# Range: {_fmt(key.bounds[0])} .. {_fmt(key.bounds[1])}.")
         if key.choices:
             out.append(f"# One of: {', '.join(key.choices)}.")
-        out.append(f"{key.name}={_render_value(key.default)}")
+        out.append(f"{key.name}={render_value(key.default)}")
         out.append("")
     return "\n".join(out).rstrip() + "\n"
 

@@ -1,0 +1,357 @@
+"""Each component's settings: read once, at its start, into a frozen dataclass with units converted.
+
+No code outside this package looks a key up by name. A component calls its dataclass's
+`from_settings` when it starts, so a misspelled key fails that start (and
+tests/unit/test_config.py, which checks that every key read here is declared in `keys.py` and
+that every declared key is read here or listed in `keys.NOT_READ`), never a hot path. Units are in
+the field names: durations become seconds (`_s`, float) unless the consumer takes milliseconds
+(`_ms`, int).
+
+The pure packages keep their own types and never read keys: the log's `LogSettings` is built here
+by `log_settings`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from roq.config.keys import HCM_KEYS
+from roq.config.loader import Settings
+from roq.errors import ConfigError
+from roq.log import FlushPolicy, LogSettings, Retention
+
+_SAFE = re.compile(r"^[A-Za-z0-9.,:_\-]*$")  # what ami/files/roq-configure accepts in role.env
+
+
+# --- shared by several components ------------------------------------------------------------
+@dataclass(frozen=True)
+class ZooKeeperSettings:
+    servers: str  # zk.servers, a connect string
+    namespace: str  # zk.namespace, the cluster's root znode
+    session_timeout_ms: int
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ZooKeeperSettings:
+        return cls(
+            servers=settings._str("zk.servers"),
+            namespace=settings._str("zk.namespace"),
+            session_timeout_ms=settings._int("zk.session.timeout"),
+        )
+
+
+def log_settings(settings: Settings) -> LogSettings:
+    """The log keys of an HCM.properties (maxFileSize, log.*), as the log package's own type."""
+    return LogSettings(
+        max_file_size=settings._int("maxFileSize"),
+        flush=FlushPolicy.parse(settings._str("log.flush"), settings._int("log.flush.interval.ms")),
+        retention=Retention(
+            bytes=settings._int("log.retention.bytes"),
+            ms=settings._int("log.retention.ms"),
+            records=settings._int("log.retention.records"),
+        ),
+        memory_bytes=settings._int("log.memory.bytes"),
+    )
+
+
+# --- the GCM (GCM.properties) --------------------------------------------------------------------
+@dataclass(frozen=True)
+class CloudSettings:
+    """RoQ's cloud section, answered by admin command 2009 (the password never is)."""
+
+    use: bool
+    user: str
+    endpoint: str
+    gateway: str
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> CloudSettings:
+        return cls(
+            use=settings._bool("cloud.use"),
+            user=settings._str("cloud.user"),
+            endpoint=settings._str("cloud.endpoint"),
+            gateway=settings._str("cloud.gateway"),
+        )
+
+
+@dataclass(frozen=True)
+class Ec2Config:
+    """The ec2 provisioner's settings (roq.gcm.provisioning), checked when they are read."""
+
+    region: str
+    endpoint: str  # https://ec2.<region>.amazonaws.com/
+    access_key: str
+    secret_key: str
+    image: str
+    instance_type: str
+    key_name: str
+    security_groups: tuple[str, ...]
+    subnet: str
+    join_zk: str
+    join_namespace: str
+    join_gcm: str
+    join_interface: str
+    gcm_ports_base: int
+    instances_max: int
+    cooldown_s: float
+    timeout_s: float
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Ec2Config:
+        region = settings._str("cloud.region")
+        config = cls(
+            region=region,
+            endpoint=settings._str("cloud.endpoint") or f"https://ec2.{region}.amazonaws.com/",
+            access_key=settings._str("cloud.user"),
+            secret_key=settings._str("cloud.password"),
+            image=settings._str("cloud.image"),
+            instance_type=settings._str("cloud.instance.type"),
+            key_name=settings._str("cloud.key.name"),
+            security_groups=tuple(
+                g.strip() for g in settings._str("cloud.security.groups").split(",") if g.strip()
+            ),
+            subnet=settings._str("cloud.subnet"),
+            join_zk=settings._str("cloud.join.zk") or settings._str("zk.servers"),
+            join_namespace=settings._str("zk.namespace"),
+            join_gcm=settings._str("cloud.join.gcm") or settings._str("network.interface"),
+            join_interface=settings._str("cloud.join.interface"),
+            gcm_ports_base=settings._int("ports.base"),
+            instances_max=settings._int("cloud.instances.max"),
+            cooldown_s=settings._seconds("cloud.provision.cooldown.ms"),
+            timeout_s=settings._seconds("cloud.request.timeout.ms"),
+        )
+        config.check(settings.source)
+        return config
+
+    def check(self, where: str) -> None:
+        """Refuse at start-up what would make a broken launch later."""
+        for key, value in (
+            ("cloud.image", self.image),
+            ("cloud.user", self.access_key),
+            ("cloud.password", self.secret_key),
+        ):
+            if not value:
+                raise ConfigError(f"{where}: provisioner=ec2 needs key '{key}'")
+        if not self.endpoint.startswith("https://"):
+            raise ConfigError(f"{where}: key 'cloud.endpoint' must be an https:// URL")
+        if self.join_namespace != "/roq":
+            raise ConfigError(
+                f"{where}: key 'zk.namespace' is {self.join_namespace!r}: a provisioned host "
+                "joins /roq (the image's roq-configure has no namespace setting)"
+            )
+        for key, value in (
+            ("cloud.join.zk", self.join_zk),
+            ("cloud.join.gcm", self.join_gcm),
+            ("cloud.join.interface", self.join_interface),
+        ):
+            if not value or not _SAFE.match(value):
+                raise ConfigError(
+                    f"{where}: key '{key}' has value {value!r}: a provisioned host needs it, "
+                    "made of letters, digits and .:,_- only (the image's roq-configure rule)"
+                )
+
+
+@dataclass(frozen=True)
+class ProvisioningSettings:
+    provisioner: str  # "none" or "ec2"
+    ec2: Ec2Config | None  # read and checked only when the provisioner is ec2
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ProvisioningSettings:
+        provisioner = settings._str("provisioner")
+        ec2 = Ec2Config.from_settings(settings) if provisioner == "ec2" else None
+        return cls(provisioner, ec2)
+
+
+@dataclass(frozen=True)
+class GcmSettings:
+    interface: str  # network.interface: an address or an interface name, resolved when bound
+    ports_base: int
+    broadcast_period_s: float  # period
+    host_timeout_ms: int  # hcmTIMEOUT, one request to a host (the Requester takes ms)
+    format_db: bool
+    zk: ZooKeeperSettings
+    cloud: CloudSettings
+    provisioning: ProvisioningSettings
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> GcmSettings:
+        return cls(
+            interface=settings._str("network.interface"),
+            ports_base=settings._int("ports.base"),
+            broadcast_period_s=settings._seconds("period"),
+            host_timeout_ms=settings._int("hcmTIMEOUT"),
+            format_db=settings._bool("formatDB"),
+            zk=ZooKeeperSettings.from_settings(settings),
+            cloud=CloudSettings.from_settings(settings),
+            provisioning=ProvisioningSettings.from_settings(settings),
+        )
+
+
+# --- the host and its children (HCM.properties) -------------------------------------------------
+@dataclass(frozen=True)
+class HostSettings:
+    interface: str  # network.interface: an address or an interface name, resolved at start
+    name: str  # host.name; empty: the announced address
+    hcm_port: int
+    monitor_base_port: int
+    stat_base_port: int  # statmonitor.base.port
+    exchange_base_port: int
+    ports_per_kind_max: int  # ports.max.perkind
+    exchanges_max: int  # exchange.max.perhost
+    zk: ZooKeeperSettings
+    use_log: bool
+    log_root: str  # directory: the queues' logs and the copies of other exchanges' logs
+    # Every value that differs from its default, as (key, text): a child (monitor, exchange)
+    # gets them as -D options, so it runs with its host's settings without reading its file.
+    child_overrides: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> HostSettings:
+        return cls(
+            interface=settings._str("network.interface"),
+            name=settings._str("host.name"),
+            hcm_port=settings._int("hcm.port"),
+            monitor_base_port=settings._int("monitor.base.port"),
+            stat_base_port=settings._int("statmonitor.base.port"),
+            exchange_base_port=settings._int("exchange.base.port"),
+            ports_per_kind_max=settings._int("ports.max.perkind"),
+            exchanges_max=settings._int("exchange.max.perhost"),
+            zk=ZooKeeperSettings.from_settings(settings),
+            use_log=settings._bool("useLog"),
+            log_root=settings._str("directory"),
+            child_overrides=tuple(settings.changed(HCM_KEYS).items()),
+        )
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Every number of the placement and relocation algorithm (`roq.monitor.placement`)."""
+
+    max_throughput: float  # bytes/s an exchange is sized for
+    overload: float = 1.10  # step 2: overloaded above overload × max
+    target: float = 0.90  # step 4a: a candidate must stay below target × max
+    optimise: float = 0.20  # step 4b: or the move narrows a gap wider than this share
+    coldstart: float = 0.10  # below this share everywhere, spread publishers by count
+    producers_max: int = 3  # top-k producers moved per decision (RoQ moved 1)
+    hysteresis: int = 2  # consecutive overloaded reports before acting
+    cooldown_s: float = 5.0  # no second decision for the same exchange within this
+    warmup_s: float = 1.0  # a new exchange takes publishers after this long at the latest
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Thresholds:
+        return cls(
+            max_throughput=settings._int("exchange.max.throughput"),
+            overload=settings._float("relocate.overload"),
+            target=settings._float("relocate.target"),
+            optimise=settings._float("relocate.optimise"),
+            coldstart=settings._float("relocate.coldstart"),
+            producers_max=settings._int("relocate.producers.max"),
+            hysteresis=settings._int("relocate.hysteresis"),
+            cooldown_s=settings._seconds("relocate.cooldown"),
+            warmup_s=settings._seconds("exchange.warmup"),
+        )
+
+
+@dataclass(frozen=True)
+class ScalingConfig:
+    """The scaling policy's numbers (`roq.monitor.policy`) and how often its actuator re-reads
+    the queue's rules."""
+
+    policy: str = "default"  # scaling.policy: default or null
+    window_s: float = 2.0
+    cooldown_s: float = 10.0
+    highwater: float = 0.9
+    lowwater: float = 0.3
+    lowwater_s: float = 30.0
+    min_exchanges: int = 1
+    max_exchanges: int = 0  # 0: as many as the hosts have slots for
+    max_throughput: float = 100_000_000.0
+    rules_refresh_s: float = 30.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ScalingConfig:
+        return cls(
+            policy=settings._str("scaling.policy"),
+            window_s=settings._seconds("scaling.window.ms"),
+            cooldown_s=settings._seconds("scaling.cooldown.ms"),
+            highwater=settings._float("scaling.highwater"),
+            lowwater=settings._float("scaling.lowwater"),
+            lowwater_s=settings._seconds("scaling.lowwater.ms"),
+            min_exchanges=settings._int("scaling.min.exchanges"),
+            max_exchanges=settings._int("scaling.max.exchanges"),
+            max_throughput=float(settings._int("exchange.max.throughput")),
+            rules_refresh_s=settings._seconds("scaling.rules.refresh.ms"),
+        )
+
+
+@dataclass(frozen=True)
+class MonitorSettings:
+    stat_period_s: float  # monitor.stat.period: the queue KPI
+    list_period_s: float  # monitor.list.period: the exchange list republished to subscribers
+    dead_heartbeats: int  # monitor.dead.heartbeats
+    replication_factor: int
+    thresholds: Thresholds
+    scaling: ScalingConfig
+    zk: ZooKeeperSettings  # where the scaling actuator finds the GCM
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> MonitorSettings:
+        return cls(
+            stat_period_s=settings._seconds("monitor.stat.period"),
+            list_period_s=settings._seconds("monitor.list.period"),
+            dead_heartbeats=settings._int("monitor.dead.heartbeats"),
+            replication_factor=settings._int("replicationFactor"),
+            thresholds=Thresholds.from_settings(settings),
+            scaling=ScalingConfig.from_settings(settings),
+            zk=ZooKeeperSettings.from_settings(settings),
+        )
+
+
+@dataclass(frozen=True)
+class ExchangeSettings:
+    heartbeat_s: float  # heartbeat.period: the report to the monitor
+    stat_period_s: float  # monitor.stat.period: the KPI stream
+    publisher_hwm_batches: int  # exchange.publisher.hwm
+    subscriber_hwm_batches: int  # exchange.subscriber.hwm
+    host_name: str  # host.name; empty: the exchange's address
+    use_log: bool
+    log_root: str  # directory
+    log: LogSettings
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ExchangeSettings:
+        return cls(
+            heartbeat_s=settings._seconds("heartbeat.period"),
+            stat_period_s=settings._seconds("monitor.stat.period"),
+            publisher_hwm_batches=settings._int("exchange.publisher.hwm"),
+            subscriber_hwm_batches=settings._int("exchange.subscriber.hwm"),
+            host_name=settings._str("host.name"),
+            use_log=settings._bool("useLog"),
+            log_root=settings._str("directory"),
+            log=log_settings(settings),
+        )
+
+
+# --- `roq up` (both files) --------------------------------------------------------------------
+@dataclass(frozen=True)
+class UpSettings:
+    """What `roq up` needs of the files it starts its GCM and its host with: where they serve."""
+
+    zk_servers: str  # the GCM's zk.servers (ZooKeeper is started there when none answers)
+    gcm_interface: str
+    gcm_ports_base: int
+    host_name: str  # the host's host.name, else its network.interface
+    host_interface: str
+    hcm_port: int
+
+    @classmethod
+    def from_settings(cls, gcm: Settings, hcm: Settings) -> UpSettings:
+        return cls(
+            zk_servers=gcm._str("zk.servers"),
+            gcm_interface=gcm._str("network.interface"),
+            gcm_ports_base=gcm._int("ports.base"),
+            host_name=hcm._str("host.name") or hcm._str("network.interface"),
+            host_interface=hcm._str("network.interface"),
+            hcm_port=hcm._int("hcm.port"),
+        )

@@ -1,0 +1,141 @@
+"""Reading a properties file against a key table, checked once at start-up.
+
+A key missing from a file takes its own default; an invalid value, an unknown key or an unreadable
+file raises `ConfigError`, which the command line turns into one line on stderr and exit code 78
+(EX_CONFIG). The result, `Settings`, is looked up by key name only inside this package: each
+component turns it into its own typed dataclass (`components.py`) once, at start.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from roq.config.keys import GCM_KEYS, HCM_KEYS, Key, Value, render_value
+from roq.errors import ConfigError
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]*$")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Validated values of one file. Only the typed dataclasses of `components.py` read them by
+    key name (these accessors are private to the package); reading an undeclared key is a
+    programming error, which their unit test catches."""
+
+    source: str
+    values: Mapping[str, Value] = field(default_factory=dict)
+
+    def _int(self, name: str) -> int:
+        value = self.values[name]
+        assert isinstance(value, int) and not isinstance(value, bool), name
+        return value
+
+    def _float(self, name: str) -> float:
+        value = self.values[name]
+        assert isinstance(value, int | float), name
+        return float(value)
+
+    def _bool(self, name: str) -> bool:
+        value = self.values[name]
+        assert isinstance(value, bool), name
+        return value
+
+    def _str(self, name: str) -> str:
+        value = self.values[name]
+        assert isinstance(value, str), name
+        return value
+
+    def _seconds(self, name: str) -> float:
+        """A key in milliseconds, in seconds."""
+        return self._int(name) / 1000
+
+    def to_properties(self) -> dict[str, str]:
+        """The values as strings, to hand to a child process through a file."""
+        return {k: render_value(v) for k, v in self.values.items()}
+
+    def changed(self, keys: Iterable[Key]) -> dict[str, str]:
+        """The values that differ from their key's default, as property text."""
+        defaults = {key.name: render_value(key.default) for key in keys}
+        return {k: v for k, v in self.to_properties().items() if defaults.get(k) != v}
+
+
+def parse_properties(text: str) -> list[tuple[int, str, str]]:
+    """Parse Java-style properties: `key=value` or `key: value`, `#`/`!` comments,
+    backslash line continuation. Returns (line number, key, raw value) triples."""
+    entries: list[tuple[int, str, str]] = []
+    lines = text.splitlines()
+    index = 0
+    while index < len(lines):
+        number = index + 1
+        line = lines[index].strip()
+        index += 1
+        while line.endswith("\\") and index < len(lines):
+            line = line[:-1] + lines[index].strip()
+            index += 1
+        if not line or line[0] in "#!":
+            continue
+        match = re.match(r"^([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
+        if match is None:
+            entries.append((number, line, ""))
+        else:
+            entries.append((number, match.group(1), match.group(2)))
+    return entries
+
+
+def load(
+    keys: Iterable[Key], path: Path | None, overrides: Mapping[str, str] | None = None
+) -> Settings:
+    """Read `path` (optional) then apply `overrides` (from the command line)."""
+    table = {key.name: key for key in keys}
+    values: dict[str, Value] = {key.name: key.default for key in table.values()}
+    source = "defaults"
+    if path is not None:
+        source = str(path)
+        for number, name, raw in parse_properties(_read(path)):
+            values[name] = _lookup(table, name, f"{path}:{number}").parse(raw, f"{path}:{number}")
+    for name, raw in (overrides or {}).items():
+        values[name] = _lookup(table, name, "command line").parse(raw, "command line")
+    return Settings(source=source, values=values)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: configuration file not found") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: cannot read configuration file: {error}") from None
+
+
+def _lookup(table: Mapping[str, Key], name: str, where: str) -> Key:
+    key = table.get(name)
+    if key is None:
+        if not _NAME_RE.match(name):
+            raise ConfigError(f"{where}: cannot parse line {name!r} (expected key=value)")
+        hint = difflib.get_close_matches(name, table, n=1)
+        suffix = f" (did you mean '{hint[0]}'?)" if hint else ""
+        raise ConfigError(f"{where}: unknown key '{name}'{suffix}")
+    return key
+
+
+def load_gcm(path: Path | None, overrides: Mapping[str, str] | None = None) -> Settings:
+    return load(GCM_KEYS, path, overrides)
+
+
+def load_hcm(path: Path | None, overrides: Mapping[str, str] | None = None) -> Settings:
+    return load(HCM_KEYS, path, overrides)
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, str]:
+    """`-D key=value` options from the command line."""
+    result: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(f"command line: -D {item!r}: expected key=value")
+        result[name.strip()] = value
+    return result

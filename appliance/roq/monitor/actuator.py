@@ -1,0 +1,106 @@
+"""The scaling actuator: the thread through which a monitor talks to the GCM's admin API.
+
+The monitor's main loop must never block, and these requests block for seconds (2004 starts a
+process on some host), so a thread of its own carries out the policy's decisions (2004 to scale
+out, 2014 to scale in) and keeps the queue's rules fresh (2008 to register for pushes, then 2007
+to read them, every `scaling.rules.refresh.ms`). It owns its AdminClient (not thread-safe) and
+shares nothing with the main thread but two bounded queues: `actions` in, `results` out.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue as queue_mod
+import threading
+import time
+from typing import Any
+
+from roq import limits
+from roq.client.admin import AdminClient, AdminRefused
+from roq.config import ZooKeeperSettings
+from roq.errors import RoqError
+from roq.protocol.commands import AdminCommand
+
+log = logging.getLogger(__name__)
+
+
+class Actuator(threading.Thread):
+    """Talks to the GCM for the monitor: rules (2007/2008) and exchanges (2004/2014).
+
+    Owns its AdminClient (not thread-safe); these requests block for seconds (2004 starts a
+    process), which the monitor's main loop must never do. Requests come in on `actions`, results
+    go out on `results`; both queues are bounded."""
+
+    def __init__(self, queue: str, zk: ZooKeeperSettings, refresh_s: float, listen: str):
+        super().__init__(name=f"scaling {queue}", daemon=True)
+        self.queue = queue
+        self.listen = listen  # tcp://ip:B+4, the monitor's rules PULL socket
+        self.zk = zk.servers
+        self.namespace = zk.namespace
+        self.refresh_s = refresh_s
+        self.actions: queue_mod.Queue[tuple[str, str]] = queue_mod.Queue(
+            limits.scaling_actions_queued_max
+        )
+        self.results: queue_mod.Queue[dict[str, Any]] = queue_mod.Queue(
+            limits.scaling_results_queued_max
+        )
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        with AdminClient(
+            zk=self.zk, namespace=self.namespace, retries=limits.scaling_admin_retries
+        ) as admin:
+            next_refresh, retry_s = 0.0, limits.scaling_rules_retry_s
+            while not self.stop.is_set():
+                if time.monotonic() >= next_refresh:
+                    if self._refresh_rules(admin):
+                        wait_s, retry_s = self.refresh_s, limits.scaling_rules_retry_s
+                    else:  # the GCM is away: ask again, less and less often
+                        wait_s, retry_s = retry_s, min(2 * retry_s, self.refresh_s)
+                    next_refresh = time.monotonic() + wait_s
+                try:
+                    action, argument = self.actions.get(timeout=limits.poll_interval_ms / 1000)
+                except queue_mod.Empty:
+                    continue
+                self._put(self._act(admin, action, argument))
+
+    def _refresh_rules(self, admin: AdminClient) -> bool:
+        """Register for pushes first, then read: no update can fall between the two."""
+        try:
+            admin.request(
+                {
+                    "CMD": int(AdminCommand.REGISTER_FOR_AUTOSCALING_RULE_UPDATE),
+                    "QName": self.queue,
+                    "Address": self.listen,
+                }
+            )
+            try:
+                rules: dict[str, Any] | None = admin.get_rules(self.queue)
+            except AdminRefused:
+                rules = None  # none stored: the implicit rule applies
+        except (RoqError, ValueError) as error:
+            log.info("queue %s: rules not read yet (%s); retrying", self.queue, error)
+            return False
+        self._put({"Kind": "rules", "Rules": rules})
+        return True
+
+    def _act(self, admin: AdminClient, action: str, argument: str) -> dict[str, Any]:
+        started = time.monotonic()
+        try:
+            if action == "out":
+                reply = admin.create_exchange(self.queue, argument)
+                result = {"Ok": True, "Exchange": reply["Exchange"]}
+            else:
+                admin.remove_exchange(self.queue, argument)
+                result = {"Ok": True, "Exchange": {"Id": argument}}
+        except AdminRefused as refused:
+            result = {"Ok": False, "Reason": refused.reason, "Comment": str(refused)}
+        except (RoqError, ValueError, KeyError) as error:
+            result = {"Ok": False, "Reason": "unreachable", "Comment": str(error)}
+        return {"Kind": action, "Seconds": time.monotonic() - started, **result}
+
+    def _put(self, result: dict[str, Any]) -> None:
+        try:
+            self.results.put(result, timeout=1.0)
+        except queue_mod.Full:
+            log.warning("queue %s: scaling result dropped (monitor not reading)", self.queue)
