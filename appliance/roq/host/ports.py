@@ -1,6 +1,7 @@
 """Port allocation on a host: blocks of consecutive ports from a free list, claimed in ZooKeeper.
 
-Each role takes a fixed block (monitor 6, stat monitor 2, exchange 4) at `base + width × slot`.
+Each role takes a fixed block (monitor 6, stat monitor 2, exchange 4) at `base + width × slot`
+(`protocol.ports.host_block`: the port map owns the widths).
 A slot is free when this host has not claimed it (the claims survive a host restart in
 ZooKeeper) and every port of the block can be bound right now; a port held by another program
 is reported and skipped, never collided with. Released slots are reused (a free list, unlike
@@ -15,10 +16,9 @@ import socket
 from typing import Any
 
 from roq.errors import RoqError
+from roq.protocol.ports import host_block
 
 log = logging.getLogger(__name__)
-
-WIDTH = {"monitor": 6, "stat": 2, "exchange": 4}
 
 
 class NoFreePort(RoqError):
@@ -39,13 +39,13 @@ class PortAllocator:
 
     def allocate(self, role: str, owner: dict[str, Any]) -> int:
         """The first port of a free block for `role`; the claim is recorded in ZooKeeper."""
-        width = WIDTH[role]
         claimed = set(self.registry.port_claims(self.host))
         for slot in range(self.slots):
-            port = self.bases[role] + width * slot
-            if port + width - 1 > 65535:
+            block = host_block(role, self.bases[role], slot)
+            port, width = block[0], len(block)
+            if block[-1] > 65535:
                 break
-            if port in self.in_use or port in claimed or not self._bindable(port, width):
+            if port in self.in_use or port in claimed or not self._bindable(block):
                 continue
             if self.registry.claim_port(self.host, port, {**owner, "role": role, "width": width}):
                 self.in_use.add(port)
@@ -59,8 +59,8 @@ class PortAllocator:
         self.in_use.discard(port)
         self.registry.release_port(self.host, port)
 
-    def _bindable(self, port: int, width: int) -> bool:
-        for candidate in range(port, port + width):
+    def _bindable(self, block: range) -> bool:
+        for candidate in block:
             if not self._probe(candidate):
                 if candidate not in self._reported:
                     self._reported.add(candidate)
