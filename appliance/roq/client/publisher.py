@@ -4,9 +4,10 @@
         pub.send(b"hello", key=b"news")
         pub.flush()                     # everything sent so far has reached an exchange
 
-Threads. The caller's threads call `send`, `flush` and `close`; they only touch Python buffers
-under a lock. One I/O thread, started by the constructor, owns every ZeroMQ socket: the DEALER to
-the current exchange, the REQ and SUB to the queue's monitor, and the inproc wake-up socket.
+Threads. The caller's threads call `send`, `flush` and `close`; under one lock they touch Python
+buffers and send a wake-up on the caller's end of an inproc PAIR (the only socket they use). One
+I/O thread, started by the constructor, owns every other ZeroMQ socket: the DEALER to the current
+exchange, the REQ and SUB to the queue's monitor, and its end of the inproc wake-up pair.
 
 Batching. Messages for one routing key accumulate until their payloads reach `batch_bytes`
 or the oldest has waited `linger_ms`; then they are encoded once, in the log's record-batch

@@ -9,9 +9,10 @@ Threads. A Subscriber and all its sockets belong to the thread that created it; 
 thread of its own, so a callback runs in that thread and may block it (which is back-pressure:
 see below).
 
-Membership. It asks the queue's monitor for every exchange, connects one SUB socket to all of
-them, and follows the monitor's notices: a new exchange is joined at once, and the full list the
-monitor republishes every period adds what is missing and drops exchanges that are gone.
+Membership. It asks the queue's monitor for every exchange, connects one SUB socket to each
+(a `Feed` per exchange), and follows the monitor's notices: a new exchange is joined at once,
+and the full list the monitor republishes every period adds what is missing and drops exchanges
+that are gone.
 
 Where to start: `start="now"` (the default: what is published from now on, on every exchange:
 one that appears later is read from its log from the subscriber's start time), `"beginning"`

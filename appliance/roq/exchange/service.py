@@ -4,8 +4,9 @@ Ports (F = the front port the host allocated; 4 in all):
 
     F    ROUTER  publishers' DEALERs send batches, drains and confirmed batches here
     F+1  XPUB    subscribers' SUB sockets connect here; frames are [key][batch]
-    F+2  REP     control socket (PING / SHUTDOWN from the host)
-    F+3  ROUTER  reads of the message log (replay, catch-up, seek by time): `logserver.py`
+    F+2  REP     control socket (PING / SHUTDOWN from the host, REPLICAS from the monitor)
+    F+3  ROUTER  reads of the message log (replay, catch-up, seek by time): `logserver.py`;
+                 replication writes from other exchanges: `replication.py`
 
 Hot path (DESIGN §6b): a batch is received without copying, its header bounds, CRC and records
 checked (`format.check_batch`, `format.check_records`: a batch whose records do not fill it is
@@ -33,7 +34,8 @@ The main thread runs the poll loop and owns every socket but one, the log and it
 copies. Three helper threads keep slow work off it: the pulse (`pulse.py`, its own PUB socket
 to the monitor), the log's flusher (`log/flusher.py`, fdatasync under `log.flush=interval`) and
 the process's janitor (`log/janitor.py`, unlinks retired segments); none touches a socket of
-the loop, and each hands over through one lock-guarded slot.
+the loop. The flusher and the janitor each hand over through one lock-guarded slot; the pulse
+only reads the time of the loop's last turn (one float).
 """
 
 from __future__ import annotations

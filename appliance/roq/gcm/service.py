@@ -8,7 +8,8 @@ RoQ's P+1/P+4 shutdown sockets are replaced by SIGTERM, and P+2 (Java serializat
 Every GCM of a cluster serves its sockets; only the elected leader acts. The others answer
 `{RESULT: 8, LEADER: <its admin endpoint>}` so clients follow. All state lives in ZooKeeper; the
 leader's writes are fenced (see coordination.registry), so a deposed leader cannot overwrite it.
-One thread owns all sockets (the main loop); the election runs in kazoo's threads.
+One thread owns all sockets (the main loop); the election runs in a thread of its own
+(`gcm-election`, coordination/election.py), which touches ZooKeeper only.
 """
 
 from __future__ import annotations
