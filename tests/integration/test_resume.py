@@ -200,7 +200,7 @@ def test_a_host_killed_and_started_again_serves_its_queues_with_their_logs(
     cluster.kill(host)  # the host's process group: its children die with it
     wait_for(lambda: not _queue_processes(cluster, "q1"), 10, "q1's processes gone")
     started = time.monotonic()
-    cluster.start_host("h1")  # the same -D settings but new ports: the records move
+    cluster.start_host("h1")  # new port ranges; the recorded ports are free, so reused
     _serves_again(cluster, cluster.gcm, started, HOST_SERVES_AGAIN_S)
     assert _read_all(cluster, cluster.gcm, len(sent) + 1)[: len(sent)] == sent
 
