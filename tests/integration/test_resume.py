@@ -199,6 +199,11 @@ def test_a_host_killed_and_started_again_serves_its_queues_with_their_logs(
     assert _pub(cluster, cluster.gcm, sent, 30), cluster.logs()
     cluster.kill(host)  # the host's process group: its children die with it
     wait_for(lambda: not _queue_processes(cluster, "q1"), 10, "q1's processes gone")
+    wait_for(
+        lambda: "NOT SERVING: host h1 is down" in _roq(cluster, "status"),
+        15,
+        "status saying why q1 is not served (h1's session expires in 4 s)",
+    )
     started = time.monotonic()
     cluster.start_host("h1")  # new port ranges; the recorded ports are free, so reused
     _serves_again(cluster, cluster.gcm, started, HOST_SERVES_AGAIN_S)
