@@ -24,6 +24,7 @@ from roq.client.subscriber import Subscriber
 from roq.exchange import replication
 from roq.log import format as batchfmt
 from roq.protocol import dataplane
+from roq.protocol.ports import ExchangePort, sibling
 from roq.testing.cluster import LocalCluster, processes_with, wait_for
 from roq.transport import Kind, connect, new_context, open_socket
 
@@ -46,13 +47,13 @@ def queue(cluster: LocalCluster) -> Iterator[str]:
 def _exchange(cluster: LocalCluster, queue: str) -> dict[str, Any]:
     with cluster.admin() as admin:
         status = admin.status()
-    [exchange] = next(q for q in status["Queues"] if q["Name"] == queue)["Exchanges"]
-    return dict(exchange)
+    [exchange] = next(q for q in status.queues if q.info.name == queue).exchanges
+    return exchange.fields()
 
 
-def _port(exchange: dict[str, Any], offset: int) -> str:
-    host, _, port = str(exchange["Front"]).rpartition(":")
-    return f"{host}:{int(port) + offset}"
+def _log_port(exchange: dict[str, Any]) -> str:
+    """F+3: log reads and replication writes."""
+    return sibling(str(exchange["Front"]), ExchangePort.FRONT, ExchangePort.LOG)
 
 
 def _publish(cluster: LocalCluster, queue: str, count: int, key: bytes = b"k") -> bytes:
@@ -76,7 +77,7 @@ def _replay(cluster: LocalCluster, queue: str, count: int) -> tuple[list[bytes],
 def _log_end(exchange: dict[str, Any]) -> int:
     context = new_context()
     sock = open_socket(context, Kind.DEALER, rcvtimeo_ms=5000)
-    connect(sock, _port(exchange, 3))
+    connect(sock, _log_port(exchange))
     try:
         sock.send_multipart(dataplane.position_request())
         return dataplane.parse_read_reply(sock.recv_multipart()).end
@@ -112,7 +113,7 @@ def test_a_restart_at_offset_2_63_is_refused_and_the_exchange_lives_on(
     [pid] = processes_with(exchange["Id"])
     context = new_context()
     raw = open_socket(context, Kind.DEALER, rcvtimeo_ms=5000)
-    connect(raw, _port(exchange, 3))  # F+3: log reads and replication
+    connect(raw, _log_port(exchange))
     raw.send_multipart([replication.RESTART, b"fz-1", struct.pack("<Q", 2**63 + 5)])
     reply = raw.recv_multipart()
     raw.close(0)

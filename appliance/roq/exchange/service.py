@@ -66,24 +66,23 @@ from roq.protocol.messages.monitor import (
     ProducerRate,
     ReportedLoad,
 )
+from roq.protocol.ports import ExchangePort, endpoint_at, port_at
 from roq.system import procstat
 from roq.transport import (
-    NOBLOCK,
-    POLLIN,
+    READABLE,
     Kind,
     Poller,
-    WouldBlock,
     bind,
     connect,
     drained,
     open_socket,
+    recv_nowait,
+    send_nowait,
 )
 from roq.transport.control import ControlServer
 
 log = logging.getLogger(__name__)
 
-FRONT, BACK, CONTROL, REPLICATION = 0, 1, 2, 3
-PORTS_PER_EXCHANGE = 4
 # Not a bound: the producer id under which producers past limits.exchange_producers_tracked_max
 # are counted together.
 _OTHERS = b"\xff" * 16
@@ -100,11 +99,11 @@ class ExchangeSpec:
 
     @property
     def front(self) -> str:
-        return f"tcp://{self.address}:{self.port + FRONT}"
+        return endpoint_at(self.address, self.port, ExchangePort.FRONT)
 
     @property
     def back(self) -> str:
-        return f"tcp://{self.address}:{self.port + BACK}"
+        return endpoint_at(self.address, self.port, ExchangePort.BACK)
 
     @property
     def name(self) -> str:
@@ -243,17 +242,18 @@ class Exchange:
             rcvhwm=self.settings.publisher_hwm_batches,  # batches: memory
             sndhwm=limits.exchange_replies_hwm,  # replies, which the ROUTER would drop
         )
-        bind(self.front, spec.address, spec.port + FRONT)
+        bind(self.front, spec.address, port_at(spec.port, ExchangePort.FRONT))
         self.back = open_socket(
             context,
             Kind.XPUB,
             sndhwm=self.settings.subscriber_hwm_batches,
             linger_ms=limits.data_linger_ms,
         )
-        bind(self.back, spec.address, spec.port + BACK)
+        bind(self.back, spec.address, port_at(spec.port, ExchangePort.BACK))
         self.replay = open_socket(context, Kind.ROUTER, sndhwm=100, rcvhwm=100)
-        bind(self.replay, spec.address, spec.port + REPLICATION)
-        self.control = ControlServer(context, spec.address, spec.port + CONTROL, spec.name)
+        bind(self.replay, spec.address, port_at(spec.port, ExchangePort.LOG))
+        control = port_at(spec.port, ExchangePort.CONTROL)
+        self.control = ControlServer(context, spec.address, control, spec.name)
         self.control.status = self.status
         self.reports = open_socket(context, Kind.PUB, sndhwm=100)
         connect(self.reports, spec.monitor)
@@ -268,9 +268,9 @@ class Exchange:
     def _poller(self) -> Poller:
         poller = Poller()
         for sock in (self.front, self.back, self.control.sock, self.replay):
-            poller.register(sock, POLLIN)
+            poller.register(sock, READABLE)
         for sock in self.replicator.sockets() if self.replicator else []:
-            poller.register(sock, POLLIN)
+            poller.register(sock, READABLE)
         self._replica_sockets = set(self.replicator.sockets() if self.replicator else [])
         return poller
 
@@ -362,11 +362,8 @@ class Exchange:
     def _count_subscriptions(self) -> None:
         """Subscribe (first byte 1) and unsubscribe (0) messages from the XPUB socket: ZeroMQ has
         already applied them to its filter; they are read only to be counted."""
-        for _ in range(limits.exchange_burst_batches):
-            try:
-                message = self.back.recv(NOBLOCK)
-            except WouldBlock:
-                return
+        for frames in drained(self.back, limits.exchange_burst_batches):
+            message = frames[0]
             if message[:1] == b"\x01":
                 self.subscriptions += 1
             elif message[:1] == b"\x00":
@@ -454,10 +451,10 @@ class Exchange:
         if self.log_server is not None:
             self.log_server.pump()
             return
-        try:  # no log: say so rather than leave the reader waiting
-            peer, *_ = self.replay.recv_multipart(NOBLOCK)
-        except WouldBlock:
+        frames = recv_nowait(self.replay)  # no log: say so rather than leave the reader waiting
+        if frames is None:
             return
+        peer = frames[0]
         reply = dataplane.read_reply(dataplane.READ_ERROR, 0, 0, 0, b"useLog is false")
         self.replay.send_multipart([peer, *reply])
 
@@ -501,9 +498,7 @@ class Exchange:
         )
 
     def _send_report(self, report: ExchangeReport | ExchangeSubscriptions) -> None:
-        try:
-            self.reports.send(bsonmsg.encode(report.encode()), NOBLOCK)
-        except WouldBlock:
+        if not send_nowait(self.reports, [bsonmsg.encode(report.encode())]):
             log.debug("%s: monitor not keeping up; report dropped", self.spec.name)
 
     def _publish_kpi(self, seconds: float) -> None:
@@ -516,9 +511,7 @@ class Exchange:
             producers=rates.producers, cpu=procstat.load_average(),
             process_cpu=self._kpi_cpu.sample(), memory_mib=procstat.rss_bytes() / 2**20,
         )  # fmt: skip
-        try:
-            self.kpi.send_multipart([bsonmsg.encode(frame) for frame in kpi.frames()], NOBLOCK)
-        except WouldBlock:
+        if not send_nowait(self.kpi, [bsonmsg.encode(frame) for frame in kpi.frames()]):
             log.debug("%s: stat monitor not keeping up; KPI dropped", self.spec.name)
 
     def status(self) -> dict[str, Any]:

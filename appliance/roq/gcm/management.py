@@ -71,7 +71,7 @@ from roq.protocol.messages.host import (
 )
 from roq.protocol.messages.monitor import RulesUpdate
 from roq.protocol.rules import RuleSet
-from roq.transport import Kind, connect, open_socket
+from roq.transport import Kind, connect, open_socket, send_nowait
 from roq.transport.rpc import Requester
 
 log = logging.getLogger(__name__)
@@ -551,7 +551,8 @@ class Management:
         update = bsonmsg.encode(RulesUpdate(queue, rules).encode())
         for address, sock in self._listener_sockets(queue).items():
             try:
-                sock.send(update, flags=1)
+                if not send_nowait(sock, [update]):
+                    raise TransportError("its queue is full")
             except Exception as error:  # a slow or gone listener must not fail the request
                 log.warning(
                     "queue %s: rules listener %s did not take the update: %s", queue, address, error

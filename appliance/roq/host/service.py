@@ -42,9 +42,10 @@ from roq.protocol.messages.host import (
     RemoveExchangeOnHost,
     StopQueueOnHost,
 )
+from roq.protocol.ports import ExchangePort, MonitorPort, StatPort, endpoint_at
 from roq.system.netaddr import resolve_interface
 from roq.system.spawn import roq_command
-from roq.transport import POLLIN, Kind, Poller, bind, new_context, open_socket
+from roq.transport import READABLE, Kind, Poller, bind, new_context, open_socket
 from roq.transport.rpc import answer
 
 log = logging.getLogger(__name__)
@@ -169,7 +170,7 @@ class HostConfigManager:
 
     def run(self, stop: threading.Event, on_ready: Callable[[], object] | None = None) -> None:
         poller = Poller()
-        poller.register(self.sock, POLLIN)
+        poller.register(self.sock, READABLE)
         log.info("host %s serving on %s", self.name, self.endpoint)
         if on_ready is not None:
             on_ready()
@@ -299,8 +300,8 @@ class HostConfigManager:
     def _queue_reply(self, queue: str, monitor: Child) -> Document:
         stat_port = monitor.meta["stat_port"]
         return QueueOnHost(
-            monitor_host=f"tcp://{self.address}:{monitor.port}",
-            stat_monitor_host=f"tcp://{self.address}:{stat_port + 1}",
+            monitor_host=endpoint_at(self.address, monitor.port, MonitorPort.REPORTS),
+            stat_monitor_host=endpoint_at(self.address, stat_port, StatPort.KPI),
             monitor_port=monitor.port,
             stat_port=stat_port,
             exchanges=tuple(self._exchange_doc(c) for c in self._of(queue, "exchange")),
@@ -311,8 +312,8 @@ class HostConfigManager:
             exchange_id=child.id,
             port=child.port,
             txid=child.txid,
-            front=f"tcp://{self.address}:{child.port}",
-            back=f"tcp://{self.address}:{child.port + 1}",
+            front=endpoint_at(self.address, child.port, ExchangePort.FRONT),
+            back=endpoint_at(self.address, child.port, ExchangePort.BACK),
         )
 
     def _start_monitor(self, queue: str, prefer: tuple[int, int] = (0, 0)) -> Child:
@@ -326,7 +327,7 @@ class HostConfigManager:
                 role="monitor",
                 queue=queue,
                 port=port,
-                control=f"tcp://{self.address}:{port + 5}",
+                control=endpoint_at(self.address, port, MonitorPort.CONTROL),
                 argv=roq_command(
                     "monitor",
                     queue,
@@ -367,7 +368,7 @@ class HostConfigManager:
                 role="exchange",
                 queue=queue,
                 port=port,
-                control=f"tcp://{self.address}:{port + 2}",
+                control=endpoint_at(self.address, port, ExchangePort.CONTROL),
                 id=exchange_id,
                 txid=txid,
                 argv=roq_command(
@@ -378,9 +379,9 @@ class HostConfigManager:
                     "--port",
                     str(port),
                     "--monitor",
-                    f"tcp://{monitor_address}:{monitor_port}",
+                    endpoint_at(monitor_address, monitor_port, MonitorPort.REPORTS),
                     "--stat",
-                    f"tcp://{monitor_address}:{stat_port}",
+                    endpoint_at(monitor_address, stat_port, StatPort.IN),
                     "--id",
                     exchange_id,
                     *self._overrides(),

@@ -22,6 +22,7 @@ from roq import config, limits
 from roq.client.admin import AdminClient
 from roq.errors import EXIT_CONFIG, ConfigError, RoqError
 from roq.local.zkserver import ZooKeeperServer, first_reachable
+from roq.protocol.ports import GcmPort, port_at
 from roq.system.spawn import child_environment, die_with_parent, roq_command
 
 log = logging.getLogger(__name__)
@@ -162,7 +163,8 @@ class Cluster:
             [
                 "roq is up.",
                 f"  ZooKeeper   {self._zk_text()}",
-                f"  GCM         {gcm} (admin API on port {self.settings.gcm_ports_base + 3})",
+                f"  GCM         {gcm} (admin API on port "
+                f"{port_at(self.settings.gcm_ports_base, GcmPort.ADMIN)})",
                 f"  host        {self.settings.host_interface}:{self.settings.hcm_port}",
                 f"  data        {self.data_dir}",
                 "From another terminal:",
