@@ -174,7 +174,8 @@ def test_a_second_host_with_a_live_name_exits_75_and_leaves_the_claims(running: 
 
 def test_a_host_restarted_after_kill_9_releases_its_old_claims(running: LocalCluster):
     _roq(running, "queue", "create", "q1")
-    assert len(_port_claims(running, "h1")) == 3
+    old_claims = _port_claims(running, "h1")
+    assert len(old_claims) == 3
     running.kill(running.daemons[1])
     wait_for(lambda: not _status(running)["Hosts"], 15, "h1's session expired (4 s)")
     restarted = running.start_host("h1")
@@ -183,8 +184,10 @@ def test_a_host_restarted_after_kill_9_releases_its_old_claims(running: LocalClu
     # may belong to a live twin), so registration alone does not mean the release is done.
     # h1.log is appended to, so the first run's line is there too.
     wait_for(lambda: restarted.log_text().count("serving on") == 2, 15, "the restarted h1 serving")
-    assert _port_claims(running, "h1") == {}
     assert restarted.log_text().count("left by a previous run") == 3
+    # It then re-adopts q1 (restart is resume) on its recorded ports, free again: claimed anew.
+    wait_for(lambda: "re-adopted queue q1" in restarted.log_text(), 15, "q1 re-adopted")
+    assert _port_claims(running, "h1") == old_claims
 
 
 def _queue_names(cluster: LocalCluster) -> list[str]:

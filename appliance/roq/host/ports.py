@@ -16,7 +16,7 @@ import socket
 from typing import Any
 
 from roq.errors import RoqError
-from roq.protocol.ports import host_block
+from roq.protocol.ports import HOST_BLOCK_WIDTH, host_block
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +37,19 @@ class PortAllocator:
         self.in_use: set[int] = set()
         self._reported: set[int] = set()
 
-    def allocate(self, role: str, owner: dict[str, Any]) -> int:
-        """The first port of a free block for `role`; the claim is recorded in ZooKeeper."""
+    def allocate(self, role: str, owner: dict[str, Any], prefer: int = 0) -> int:
+        """`prefer` if its block is free (a process re-adopted on its recorded ports), else the
+        first port of a free block for `role`; the claim is recorded in ZooKeeper."""
+        width = HOST_BLOCK_WIDTH[role]
         claimed = set(self.registry.port_claims(self.host))
+        record = {**owner, "role": role, "width": width}
+        if (
+            prefer
+            and self._free(prefer, width, claimed)
+            and self.registry.claim_port(self.host, prefer, record)
+        ):
+            self.in_use.add(prefer)
+            return prefer
         for slot in range(self.slots):
             block = host_block(role, self.bases[role], slot)
             port, width = block[0], len(block)
@@ -47,13 +57,18 @@ class PortAllocator:
                 break
             if port in self.in_use or port in claimed or not self._bindable(block):
                 continue
-            if self.registry.claim_port(self.host, port, {**owner, "role": role, "width": width}):
+            if self.registry.claim_port(self.host, port, record):
                 self.in_use.add(port)
                 return port
         raise NoFreePort(
             f"no free {role} port block on {self.address} in {self.slots} slots from "
             f"{self.bases[role]}"
         )
+
+    def _free(self, port: int, width: int, claimed: set[int]) -> bool:
+        if port + width - 1 > 65535 or port in self.in_use or port in claimed:
+            return False
+        return self._bindable(range(port, port + width))
 
     def release(self, port: int) -> None:
         self.in_use.discard(port)
