@@ -32,6 +32,8 @@ child_restart_backoff_ms_min = 250
 child_restart_backoff_ms_max = 10_000
 child_restarts_max = 10  # consecutive fast failures before a child is given up and reported
 child_stable_after_ms = 10_000  # a child that lived this long resets its failure count
+# children not running (restarting or given up) a host lists in its ZooKeeper record and in 2013
+host_children_reported_max = 100
 # a child stopping gets this long after its SHUTDOWN request, then SIGTERM and this long again,
 # then SIGKILL (supervision.stop)
 shutdown_grace_ms = 5_000

@@ -1,6 +1,7 @@
 """Typed reads and writes of the cluster state in ZooKeeper (JSON in each znode).
 
-Writers: a host writes its own ephemeral record and its own port claims, and one more thing: when
+Writers: a host writes its own ephemeral record (again when one of its children starts or stops
+failing: `update_host`) and its own port claims, and one more thing: when
 it re-adopts its assignments after a restart and a process could not have its recorded ports, it
 moves that process's address in the queue or exchange record by a compare-and-set at the version
 it read (`move_queue`, `move_exchange`), so any GCM write in between wins and the host's write
@@ -64,12 +65,33 @@ class ExchangeRecord:
 
 
 @dataclass(slots=True)
+class ChildState:
+    """A monitor or exchange its host does not have running: RESTARTING (its next try at `at`)
+    or GIVEN_UP (at `at`). `at` is wall-clock seconds (`time.time()`), for other machines."""
+
+    queue: str
+    id: str  # the exchange id, or monitor-<queue>
+    role: str  # monitor | exchange
+    state: str  # RESTARTING | GIVEN_UP
+    failures: int  # in a row
+    last_exit: str  # how its last run or start ended: "exit code 73", "killed by signal 9 …"
+    at: float
+
+
+@dataclass(slots=True)
 class HostRecord:
     name: str
     address: str
     hcm: str  # tcp://ip:hcm.port
     max_exchanges: int
     pid: int = field(default_factory=os.getpid)
+    children: list[ChildState] = field(default_factory=list)  # only those not running
+
+
+def _host_record(data: dict[str, Any]) -> HostRecord:
+    """A record written by an older host has no `children`."""
+    children = [ChildState(**child) for child in data.pop("children", [])]
+    return HostRecord(**data, children=children)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,12 +161,12 @@ class Registry:
         for name in self._children(self.paths.hosts):
             got = self._get(self.paths.host(name))
             if got is not None:
-                records.append(HostRecord(**got[0]))
+                records.append(_host_record(got[0]))
         return records
 
     def host(self, name: str) -> HostRecord | None:
         got = self._get(self.paths.host(name))
-        return None if got is None else HostRecord(**got[0])
+        return None if got is None else _host_record(got[0])
 
     def queue_names(self) -> list[str]:
         return self._children(self.paths.queues)
@@ -210,6 +232,21 @@ class Registry:
             raise NameTaken(self._name_taken(record.name)) from None
         except KazooException as error:
             raise CoordinationError(f"registering host {record.name}: {error!r}") from None
+
+    def update_host(self, record: HostRecord) -> bool:
+        """Rewrite the host's record, only if this session created it (False otherwise: the
+        session expired, and the host registers again with the record it then has)."""
+        path = self.paths.host(record.name)
+        try:
+            _, stat = self.zk.get(path)
+            if stat.ephemeralOwner != self.zk.client_id[0]:
+                return False
+            self.zk.set(path, _dump(record), version=stat.version)
+        except (NoNodeError, BadVersionError):
+            return False
+        except KazooException as error:
+            raise CoordinationError(f"updating host {record.name}: {error!r}") from None
+        return True
 
     def _name_taken(self, name: str) -> str:
         other = self.host(name)

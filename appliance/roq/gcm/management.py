@@ -37,6 +37,7 @@ from roq.protocol.bsonmsg import Document, Reply
 from roq.protocol.commands import AdminCommand, Reason
 from roq.protocol.messages.admin import (
     AddRules,
+    ChildReport,
     CloudProperties,
     ClusterStatus,
     CreateExchange,
@@ -188,8 +189,7 @@ class Management:
             )
             queues.append(QueueStatus(self._queue_doc(queue), exchanges))
         return ClusterStatus(
-            hosts=tuple(HostInfo(h.name, h.address, h.hcm, h.max_exchanges) for h in hosts),
-            queues=tuple(queues),
+            hosts=tuple(_host_info(h) for h in hosts), queues=tuple(queues)
         ).encode()
 
     def _queue_doc(self, queue: QueueRecord) -> QueueInfo:
@@ -581,3 +581,12 @@ class Management:
 
 def _address_of(endpoint: str) -> str:
     return endpoint.removeprefix("tcp://").rsplit(":", 1)[0]
+
+
+def _host_info(host: HostRecord) -> HostInfo:
+    """A host as 2013 shows it, with the children it reports not running."""
+    children = tuple(
+        ChildReport(c.queue, c.id, c.role, c.state, c.failures, c.last_exit, c.at)
+        for c in host.children
+    )
+    return HostInfo(host.name, host.address, host.hcm, host.max_exchanges, children)
