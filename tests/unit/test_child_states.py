@@ -4,12 +4,12 @@ supervision's report, the record in ZooKeeper (an older host's record has none),
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import subprocess
 import sys
 import time
-from dataclasses import asdict
 from types import SimpleNamespace
 from typing import Any
 
@@ -84,7 +84,7 @@ def test_the_host_record_carries_its_children_and_an_older_one_reads_as_none():
     old = {"name": "h2", "address": "127.0.0.2", "hcm": "tcp://127.0.0.2:5100",
            "max_exchanges": 4, "pid": 43}  # fmt: skip
     registry = Registry(
-        _Znodes({paths.host("h1"): json.dumps(asdict(new)).encode(),
+        _Znodes({paths.host("h1"): json.dumps(dataclasses.asdict(new)).encode(),
                  paths.host("h2"): json.dumps(old).encode()}),
         paths,
     )  # fmt: skip
@@ -108,7 +108,9 @@ def test_roq_status_says_restarting_or_given_up():
     text = _render_status(_status((monitor, exchange)), {"q1": None})
     assert "NOT SERVING: the monitor on host h1 is restarting (failure 2, next try in " in text
     assert "s; last: exit code 1)" in text
-    assert "(given up after 11 failures (last: exit code 73, 30 s ago;" in text
+    now_text = _render_status(_status((dataclasses.replace(monitor, at=now - 1),)), {"q1": None})
+    assert "restarting (failure 2, trying again now; last: exit code 1)" in now_text
+    assert "\n      given up after 11 failures (last: exit code 73, 30 s ago;" in text
     plain = _render_status(_status(()), {"q1": None})  # a host that reports nothing (older)
     assert "the monitor does not answer, and the host reports no failure" in plain
     assert "(monitor unreachable)" in plain

@@ -194,10 +194,9 @@ def _failing(failed: ChildReport) -> str:
     """What a host reports of a child it is restarting or gave up on."""
     now = time.time()
     if failed.state == "RESTARTING":
-        return (
-            f"restarting (failure {failed.failures}, next try in "
-            f"{max(0.0, failed.at - now):.1f} s; last: {failed.last_exit})"
-        )
+        wait_s = failed.at - now
+        when = f"next try in {wait_s:.1f} s" if wait_s > 0 else "trying again now"
+        return f"restarting (failure {failed.failures}, {when}; last: {failed.last_exit})"
     return (
         f"given up after {failed.failures} failures (last: {failed.last_exit}, "
         f"{max(0.0, now - failed.at):.0f} s ago; `roq queue stop` and `start` retry)"
@@ -212,9 +211,9 @@ def _live_line(
     failed: ChildReport | None = None,
 ) -> str:
     if live is None:
+        if failed is not None and host_alive:
+            return f"      {_failing(failed)}"
         reason = "monitor unreachable" if status is None else "not reporting"
-        if failed is not None:
-            reason = _failing(failed)
         if not host_alive:
             reason = "host down: not serving until it restarts"
         state = queue.info.state
