@@ -116,6 +116,12 @@ log_seek_reads_max = 100_000  # reads a time seek may take (each ≤ dataplane.R
 # bounded by the replica lag over this).
 replication_end_sample_s = 0.1
 replication_backfill_read_bytes = 1024 * 1024  # one back-fill read from the log
+# A replica that refused a leader (not assigned to it yet, a disk error) is asked again this
+# long after: a restarted replica learns its leaders within one monitor.list.period.
+replication_refused_retry_s = 0.5
+# What a refusal echoes back: the leader id frame as sent (cut), and the reason.
+replication_leader_id_bytes_max = 256
+replication_refusal_chars_max = 300
 
 # --- data plane: subscribers --------------------------------------------------------------
 subscriber_hwm_batches = 10_000  # batches ZeroMQ queues for one subscriber socket

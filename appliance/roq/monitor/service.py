@@ -44,6 +44,7 @@ from roq.monitor.placement import (
 from roq.monitor.scaling import Scaler
 from roq.protocol import bsonmsg
 from roq.protocol.commands import MonitorCommand, Reason
+from roq.protocol.endpoints import port_plus
 from roq.protocol.messages.control import (
     MonitoredExchange,
     MonitorStatus,
@@ -183,6 +184,11 @@ class Monitor:
         identity = message.identity
         view = self.exchanges.get(identity.front)
         if view is not None and view.started != identity.started:
+            if identity.started < view.started:  # a process before the one known: stale or forged
+                self.bad_frames += 1
+                log.warning("%s: ignored a report for %s from a process started before it",
+                            self.name, identity.front)  # fmt: skip
+                return
             self._forget(view, now, "restarted")  # its memory (and what it held) is gone
             view = None
         if view is None:
@@ -433,10 +439,16 @@ class Monitor:
 
     # --- replication ---------------------------------------------------------------------------
     def _assign_replicas(self) -> None:
-        """Tell each exchange which exchanges copy its log (only what changed is logged)."""
+        """Tell each exchange which exchanges copy its log, and whose logs it copies: this
+        assignment is the only authority a replica accepts a copy on (only what changed is
+        logged)."""
         views = list(self.exchanges.values())
         plan = assign_replicas(views, self.replication_factor)
         by_id = {x.exchange_id: x for x in views}
+        copied: dict[str, list[str]] = {x.exchange_id: [] for x in views}
+        for leader_id, replica_ids in plan.items():
+            for replica_id in replica_ids:
+                copied[replica_id].append(leader_id)
         for leader_id, replica_ids in plan.items():
             leader = by_id[leader_id]
             if replica_ids != leader.replicas:
@@ -448,7 +460,8 @@ class Monitor:
                 )
                 leader.replicas = replica_ids
             replicas = [ReplicaAssignment(r, _port_plus(by_id[r].front, 3)) for r in replica_ids]
-            self._tell_exchange(leader, Replicas(tuple(replicas)).encode())
+            assignment = Replicas(tuple(replicas), tuple(copied[leader_id]))
+            self._tell_exchange(leader, assignment.encode())
 
     def _tell_exchange(self, view: ExchangeView, doc: dict[str, Any]) -> None:
         sock = self._controls.get(view.front)
@@ -483,5 +496,5 @@ def _entry(view: ExchangeView) -> ExchangeEntry:
 
 
 def _port_plus(endpoint: str, delta: int) -> str:
-    host, _, port = endpoint.rpartition(":")
-    return f"{host}:{int(port) + delta}"
+    """A port of the exchange's block: its `Front` was checked with room for F+3 (decode)."""
+    return port_plus(endpoint, delta)
