@@ -184,11 +184,6 @@ class Monitor:
         identity = message.identity
         view = self.exchanges.get(identity.front)
         if view is not None and view.started != identity.started:
-            if identity.started < view.started:  # a process before the one known: stale or forged
-                self.bad_frames += 1
-                log.warning("%s: ignored a report for %s from a process started before it",
-                            self.name, identity.front)  # fmt: skip
-                return
             self._forget(view, now, "restarted")  # its memory (and what it held) is gone
             view = None
         if view is None:
