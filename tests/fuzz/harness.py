@@ -117,6 +117,7 @@ def reproducer(target: Target, cases: collections.deque[list[bytes]], problem: s
     lines = [f"{problem}", f"socket: {target.name} at {target.endpoint} ({target.kind.name})",
              f"the last {len(cases)} cases, oldest first, frames in hex:"]  # fmt: skip
     lines += [f"  {[frame.hex() for frame in frames]}" for frames in cases]
+    lines.append(f"  (send each case as one multipart message through a {target.kind.name})")
     return "\n".join(lines)
 
 
@@ -133,11 +134,14 @@ def run_cases(
     prober = Prober(context, target)
     recent: collections.deque[list[bytes]] = collections.deque(maxlen=CHECK_EVERY + 5)
     sent = [0]
+    failed: list[str] = []  # the first failure; later cases are skipped, none is re-run
 
     @settings(max_examples=examples, deadline=None, database=None, derandomize=derandomize,
               phases=[Phase.generate], suppress_health_check=list(HealthCheck))  # fmt: skip
     @given(target.strategy)
     def case(frames: list[bytes]) -> None:
+        if failed:
+            return
         recent.append(frames)
         problem = prober.send(frames)
         sent[0] += 1
@@ -146,12 +150,14 @@ def run_cases(
         if not problem and sent[0] % CHECK_EVERY == 0:
             problem = processes.problem()
         if problem:
-            raise FuzzFailure(reproducer(target, recent, problem))
+            failed.append(reproducer(target, recent, problem))
 
     try:
         case()
     finally:
         prober.close()
+    if failed:
+        raise FuzzFailure(failed[0])
     time.sleep(0.5)  # a crash can follow its cause (the monitor died 2 s after a bad report)
     problem = processes.problem()
     if problem:
