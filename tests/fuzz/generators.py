@@ -73,7 +73,7 @@ def mutated(draw: st.DrawFn, template: dict[str, Any], must_break: list[str]) ->
     name = draw(st.sampled_from(must_break))
     broken = [(n, v) for n, v in pairs if n != name]
     how = draw(st.sampled_from(["drop", "bad", "bad", "duplicate"]))
-    refused = draw(_refused_value(template.get(name)))
+    refused = draw(_refused_value(name, template.get(name)))
     if how == "bad":
         broken.append((name, refused))
     elif how == "duplicate":
@@ -87,8 +87,16 @@ def mutated(draw: st.DrawFn, template: dict[str, Any], must_break: list[str]) ->
     return [raw_bson(broken)]
 
 
-def _refused_value(good: Any) -> st.SearchStrategy[Any]:
-    """A value the field's decoder must refuse, whatever its type."""
+_ENDPOINT_FIELDS = {"Front", "Back", "Endpoint", "Address", "Lost", "Log", "From", "HCM"}
+
+
+def _refused_value(name: str, good: Any) -> st.SearchStrategy[Any]:
+    """A value the field's decoder must refuse, whatever its type (a string only where the
+    field's rule refuses it: "fuzz-front" is a fine queue name, not an endpoint)."""
+    if name == "QName":
+        return st.sampled_from([*BAD_NAMES, 5, True, 1.5, [], {}, *HUGE])
+    if name in _ENDPOINT_FIELDS:
+        return st.sampled_from(["", 5, True, [], {}, *HUGE, *NOT_ENDPOINTS])
     if isinstance(good, bool):
         return st.sampled_from([1, 0, "true", 1.0, []])
     if isinstance(good, int):
@@ -96,7 +104,7 @@ def _refused_value(good: Any) -> st.SearchStrategy[Any]:
     if isinstance(good, float):
         return st.sampled_from(["1", -1.0, float("nan"), float("inf"), -1, True, [], *HUGE])
     if isinstance(good, str):
-        return st.sampled_from(["", 5, True, 1.5, [], {}, *HUGE, *NOT_ENDPOINTS[:4]])
+        return st.sampled_from(["", 5, True, 1.5, [], {}, *HUGE])
     return st.sampled_from(["x", 5, True, {}])
 
 
