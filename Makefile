@@ -37,7 +37,8 @@ $(STAMP): pyproject.toml
 run: setup
 	$(ROQ) up
 
-test: setup
+# The lint gates (ruff, format, mypy, layers) run first: a change that breaks one fails `make test`.
+test: setup lint
 	$(VENV)/bin/pytest -n 2 $(PYTEST_ARGS)
 
 test-unit: setup

@@ -30,7 +30,7 @@ from roq.protocol import bsonmsg
 from roq.protocol.commands import StatCommand
 from roq.system.spawn import child_environment, roq_command
 from roq.testing.cluster import LocalCluster, PortBlocks, wait_for
-from roq.transport import POLLIN, Kind, Poller, connect, new_context, open_socket
+from roq.transport import READABLE, Kind, Poller, connect, new_context, open_socket
 
 FAST = {
     "exchange.warmup": 200,
@@ -53,7 +53,7 @@ def _events(endpoint: str, out: list[dict[str, Any]], stop: threading.Event) -> 
     sock = open_socket(context, Kind.SUB, subscribe=b"")
     connect(sock, endpoint)
     poller = Poller()
-    poller.register(sock, POLLIN)
+    poller.register(sock, READABLE)
     while not stop.is_set():
         if poller.poll(20):
             doc = bsonmsg.decode(sock.recv_multipart()[:1])

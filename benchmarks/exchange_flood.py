@@ -25,6 +25,7 @@ import zmq
 
 from roq.log import format as batchfmt
 from roq.protocol import dataplane
+from roq.protocol.ports import ExchangePort, sibling
 
 QUIET_S = 1.5
 
@@ -64,8 +65,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--payload", type=int, default=100)
     parser.add_argument("--seconds", type=float, default=5.0)
     args = parser.parse_args(argv)
-    host, _, port = args.front.rpartition(":")
-    back = f"{host}:{int(port) + 1}"
+    back = sibling(args.front, ExchangePort.FRONT, ExchangePort.BACK)
     ctx = mp.get_context("spawn")
     ready, results = ctx.Event(), ctx.Queue()
     counter = ctx.Process(target=count, args=(back, ready, results))

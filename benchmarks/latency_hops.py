@@ -30,6 +30,7 @@ import zmq
 
 from roq.log import format as batchfmt
 from roq.protocol import dataplane
+from roq.protocol.ports import ExchangePort, sibling
 
 RATE, PER_TICK, PAYLOAD = 5000, 5, b"x" * 100
 RELAY_PORT = 29000
@@ -197,8 +198,7 @@ def main(argv: list[str]) -> None:
         probe = Publisher(args.queue, gcm=args.gcm)  # the exchange the monitor places us on
         front = probe.exchange or ""
         probe.close()
-        host, port = front.rsplit(":", 1)
-        ends = (front, f"{host}:{int(port) + 1}")
+        ends = (front, sibling(front, ExchangePort.FRONT, ExchangePort.BACK))
         pairs = [("raw", "raw"), ("raw", "roq"), ("roq", "raw"), ("roq", "roq")]
     for _ in range(args.rounds):
         for pub, sub in pairs:

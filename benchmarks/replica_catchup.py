@@ -34,6 +34,7 @@ import proc_watch
 from roq.client.admin import AdminClient
 from roq.exchange.replication import REPLICATION_WINDOW_BYTES
 from roq.protocol.commands import ChildCommand
+from roq.protocol.ports import ExchangePort, endpoint_at
 from roq.transport import new_context
 from roq.transport.rpc import Requester
 
@@ -67,7 +68,7 @@ def exchange_pids(queue: str, namespace: str) -> dict[int, str]:
 
 
 def leader_status(context: Any, port: str) -> dict[str, Any]:
-    requester = Requester(context, f"tcp://127.0.0.1:{int(port) + 2}", timeout_ms=2000)
+    requester = Requester(context, endpoint_at("127.0.0.1", int(port), ExchangePort.CONTROL), 2000)
     try:
         return dict(requester.request({"CMD": int(ChildCommand.PING)}).get("STATUS", {}))
     finally:

@@ -39,6 +39,12 @@ shutdown_grace_ms = 5_000
 # gives up starting it (host/service.py).
 child_bind_attempts = 3
 
+# `roq up` restarts a GCM, host or ZooKeeper it started that died, after a back-off that
+# doubles from the min to the max; one that lived `up_stable_after_s` resets it.
+up_restart_backoff_s_min = 0.5
+up_restart_backoff_s_max = 30.0
+up_stable_after_s = 30.0
+
 # --- ZooKeeper ---------------------------------------------------------------------------
 zk_connect_timeout_s = 10.0
 zk_reconnect_delay_max_s = 2.0  # kazoo's default grows to an hour; we never wait that long
@@ -48,6 +54,11 @@ zk_command_retries_max = 5
 zk_request_timeout_s = 10.0
 # A host whose session expired tries to register again at most this often.
 host_reregister_interval_s = 1.0
+# A host whose name is still registered by a session that is not its own waits this many
+# session timeouts (plus the margin) for it to expire before it gives up (exit 75), polling.
+host_name_wait_sessions = 1.5
+host_name_wait_margin_s = 2.0
+host_name_wait_poll_s = 0.5
 zk_probe_timeout_s = 1.0  # a shutdown skips its ZooKeeper clean-up if a probe waits longer
 zk_client_session_ms = 4_000  # the session of a client that only looks the GCM leader up
 # A new GCM leader retries creating its leader znode this many times, 0.1 s apart, while its

@@ -19,7 +19,7 @@ import pytest
 
 from roq import limits
 from roq.client.live import monitor_status
-from roq.client.locate import PLACEMENT_OFFSET, locate_monitor
+from roq.client.locate import locate_monitor
 from roq.client.publisher import BufferFull, Publisher, PublishTimeout
 from roq.client.subscriber import Subscriber, records
 from roq.exchange import replication
@@ -27,6 +27,7 @@ from roq.log import format as batchfmt
 from roq.protocol import bsonmsg, dataplane
 from roq.protocol.commands import MonitorCommand
 from roq.protocol.messages.monitor import ExchangeIdentity, ExchangeReport, ReportedLoad
+from roq.protocol.ports import ExchangePort, MonitorPort, sibling
 from roq.testing.cluster import LocalCluster, processes_with, wait_for
 from roq.transport import Kind, connect, new_context, open_socket
 
@@ -221,7 +222,7 @@ class _StalledExchange:
         self.reports = open_socket(self.context, Kind.PUB)
         connect(self.reports, self.monitor.base)
         self.placement = open_socket(self.context, Kind.REQ, rcvtimeo_ms=2000, sndtimeo_ms=2000)
-        connect(self.placement, self.monitor.at(PLACEMENT_OFFSET))
+        connect(self.placement, self.monitor.at(MonitorPort.PLACEMENT))
         port = 1 + max(int(x["Front"].rpartition(":")[2]) for x in _exchanges(cluster, queue))
         self.identity = {
             "Id": "fake-x", "Front": f"tcp://127.0.0.1:{port}", "Started": time.time()
@@ -378,10 +379,9 @@ def test_bad_requests_on_the_log_port_are_refused_and_the_exchange_keeps_serving
     cluster: LocalCluster, queue: str
 ):
     [exchange] = _exchanges(cluster, queue)
-    host, _, port = exchange["Front"].rpartition(":")
     context = new_context()
     raw = open_socket(context, Kind.DEALER, rcvtimeo_ms=5000)
-    connect(raw, f"{host}:{int(port) + 3}")  # F+3: log reads and replication
+    connect(raw, sibling(exchange["Front"], ExchangePort.FRONT, ExchangePort.LOG))
     read_from_0 = dataplane.read_request(0, 4096)
     offset = struct.pack("<Q", 0)
     bad_requests = [

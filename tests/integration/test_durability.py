@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 
-from roq.client.locate import CONTROL_OFFSET, MonitorAddress
+from roq.client.locate import MonitorAddress
 from roq.client.publisher import Publisher, PublishError
 from roq.client.subscriber import Subscriber
 from roq.log import segment_name
 from roq.protocol.commands import ChildCommand
+from roq.protocol.ports import ExchangePort, MonitorPort, sibling
 from roq.system.spawn import child_environment, roq_command
 from roq.testing.cluster import Daemon, LocalCluster, processes_with, wait_for
 from roq.transport import new_context
@@ -240,11 +241,6 @@ def _status_of(endpoint: str) -> dict[str, Any]:
         context.term()
 
 
-def _port_plus(endpoint: str, delta: int) -> str:
-    host, _, port = endpoint.rpartition(":")
-    return f"{host}:{int(port) + delta}"
-
-
 def _two_hosts(
     cluster: LocalCluster, **monitor_settings: Any
 ) -> tuple[dict[str, Any], dict[str, Any], Daemon]:
@@ -282,7 +278,7 @@ def _publisher_on(cluster: LocalCluster, front: str) -> Publisher:
 
 
 def _fully_replicated(exchange: dict[str, Any]) -> bool:
-    status = _status_of(_port_plus(exchange["Front"], 2))
+    status = _status_of(sibling(exchange["Front"], ExchangePort.FRONT, ExchangePort.CONTROL))
     replicas = status["Replicas"]
     return (
         bool(replicas)
@@ -301,7 +297,7 @@ def _kill_host_and_wait_for_the_copy(
     assert not processes_with(exchange["Id"])
 
     def announced() -> dict[str, Any] | None:
-        copies = _status_of(MonitorAddress(queue["Monitor_host"]).at(CONTROL_OFFSET))["Copies"]
+        copies = _status_of(MonitorAddress(queue["Monitor_host"]).at(MonitorPort.CONTROL))["Copies"]
         return next((c for c in copies if c["Id"] == exchange["Id"]), None)
 
     return wait_for(announced, 10, f"the monitor announcing the copy of {exchange['Id']}")

@@ -16,8 +16,9 @@ from roq.coordination.paths import Paths
 from roq.coordination.registry import Registry
 from roq.protocol import bsonmsg
 from roq.protocol.commands import AdminCommand, Result
+from roq.protocol.ports import GcmPort, MonitorPort, endpoint_at, sibling
 from roq.testing.cluster import LocalCluster, wait_for
-from roq.transport import POLLIN, Kind, Poller, bind, new_context, open_socket
+from roq.transport import READABLE, Kind, Poller, bind, new_context, open_socket
 from roq.transport.rpc import Requester
 
 pytestmark = pytest.mark.integration
@@ -122,7 +123,7 @@ def test_standby_answers_lead_lost_then_takes_over_after_kill(cluster: LocalClus
     second = cluster.start_gcm()
     second_base = int(second.name.split("-")[1])
     context = new_context()
-    standby = Requester(context, f"tcp://127.0.0.1:{second_base + 3}", timeout_ms=5000)
+    standby = Requester(context, endpoint_at("127.0.0.1", second_base, GcmPort.ADMIN), 5000)
     try:
         reply = wait_for(
             lambda: standby.request({"CMD": int(AdminCommand.LIST_QUEUES)}), 20, "standby answering"
@@ -178,9 +179,9 @@ def test_rules_listeners_survive_a_leader_kill(cluster: LocalCluster):
     listener = open_socket(context, Kind.PULL)
     port = cluster.ports.take(1)
     bind(listener, "127.0.0.1", port)
-    standby = Requester(context, f"tcp://127.0.0.1:{second_base + 3}", timeout_ms=5000)
+    standby = Requester(context, endpoint_at("127.0.0.1", second_base, GcmPort.ADMIN), 5000)
     poller = Poller()
-    poller.register(listener, POLLIN)
+    poller.register(listener, READABLE)
     try:
         with cluster.admin() as admin:
             admin.create_queue("q1")
@@ -212,12 +213,12 @@ def test_listeners_are_refused_for_unknown_queues_and_go_with_the_queue(gcm_only
         admin.delete_queue("q1")
         admin.create_queue("q1")  # a fresh queue of the same name: only its monitor listens
         monitor = admin.get_host_by_qname("q1").monitor_host
-    host, _, port = monitor.rpartition(":")
+    rules = sibling(monitor, MonitorPort.REPORTS, MonitorPort.RULES)
     client = session.connect(gcm_only.zk, 4000)
     registry = Registry(client, Paths(gcm_only.namespace))
     try:
         wait_for(lambda: registry.listeners("q1"), 10, "the monitor registered (2008)")
-        assert registry.listeners("q1") == [f"{host}:{int(port) + 4}"]
+        assert registry.listeners("q1") == [rules]
     finally:
         session.close(client)
 

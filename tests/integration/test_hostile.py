@@ -26,6 +26,7 @@ from roq.client.subscriber import Subscriber
 from roq.exchange import replication
 from roq.log import format as batchfmt
 from roq.protocol import dataplane
+from roq.protocol.ports import ExchangePort, sibling
 from roq.testing.cluster import LocalCluster, child_pids, processes_with, wait_for
 from roq.transport import Kind, connect, new_context, open_socket
 
@@ -47,14 +48,14 @@ def queue(cluster: LocalCluster) -> Iterator[str]:
 
 def _exchange(cluster: LocalCluster, queue: str) -> dict[str, Any]:
     with cluster.admin() as admin:
-        status = admin.status()  # typed since the message schemas landed
+        status = admin.status()
     [exchange] = next(q for q in status.queues if q.info.name == queue).exchanges
-    return {"Id": exchange.exchange_id, "Front": exchange.front}
+    return exchange.fields()
 
 
-def _port(exchange: dict[str, Any], offset: int) -> str:
-    host, _, port = str(exchange["Front"]).rpartition(":")
-    return f"{host}:{int(port) + offset}"
+def _log_port(exchange: dict[str, Any]) -> str:
+    """F+3: log reads and replication writes."""
+    return sibling(str(exchange["Front"]), ExchangePort.FRONT, ExchangePort.LOG)
 
 
 def _publish(cluster: LocalCluster, queue: str, count: int, key: bytes = b"k") -> bytes:
@@ -78,7 +79,7 @@ def _replay(cluster: LocalCluster, queue: str, count: int) -> tuple[list[bytes],
 def _log_end(exchange: dict[str, Any]) -> int:
     context = new_context()
     sock = open_socket(context, Kind.DEALER, rcvtimeo_ms=5000)
-    connect(sock, _port(exchange, 3))
+    connect(sock, _log_port(exchange))
     try:
         sock.send_multipart(dataplane.position_request())
         return dataplane.parse_read_reply(sock.recv_multipart()).end
@@ -114,7 +115,7 @@ def test_a_restart_at_offset_2_63_is_refused_and_the_exchange_lives_on(
     [pid] = processes_with(exchange["Id"])
     context = new_context()
     raw = open_socket(context, Kind.DEALER, rcvtimeo_ms=5000)
-    connect(raw, _port(exchange, 3))  # F+3: log reads and replication
+    connect(raw, _log_port(exchange))
     raw.send_multipart([replication.RESTART, b"fz-1", struct.pack("<Q", 2**63 + 5)])
     reply = raw.recv_multipart()
     raw.close(0)
@@ -258,7 +259,8 @@ def _monitor_reports(cluster: LocalCluster, queue: str) -> str:
 
 def _report_from(exchange: dict[str, Any], **changed: Any) -> bytes:
     doc = {"CMD": 5, "QName": "q1", "Id": exchange["Id"], "Front": exchange["Front"],
-           "Back": _port(exchange, 1), "Period": 0.2, "Started": time.time(), "Log": True,
+           "Back": sibling(exchange["Front"], ExchangePort.FRONT, ExchangePort.BACK),
+           "Period": 0.2, "Started": time.time(), "Log": True,
            "Host": "h1", "Msgs": 0.0, "Bytes": 0.0, "Producers": 0, "Top": [], "CPU": 0.0,
            "RSS": 1, "Load": 0.0, "Bad": 0, "TotalMsgs": 0, "TotalBytes": 0, "Copies": [],
            "Subs": 0, **changed}  # fmt: skip
@@ -314,7 +316,7 @@ def test_probes_from_exchanges_that_are_not_assigned_leaders_create_no_copies(
     exchange = _exchange(cluster, queue)
     context = new_context()
     raw = open_socket(context, Kind.DEALER, rcvtimeo_ms=5000)
-    connect(raw, _port(exchange, 3))
+    connect(raw, _log_port(exchange))
     for n in range(300):
         raw.send_multipart([replication.PROBE, b"fz-%d" % n])
     replies = [raw.recv_multipart() for _ in range(300)]

@@ -15,6 +15,7 @@ from roq.client.admin import AdminRefused
 from roq.coordination import session
 from roq.coordination.paths import Paths
 from roq.coordination.registry import Registry
+from roq.protocol.ports import EXCHANGE_WIDTH, ExchangePort, MonitorPort, port_at
 from roq.testing.cluster import LocalCluster, processes_with, wait_for
 
 pytestmark = pytest.mark.integration
@@ -137,7 +138,8 @@ def test_a_port_taken_by_another_program_is_skipped_and_reported(running: LocalC
         status = _status(running)
         monitor_port = int(status["Queues"][0]["Monitor_host"].rsplit(":", 1)[1])
         _roq(running, "queue", "delete", "first")
-        blocker.bind(("127.0.0.1", monitor_port + 1))  # squat inside the freed monitor block
+        squat = port_at(monitor_port, MonitorPort.PLACEMENT)  # inside the freed monitor block
+        blocker.bind(("127.0.0.1", squat))
         blocker.listen()
         _roq(running, "queue", "create", "second")
         second = _status(running)["Queues"][0]
@@ -172,7 +174,8 @@ def test_a_second_host_with_a_live_name_exits_75_and_leaves_the_claims(running: 
 
 def test_a_host_restarted_after_kill_9_releases_its_old_claims(running: LocalCluster):
     _roq(running, "queue", "create", "q1")
-    assert len(_port_claims(running, "h1")) == 3
+    old_claims = _port_claims(running, "h1")
+    assert len(old_claims) == 3
     running.kill(running.daemons[1])
     wait_for(lambda: not _status(running)["Hosts"], 15, "h1's session expired (4 s)")
     restarted = running.start_host("h1")
@@ -181,8 +184,10 @@ def test_a_host_restarted_after_kill_9_releases_its_old_claims(running: LocalClu
     # may belong to a live twin), so registration alone does not mean the release is done.
     # h1.log is appended to, so the first run's line is there too.
     wait_for(lambda: restarted.log_text().count("serving on") == 2, 15, "the restarted h1 serving")
-    assert _port_claims(running, "h1") == {}
     assert restarted.log_text().count("left by a previous run") == 3
+    # It then re-adopts q1 (restart is resume) on its recorded ports, free again: claimed anew.
+    wait_for(lambda: "re-adopted queue q1" in restarted.log_text(), 15, "q1 re-adopted")
+    assert _port_claims(running, "h1") == old_claims
 
 
 def _queue_names(cluster: LocalCluster) -> list[str]:
@@ -207,9 +212,10 @@ def test_a_create_the_host_refuses_is_reported_and_rolled_back(cluster: LocalClu
 
 def test_a_create_whose_exchange_cannot_bind_leaves_nothing_behind(cluster: LocalCluster):
     cluster.start_gcm()
-    exchange_base = cluster.ports.take(4)
+    exchange_base = cluster.ports.take(EXCHANGE_WIDTH)
     blocker = socket.socket()
-    blocker.bind(("127.0.0.1", exchange_base + 1))  # the only exchange block is unusable
+    # the only exchange block is unusable
+    blocker.bind(("127.0.0.1", port_at(exchange_base, ExchangePort.BACK)))
     blocker.listen()
     try:
         cluster.start_host("h1", **{"ports.max.perkind": 1, "exchange.base.port": exchange_base})

@@ -237,7 +237,7 @@ def roq(*args: str, input_text: str | None = None) -> subprocess.CompletedProces
 
 def host_registered(gcm: str) -> bool:
     with AdminClient(gcm=gcm, timeout_ms=1000, retries=1) as admin:
-        return len(admin.status()["Hosts"]) >= 1
+        return len(admin.status().hosts) >= 1
 
 
 def round_trip(gcm: str, queue: str) -> None:

@@ -105,14 +105,17 @@ def _publish(cluster: LocalCluster) -> tuple[collections.Counter[Any], collectio
     return sent, sizes
 
 
-def test_job_tables_match_a_real_cluster_run(cluster: LocalCluster, tmp_path: Path) -> None:
+def _recorded_run(
+    cluster: LocalCluster, kpi_root: Path
+) -> tuple[collections.Counter[Any], collections.Counter[Any], float]:
+    """Two queues run and are delivered while `roq analytics record` writes their KPI stream
+    under `kpi_root`: what was sent per (queue, producer), its bytes, and how long it took."""
     cluster.start_gcm()
     cluster.start_host("h1", **HOST)
     cluster.wait_ready()
     with cluster.admin() as admin:
         admin.create_queue("q1")
         admin.create_queue("q2")
-    kpi_root = tmp_path / "kpi"
     recorder = start_kpi_record(cluster, ["q1", "q2"], kpi_root)
     try:
         collectors = [Collector(cluster, "q1"), Collector(cluster, "q2")]
@@ -136,7 +139,12 @@ def test_job_tables_match_a_real_cluster_run(cluster: LocalCluster, tmp_path: Pa
         if recorder.poll() is None:  # the test failed before stopping it
             recorder.kill()
             recorder.wait(10)
+    return sent, sizes, measured_s
 
+
+def test_job_tables_match_a_real_cluster_run(cluster: LocalCluster, tmp_path: Path) -> None:
+    kpi_root = tmp_path / "kpi"
+    sent, sizes, measured_s = _recorded_run(cluster, kpi_root)
     out = tmp_path / "out"
     log_dir = cluster.tmp / "h1" / "log"
     args = ["--kpi-dir", str(kpi_root), "--split-bytes", str(64 << 10)]

@@ -18,6 +18,7 @@ from segments import SegmentWriter, Written, producer_id
 
 from roq.analytics import kpi, submit
 from roq.log import format as fmt
+from roq.protocol.latency import histogram_fields
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
 
@@ -104,7 +105,7 @@ def _write_kpi(root: Path, rng: random.Random, run: Run) -> None:
                    "MeanLat": statistics.fmean(samples) / 1000,
                    "P99Lat": ranked[int(len(ranked) * 0.99)] / 1000}  # fmt: skip
             if queue == "orders":
-                doc.update(kpi.histogram_fields(samples))
+                doc.update(histogram_fields(samples))
             recorder.append_message([doc])
     # a CRC-valid batch whose payload is not BSON: reported as a corrupt KPI record
     batch = bytearray(fmt.encode_batch(recorder.producer_id, 999, b"kpi", [b"junk"], [T0]))

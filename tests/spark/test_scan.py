@@ -3,6 +3,7 @@ is reported once with its position, and KPI documents round-trip or are refused 
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
@@ -13,6 +14,8 @@ from segments import SegmentWriter, Written, producer_id
 from roq.analytics import kpi, scan
 from roq.errors import CorruptRecord
 from roq.log import format as fmt
+from roq.log import segment_name
+from roq.protocol.latency import bucket_lower_us, bucket_upper_us, histogram_fields, latency_bucket
 
 T0 = 1_700_000_000_000_000
 
@@ -71,7 +74,7 @@ def test_count_records_by_minute(tmp_path: Path) -> None:
 
 
 def test_kpi_roundtrip_and_refusal(tmp_path: Path) -> None:
-    latency = kpi.histogram_fields([5, 900])
+    latency = histogram_fields([5, 900])
     doc = {"CMD": 31, "TS": T0, "QName": "q1", "SubscriberID": "s", **latency}
     assert kpi.decode_kpi(kpi.encode_kpi(doc))["LatCnt"] == [1, 1]
     with pytest.raises(CorruptRecord, match="SubscriberID"):
@@ -93,10 +96,30 @@ def test_kpi_roundtrip_and_refusal(tmp_path: Path) -> None:
     assert int(segments[1].name[:20]) == segments[0].stat().st_size  # named by byte offset
 
 
+def test_the_kpi_log_is_a_roq_log_cut_at_a_torn_tail(tmp_path: Path) -> None:
+    doc = {"CMD": 23, "TS": T0, "QName": "q1"}
+    recorder = kpi.KpiRecorder(tmp_path, "host-a", segment_bytes_max=1 << 20)
+    for n in range(3):
+        recorder.append([{**doc, "TS": T0 + n}])
+    recorder.close()
+    [segment] = sorted((tmp_path / "_kpi/host-a").iterdir())
+    assert segment.name == segment_name(0)
+    os.truncate(segment, segment.stat().st_size - 5)  # a crash in the middle of the third
+    recorder = kpi.KpiRecorder(tmp_path, "host-a", segment_bytes_max=1 << 20)
+    assert recorder.seq == 2  # after the two batches kept
+    recorder.append([{**doc, "TS": T0 + 9}])
+    recorder.close()
+    data = segment.read_bytes()
+    records = [r for at, _ in fmt.iter_batches(data) for r in fmt.iter_records(data, at)]
+    assert [(r.seq, kpi.decode_kpi(r.payload)["TS"]) for r in records] == [
+        (0, T0), (1, T0 + 1), (2, T0 + 9),
+    ]  # fmt: skip
+
+
 def test_latency_buckets_bound_the_sample() -> None:
     for sample in (1, 7, 100, 12_345, 10**9):
-        index = kpi.latency_bucket(sample)
-        assert kpi.bucket_lower_us(index) <= sample < kpi.bucket_upper_us(index)
+        index = latency_bucket(sample)
+        assert bucket_lower_us(index) <= sample < bucket_upper_us(index)
 
 
 def test_listing_and_planning(tmp_path: Path) -> None:

@@ -39,7 +39,7 @@ from roq.protocol.messages.monitor import (
     ReportedLoad,
     decode_exchange_message,
 )
-from roq.transport import POLLIN, Kind, new_context
+from roq.transport import Kind, new_context, wait_readable
 from roq.transport.rpc import answer
 
 GOOD = ["tcp://127.0.0.1:6000", "tcp://localhost:1", "tcp://h-1.example.org:65535",
@@ -221,11 +221,11 @@ def test_a_refused_leader_asks_again_and_catches_up_once_assigned(tmp_path: Path
     replicator.assign([("r1", "inproc://replica")])
 
     def serve_and_turn() -> None:
-        while router.poll(50, POLLIN):
+        while wait_readable(router, 50):
             peer, *body = router.recv_multipart()
             router.send_multipart([peer, *server._replicate(body)])
         for sock in replicator.sockets():
-            if sock.poll(50, POLLIN):
+            if wait_readable(sock, 50):
                 replicator.on_answer(sock)
         replicator.backfill()
 

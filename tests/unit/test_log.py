@@ -49,6 +49,7 @@ def test_segment_names_are_the_zero_padded_base_offset():
     assert parse_segment_name("00000000000000004096.log") == 4096
     assert parse_segment_name("4096.log") is None
     assert parse_segment_name("00000000000000004096.idx") is None
+    assert parse_segment_name("²" * 20 + ".log") is None  # a digit to isdigit(), not to int()
 
 
 def test_offsets_are_byte_positions_and_reads_round_trip_across_rolls(tmp_path):

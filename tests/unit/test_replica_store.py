@@ -25,7 +25,7 @@ from roq.exchange.replication import (
     Replicator,
 )
 from roq.log import Log, LogSettings, ReadStatus, Retention, segment_name
-from roq.transport import POLLIN, Kind, new_context
+from roq.transport import Kind, new_context, wait_readable
 
 LEADER = b"127.0.0.1-6000-aaaaaa"
 
@@ -155,7 +155,7 @@ def test_restart_at_or_below_the_end_is_refused_by_the_log(tmp_path: Path) -> No
 def _serve(router: Any, store: ReplicaStore, most: int = 1000) -> int:
     """Answer what reached the replica's socket, as its log server does; how many."""
     answered = 0
-    while answered < most and router.poll(20, POLLIN):
+    while answered < most and wait_readable(router, 20):
         peer, *body = router.recv_multipart()
         router.send_multipart([peer, *store.handle(body)])
         answered += 1
@@ -165,7 +165,7 @@ def _serve(router: Any, store: ReplicaStore, most: int = 1000) -> int:
 def _turn(replicator: Replicator) -> None:
     """The leader's replication step of one loop turn."""
     for sock in replicator.sockets():
-        if sock.poll(20, POLLIN):
+        if wait_readable(sock, 20):
             replicator.on_answer(sock)
     replicator.backfill()
 

@@ -4,7 +4,7 @@ the usual AWS chain, e.g. the EC2 instance profile). Executors seek and read byt
 is ever read whole.
 
 Layout: `<log-dir>/<queue>/<exchange_id>/<20-digit base offset>.log` for the message log and
-`<kpi-dir>/_kpi/<source>/<20-digit base offset>.log` for the KPI log.
+`<kpi-dir>/_kpi/<source>/<20-digit base offset>.log` for the KPI log (roq.log names segments).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pyarrow import fs
 
 from roq.analytics.kpi import KPI_DIR
-from roq.analytics.scan import SEGMENT_RE
+from roq.log import parse_segment_name
 
 
 @dataclass(frozen=True)
@@ -58,14 +58,14 @@ def list_segments(root: str, kind: str) -> list[SegmentFile]:
         if info.type != fs.FileType.File:
             continue
         parts = info.path[len(path.rstrip("/")) + 1 :].split("/")
-        match = SEGMENT_RE.match(parts[-1])
-        if match is None or len(parts) != 3:
+        base = parse_segment_name(parts[-1])
+        if base is None or len(parts) != 3:
             continue
         queue, source = parts[0], parts[1]
         if (kind == "kpi") != (queue == KPI_DIR):
             continue
         uri = join(root, "/".join(parts))
-        found.append(SegmentFile(uri, kind, queue, source, int(match.group(1)), info.size))
+        found.append(SegmentFile(uri, kind, queue, source, base, info.size))
     return sorted(found, key=lambda f: f.uri)
 
 

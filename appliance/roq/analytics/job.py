@@ -19,7 +19,8 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from roq.analytics import files, kpi, tasks
+from roq.analytics import files, tasks
+from roq.protocol.latency import BUCKETS_PER_OCTAVE
 
 log = logging.getLogger("roq.analytics.job")  # __name__ is __main__ under spark-submit
 
@@ -126,7 +127,7 @@ def percentiles(lat: DataFrame, keys: list[str]) -> DataFrame:
     ]
     result = sums.join(buckets.groupBy(keys).agg(*picks), keys, "left")
     for p in PERCENTILES:
-        upper = F.pow(F.lit(2.0), F.col(f"i{p}") / kpi.BUCKETS_PER_OCTAVE)
+        upper = F.pow(F.lit(2.0), F.col(f"i{p}") / BUCKETS_PER_OCTAVE)
         clamped = F.greatest(F.least(upper, F.col("max_us")), F.col("min_us"))
         result = result.withColumn(f"p{p}_us", clamped).drop(f"i{p}")
     return result

@@ -1,9 +1,9 @@
 """The KPI record: one BSON document per statistic, recorded durably as a log of its own.
 
 Pure (no sockets): the exchange, monitor and subscriber build the stream's documents with the
-schemas of `roq.protocol.messages.kpi` (the latency histogram too) and publish them; a
-`KpiRecorder` appends them as record batches (roq.log.format) to the system queue directory
-`<directory>/_kpi/<source>/`, segment files named by their 20-digit base offset. The Spark job
+schemas of `roq.protocol.messages.kpi` (the latency histogram comes from `roq.protocol.latency`)
+and publish them; a `KpiRecorder` appends them as record batches to the system queue directory
+`<directory>/_kpi/<source>/`, a message log written by roq.log like an exchange's. The Spark job
 (roq.analytics.job) reads them back with `decode_kpi`. The record's contract (docs/analytics.md)
 is looser than the stream's: the exchange's three frames merged into one document, `TS` (µs) for
 `Time`, and only the fields the job reads checked. Field names keep RoQ's stat command numbers
@@ -23,18 +23,13 @@ import bson
 
 from roq import limits
 from roq.errors import CorruptRecord
+from roq.log import FlushPolicy, Log, LogSettings
 from roq.log import format as fmt
 from roq.protocol.commands import StatCommand
-from roq.protocol.messages.kpi import BUCKET_MAX as BUCKET_MAX
-from roq.protocol.messages.kpi import BUCKETS_PER_OCTAVE as BUCKETS_PER_OCTAVE
-from roq.protocol.messages.kpi import bucket_lower_us as bucket_lower_us
-from roq.protocol.messages.kpi import bucket_upper_us as bucket_upper_us
-from roq.protocol.messages.kpi import histogram_fields as histogram_fields
-from roq.protocol.messages.kpi import latency_bucket as latency_bucket
+from roq.protocol.latency import BUCKET_MAX
 
 KPI_DIR = "_kpi"  # not a valid queue name (queue names start with a letter or digit)
 KPI_KEY = b"kpi"
-SEGMENT_DIGITS = 20
 
 # The fields the job reads, per command, as the KPI stream carries them (exchange.py, monitor.py,
 # client/subscriber.py); all are numbers and optional unless listed in REQUIRED.
@@ -135,17 +130,15 @@ def _check_histogram(doc: Mapping[str, Any]) -> None:
             raise CorruptRecord(f"KPI latency bucket {i!r} with count {c!r} is out of range")
 
 
-def segment_name(base_offset: int) -> str:
-    return f"{base_offset:0{SEGMENT_DIGITS}d}.log"
-
-
 class KpiRecorder:
     """Appends KPI documents to `<directory>/_kpi/<source>/` as record batches.
 
-    One recorder per source (a host, or a process) and one thread uses it. Each `append` writes one
-    batch, stamped with its byte offset, and flushes it to the OS; a new segment starts once the
-    current one exceeds `segment_bytes_max`. On open it continues after the last valid batch of
-    the newest segment and cuts a torn tail (a crash mid-write) so that appends stay readable.
+    The directory is a message log of its own (`roq.log.Log`, one implementation for both):
+    segments named by their base offset, a new one once the current one exceeds
+    `segment_bytes_max`, each batch stamped with its byte offset, and on open the log's recovery
+    cuts a torn tail (a crash mid-write) so that appends stay readable. Flushing is left to the OS
+    (`log.flush=os`) until `close`. One recorder per source (a host, or a process), used by one
+    thread.
     """
 
     def __init__(self, directory: str | os.PathLike[str], source: str, segment_bytes_max: int):
@@ -153,29 +146,12 @@ class KpiRecorder:
             raise ValueError(f"KPI source name {source!r} must be a plain file name")
         assert segment_bytes_max > 0
         self.path = Path(directory) / KPI_DIR / source
-        self.path.mkdir(parents=True, exist_ok=True)
-        self.segment_bytes_max = segment_bytes_max
         self.producer_id = uuid.uuid5(uuid.NAMESPACE_URL, f"roq-kpi:{source}").bytes
-        self.seq = 0
-        self.base, self.size = self._recover()
-
-    def _recover(self) -> tuple[int, int]:
-        segments = sorted(self.path.glob("[0-9]" * SEGMENT_DIGITS + ".log"))
-        if not segments:
-            return 0, 0
-        last = segments[-1]
-        base = int(last.name[:SEGMENT_DIGITS])
-        data = last.read_bytes()  # bounded: a KPI segment is at most segment_bytes_max + a batch
-        valid = 0
-        try:
-            for at, header in fmt.iter_batches(data):
-                valid = at + header.size
-                self.seq = header.last_seq + 1
-        except CorruptRecord:
-            pass
-        if valid < len(data):
-            os.truncate(last, valid)
-        return base, valid
+        settings = LogSettings(segment_bytes_max, FlushPolicy("os"), memory_bytes=0)
+        self.log = Log.open(self.path, settings, name=f"KPI log {self.path}")
+        self.seq = 0  # continues after the newest batch kept
+        for _, _, header in self.log.segments[-1].scan(verify=False):
+            self.seq = header.last_seq + 1
 
     def append_message(self, frames: list[Mapping[str, Any]]) -> int:
         """Record one message of the KPI stream (its decoded frames) as one document."""
@@ -188,12 +164,10 @@ class KpiRecorder:
         payloads = [payload for payload, _ in pairs]
         stamps = [stamp for _, stamp in pairs]
         batch = bytearray(fmt.encode_batch(self.producer_id, self.seq, KPI_KEY, payloads, stamps))
-        if self.size > 0 and self.size + len(batch) > self.segment_bytes_max:
-            self.base, self.size = self.base + self.size, 0
-        offset = self.base + self.size
-        fmt.stamp_offset(batch, offset)
-        with open(self.path / segment_name(self.base), "ab") as out:
-            out.write(batch)
-        self.size += len(batch)
+        offset = self.log.append(batch)
         self.seq += len(docs)
         return offset
+
+    def close(self) -> None:
+        """Flush what was appended to stable storage and close the files."""
+        self.log.close()

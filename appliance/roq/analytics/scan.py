@@ -25,7 +25,6 @@ from typing import Protocol
 from roq.errors import CorruptRecord
 from roq.log import format as fmt
 
-SEGMENT_RE = re.compile(r"^(\d{20})\.log$")
 MARK = bytes([fmt.MAGIC, fmt.FORMAT_VERSION, 0, 0])  # magic, version, flags=0 at byte 16
 MARK_AT = 16
 WINDOW_BYTES = 4 * 1024 * 1024

@@ -14,10 +14,10 @@ from roq.analytics.kpi import KpiRecorder
 from roq.cli.app import app
 from roq.cli.common import GCM_OPTION, errors_to_exit, fail, setup_logging, stop_event
 from roq.client.locate import locate_monitor
-from roq.errors import RoqError
+from roq.errors import CorruptRecord, ProtocolError, RoqError
 from roq.protocol import bsonmsg
 from roq.protocol.messages.kpi import decode_kpi_message
-from roq.transport import Kind, connect, new_context, open_socket
+from roq.transport import Kind, connect, new_context, open_socket, wait_readable
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,10 @@ def kpi_record(
     with errors_to_exit():
         streams = [_kpi_stream(queue, gcm, stop) for queue in queues]
         recorder = KpiRecorder(directory, source, KPI_SEGMENT_BYTES)
-        recorded = _record(streams, recorder, stop, seconds)
+        try:
+            recorded = _record(streams, recorder, stop, seconds)
+        finally:
+            recorder.close()
     typer.echo(f"recorded {recorded} KPI messages under {directory}/_kpi/{source}/")
 
 
@@ -95,14 +98,16 @@ def _record(
     recorded = 0
     try:
         while not stop.is_set() and time.monotonic() < end:
-            if not sock.poll(KPI_POLL_MS):
+            if not wait_readable(sock, KPI_POLL_MS):
                 continue
             frames = sock.recv_multipart()
             try:
                 docs: list[Mapping[str, Any]] = [bsonmsg.decode([frame]) for frame in frames]
                 decode_kpi_message(docs)  # the stream's schema: the monitor checked it too
                 recorder.append_message(docs)
-            except (RoqError, ValueError) as error:  # the monitor validates; this is a bug
+            # A bad message is a bug (the monitor validates) and is skipped; a disk that refuses
+            # the write (LogUnavailable) ends the command.
+            except (ProtocolError, CorruptRecord, ValueError) as error:
                 log.warning("KPI message of %d frames not recorded: %s", len(frames), error)
                 continue
             recorded += 1

@@ -1,7 +1,7 @@
 """Imports every command module so that each registers its commands on `roq.cli.app.app`.
 
-Each module owns its commands: daemons (gcm, host, up), queues (queue ..., status), data
-(monitor, exchange, pub, sub, bench), logcmd (log ...), analytics, scaling (scaling ...).
+Each module owns its commands: daemons (gcm, host, up, monitor, exchange), queues (queue ...,
+status), data (pub, sub, bench), logcmd (log ...), analytics, scaling (scaling ...).
 """
 
 from roq.cli import analytics, daemons, data, logcmd, queues, scaling  # noqa: F401

@@ -137,6 +137,7 @@ def _render_status(reply: ClusterStatus, lives: dict[str, MonitorStatus | None])
     for h in reply.hosts:
         lines.append(f"  {h.name:<20} {h.hcm:<26} max {h.max_exchanges} exchanges")
     lines.append(f"queues ({len(reply.queues)}):")
+    hosts = {h.name for h in reply.hosts}
     for q in reply.queues:
         info, status = q.info, lives.get(q.info.name)
         alive = "" if info.host_alive else " (host down)"
@@ -144,10 +145,12 @@ def _render_status(reply: ClusterStatus, lives: dict[str, MonitorStatus | None])
             f"  {info.name:<20} {info.state:<9} host {info.host}{alive} "
             f"monitor {info.monitor_host or '-'} kpi {info.stat_monitor_host or '-'}"
         )
+        if info.state == "RUNNING" and status is None:
+            lines.append(f"    NOT SERVING: {_why_no_monitor(info.host, info.host_alive)}")
         live = {x.exchange_id: x for x in (status.exchanges if status else ())}
         for x in q.exchanges:
             lines.append(f"    exchange {x.exchange_id:<28} in {x.front} out {x.back}")
-            lines.append(_live_line(live.get(x.exchange_id), q, status))
+            lines.append(_live_line(live.get(x.exchange_id), q, status, x.host in hosts))
         if status is not None:
             lines.append(_scaling_line(status.scaling))
     return "\n".join(lines)
@@ -169,11 +172,26 @@ def _scaling_line(scaling: ScalingStatus) -> str:
     )
 
 
+def _why_no_monitor(host: str, host_alive: bool) -> str:
+    """Why a RUNNING queue has no monitor that answers (the queue stays assigned to its host)."""
+    if not host_alive:
+        return f"host {host} is down; it starts the queue again, with its logs, when it restarts"
+    return (
+        f"host {host} is up but the monitor does not answer: being restarted, or given up "
+        "after repeated failures (see the host's log; `roq queue stop` and `start` retry)"
+    )
+
+
 def _live_line(
-    live: MonitoredExchange | None, queue: QueueStatus, status: MonitorStatus | None
+    live: MonitoredExchange | None,
+    queue: QueueStatus,
+    status: MonitorStatus | None,
+    host_alive: bool = True,
 ) -> str:
     if live is None:
         reason = "monitor unreachable" if status is None else "not reporting"
+        if not host_alive:
+            reason = "host down: not serving until it restarts"
         state = queue.info.state
         return f"      ({reason if state == 'RUNNING' else state.lower()})"
     leaving = " LEAVING" if live.leaving else ""

@@ -44,12 +44,10 @@ from roq.protocol.messages.admin import (
     StartQueue,
     StopQueue,
 )
+from roq.protocol.ports import GcmPort, endpoint_at
 from roq.protocol.rules import RuleSet
 from roq.transport import new_context
 from roq.transport.rpc import Requester
-
-ADMIN_OFFSET = 3
-
 
 # Requests that start or stop processes may take long; any other reply comes at once, so a dead
 # GCM (the one ZooKeeper still names until its session expires) is given up on sooner.
@@ -105,7 +103,7 @@ class AdminClient:
         host, _, port = self.gcm.rpartition(":")
         if not host or not port.isdigit():
             raise ValueError(f"--gcm {self.gcm!r}: expected HOST:PORT (PORT = ports.base)")
-        return f"tcp://{host}:{int(port) + ADMIN_OFFSET}"
+        return endpoint_at(host, int(port), GcmPort.ADMIN)
 
     def request(self, doc: Mapping[str, Any]) -> Document:
         """One admin request, following the leader; raises AdminRefused or GcmUnreachable.

@@ -45,16 +45,16 @@ from collections.abc import Iterator
 from typing import Any
 
 from roq import limits
-from roq.errors import CorruptRecord, ProtocolError
+from roq.errors import CorruptRecord, ProtocolError, TransportError
 from roq.log import format as batchfmt
 from roq.protocol import dataplane
-from roq.transport import NOBLOCK, Kind, WouldBlock, connect, drained, open_socket
+from roq.protocol.ports import ExchangePort, sibling
+from roq.transport import Kind, connect, drained, open_socket, recv_nowait, send_nowait
 
 log = logging.getLogger(__name__)
 
 _READ_TIMEOUT_S = limits.request_timeout_ms / 1000
 _IDLE_S = limits.subscriber_idle_probe_ms / 1000
-LOG_PORT_OFFSET = 2  # F+3 is back (F+1) + 2
 
 # (header, batch, sound): `sound` is False for a batch whose records cannot be read
 Taken = tuple[batchfmt.BatchHeader, memoryview, bool]
@@ -198,21 +198,24 @@ class Feed:
             connect(self.reader, self._log_endpoint())
         self._last_request = frames
         leader = [self.exchange_id.encode()] if self.copies else []
-        self.reader.send_multipart([*frames, *leader], NOBLOCK)
+        if not send_nowait(self.reader, [*frames, *leader]):  # a request or two wait at most
+            raise TransportError(f"exchange {self.exchange_id}: the log request queue is full")
         self._pending = True
         self._read_sent = time.monotonic()
 
     def _log_endpoint(self) -> str:
         if self.copies:
             return self.copies[0]
-        host, _, port = self.back.rpartition(":")
-        return f"{host}:{int(port) + LOG_PORT_OFFSET}"
+        return sibling(self.back, ExchangePort.BACK, ExchangePort.LOG)
 
     def on_reply(self) -> list[Taken]:
         """Handle one log reply; the batches it delivers, in order."""
+        frames = recv_nowait(self.reader)
+        if frames is None:
+            return []  # the poll's wake-up was not for a reply after all
         try:
-            reply = dataplane.parse_read_reply(self.reader.recv_multipart(NOBLOCK))
-        except (WouldBlock, ProtocolError) as error:
+            reply = dataplane.parse_read_reply(frames)
+        except ProtocolError as error:
             log.warning("exchange %s: bad log reply: %s", self.exchange_id, error)
             return []
         self._pending, self.silent, self._heard = False, False, time.monotonic()

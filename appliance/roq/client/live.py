@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 
-from roq.client.locate import CONTROL_OFFSET, MonitorAddress
+from roq.client.locate import MonitorAddress
 from roq.errors import ProtocolError, RoqError
 from roq.protocol.bsonmsg import Reply
 from roq.protocol.messages.control import MonitorStatus, Ping, Pong
+from roq.protocol.ports import MonitorPort
 from roq.transport import new_context
 from roq.transport.rpc import Requester
 
@@ -22,7 +23,7 @@ def monitor_status(monitor_host: str, timeout_ms: int = LIVE_TIMEOUT_MS) -> Moni
     if not monitor_host:
         return None
     context = new_context()
-    requester = Requester(context, MonitorAddress(monitor_host).at(CONTROL_OFFSET), timeout_ms)
+    requester = Requester(context, MonitorAddress(monitor_host).at(MonitorPort.CONTROL), timeout_ms)
     try:
         reply = requester.request(Ping().encode())
         if not Reply.decode(reply).ok:

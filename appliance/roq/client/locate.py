@@ -4,11 +4,7 @@ from __future__ import annotations
 
 from roq.client.admin import AdminClient
 from roq.errors import RoqError
-
-PLACEMENT_OFFSET = 1  # monitor B+1: placement requests
-TO_PUBLISHERS_OFFSET = 2
-TO_SUBSCRIBERS_OFFSET = 3
-CONTROL_OFFSET = 5
+from roq.protocol.ports import MonitorPort, StatPort, sibling
 
 
 class MonitorAddress:
@@ -20,13 +16,19 @@ class MonitorAddress:
             raise RoqError(f"monitor address {base!r} is not tcp://HOST:PORT")
         self.base = base
         # tcp://ip:S+1, the KPI stream (GET_HOST_BY_QNAME's Stat_Monitor_host); statistics
-        # are sent to its input, S = this port - 1
+        # are sent to its input, S (`stat_in`)
         self.stat = stat
         self.host = host
         self.port = int(port)
 
-    def at(self, offset: int) -> str:
-        return f"{self.host}:{self.port + offset}"
+    def at(self, offset: MonitorPort) -> str:
+        """The monitor's endpoint at `offset` (the base address is B+0)."""
+        return sibling(self.base, MonitorPort.REPORTS, offset)
+
+    @property
+    def stat_in(self) -> str:
+        """Where statistics are sent (S), or "" when the monitor's stat address is unknown."""
+        return sibling(self.stat, StatPort.KPI, StatPort.IN) if self.stat else ""
 
 
 def locate_monitor(

@@ -4,9 +4,10 @@
         pub.send(b"hello", key=b"news")
         pub.flush()                     # everything sent so far has reached an exchange
 
-Threads. The caller's threads call `send`, `flush` and `close`; they only touch Python buffers
-under a lock. One I/O thread, started by the constructor, owns every ZeroMQ socket: the DEALER to
-the current exchange, the REQ and SUB to the queue's monitor, and the inproc wake-up socket.
+Threads. The caller's threads call `send`, `flush` and `close`; under one lock they touch Python
+buffers and send a wake-up on the caller's end of an inproc PAIR (the only socket they use). One
+I/O thread, started by the constructor, owns every other ZeroMQ socket: the DEALER to the current
+exchange, the REQ and SUB to the queue's monitor, and its end of the inproc wake-up pair.
 
 Batching. Messages for one routing key accumulate until their payloads reach `batch_bytes`
 or the oldest has waited `linger_ms`; then they are encoded once, in the log's record-batch
@@ -51,8 +52,6 @@ from typing import Any
 
 from roq import limits
 from roq.client.locate import (
-    PLACEMENT_OFFSET,
-    TO_PUBLISHERS_OFFSET,
     MonitorAddress,
     locate_monitor,
 )
@@ -67,16 +66,18 @@ from roq.protocol.messages.monitor import (
     PublisherInit,
     decode_publisher_notice,
 )
+from roq.protocol.ports import MonitorPort
 from roq.transport import (
-    NOBLOCK,
-    POLLIN,
+    READABLE,
     Kind,
     Poller,
-    WouldBlock,
     connect,
     drained,
     open_socket,
+    recv_nowait,
+    send_nowait,
     subscribe,
+    wait_readable,
 )
 from roq.transport import new_context as _new_context
 from roq.transport.rpc import Requester
@@ -327,10 +328,7 @@ class Publisher:
             self._poke()
 
     def _poke(self) -> None:
-        try:
-            self._wake.send(b"", NOBLOCK)
-        except WouldBlock:
-            pass  # a wake-up is already pending
+        send_nowait(self._wake, [b""])  # not taken: a wake-up is already pending
 
     def _full(self) -> bool:
         return (
@@ -401,8 +399,8 @@ class _PublisherIO(threading.Thread):
         topics = owner.producer_id.hex().encode()
         self.notices = open_socket(ctx, Kind.SUB, subscribe=topics)
         subscribe(self.notices, EVERY_PUBLISHER)
-        connect(self.notices, owner.monitor.at(TO_PUBLISHERS_OFFSET))
-        self.placement = Requester(ctx, owner.monitor.at(PLACEMENT_OFFSET))
+        connect(self.notices, owner.monitor.at(MonitorPort.TO_PUBLISHERS))
+        self.placement = Requester(ctx, owner.monitor.at(MonitorPort.PLACEMENT))
         self.dealer: Any = None
         self.unconfirmed: dict[int, _Outbound] = {}  # sent batches the exchange must confirm
         self.resend: collections.deque[_Outbound] = collections.deque()  # after a fail-over
@@ -420,11 +418,11 @@ class _PublisherIO(threading.Thread):
 
     def _loop(self) -> None:
         poller = Poller()
-        poller.register(self.wake, POLLIN)
-        poller.register(self.notices, POLLIN)
+        poller.register(self.wake, READABLE)
+        poller.register(self.notices, READABLE)
         self._place(lost="")
         self.p._placed.set()
-        poller.register(self.dealer, POLLIN)
+        poller.register(self.dealer, READABLE)
         while not (self.p._closing and self.p._next_outbound() is None):
             wait_ms = max(1, int(self.p.linger_s * 500)) if self.p._buffers else 100
             events = dict(poller.poll(wait_ms))
@@ -435,7 +433,7 @@ class _PublisherIO(threading.Thread):
                 if target is not None:
                     poller.unregister(self.dealer)
                     self._move(*target)
-                    poller.register(self.dealer, POLLIN)
+                    poller.register(self.dealer, READABLE)
             if self.dealer in events:
                 self._replies()
             self.p._take_stale()
@@ -479,9 +477,8 @@ class _PublisherIO(threading.Thread):
     def _notice(self) -> tuple[str, bool] | None:
         """Read one monitor notice: (exchange to move to or "" to ask again, whether the old
         exchange is alive to drain), or None when the notice is not for this publisher."""
-        try:
-            frames = self.notices.recv_multipart(NOBLOCK)
-        except WouldBlock:
+        frames = recv_nowait(self.notices)
+        if frames is None:
             return None
         try:
             notice = decode_publisher_notice(bsonmsg.decode(frames[1:]))
@@ -519,13 +516,11 @@ class _PublisherIO(threading.Thread):
     def _drain_old(self, timeout_ms: int) -> bool:
         """Ask the old exchange to confirm it forwarded everything sent to it (bounded)."""
         token = dataplane.TOKEN.pack(0)
-        try:
-            self.dealer.send_multipart([dataplane.DRAIN, token], NOBLOCK)
-        except WouldBlock:
+        if not send_nowait(self.dealer, [dataplane.DRAIN, token]):
             return False
         deadline = time.monotonic() + timeout_ms / 1000
         while (left := deadline - time.monotonic()) > 0:
-            if not self.dealer.poll(int(left * 1000) + 1, POLLIN):
+            if not wait_readable(self.dealer, int(left * 1000) + 1):
                 break
             frames = self.dealer.recv_multipart()
             if frames[0] == dataplane.DRAINED and frames[1] == token:
@@ -560,11 +555,7 @@ class _PublisherIO(threading.Thread):
             frames = [dataplane.CONFIRMED_BATCH, token, item.batch]
         else:
             frames = [dataplane.COMMITTED_BATCH, token, item.batch]
-        try:
-            self.dealer.send_multipart(frames, NOBLOCK, copy=False)
-        except WouldBlock:
-            return False
-        return True
+        return send_nowait(self.dealer, frames, copy=False)
 
     def _replies(self) -> None:
         for frames in drained(self.dealer, 10_000):

@@ -9,9 +9,10 @@ Threads. A Subscriber and all its sockets belong to the thread that created it; 
 thread of its own, so a callback runs in that thread and may block it (which is back-pressure:
 see below).
 
-Membership. It asks the queue's monitor for every exchange, connects one SUB socket to all of
-them, and follows the monitor's notices: a new exchange is joined at once, and the full list the
-monitor republishes every period adds what is missing and drops exchanges that are gone.
+Membership. It asks the queue's monitor for every exchange, connects one SUB socket to each
+(a `Feed` per exchange), and follows the monitor's notices: a new exchange is joined at once,
+and the full list the monitor republishes every period adds what is missing and drops exchanges
+that are gone.
 
 Where to start: `start="now"` (the default: what is published from now on, on every exchange:
 one that appears later is read from its log from the subscriber's start time), `"beginning"`
@@ -48,12 +49,7 @@ from typing import Any
 
 from roq import limits
 from roq.client.feed import Feed
-from roq.client.locate import (
-    PLACEMENT_OFFSET,
-    TO_SUBSCRIBERS_OFFSET,
-    MonitorAddress,
-    locate_monitor,
-)
+from roq.client.locate import MonitorAddress, locate_monitor
 from roq.client.sequencer import Delivery, Sequencer
 from roq.errors import ProtocolError, RoqError
 from roq.log import format as batchfmt
@@ -67,15 +63,16 @@ from roq.protocol.messages.monitor import (
     SubscriberInit,
     decode_subscriber_notice,
 )
+from roq.protocol.ports import MonitorPort
 from roq.transport import (
-    NOBLOCK,
-    POLLIN,
+    READABLE,
     Kind,
     Poller,
-    WouldBlock,
     connect,
     new_context,
     open_socket,
+    recv_nowait,
+    send_nowait,
 )
 from roq.transport.rpc import Requester
 
@@ -123,9 +120,9 @@ class Subscriber:
         self.latency_us: list[float] = []  # per-batch samples since the last statistics
         self._context = new_context()
         self.notices = open_socket(self._context, Kind.SUB, subscribe=b"")
-        connect(self.notices, self.monitor.at(TO_SUBSCRIBERS_OFFSET))
+        connect(self.notices, self.monitor.at(MonitorPort.TO_SUBSCRIBERS))
         self.stats = self._stat_socket()
-        self._placement = Requester(self._context, self.monitor.at(PLACEMENT_OFFSET))
+        self._placement = Requester(self._context, self.monitor.at(MonitorPort.PLACEMENT))
         self._next_stat = time.monotonic() + limits.subscriber_stat_period_s
         self._next_refresh = 0.0
         self._started_us = time.time_ns() // 1000
@@ -140,9 +137,8 @@ class Subscriber:
 
     def _stat_socket(self) -> Any:
         sock = open_socket(self._context, Kind.PUB, sndhwm=100)
-        if self.monitor.stat:
-            host, _, port = self.monitor.stat.rpartition(":")
-            connect(sock, f"{host}:{int(port) - 1}")  # the KPI stream is S+1, its input S
+        if self.monitor.stat_in:
+            connect(sock, self.monitor.stat_in)
         return sock
 
     def _join(self, timeout_s: float) -> None:
@@ -247,9 +243,8 @@ class Subscriber:
             feed.seek_time(self._started_us)
 
     def _on_notice(self) -> None:
-        try:
-            frames = self.notices.recv_multipart(NOBLOCK)
-        except WouldBlock:
+        frames = recv_nowait(self.notices)
+        if frames is None:
             return
         try:
             notice = decode_subscriber_notice(bsonmsg.decode(frames))
@@ -310,16 +305,16 @@ class Subscriber:
     def _poller(self) -> tuple[Poller, dict[Any, Feed | None]]:
         poller = Poller()
         owners: dict[Any, Feed | None] = {self.notices: None}
-        poller.register(self.notices, POLLIN)
+        poller.register(self.notices, READABLE)
         # While many batches wait for a gap to fill, leave the live streams unread: ZeroMQ then
         # drops for this subscriber only, and the log gives those batches back later.
         take_live = self.sequencer.held < self.sequencer.held_max // 2
         for feed in self.feeds.values():
             if take_live:
-                poller.register(feed.live, POLLIN)
+                poller.register(feed.live, READABLE)
                 owners[feed.live] = feed
             if feed.reader is not None:
-                poller.register(feed.reader, POLLIN)
+                poller.register(feed.reader, READABLE)
                 owners[feed.reader] = feed
         return poller, owners
 
@@ -429,10 +424,8 @@ class Subscriber:
         # periods; a mean and a p99 per period cannot be merged.
         totals = (self.received_messages, self.sequencer.lost, self.sequencer.duplicates)
         kpi = SubscriberKpi.of_samples(self.subscriber_id, self.queue, totals, samples, time.time())
-        try:
-            self.stats.send(bsonmsg.encode(kpi.encode()), NOBLOCK)
-        except WouldBlock:
-            pass
+        # Not taken when the socket is full: a slow stat monitor misses this period.
+        send_nowait(self.stats, [bsonmsg.encode(kpi.encode())])
         self._next_stat = now + limits.subscriber_stat_period_s
 
     def close(self) -> None:

@@ -1,9 +1,13 @@
 """Typed reads and writes of the cluster state in ZooKeeper (JSON in each znode).
 
-Writers: a host writes only its own ephemeral record and its own port claims; every other write
-comes from the leading GCM and goes through a `Fence`: a multi-op transaction that also checks the
-version of the epoch znode the leader bumped when it was elected. A deposed leader's writes fail
-with NotLeader instead of overwriting its successor's state.
+Writers: a host writes its own ephemeral record and its own port claims, and one more thing: when
+it re-adopts its assignments after a restart and a process could not have its recorded ports, it
+moves that process's address in the queue or exchange record by a compare-and-set at the version
+it read (`move_queue`, `move_exchange`), so any GCM write in between wins and the host's write
+fails. Every other write comes from the leading GCM and goes through a `Fence`: a multi-op
+transaction that also checks the version of the epoch znode the leader bumped when it was
+elected. A deposed leader's writes fail with NotLeader instead of overwriting its successor's
+state.
 
 Every ZooKeeper failure (no answer within the bound, a lost or expired session) leaves here as
 CoordinationError, which the GCM answers `busy`: no kazoo exception reaches a caller.
@@ -181,6 +185,10 @@ class Registry:
                 records.append(ExchangeRecord(**got[0]))
         return records
 
+    def exchange(self, queue: str, exchange_id: str) -> tuple[ExchangeRecord, int] | None:
+        got = self._get(self.paths.exchange(queue, exchange_id))
+        return None if got is None else (ExchangeRecord(**got[0]), got[1])
+
     def leader(self) -> dict[str, Any] | None:
         got = self._get(self.paths.leader)
         return None if got is None else got[0]
@@ -227,6 +235,26 @@ class Registry:
             "or stop that host (a crashed one's name is free after zk.session.timeout)"
         )
 
+    def remove_dead_registration(self, name: str, pid: int) -> bool:
+        """Delete the record of `name` left by a dead process `pid` (its session not yet expired,
+        e.g. restored with ZooKeeper's data): only if it still names that pid and belongs to
+        another session. The caller has proved the process dead."""
+        path = self.paths.host(name)
+        try:
+            data, stat = self.zk.get(path)
+            if _load(data).get("pid") != pid or stat.ephemeralOwner == self.zk.client_id[0]:
+                return False
+            self.zk.delete(path, version=stat.version)
+        except NoNodeError:
+            return True
+        except BadVersionError:
+            return False
+        except KazooException as error:
+            raise CoordinationError(
+                f"removing the dead registration of {name}: {error!r}"
+            ) from None
+        return True
+
     def unregister_host(self, name: str) -> None:
         """Delete the host's record only if this session created it: a process that failed to
         register must not remove the live owner of the name."""
@@ -255,6 +283,24 @@ class Registry:
             pass
         except KazooException as error:
             raise CoordinationError(f"releasing port {port} of {host}: {error!r}") from None
+
+    def move_queue(self, record: QueueRecord, version: int) -> bool:
+        """A re-adopted monitor's new address: written only if the record is still at `version`
+        (False if the GCM changed or deleted it meanwhile: the GCM's write wins)."""
+        return self._compare_and_set(self.paths.queue(record.name), record, version)
+
+    def move_exchange(self, record: ExchangeRecord, version: int) -> bool:
+        """A re-adopted exchange's new address, as `move_queue`."""
+        return self._compare_and_set(self.paths.exchange(record.queue, record.id), record, version)
+
+    def _compare_and_set(self, path: str, record: Any, version: int) -> bool:
+        try:
+            self.zk.set(path, _dump(record), version=version)
+        except (BadVersionError, NoNodeError):
+            return False
+        except KazooException as error:
+            raise CoordinationError(f"writing {path}: {error!r}") from None
+        return True
 
     # --- leader-owned writes (fenced) ------------------------------------------------------
     def _commit(self, fence: Fence, ops: list[tuple[str, str, Any]]) -> None:
@@ -318,6 +364,11 @@ class Registry:
     def put_exchange(self, fence: Fence, record: ExchangeRecord) -> None:
         path = self.paths.exchange(record.queue, record.id)
         self._commit(fence, [("create", path, _dump(record))])
+
+    def update_exchange(self, fence: Fence, record: ExchangeRecord) -> None:
+        """An exchange started again under its id (stop/start) may have new ports."""
+        path = self.paths.exchange(record.queue, record.id)
+        self._commit(fence, [("set", path, (_dump(record), -1))])
 
     def delete_exchange(self, fence: Fence, queue: str, exchange_id: str) -> None:
         self._commit(fence, [("delete", self.paths.exchange(queue, exchange_id), None)])

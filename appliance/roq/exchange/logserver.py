@@ -21,7 +21,7 @@ from roq.exchange.replication import ReplicaStore
 from roq.log import Log, ReadStatus
 from roq.log import format as batchfmt
 from roq.protocol import dataplane
-from roq.transport import NOBLOCK, WouldBlock
+from roq.transport import drained
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +33,7 @@ class LogServer:
 
     def pump(self) -> None:
         """Answer what is waiting: log reads, and replication writes from leaders."""
-        for _ in range(limits.log_server_burst_requests):
-            try:
-                frames = self.sock.recv_multipart(NOBLOCK)
-            except WouldBlock:
-                return
+        for frames in drained(self.sock, limits.log_server_burst_requests):
             peer, body = frames[0], frames[1:]
             if body and body[0] in (replication.WRITE, replication.PROBE, replication.RESTART):
                 self.sock.send_multipart([peer, *self._replicate(body)])

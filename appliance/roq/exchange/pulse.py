@@ -21,7 +21,7 @@ from typing import Any
 
 from roq.protocol import bsonmsg
 from roq.protocol.messages.monitor import ExchangePulse
-from roq.transport import NOBLOCK, Kind, WouldBlock, connect, open_socket
+from roq.transport import Kind, connect, open_socket, send_nowait
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +51,8 @@ class Pulse(threading.Thread):
             while not self._stop_event.wait(self._period_s):
                 age = time.monotonic() - self._loop_turned()
                 pulse = dataclasses.replace(self._identity, loop_age_s=age)
-                try:
-                    sock.send(bsonmsg.encode(pulse.encode()), NOBLOCK)
-                except WouldBlock:
-                    pass  # the monitor is not reading: the next pulse tries again
+                # not taken: the monitor is not reading, and the next pulse tries again
+                send_nowait(sock, [bsonmsg.encode(pulse.encode())])
         finally:
             sock.close(0)
 

@@ -49,14 +49,21 @@ from pathlib import Path
 from typing import Any
 
 from roq import limits
-from roq.errors import CorruptRecord, DecodeError, InvalidOffset, LogError, ProtocolError
+from roq.errors import (
+    CorruptRecord,
+    DecodeError,
+    InvalidOffset,
+    LogError,
+    ProtocolError,
+    TransportError,
+)
 from roq.log import Log, LogSettings, ReadStatus, replica_directory
 from roq.log import format as batchfmt
 from roq.log.format import BatchHeader
 from roq.protocol import dataplane
 from roq.protocol.messages.control import ReplicaStatus
 from roq.protocol.names import check_exchange_id
-from roq.transport import NOBLOCK, Kind, WouldBlock, connect, open_socket
+from roq.transport import Kind, connect, drained, open_socket, send_nowait
 
 log = logging.getLogger(__name__)
 
@@ -281,22 +288,26 @@ class Replicator:
         sock = open_socket(self.context, Kind.DEALER, sndhwm=10_000, rcvhwm=10_000)
         connect(sock, endpoint)
         self.links[replica_id] = ReplicaLink(replica_id, endpoint, sock)
-        sock.send_multipart([PROBE, self._id], NOBLOCK)
+        self._probe(self.links[replica_id])
         log.info("%s: replicating to %s (%s)", self.name, replica_id, endpoint)
 
     def sockets(self) -> list[Any]:
         return [link.sock for link in self.links.values()]
 
     # --- sending ----------------------------------------------------------------------------
+    def _probe(self, link: ReplicaLink) -> None:
+        """Ask the replica where its copy ends. Sent on a link with room for 10,000 messages,
+        one probe at a time: a full queue here is a broken link, and raises."""
+        if not send_nowait(link.sock, [PROBE, self._id]):
+            raise TransportError(f"{self.name}: the link to {link.replica_id} is full")
+
     def _room(self, link: ReplicaLink) -> bool:
         return link.sent_to - max(link.acked, 0) < REPLICATION_WINDOW_BYTES
 
     def _send(
         self, link: ReplicaLink, offset: int, batches: bytes | bytearray | memoryview
     ) -> bool:
-        try:
-            link.sock.send_multipart([WRITE, self._id, _END.pack(offset), batches], NOBLOCK)
-        except WouldBlock:
+        if not send_nowait(link.sock, [WRITE, self._id, _END.pack(offset), batches]):
             return False  # sent again from the log on a later turn
         link.sent_to = offset + len(batches)
         return True
@@ -308,7 +319,7 @@ class Replicator:
         now = time.monotonic()
         for link in self.links.values():
             if link.retry_at and now >= link.retry_at:
-                self._probe(link)
+                self._probe_again(link)
             while 0 <= link.sent_to < self.log.end_offset and self._room(link):
                 if not self._backfill(link):
                     break
@@ -321,7 +332,7 @@ class Replicator:
             log.error("%s: cannot back-fill %s from %d: %s",
                       self.name, link.replica_id, link.sent_to, error)  # fmt: skip
             link.sent_to = -1  # ask it again where it stands
-            link.sock.send_multipart([PROBE, self._id], NOBLOCK)
+            self._probe(link)
             return False
         if result.status is ReadStatus.EVICTED:
             return self._restart(link, result.next_offset)
@@ -332,9 +343,7 @@ class Replicator:
     def _restart(self, link: ReplicaLink, start: int) -> bool:
         """The replica's copy ends below what retention left of this log: it cannot be filled
         in, so the replica empties its copy and goes on at this log's start."""
-        try:
-            link.sock.send_multipart([RESTART, self._id, _END.pack(start)], NOBLOCK)
-        except WouldBlock:
+        if not send_nowait(link.sock, [RESTART, self._id, _END.pack(start)]):
             return False
         log.warning("%s: %s is behind retention (sent up to %d); it restarts at %d and is out "
                     "of sync until it holds the log up to %d", self.name, link.replica_id,
@@ -348,11 +357,7 @@ class Replicator:
         link = next((x for x in self.links.values() if x.sock is sock), None)
         if link is None:
             return  # closed since the poll (the replica set changed): reading it would raise
-        for _ in range(10_000):
-            try:
-                frames = sock.recv_multipart(NOBLOCK)
-            except WouldBlock:
-                return
+        for frames in drained(sock, 10_000):
             if len(frames) not in (4, 5) or frames[0] != WRITTEN:
                 continue
             if frames[2] == FAILED:
@@ -376,12 +381,10 @@ class Replicator:
         link.sent_to = -1
         link.retry_at = time.monotonic() + limits.replication_refused_retry_s
 
-    def _probe(self, link: ReplicaLink) -> None:
-        try:
-            link.sock.send_multipart([PROBE, self._id], NOBLOCK)
-        except WouldBlock:
-            return  # asked again on a later turn
-        link.retry_at = 0.0
+    def _probe_again(self, link: ReplicaLink) -> None:
+        """After a refusal (the link was quiet since: its queue has room; if not, a later turn)."""
+        if send_nowait(link.sock, [PROBE, self._id]):
+            link.retry_at = 0.0
 
     def _answered(self, link: ReplicaLink, status: bytes, end: int) -> None:
         if link.refused:

@@ -4,8 +4,9 @@ Ports (F = the front port the host allocated; 4 in all):
 
     F    ROUTER  publishers' DEALERs send batches, drains and confirmed batches here
     F+1  XPUB    subscribers' SUB sockets connect here; frames are [key][batch]
-    F+2  REP     control socket (PING / SHUTDOWN from the host)
-    F+3  ROUTER  reads of the message log (replay, catch-up, seek by time): `logserver.py`
+    F+2  REP     control socket (PING / SHUTDOWN from the host, REPLICAS from the monitor)
+    F+3  ROUTER  reads of the message log (replay, catch-up, seek by time): `logserver.py`;
+                 replication writes from other exchanges: `replication.py`
 
 Hot path (DESIGN §6b): a batch is received without copying, its header bounds, CRC and records
 checked (`format.check_batch`, `format.check_records`: a batch whose records do not fill it is
@@ -33,7 +34,8 @@ The main thread runs the poll loop and owns every socket but one, the log and it
 copies. Three helper threads keep slow work off it: the pulse (`pulse.py`, its own PUB socket
 to the monitor), the log's flusher (`log/flusher.py`, fdatasync under `log.flush=interval`) and
 the process's janitor (`log/janitor.py`, unlinks retired segments); none touches a socket of
-the loop, and each hands over through one lock-guarded slot.
+the loop. The flusher and the janitor each hand over through one lock-guarded slot; the pulse
+only reads the time of the loop's last turn (one float).
 """
 
 from __future__ import annotations
@@ -66,24 +68,23 @@ from roq.protocol.messages.monitor import (
     ProducerRate,
     ReportedLoad,
 )
+from roq.protocol.ports import ExchangePort, endpoint_at, port_at
 from roq.system import procstat
 from roq.transport import (
-    NOBLOCK,
-    POLLIN,
+    READABLE,
     Kind,
     Poller,
-    WouldBlock,
     bind,
     connect,
     drained,
     open_socket,
+    recv_nowait,
+    send_nowait,
 )
 from roq.transport.control import ControlServer
 
 log = logging.getLogger(__name__)
 
-FRONT, BACK, CONTROL, REPLICATION = 0, 1, 2, 3
-PORTS_PER_EXCHANGE = 4
 # Not a bound: the producer id under which producers past limits.exchange_producers_tracked_max
 # are counted together.
 _OTHERS = b"\xff" * 16
@@ -100,11 +101,11 @@ class ExchangeSpec:
 
     @property
     def front(self) -> str:
-        return f"tcp://{self.address}:{self.port + FRONT}"
+        return endpoint_at(self.address, self.port, ExchangePort.FRONT)
 
     @property
     def back(self) -> str:
-        return f"tcp://{self.address}:{self.port + BACK}"
+        return endpoint_at(self.address, self.port, ExchangePort.BACK)
 
     @property
     def name(self) -> str:
@@ -243,17 +244,18 @@ class Exchange:
             rcvhwm=self.settings.publisher_hwm_batches,  # batches: memory
             sndhwm=limits.exchange_replies_hwm,  # replies, which the ROUTER would drop
         )
-        bind(self.front, spec.address, spec.port + FRONT)
+        bind(self.front, spec.address, port_at(spec.port, ExchangePort.FRONT))
         self.back = open_socket(
             context,
             Kind.XPUB,
             sndhwm=self.settings.subscriber_hwm_batches,
             linger_ms=limits.data_linger_ms,
         )
-        bind(self.back, spec.address, spec.port + BACK)
+        bind(self.back, spec.address, port_at(spec.port, ExchangePort.BACK))
         self.replay = open_socket(context, Kind.ROUTER, sndhwm=100, rcvhwm=100)
-        bind(self.replay, spec.address, spec.port + REPLICATION)
-        self.control = ControlServer(context, spec.address, spec.port + CONTROL, spec.name)
+        bind(self.replay, spec.address, port_at(spec.port, ExchangePort.LOG))
+        control = port_at(spec.port, ExchangePort.CONTROL)
+        self.control = ControlServer(context, spec.address, control, spec.name)
         self.control.status = self.status
         self.reports = open_socket(context, Kind.PUB, sndhwm=100)
         connect(self.reports, spec.monitor)
@@ -268,9 +270,9 @@ class Exchange:
     def _poller(self) -> Poller:
         poller = Poller()
         for sock in (self.front, self.back, self.control.sock, self.replay):
-            poller.register(sock, POLLIN)
+            poller.register(sock, READABLE)
         for sock in self.replicator.sockets() if self.replicator else []:
-            poller.register(sock, POLLIN)
+            poller.register(sock, READABLE)
         self._replica_sockets = set(self.replicator.sockets() if self.replicator else [])
         return poller
 
@@ -362,11 +364,8 @@ class Exchange:
     def _count_subscriptions(self) -> None:
         """Subscribe (first byte 1) and unsubscribe (0) messages from the XPUB socket: ZeroMQ has
         already applied them to its filter; they are read only to be counted."""
-        for _ in range(limits.exchange_burst_batches):
-            try:
-                message = self.back.recv(NOBLOCK)
-            except WouldBlock:
-                return
+        for frames in drained(self.back, limits.exchange_burst_batches):
+            message = frames[0]
             if message[:1] == b"\x01":
                 self.subscriptions += 1
             elif message[:1] == b"\x00":
@@ -458,10 +457,10 @@ class Exchange:
         if self.log_server is not None:
             self.log_server.pump()
             return
-        try:  # no log: say so rather than leave the reader waiting
-            peer, *_ = self.replay.recv_multipart(NOBLOCK)
-        except WouldBlock:
+        frames = recv_nowait(self.replay)  # no log: say so rather than leave the reader waiting
+        if frames is None:
             return
+        peer = frames[0]
         reply = dataplane.read_reply(dataplane.READ_ERROR, 0, 0, 0, b"useLog is false")
         self.replay.send_multipart([peer, *reply])
 
@@ -505,9 +504,7 @@ class Exchange:
         )
 
     def _send_report(self, report: ExchangeReport | ExchangeSubscriptions) -> None:
-        try:
-            self.reports.send(bsonmsg.encode(report.encode()), NOBLOCK)
-        except WouldBlock:
+        if not send_nowait(self.reports, [bsonmsg.encode(report.encode())]):
             log.debug("%s: monitor not keeping up; report dropped", self.spec.name)
 
     def _publish_kpi(self, seconds: float) -> None:
@@ -520,9 +517,7 @@ class Exchange:
             producers=rates.producers, cpu=procstat.load_average(),
             process_cpu=self._kpi_cpu.sample(), memory_mib=procstat.rss_bytes() / 2**20,
         )  # fmt: skip
-        try:
-            self.kpi.send_multipart([bsonmsg.encode(frame) for frame in kpi.frames()], NOBLOCK)
-        except WouldBlock:
+        if not send_nowait(self.kpi, [bsonmsg.encode(frame) for frame in kpi.frames()]):
             log.debug("%s: stat monitor not keeping up; KPI dropped", self.spec.name)
 
     def status(self) -> dict[str, Any]:

@@ -71,7 +71,7 @@ from roq.protocol.messages.host import (
 )
 from roq.protocol.messages.monitor import RulesUpdate
 from roq.protocol.rules import RuleSet
-from roq.transport import Kind, connect, open_socket
+from roq.transport import Kind, connect, open_socket, send_nowait
 from roq.transport.rpc import Requester
 
 log = logging.getLogger(__name__)
@@ -313,36 +313,46 @@ class Management:
     def _record_exchanges(
         self, queue: str, host: HostRecord, exchanges: Sequence[ExchangeInfo], fence: Fence
     ) -> None:
-        known = {x.id for x in self.registry.exchanges(queue)}
+        known = {x.id: x for x in self.registry.exchanges(queue)}
         for info in exchanges:
-            if info.exchange_id in known:
-                continue
-            self.registry.put_exchange(
-                fence,
-                ExchangeRecord(
-                    id=info.exchange_id,
-                    queue=queue,
-                    host=host.name,
-                    front=info.front,
-                    back=info.back,
-                    port=info.port,
-                    txid=info.txid,
-                ),
+            record = ExchangeRecord(
+                id=info.exchange_id,
+                queue=queue,
+                host=host.name,
+                front=info.front,
+                back=info.back,
+                port=info.port,
+                txid=info.txid,
             )
+            if info.exchange_id not in known:
+                self.registry.put_exchange(fence, record)
+            elif known[info.exchange_id] != record:  # started again (queue start), new ports
+                self.registry.update_exchange(fence, record)
 
     def stop_queue(self, request: Document, fence: Fence) -> Document:
         record, version = self._queue(StopQueue.decode(request).queue)
         if record.state != QueueState.RUNNING:
             raise Refused(Reason.BAD_REQUEST, f"queue {record.name} is {record.state}, not RUNNING")
-        host = self.registry.host(record.host)
-        if host is not None:
-            self._call_host(host, StopQueueOnHost(record.name, delete_logs=False), Reply.decode)
-        for exchange in self.registry.exchanges(record.name):
-            self.registry.delete_exchange(fence, record.name, exchange.id)
+        self._stop_on_hosts(record)
+        # The exchange records stay: they are the queue's logs, which `start` re-attaches.
         record.state, record.monitor, record.stat = QueueState.STOPPED, "", ""
         self.registry.update_queue(fence, record, version)
         log.info("queue %s stopped", record.name)
         return bsonmsg.ok(f"queue {record.name} stopped")
+
+    def _stop_on_hosts(self, record: QueueRecord) -> None:
+        """Every live host stops the queue's processes (the hosts that run one must answer,
+        else the stop fails and can be retried; a dead host's processes died with it, and a
+        host that restarts does not start a STOPPED queue again)."""
+        running = {record.host} | {x.host for x in self.registry.exchanges(record.name)}
+        request = StopQueueOnHost(record.name, delete_logs=False)
+        for host in self.registry.hosts():
+            try:
+                self._call_host(host, request, Reply.decode)
+            except Refused as error:
+                if host.name in running:
+                    raise
+                log.warning("queue %s: stopping on %s: %s", record.name, host.name, error)
 
     def start_queue(self, request: Document, fence: Fence) -> Document:
         wanted = StartQueue.decode(request)
@@ -351,8 +361,33 @@ class Management:
             raise Refused(Reason.BAD_REQUEST, f"queue {record.name} is {record.state}, not STOPPED")
         host = self._find_host(wanted.host) if wanted.host else self._live_host(record.host)
         self._start_on_host(record.name, host, fence)
+        self._reattach_exchanges(record.name, host, fence)
         log.info("queue %s started on %s", record.name, host.name)
         return QueuePlaced(host.name, f"queue {record.name} started on {host.name}").encode()
+
+    def _reattach_exchanges(self, queue: str, monitor_host: HostRecord, fence: Fence) -> None:
+        """The exchanges recorded on other live hosts start again on their logs, reporting to
+        the queue's (new) monitor. One on a dead host stays recorded: that host re-adopts it
+        when it starts again."""
+        record, _ = self._queue(queue)
+        for exchange in self.registry.exchanges(queue):
+            host = self.registry.host(exchange.host)
+            if exchange.host == monitor_host.name or host is None:
+                continue
+            request = CreateExchangeOnHost(
+                queue=queue,
+                txid=exchange.txid,
+                monitor_port=record.monitor_port,
+                stat_port=record.stat_port,
+                monitor_address=_address_of(record.monitor),
+                exchange_id=exchange.id,
+            )
+            try:
+                reply = self._call_host(host, request, ExchangeOnHost.decode)
+            except Refused as error:
+                log.warning("queue %s: exchange %s not re-attached: %s", queue, exchange.id, error)
+                continue
+            self._record_exchanges(queue, host, [reply.exchange], fence)
 
     def remove_queue(self, request: Document, fence: Fence) -> Document:
         record, version = self._queue(RemoveQueue.decode(request).queue)
@@ -516,7 +551,8 @@ class Management:
         update = bsonmsg.encode(RulesUpdate(queue, rules).encode())
         for address, sock in self._listener_sockets(queue).items():
             try:
-                sock.send(update, flags=1)
+                if not send_nowait(sock, [update]):
+                    raise TransportError("its queue is full")
             except Exception as error:  # a slow or gone listener must not fail the request
                 log.warning(
                     "queue %s: rules listener %s did not take the update: %s", queue, address, error

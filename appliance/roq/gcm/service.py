@@ -8,7 +8,8 @@ RoQ's P+1/P+4 shutdown sockets are replaced by SIGTERM, and P+2 (Java serializat
 Every GCM of a cluster serves its sockets; only the elected leader acts. The others answer
 `{RESULT: 8, LEADER: <its admin endpoint>}` so clients follow. All state lives in ZooKeeper; the
 leader's writes are fenced (see coordination.registry), so a deposed leader cannot overwrite it.
-One thread owns all sockets (the main loop); the election runs in kazoo's threads.
+One thread owns all sockets (the main loop); the election runs in a thread of its own
+(`gcm-election`, coordination/election.py), which touches ZooKeeper only.
 """
 
 from __future__ import annotations
@@ -31,15 +32,13 @@ from roq.gcm.management import Management
 from roq.protocol import bsonmsg
 from roq.protocol.commands import AdminCommand, Reason
 from roq.protocol.messages.admin import BroadcastQueue, ConfigBroadcast
+from roq.protocol.ports import GcmPort, endpoint_at, port_at
 from roq.system.netaddr import resolve_interface
-from roq.transport import POLLIN, Kind, Poller, bind, new_context, open_socket
+from roq.transport import READABLE, Kind, Poller, bind, new_context, open_socket
 from roq.transport.rpc import answer
 
 log = logging.getLogger(__name__)
 
-TOPOLOGY_OFFSET = 0
-ADMIN_OFFSET = 3
-BROADCAST_OFFSET = 5
 _READ_ONLY = {AdminCommand.GET_HOST_BY_QNAME, AdminCommand.INIT_REQ}
 
 
@@ -58,15 +57,15 @@ class GlobalConfigurationManager:
         self.leadership = Leadership(self.registry, self._identity(), self._on_elected)
         self._sockets: dict[str, Any] = {}
 
-    def endpoint(self, offset: int) -> str:
-        return f"tcp://{self.address}:{self.base + offset}"
+    def endpoint(self, offset: GcmPort) -> str:
+        return endpoint_at(self.address, self.base, offset)
 
     def _identity(self) -> dict[str, Any]:
         return {
             "id": self.id,
-            "topology": self.endpoint(TOPOLOGY_OFFSET),
-            "admin": self.endpoint(ADMIN_OFFSET),
-            "broadcast": self.endpoint(BROADCAST_OFFSET),
+            "topology": self.endpoint(GcmPort.TOPOLOGY),
+            "admin": self.endpoint(GcmPort.ADMIN),
+            "broadcast": self.endpoint(GcmPort.BROADCAST),
         }
 
     def _on_elected(self, fence: Fence) -> None:
@@ -78,20 +77,21 @@ class GlobalConfigurationManager:
     def bind(self) -> None:
         """Bind every port before joining the election, so a port clash fails fast."""
         for name, kind, offset in (
-            ("topology", Kind.REP, TOPOLOGY_OFFSET),
-            ("admin", Kind.REP, ADMIN_OFFSET),
-            ("broadcast", Kind.PUB, BROADCAST_OFFSET),
+            ("topology", Kind.REP, GcmPort.TOPOLOGY),
+            ("admin", Kind.REP, GcmPort.ADMIN),
+            ("broadcast", Kind.PUB, GcmPort.BROADCAST),
         ):
             sock = open_socket(self.context, kind)
             self._sockets[name] = sock
-            bind(sock, self.address, self.base + offset)
+            bind(sock, self.address, port_at(self.base, offset))
 
     def run(self, stop: threading.Event, on_ready: Callable[[], object] | None = None) -> None:
         self.leadership.start()
         poller = Poller()
         for name in ("topology", "admin"):
-            poller.register(self._sockets[name], POLLIN)
-        log.info("gcm %s serving on %s (admin %s)", self.id, self.endpoint(0), self.endpoint(3))
+            poller.register(self._sockets[name], READABLE)
+        topology, admin = self.endpoint(GcmPort.TOPOLOGY), self.endpoint(GcmPort.ADMIN)
+        log.info("gcm %s serving on %s (admin %s)", self.id, topology, admin)
         if on_ready is not None:
             on_ready()
         next_broadcast = time.monotonic() + self.period_s

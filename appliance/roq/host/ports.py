@@ -1,6 +1,7 @@
 """Port allocation on a host: blocks of consecutive ports from a free list, claimed in ZooKeeper.
 
-Each role takes a fixed block (monitor 6, stat monitor 2, exchange 4) at `base + width × slot`.
+Each role takes a fixed block (monitor 6, stat monitor 2, exchange 4) at `base + width × slot`
+(`protocol.ports.host_block`: the port map owns the widths).
 A slot is free when this host has not claimed it (the claims survive a host restart in
 ZooKeeper) and every port of the block can be bound right now; a port held by another program
 is reported and skipped, never collided with. Released slots are reused (a free list, unlike
@@ -15,10 +16,9 @@ import socket
 from typing import Any
 
 from roq.errors import RoqError
+from roq.protocol.ports import HOST_BLOCK_WIDTH, host_block
 
 log = logging.getLogger(__name__)
-
-WIDTH = {"monitor": 6, "stat": 2, "exchange": 4}
 
 
 class NoFreePort(RoqError):
@@ -37,17 +37,27 @@ class PortAllocator:
         self.in_use: set[int] = set()
         self._reported: set[int] = set()
 
-    def allocate(self, role: str, owner: dict[str, Any]) -> int:
-        """The first port of a free block for `role`; the claim is recorded in ZooKeeper."""
-        width = WIDTH[role]
+    def allocate(self, role: str, owner: dict[str, Any], prefer: int = 0) -> int:
+        """`prefer` if its block is free (a process re-adopted on its recorded ports), else the
+        first port of a free block for `role`; the claim is recorded in ZooKeeper."""
+        width = HOST_BLOCK_WIDTH[role]
         claimed = set(self.registry.port_claims(self.host))
+        record = {**owner, "role": role, "width": width}
+        if (
+            prefer
+            and self._free(prefer, width, claimed)
+            and self.registry.claim_port(self.host, prefer, record)
+        ):
+            self.in_use.add(prefer)
+            return prefer
         for slot in range(self.slots):
-            port = self.bases[role] + width * slot
-            if port + width - 1 > 65535:
+            block = host_block(role, self.bases[role], slot)
+            port, width = block[0], len(block)
+            if block[-1] > 65535:
                 break
-            if port in self.in_use or port in claimed or not self._bindable(port, width):
+            if port in self.in_use or port in claimed or not self._bindable(block):
                 continue
-            if self.registry.claim_port(self.host, port, {**owner, "role": role, "width": width}):
+            if self.registry.claim_port(self.host, port, record):
                 self.in_use.add(port)
                 return port
         raise NoFreePort(
@@ -55,12 +65,17 @@ class PortAllocator:
             f"{self.bases[role]}"
         )
 
+    def _free(self, port: int, width: int, claimed: set[int]) -> bool:
+        if port + width - 1 > 65535 or port in self.in_use or port in claimed:
+            return False
+        return self._bindable(range(port, port + width))
+
     def release(self, port: int) -> None:
         self.in_use.discard(port)
         self.registry.release_port(self.host, port)
 
-    def _bindable(self, port: int, width: int) -> bool:
-        for candidate in range(port, port + width):
+    def _bindable(self, block: range) -> bool:
+        for candidate in block:
             if not self._probe(candidate):
                 if candidate not in self._reported:
                     self._reported.add(candidate)

@@ -9,6 +9,7 @@ it stops. One thread owns the request socket and the children (the main loop).
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import threading
 import time
@@ -21,9 +22,9 @@ from roq import limits
 from roq.config import HostSettings
 from roq.coordination import session
 from roq.coordination.paths import Paths
-from roq.coordination.registry import HostRecord, Registry
-from roq.errors import DecodeError, PortInUse, RoqError
-from roq.host import supervision
+from roq.coordination.registry import HostRecord, QueueRecord, Registry
+from roq.errors import DecodeError, NameTaken, PortInUse, RoqError
+from roq.host import adoption, supervision
 from roq.host.ports import PortAllocator
 from roq.host.supervision import Child
 from roq.log import replica_root
@@ -41,9 +42,10 @@ from roq.protocol.messages.host import (
     RemoveExchangeOnHost,
     StopQueueOnHost,
 )
+from roq.protocol.ports import ExchangePort, MonitorPort, StatPort, endpoint_at
 from roq.system.netaddr import resolve_interface
 from roq.system.spawn import roq_command
-from roq.transport import POLLIN, Kind, Poller, bind, new_context, open_socket
+from roq.transport import READABLE, Kind, Poller, bind, new_context, open_socket
 from roq.transport.rpc import answer
 
 log = logging.getLogger(__name__)
@@ -96,13 +98,46 @@ class HostConfigManager:
         self.sock = open_socket(self.context, Kind.REP)
         bind(self.sock, self.address, self.settings.hcm_port)
         # Own the name first: until then the claims may belong to a live host of this name.
-        self._register()
+        self._claim_name()
         self._release_stale_claims()
+        self.adopt()
 
     def _register(self) -> None:
         self.registry.register_host(
             HostRecord(self.name, self.address, self.endpoint, self.max_exchanges)
         )
+
+    def _claim_name(self) -> None:
+        """Register; if the name is held, take it from a dead process of this machine (its
+        session restored with ZooKeeper's data, or not yet expired), else wait about a session
+        timeout for the holder's session to expire. Still held: NameTaken (exit 75)."""
+        wait_s = self.settings.zk.session_timeout_ms / 1000 * limits.host_name_wait_sessions
+        deadline = time.monotonic() + wait_s + limits.host_name_wait_margin_s
+        while True:
+            try:
+                self._register()
+                return
+            except NameTaken:
+                if self._take_dead_registration():
+                    continue
+                if time.monotonic() >= deadline:
+                    raise
+            log.info("host %s: the name is still registered; waiting for it to expire", self.name)
+            time.sleep(limits.host_name_wait_poll_s)
+
+    def _take_dead_registration(self) -> bool:
+        holder = self.registry.host(self.name)
+        if holder is None:
+            return True  # its session just expired
+        # the pid proves something only on the machine that wrote it
+        if holder.address != self.address or _alive(holder.pid):
+            return False
+        if not self.registry.remove_dead_registration(self.name, holder.pid):
+            return False
+        log.warning(
+            "host %s: removed the registration left by pid %d, which is dead", self.name, holder.pid
+        )
+        return True
 
     def _on_session_state(self, state: str) -> None:
         """kazoo's thread: no ZooKeeper call here. An expired session took the host's ephemeral
@@ -135,7 +170,7 @@ class HostConfigManager:
 
     def run(self, stop: threading.Event, on_ready: Callable[[], object] | None = None) -> None:
         poller = Poller()
-        poller.register(self.sock, POLLIN)
+        poller.register(self.sock, READABLE)
         log.info("host %s serving on %s", self.name, self.endpoint)
         if on_ready is not None:
             on_ready()
@@ -180,18 +215,79 @@ class HostConfigManager:
         if started:
             if self._exchange_count() >= self.max_exchanges:
                 return self._no_capacity(queue)
-            monitors = [self._start_monitor(queue)]
+            prefer = adoption.monitor_ports(self.registry, queue, self.name)
+            monitors = [self._start_monitor(queue, prefer)]
         monitor = monitors[0]
         if not self._of(queue, "exchange"):
-            if self._exchange_count() >= self.max_exchanges:
-                return self._no_capacity(queue)
             try:
-                self._start_exchange(queue, monitor.port, monitor.meta["stat_port"], txid="")
+                # `roq queue start`: the exchanges recorded here start again on their logs
+                self._start_recorded_exchanges(queue, monitor)
+                if not self._of(queue, "exchange") and not adoption.served_elsewhere(
+                    self.registry, queue, self.name
+                ):
+                    if self._exchange_count() >= self.max_exchanges:
+                        raise adoption.NoCapacity(queue)
+                    self._start_exchange(queue, monitor.port, monitor.meta["stat_port"], txid="")
+            except adoption.NoCapacity:
+                if started:
+                    self._stop_child(monitor)
+                return self._no_capacity(queue)
             except RoqError:
                 if started:
                     self._stop_child(monitor)
                 raise
         return self._queue_reply(queue, monitor)
+
+    def _start_recorded_exchanges(self, queue: str, monitor: Child) -> None:
+        for record, _ in adoption.recorded_exchanges(self.registry, queue, self.name):
+            self._start_exchange(
+                queue,
+                monitor.port,
+                monitor.meta["stat_port"],
+                record.txid,
+                recorded=(record.id, record.port),
+            )
+
+    # --- restart is resume -------------------------------------------------------------------
+    def adopt(self) -> None:
+        """Start again the monitors and exchanges ZooKeeper assigns to this host's name (same
+        ids, so the same logs). A queue that cannot be re-adopted is logged and left: the
+        host serves the others."""
+        for record, version in adoption.queues_to_adopt(self.registry, self.name):
+            try:
+                self._adopt_queue(record, version)
+            except RoqError as error:
+                log.error("host %s: could not re-adopt queue %s: %s", self.name, record.name, error)
+
+    def _adopt_queue(self, record: QueueRecord, version: int) -> None:
+        queue = record.name
+        address, port, stat = (
+            adoption.address_of(record.monitor),
+            record.monitor_port,
+            record.stat_port,
+        )
+        if record.host == self.name and not self._of(queue, "monitor"):
+            monitor = self._start_monitor(queue, (port, stat))
+            address, port, stat = self.address, monitor.port, monitor.meta["stat_port"]
+            endpoint = f"tcp://{address}:{port}"
+            if endpoint != record.monitor or stat != record.stat_port:
+                record.monitor, record.monitor_port, record.stat_port = endpoint, port, stat
+                record.stat = f"tcp://{address}:{stat + 1}"
+                if not self.registry.move_queue(record, version):
+                    log.warning("queue %s changed while it was re-adopted; leaving it", queue)
+                    self._stop_queue_children(queue)
+                    return
+        for exchange, exchange_version in adoption.recorded_exchanges(
+            self.registry, queue, self.name
+        ):
+            child = self._start_exchange(
+                queue, port, stat, exchange.txid, address, recorded=(exchange.id, exchange.port)
+            )
+            if child.port != exchange.port or self._exchange_doc(child).front != exchange.front:
+                info = self._exchange_doc(child)
+                exchange.port, exchange.front, exchange.back = info.port, info.front, info.back
+                self.registry.move_exchange(exchange, exchange_version)
+        log.info("host %s: re-adopted queue %s", self.name, queue)
 
     def _no_capacity(self, queue: str) -> Document:
         comment = (
@@ -204,8 +300,8 @@ class HostConfigManager:
     def _queue_reply(self, queue: str, monitor: Child) -> Document:
         stat_port = monitor.meta["stat_port"]
         return QueueOnHost(
-            monitor_host=f"tcp://{self.address}:{monitor.port}",
-            stat_monitor_host=f"tcp://{self.address}:{stat_port + 1}",
+            monitor_host=endpoint_at(self.address, monitor.port, MonitorPort.REPORTS),
+            stat_monitor_host=endpoint_at(self.address, stat_port, StatPort.KPI),
             monitor_port=monitor.port,
             stat_port=stat_port,
             exchanges=tuple(self._exchange_doc(c) for c in self._of(queue, "exchange")),
@@ -216,20 +312,22 @@ class HostConfigManager:
             exchange_id=child.id,
             port=child.port,
             txid=child.txid,
-            front=f"tcp://{self.address}:{child.port}",
-            back=f"tcp://{self.address}:{child.port + 1}",
+            front=endpoint_at(self.address, child.port, ExchangePort.FRONT),
+            back=endpoint_at(self.address, child.port, ExchangePort.BACK),
         )
 
-    def _start_monitor(self, queue: str) -> Child:
-        for _ in range(limits.child_bind_attempts):
-            port = self.ports.allocate("monitor", {"queue": queue})
-            stat = self.ports.allocate("stat", {"queue": queue})
+    def _start_monitor(self, queue: str, prefer: tuple[int, int] = (0, 0)) -> Child:
+        """On `prefer` (its recorded base and stat ports) if they are free, else on new ones."""
+        for attempt in range(limits.child_bind_attempts):
+            want_port, want_stat = prefer if attempt == 0 else (0, 0)
+            port = self.ports.allocate("monitor", {"queue": queue}, want_port)
+            stat = self.ports.allocate("stat", {"queue": queue}, want_stat)
             child = Child(
                 name=f"monitor {queue}",
                 role="monitor",
                 queue=queue,
                 port=port,
-                control=f"tcp://{self.address}:{port + 5}",
+                control=endpoint_at(self.address, port, MonitorPort.CONTROL),
                 argv=roq_command(
                     "monitor",
                     queue,
@@ -255,17 +353,22 @@ class HostConfigManager:
         stat_port: int,
         txid: str,
         monitor_address: str | None = None,
+        recorded: tuple[str, int] = ("", 0),
     ) -> Child:
+        """A new exchange, or with `recorded` (its id and port) one started again on its log."""
         monitor_address = monitor_address or self.address
-        for _ in range(limits.child_bind_attempts):
-            port = self.ports.allocate("exchange", {"queue": queue, "txid": txid})
-            exchange_id = f"{self.name.replace(':', '_')}-{port}-{uuid.uuid4().hex[:6]}"
+        for attempt in range(limits.child_bind_attempts):
+            owner = {"queue": queue, "txid": txid}
+            port = self.ports.allocate("exchange", owner, recorded[1] if attempt == 0 else 0)
+            exchange_id = (
+                recorded[0] or f"{self.name.replace(':', '_')}-{port}-{uuid.uuid4().hex[:6]}"
+            )
             child = Child(
                 name=f"exchange {queue}/{exchange_id}",
                 role="exchange",
                 queue=queue,
                 port=port,
-                control=f"tcp://{self.address}:{port + 2}",
+                control=endpoint_at(self.address, port, ExchangePort.CONTROL),
                 id=exchange_id,
                 txid=txid,
                 argv=roq_command(
@@ -276,9 +379,9 @@ class HostConfigManager:
                     "--port",
                     str(port),
                     "--monitor",
-                    f"tcp://{monitor_address}:{monitor_port}",
+                    endpoint_at(monitor_address, monitor_port, MonitorPort.REPORTS),
                     "--stat",
-                    f"tcp://{monitor_address}:{stat_port}",
+                    endpoint_at(monitor_address, stat_port, StatPort.IN),
                     "--id",
                     exchange_id,
                     *self._overrides(),
@@ -317,16 +420,21 @@ class HostConfigManager:
         wanted = CreateExchangeOnHost.decode(request)
         queue, txid = wanted.queue, wanted.txid
         for child in self._of(queue, "exchange"):
-            if child.txid == txid:
+            if (child.id == wanted.exchange_id) if wanted.exchange_id else (child.txid == txid):
                 return ExchangeOnHost(self._exchange_doc(child), "exists").encode()
-        if self._exchange_count() >= self.max_exchanges:
-            return self._no_capacity(queue)
+        if self._exchange_count() >= self.max_exchanges and not wanted.exchange_id:
+            return self._no_capacity(queue)  # a recorded exchange had its slot already
+        recorded = ("", 0)
+        if wanted.exchange_id:
+            found = self.registry.exchange(queue, wanted.exchange_id)
+            recorded = (wanted.exchange_id, 0 if found is None else found[0].port)
         child = self._start_exchange(
             queue,
             wanted.monitor_port,
             wanted.stat_port,
             txid,
             monitor_address=wanted.monitor_address,
+            recorded=recorded,
         )
         return ExchangeOnHost(self._exchange_doc(child), "created").encode()
 
@@ -343,12 +451,15 @@ class HostConfigManager:
         """1012, or 1008 (`delete_logs`): the queue's processes stop here."""
         stop = StopQueueOnHost.decode(request)
         queue = stop.queue
-        # Exchanges first, so they can still tell their monitor they are leaving.
-        for child in self._of(queue, "exchange") + self._of(queue, "monitor"):
-            self._stop_child(child)
+        self._stop_queue_children(queue)
         if stop.delete_logs:
             self._delete_queue_files(queue)
         return bsonmsg.ok(f"queue {queue} stopped on {self.name}")
+
+    def _stop_queue_children(self, queue: str) -> None:
+        # Exchanges first, so they can still tell their monitor they are leaving.
+        for child in self._of(queue, "exchange") + self._of(queue, "monitor"):
+            self._stop_child(child)
 
     def _delete_queue_files(self, queue: str) -> None:
         """The queue's own logs and the copies this host's exchanges kept of other exchanges'
@@ -392,3 +503,17 @@ class HostConfigManager:
             self.sock.close(0)
         session.close(self.zk)
         self.context.term()
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` is a live process of this machine other than this one (a pid reused after
+    a reboot may be this very process)."""
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True

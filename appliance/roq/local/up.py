@@ -1,6 +1,12 @@
 """`roq up`: a one-machine cluster in the foreground — ZooKeeper when none is reachable, one GCM
 and one host as child processes, all state under one data directory. Stopping it (Ctrl-C,
-SIGTERM) stops the host (which stops its monitors and exchanges), the GCM, then ZooKeeper."""
+SIGTERM) stops the host (which stops its monitors and exchanges), the GCM, then ZooKeeper.
+
+Once up, it supervises what it started: a GCM, host or ZooKeeper that dies is started again
+after a back-off (doubling, logged), and the restarted host re-adopts its queues from ZooKeeper
+(host/adoption.py). Only a configuration error (exit 78) stops everything: it would recur.
+Started again on the same data directory, `roq up` resumes the same cluster: the queues come
+back with their logs."""
 
 from __future__ import annotations
 
@@ -9,12 +15,14 @@ import signal
 import subprocess
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from roq import config, limits
 from roq.client.admin import AdminClient
-from roq.errors import ConfigError, RoqError
+from roq.errors import EXIT_CONFIG, ConfigError, RoqError
 from roq.local.zkserver import ZooKeeperServer, first_reachable
+from roq.protocol.ports import GcmPort, port_at
 from roq.system.spawn import child_environment, die_with_parent, roq_command
 
 log = logging.getLogger(__name__)
@@ -24,6 +32,27 @@ READY_TIMEOUT_S = 60.0
 
 class ClusterFailed(RoqError):
     pass
+
+
+@dataclass
+class Restarts:
+    """The restart schedule of one supervised process."""
+
+    started_at: float = 0.0
+    failures: int = 0
+    due: float | None = None  # when to start it again; None while it runs
+
+    def died(self, now: float) -> float:
+        """Schedule the restart; returns the back-off in seconds."""
+        if now - self.started_at > limits.up_stable_after_s:
+            self.failures = 0
+        self.failures += 1
+        delay: float = min(
+            limits.up_restart_backoff_s_max,
+            limits.up_restart_backoff_s_min * 2 ** (self.failures - 1),
+        )
+        self.due = now + delay
+        return delay
 
 
 def split_overrides(overrides: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
@@ -56,6 +85,9 @@ class Cluster:
         self._hcm_args = self._args(hcm_config, hcm_over)
         self.zookeeper: ZooKeeperServer | None = None
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.restarts: dict[str, Restarts] = {
+            mode: Restarts() for mode in ("zookeeper", "gcm", "host")
+        }
 
     @staticmethod
     def _args(path: Path | None, overrides: dict[str, str]) -> list[str]:
@@ -91,6 +123,7 @@ class Cluster:
         self._hcm_args += overrides
 
     def _spawn(self, mode: str, args: list[str]) -> None:
+        self.restarts[mode].started_at = time.monotonic()
         self.processes[mode] = subprocess.Popen(
             roq_command(mode, *args),
             env=child_environment(),
@@ -130,7 +163,8 @@ class Cluster:
             [
                 "roq is up.",
                 f"  ZooKeeper   {self._zk_text()}",
-                f"  GCM         {gcm} (admin API on port {self.settings.gcm_ports_base + 3})",
+                f"  GCM         {gcm} (admin API on port "
+                f"{port_at(self.settings.gcm_ports_base, GcmPort.ADMIN)})",
                 f"  host        {self.settings.host_interface}:{self.settings.hcm_port}",
                 f"  data        {self.data_dir}",
                 "From another terminal:",
@@ -149,7 +183,41 @@ class Cluster:
 
     def wait(self, stop: threading.Event) -> None:
         while not stop.wait(0.5):
-            self._check_alive()
+            self.supervise(time.monotonic())
+
+    def supervise(self, now: float) -> None:
+        """Notice a dead child and start it again when its back-off has passed."""
+        self._supervise_zookeeper(now)
+        for mode, args in (("gcm", self._gcm_args), ("host", self._hcm_args)):
+            restarts = self.restarts[mode]
+            code = self.processes[mode].poll()
+            if code is not None and restarts.due is None:
+                if code == EXIT_CONFIG:
+                    raise ClusterFailed(f"roq {mode} rejected its configuration (exit 78)")
+                delay = restarts.died(now)
+                log.error("roq %s exited with code %d; restarting it in %.1f s", mode, code, delay)
+            if restarts.due is not None and now >= restarts.due:
+                restarts.due = None
+                log.warning("restarting roq %s (restart %d)", mode, restarts.failures)
+                self._spawn(mode, args)
+
+    def _supervise_zookeeper(self, now: float) -> None:
+        server, restarts = self.zookeeper, self.restarts["zookeeper"]
+        if server is None:
+            return
+        process = server.process
+        if process is not None and process.poll() is None:
+            return
+        if restarts.due is None:
+            delay = restarts.died(now)
+            log.error("ZooKeeper (started here) exited; restarting it in %.1f s", delay)
+        elif now >= restarts.due:
+            restarts.due = None
+            restarts.started_at = now
+            try:
+                server.start()
+            except RoqError as error:
+                log.error("ZooKeeper did not start again: %s", error)
 
     def stop(self) -> None:
         for mode in ("host", "gcm"):

@@ -1,7 +1,7 @@
 """The `interval` flush policy's fdatasync, run off the owning thread.
 
 An fdatasync takes milliseconds (3–11 ms measured on a virtio disk, docs/benchmarks.md); run on
-an exchange's only thread it would stall every batch behind it, which is most of the log's
+an exchange's main thread it would stall every batch behind it, which is most of the log's
 tail latency. The flusher syncs a duplicate of the active segment's descriptor, so the owner may
 roll or close the segment meanwhile; the owner learns the result on its next tick.
 """

@@ -2,7 +2,7 @@
 
 Unlinking a 64 MiB segment that was written back takes ~40 ms on the virtio disk of
 docs/benchmarks.md (ext4 mounted with `discard` frees and discards its extents in the call).
-Retention at 120 MB/s deletes two segments a second, so on an exchange's only thread that was
+Retention at 120 MB/s deletes two segments a second, so on an exchange's main thread that was
 up to 80 ms of every second with nothing forwarded, in 40 ms stalls. The log instead renames a
 segment it retires to `<name>.deleted` (metadata only, at once invisible to the log and to
 readers of its directory) and hands the path to the janitor, one thread per process shared by

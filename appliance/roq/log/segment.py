@@ -40,7 +40,7 @@ def segment_name(base: int) -> str:
 def parse_segment_name(name: str) -> int | None:
     """The base offset a segment file name encodes, or None if it is not a segment's name."""
     stem, suffix = name[: -len(SUFFIX)], name[-len(SUFFIX) :]
-    if suffix != SUFFIX or len(stem) != NAME_DIGITS or not stem.isdigit():
+    if suffix != SUFFIX or len(stem) != NAME_DIGITS or not (stem.isascii() and stem.isdigit()):
         return None
     return int(stem)
 

@@ -39,7 +39,7 @@ from roq.protocol.messages.control import RulesInForce, ScalingStatus
 from roq.protocol.messages.kpi import ScalingEvent
 from roq.protocol.messages.monitor import ReportedLoad, RulesUpdate
 from roq.protocol.rules import RuleSet
-from roq.transport import NOBLOCK, Kind, WouldBlock, bind, open_socket
+from roq.transport import Kind, bind, drained, open_socket
 
 log = logging.getLogger(__name__)
 
@@ -96,13 +96,9 @@ class Scaler:
 
     def pump_rules(self) -> None:
         """Rule updates pushed by the GCM (2008)."""
-        for _ in range(16):
+        for frames in drained(self.sock, 16):
             try:
-                frame = self.sock.recv(NOBLOCK)
-            except WouldBlock:
-                return
-            try:
-                update = RulesUpdate.decode(bsonmsg.decode([frame]))
+                update = RulesUpdate.decode(bsonmsg.decode(frames))
             except ProtocolError as error:
                 log.warning("%s: ignored a bad rules update: %s", self.name, error)
                 continue

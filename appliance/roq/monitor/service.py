@@ -44,7 +44,6 @@ from roq.monitor.placement import (
 from roq.monitor.scaling import Scaler
 from roq.protocol import bsonmsg
 from roq.protocol.commands import MonitorCommand, Reason
-from roq.protocol.endpoints import port_plus
 from roq.protocol.messages.control import (
     MonitoredExchange,
     MonitorStatus,
@@ -70,15 +69,12 @@ from roq.protocol.messages.monitor import (
     ReportedLoad,
     decode_exchange_message,
 )
-from roq.transport import NOBLOCK, POLLIN, Kind, Poller, WouldBlock, bind, connect, open_socket
+from roq.protocol.ports import ExchangePort, MonitorPort, StatPort, port_at, sibling
+from roq.transport import READABLE, Kind, Poller, bind, connect, drained, open_socket, send_nowait
 from roq.transport.control import ControlServer
 from roq.transport.rpc import answer
 
 log = logging.getLogger(__name__)
-
-REPORTS, REQUESTS, TO_PUBLISHERS, TO_SUBSCRIBERS, RULES, CONTROL = range(6)
-PORTS_PER_MONITOR = 6
-STAT_IN, KPI_OUT = 0, 1
 
 
 class Monitor:
@@ -105,7 +101,7 @@ class Monitor:
         self._controls: dict[str, Any] = {}  # front → DEALER to the exchange's control port
         self._open_sockets(context)
         self.scaler = Scaler(
-            context, queue, settings, address, port + RULES,
+            context, queue, settings, address, port_at(port, MonitorPort.RULES),
             emit=lambda event: self._send(self.kpi_out, [bsonmsg.encode(event.encode())]),
         )  # fmt: skip
 
@@ -115,14 +111,17 @@ class Monitor:
             bind(sock, self.address, port)
             return sock
 
-        b, s = self.port, self.stat_port
-        self.reports = bound(Kind.SUB, b + REPORTS, rcvhwm=10_000, subscribe=b"")
-        self.requests = bound(Kind.REP, b + REQUESTS)
-        self.to_publishers = bound(Kind.PUB, b + TO_PUBLISHERS, sndhwm=10_000)
-        self.to_subscribers = bound(Kind.PUB, b + TO_SUBSCRIBERS, sndhwm=10_000)
-        self.stat_in = bound(Kind.SUB, s + STAT_IN, rcvhwm=10_000, subscribe=b"")
-        self.kpi_out = bound(Kind.PUB, s + KPI_OUT, sndhwm=10_000)
-        self.control = ControlServer(context, self.address, b + CONTROL, self.name)
+        def at(offset: MonitorPort) -> int:
+            return port_at(self.port, offset)
+
+        self.reports = bound(Kind.SUB, at(MonitorPort.REPORTS), rcvhwm=10_000, subscribe=b"")
+        self.requests = bound(Kind.REP, at(MonitorPort.PLACEMENT))
+        self.to_publishers = bound(Kind.PUB, at(MonitorPort.TO_PUBLISHERS), sndhwm=10_000)
+        self.to_subscribers = bound(Kind.PUB, at(MonitorPort.TO_SUBSCRIBERS), sndhwm=10_000)
+        s = self.stat_port
+        self.stat_in = bound(Kind.SUB, port_at(s, StatPort.IN), rcvhwm=10_000, subscribe=b"")
+        self.kpi_out = bound(Kind.PUB, port_at(s, StatPort.KPI), sndhwm=10_000)
+        self.control = ControlServer(context, self.address, at(MonitorPort.CONTROL), self.name)
         self.control.status = self.status
 
     # --- main loop -----------------------------------------------------------------------------
@@ -136,11 +135,12 @@ class Monitor:
             self.scaler.sock: self.scaler.pump_rules,
         }
         for sock in handlers:
-            poller.register(sock, POLLIN)
+            poller.register(sock, READABLE)
         now = time.monotonic()
         next_list, next_kpi = now + self.list_period_s, now + self.kpi_period_s
         next_scale = now
-        log.info("%s: placing publishers on tcp://%s:%d", self.name, self.address, self.port + 1)
+        placement = port_at(self.port, MonitorPort.PLACEMENT)
+        log.info("%s: placing publishers on tcp://%s:%d", self.name, self.address, placement)
         while not (stop.is_set() or self.control.stop_requested):
             for sock, _ in poller.poll(limits.poll_interval_ms):
                 handlers[sock]()
@@ -160,11 +160,7 @@ class Monitor:
 
     # --- exchange reports ----------------------------------------------------------------------
     def _pump_reports(self) -> None:
-        for _ in range(limits.monitor_burst_messages):
-            try:
-                frames = self.reports.recv_multipart(NOBLOCK)
-            except WouldBlock:
-                return
+        for frames in drained(self.reports, limits.monitor_burst_messages):
             try:
                 message = decode_exchange_message(bsonmsg.decode(frames))
             except ProtocolError as error:
@@ -344,7 +340,7 @@ class Monitor:
         for view in self.exchanges.values():
             for leader_id, end in view.copies.items():
                 if leader_id not in live and not view.leaving:
-                    entry = ReplicaCopy(view.exchange_id, _port_plus(view.front, 3), end)
+                    entry = ReplicaCopy(view.exchange_id, _log_endpoint(view.front), end)
                     holders.setdefault(leader_id, []).append(entry)
         return tuple(
             DeadLog(leader_id, tuple(sorted(found, key=lambda r: -r.end)))
@@ -357,11 +353,7 @@ class Monitor:
     # --- stat monitor --------------------------------------------------------------------------
     def _pump_stats(self) -> None:
         """Forward valid statistics to the KPI stream; count and drop the rest."""
-        for _ in range(limits.monitor_burst_messages):
-            try:
-                frames = self.stat_in.recv_multipart(NOBLOCK)
-            except WouldBlock:
-                return
+        for frames in drained(self.stat_in, limits.monitor_burst_messages):
             if self._valid_stat(frames):
                 self._send(self.kpi_out, frames)
             else:
@@ -398,9 +390,7 @@ class Monitor:
         self._send(self.to_subscribers, [bsonmsg.encode(notice)])
 
     def _send(self, sock: Any, frames: list[bytes]) -> None:
-        try:
-            sock.send_multipart(frames, NOBLOCK)
-        except WouldBlock:
+        if not send_nowait(sock, frames):
             log.warning("%s: a slow peer missed a notice (it will get the next list)", self.name)
 
     def status(self) -> dict[str, Any]:
@@ -454,7 +444,7 @@ class Monitor:
                     ", ".join(replica_ids) or "nobody",
                 )
                 leader.replicas = replica_ids
-            replicas = [ReplicaAssignment(r, _port_plus(by_id[r].front, 3)) for r in replica_ids]
+            replicas = [ReplicaAssignment(r, _log_endpoint(by_id[r].front)) for r in replica_ids]
             assignment = Replicas(tuple(replicas), tuple(copied[leader_id]))
             self._tell_exchange(leader, assignment.encode())
 
@@ -462,15 +452,10 @@ class Monitor:
         sock = self._controls.get(view.front)
         if sock is None:
             sock = self._controls[view.front] = open_socket(self._context, Kind.DEALER, sndhwm=10)
-            connect(sock, _port_plus(view.front, 2))
-        while True:  # replies carry nothing we need: discard them
-            try:
-                sock.recv_multipart(NOBLOCK)
-            except WouldBlock:
-                break
-        try:
-            sock.send_multipart([b"", bsonmsg.encode(doc)], NOBLOCK)
-        except WouldBlock:
+            connect(sock, sibling(view.front, ExchangePort.FRONT, ExchangePort.CONTROL))
+        for _ in drained(sock, limits.control_hwm_messages):  # its high-water mark
+            pass  # replies carry nothing we need: discard them
+        if not send_nowait(sock, [b"", bsonmsg.encode(doc)]):
             log.debug("%s: exchange %s control queue full", self.name, view.exchange_id)
 
     def close(self) -> None:
@@ -490,6 +475,6 @@ def _entry(view: ExchangeView) -> ExchangeEntry:
     return ExchangeEntry(view.exchange_id, view.back, view.logged)
 
 
-def _port_plus(endpoint: str, delta: int) -> str:
-    """A port of the exchange's block: its `Front` was checked with room for F+3 (decode)."""
-    return port_plus(endpoint, delta)
+def _log_endpoint(front: str) -> str:
+    """Where an exchange serves log reads and replication writes (F+3), from its front (F)."""
+    return sibling(front, ExchangePort.FRONT, ExchangePort.LOG)

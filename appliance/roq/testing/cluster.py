@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from roq.client.admin import AdminClient
+from roq.protocol.ports import EXCHANGE_WIDTH, GCM_WIDTH, MONITOR_WIDTH, STAT_WIDTH
 from roq.system.spawn import child_environment, roq_command
 
 T = TypeVar("T")
 
 LOOPBACK = "127.0.0.1"
+SLOTS = 10  # port blocks of each kind a test host may allocate (its `ports.max.perkind`)
 
 
 def port_is_free(port: int, host: str = LOOPBACK) -> bool:
@@ -118,10 +120,10 @@ class LocalCluster:
             "network.interface": LOOPBACK,
             "host.name": name,
             "hcm.port": self.ports.take(1),
-            "monitor.base.port": self.ports.take(60),
-            "statmonitor.base.port": self.ports.take(20),
-            "exchange.base.port": self.ports.take(40),
-            "ports.max.perkind": 10,
+            "monitor.base.port": self.ports.take(SLOTS * MONITOR_WIDTH),
+            "statmonitor.base.port": self.ports.take(SLOTS * STAT_WIDTH),
+            "exchange.base.port": self.ports.take(SLOTS * EXCHANGE_WIDTH),
+            "ports.max.perkind": SLOTS,
             "directory": str(self.tmp / name / "log"),
             "zk.session.timeout": 4000,
             "heartbeat.period": 200,
@@ -131,7 +133,7 @@ class LocalCluster:
         return [arg for k, v in values.items() for arg in ("-D", f"{k}={_text(v)}")]
 
     def start_gcm(self, **overrides: Any) -> Daemon:
-        base = self.ports.take(6)
+        base = self.ports.take(GCM_WIDTH)
         if not self.gcm_base:
             self.gcm_base = base
         return self._spawn(f"gcm-{base}", ["gcm", *self.gcm_args(base, **overrides)])

@@ -1,13 +1,18 @@
 """ZeroMQ sockets with every option explicit (style R7).
 
 A socket belongs to the thread that created it; nothing here is thread-safe except `Context`.
+
+Callers use roq names only: `READABLE` to register a socket in a `Poller`, `send_nowait`,
+`recv_nowait`, `drained` and `wait_readable` instead of pyzmq's flags, and they see `TransportError`
+instead of `zmq.ZMQError` (a full queue is a return value, not an exception). Sockets' own blocking
+`send_multipart`/`recv_multipart` stay in use where a caller wants them.
 """
 
 from __future__ import annotations
 
 import enum
 import errno
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import zmq
@@ -18,11 +23,8 @@ from roq.errors import PortInUse, TransportError
 Socket = zmq.Socket
 Context = zmq.Context
 Poller = zmq.Poller
-WouldBlock = zmq.Again
-POLLIN = zmq.POLLIN
-POLLOUT = zmq.POLLOUT
-SNDMORE = zmq.SNDMORE
-NOBLOCK = zmq.NOBLOCK
+READABLE = zmq.POLLIN  # Poller.register(sock, READABLE); the event a poll reports
+WRITABLE = zmq.POLLOUT
 
 
 class Kind(enum.IntEnum):
@@ -94,7 +96,47 @@ def drained(sock: Any, most: int, copy: bool = True) -> Iterator[list[Any]]:
             frames = sock.recv_multipart(zmq.NOBLOCK, copy=copy)
         except zmq.Again:
             return
+        except zmq.ZMQError as error:
+            raise TransportError(f"receive failed: {error}") from None
         yield frames
+
+
+def recv_nowait(sock: Any) -> list[bytes] | None:
+    """The next multipart message waiting on `sock`, or None when none waits."""
+    try:
+        frames: list[bytes] = sock.recv_multipart(zmq.NOBLOCK)
+    except zmq.Again:
+        return None
+    except zmq.ZMQError as error:
+        raise TransportError(f"receive failed: {error}") from None
+    return frames
+
+
+def send_nowait(sock: Any, frames: Sequence[Any], copy: bool = True) -> bool:
+    """Queue one multipart message without blocking. False when the socket's queue is at its
+    high-water mark (nothing was queued: the caller decides whether that loses the message).
+
+    The publisher's I/O thread and replication send each batch through here: one call per
+    batch, and the `try` costs nothing unless ZeroMQ raises. One frame goes by `send`: pyzmq's
+    `send_multipart` costs ~0.6 µs more, and the publisher's wake-up is one empty frame."""
+    try:
+        if len(frames) == 1:
+            sock.send(frames[0], zmq.NOBLOCK, copy=copy)
+        else:
+            sock.send_multipart(frames, zmq.NOBLOCK, copy=copy)
+    except zmq.Again:
+        return False
+    except zmq.ZMQError as error:
+        raise TransportError(f"send failed: {error}") from None
+    return True
+
+
+def wait_readable(sock: Any, timeout_ms: int) -> bool:
+    """Whether a message waits on `sock` within `timeout_ms` (it is left there)."""
+    try:
+        return bool(sock.poll(timeout_ms, zmq.POLLIN))
+    except zmq.ZMQError as error:
+        raise TransportError(f"poll failed: {error}") from None
 
 
 def subscribe(sock: Any, prefix: bytes) -> None:

@@ -14,7 +14,7 @@ from roq.protocol import bsonmsg
 from roq.protocol.bsonmsg import Document, field_docs, field_endpoint, field_int, field_str
 from roq.protocol.commands import HostCommand
 from roq.protocol.endpoints import check_host
-from roq.protocol.names import check_queue_name
+from roq.protocol.names import check_exchange_id, check_queue_name
 
 PORT_MAX: Final = 65_535  # TCP's, a fact of the format rather than a bound
 
@@ -135,30 +135,49 @@ class StopQueueOnHost:
 @dataclass(frozen=True)
 class CreateExchangeOnHost:
     """1009: start an exchange of the queue whose monitor is at `Monitor_address`; a
-    `TransactionID` already running here is answered with that exchange (`"exists"`)."""
+    `TransactionID` already running here is answered with that exchange (`"exists"`). With an
+    `ExchangeID` (optional), start that recorded exchange again under its id, so on its log
+    (`roq queue start`); an id already running here is answered with it."""
 
     queue: str
     txid: str  # TransactionID
     monitor_port: int  # Monitor_port: B
     stat_port: int  # Stat_port: S
     monitor_address: str  # Monitor_address: the monitor's ip
+    exchange_id: str = ""  # ExchangeID: "" = a new exchange
 
     def encode(self) -> Document:
-        return {
+        doc: Document = {
             "CMD": int(HostCommand.CREATE_EXCHANGE), "QName": self.queue,
             "TransactionID": self.txid, "Monitor_port": self.monitor_port,
             "Stat_port": self.stat_port, "Monitor_address": self.monitor_address,
         }  # fmt: skip
+        if self.exchange_id:
+            doc["ExchangeID"] = self.exchange_id
+        return doc
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
+        exchange_id = _optional_exchange_id(doc)
         return cls(
             queue_field(doc),
-            field_str(doc, "TransactionID", max_chars=limits.transaction_id_chars_max),
+            # a queue's first exchange has no transaction: it may be "" when re-attached
+            field_str(
+                doc,
+                "TransactionID",
+                max_chars=limits.transaction_id_chars_max,
+                empty_ok=bool(exchange_id),
+            ),
             port_field(doc, "Monitor_port"),
             port_field(doc, "Stat_port"),
             _host_field(doc, "Monitor_address"),
+            exchange_id,
         )
+
+
+def _optional_exchange_id(doc: Mapping[str, Any]) -> str:
+    found = field_str(doc, "ExchangeID", max_chars=limits.exchange_id_request_chars_max, default="")
+    return check_exchange_id(found) if found else ""
 
 
 @dataclass(frozen=True)

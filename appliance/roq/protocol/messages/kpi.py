@@ -5,13 +5,12 @@ scaling decision or its outcome); the stat monitor forwards what decodes here, u
 S+1. RoQ's numbers are kept, with numbers as numbers. The analytics job records these messages
 (`roq.analytics.kpi`, whose record contract is looser: a merged 20/21/22, `TS` for `Time`).
 
-The latency histogram of a 31 lives here too, beside the fields it fills: bucket `i > 0` covers
-[2^((i-1)/8), 2^(i/8)) µs, bucket 0 is [0, 1) µs.
+The latency histogram of a 31 is built by `roq.protocol.latency` (bucket `i > 0` covers
+[2^((i-1)/8), 2^(i/8)) µs, bucket 0 is [0, 1) µs); its fields are checked here.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Self
@@ -21,47 +20,9 @@ from roq.errors import DecodeError
 from roq.protocol import bsonmsg
 from roq.protocol.bsonmsg import Document, field_float, field_int, field_list, field_str
 from roq.protocol.commands import StatCommand
+from roq.protocol.latency import BUCKET_MAX, histogram_fields
 
-# Eight buckets per power of two: a percentile read from the histogram is within 9 % of the
-# true value. 2**40 µs ≈ 12.7 days: anything later goes in the last bucket.
-BUCKETS_PER_OCTAVE: Final = 8
-BUCKET_MAX: Final = 40 * BUCKETS_PER_OCTAVE
 _QNAME_CHARS_MAX: Final = limits.queue_name_chars_max + 8  # 23 says "<queue>:<port>"
-
-
-def latency_bucket(latency_us: int) -> int:
-    """The histogram bucket of one latency sample (negative clock skew counts as 0)."""
-    if latency_us < 1:
-        return 0
-    return min(int(math.log2(latency_us) * BUCKETS_PER_OCTAVE) + 1, BUCKET_MAX)
-
-
-def bucket_lower_us(index: int) -> float:
-    """Smallest latency of bucket `index` (bucket 0 is [0, 1) µs)."""
-    return 0.0 if index == 0 else float(2.0 ** ((index - 1) / BUCKETS_PER_OCTAVE))
-
-
-def bucket_upper_us(index: int) -> float:
-    """First latency past bucket `index`: the job reports percentiles as this bound."""
-    return float(2.0 ** (index / BUCKETS_PER_OCTAVE))
-
-
-def histogram_fields(samples_us: list[int]) -> dict[str, Any]:
-    """The latency fields of a subscriber KPI document from raw samples (microseconds)."""
-    counts: dict[int, int] = {}
-    for sample in samples_us:
-        index = latency_bucket(sample)
-        counts[index] = counts.get(index, 0) + 1
-    ordered = sorted(counts)
-    return {
-        "LatCount": len(samples_us),
-        "LatSumUs": sum(samples_us),
-        "LatMinUs": min(samples_us, default=0),
-        "LatMaxUs": max(samples_us, default=0),
-        "LatIdx": ordered,
-        "LatCnt": [counts[i] for i in ordered],
-        "MeanLat": (sum(samples_us) / len(samples_us) / 1000.0) if samples_us else 0.0,
-    }
 
 
 def _time(doc: Mapping[str, Any]) -> float:
