@@ -69,6 +69,10 @@ class Up:
         return next(p for p in child_pids(self.process.pid) if p in processes_with(" host "))
 
 
+def _alive(pids: set[int]) -> bool:
+    return any(Path(f"/proc/{pid}").exists() for pid in pids)
+
+
 def _all_serve(up: Up, queues: list[str]) -> None:
     for queue in queues:
         wait_for(
@@ -107,9 +111,12 @@ def main() -> None:
                 up.start()
                 _all_serve(up, queues)
                 restart.append(time.monotonic() - began)
-                os.kill(up.host_pid(), signal.SIGKILL)
+                host = up.host_pid()
+                old = set(child_pids(host))  # its monitors and exchanges die with it
+                os.kill(host, signal.SIGKILL)
                 began = time.monotonic()
-                time.sleep(0.2)  # let the probe see the host gone, not the old processes
+                # The probe must not be answered by the old processes: wait until they are gone.
+                wait_for(lambda old=old: not _alive(old), 30, "the old children gone")
                 _all_serve(up, queues)
                 host_kill.append(time.monotonic() - began)
         finally:

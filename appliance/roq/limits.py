@@ -44,9 +44,11 @@ child_bind_attempts = 3
 up_restart_backoff_s_min = 0.5
 up_restart_backoff_s_max = 30.0
 up_stable_after_s = 30.0
+up_ready_timeout_s = 60.0  # `roq up` gives up when its GCM and host are not serving by then
 
 # --- ZooKeeper ---------------------------------------------------------------------------
 zk_connect_timeout_s = 10.0
+zk_server_start_timeout_s = 30.0  # `roq up`'s embedded ZooKeeper must answer `ruok` within this
 zk_reconnect_delay_max_s = 2.0  # kazoo's default grows to an hour; we never wait that long
 zk_command_retries_max = 5
 # The longest any ZooKeeper request waits for its answer (kazoo's own wait has no bound while the
@@ -127,6 +129,11 @@ log_seek_reads_max = 100_000  # reads a time seek may take (each ≤ dataplane.R
 # bounded by the replica lag over this).
 replication_end_sample_s = 0.1
 replication_backfill_read_bytes = 1024 * 1024  # one back-fill read from the log
+replication_window_bytes = 8 * 1024 * 1024  # sent to a replica and not yet acknowledged
+# A replica that lacks part of the log as it stood this long ago is out of sync (Kafka's
+# replica.lag.time.max.ms): acks=all waits for a slow replica at most about this long.
+replica_lag_s = 3.0
+replica_logs_max = 256  # leaders one exchange keeps copies for (a stranger cannot make more)
 # A replica that refused a leader (not assigned to it yet, a disk error) is asked again this
 # long after: a restarted replica learns its leaders within one monitor.list.period.
 replication_refused_retry_s = 0.5
@@ -151,6 +158,11 @@ subscriber_corrupt_logged_max = 10  # corrupt batches a feed logs; the rest are 
 
 # --- data plane: monitor ------------------------------------------------------------------
 monitor_publishers_max = 1_000_000  # publishers a monitor remembers placements for
+# A placement counts towards its exchange's load this long, until the exchange's own report
+# includes the publisher; at most this many recent placements are remembered per exchange.
+placement_memory_s = 10.0
+placement_memory_max = 1_000
+monitor_load_samples_max = 10_000  # load samples kept per exchange, whatever the window
 exchange_producers_reported_max = 32  # most active producers an exchange names per report
 exchange_subscriptions_notice_ms = 50  # a changed subscription count is told at most this often
 # Exchange reports, or statistics, handled per wake-up before the monitor's other sockets and

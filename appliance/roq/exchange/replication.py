@@ -67,9 +67,10 @@ from roq.transport import Kind, connect, drained, open_socket, send_nowait
 
 log = logging.getLogger(__name__)
 
-REPLICATION_WINDOW_BYTES = 8 * 1024 * 1024  # sent but not yet acknowledged, per replica
-REPLICA_LAG_S = 3.0  # a replica that lacks part of the log as it stood this long ago is out of sync
-REPLICA_LOGS_MAX = 256  # leaders one exchange keeps copies for
+# Kept under these names for the docstring above, the tests and benchmarks/replica_catchup.py.
+REPLICATION_WINDOW_BYTES = limits.replication_window_bytes
+REPLICA_LAG_S = limits.replica_lag_s
+REPLICA_LOGS_MAX = limits.replica_logs_max
 _END = struct.Struct("<Q")
 
 WRITE = b"W"  # [W][leader id][offset 8 LE][whole batches]  → [w][leader id][status][end 8 LE]

@@ -27,8 +27,6 @@ from roq.system.spawn import child_environment, die_with_parent, roq_command
 
 log = logging.getLogger(__name__)
 
-READY_TIMEOUT_S = 60.0
-
 
 class ClusterFailed(RoqError):
     pass
@@ -132,7 +130,7 @@ class Cluster:
         )
 
     def _wait_ready(self, stop: threading.Event) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT_S
+        deadline = time.monotonic() + limits.up_ready_timeout_s
         host_name = self.settings.host_name
         with AdminClient(gcm=self.gcm_address, timeout_ms=1000, retries=1) as admin:
             while time.monotonic() < deadline and not stop.is_set():
@@ -145,7 +143,9 @@ class Cluster:
                     pass
                 time.sleep(0.2)
         if not stop.is_set():
-            raise ClusterFailed(f"the cluster was not ready within {READY_TIMEOUT_S:.0f} s")
+            raise ClusterFailed(
+                f"the cluster was not ready within {limits.up_ready_timeout_s:.0f} s"
+            )
 
     def _check_alive(self) -> None:
         for mode, process in self.processes.items():

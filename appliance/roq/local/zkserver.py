@@ -24,7 +24,6 @@ log = logging.getLogger(__name__)
 
 JAR_DIR = Path("/usr/share/java")
 CONF_DIR = Path("/etc/zookeeper/conf")
-START_TIMEOUT_S = 30.0
 
 
 class ZooKeeperUnavailable(RoqError):
@@ -90,7 +89,7 @@ class ZooKeeperServer:
         )
         return config
 
-    def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
+    def start(self, timeout_s: float = limits.zk_server_start_timeout_s) -> None:
         java = shutil.which("java")
         if java is None:
             raise ZooKeeperUnavailable(

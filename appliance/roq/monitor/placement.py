@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from roq import limits
 from roq.config import Thresholds
-
-PLACEMENT_MEMORY_S = 10.0  # a placement counts this long before the exchange's own count
 
 
 @dataclass
@@ -43,7 +42,8 @@ class ExchangeView:
     def publishers(self, now: float) -> int:
         """Publishers as far as anyone knows: the exchange counts only those that sent in its
         last period, so recent placements of still-silent publishers count too."""
-        self.placed_at = [t for t in self.placed_at if now - t < PLACEMENT_MEMORY_S][-1000:]
+        recent = [t for t in self.placed_at if now - t < limits.placement_memory_s]
+        self.placed_at = recent[-limits.placement_memory_max :]
         return max(self.producers, len(self.placed_at))
 
     def is_placeable(self, now: float, warmup_s: float) -> bool:

@@ -31,10 +31,10 @@ import collections
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from roq import limits
 from roq.config import ScalingConfig
 from roq.protocol.rules import RuleSet, exchange_rule_fires, host_rule_fires, queue_rule_fires
 
-SAMPLES_MAX = 10_000  # samples kept per exchange, whatever the window and heartbeat
 MIN_SAMPLES = 2  # an exchange needs this many reports before its load counts for a rule
 
 
@@ -53,7 +53,9 @@ class LoadWindow:
 
     def __init__(self, window_s: float):
         self.window_s = window_s
-        self.samples: collections.deque[Sample] = collections.deque(maxlen=SAMPLES_MAX)
+        self.samples: collections.deque[Sample] = collections.deque(
+            maxlen=limits.monitor_load_samples_max
+        )
 
     def add(self, sample: Sample) -> None:
         self.samples.append(sample)
