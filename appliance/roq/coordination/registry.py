@@ -9,6 +9,9 @@ fails. Every other write comes from the leading GCM and goes through a `Fence`: 
 transaction that also checks the version of the epoch znode the leader bumped when it was
 elected. A deposed leader's writes fail with NotLeader instead of overwriting its successor's
 state.
+
+Every ZooKeeper failure (no answer within the bound, a lost or expired session) leaves here as
+CoordinationError, which the GCM answers `busy`: no kazoo exception reaches a caller.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import enum
 import json
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -116,6 +121,15 @@ def _load(data: bytes) -> dict[str, Any]:
     return value
 
 
+@contextmanager
+def _zookeeper(what: str) -> Iterator[None]:
+    """Kazoo's failures (`ZooKeeperTimeout` included) as CoordinationError naming `what`."""
+    try:
+        yield
+    except KazooException as error:
+        raise CoordinationError(f"{what}: ZooKeeper failed: {error!r}") from None
+
+
 class Registry:
     """Typed access to one cluster's znodes. Thread-safe as far as kazoo is."""
 
@@ -125,8 +139,9 @@ class Registry:
 
     # --- set-up -----------------------------------------------------------------------
     def ensure_roots(self) -> None:
-        for path in (*self.paths.roots(), self.paths.election, self.epoch_path):
-            self.zk.ensure_path(path)
+        with _zookeeper("creating the roots"):
+            for path in (*self.paths.roots(), self.paths.election, self.epoch_path):
+                self.zk.ensure_path(path)
 
     @property
     def epoch_path(self) -> str:
@@ -134,8 +149,9 @@ class Registry:
 
     def bump_epoch(self) -> Fence:
         """Called by a newly elected leader: every older fence becomes invalid."""
-        self.zk.ensure_path(self.epoch_path)
-        stat = self.zk.set(self.epoch_path, b"")
+        with _zookeeper("bumping the epoch"):
+            self.zk.ensure_path(self.epoch_path)
+            stat = self.zk.set(self.epoch_path, b"")
         return Fence(self.epoch_path, stat.version)
 
     # --- reads ------------------------------------------------------------------------
@@ -293,6 +309,8 @@ class Registry:
             self.zk.create(self.paths.port(host, port), _dump(owner), makepath=True)
         except NodeExistsError:
             return False
+        except KazooException as error:
+            raise CoordinationError(f"claiming port {port} of {host}: {error!r}") from None
         return True
 
     def release_port(self, host: str, port: int) -> None:
@@ -323,7 +341,8 @@ class Registry:
 
     # --- leader-owned writes (fenced) ------------------------------------------------------
     def _commit(self, fence: Fence, ops: list[tuple[str, str, Any]]) -> None:
-        txn = self.zk.transaction()
+        with _zookeeper("starting a transaction"):
+            txn = self.zk.transaction()
         txn.check(fence.epoch_path, fence.version)
         for op, path, arg in ops:
             if op == "create":
@@ -372,7 +391,9 @@ class Registry:
             ops.append(("delete", self.paths.exchange(name, exchange), None))
         ops.append(("delete", self.paths.exchanges(name), None))
         for extra in (self.paths.scaling(name), self.paths.listeners(name)):
-            if self.zk.exists(extra):
+            with _zookeeper(f"reading {extra}"):
+                found = self.zk.exists(extra)
+            if found:
                 ops.append(("delete", extra, None))
         ops.append(("delete", self.paths.queue(name), None))
         self._commit(fence, ops)
@@ -397,7 +418,8 @@ class Registry:
 
     def _put(self, fence: Fence, path: str, data: dict[str, Any]) -> None:
         """Create or replace a znode under a queue (the queue's own znode must exist)."""
-        existing = self.zk.exists(path)
+        with _zookeeper(f"reading {path}"):
+            existing = self.zk.exists(path)
         if existing is None:
             self._commit(fence, [("create", path, _dump(data))])
         else:
@@ -411,4 +433,5 @@ class Registry:
         self._commit(fence, [])  # proves leadership before anything is deleted
         for root in self.paths.roots():
             for child in self._children(root):
-                self.zk.delete(f"{root}/{child}", recursive=True)
+                with _zookeeper(f"deleting {root}/{child}"):
+                    self.zk.delete(f"{root}/{child}", recursive=True)

@@ -341,18 +341,9 @@ class Management:
         return bsonmsg.ok(f"queue {record.name} stopped")
 
     def _stop_on_hosts(self, record: QueueRecord) -> None:
-        """Every live host stops the queue's processes (the hosts that run one must answer,
-        else the stop fails and can be retried; a dead host's processes died with it, and a
-        host that restarts does not start a STOPPED queue again)."""
-        running = {record.host} | {x.host for x in self.registry.exchanges(record.name)}
-        request = StopQueueOnHost(record.name, delete_logs=False)
-        for host in self.registry.hosts():
-            try:
-                self._call_host(host, request, Reply.decode)
-            except Refused as error:
-                if host.name in running:
-                    raise
-                log.warning("queue %s: stopping on %s: %s", record.name, host.name, error)
+        """Every live host stops the queue's processes (a dead host's processes died with it,
+        and a host that restarts does not start a STOPPED queue again)."""
+        self._on_every_host(record, delete_logs=False)
 
     def start_queue(self, request: Document, fence: Fence) -> Document:
         wanted = StartQueue.decode(request)
@@ -401,18 +392,23 @@ class Management:
         return bsonmsg.ok(f"queue {record.name} removed")
 
     def _remove_from_hosts(self, record: QueueRecord) -> None:
-        """Every live host stops the queue and deletes its logs and replica copies. The hosts
-        that run it must answer (else the delete fails and can be retried); the others may
-        still hold files of exchanges removed earlier, and are asked on a best-effort basis."""
+        """Every live host stops the queue and deletes its logs and replica copies."""
+        self._on_every_host(record, delete_logs=True)
+
+    def _on_every_host(self, record: QueueRecord, *, delete_logs: bool) -> None:
+        """Ask every live host to stop the queue. The hosts that run part of it must answer, else
+        the request fails and can be retried; the others may still hold files of exchanges
+        removed earlier, and are asked on a best-effort basis."""
         running = {record.host} | {x.host for x in self.registry.exchanges(record.name)}
-        request = StopQueueOnHost(record.name, delete_logs=True)
+        request = StopQueueOnHost(record.name, delete_logs=delete_logs)
         for host in self.registry.hosts():
             try:
                 self._call_host(host, request, Reply.decode)
             except Refused as error:
                 if host.name in running:
                     raise
-                log.warning("queue %s: %s (its files there stay)", record.name, error)
+                left = "its files there stay" if delete_logs else "its processes there may run"
+                log.warning("queue %s on %s: %s (%s)", record.name, host.name, error, left)
 
     # --- exchanges -------------------------------------------------------------------------
     def create_exchange(self, request: Document, fence: Fence) -> Document:

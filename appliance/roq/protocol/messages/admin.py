@@ -19,6 +19,7 @@ from roq.protocol.bsonmsg import (
     Document,
     field_bool,
     field_docs,
+    field_endpoint,
     field_float,
     field_int,
     field_str,
@@ -234,7 +235,7 @@ class RegisterRulesListener:
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
-        return cls(queue_field(doc), field_str(doc, "Address", max_chars=256))
+        return cls(queue_field(doc), field_endpoint(doc, "Address"))
 
 
 # --- replies -----------------------------------------------------------------------------------
@@ -250,7 +251,7 @@ class MonitorLocation:
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
-        return cls(field_str(doc, "Monitor_host"), field_str(doc, "Stat_Monitor_host"))
+        return cls(field_endpoint(doc, "Monitor_host"), field_endpoint(doc, "Stat_Monitor_host"))
 
 
 @dataclass(frozen=True)
@@ -300,8 +301,8 @@ class QueueInfo:
             field_str(doc, "Name", prefix=prefix),
             field_str(doc, "Host", prefix=prefix),
             state,
-            field_str(doc, "Monitor_host", empty_ok=True, prefix=prefix),
-            field_str(doc, "Stat_Monitor_host", empty_ok=True, prefix=prefix),
+            field_endpoint(doc, "Monitor_host", empty_ok=True, prefix=prefix),
+            field_endpoint(doc, "Stat_Monitor_host", empty_ok=True, prefix=prefix),
             field_bool(doc, "HostAlive", prefix=prefix),
         )
 
@@ -404,7 +405,7 @@ class HostInfo:
         return cls(
             field_str(doc, "Name", prefix=prefix),
             field_str(doc, "Address", prefix=prefix),
-            field_str(doc, "HCM", prefix=prefix),
+            field_endpoint(doc, "HCM", prefix=prefix),
             field_int(doc, "MaxExchanges", prefix=prefix),
             children,
         )
