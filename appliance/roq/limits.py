@@ -41,6 +41,8 @@ child_restart_backoff_ms_min = 250
 child_restart_backoff_ms_max = 10_000
 child_restarts_max = 10  # consecutive fast failures before a child is given up and reported
 child_stable_after_ms = 10_000  # a child that lived this long resets its failure count
+# children not running (restarting or given up) a host lists in its ZooKeeper record and in 2013
+host_children_reported_max = 100
 # a child stopping gets this long after its SHUTDOWN request, then SIGTERM and this long again,
 # then SIGKILL (supervision.stop)
 shutdown_grace_ms = 5_000
@@ -144,6 +146,12 @@ replication_window_bytes = 8 * 1024 * 1024  # sent to a replica and not yet ackn
 # replica.lag.time.max.ms): acks=all waits for a slow replica at most about this long.
 replica_lag_s = 3.0
 replica_logs_max = 256  # leaders one exchange keeps copies for (a stranger cannot make more)
+# A replica that refused a leader (not assigned to it yet, a disk error) is asked again this
+# long after: a restarted replica learns its leaders within one monitor.list.period.
+replication_refused_retry_s = 0.5
+# What a refusal echoes back: the leader id frame as sent (cut), and the reason.
+replication_leader_id_bytes_max = 256
+replication_refusal_chars_max = 300
 
 # --- data plane: subscribers --------------------------------------------------------------
 subscriber_hwm_batches = 10_000  # batches ZeroMQ queues for one subscriber socket

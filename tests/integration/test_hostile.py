@@ -1,5 +1,6 @@
-"""Hostile input on a real exchange (issue 16, items 1 and 2): one frame must never kill it,
-block a replay or make it keep bytes a reader cannot use.
+"""Hostile input on a real exchange and its monitor (issue 16, items 1 to 4 and 6): one frame
+must never kill either, block a replay, make the exchange keep bytes a reader cannot use, or
+make the monitor act on a report it refuses.
 
 Each test sends exactly the frames a hostile or broken client would, through a raw socket, then
 checks that the exchange is the same process as before and still serves a publish and a replay
@@ -17,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import bson
 import pytest
 
 from roq.client.publisher import Publisher
@@ -25,7 +27,7 @@ from roq.exchange import replication
 from roq.log import format as batchfmt
 from roq.protocol import dataplane
 from roq.protocol.ports import ExchangePort, sibling
-from roq.testing.cluster import LocalCluster, processes_with, wait_for
+from roq.testing.cluster import LocalCluster, child_pids, processes_with, wait_for
 from roq.transport import Kind, connect, new_context, open_socket
 
 pytestmark = pytest.mark.integration
@@ -246,3 +248,84 @@ def test_a_batch_damaged_on_disk_is_skipped_by_the_log_server_and_counted(
     inspected = cluster.cli("log", "inspect", str(segment.parent))
     assert "CRC mismatch" in inspected.stdout and inspected.returncode == 65, inspected
     assert processes_with(exchange["Id"]), "the exchange keeps serving"
+
+
+# --- issue 16, items 3, 4 and 6 --------------------------------------------------------------
+def _monitor_reports(cluster: LocalCluster, queue: str) -> str:
+    with cluster.admin() as admin:
+        [placed] = [q for q in admin.status().queues if q.info.name == queue]
+    return placed.info.monitor_host
+
+
+def _report_from(exchange: dict[str, Any], **changed: Any) -> bytes:
+    doc = {"CMD": 5, "QName": "q1", "Id": exchange["Id"], "Front": exchange["Front"],
+           "Back": sibling(exchange["Front"], ExchangePort.FRONT, ExchangePort.BACK),
+           "Period": 0.2, "Started": time.time(), "Log": True,
+           "Host": "h1", "Msgs": 0.0, "Bytes": 0.0, "Producers": 0, "Top": [], "CPU": 0.0,
+           "RSS": 1, "Load": 0.0, "Bad": 0, "TotalMsgs": 0, "TotalBytes": 0, "Copies": [],
+           "Subs": 0, **changed}  # fmt: skip
+    return bson.encode(doc)
+
+
+def _send_reports(endpoint: str, frames: list[bytes]) -> None:
+    context = new_context()
+    pub = open_socket(context, Kind.PUB)
+    connect(pub, endpoint)
+    time.sleep(0.5)  # the slow joiner: a PUB drops what it sends before the connection is up
+    for frame in frames:
+        pub.send(frame)
+    time.sleep(1.5)  # several report periods: the monitor died 2 s after such a report
+    pub.close(0)
+    context.term()
+
+
+def test_reports_whose_addresses_are_not_endpoints_are_refused_and_mislead_nobody(
+    cluster: LocalCluster, queue: str
+) -> None:
+    """Item 3: `Front: "fuzz-front"` was accepted, announced to subscribers (whose feeds then
+    failed to connect), and the monitor died on int("fuzz-front"). Item 4: a report refused as
+    malformed first made the monitor forget the real exchange at the same Front."""
+    exchange = _exchange(cluster, queue)
+    [host] = [d for d in cluster.daemons if d.name == "h1"]
+    children = sorted(child_pids(host.process.pid))  # the monitor and the exchange
+    subscriber = Subscriber(queue, gcm=cluster.gcm)
+    bad = [
+        _report_from(exchange, Id="fuzz-x", Front="fuzz-front", Back="fuzz-back"),
+        _report_from(exchange, Id="fuzz-y", Front="tcp://127.0.0.1:65535"),  # no room for F+3
+        _report_from(exchange, Back="not-an-endpoint"),  # the real Front, a later Started
+        _report_from(exchange, Back=""),
+    ]
+    _send_reports(_monitor_reports(cluster, queue), bad)
+    assert set(subscriber.exchanges.values()) == {exchange["Id"]}, subscriber.exchanges
+    subscriber.close()
+    assert sorted(child_pids(host.process.pid)) == children, cluster.logs()
+    logs = cluster.logs()
+    assert "ignored a bad exchange report" in logs and "is not an endpoint" in logs, logs
+    assert "restarted: declared dead" not in logs and "fuzz-x joined" not in logs, logs
+    _publish(cluster, queue, 100)
+    got, replay = _replay(cluster, queue, 100)
+    replay.close()
+    assert got == [b"%d" % n for n in range(100)]
+
+
+def test_probes_from_exchanges_that_are_not_assigned_leaders_create_no_copies(
+    cluster: LocalCluster, queue: str
+) -> None:
+    """Item 6: 300 probes on F+3 created 255 copy directories that the monitor then announced
+    to subscribers. Now a replica copies only the leaders its monitor assigned it."""
+    exchange = _exchange(cluster, queue)
+    context = new_context()
+    raw = open_socket(context, Kind.DEALER, rcvtimeo_ms=5000)
+    connect(raw, _log_port(exchange))
+    for n in range(300):
+        raw.send_multipart([replication.PROBE, b"fz-%d" % n])
+    replies = [raw.recv_multipart() for _ in range(300)]
+    raw.close(0)
+    context.term()
+    assert all(r[2] == replication.FAILED and b"not a leader" in r[4] for r in replies), replies[0]
+    assert not list(Path(cluster.tmp).rglob("fz-*@*")), "a copy was made for a stranger"
+    time.sleep(1.0)  # several reports: none announces a copy
+    with cluster.admin() as admin:
+        [placed] = [q for q in admin.status().queues if q.info.name == queue]
+    assert [x.exchange_id for x in placed.exchanges] == [exchange["Id"]]
+    assert processes_with(exchange["Id"])

@@ -56,6 +56,8 @@ MONITOR_STATUS = control.MonitorStatus(
                                ("x2",), (monitor.CopyEnd("x0", 7),), 3.5),),
     LISTING.copies,
 )  # fmt: skip
+GIVEN_UP = admin.ChildReport("q1", "x1", "exchange", "GIVEN_UP", 11, "exit code 73", 1.7e9)
+HOST = admin.HostInfo("h1", "127.0.0.1", "tcp://127.0.0.1:5100", 4, (GIVEN_UP,))
 EXCHANGE_STATUS = control.ExchangeStatus(
     "q1", "x1", 10, 0, 2, False, 0, 4096, (control.ReplicaStatus("x2", -1, -1, False),), 4096
 )
@@ -147,8 +149,10 @@ CASES: list[tuple[str, Any, Encode, Decode, frozenset[str]]] = [
      frozenset({"RESULT", "COMMENT"})),
     ("topology", admin.Topology(("127.0.0.1",), (QUEUE,)), *_std(admin.Topology),
      frozenset({"RESULT", "COMMENT"})),
+    ("child report", GIVEN_UP, lambda m: m.fields(), admin.ChildReport.decode, frozenset()),
+    ("host info", HOST, lambda m: m.fields(), admin.HostInfo.decode, frozenset({"Children"})),
     ("cluster status", admin.ClusterStatus(
-        (admin.HostInfo("h1", "127.0.0.1", "tcp://127.0.0.1:5100", 4),),
+        (HOST, admin.HostInfo("h2", "127.0.0.2", "tcp://127.0.0.2:5100", 4)),
         (admin.QueueStatus(QUEUE, (admin.RecordedExchange("x1", "h1", FRONT, BACK),)),)),
      *_std(admin.ClusterStatus), frozenset({"RESULT", "COMMENT", "GoneHosts", "Repairs"})),
     ("cluster status with a lost host", admin.ClusterStatus(
@@ -282,6 +286,10 @@ def test_multi_frame_messages_round_trip():
          "Exchange.Port"),
         (admin.ClusterStatus.decode, bsonmsg.ok(Hosts=[], Queues=[{**QUEUE.fields()}]),
          r"Queues\[0\].Exchanges"),
+        (admin.ClusterStatus.decode,
+         bsonmsg.ok(Hosts=[{**HOST.fields(), "Children": [{**GIVEN_UP.fields(), "At": "now"}]}],
+                    Queues=[]),
+         r"Hosts\[0\].Children\[0\].At"),
     ],
 )  # fmt: skip
 def test_a_field_of_a_sub_document_is_named_by_its_path(decode, doc, field):
@@ -341,6 +349,11 @@ def test_numbers_out_of_range_are_refused(decode, doc, field):
         (host.RemoveExchangeOnHost.decode, host.RemoveExchangeOnHost("q1", "x" * 257).encode(),
          "ExchangeID"),
         (admin.QueueInfo.decode, {**QUEUE.fields(), "State": "GONE"}, "State"),
+        (admin.ChildReport.decode, {**GIVEN_UP.fields(), "State": "STOPPED"}, "State"),
+        (admin.ChildReport.decode, {**GIVEN_UP.fields(), "Role": "gcm"}, "Role"),
+        (admin.HostInfo.decode,
+         {**HOST.fields(), "Children": [GIVEN_UP.fields()] * (limits.host_children_reported_max
+                                                              + 1)}, "Children"),
         (admin.CreateQueue.decode, admin.CreateQueue("q1", "").encode(), "Host"),
     ],
 )  # fmt: skip
@@ -407,3 +420,9 @@ def test_a_subscriber_kpi_without_its_histogram_is_taken():
     assert (decoded.lat_count, decoded.lat_idx, decoded.lat_cnt) == (0, (), ())
     with pytest.raises(DecodeError, match="same length"):
         kpi.SubscriberKpi.decode({**doc, "LatIdx": [1]})
+
+
+def test_a_host_info_without_children_is_read_as_none():
+    """A GCM of an older version sends no `Children` (its hosts reported none)."""
+    doc = {k: v for k, v in HOST.fields().items() if k != "Children"}
+    assert admin.HostInfo.decode(_wire(doc)) == dataclasses.replace(HOST, children=())

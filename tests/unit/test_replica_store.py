@@ -30,12 +30,20 @@ from roq.transport import Kind, new_context, wait_readable
 LEADER = b"127.0.0.1-6000-aaaaaa"
 
 
+def _assigned(store: ReplicaStore) -> ReplicaStore:
+    """A store the monitor has told to copy LEADER's and fz-1's logs."""
+    store.accept((LEADER.decode(), "fz-1"))
+    return store
+
+
 def _write(store: ReplicaStore, offset: int, batches: bytes) -> list[bytes]:
     return store.handle([WRITE, LEADER, struct.pack("<Q", offset), batches])
 
 
 def test_a_frame_of_several_batches_lands_whole_and_in_order(tmp_path: Path) -> None:
-    store = ReplicaStore(tmp_path, "q", "127.0.0.1-6004-bbbbbb", LogSettings(memory_bytes=0))
+    store = _assigned(
+        ReplicaStore(tmp_path, "q", "127.0.0.1-6004-bbbbbb", LogSettings(memory_bytes=0))
+    )
     first, second = batch(0) + batch(3), batch(6, records=5)
     reply = _write(store, 0, first)
     assert reply[:3] == [WRITTEN, LEADER, OK]
@@ -48,7 +56,9 @@ def test_a_frame_of_several_batches_lands_whole_and_in_order(tmp_path: Path) -> 
 
 
 def test_a_frame_with_a_corrupt_batch_writes_none_of_it(tmp_path: Path) -> None:
-    store = ReplicaStore(tmp_path, "q", "127.0.0.1-6004-bbbbbb", LogSettings(memory_bytes=0))
+    store = _assigned(
+        ReplicaStore(tmp_path, "q", "127.0.0.1-6004-bbbbbb", LogSettings(memory_bytes=0))
+    )
     good = batch(0)
     bad = bytearray(batch(3))
     bad[-1] ^= 0xFF  # a payload byte: the CRC no longer matches
@@ -62,7 +72,9 @@ def test_a_frame_with_a_corrupt_batch_writes_none_of_it(tmp_path: Path) -> None:
 def test_a_restart_beyond_any_log_is_refused_before_a_copy_is_made(
     tmp_path: Path, offset: int
 ) -> None:
-    store = ReplicaStore(tmp_path, "q", "127.0.0.1-6004-bbbbbb", LogSettings(memory_bytes=0))
+    store = _assigned(
+        ReplicaStore(tmp_path, "q", "127.0.0.1-6004-bbbbbb", LogSettings(memory_bytes=0))
+    )
     with pytest.raises(DecodeError, match="beyond any log"):
         store.handle([RESTART, b"fz-1", struct.pack("<Q", offset)])
     with pytest.raises(DecodeError, match="beyond any log"):
@@ -72,7 +84,9 @@ def test_a_restart_beyond_any_log_is_refused_before_a_copy_is_made(
 
 
 def test_a_write_with_torn_records_is_refused_before_a_copy_is_made(tmp_path: Path) -> None:
-    store = ReplicaStore(tmp_path, "q", "127.0.0.1-6004-bbbbbb", LogSettings(memory_bytes=0))
+    store = _assigned(
+        ReplicaStore(tmp_path, "q", "127.0.0.1-6004-bbbbbb", LogSettings(memory_bytes=0))
+    )
     with pytest.raises(CorruptRecord, match="record 1 of batch"):
         _write(store, 0, batch(0) + torn(batch(3)))
     assert store.ends() == {}
@@ -83,14 +97,14 @@ def test_a_copy_beyond_any_log_on_disk_is_quarantined_at_start(tmp_path: Path, c
     """What a RESTART at 2**63 + 5 left behind before it was refused: the exchange reported
     that end in BSON and died, on every restart. Now the copy is set aside, the others open."""
     own = "127.0.0.1-6004-bbbbbb"
-    good = ReplicaStore(tmp_path, "q", own, LogSettings(memory_bytes=0))
+    good = _assigned(ReplicaStore(tmp_path, "q", own, LogSettings(memory_bytes=0)))
     _write(good, 0, batch(0))
     good.close()
     bad = tmp_path / "_replicas" / "q" / f"fz-1@{own}"
     bad.mkdir()
     (bad / segment_name(2**63 + 5)).touch()
     with caplog.at_level(logging.ERROR, logger="roq.exchange.replication"):
-        store = ReplicaStore(tmp_path, "q", own, LogSettings(memory_bytes=0))
+        store = _assigned(ReplicaStore(tmp_path, "q", own, LogSettings(memory_bytes=0)))
     assert store.ends() == {LEADER.decode(): len(batch(0))}
     assert not bad.exists() and len(list(bad.parent.glob(f"fz-1@{own}.quarantined-*"))) == 1
     assert "quarantined" in caplog.text and "fz-1" in caplog.text
@@ -102,7 +116,9 @@ def test_a_copy_beyond_any_log_on_disk_is_quarantined_at_start(tmp_path: Path, c
 
 
 def test_restart_empties_the_copy_and_goes_on_at_the_leaders_start(tmp_path: Path) -> None:
-    store = ReplicaStore(tmp_path, "q", "127.0.0.1-6004-bbbbbb", LogSettings(memory_bytes=4096))
+    store = _assigned(
+        ReplicaStore(tmp_path, "q", "127.0.0.1-6004-bbbbbb", LogSettings(memory_bytes=4096))
+    )
     old = batch(0) + batch(3)
     _write(store, 0, old)
     start = 10_000  # where retention left the leader's log: far past the copy's end
@@ -117,14 +133,18 @@ def test_restart_empties_the_copy_and_goes_on_at_the_leaders_start(tmp_path: Pat
     assert copy.read(0, 1 << 20).status is ReadStatus.EVICTED
     assert seqs(bytes(copy.read(start, 1 << 20).data)) == [100, 101]
     store.close()
-    reopened = ReplicaStore(tmp_path, "q", "127.0.0.1-6004-bbbbbb", LogSettings(memory_bytes=0))
+    reopened = _assigned(
+        ReplicaStore(tmp_path, "q", "127.0.0.1-6004-bbbbbb", LogSettings(memory_bytes=0))
+    )
     assert reopened.ends() == {LEADER.decode(): start + len(new)}
     assert [p.name for p in sorted(copy.directory.glob("*.log"))] == [segment_name(start)]
     reopened.close()
 
 
 def test_restart_at_or_below_the_end_is_refused_by_the_log(tmp_path: Path) -> None:
-    store = ReplicaStore(tmp_path, "q", "127.0.0.1-6004-bbbbbb", LogSettings(memory_bytes=0))
+    store = _assigned(
+        ReplicaStore(tmp_path, "q", "127.0.0.1-6004-bbbbbb", LogSettings(memory_bytes=0))
+    )
     _write(store, 0, batch(0))
     copy = store.logs[LEADER.decode()]
     with pytest.raises(InvalidOffset):
@@ -160,6 +180,7 @@ class _Pair:
         self.router.bind("inproc://replica")
         self.leader = leader
         self.store = ReplicaStore(tmp_path / "copies", "q", "r1", LogSettings(memory_bytes=0))
+        self.store.accept(("l1",))
         self.replicator = Replicator(self.context, "l1", leader, "leader l1", lag_s=lag_s)
         self.replicator.assign([("r1", "inproc://replica")])
 

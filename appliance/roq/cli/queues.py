@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -12,7 +13,7 @@ import typer
 from roq.cli.app import app
 from roq.cli.common import GCM_OPTION, ZK_OPTION, errors_to_exit, fail
 from roq.client.admin import AdminClient, AdminRefused
-from roq.protocol.messages.admin import ClusterStatus, QueueStatus
+from roq.protocol.messages.admin import ChildReport, ClusterStatus, QueueStatus
 from roq.protocol.messages.control import MonitoredExchange, MonitorStatus, ScalingStatus
 
 queue_app = typer.Typer(help="Create, stop, start, delete and list queues.", no_args_is_help=True)
@@ -147,6 +148,9 @@ def _render_status(reply: ClusterStatus, lives: dict[str, MonitorStatus | None])
         lines.append(f"  re-placing {r.queue}: {r.comment}")
     lines.append(f"queues ({len(reply.queues)}):")
     hosts = {h.name for h in reply.hosts}
+    # what the hosts report of the children they are restarting or gave up on; "" = the monitor
+    failing = {(c.queue, c.child_id if c.role == "exchange" else ""): c
+               for h in reply.hosts for c in h.children}  # fmt: skip
     for q in reply.queues:
         info, status = q.info, lives.get(q.info.name)
         alive = "" if info.host_alive else " (host down)"
@@ -155,14 +159,16 @@ def _render_status(reply: ClusterStatus, lives: dict[str, MonitorStatus | None])
             f"monitor {info.monitor_host or '-'} kpi {info.stat_monitor_host or '-'}"
         )
         if info.state == "RUNNING" and status is None:
-            lines.append(f"    NOT SERVING: {_why_no_monitor(info.host, info.host_alive)}")
+            why = _why_no_monitor(info.host, info.host_alive, failing.get((info.name, "")))
+            lines.append(f"    NOT SERVING: {why}")
         live = {x.exchange_id: x for x in (status.exchanges if status else ())}
         for x in q.exchanges:
             lines.append(f"    exchange {x.exchange_id:<28} in {x.front} out {x.back}")
             if x.lost:
                 lines.append(f"      (lost with host {x.host}; another exchange replaced it)")
                 continue
-            lines.append(_live_line(live.get(x.exchange_id), q, status, x.host in hosts))
+            failed = failing.get((info.name, x.exchange_id))
+            lines.append(_live_line(live.get(x.exchange_id), q, status, x.host in hosts, failed))
         if status is not None:
             lines.append(_scaling_line(status.scaling))
     return "\n".join(lines)
@@ -184,13 +190,28 @@ def _scaling_line(scaling: ScalingStatus) -> str:
     )
 
 
-def _why_no_monitor(host: str, host_alive: bool) -> str:
+def _why_no_monitor(host: str, host_alive: bool, failed: ChildReport | None) -> str:
     """Why a RUNNING queue has no monitor that answers (the queue stays assigned to its host)."""
     if not host_alive:
         return f"host {host} is down; it starts the queue again, with its logs, when it restarts"
+    if failed is not None:
+        return f"the monitor on host {host} is {_failing(failed)}"
     return (
-        f"host {host} is up but the monitor does not answer: being restarted, or given up "
-        "after repeated failures (see the host's log; `roq queue stop` and `start` retry)"
+        f"host {host} is up but the monitor does not answer, and the host reports no failure "
+        "of it (starting, or a host too old to report one: see the host's log)"
+    )
+
+
+def _failing(failed: ChildReport) -> str:
+    """What a host reports of a child it is restarting or gave up on."""
+    now = time.time()
+    if failed.state == "RESTARTING":
+        wait_s = failed.at - now
+        when = f"next try in {wait_s:.1f} s" if wait_s > 0 else "trying again now"
+        return f"restarting (failure {failed.failures}, {when}; last: {failed.last_exit})"
+    return (
+        f"given up after {failed.failures} failures (last: {failed.last_exit}, "
+        f"{max(0.0, now - failed.at):.0f} s ago; `roq queue stop` and `start` retry)"
     )
 
 
@@ -199,8 +220,11 @@ def _live_line(
     queue: QueueStatus,
     status: MonitorStatus | None,
     host_alive: bool = True,
+    failed: ChildReport | None = None,
 ) -> str:
     if live is None:
+        if failed is not None and host_alive:
+            return f"      {_failing(failed)}"
         reason = "monitor unreachable" if status is None else "not reporting"
         if not host_alive:
             reason = "host down: not serving until it restarts"

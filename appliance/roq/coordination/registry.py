@@ -1,6 +1,7 @@
 """Typed reads and writes of the cluster state in ZooKeeper (JSON in each znode).
 
-Writers: a host writes its own ephemeral record and its own port claims, and one more thing: when
+Writers: a host writes its own ephemeral record (again when one of its children starts or stops
+failing: `update_host`) and its own port claims, and one more thing: when
 it re-adopts its assignments after a restart and a process could not have its recorded ports, it
 moves that process's address in the queue or exchange record by a compare-and-set at the version
 it read (`move_queue`, `move_exchange`), so any GCM write in between wins and the host's write
@@ -8,6 +9,9 @@ fails. Every other write comes from the leading GCM and goes through a `Fence`: 
 transaction that also checks the version of the epoch znode the leader bumped when it was
 elected. A deposed leader's writes fail with NotLeader instead of overwriting its successor's
 state.
+
+Every ZooKeeper failure (no answer within the bound, a lost or expired session) leaves here as
+CoordinationError, which the GCM answers `busy`: no kazoo exception reaches a caller.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import enum
 import json
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -67,12 +73,33 @@ class ExchangeRecord:
 
 
 @dataclass(slots=True)
+class ChildState:
+    """A monitor or exchange its host does not have running: RESTARTING (its next try at `at`)
+    or GIVEN_UP (at `at`). `at` is wall-clock seconds (`time.time()`), for other machines."""
+
+    queue: str
+    id: str  # the exchange id, or monitor-<queue>
+    role: str  # monitor | exchange
+    state: str  # RESTARTING | GIVEN_UP
+    failures: int  # in a row
+    last_exit: str  # how its last run or start ended: "exit code 73", "killed by signal 9 …"
+    at: float
+
+
+@dataclass(slots=True)
 class HostRecord:
     name: str
     address: str
     hcm: str  # tcp://ip:hcm.port
     max_exchanges: int
     pid: int = field(default_factory=os.getpid)
+    children: list[ChildState] = field(default_factory=list)  # only those not running
+
+
+def _host_record(data: dict[str, Any]) -> HostRecord:
+    """A record written by an older host has no `children`."""
+    children = [ChildState(**child) for child in data.pop("children", [])]
+    return HostRecord(**data, children=children)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +124,15 @@ def _load(data: bytes) -> dict[str, Any]:
     return value
 
 
+@contextmanager
+def _zookeeper(what: str) -> Iterator[None]:
+    """Kazoo's failures (`ZooKeeperTimeout` included) as CoordinationError naming `what`."""
+    try:
+        yield
+    except KazooException as error:
+        raise CoordinationError(f"{what}: ZooKeeper failed: {error!r}") from None
+
+
 class Registry:
     """Typed access to one cluster's znodes. Thread-safe as far as kazoo is."""
 
@@ -106,8 +142,9 @@ class Registry:
 
     # --- set-up -----------------------------------------------------------------------
     def ensure_roots(self) -> None:
-        for path in (*self.paths.roots(), self.paths.election, self.epoch_path):
-            self.zk.ensure_path(path)
+        with _zookeeper("creating the roots"):
+            for path in (*self.paths.roots(), self.paths.election, self.epoch_path):
+                self.zk.ensure_path(path)
 
     @property
     def epoch_path(self) -> str:
@@ -115,8 +152,9 @@ class Registry:
 
     def bump_epoch(self) -> Fence:
         """Called by a newly elected leader: every older fence becomes invalid."""
-        self.zk.ensure_path(self.epoch_path)
-        stat = self.zk.set(self.epoch_path, b"")
+        with _zookeeper("bumping the epoch"):
+            self.zk.ensure_path(self.epoch_path)
+            stat = self.zk.set(self.epoch_path, b"")
         return Fence(self.epoch_path, stat.version)
 
     # --- reads ------------------------------------------------------------------------
@@ -142,12 +180,12 @@ class Registry:
         for name in self._children(self.paths.hosts):
             got = self._get(self.paths.host(name))
             if got is not None:
-                records.append(HostRecord(**got[0]))
+                records.append(_host_record(got[0]))
         return records
 
     def host(self, name: str) -> HostRecord | None:
         got = self._get(self.paths.host(name))
-        return None if got is None else HostRecord(**got[0])
+        return None if got is None else _host_record(got[0])
 
     def queue_names(self) -> list[str]:
         return self._children(self.paths.queues)
@@ -214,6 +252,21 @@ class Registry:
         except KazooException as error:
             raise CoordinationError(f"registering host {record.name}: {error!r}") from None
 
+    def update_host(self, record: HostRecord) -> bool:
+        """Rewrite the host's record, only if this session created it (False otherwise: the
+        session expired, and the host registers again with the record it then has)."""
+        path = self.paths.host(record.name)
+        try:
+            _, stat = self.zk.get(path)
+            if stat.ephemeralOwner != self.zk.client_id[0]:
+                return False
+            self.zk.set(path, _dump(record), version=stat.version)
+        except (NoNodeError, BadVersionError):
+            return False
+        except KazooException as error:
+            raise CoordinationError(f"updating host {record.name}: {error!r}") from None
+        return True
+
     def _name_taken(self, name: str) -> str:
         other = self.host(name)
         holder = "a live process" if other is None else f"pid {other.pid} ({other.hcm})"
@@ -259,6 +312,8 @@ class Registry:
             self.zk.create(self.paths.port(host, port), _dump(owner), makepath=True)
         except NodeExistsError:
             return False
+        except KazooException as error:
+            raise CoordinationError(f"claiming port {port} of {host}: {error!r}") from None
         return True
 
     def release_port(self, host: str, port: int) -> None:
@@ -289,7 +344,8 @@ class Registry:
 
     # --- leader-owned writes (fenced) ------------------------------------------------------
     def _commit(self, fence: Fence, ops: list[tuple[str, str, Any]]) -> None:
-        txn = self.zk.transaction()
+        with _zookeeper("starting a transaction"):
+            txn = self.zk.transaction()
         txn.check(fence.epoch_path, fence.version)
         for op, path, arg in ops:
             if op == "create":
@@ -338,7 +394,9 @@ class Registry:
             ops.append(("delete", self.paths.exchange(name, exchange), None))
         ops.append(("delete", self.paths.exchanges(name), None))
         for extra in (self.paths.scaling(name), self.paths.listeners(name)):
-            if self.zk.exists(extra):
+            with _zookeeper(f"reading {extra}"):
+                found = self.zk.exists(extra)
+            if found:
                 ops.append(("delete", extra, None))
         ops.append(("delete", self.paths.queue(name), None))
         self._commit(fence, ops)
@@ -363,7 +421,8 @@ class Registry:
 
     def _put(self, fence: Fence, path: str, data: dict[str, Any]) -> None:
         """Create or replace a znode under a queue (the queue's own znode must exist)."""
-        existing = self.zk.exists(path)
+        with _zookeeper(f"reading {path}"):
+            existing = self.zk.exists(path)
         if existing is None:
             self._commit(fence, [("create", path, _dump(data))])
         else:
@@ -377,4 +436,5 @@ class Registry:
         self._commit(fence, [])  # proves leadership before anything is deleted
         for root in self.paths.roots():
             for child in self._children(root):
-                self.zk.delete(f"{root}/{child}", recursive=True)
+                with _zookeeper(f"deleting {root}/{child}"):
+                    self.zk.delete(f"{root}/{child}", recursive=True)

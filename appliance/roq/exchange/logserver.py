@@ -45,8 +45,9 @@ class LogServer:
             return self.copies.handle(frames)
         except (ProtocolError, InvalidOffset, CorruptRecord, LogError) as error:
             log.warning("%s: refused a replication write: %s", self.name, error)
-            leader = frames[1] if len(frames) > 1 else b""
-            return [replication.WRITTEN, leader, replication.FAILED, b"\0" * 8]
+            leader = frames[1][: limits.replication_leader_id_bytes_max] if len(frames) > 1 else b""
+            reason = str(error)[: limits.replication_refusal_chars_max].encode()
+            return [replication.WRITTEN, leader, replication.FAILED, b"\0" * 8, reason]
 
     def _answer(self, frames: list[bytes]) -> list[bytes]:
         start, end = self.log.start_offset, self.log.end_offset

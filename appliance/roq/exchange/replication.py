@@ -30,7 +30,11 @@ means the leader lost a tail it never had acknowledged (it crashed before syncin
 cut back to the leader's offset, so leader and copies never diverge. A frame is decoded whole
 (kind, leader id, an offset below `limits.log_offset_max`, every batch valid) before a copy is
 opened or changed; a copy that cannot be opened at start is set aside (quarantined), so one bad
-copy never stops the exchange.
+copy never stops the exchange. A replica copies only the leaders the queue's monitor assigned to
+it (`Leaders` of REPLICAS 1030, `ReplicaStore.accept`): a write, probe or restart from any other
+exchange is refused with a reason and creates nothing, and until the monitor has said (a fresh
+or restarted exchange) every leader is refused; the copies already held stay readable. A leader
+told FAILED asks again `limits.replication_refused_retry_s` later.
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ REPLICA_LOGS_MAX = limits.replica_logs_max
 _END = struct.Struct("<Q")
 
 WRITE = b"W"  # [W][leader id][offset 8 LE][whole batches]  → [w][leader id][status][end 8 LE]
+# (a FAILED answer adds a fifth frame, the reason in UTF-8)
 PROBE = b"Q"  # [Q][leader id]                         → [w][leader id][K][end 8 LE]
 RESTART = b"S"  # [S][leader id][offset 8 LE]          → [w][leader id][K][end 8 LE]
 # (the log server tells these from log reads by the first frame: R, T and P are taken)
@@ -90,7 +95,18 @@ class ReplicaStore:
         settings = dataclasses.replace(settings, memory_bytes=0)
         self.root, self.queue, self.own_id, self.settings = root, queue, own_id, settings
         self.logs: dict[str, Log] = {}
+        # The leaders the monitor assigned this exchange to copy; none until it has said.
+        self.leaders: frozenset[str] = frozenset()
         self._open_existing()
+
+    def accept(self, leaders: tuple[str, ...]) -> None:
+        """The monitor's assignment: copy these leaders' logs, and refuse every other's writes
+        (the copies already held stay readable)."""
+        wanted = frozenset(leaders) - {self.own_id}
+        if wanted != self.leaders:
+            log.info("copies of %s's logs: accepting %s", self.queue,
+                     ", ".join(sorted(wanted)) or "none")  # fmt: skip
+        self.leaders = wanted
 
     def _open_existing(self) -> None:
         """Open the copies this exchange kept before it (re)started: they are announced in its
@@ -138,6 +154,11 @@ class ReplicaStore:
         """Answer one WRITE, PROBE or RESTART (frames without the ROUTER identity). The whole
         frame is checked before the copy is opened or changed: a bad one changes nothing."""
         kind, leader_id, offset = _decode(frames)
+        if leader_id not in self.leaders:
+            raise NotAssigned(
+                f"{leader_id} is not a leader this exchange was assigned to copy"
+                f" (assigned: {', '.join(sorted(self.leaders)) or 'none yet'})"
+            )
         view = memoryview(frames[3]) if kind == WRITE else memoryview(b"")
         # Every batch, records included, before any is written (CorruptRecord: told FAILED).
         checked = list(batchfmt.iter_batches(view, validate=True))
@@ -178,6 +199,10 @@ class ReplicaStore:
             copy.close()
 
 
+class NotAssigned(ProtocolError):
+    """A replication frame from an exchange the monitor did not assign this one to copy."""
+
+
 def _decode(frames: list[bytes]) -> tuple[bytes, str, int]:
     """(kind, leader id, offset: 0 for PROBE) of a replication frame, or ProtocolError."""
     kind = bytes(frames[0]) if frames else b""
@@ -214,6 +239,8 @@ class ReplicaLink:
     # end and the restart: it is out of sync until it holds the log up to here.
     resync_at: int = 0
     was_in_sync: bool = False  # as last logged
+    retry_at: float = 0.0  # when to probe again after a refusal (0: no probe is due)
+    refused: str = ""  # the reason of the last refusal, as logged
 
     def in_sync(self, lagged_end: int) -> bool:
         """`lagged_end`: the leader's log end `REPLICA_LAG_S` ago."""
@@ -290,7 +317,10 @@ class Replicator:
         """Send each replica what it lacks, from the log: new batches and a laggard's back-fill
         alike, `limits.replication_backfill_read_bytes` per frame, up to the replication window per
         call."""
+        now = time.monotonic()
         for link in self.links.values():
+            if link.retry_at and now >= link.retry_at:
+                self._probe_again(link)
             while 0 <= link.sent_to < self.log.end_offset and self._room(link):
                 if not self._backfill(link):
                     break
@@ -329,7 +359,10 @@ class Replicator:
         if link is None:
             return  # closed since the poll (the replica set changed): reading it would raise
         for frames in drained(sock, 10_000):
-            if link is None or len(frames) != 4 or frames[0] != WRITTEN:
+            if len(frames) not in (4, 5) or frames[0] != WRITTEN:
+                continue
+            if frames[2] == FAILED:
+                self._refused(link, bytes(frames[4]) if len(frames) == 5 else b"")
                 continue
             try:
                 end = dataplane.decode_offset(frames[3], "replica's end")
@@ -338,7 +371,26 @@ class Replicator:
                 continue
             self._answered(link, frames[2], end)
 
+    def _refused(self, link: ReplicaLink, reason: bytes) -> None:
+        """The replica refused (not assigned this leader yet, a disk error): stop sending and
+        ask it again later where its copy stands."""
+        why = reason[:200].decode(errors="replace") or "no reason given"
+        if why != link.refused:
+            log.warning("%s: replica %s refused: %s; asking again every %.1f s", self.name,
+                        link.replica_id, why, limits.replication_refused_retry_s)  # fmt: skip
+            link.refused = why
+        link.sent_to = -1
+        link.retry_at = time.monotonic() + limits.replication_refused_retry_s
+
+    def _probe_again(self, link: ReplicaLink) -> None:
+        """After a refusal (the link was quiet since: its queue has room; if not, a later turn)."""
+        if send_nowait(link.sock, [PROBE, self._id]):
+            link.retry_at = 0.0
+
     def _answered(self, link: ReplicaLink, status: bytes, end: int) -> None:
+        if link.refused:
+            log.info("%s: replica %s accepts the copy again", self.name, link.replica_id)
+            link.refused = ""
         if status == BEHIND or link.sent_to < 0:
             link.acked = link.sent_to = min(end, self.log.end_offset)
             if end > self.log.end_offset:

@@ -416,16 +416,19 @@ class Exchange:
             self.front.send_multipart([peer, *dataplane.ack(token, end)])
 
     def _control_command(self, request: dict[str, Any]) -> dict[str, Any] | None:
-        """The monitor's replica assignment (ChildCommand.REPLICAS), or the host's news that
-        the monitor moved (MONITOR_MOVED); a malformed one raises DecodeError, which the control
-        server answers with bad_request."""
+        """The monitor's replica assignment (ChildCommand.REPLICAS): who copies this log, and
+        whose logs this exchange copies (the only leaders its copies take writes from); or the
+        host's news that the monitor moved (MONITOR_MOVED). A malformed one raises
+        DecodeError, which the control server answers with bad_request."""
         if request["CMD"] == ChildCommand.MONITOR_MOVED:
             return self._follow_monitor(MonitorMoved.decode(request))
         if request["CMD"] != ChildCommand.REPLICAS or self.replicator is None:
             return None
-        assigned = Replicas.decode(request).replicas
-        pairs = [(r.replica_id, r.endpoint) for r in assigned]
+        assigned = Replicas.decode(request)  # whole, before anything changes
+        pairs = [(r.replica_id, r.endpoint) for r in assigned.replicas]
         self.replicator.assign([p for p in pairs if p[0] != self.spec.exchange_id])
+        if assigned.leaders is not None and self.log_server is not None:
+            self.log_server.copies.accept(assigned.leaders)
         return bsonmsg.ok("assigned")
 
     def _follow_monitor(self, moved: MonitorMoved) -> dict[str, Any]:

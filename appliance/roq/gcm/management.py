@@ -37,6 +37,7 @@ from roq.protocol.bsonmsg import Document, Reply
 from roq.protocol.commands import AdminCommand, Reason
 from roq.protocol.messages.admin import (
     AddRules,
+    ChildReport,
     CloudProperties,
     ClusterStatus,
     CreateExchange,
@@ -195,7 +196,7 @@ class Management:
             queues.append(QueueStatus(self._queue_doc(queue), exchanges))
         gone, repairs = self.losses()
         return ClusterStatus(
-            hosts=tuple(HostInfo(h.name, h.address, h.hcm, h.max_exchanges) for h in hosts),
+            hosts=tuple(_host_info(h) for h in hosts),
             queues=tuple(queues),
             gone=gone,
             repairs=repairs,
@@ -350,18 +351,9 @@ class Management:
         return bsonmsg.ok(f"queue {record.name} stopped")
 
     def _stop_on_hosts(self, record: QueueRecord) -> None:
-        """Every live host stops the queue's processes (the hosts that run one must answer,
-        else the stop fails and can be retried; a dead host's processes died with it, and a
-        host that restarts does not start a STOPPED queue again)."""
-        running = {record.host} | {x.host for x in self.registry.exchanges(record.name)}
-        request = StopQueueOnHost(record.name, delete_logs=False)
-        for host in self.registry.hosts():
-            try:
-                self._call_host(host, request, Reply.decode)
-            except Refused as error:
-                if host.name in running:
-                    raise
-                log.warning("queue %s: stopping on %s: %s", record.name, host.name, error)
+        """Every live host stops the queue's processes (a dead host's processes died with it,
+        and a host that restarts does not start a STOPPED queue again)."""
+        self._on_every_host(record, delete_logs=False)
 
     def start_queue(self, request: Document, fence: Fence) -> Document:
         wanted = StartQueue.decode(request)
@@ -410,18 +402,23 @@ class Management:
         return bsonmsg.ok(f"queue {record.name} removed")
 
     def _remove_from_hosts(self, record: QueueRecord) -> None:
-        """Every live host stops the queue and deletes its logs and replica copies. The hosts
-        that run it must answer (else the delete fails and can be retried); the others may
-        still hold files of exchanges removed earlier, and are asked on a best-effort basis."""
+        """Every live host stops the queue and deletes its logs and replica copies."""
+        self._on_every_host(record, delete_logs=True)
+
+    def _on_every_host(self, record: QueueRecord, *, delete_logs: bool) -> None:
+        """Ask every live host to stop the queue. The hosts that run part of it must answer, else
+        the request fails and can be retried; the others may still hold files of exchanges
+        removed earlier, and are asked on a best-effort basis."""
         running = {record.host} | {x.host for x in self.registry.exchanges(record.name)}
-        request = StopQueueOnHost(record.name, delete_logs=True)
+        request = StopQueueOnHost(record.name, delete_logs=delete_logs)
         for host in self.registry.hosts():
             try:
                 self._call_host(host, request, Reply.decode)
             except Refused as error:
                 if host.name in running:
                     raise
-                log.warning("queue %s: %s (its files there stay)", record.name, error)
+                left = "its files there stay" if delete_logs else "its processes there may run"
+                log.warning("queue %s on %s: %s (%s)", record.name, host.name, error, left)
 
     # --- exchanges -------------------------------------------------------------------------
     def create_exchange(self, request: Document, fence: Fence) -> Document:
@@ -590,3 +587,12 @@ class Management:
 
 def _address_of(endpoint: str) -> str:
     return endpoint.removeprefix("tcp://").rsplit(":", 1)[0]
+
+
+def _host_info(host: HostRecord) -> HostInfo:
+    """A host as 2013 shows it, with the children it reports not running."""
+    children = tuple(
+        ChildReport(c.queue, c.id, c.role, c.state, c.failures, c.last_exit, c.at)
+        for c in host.children
+    )
+    return HostInfo(host.name, host.address, host.hcm, host.max_exchanges, children)

@@ -123,13 +123,16 @@ class GlobalConfigurationManager:
             log.warning("gcm %s: host loss check failed: %s", self.id, error)
 
     def _admin(self, request: dict[str, Any]) -> dict[str, Any]:
-        fence = self.leadership.fence
-        if fence is None:
-            return bsonmsg.lead_lost(self._leader_admin())
+        """Every ZooKeeper failure is CoordinationError here (coordination/registry.py), so a
+        timeout is answered `busy`, never `internal`."""
         try:
+            fence = self.leadership.fence
+            if fence is None:
+                return bsonmsg.lead_lost(self._leader_admin())
             return self.management.handle(request, fence)
-        except NotLeader as error:
-            return bsonmsg.lead_lost(str(error))
+        except NotLeader as error:  # deposed mid-request: LEADER names the new one, if known
+            log.info("gcm %s: %s", self.id, error)
+            return bsonmsg.lead_lost(self._leader_admin())
         except CoordinationError as error:  # ZooKeeper went away mid-request: say so, go on
             log.warning("gcm %s: request %s failed: %s", self.id, request["CMD"], error)
             return bsonmsg.fail(Reason.BUSY, f"ZooKeeper unavailable, retry: {error}")
@@ -140,7 +143,12 @@ class GlobalConfigurationManager:
         return self._admin(request)
 
     def _leader_admin(self) -> str:
-        leader = self.registry.leader()
+        """The leader's admin endpoint, "" if unknown (ZooKeeper unreachable: the client then
+        asks where it started, or ZooKeeper)."""
+        try:
+            leader = self.registry.leader()
+        except CoordinationError:
+            return ""
         return str(leader.get("admin", "")) if leader else ""
 
     def _broadcast(self) -> None:

@@ -3,7 +3,8 @@
 It registers the host in ZooKeeper (ephemeral: a dead host vanishes within the session timeout),
 serves the GCM's requests on `hcm.port`, starts each queue's monitor and exchanges as child
 processes of the same program, restarts crashed children with back-off, and stops them all when
-it stops. One thread owns the request socket and the children (the main loop).
+it stops. The children it is restarting or gave up on are listed in its registration, for
+`roq status`. One thread owns the request socket and the children (the main loop).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from roq import limits
 from roq.config import HostSettings
 from roq.coordination import session
 from roq.coordination.paths import Paths
-from roq.coordination.registry import HostRecord, QueueRecord, Registry
+from roq.coordination.registry import ChildState, HostRecord, QueueRecord, Registry
 from roq.errors import DecodeError, NameTaken, PortInUse, RoqError
 from roq.host import adoption, supervision
 from roq.host.ports import PortAllocator
@@ -62,6 +63,8 @@ class HostConfigManager:
         self.context = new_context()
         self._session_lost = threading.Event()  # set from kazoo's thread, acted on in run()
         self._next_register = 0.0
+        self._reported: list[ChildState] = []  # the children's states in the host's record
+        self._next_report = 0.0
         self.zk = session.connect(
             settings.zk.servers,
             settings.zk.session_timeout_ms,
@@ -106,9 +109,35 @@ class HostConfigManager:
         self.adopt()
 
     def _register(self) -> None:
-        self.registry.register_host(
-            HostRecord(self.name, self.address, self.endpoint, self.max_exchanges)
+        states = self._child_states()
+        self.registry.register_host(self._record(states))
+        self._reported = states
+
+    def _record(self, children: list[ChildState]) -> HostRecord:
+        return HostRecord(
+            self.name, self.address, self.endpoint, self.max_exchanges, children=children
         )
+
+    def _child_states(self) -> list[ChildState]:
+        states = (supervision.report(child) for child in self.children)
+        return [state for state in states if state is not None][: limits.host_children_reported_max]
+
+    def _report_children(self, now: float) -> None:
+        """Rewrite the host's record when a child starts or stops failing. Not while ZooKeeper
+        is unreachable, and a failed write is retried at most every reregister interval, so
+        that the loop keeps supervising."""
+        states = self._child_states()
+        if states == self._reported or now < self._next_report or not self.zk.connected:
+            return
+        try:
+            written = self.registry.update_host(self._record(states))
+        except RoqError as error:
+            log.warning("host %s: cannot record its children's states: %s", self.name, error)
+            written = False
+        if written:
+            self._reported = states
+        else:
+            self._next_report = now + limits.host_reregister_interval_s
 
     def _claim_name(self) -> None:
         """Register; if the name is held, take it from a dead process of this machine (its
@@ -186,6 +215,8 @@ class HostConfigManager:
                 supervision.watch(child, self.context, now)
             if self._session_lost.is_set():
                 self._reregister(now)
+            else:
+                self._report_children(now)
 
     def _dispatch(self, request: Document) -> Document:
         handler = self._handlers.get(request["CMD"])

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from roq import limits
+from roq.coordination.registry import ChildState
 from roq.errors import (
     EXIT_CONFIG,
     EXIT_TEMPFAIL,
@@ -56,6 +57,8 @@ class Child:
     failures: int = 0
     restart_at: float | None = None
     given_up: bool = False
+    last_exit: str = ""  # how its last run or start ended
+    state_at: float = 0.0  # wall clock: its next restart, or when it was given up
     meta: dict[str, Any] = field(default_factory=dict)
 
 
@@ -160,7 +163,7 @@ def watch(child: Child, context: Any, now: float) -> None:
             if now - child.started_at > limits.child_stable_after_ms / 1000:
                 child.failures = 0
             return
-        _schedule_restart(child, code, now)
+        _schedule_restart(child, _ended(code), now)
         return
     if child.restart_at is not None and now >= child.restart_at:
         child.restart_at = None
@@ -168,18 +171,32 @@ def watch(child: Child, context: Any, now: float) -> None:
             start(child, context)
         except RoqError as error:
             log.error("%s: restart failed: %s", child.name, error)
-            _schedule_restart(child, -1, time.monotonic())
+            code = None if child.process is None else child.process.poll()
+            _schedule_restart(child, str(error) if code is None else _ended(code), time.monotonic())
 
 
-def _schedule_restart(child: Child, code: int, now: float) -> None:
+def _ended(code: int) -> str:
+    """A child's exit status as `Popen` gives it (negative: the signal that killed it)."""
+    if code >= 0:
+        return f"exit code {code}"
+    try:
+        return f"killed by signal {-code} ({signal.Signals(-code).name})"
+    except ValueError:
+        return f"killed by signal {-code}"
+
+
+def _schedule_restart(child: Child, why: str, now: float) -> None:
     child.process = None
     child.failures += 1
+    child.last_exit = why
     if child.failures > limits.child_restarts_max:
         child.given_up = True
+        child.state_at = time.time()
         log.error(
-            "%s: %d failures in a row; giving up (restart the queue to retry)",
+            "%s: %d failures in a row (last: %s); giving up (`roq queue stop` and `start` retry)",
             child.name,
-            child.failures - 1,
+            child.failures,
+            why,
         )
         return
     delay_ms = min(
@@ -187,8 +204,22 @@ def _schedule_restart(child: Child, code: int, now: float) -> None:
         limits.child_restart_backoff_ms_min * 2 ** (child.failures - 1),
     )
     child.restart_at = now + delay_ms / 1000
-    log.warning(
-        "%s exited with code %d; restart %d in %d ms", child.name, code, child.failures, delay_ms
+    child.state_at = time.time() + delay_ms / 1000
+    log.warning("%s: %s; restart %d in %d ms", child.name, why, child.failures, delay_ms)
+
+
+def report(child: Child) -> ChildState | None:
+    """What its host tells the cluster of a child that is not running; None while it runs."""
+    if not child.given_up and child.restart_at is None:
+        return None
+    return ChildState(
+        queue=child.queue,
+        id=child.id,
+        role=child.role,
+        state="GIVEN_UP" if child.given_up else "RESTARTING",
+        failures=child.failures,
+        last_exit=child.last_exit,
+        at=child.state_at,
     )
 
 

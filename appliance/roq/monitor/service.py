@@ -424,10 +424,16 @@ class Monitor:
 
     # --- replication ---------------------------------------------------------------------------
     def _assign_replicas(self) -> None:
-        """Tell each exchange which exchanges copy its log (only what changed is logged)."""
+        """Tell each exchange which exchanges copy its log, and whose logs it copies: this
+        assignment is the only authority a replica accepts a copy on (only what changed is
+        logged)."""
         views = list(self.exchanges.values())
         plan = assign_replicas(views, self.replication_factor)
         by_id = {x.exchange_id: x for x in views}
+        copied: dict[str, list[str]] = {x.exchange_id: [] for x in views}
+        for leader_id, replica_ids in plan.items():
+            for replica_id in replica_ids:
+                copied[replica_id].append(leader_id)
         for leader_id, replica_ids in plan.items():
             leader = by_id[leader_id]
             if replica_ids != leader.replicas:
@@ -439,7 +445,8 @@ class Monitor:
                 )
                 leader.replicas = replica_ids
             replicas = [ReplicaAssignment(r, _log_endpoint(by_id[r].front)) for r in replica_ids]
-            self._tell_exchange(leader, Replicas(tuple(replicas)).encode())
+            assignment = Replicas(tuple(replicas), tuple(copied[leader_id]))
+            self._tell_exchange(leader, assignment.encode())
 
     def _tell_exchange(self, view: ExchangeView, doc: dict[str, Any]) -> None:
         sock = self._controls.get(view.front)

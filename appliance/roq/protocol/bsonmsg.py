@@ -23,6 +23,7 @@ from bson.errors import BSONError
 from roq import limits
 from roq.errors import DecodeError, FrameTooLarge
 from roq.protocol.commands import Reason, Result
+from roq.protocol.endpoints import ENDPOINT_CHARS_MAX, check_endpoint
 
 Document = dict[str, Any]
 T = TypeVar("T")
@@ -101,6 +102,28 @@ def field_str(
     if len(value) > max_chars:
         raise DecodeError(f"the {prefix}{name} field is longer than {max_chars} characters")
     return value
+
+
+def field_endpoint(
+    doc: Mapping[str, Any],
+    name: str,
+    *,
+    room: int = 0,
+    empty_ok: bool = False,
+    default: str | Required = REQUIRED,
+    prefix: str = "",
+) -> str:
+    """An endpoint field, `tcp://<address or host name>:<port>` (`endpoints.parse_endpoint`;
+    `room`: ports the block starting there needs above it); "" only if `empty_ok`."""
+    value = field_str(
+        doc, name, max_chars=ENDPOINT_CHARS_MAX, empty_ok=empty_ok, default=default, prefix=prefix
+    )
+    if not value and empty_ok:
+        return value
+    try:
+        return check_endpoint(value, room=room)
+    except DecodeError as error:
+        raise DecodeError(f"the {prefix}{name} field: {error}") from None
 
 
 def field_int(
@@ -260,5 +283,5 @@ class Reply:
         if result == Result.FAIL:
             return cls(result, comment, error=field_str(doc, "ERROR", max_chars=64))
         if result == Result.LEAD_LOST:
-            return cls(result, comment, leader=field_str(doc, "LEADER", empty_ok=True))
+            return cls(result, comment, leader=field_endpoint(doc, "LEADER", empty_ok=True))
         return cls(result, comment)

@@ -19,6 +19,7 @@ from roq.protocol.bsonmsg import (
     Document,
     field_bool,
     field_docs,
+    field_endpoint,
     field_float,
     field_int,
     field_str,
@@ -29,6 +30,8 @@ from roq.protocol.messages.host import ExchangeOnHost, queue_field
 from roq.protocol.rules import RuleSet
 
 QUEUE_STATES: Final = ("CREATING", "RUNNING", "STOPPED", "DELETING")
+CHILD_STATES: Final = ("RESTARTING", "GIVEN_UP")
+CHILD_ROLES: Final = ("monitor", "exchange")
 T = TypeVar("T")
 
 
@@ -233,7 +236,7 @@ class RegisterRulesListener:
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
-        return cls(queue_field(doc), field_str(doc, "Address", max_chars=256))
+        return cls(queue_field(doc), field_endpoint(doc, "Address"))
 
 
 # --- replies -----------------------------------------------------------------------------------
@@ -249,7 +252,7 @@ class MonitorLocation:
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
-        return cls(field_str(doc, "Monitor_host"), field_str(doc, "Stat_Monitor_host"))
+        return cls(field_endpoint(doc, "Monitor_host"), field_endpoint(doc, "Stat_Monitor_host"))
 
 
 @dataclass(frozen=True)
@@ -299,8 +302,8 @@ class QueueInfo:
             field_str(doc, "Name", prefix=prefix),
             field_str(doc, "Host", prefix=prefix),
             state,
-            field_str(doc, "Monitor_host", empty_ok=True, prefix=prefix),
-            field_str(doc, "Stat_Monitor_host", empty_ok=True, prefix=prefix),
+            field_endpoint(doc, "Monitor_host", empty_ok=True, prefix=prefix),
+            field_endpoint(doc, "Stat_Monitor_host", empty_ok=True, prefix=prefix),
             field_bool(doc, "HostAlive", prefix=prefix),
         )
 
@@ -338,26 +341,74 @@ class Topology:
         )
 
 
+def _one_of(doc: Mapping[str, Any], name: str, values: tuple[str, ...], prefix: str) -> str:
+    value = field_str(doc, name, prefix=prefix)
+    if value not in values:
+        raise DecodeError(f"the {prefix}{name} field must be one of {', '.join(values)}")
+    return value
+
+
+@dataclass(frozen=True)
+class ChildReport:
+    """A monitor or exchange its host does not have running: `{Queue, Id, Role: "monitor" or
+    "exchange", State: "RESTARTING" or "GIVEN_UP", Failures (in a row), LastExit (how its last
+    run or start ended), At}`. `At` is wall-clock seconds since the epoch: the next try when
+    RESTARTING, the moment the host gave up when GIVEN_UP."""
+
+    queue: str
+    child_id: str
+    role: str
+    state: str
+    failures: int
+    last_exit: str
+    at: float
+
+    def fields(self) -> Document:
+        return {"Queue": self.queue, "Id": self.child_id, "Role": self.role, "State": self.state,
+                "Failures": self.failures, "LastExit": self.last_exit, "At": self.at}  # fmt: skip
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any], prefix: str = "") -> Self:
+        return cls(
+            field_str(doc, "Queue", prefix=prefix),
+            field_str(doc, "Id", prefix=prefix),
+            _one_of(doc, "Role", CHILD_ROLES, prefix),
+            _one_of(doc, "State", CHILD_STATES, prefix),
+            field_int(doc, "Failures", prefix=prefix),
+            field_str(doc, "LastExit", empty_ok=True, prefix=prefix),
+            field_float(doc, "At", lo=0.0, prefix=prefix),
+        )
+
+
 @dataclass(frozen=True)
 class HostInfo:
-    """A registered host: `{Name, Address, HCM: tcp://ip:hcm.port, MaxExchanges}`."""
+    """A registered host: `{Name, Address, HCM: tcp://ip:hcm.port, MaxExchanges, Children}`.
+    `Children` lists its monitors and exchanges that are not running (`ChildReport`); an older
+    GCM leaves it out, read as none."""
 
     name: str
     address: str
     hcm: str
     max_exchanges: int
+    children: tuple[ChildReport, ...] = ()
 
     def fields(self) -> Document:
         return {"Name": self.name, "Address": self.address, "HCM": self.hcm,
-                "MaxExchanges": self.max_exchanges}  # fmt: skip
+                "MaxExchanges": self.max_exchanges,
+                "Children": [c.fields() for c in self.children]}  # fmt: skip
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any], prefix: str = "") -> Self:
+        children: tuple[ChildReport, ...] = ()
+        if doc.get("Children") is not None:
+            children = field_docs(doc, "Children", ChildReport.decode, prefix=prefix,
+                                  max_items=limits.host_children_reported_max)  # fmt: skip
         return cls(
             field_str(doc, "Name", prefix=prefix),
             field_str(doc, "Address", prefix=prefix),
-            field_str(doc, "HCM", prefix=prefix),
+            field_endpoint(doc, "HCM", prefix=prefix),
             field_int(doc, "MaxExchanges", prefix=prefix),
+            children,
         )
 
 

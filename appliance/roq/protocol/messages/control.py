@@ -17,6 +17,7 @@ from roq.protocol.bsonmsg import (
     field_bool,
     field_doc,
     field_docs,
+    field_endpoint,
     field_float,
     field_int,
     field_str,
@@ -25,6 +26,7 @@ from roq.protocol.bsonmsg import (
 from roq.protocol.commands import ChildCommand
 from roq.protocol.messages.kpi import ScalingEvent
 from roq.protocol.messages.monitor import EXCHANGES_MAX, CopyEnd, DeadLog
+from roq.protocol.names import EXCHANGE_ID_CHARS_MAX, check_exchange_id
 
 
 @dataclass(frozen=True)
@@ -69,22 +71,38 @@ class ReplicaAssignment:
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any], prefix: str = "") -> Self:
-        return cls(field_str(doc, "Id", prefix=prefix), field_str(doc, "Endpoint", prefix=prefix))
+        return cls(
+            field_str(doc, "Id", prefix=prefix), field_endpoint(doc, "Endpoint", prefix=prefix)
+        )
 
 
 @dataclass(frozen=True)
 class Replicas:
     """1030 REPLICAS, monitor → exchange: the exchanges that copy your log are these (the set
-    replaces the previous one); answered `COMMENT: "assigned"`."""
+    replaces the previous one), and, with `Leaders`, the exchanges whose logs you copy (you
+    refuse every other's writes; absent: the set you had stands); answered
+    `COMMENT: "assigned"`."""
 
     replicas: tuple[ReplicaAssignment, ...]
+    leaders: tuple[str, ...] | None = None  # Leaders: exchange ids
 
     def encode(self) -> Document:
-        return {"CMD": int(ChildCommand.REPLICAS), "Replicas": [r.fields() for r in self.replicas]}
+        doc: Document = {
+            "CMD": int(ChildCommand.REPLICAS), "Replicas": [r.fields() for r in self.replicas]
+        }  # fmt: skip
+        if self.leaders is not None:
+            doc["Leaders"] = list(self.leaders)
+        return doc
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
-        return cls(field_docs(doc, "Replicas", ReplicaAssignment.decode, max_items=EXCHANGES_MAX))
+        replicas = field_docs(doc, "Replicas", ReplicaAssignment.decode, max_items=EXCHANGES_MAX)
+        if doc.get("Leaders") is None:
+            return cls(replicas)
+        leaders = field_strs(
+            doc, "Leaders", max_items=EXCHANGES_MAX, max_chars=EXCHANGE_ID_CHARS_MAX
+        )
+        return cls(replicas, tuple(check_exchange_id(leader) for leader in leaders))
 
 
 @dataclass(frozen=True)
@@ -100,7 +118,7 @@ class MonitorMoved:
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
-        return cls(field_str(doc, "Monitor"), field_str(doc, "Stat"))
+        return cls(field_endpoint(doc, "Monitor"), field_endpoint(doc, "Stat"))
 
 
 def _offset_or_null(doc: Mapping[str, Any], name: str, lo: int = 0) -> int | None:
@@ -205,8 +223,8 @@ class MonitoredExchange:
         p = prefix
         return cls(
             field_str(doc, "Id", prefix=p),
-            field_str(doc, "Front", prefix=p),
-            field_str(doc, "Back", prefix=p),
+            field_endpoint(doc, "Front", prefix=p),
+            field_endpoint(doc, "Back", prefix=p),
             field_float(doc, "Msgs", prefix=p),
             field_float(doc, "Bytes", prefix=p),
             field_int(doc, "Producers", lo=-INT64_MAX, prefix=p),

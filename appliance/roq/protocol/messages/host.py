@@ -9,9 +9,11 @@ from dataclasses import dataclass
 from typing import Any, Final, Self
 
 from roq import limits
+from roq.errors import DecodeError
 from roq.protocol import bsonmsg
-from roq.protocol.bsonmsg import Document, field_docs, field_int, field_str
+from roq.protocol.bsonmsg import Document, field_docs, field_endpoint, field_int, field_str
 from roq.protocol.commands import HostCommand
+from roq.protocol.endpoints import check_host
 from roq.protocol.names import check_exchange_id, check_queue_name
 
 PORT_MAX: Final = 65_535  # TCP's, a fact of the format rather than a bound
@@ -20,6 +22,14 @@ PORT_MAX: Final = 65_535  # TCP's, a fact of the format rather than a bound
 def queue_field(doc: Mapping[str, Any]) -> str:
     """`QName`: a queue name (it becomes a znode and a directory name)."""
     return check_queue_name(field_str(doc, "QName"))
+
+
+def _host_field(doc: Mapping[str, Any], name: str) -> str:
+    """An address or host name (it becomes `tcp://<it>:<port>`)."""
+    try:
+        return check_host(field_str(doc, name, max_chars=253))
+    except DecodeError as error:
+        raise DecodeError(f"the {name} field: {error}") from None
 
 
 def port_field(doc: Mapping[str, Any], name: str, prefix: str = "") -> int:
@@ -53,8 +63,8 @@ class ExchangeInfo:
                 empty_ok=True,
                 prefix=prefix,
             ),
-            field_str(doc, "Front", prefix=prefix),
-            field_str(doc, "Back", prefix=prefix),
+            field_endpoint(doc, "Front", prefix=prefix),
+            field_endpoint(doc, "Back", prefix=prefix),
         )
 
 
@@ -96,8 +106,8 @@ class QueueOnHost:
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
         return cls(
-            field_str(doc, "Monitor_host"),
-            field_str(doc, "Stat_Monitor_host"),
+            field_endpoint(doc, "Monitor_host"),
+            field_endpoint(doc, "Stat_Monitor_host"),
             port_field(doc, "Monitor_port"),
             port_field(doc, "Stat_port"),
             field_docs(doc, "Exchanges", ExchangeInfo.decode),
@@ -143,7 +153,7 @@ class MonitorMovedOnHost:
             queue_field(doc),
             port_field(doc, "Monitor_port"),
             port_field(doc, "Stat_port"),
-            field_str(doc, "Monitor_address"),
+            _host_field(doc, "Monitor_address"),
         )
 
 
@@ -186,7 +196,7 @@ class CreateExchangeOnHost:
             ),
             port_field(doc, "Monitor_port"),
             port_field(doc, "Stat_port"),
-            field_str(doc, "Monitor_address"),
+            _host_field(doc, "Monitor_address"),
             exchange_id,
         )
 

@@ -19,6 +19,7 @@ from roq.protocol.bsonmsg import (
     field_bool,
     field_doc,
     field_docs,
+    field_endpoint,
     field_float,
     field_int,
     field_str,
@@ -29,6 +30,10 @@ from roq.protocol.names import check_queue_name
 from roq.protocol.rules import RuleSet
 
 EXCHANGES_MAX: Final = limits.monitor_exchanges_max  # in one list: a monitor tracks no more
+# An exchange's ports are F..F+3: its `Front` (F) and `Back` (F+1) leave room for the rest, so
+# the log port (F+3) derived from either is a port too.
+FRONT_ROOM: Final = 3
+BACK_ROOM: Final = 2
 
 
 # --- B+0: exchange reports, pulses and subscription counts -----------------------------------
@@ -58,8 +63,8 @@ class ExchangeIdentity:
         return cls(
             queue=field_str(doc, "QName", max_chars=limits.queue_name_chars_max),
             exchange_id=field_str(doc, "Id"),
-            front=field_str(doc, "Front"),
-            back=field_str(doc, "Back"),
+            front=field_endpoint(doc, "Front", room=FRONT_ROOM),
+            back=field_endpoint(doc, "Back", room=BACK_ROOM),
             period_s=field_float(doc, "Period", lo=0.0),
             started=field_float(doc, "Started", lo=0.0),
             logged=field_bool(doc, "Log"),
@@ -204,7 +209,7 @@ class ExchangePulse:
     def decode(cls, doc: Mapping[str, Any]) -> Self:
         return cls(
             field_str(doc, "Id"),
-            field_str(doc, "Front"),
+            field_endpoint(doc, "Front", room=FRONT_ROOM),
             field_float(doc, "Started", lo=0.0),
             field_float(doc, "LoopAge", lo=0.0),
         )
@@ -275,7 +280,7 @@ class PublisherInit:
     def decode(cls, doc: Mapping[str, Any]) -> Self:
         panic = bsonmsg.command(doc) == MonitorCommand.PUBLISHER_PANIC
         producer = field_str(doc, "ProducerID", max_chars=limits.producer_id_chars_max)
-        lost = field_str(doc, "Lost", empty_ok=True, default=REQUIRED if panic else "")
+        lost = field_endpoint(doc, "Lost", empty_ok=True, default=REQUIRED if panic else "")
         return cls(producer, lost, panic)
 
 
@@ -294,7 +299,7 @@ class Placed:
         exchange = field_doc(doc, "Exchange")
         return cls(
             field_str(exchange, "Id", prefix="Exchange."),
-            field_str(exchange, "Front", prefix="Exchange."),
+            field_endpoint(exchange, "Front", prefix="Exchange."),
         )
 
 
@@ -313,7 +318,7 @@ class ExchangeEntry:
     def decode(cls, doc: Mapping[str, Any], prefix: str = "") -> Self:
         return cls(
             field_str(doc, "Id", prefix=prefix),
-            field_str(doc, "Back", prefix=prefix),
+            field_endpoint(doc, "Back", room=BACK_ROOM, prefix=prefix),
             field_bool(doc, "Log", prefix=prefix),
         )
 
@@ -333,7 +338,7 @@ class ReplicaCopy:
     def decode(cls, doc: Mapping[str, Any], prefix: str = "") -> Self:
         return cls(
             field_str(doc, "Id", prefix=prefix),
-            field_str(doc, "Log", prefix=prefix),
+            field_endpoint(doc, "Log", prefix=prefix),
             field_int(doc, "End", prefix=prefix),
         )
 
@@ -416,7 +421,7 @@ class Relocate:
             field_str(doc, "ProducerID", max_chars=limits.producer_id_chars_max),
             placed.exchange_id,
             placed.front,
-            field_str(doc, "From"),
+            field_endpoint(doc, "From"),
         )
 
 
@@ -435,7 +440,7 @@ class ExchangeLost:
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
-        return cls(field_str(doc, "Front"), field_bool(doc, "Dead"))
+        return cls(field_endpoint(doc, "Front"), field_bool(doc, "Dead"))
 
 
 def decode_publisher_notice(doc: Mapping[str, Any]) -> Relocate | ExchangeLost:
