@@ -58,13 +58,15 @@ def _two_hosts(cluster: LocalCluster) -> tuple[Daemon, Daemon]:
     return h1, h2
 
 
-def _publisher_on(cluster: LocalCluster, front_host: str) -> tuple[Publisher, list[Publisher]]:
-    """An acks=all publisher placed on the exchange of `front_host` (placement spreads them),
-    and the others made on the way."""
+def _publisher_on(
+    cluster: LocalCluster, front_host: str, acks: str = "all"
+) -> tuple[Publisher, list[Publisher]]:
+    """A publisher placed on the exchange of `front_host` (placement spreads them), and the
+    others made on the way."""
     fronts = {x["Front"]: x["Host"] for x in _queue(cluster)["Exchanges"]}
     others = []
     for _ in range(8):
-        pub = Publisher("q1", gcm=cluster.gcm, acks="all", linger_ms=1)
+        pub = Publisher("q1", gcm=cluster.gcm, acks=acks, linger_ms=1)
         if fronts.get(pub.exchange or "") == front_host:
             return pub, others
         others.append(pub)
@@ -84,6 +86,9 @@ def test_the_monitors_host_killed_publishers_move_and_a_subscriber_joins(
 ) -> None:
     h1, _ = _two_hosts(cluster)
     victim, others = _publisher_on(cluster, "h1")
+    quiet, more = _publisher_on(cluster, "h1", acks="none")
+    quiet.send(b"none-before")
+    quiet.flush(timeout_s=10)
     acknowledged = _send_acknowledged(victim, "before", 200, 20)
     time.sleep(0.5)  # the replica of h1's log on h2 caught up (acks=all already waited for it)
 
@@ -102,6 +107,9 @@ def test_the_monitors_host_killed_publishers_move_and_a_subscriber_joins(
     joined_s = time.monotonic() - killed
     victim.flush(timeout_s=JOIN_BOUND_S + 10)
     moved_s = time.monotonic() - killed
+    quiet.send(b"none-after")  # acks=none: its flush's drain, unanswered, makes it follow too
+    quiet.flush(timeout_s=JOIN_BOUND_S + 10)
+    assert quiet.exchange != lost_front and quiet.moves >= 1
     print(f"joined {joined_s:.1f} s, acknowledged {moved_s:.1f} s after the kill")  # with -s
     assert joined_s < JOIN_BOUND_S, f"joined {joined_s:.1f} s after the kill\n{cluster.logs()}"
     acknowledged += after
@@ -115,15 +123,18 @@ def test_the_monitors_host_killed_publishers_move_and_a_subscriber_joins(
 
     # The subscriber reads every acknowledged message once, in the producer's order (the lost
     # exchange's log from its copy on h2's exchange).
-    got = [r.payload.decode() for r in sub.messages(count=len(acknowledged), timeout_s=30)]
-    mine = [m for m in got if m.startswith(("before-", "after-"))]
+    mine: list[str] = []  # the acks=all publisher's (the acks=none one's are read too)
+    deadline = time.monotonic() + 30
+    while len(mine) < len(acknowledged) and time.monotonic() < deadline:
+        got = [r.payload.decode() for r in sub.messages(count=1, timeout_s=1)]
+        mine += [m for m in got if m.startswith(("before-", "after-"))]
     assert sorted(mine) == sorted(acknowledged), (
         f"{len(mine)} of {len(acknowledged)} read; moved after {moved_s:.1f} s\n{cluster.logs()}"
     )
     assert mine == acknowledged  # one producer: in its order
     status = cluster.cli("status", "--gcm", cluster.gcm, timeout_s=60).stdout
     assert "h1" in status and "GONE" in status, status
-    for pub in [victim, *others]:
+    for pub in [victim, quiet, *others, *more]:
         pub.close(timeout_s=5)
     sub.close()
 

@@ -37,12 +37,13 @@ exchange, in order and before any newer batch, and subscribers drop the duplicat
 number.
 
 A lost host takes the monitor and the exchange together, and no one is left to say the exchange
-died. With `acks`, a publisher whose confirmations stopped for `publisher_monitor_check_ms` asks
-the GCM where the monitor is (one bounded request, at most once per that period); once the GCM
-re-placed the monitor it names another address, and the publisher listens to the new monitor,
-fails over as from a dead exchange and sends its unconfirmed batches again. A monitor that does
-not answer a placement request is looked up the same way. With `acks="none"` nothing is
-confirmed, so nothing is noticed: such a publisher does not follow a lost monitor.
+died. A publisher whose confirmations (`acks`) or whose flush's drain have not come for
+`publisher_monitor_check_ms` asks the GCM where the monitor is (one bounded request, at most once
+per that period); once the GCM re-placed the monitor it names another address, and the
+publisher listens to the new monitor, fails over as from a dead exchange and sends its
+unconfirmed batches again. A monitor that does not answer a placement request is looked up the
+same way. With `acks="none"` only a `flush()` waits for an answer, so such a publisher follows
+a lost monitor only when it flushes (what it sent to the lost exchange meanwhile is lost).
 """
 
 from __future__ import annotations
@@ -452,7 +453,8 @@ class _PublisherIO(threading.Thread):
                     poller.register(self.dealer, READABLE)
             if self.dealer in events:
                 self._replies()
-            if self.unconfirmed and self._monitor_moved_while_stalled():
+            waiting = self.unconfirmed or self.p._barriers  # confirmations or a flush's drain
+            if waiting and self._monitor_moved_while_stalled():
                 poller.unregister(self.dealer)
                 self._move("", alive=False)
                 poller.register(self.dealer, READABLE)
@@ -602,6 +604,8 @@ class _PublisherIO(threading.Thread):
     def _send(self, item: _Outbound) -> bool:
         token = dataplane.TOKEN.pack(item.token)
         if item.batch is None:
+            if not self.unconfirmed and len(self.p._barriers) <= 1:
+                self.progress = time.monotonic()  # the first thing now awaiting an answer
             frames = [dataplane.DRAIN, token]
         elif self.p.acks == "none":
             frames = [dataplane.BATCH, item.batch]
@@ -621,6 +625,7 @@ class _PublisherIO(threading.Thread):
             dataplane.TOKEN.unpack(frames[1])[0] if len(frames) > 1 and len(frames[1]) == 8 else 0
         )
         if kind == dataplane.DRAINED:
+            self.progress = time.monotonic()
             self.drained.add(token)
             self._settle()
         elif kind == dataplane.ACK:
