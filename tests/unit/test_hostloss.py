@@ -149,6 +149,10 @@ def test_a_returning_host_stops_only_what_moved():
     ]
     moved = adoption.moved_children(registry, "h1", children)  # type: ignore[arg-type]
     assert [c.id for c in moved] == ["monitor-q1", "x1"]
+    registry.records["q1"].state = QueueState.STOPPED  # stopped while h1 was gone: all stop
+    assert len(adoption.moved_children(registry, "h1", children)) == 3  # type: ignore[arg-type]
+    del registry.records["q1"]  # deleted: all stop
+    assert len(adoption.moved_children(registry, "h1", children)) == 3  # type: ignore[arg-type]
     assert adoption.recorded_exchanges(registry, "q1", "h1") == []  # type: ignore[arg-type]
 
 

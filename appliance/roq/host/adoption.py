@@ -67,14 +67,18 @@ def served_elsewhere(registry: Registry, queue: str, host: str) -> bool:
 
 
 def moved_children(registry: Registry, host: str, children: Sequence[Child]) -> list[Child]:
-    """The children ZooKeeper no longer assigns to `host`: a monitor whose queue is not RUNNING
-        here, an exchange whose record is marked lost or names another host (one with no record yet
-    may be a create the GCM has not recorded: it stays)."""
+    """The children ZooKeeper no longer assigns to `host`: those of a queue deleted or stopped
+    meanwhile (the GCM's request could not reach a gone host), a monitor whose queue names
+    another host, an exchange whose record is marked lost or names another host (one with no
+    record yet may be a create the GCM has not recorded: it stays)."""
     moved = []
     for child in children:
         got = registry.queue(child.queue)
-        if got is None or got[0].state != QueueState.RUNNING:
-            continue  # stopped or deleted: the GCM's own request stops it
+        if got is None or got[0].state == QueueState.STOPPED:
+            moved.append(child)
+            continue
+        if got[0].state != QueueState.RUNNING:
+            continue  # being created or deleted: the GCM's request in progress decides
         if child.role == "monitor":
             if got[0].host != host:
                 moved.append(child)

@@ -326,7 +326,8 @@ class HostConfigManager:
 
     def _stop_moved(self) -> None:
         """Stop the children whose assignment ZooKeeper no longer gives this host: the GCM
-        re-placed them while this host was gone (its session expired). Their logs stay."""
+        re-placed them (or stopped or deleted their queue) while this host was gone (its session
+        expired). Their logs stay."""
         for child in adoption.moved_children(self.registry, self.name, self.children):
             log.warning("host %s: %s was re-placed while this host was gone; stopping it",
                         self.name, child.name)  # fmt: skip
