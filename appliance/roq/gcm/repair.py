@@ -201,7 +201,7 @@ class HostLossRepair:
         now = time.monotonic()
         gone, pending = [], {}
         for name, since in sorted(self.gone.items()):
-            queues = self._queues_on({name})
+            queues = set() if name in self._done else self._queues_on({name})
             gone.append(GoneHost(name, round(now - since, 1), len(queues)))
             left = self.grace_s - (now - since)
             for queue in queues:
