@@ -27,6 +27,15 @@ child_ready_timeout_ms = 15_000  # a spawned monitor/exchange must answer PING w
 client_retry_max = 10  # attempts to reach the GCM leader (RoQ: 10)
 client_retry_backoff_ms = 300
 
+# --- host loss (gcm/repair.py) -----------------------------------------------------------
+host_loss_check_s = 1.0  # the leading GCM looks for lost hosts this often
+host_loss_queues_per_pass = 8  # queues re-placed per check at most: bounded work per pass
+host_loss_gone_max = 1_000  # gone hosts the GCM remembers (and `roq status` lists)
+# a publisher whose oldest unconfirmed batch (or flush) has waited this long asks the GCM
+# whether its queue's monitor moved (client/publisher.py)
+publisher_monitor_check_ms = 2_000
+monitor_locate_timeout_ms = 2_000  # that question, one attempt (client/locate.py)
+
 # --- supervision -------------------------------------------------------------------------
 child_restart_backoff_ms_min = 250
 child_restart_backoff_ms_max = 10_000
@@ -37,6 +46,7 @@ host_children_reported_max = 100
 # a child stopping gets this long after its SHUTDOWN request, then SIGTERM and this long again,
 # then SIGKILL (supervision.stop)
 shutdown_grace_ms = 5_000
+child_tell_timeout_ms = 2_000  # a control request a host forwards to a child (MONITOR_MOVED)
 # A child that loses a port race to another program gets this many port blocks before the host
 # gives up starting it (host/service.py).
 child_bind_attempts = 3
@@ -153,6 +163,9 @@ subscriber_live_pause_bytes = 16 * 1024 * 1024
 subscriber_idle_probe_ms = 2_000  # a feed silent this long asks its exchange's log where it ends
 subscriber_refresh_ms = 2_000  # while a feed is silent, ask the monitor for the list this often
 subscriber_refresh_timeout_ms = 1_000  # ... and wait this long for its answer
+# a joining subscriber waits this long for the monitor's list before it asks again (and asks the
+# GCM whether the monitor moved: a lost host's monitor never answers)
+subscriber_join_request_timeout_ms = 2_000
 subscriber_streams_max = 1_000_000  # (producer, key) streams tracked for order and duplicates
 subscriber_burst_batches = 1_024  # batches taken from one live stream per wake-up
 subscriber_stat_period_s = 1.0  # a subscriber sends its statistics to the stat monitor this often

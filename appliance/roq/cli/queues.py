@@ -124,7 +124,11 @@ def status(
             }
             for q in reply.queues
         ]
-        typer.echo(json.dumps({"Hosts": [h.fields() for h in reply.hosts], "Queues": queues}))
+        typer.echo(json.dumps({
+            "Hosts": [h.fields() for h in reply.hosts], "Queues": queues,
+            "GoneHosts": [g.fields() for g in reply.gone],
+            "Repairs": [r.fields() for r in reply.repairs],
+        }))  # fmt: skip
         return
     typer.echo(_render_status(reply, lives))
 
@@ -137,6 +141,11 @@ def _render_status(reply: ClusterStatus, lives: dict[str, MonitorStatus | None])
     lines = [f"hosts ({len(reply.hosts)}):"]
     for h in reply.hosts:
         lines.append(f"  {h.name:<20} {h.hcm:<26} max {h.max_exchanges} exchanges")
+    for g in reply.gone:
+        left = f"{g.queues} queue(s) still assigned" if g.queues else "its work re-placed"
+        lines.append(f"  {g.name:<20} GONE for {g.gone_s:.0f} s: {left}")
+    for r in reply.repairs:
+        lines.append(f"  re-placing {r.queue}: {r.comment}")
     lines.append(f"queues ({len(reply.queues)}):")
     hosts = {h.name for h in reply.hosts}
     # what the hosts report of the children they are restarting or gave up on; "" = the monitor
@@ -155,6 +164,9 @@ def _render_status(reply: ClusterStatus, lives: dict[str, MonitorStatus | None])
         live = {x.exchange_id: x for x in (status.exchanges if status else ())}
         for x in q.exchanges:
             lines.append(f"    exchange {x.exchange_id:<28} in {x.front} out {x.back}")
+            if x.lost:
+                lines.append(f"      (lost with host {x.host}; another exchange replaced it)")
+                continue
             failed = failing.get((info.name, x.exchange_id))
             lines.append(_live_line(live.get(x.exchange_id), q, status, x.host in hosts, failed))
         if status is not None:

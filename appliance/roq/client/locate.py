@@ -1,7 +1,11 @@
-"""Finding a queue's monitor: through the GCM's admin API (`GET_HOST_BY_QNAME`, 2000)."""
+"""Finding a queue's monitor: through the GCM's admin API (`GET_HOST_BY_QNAME`, 2000).
+
+Clients ask again when their monitor stops answering: after its host is lost the GCM re-places
+it (gcm/repair.py) and answers with the new address (client/publisher.py)."""
 
 from __future__ import annotations
 
+from roq import limits
 from roq.client.admin import AdminClient
 from roq.errors import RoqError
 from roq.protocol.ports import MonitorPort, StatPort, sibling
@@ -32,9 +36,17 @@ class MonitorAddress:
 
 
 def locate_monitor(
-    queue: str, gcm: str | None = None, zk: str | None = None, namespace: str = "/roq"
+    queue: str,
+    gcm: str | None = None,
+    zk: str | None = None,
+    namespace: str = "/roq",
+    *,
+    quick: bool = False,
 ) -> MonitorAddress:
-    """Ask the leading GCM where `queue`'s monitor is (raises AdminRefused if it has none)."""
-    with AdminClient(gcm=gcm, zk=zk, namespace=namespace) as admin:
+    """Ask the leading GCM where `queue`'s monitor is (raises AdminRefused if it has none).
+    `quick`: one attempt within `limits.monitor_locate_timeout_ms` (a client checking whether
+    the monitor moved, from a loop that must not stall for long)."""
+    bounds = {"timeout_ms": limits.monitor_locate_timeout_ms, "retries": 1} if quick else {}
+    with AdminClient(gcm=gcm, zk=zk, namespace=namespace, **bounds) as admin:
         found = admin.get_host_by_qname(queue)
     return MonitorAddress(found.monitor_host, found.stat_monitor_host)

@@ -35,6 +35,15 @@ does not answer, batches it had not forwarded are lost unless `acks` asked for c
 every unconfirmed batch (up to `limits.unconfirmed_batches_max`) is then sent again to the new
 exchange, in order and before any newer batch, and subscribers drop the duplicates by sequence
 number.
+
+A lost host takes the monitor and the exchange together, and no one is left to say the exchange
+died. A publisher whose confirmations (`acks`) or whose flush's drain have not come for
+`publisher_monitor_check_ms` asks the GCM where the monitor is (one bounded request, at most once
+per that period); once the GCM re-placed the monitor it names another address, and the
+publisher listens to the new monitor, fails over as from a dead exchange and sends its
+unconfirmed batches again. A monitor that does not answer a placement request is looked up the
+same way. With `acks="none"` only a `flush()` waits for an answer, so such a publisher follows
+a lost monitor only when it flushes (what it sent to the lost exchange meanwhile is lost).
 """
 
 from __future__ import annotations
@@ -72,6 +81,7 @@ from roq.transport import (
     Kind,
     Poller,
     connect,
+    disconnect,
     drained,
     open_socket,
     recv_nowait,
@@ -153,6 +163,8 @@ class Publisher:
         self.monitor = (
             MonitorAddress(monitor) if monitor else locate_monitor(queue, gcm, zk, namespace)
         )
+        # how to ask the GCM again where the monitor is (None: the caller named the monitor)
+        self._locate = None if monitor else (gcm, zk, namespace)
         self._lock = threading.Lock()
         self._space = threading.Condition(self._lock)
         self._buffers: dict[bytes, _KeyBuffer] = {}
@@ -405,6 +417,11 @@ class _PublisherIO(threading.Thread):
         self.unconfirmed: dict[int, _Outbound] = {}  # sent batches the exchange must confirm
         self.resend: collections.deque[_Outbound] = collections.deque()  # after a fail-over
         self.drained: set[int] = set()  # flush tokens drained, waiting for confirmations
+        # when a confirmation last came, or the first unconfirmed batch was sent: confirmations
+        # that stop for `publisher_monitor_check_ms` make the publisher ask whether the monitor
+        # moved (its host lost with the exchange, nobody left to say EXCHANGE_LOST)
+        self.progress = time.monotonic()
+        self.next_monitor_check = 0.0
 
     def run(self) -> None:
         try:
@@ -436,6 +453,11 @@ class _PublisherIO(threading.Thread):
                     poller.register(self.dealer, READABLE)
             if self.dealer in events:
                 self._replies()
+            waiting = self.unconfirmed or self.p._barriers  # confirmations or a flush's drain
+            if waiting and self._monitor_moved_while_stalled():
+                poller.unregister(self.dealer)
+                self._move("", alive=False)
+                poller.register(self.dealer, READABLE)
             self.p._take_stale()
             self._pump()
 
@@ -458,10 +480,42 @@ class _PublisherIO(threading.Thread):
                 reason = envelope.comment
             except RoqError as error:
                 reason = str(error)
+                if self._follow_monitor():  # it did not answer: it may have moved
+                    continue
             if time.monotonic() > deadline or self.p._closing:
                 raise PublishError(f"no exchange for queue {self.p.queue}: {reason}")
             log.info("%s: waiting for an exchange (%s)", self.p.name, reason)
             time.sleep(limits.placement_retry_ms / 1000)
+
+    def _monitor_moved_while_stalled(self) -> bool:
+        """Confirmations stopped: if the GCM names another monitor, follow it (True)."""
+        now = time.monotonic()
+        check_s = limits.publisher_monitor_check_ms / 1000
+        if now - self.progress < check_s or now < self.next_monitor_check:
+            return False
+        self.next_monitor_check = now + check_s
+        return self._follow_monitor()
+
+    def _follow_monitor(self) -> bool:
+        """Ask the GCM where the queue's monitor is (one bounded attempt); if it moved (its
+        host was lost and the GCM re-placed it), listen to and ask the new one. True if so."""
+        if self.p._locate is None:
+            return False
+        try:
+            found = locate_monitor(self.p.queue, *self.p._locate, quick=True)
+        except RoqError as error:
+            log.info("%s: where is the monitor? %s", self.p.name, error)
+            return False
+        if found.base == self.p.monitor.base:
+            return False
+        log.warning("%s: the monitor moved from %s to %s", self.p.name, self.p.monitor.base,
+                    found.base)  # fmt: skip
+        disconnect(self.notices, self.p.monitor.at(MonitorPort.TO_PUBLISHERS))
+        connect(self.notices, found.at(MonitorPort.TO_PUBLISHERS))
+        self.placement.close()
+        self.placement = Requester(self.p._context, found.at(MonitorPort.PLACEMENT))
+        self.p.monitor = found
+        return True
 
     def _connect(self, front: str) -> None:
         self.dealer = open_socket(
@@ -542,12 +596,16 @@ class _PublisherIO(threading.Thread):
             if not self._send(item):
                 return
             if item.batch is not None and self.p.acks != "none":
+                if not self.unconfirmed:
+                    self.progress = time.monotonic()
                 self.unconfirmed[item.token] = item
             self.p._sent(item)
 
     def _send(self, item: _Outbound) -> bool:
         token = dataplane.TOKEN.pack(item.token)
         if item.batch is None:
+            if not self.unconfirmed and len(self.p._barriers) <= 1:
+                self.progress = time.monotonic()  # the first thing now awaiting an answer
             frames = [dataplane.DRAIN, token]
         elif self.p.acks == "none":
             frames = [dataplane.BATCH, item.batch]
@@ -567,10 +625,12 @@ class _PublisherIO(threading.Thread):
             dataplane.TOKEN.unpack(frames[1])[0] if len(frames) > 1 and len(frames[1]) == 8 else 0
         )
         if kind == dataplane.DRAINED:
+            self.progress = time.monotonic()
             self.drained.add(token)
             self._settle()
         elif kind == dataplane.ACK:
             if self.unconfirmed.pop(token, None) is not None:
+                self.progress = time.monotonic()
                 self.p.confirmed_batches += 1
                 self._settle()
         elif kind in (dataplane.NACK, dataplane.REFUSED):

@@ -12,7 +12,8 @@ see below).
 Membership. It asks the queue's monitor for every exchange, connects one SUB socket to each
 (a `Feed` per exchange), and follows the monitor's notices: a new exchange is joined at once,
 and the full list the monitor republishes every period adds what is missing and drops exchanges
-that are gone.
+that are gone. A monitor that does not answer (its host was lost) is looked up again through the
+GCM, which names the monitor it re-placed; the subscriber then follows that one.
 
 Where to start: `start="now"` (the default: what is published from now on, on every exchange:
 one that appears later is read from its log from the subscriber's start time), `"beginning"`
@@ -69,6 +70,7 @@ from roq.transport import (
     Kind,
     Poller,
     connect,
+    disconnect,
     new_context,
     open_socket,
     recv_nowait,
@@ -108,6 +110,7 @@ class Subscriber:
         self.monitor = (
             MonitorAddress(monitor) if monitor else locate_monitor(queue, gcm, zk, namespace)
         )
+        self._locate = None if monitor else (gcm, zk, namespace)  # to find a moved monitor
         from_start = start == "beginning" and from_offset is None and from_time is None
         self.sequencer = Sequencer(gap_wait_ms / 1000, from_start=from_start)
         # Records of delivered batches that messages() has not yielded yet (it stopped at its
@@ -146,16 +149,46 @@ class Subscriber:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                listing = self._list_exchanges(self._placement.request(SubscriberInit().encode()))
+                reply = self._placement.request(
+                    SubscriberInit().encode(), limits.subscriber_join_request_timeout_ms
+                )
+                listing = self._list_exchanges(reply)
                 if listing is not None and listing.exchanges:
                     self._reconcile(listing, drop=False)
                     return
                 reason = "the queue has no exchange yet"
             except RoqError as error:
                 reason = str(error)
+                if self._follow_monitor():
+                    continue
             if time.monotonic() > deadline:
                 raise RoqError(f"{self.name}: cannot join the queue: {reason}")
             time.sleep(limits.placement_retry_ms / 1000)
+
+    def _follow_monitor(self) -> bool:
+        """Ask the GCM where the monitor is (one bounded attempt); if it moved (re-placed after
+        its host was lost), listen to and ask the new one. True if so."""
+        if self._locate is None:
+            return False
+        try:
+            found = locate_monitor(self.queue, *self._locate, quick=True)
+        except RoqError as error:
+            log.info("%s: where is the monitor? %s", self.name, error)
+            return False
+        if found.base == self.monitor.base:
+            return False
+        log.warning("%s: the monitor moved from %s to %s", self.name, self.monitor.base,
+                    found.base)  # fmt: skip
+        disconnect(self.notices, self.monitor.at(MonitorPort.TO_SUBSCRIBERS))
+        connect(self.notices, found.at(MonitorPort.TO_SUBSCRIBERS))
+        if self.monitor.stat_in:
+            disconnect(self.stats, self.monitor.stat_in)
+        if found.stat_in:
+            connect(self.stats, found.stat_in)
+        self._placement.close()
+        self._placement = Requester(self._context, found.at(MonitorPort.PLACEMENT))
+        self.monitor = found
+        return True
 
     @staticmethod
     def _list_exchanges(reply: dict[str, Any]) -> ExchangeList | None:
@@ -267,6 +300,7 @@ class Subscriber:
             listing = self._list_exchanges(reply)
         except RoqError as error:
             log.warning("%s: cannot refresh the exchange list: %s", self.name, error)
+            self._follow_monitor()  # the list comes from the new one at the next refresh
             return
         if listing is not None:
             self._reconcile(listing, drop=True)

@@ -169,6 +169,7 @@ class GcmSettings:
     ports_base: int
     broadcast_period_s: float  # period
     host_timeout_ms: int  # hcmTIMEOUT, one request to a host (the Requester takes ms)
+    host_loss_grace_s: float  # host.loss.grace: a host gone this long has its work re-placed
     format_db: bool
     zk: ZooKeeperSettings
     cloud: CloudSettings
@@ -181,6 +182,7 @@ class GcmSettings:
             ports_base=settings._int("ports.base"),
             broadcast_period_s=settings._seconds("period"),
             host_timeout_ms=settings._int("hcmTIMEOUT"),
+            host_loss_grace_s=settings._seconds("host.loss.grace"),
             format_db=settings._bool("formatDB"),
             zk=ZooKeeperSettings.from_settings(settings),
             cloud=CloudSettings.from_settings(settings),

@@ -139,6 +139,15 @@ GCM_KEYS: tuple[Key, ...] = (
         (100, 600000),
         section="Timing",
     ),
+    Key(
+        "host.loss.grace",
+        int,
+        6000,
+        "How long a host's registration must have been gone (its session expired) before the "
+        "leading GCM re-places its monitors and exchanges on the other hosts, in ms.",
+        (0, 3600000),
+        section="Timing",
+    ),
     *_ZK_KEYS,
     Key(
         "formatDB",

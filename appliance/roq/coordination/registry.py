@@ -67,6 +67,9 @@ class ExchangeRecord:
     back: str  # tcp://ip:F+1
     port: int = 0
     txid: str = ""
+    # its host was lost and the GCM started another exchange in its place: kept so its log's
+    # copies stay listed, never started again (gcm/repair.py)
+    lost: bool = False
 
 
 @dataclass(slots=True)

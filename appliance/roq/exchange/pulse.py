@@ -21,7 +21,7 @@ from typing import Any
 
 from roq.protocol import bsonmsg
 from roq.protocol.messages.monitor import ExchangePulse
-from roq.transport import Kind, connect, open_socket, send_nowait
+from roq.transport import Kind, connect, disconnect, open_socket, send_nowait
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,7 @@ class Pulse(threading.Thread):
     ):
         super().__init__(name="roq-pulse", daemon=True)
         self._context, self._monitor = context, monitor
+        self._target = monitor  # set by `retarget` (a str: atomic), followed at the next beat
         self._identity = identity  # Id, Front, Started: how the monitor knows the exchange
         self._period_s = period_s
         self._loop_turned = loop_turned  # monotonic time of the main loop's last turn
@@ -49,12 +50,20 @@ class Pulse(threading.Thread):
         try:
             connect(sock, self._monitor)
             while not self._stop_event.wait(self._period_s):
+                if self._target != self._monitor:  # the queue's monitor was re-placed
+                    disconnect(sock, self._monitor)
+                    self._monitor = self._target
+                    connect(sock, self._monitor)
                 age = time.monotonic() - self._loop_turned()
                 pulse = dataclasses.replace(self._identity, loop_age_s=age)
                 # not taken: the monitor is not reading, and the next pulse tries again
                 send_nowait(sock, [bsonmsg.encode(pulse.encode())])
         finally:
             sock.close(0)
+
+    def retarget(self, monitor: str) -> None:
+        """Beat to `monitor` from the next period on (called from the exchange's loop)."""
+        self._target = monitor
 
     def stop(self) -> None:
         self._stop_event.set()

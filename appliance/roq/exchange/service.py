@@ -4,7 +4,8 @@ Ports (F = the front port the host allocated; 4 in all):
 
     F    ROUTER  publishers' DEALERs send batches, drains and confirmed batches here
     F+1  XPUB    subscribers' SUB sockets connect here; frames are [key][batch]
-    F+2  REP     control socket (PING / SHUTDOWN from the host, REPLICAS from the monitor)
+    F+2  REP     control socket (PING / SHUTDOWN / MONITOR_MOVED from the host, REPLICAS from
+                 the monitor)
     F+3  ROUTER  reads of the message log (replay, catch-up, seek by time): `logserver.py`;
                  replication writes from other exchanges: `replication.py`
 
@@ -57,7 +58,7 @@ from roq.log import Log, log_directory
 from roq.log import format as batchfmt
 from roq.protocol import bsonmsg, dataplane
 from roq.protocol.commands import ChildCommand
-from roq.protocol.messages.control import ExchangeStatus, Replicas
+from roq.protocol.messages.control import ExchangeStatus, MonitorMoved, Replicas
 from roq.protocol.messages.kpi import ExchangeKpi
 from roq.protocol.messages.monitor import (
     CopyEnd,
@@ -76,6 +77,7 @@ from roq.transport import (
     Poller,
     bind,
     connect,
+    disconnect,
     drained,
     open_socket,
     recv_nowait,
@@ -234,7 +236,7 @@ class Exchange:
             copies = ReplicaStore(settings.log_root, spec.queue, spec.exchange_id, settings.log)
             self.log_server = LogServer(self.replay, self.log, spec.name, copies)
             self.replicator = Replicator(context, spec.exchange_id, self.log, spec.name)
-            self.control.handler = self._control_command
+        self.control.handler = self._control_command
 
     def _open_sockets(self, context: Any) -> None:
         spec = self.spec
@@ -415,9 +417,11 @@ class Exchange:
 
     def _control_command(self, request: dict[str, Any]) -> dict[str, Any] | None:
         """The monitor's replica assignment (ChildCommand.REPLICAS): who copies this log, and
-        whose logs this exchange copies (the only leaders its copies take writes from); a
-        malformed one raises
+        whose logs this exchange copies (the only leaders its copies take writes from); or the
+        host's news that the monitor moved (MONITOR_MOVED). A malformed one raises
         DecodeError, which the control server answers with bad_request."""
+        if request["CMD"] == ChildCommand.MONITOR_MOVED:
+            return self._follow_monitor(MonitorMoved.decode(request))
         if request["CMD"] != ChildCommand.REPLICAS or self.replicator is None:
             return None
         assigned = Replicas.decode(request)  # whole, before anything changes
@@ -426,6 +430,20 @@ class Exchange:
         if assigned.leaders is not None and self.log_server is not None:
             self.log_server.copies.accept(assigned.leaders)
         return bsonmsg.ok("assigned")
+
+    def _follow_monitor(self, moved: MonitorMoved) -> dict[str, Any]:
+        """The queue's monitor was re-placed after its host was lost: report to the new one."""
+        if moved.monitor != self.spec.monitor:
+            log.warning("%s: the monitor moved from %s to %s", self.spec.name,
+                        self.spec.monitor, moved.monitor)  # fmt: skip
+            disconnect(self.reports, self.spec.monitor)
+            connect(self.reports, moved.monitor)
+            self.pulse.retarget(moved.monitor)
+        if moved.stat != self.spec.stat:
+            disconnect(self.kpi, self.spec.stat)
+            connect(self.kpi, moved.stat)
+        self.spec.monitor, self.spec.stat = moved.monitor, moved.stat
+        return bsonmsg.ok("moved")
 
     def _accept(self, batch: memoryview) -> int:
         """Check one batch, forward it to subscribers and count it; returns its offset."""

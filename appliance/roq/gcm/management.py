@@ -46,8 +46,10 @@ from roq.protocol.messages.admin import (
     ExchangeCreated,
     GetHostByQname,
     GetRules,
+    GoneHost,
     HostInfo,
     MonitorLocation,
+    PendingRepair,
     QueueExists,
     QueueInfo,
     QueueList,
@@ -78,6 +80,7 @@ from roq.transport.rpc import Requester
 log = logging.getLogger(__name__)
 
 R = TypeVar("R")
+Losses = tuple[tuple[GoneHost, ...], tuple[PendingRepair, ...]]
 
 
 class HostRequest(Protocol):
@@ -107,6 +110,9 @@ class Management:
         # queue → {listener address → PUSH socket}, for the listeners stored in ZooKeeper
         self._listeners: dict[str, dict[str, Any]] = {}
         self.provisioner = make_provisioner(settings.provisioning)
+        # the gone hosts and pending re-placements `roq status` shows (the GCM sets it to its
+        # HostLossRepair's report)
+        self.losses: Callable[[], Losses] = lambda: ((), ())
         self._handlers: dict[int, Callable[[Document, Fence], Document]] = {
             AdminCommand.INIT_REQ: self.topology,
             AdminCommand.GET_HOST_BY_QNAME: self.get_host_by_qname,
@@ -184,12 +190,16 @@ class Management:
         queues = []
         for queue in self.registry.queues():
             exchanges = tuple(
-                RecordedExchange(x.id, x.host, x.front, x.back)
+                RecordedExchange(x.id, x.host, x.front, x.back, x.lost)
                 for x in self.registry.exchanges(queue.name)
             )
             queues.append(QueueStatus(self._queue_doc(queue), exchanges))
+        gone, repairs = self.losses()
         return ClusterStatus(
-            hosts=tuple(_host_info(h) for h in hosts), queues=tuple(queues)
+            hosts=tuple(_host_info(h) for h in hosts),
+            queues=tuple(queues),
+            gone=gone,
+            repairs=repairs,
         ).encode()
 
     def _queue_doc(self, queue: QueueRecord) -> QueueInfo:
@@ -248,7 +258,7 @@ class Management:
         load = {h.name: 0 for h in hosts}
         for queue in self.registry.queues():
             for exchange in self.registry.exchanges(queue.name):
-                if exchange.host in load:
+                if exchange.host in load and not exchange.lost:
                     load[exchange.host] += 1
         return max(hosts, key=lambda h: (h.max_exchanges - load[h.name], h.name))
 
@@ -359,11 +369,11 @@ class Management:
     def _reattach_exchanges(self, queue: str, monitor_host: HostRecord, fence: Fence) -> None:
         """The exchanges recorded on other live hosts start again on their logs, reporting to
         the queue's (new) monitor. One on a dead host stays recorded: that host re-adopts it
-        when it starts again."""
+        when it starts again; one marked lost (replaced after its host was lost) stays as it is."""
         record, _ = self._queue(queue)
         for exchange in self.registry.exchanges(queue):
             host = self.registry.host(exchange.host)
-            if exchange.host == monitor_host.name or host is None:
+            if exchange.host == monitor_host.name or host is None or exchange.lost:
                 continue
             request = CreateExchangeOnHost(
                 queue=queue,
@@ -452,7 +462,7 @@ class Management:
             1
             for q in self.registry.queues()
             for x in self.registry.exchanges(q.name)
-            if x.host == host.name
+            if x.host == host.name and not x.lost
         )
         if used < host.max_exchanges:
             return host

@@ -8,6 +8,7 @@ RoQ's P+1/P+4 shutdown sockets are replaced by SIGTERM, and P+2 (Java serializat
 Every GCM of a cluster serves its sockets; only the elected leader acts. The others answer
 `{RESULT: 8, LEADER: <its admin endpoint>}` so clients follow. All state lives in ZooKeeper; the
 leader's writes are fenced (see coordination.registry), so a deposed leader cannot overwrite it.
+The leader's main loop also re-places the work of hosts that stay gone (gcm/repair.py).
 One thread owns all sockets (the main loop); the election runs in a thread of its own
 (`gcm-election`, coordination/election.py), which touches ZooKeeper only.
 """
@@ -29,6 +30,7 @@ from roq.coordination.paths import Paths
 from roq.coordination.registry import Fence, Registry
 from roq.errors import CoordinationError, NotLeader
 from roq.gcm.management import Management
+from roq.gcm.repair import HostLossRepair
 from roq.protocol import bsonmsg
 from roq.protocol.commands import AdminCommand, Reason
 from roq.protocol.messages.admin import BroadcastQueue, ConfigBroadcast
@@ -54,6 +56,8 @@ class GlobalConfigurationManager:
         self.registry = Registry(self.zk, Paths(settings.zk.namespace))
         self.registry.ensure_roots()
         self.management = Management(self.registry, settings, self.context)
+        self.repair = HostLossRepair(self.management, settings.host_loss_grace_s)
+        self.management.losses = self.repair.report
         self.leadership = Leadership(self.registry, self._identity(), self._on_elected)
         self._sockets: dict[str, Any] = {}
 
@@ -104,6 +108,19 @@ class GlobalConfigurationManager:
             if time.monotonic() >= next_broadcast:
                 next_broadcast = time.monotonic() + self.period_s
                 self._broadcast()
+            self._repair()
+
+    def _repair(self) -> None:
+        """Re-place the work of lost hosts (gcm/repair.py), while this GCM leads."""
+        fence = self.leadership.fence
+        if fence is None:
+            return
+        try:
+            self.repair.tick(fence, time.monotonic())
+        except NotLeader:
+            pass  # deposed meanwhile: the new leader repairs
+        except CoordinationError as error:  # ZooKeeper went away: the next check retries
+            log.warning("gcm %s: host loss check failed: %s", self.id, error)
 
     def _admin(self, request: dict[str, Any]) -> dict[str, Any]:
         """Every ZooKeeper failure is CoordinationError here (coordination/registry.py), so a

@@ -8,13 +8,24 @@ those monitors and exchanges again with the same ids, on the recorded ports when
 that a GCM write in between wins). `roq queue start` uses the same records: the queue's host
 starts the exchanges recorded on it, the GCM asks the other hosts for theirs.
 
+Host loss moves assignments away (gcm/repair.py): the queue record then names another host for
+the monitor, and the exchange records of the lost host are marked `lost`. A host that comes back
+adopts only what ZooKeeper still assigns to it, so nothing stale starts; one whose session
+expired while its children kept running (a stall, a partition) stops the children whose
+assignment moved when it registers again (`moved_children`). Their log directories stay as they
+are on disk: the logs of lost exchanges are not adopted, copied or deleted by the host (a queue
+delete removes them with the rest of the queue's files).
+
 Read-only helpers here; the host's loop (`service.py`) starts the processes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from roq.coordination.registry import ExchangeRecord, QueueRecord, QueueState, Registry
 from roq.errors import RoqError
+from roq.host.supervision import Child
 
 
 class NoCapacity(RoqError):
@@ -36,10 +47,11 @@ def queues_to_adopt(registry: Registry, host: str) -> list[tuple[QueueRecord, in
 def recorded_exchanges(
     registry: Registry, queue: str, host: str
 ) -> list[tuple[ExchangeRecord, int]]:
-    """The queue's exchanges recorded on `host` (record, version), oldest id first."""
+    """The queue's exchanges recorded on `host` (record, version), oldest id first; not those
+    marked lost (the GCM replaced them after the host was lost: their logs stay as they are)."""
     found = []
     for record in registry.exchanges(queue):
-        if record.host != host:
+        if record.host != host or record.lost:
             continue
         got = registry.exchange(queue, record.id)
         if got is not None:
@@ -52,6 +64,29 @@ def served_elsewhere(registry: Registry, queue: str, host: str) -> bool:
     it), so a start need not give the queue a new, empty exchange here."""
     live = {h.name for h in registry.hosts()}
     return any(x.host != host and x.host in live for x in registry.exchanges(queue))
+
+
+def moved_children(registry: Registry, host: str, children: Sequence[Child]) -> list[Child]:
+    """The children ZooKeeper no longer assigns to `host`: those of a queue deleted or stopped
+    meanwhile (the GCM's request could not reach a gone host), a monitor whose queue names
+    another host, an exchange whose record is marked lost or names another host (one with no
+    record yet may be a create the GCM has not recorded: it stays)."""
+    moved = []
+    for child in children:
+        got = registry.queue(child.queue)
+        if got is None or got[0].state == QueueState.STOPPED:
+            moved.append(child)
+            continue
+        if got[0].state != QueueState.RUNNING:
+            continue  # being created or deleted: the GCM's request in progress decides
+        if child.role == "monitor":
+            if got[0].host != host:
+                moved.append(child)
+            continue
+        record = registry.exchange(child.queue, child.id)
+        if record is not None and (record[0].lost or record[0].host != host):
+            moved.append(child)
+    return moved
 
 
 def monitor_ports(registry: Registry, queue: str, host: str) -> tuple[int, int]:

@@ -32,6 +32,7 @@ from roq.log import replica_root
 from roq.protocol import bsonmsg
 from roq.protocol.bsonmsg import Document
 from roq.protocol.commands import HostCommand, Reason
+from roq.protocol.messages.control import MonitorMoved
 from roq.protocol.messages.host import (
     CreateExchangeOnHost,
     CreateQueueOnHost,
@@ -39,6 +40,7 @@ from roq.protocol.messages.host import (
     ExchangeInfo,
     ExchangeOnHost,
     HostPong,
+    MonitorMovedOnHost,
     QueueOnHost,
     RemoveExchangeOnHost,
     StopQueueOnHost,
@@ -91,6 +93,7 @@ class HostConfigManager:
             HostCommand.STOP_QUEUE: self.stop_queue,
             HostCommand.REMOVE_QUEUE: self.stop_queue,
             HostCommand.INFO_EXCHANGE: self.info_exchange,
+            HostCommand.MONITOR_MOVED: self.monitor_moved,
         }
 
     @property
@@ -189,6 +192,7 @@ class HostConfigManager:
             return
         self._session_lost.clear()
         log.warning("host %s: registered again after its ZooKeeper session expired", self.name)
+        self._stop_moved()
 
     def _release_stale_claims(self) -> None:
         """Claims left by a previous run of this host: its children died with it. Called only
@@ -319,6 +323,28 @@ class HostConfigManager:
                 exchange.port, exchange.front, exchange.back = info.port, info.front, info.back
                 self.registry.move_exchange(exchange, exchange_version)
         log.info("host %s: re-adopted queue %s", self.name, queue)
+
+    def _stop_moved(self) -> None:
+        """Stop the children whose assignment ZooKeeper no longer gives this host: the GCM
+        re-placed them (or stopped or deleted their queue) while this host was gone (its session
+        expired). Their logs stay."""
+        for child in adoption.moved_children(self.registry, self.name, self.children):
+            log.warning("host %s: %s was re-placed while this host was gone; stopping it",
+                        self.name, child.name)  # fmt: skip
+            self._stop_child(child)
+
+    def monitor_moved(self, request: Document) -> Document:
+        """1013: the queue's monitor was re-placed; this host's exchanges of it follow (1031),
+        and start with the new address when they are restarted."""
+        moved = MonitorMovedOnHost.decode(request)
+        monitor = endpoint_at(moved.monitor_address, moved.monitor_port, MonitorPort.REPORTS)
+        stat = endpoint_at(moved.monitor_address, moved.stat_port, StatPort.IN)
+        told = 0
+        for child in self._of(moved.queue, "exchange"):
+            argv = _with_option(child.argv, "--monitor", monitor)
+            child.argv = _with_option(argv, "--stat", stat)
+            told += supervision.tell(child, self.context, MonitorMoved(monitor, stat).encode())
+        return bsonmsg.ok(f"{told} exchange(s) of {moved.queue} told")
 
     def _no_capacity(self, queue: str) -> Document:
         comment = (
@@ -534,6 +560,12 @@ class HostConfigManager:
             self.sock.close(0)
         session.close(self.zk)
         self.context.term()
+
+
+def _with_option(argv: list[str], option: str, value: str) -> list[str]:
+    """`argv` with the value after `option` replaced."""
+    at = argv.index(option) + 1
+    return [*argv[:at], value, *argv[at + 1 :]]
 
 
 def _alive(pid: int) -> bool:

@@ -28,7 +28,7 @@ from roq.errors import (
     RoqError,
     TransportError,
 )
-from roq.protocol.bsonmsg import Reply
+from roq.protocol.bsonmsg import Document, Reply
 from roq.protocol.messages.control import Ping, Shutdown
 from roq.system.spawn import child_environment, die_with_parent
 from roq.transport.rpc import Requester
@@ -105,6 +105,20 @@ def _ping(requester: Requester) -> bool:
         return Reply.decode(requester.request(Ping().encode())).ok
     except (TransportError, ProtocolError):  # not up yet, or not (yet) a child that answers
         return False
+
+
+def tell(child: Child, context: Any, request: Document) -> bool:
+    """One control request to a running child (bounded); whether it answered OK."""
+    if child.process is None or child.process.poll() is not None:
+        return False  # not running: it gets its new argv when it is restarted
+    requester = Requester(context, child.control, timeout_ms=limits.child_tell_timeout_ms)
+    try:
+        return Reply.decode(requester.request(request)).ok
+    except (TransportError, ProtocolError) as error:
+        log.warning("%s did not take control request %s: %s", child.name, request["CMD"], error)
+        return False
+    finally:
+        requester.close()
 
 
 def stop(child: Child, context: Any) -> None:

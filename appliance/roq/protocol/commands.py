@@ -71,6 +71,7 @@ class HostCommand(enum.IntEnum):
     REMOVE_EXCHANGE = 1010
     INFO_EXCHANGE = 1011
     STOP_QUEUE = 1012
+    MONITOR_MOVED = 1013  # the queue's monitor moved: tell this host's exchanges of it (1031)
     PING = 1020
     SHUTDOWN = 1100
 
@@ -82,6 +83,7 @@ class ChildCommand(enum.IntEnum):
     PING = 1020
     SHUTDOWN = 1100
     REPLICAS = 1030  # monitor → exchange: the replicas of your log are `Replicas` [{Id, Endpoint}]
+    MONITOR_MOVED = 1031  # host → exchange: report to the monitor at `Monitor` and `Stat` now
 
 
 @enum.unique

@@ -8,9 +8,9 @@ A request names its queue by `QName` (checked as a queue name). A reply that car
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Final, Self
+from typing import Any, ClassVar, Final, Self, TypeVar
 
 from roq import limits
 from roq.errors import DecodeError
@@ -32,6 +32,7 @@ from roq.protocol.rules import RuleSet
 QUEUE_STATES: Final = ("CREATING", "RUNNING", "STOPPED", "DELETING")
 CHILD_STATES: Final = ("RESTARTING", "GIVEN_UP")
 CHILD_ROLES: Final = ("monitor", "exchange")
+T = TypeVar("T")
 
 
 # --- requests ----------------------------------------------------------------------------------
@@ -413,21 +414,63 @@ class HostInfo:
 
 @dataclass(frozen=True)
 class RecordedExchange:
-    """An exchange as the GCM recorded it: `{Id, Host, Front, Back}`."""
+    """An exchange as the GCM recorded it: `{Id, Host, Front, Back, Lost}`; `Lost` (optional,
+    false when absent): its host was lost and another exchange replaced it."""
 
     exchange_id: str
     host: str
     front: str
     back: str
+    lost: bool = False
 
     def fields(self) -> Document:
         return {"Id": self.exchange_id, "Host": self.host, "Front": self.front,
-                "Back": self.back}  # fmt: skip
+                "Back": self.back, "Lost": self.lost}  # fmt: skip
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any], prefix: str = "") -> Self:
-        return cls(*(field_str(doc, name, prefix=prefix) for name in ("Id", "Host", "Front",
-                                                                      "Back")))  # fmt: skip
+        exchange_id, host, front, back = (
+            field_str(doc, name, prefix=prefix) for name in ("Id", "Host", "Front", "Back")
+        )
+        return cls(exchange_id, host, front, back, field_bool(doc, "Lost", default=False,
+                                                              prefix=prefix))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class GoneHost:
+    """A host with work assigned whose registration is gone: `{Name, GoneS, Queues}`; `Queues`
+    counts the RUNNING queues that still have a monitor or exchange assigned to it."""
+
+    name: str
+    gone_s: float  # GoneS: seconds since the leading GCM saw its registration go
+    queues: int
+
+    def fields(self) -> Document:
+        return {"Name": self.name, "GoneS": self.gone_s, "Queues": self.queues}
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any], prefix: str = "") -> Self:
+        return cls(
+            field_str(doc, "Name", prefix=prefix),
+            field_float(doc, "GoneS", prefix=prefix),
+            field_int(doc, "Queues", prefix=prefix),
+        )
+
+
+@dataclass(frozen=True)
+class PendingRepair:
+    """A queue whose re-placement after a host loss is in progress or stuck: `{QName, Comment}`
+    (what it waits for, e.g. no host with a free slot)."""
+
+    queue: str
+    comment: str
+
+    def fields(self) -> Document:
+        return {"QName": self.queue, "Comment": self.comment}
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any], prefix: str = "") -> Self:
+        return cls(field_str(doc, "QName", prefix=prefix), field_str(doc, "Comment", prefix=prefix))
 
 
 @dataclass(frozen=True)
@@ -452,18 +495,33 @@ class ClusterStatus:
 
     hosts: tuple[HostInfo, ...]
     queues: tuple[QueueStatus, ...]
+    gone: tuple[GoneHost, ...] = ()  # GoneHosts (optional)
+    repairs: tuple[PendingRepair, ...] = ()  # Repairs (optional)
 
     def encode(self) -> Document:
         return bsonmsg.ok(
-            Hosts=[h.fields() for h in self.hosts], Queues=[q.fields() for q in self.queues]
+            Hosts=[h.fields() for h in self.hosts],
+            Queues=[q.fields() for q in self.queues],
+            GoneHosts=[g.fields() for g in self.gone],
+            Repairs=[r.fields() for r in self.repairs],
         )
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
+        hosts_max, queues_max = limits.cluster_hosts_max, limits.cluster_queues_max
         return cls(
-            field_docs(doc, "Hosts", HostInfo.decode, max_items=limits.cluster_hosts_max),
-            field_docs(doc, "Queues", QueueStatus.decode, max_items=limits.cluster_queues_max),
+            field_docs(doc, "Hosts", HostInfo.decode, max_items=hosts_max),
+            field_docs(doc, "Queues", QueueStatus.decode, max_items=queues_max),
+            _optional_docs(doc, "GoneHosts", GoneHost.decode, hosts_max),
+            _optional_docs(doc, "Repairs", PendingRepair.decode, queues_max),
         )
+
+
+def _optional_docs(
+    doc: Mapping[str, Any], name: str, item: Callable[[Mapping[str, Any], str], T], most: int
+) -> tuple[T, ...]:
+    """A list of sub-documents that older GCMs do not send: empty when absent."""
+    return () if doc.get(name) is None else field_docs(doc, name, item, max_items=most)
 
 
 @dataclass(frozen=True)

@@ -105,6 +105,22 @@ class Replicas:
         return cls(replicas, tuple(check_exchange_id(leader) for leader in leaders))
 
 
+@dataclass(frozen=True)
+class MonitorMoved:
+    """1031 MONITOR_MOVED, host → exchange: report to the monitor at `Monitor` (tcp://ip:B) and
+    send statistics to `Stat` (tcp://ip:S) from now on; answered `COMMENT: "moved"`."""
+
+    monitor: str  # Monitor
+    stat: str  # Stat
+
+    def encode(self) -> Document:
+        return {"CMD": int(ChildCommand.MONITOR_MOVED), "Monitor": self.monitor, "Stat": self.stat}
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        return cls(field_endpoint(doc, "Monitor"), field_endpoint(doc, "Stat"))
+
+
 def _offset_or_null(doc: Mapping[str, Any], name: str, lo: int = 0) -> int | None:
     """An offset that is `null` when the exchange keeps no log."""
     return None if doc.get(name) is None else field_int(doc, name, lo=lo)

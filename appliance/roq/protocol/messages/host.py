@@ -131,6 +131,32 @@ class StopQueueOnHost:
         return cls(queue_field(doc), bsonmsg.command(doc) == HostCommand.REMOVE_QUEUE)
 
 
+@dataclass(frozen=True)
+class MonitorMovedOnHost:
+    """1013 MONITOR_MOVED: the queue's monitor now runs at `Monitor_address` on `Monitor_port`
+    (B) and `Stat_port` (S); the host tells each of its exchanges of the queue (1031) and starts
+    them with that address from now on. Answered OK with how many exchanges it told."""
+
+    queue: str
+    monitor_port: int  # Monitor_port: B
+    stat_port: int  # Stat_port: S
+    monitor_address: str  # Monitor_address: the monitor's ip
+
+    def encode(self) -> Document:
+        return {"CMD": int(HostCommand.MONITOR_MOVED), "QName": self.queue,
+                "Monitor_port": self.monitor_port, "Stat_port": self.stat_port,
+                "Monitor_address": self.monitor_address}  # fmt: skip
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        return cls(
+            queue_field(doc),
+            port_field(doc, "Monitor_port"),
+            port_field(doc, "Stat_port"),
+            _host_field(doc, "Monitor_address"),
+        )
+
+
 # --- exchanges ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class CreateExchangeOnHost:
