@@ -144,9 +144,13 @@ def test_a_copy_beyond_any_plausible_offset_on_disk_is_quarantined_at_start(
     (bad / f"{2**63 + 5:020d}.log").touch()
     [pid] = processes_with(exchange["Id"])
     os.kill(pid, signal.SIGKILL)  # the host restarts it
-    new_pid = wait_for(lambda: processes_with(exchange["Id"]), 20, "the exchange restarted")
+    new_pid = wait_for(
+        lambda: [p for p in processes_with(exchange["Id"]) if p != pid],  # not the dying one
+        20,
+        "the exchange restarted",
+    )
     _publish(cluster, queue, 100)
-    time.sleep(1.0)  # several reports
+    time.sleep(1.0)  # a window of several reports, each of which killed it before the fix
     assert processes_with(exchange["Id"]) == new_pid, cluster.logs()
     got, subscriber = _replay(cluster, queue, 100)
     subscriber.close()
