@@ -252,13 +252,19 @@ class Registry:
         except KazooException as error:
             raise CoordinationError(f"registering host {record.name}: {error!r}") from None
 
+    def _session_id(self) -> int | None:
+        """This client's ZooKeeper session, or None while it has none (disconnected): then it
+        owns no ephemeral node, and no comparison with an owner matches."""
+        client_id = self.zk.client_id
+        return None if client_id is None else int(client_id[0])
+
     def update_host(self, record: HostRecord) -> bool:
         """Rewrite the host's record, only if this session created it (False otherwise: the
         session expired, and the host registers again with the record it then has)."""
         path = self.paths.host(record.name)
         try:
             _, stat = self.zk.get(path)
-            if stat.ephemeralOwner != self.zk.client_id[0]:
+            if stat.ephemeralOwner != self._session_id():
                 return False
             self.zk.set(path, _dump(record), version=stat.version)
         except (NoNodeError, BadVersionError):
@@ -282,7 +288,7 @@ class Registry:
         path = self.paths.host(name)
         try:
             data, stat = self.zk.get(path)
-            if _load(data).get("pid") != pid or stat.ephemeralOwner == self.zk.client_id[0]:
+            if _load(data).get("pid") != pid or stat.ephemeralOwner == self._session_id():
                 return False
             self.zk.delete(path, version=stat.version)
         except NoNodeError:
@@ -300,7 +306,7 @@ class Registry:
         register must not remove the live owner of the name."""
         try:
             _, stat = self.zk.get(self.paths.host(name))
-            if stat.ephemeralOwner == self.zk.client_id[0]:
+            if stat.ephemeralOwner == self._session_id():
                 self.zk.delete(self.paths.host(name), version=stat.version)
         except (NoNodeError, BadVersionError):
             pass
