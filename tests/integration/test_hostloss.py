@@ -184,3 +184,127 @@ def test_a_host_stalled_past_its_session_stops_what_was_re_placed(cluster: Local
     wait_for(lambda: not _processes_of(cluster, "h1"), 20, f"h1's stale children stopped\n"
              f"{h1.log_text()[-3000:]}")  # fmt: skip
     assert "was re-placed while this host was gone" in h1.log_text()
+
+
+# --- a lost log gets replicationFactor copies again ----------------------------------------
+def _live(cluster: LocalCluster) -> dict[str, Any]:
+    """q1's STATUS as its monitor answers it (through `roq status --json`)."""
+    live = _queue(cluster).get("Live")
+    assert live, "q1's monitor does not answer"
+    return dict(live)
+
+
+def _copies_of(cluster: LocalCluster, leader: str) -> dict[str, int]:
+    """Exchange id → end of its copy of the gone `leader`'s log, as the monitor lists them."""
+    dead = [c for c in _live(cluster)["Copies"] if c["Id"] == leader]
+    return {r["Id"]: r["End"] for r in dead[0]["Replicas"]} if dead else {}
+
+
+def _copy_dirs(cluster: LocalCluster, hosts: list[str], leader: str) -> dict[str, Path]:
+    """The directories holding a copy of `leader`'s log on `hosts`, by the holder's id."""
+    found = {}
+    for host in hosts:
+        for path in (cluster.tmp / host / "log" / "_replicas" / "q1").glob(f"{leader}@*"):
+            found[path.name.split("@", 1)[1]] = path
+    return found
+
+
+def _segments(directory: Path) -> bytes:
+    return b"".join(path.read_bytes() for path in sorted(directory.glob("*.log")))
+
+
+def _read_all(cluster: LocalCluster, wanted: dict[str, list[str]], timeout_s: float) -> None:
+    """A subscriber from the beginning reads every message of `wanted` (tag → in order)
+    exactly once, each producer in its order."""
+    sub = Subscriber("q1", gcm=cluster.gcm, start="beginning", join_timeout_s=30)
+    got: dict[str, list[str]] = {tag: [] for tag in wanted}
+    total = sum(len(v) for v in wanted.values())
+    deadline = time.monotonic() + timeout_s
+    try:
+        while sum(len(v) for v in got.values()) < total and time.monotonic() < deadline:
+            for record in sub.messages(count=100, timeout_s=1):
+                text = record.payload.decode()
+                got[text.split("-", 1)[0]].append(text)
+    finally:
+        sub.close()
+    assert got == wanted, (
+        {t: (len(got[t]), len(wanted[t])) for t in wanted},
+        _live(cluster)["Copies"],
+        cluster.logs(),
+    )
+
+
+def test_a_lost_log_is_copied_again_and_survives_a_second_host_loss(
+    cluster: LocalCluster,
+) -> None:
+    """Issue 18's first test: three hosts, R=2, acks=all publishers running; the host with the
+    monitor and a publisher's exchange is killed with all its processes."""
+    cluster.start_gcm(**{"host.loss.grace": GRACE_MS})
+    hosts = {
+        name: cluster.start_host(name, **{"exchange.max.perhost": 4, "exchange.warmup": 500})
+        for name in ("h1", "h2", "h3")
+    }
+    cluster.wait_ready(hosts=3)
+    with cluster.admin() as admin:
+        admin.create_queue("q1", "h1")
+        admin.create_exchange("q1", "recopy-tx-h2", host="h2")
+        admin.create_exchange("q1", "recopy-tx-h3", host="h3")
+    for name in ("h2", "h3"):
+        wait_for(lambda n=name: len(_processes_of(cluster, n)) == 1, 15, f"q1's exchange on {name}")
+    time.sleep(1.5)  # past exchange.warmup: every exchange takes publishers
+    lost_id = next(x["Id"] for x in _queue(cluster)["Exchanges"] if x["Host"] == "h1")
+    victim, others = _publisher_on(cluster, "h1")
+    bystander = others[0] if others else Publisher("q1", gcm=cluster.gcm, acks="all", linger_ms=1)
+    acknowledged = {
+        "victim": _send_acknowledged(victim, "victim", 300, 20),
+        "bystander": _send_acknowledged(bystander, "bystander", 300, 20),
+    }
+
+    cluster.kill(hosts["h1"])  # its process group: the monitor and the exchange die with it
+    killed = time.monotonic()
+    after = [f"victim-{n}" for n in range(300, 400)]
+    for line in after:
+        victim.send(line.encode())
+    victim.flush(timeout_s=JOIN_BOUND_S + 10)
+    resumed_s = time.monotonic() - killed
+    assert resumed_s < JOIN_BOUND_S, f"acknowledged {resumed_s:.1f} s after the kill"
+    acknowledged["victim"] += after
+    acknowledged["bystander"] += _send_acknowledged(bystander, "bystander-after", 100, 20)
+    # The copy it was replicated to (an earlier, shorter copy may be there too, from before the
+    # third exchange joined): the longest the new monitor lists, before any copy is made again.
+    listed = wait_for(lambda: _copies_of(cluster, lost_id), 10, f"{lost_id}'s copy listed")
+    original = max(listed, key=lambda x: listed[x])
+
+    # The lost log reaches two complete copies on live exchanges of two hosts, listed by the
+    # monitor, equal on disk, and roq status stops calling it short of copies.
+    def complete() -> list[str]:
+        ends = _copies_of(cluster, lost_id)
+        done = [x for x, end in ends.items() if end == max(ends.values())]
+        return done if len(done) >= 2 and not _live(cluster)["ShortLogs"] else []
+
+    holders = wait_for(complete, 40, f"two copies of {lost_id}'s log\n{cluster.logs()}")
+    copied_s = time.monotonic() - killed
+    dirs = _copy_dirs(cluster, ["h2", "h3"], lost_id)
+    images = {_segments(dirs[x]) for x in holders}
+    assert len(images) == 1 and len(images.pop()) == _copies_of(cluster, lost_id)[original]
+    assert {dirs[x].parts[-5] for x in holders} == {"h2", "h3"}, dirs  # on two hosts
+    # every live log of the queue has its copy on another exchange
+    live = {x["Id"]: x for x in _live(cluster)["Exchanges"]}
+    assert len(live) == 3, live  # the replacement keeps the queue's capacity
+    assert all(len(view["Replicas"]) == 1 for view in live.values()), live
+    assert any("copying it from" in h.log_text() for h in hosts.values())  # made, not found
+    print(f"resumed {resumed_s:.1f} s, two copies again {copied_s:.1f} s after the kill")
+    _read_all(cluster, acknowledged, 40)
+
+    # The host of the original copy is killed too: the new copy keeps the log readable in full.
+    first_host = dirs[original].parts[-5]
+    survivor = "h3" if first_host == "h2" else "h2"
+    cluster.kill(hosts[first_host])
+    wait_for(
+        lambda: _queue(cluster)["Host"] == survivor and _copies_of(cluster, lost_id),
+        SESSION_S + 30,
+        f"q1 served from {survivor} with {lost_id}'s copy\n{cluster.logs()}",
+    )
+    _read_all(cluster, acknowledged, 60)
+    for pub in [victim, bystander, *others]:
+        pub.close(timeout_s=5)

@@ -493,7 +493,8 @@ class Monitor:
         (dead, lost with its host, or retired) until it has replicationFactor complete copies
         on live exchanges (docs/architecture.md §7, "Copying a gone log again")."""
         live = {x.exchange_id for x in self.exchanges.values()}
-        held = {c for x in self.exchanges.values() if not x.leaving for c in x.copies} - live
+        reported = {c for x in self.exchanges.values() if not x.leaving for c in x.copies}
+        held = reported - live
         for leader_id in [x for x in self._gone_since if x not in held]:
             del self._gone_since[leader_id]
         for leader_id in held:
@@ -501,12 +502,13 @@ class Monitor:
         gone = {x for x, since in self._gone_since.items() if now - since >= limits.recopy_grace_s}
         views = list(self.exchanges.values())
         plans = plan_copies(views, self.replication_factor, gone, self.copy_plans)
-        self._log_copy_plans(plans)
+        self._log_copy_plans(plans, reported | live)
         self.copy_plans = plans
         return plans
 
-    def _log_copy_plans(self, plans: dict[str, CopyPlan]) -> None:
-        """What changed: a copy started, moved, or a log that has its copies again."""
+    def _log_copy_plans(self, plans: dict[str, CopyPlan], known: set[str]) -> None:
+        """What changed: a copy started, moved, or a log that has its copies again (or is
+        live again: `known` holds the live exchanges and those a copy is reported of)."""
         for leader_id, plan in plans.items():
             before = self.copy_plans.get(leader_id)
             if before is None or (before.source, before.targets) != (plan.source, plan.targets):
@@ -517,8 +519,12 @@ class Monitor:
                     if plan.targets else "no exchange can take another copy",
                 )  # fmt: skip
         for leader_id in self.copy_plans.keys() - plans.keys():
-            log.info("%s: the log of gone exchange %s has its copies again (or none is left)",
-                     self.name, leader_id)  # fmt: skip
+            if leader_id in known:
+                log.info("%s: the log of gone exchange %s has %d copies again (or is back)",
+                         self.name, leader_id, self.replication_factor)  # fmt: skip
+            else:
+                log.error("%s: no live exchange holds a copy of gone exchange %s's log any more",
+                          self.name, leader_id)  # fmt: skip
 
     def _tell_exchange(self, view: ExchangeView, doc: dict[str, Any]) -> None:
         sock = self._controls.get(view.front)
