@@ -77,7 +77,9 @@ class LeaseKeeper(threading.Thread):
             return False
         with self._lock:
             sent = time.monotonic()
-            timeout_s = self.lease_s / limits.host_lease_renewals
+            # Longer than the period: the lease counts from `sent`, so a slow answer still
+            # renews (a little less), and a ZooKeeper slow for a moment fences nothing.
+            timeout_s = self.lease_s / 2
             if not session.answered_on(self._zk, confirmed, timeout_s):
                 return False
             if self._confirmed != confirmed:
