@@ -82,6 +82,12 @@ host_name_wait_sessions = 1.5
 host_name_wait_margin_s = 2.0
 host_name_wait_poll_s = 0.5
 zk_probe_timeout_s = 1.0  # a shutdown skips its ZooKeeper clean-up if a probe waits longer
+# Fencing (host/fencing.py): a host's children act only under a lease this share of
+# zk.session.timeout long, renewed this many times per lease while the host's session answers.
+# Shorter than the session, so the lease of a host cut off ends before ZooKeeper expires it
+# (and the GCM re-places its work host.loss.grace later): docs/guarantees.md §10.
+host_lease_session_share = 0.5
+host_lease_renewals = 4
 zk_client_session_ms = 4_000  # the session of a client that only looks the GCM leader up
 # A new GCM leader retries creating its leader znode this many times, 0.1 s apart, while its
 # predecessor's ephemeral one vanishes with that session (coordination/election.py).

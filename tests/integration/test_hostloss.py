@@ -5,16 +5,25 @@ stale."""
 from __future__ import annotations
 
 import json
+import os
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from roq.client.publisher import Publisher
+from roq.client.locate import locate_monitor
+from roq.client.publisher import Publisher, PublishTimeout
 from roq.client.subscriber import Subscriber
+from roq.errors import RoqError
+from roq.protocol.bsonmsg import Reply
+from roq.protocol.messages.monitor import PublisherInit
+from roq.protocol.ports import MonitorPort
 from roq.testing.cluster import Daemon, LocalCluster, processes_with, wait_for
+from roq.transport import new_context
+from roq.transport.rpc import Requester
 
 pytestmark = pytest.mark.integration
 
@@ -43,12 +52,13 @@ def _processes_of(cluster: LocalCluster, host: str, queue: str = "q1") -> list[i
     ]
 
 
-def _two_hosts(cluster: LocalCluster) -> tuple[Daemon, Daemon]:
+def _two_hosts(cluster: LocalCluster, **host: Any) -> tuple[Daemon, Daemon]:
     """q1's monitor and first exchange on h1, a second exchange on h2 (R=2: each log is copied
     on the other exchange)."""
     cluster.start_gcm(**{"host.loss.grace": GRACE_MS})
-    h1 = cluster.start_host("h1", **{"exchange.max.perhost": 4, "exchange.warmup": 500})
-    h2 = cluster.start_host("h2", **{"exchange.max.perhost": 4, "exchange.warmup": 500})
+    settings = {"exchange.max.perhost": 4, "exchange.warmup": 500, **host}
+    h1 = cluster.start_host("h1", **settings)
+    h2 = cluster.start_host("h2", **settings)
     cluster.wait_ready(hosts=2)
     with cluster.admin() as admin:
         admin.create_queue("q1", "h1")
@@ -272,3 +282,130 @@ def test_the_gone_clock_survives_a_gcm_fail_over(cluster: LocalCluster) -> None:
     # A fresh clock: the standby takes over ~SESSION_S after the kill, then a full grace.
     assert took_s < grace_s + 4.0, f"{took_s:.1f} s\n{standby.log_text()[-3000:]}"
     assert "by the clock recorded at epoch" in standby.log_text()
+
+
+# --- fencing (issue 18 item 3): a host's children act only under its lease --------------------
+LEASE_SHARE = 0.5  # limits.host_lease_session_share
+
+
+def _placement_answer(endpoint: str, timeout_ms: int = 2000) -> Reply | None:
+    """What a monitor answers a real publisher's placement request; None: no answer."""
+    context = new_context()
+    requester = Requester(context, endpoint, timeout_ms)
+    try:
+        return Reply.decode(requester.request(PublisherInit("ab" * 8, "", panic=False).encode()))
+    except RoqError:
+        return None
+    finally:
+        requester.close()
+        context.term()
+
+
+def _read_all(
+    sub: Subscriber, prefix: str | tuple[str, ...], count: int, timeout_s: float
+) -> list[str]:
+    got: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < count and time.monotonic() < deadline:
+        got += [
+            m
+            for m in (r.payload.decode() for r in sub.messages(count=1, timeout_s=1))
+            if m.startswith(prefix)
+        ]
+    return got
+
+
+def test_a_host_stopped_within_its_session_fences_its_children_and_they_resume(
+    cluster: LocalCluster,
+) -> None:
+    """SIGSTOP of the host process only: within the lease its monitor refuses placements and
+    its exchange acknowledges nothing; woken before its session expired, they act again."""
+    session_ms = 8000  # room for the checks inside the session: the lease is 4 s of it
+    h1, _ = _two_hosts(cluster, **{"zk.session.timeout": session_ms})
+    pub, others = _publisher_on(cluster, "h1")
+    acknowledged = _send_acknowledged(pub, "before", 100, 20)
+    placement = locate_monitor("q1", gcm=cluster.gcm).at(MonitorPort.PLACEMENT)
+    assert (answer := _placement_answer(placement)) is not None and answer.ok
+
+    h1.process.send_signal(signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+        lease_s = session_ms / 1000 * LEASE_SHARE
+        wait_for(lambda: h1.log_text().count(": fenced: its host's lease ran out") >= 2,
+                 lease_s + 2, "h1's monitor and exchange fenced")  # fmt: skip
+        fenced_s = time.monotonic() - stopped
+        answer = _placement_answer(placement)
+        assert answer is not None and not answer.ok and answer.error == "fenced", answer
+        during = [f"during-{n}" for n in range(20)]
+        for line in during:
+            pub.send(line.encode())
+        with pytest.raises(PublishTimeout):
+            pub.flush(timeout_s=1.0)  # the fenced exchange acknowledges nothing
+        assert time.monotonic() - stopped < session_ms / 1000 - 1, "too slow to test in time"
+    finally:
+        h1.process.send_signal(signal.SIGCONT)
+    print(f"fenced {fenced_s:.1f} s after SIGSTOP (lease {lease_s:.1f} s)")  # with -s
+    # the lease counts from the last renewal, up to a quarter lease before the SIGSTOP
+    assert lease_s * 0.75 - 0.2 < fenced_s < lease_s + 1.5
+    wait_for(lambda: h1.log_text().count("acting again") >= 2, 10, "the lease renewed")
+    assert "registered again" not in h1.log_text()  # the session survived: nothing moved
+    pub.flush(timeout_s=20)  # what waited is appended and acknowledged now
+    acknowledged += during
+    assert (answer := _placement_answer(placement)) is not None and answer.ok
+    sub = Subscriber("q1", gcm=cluster.gcm, start="beginning")
+    mine = _read_all(sub, ("before-", "during-"), len(acknowledged), 30)
+    assert mine == acknowledged, f"{len(mine)} of {len(acknowledged)}\n{cluster.logs()}"
+    for each in [pub, *others]:
+        each.close(timeout_s=5)
+    sub.close()
+
+
+def test_a_host_and_its_children_stopped_past_the_session_come_back_fenced(
+    cluster: LocalCluster,
+) -> None:
+    """SIGSTOP of h1 and all its children past the session: the work is re-placed on h2;
+    woken, h1's old monitor answers no placement and stops, and an acks=all publisher that ran
+    throughout has every message read once, in order."""
+    h1, _ = _two_hosts(cluster)
+    pub, others = _publisher_on(cluster, "h1")
+    old_placement = locate_monitor("q1", gcm=cluster.gcm).at(MonitorPort.PLACEMENT)
+    sent: list[str] = []
+    stop_sending = threading.Event()
+
+    def produce() -> None:  # the only user of `pub` until it is joined
+        while not stop_sending.is_set():
+            sent.append(f"run-{len(sent)}")
+            pub.send(sent[-1].encode())
+            time.sleep(0.01)
+
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    time.sleep(0.5)
+    os.killpg(h1.process.pid, signal.SIGSTOP)  # the host and every child it started
+    try:
+        wait_for(
+            lambda: (
+                _queue(cluster)["Host"] == "h2"
+                and any(x["Lost"] for x in _queue(cluster)["Exchanges"])
+            ),
+            SESSION_S + 15,
+            f"q1 re-placed on h2\n{cluster.logs()}",
+        )
+    finally:
+        os.killpg(h1.process.pid, signal.SIGCONT)
+    answer = _placement_answer(old_placement, timeout_ms=1000)  # woken: fenced, or stopped
+    assert answer is None or (not answer.ok and answer.error == "fenced"), answer
+    wait_for(lambda: "monitor q1: fenced" in h1.log_text(), 10, "the old monitor fenced")
+    wait_for(lambda: not _processes_of(cluster, "h1"), 20, f"h1's stale children stopped\n"
+             f"{h1.log_text()[-3000:]}")  # fmt: skip
+    assert "monitor q1: lease renewed" not in h1.log_text()  # never acted again
+    time.sleep(0.5)
+    stop_sending.set()
+    producer.join(10)
+    pub.flush(timeout_s=30)  # every message sent is acknowledged
+    sub = Subscriber("q1", gcm=cluster.gcm, start="beginning")
+    mine = _read_all(sub, "run-", len(sent), 60)
+    assert mine == sent, f"{len(mine)} of {len(sent)} read\n{cluster.logs()}"
+    for each in [pub, *others]:
+        each.close(timeout_s=5)
+    sub.close()

@@ -71,6 +71,7 @@ from roq.errors import ProtocolError, RoqError
 from roq.log import format as batchfmt
 from roq.protocol import bsonmsg, dataplane
 from roq.protocol.bsonmsg import Reply
+from roq.protocol.commands import Reason
 from roq.protocol.messages.monitor import (
     EVERY_PUBLISHER,
     ExchangeLost,
@@ -506,6 +507,8 @@ class _PublisherIO(threading.Thread):
                     self._connect(Placed.decode(reply).front)
                     return
                 reason = envelope.comment
+                if envelope.error == Reason.FENCED and self._follow_monitor():
+                    continue  # its host lost its lease: the GCM may name the new monitor
             except RoqError as error:
                 reason = str(error)
                 if self._follow_monitor():  # it did not answer: it may have moved

@@ -71,6 +71,7 @@ from roq.protocol.messages.monitor import (
 )
 from roq.protocol.ports import ExchangePort, endpoint_at, port_at
 from roq.system import procstat
+from roq.system.lease import Fence
 from roq.transport import (
     READABLE,
     Kind,
@@ -100,6 +101,7 @@ class ExchangeSpec:
     port: int
     monitor: str  # tcp://ip:B, the monitor's report socket
     stat: str  # tcp://ip:S, the stat monitor's input
+    lease: str = ""  # its host's lease file (fencing, system/lease.py); "": always acts
 
     @property
     def front(self) -> str:
@@ -208,6 +210,8 @@ class Exchange:
         self.accepted_bytes = 0  # the offset the next batch would have in the log
         self.leaving_since: float | None = None
         self.started = time.time()  # tells the monitor a restarted exchange from its old self
+        self.fence = Fence(spec.lease, spec.name)
+        self._acting = True  # read by the pulse thread too (a bool: atomic)
         self._last_inbound = time.monotonic()
         self._loop_turned = time.monotonic()  # read by the pulse thread (a float: atomic)
         self._cpu = procstat.CpuMeter()
@@ -265,14 +269,16 @@ class Exchange:
         connect(self.kpi, spec.stat)
         identity = ExchangePulse(spec.exchange_id, spec.front, self.started, loop_age_s=0.0)
         self.pulse = Pulse(
-            context, spec.monitor, identity, self.heartbeat_s, lambda: self._loop_turned
-        )
+            context, spec.monitor, identity, self.heartbeat_s, lambda: self._loop_turned,
+            acting=lambda: self._acting,
+        )  # fmt: skip
 
     # --- main loop -----------------------------------------------------------------------------
     def _poller(self) -> Poller:
         poller = Poller()
         for sock in (self.front, self.back, self.control.sock, self.replay):
-            poller.register(sock, READABLE)
+            if sock is not self.front or self._acting:  # fenced: publishers' batches wait
+                poller.register(sock, READABLE)
         for sock in self.replicator.sockets() if self.replicator else []:
             poller.register(sock, READABLE)
         self._replica_sockets = set(self.replicator.sockets() if self.replicator else [])
@@ -289,6 +295,10 @@ class Exchange:
             if (stop.is_set() or self.control.stop_requested) and self.leaving_since is None:
                 self._leave()
             events = dict(poller.poll(limits.poll_interval_ms))
+            if self.fence.acting(time.monotonic()) != self._acting:
+                self._acting = not self._acting
+                poller = self._poller()
+                events.pop(self.front, None)
             if self.front in events:
                 # A slice of the heartbeat period at most: a saturated exchange on a starved
                 # CPU or a throttled disk must still heartbeat, or the monitor declares it dead.
@@ -410,6 +420,8 @@ class Exchange:
             if sock in events:
                 self.replicator.on_answer(sock)
         self.replicator.backfill()
+        if not self._acting:
+            return  # fenced: acknowledges nothing (its publishers ask elsewhere)
         committed = self.replicator.committed()
         while self.committed_acks and self.committed_acks[0][2] <= committed:
             peer, token, end = self.committed_acks.popleft()
@@ -522,6 +534,8 @@ class Exchange:
         )
 
     def _send_report(self, report: ExchangeReport | ExchangeSubscriptions) -> None:
+        if not self._acting:
+            return  # fenced: silent, so its monitor declares it dead and moves its publishers
         if not send_nowait(self.reports, [bsonmsg.encode(report.encode())]):
             log.debug("%s: monitor not keeping up; report dropped", self.spec.name)
 
@@ -553,6 +567,7 @@ class Exchange:
         ).encode()
 
     def close(self) -> None:
+        self.fence.close()
         if self.pulse.is_alive():
             self.pulse.stop()
         for sock in (self.front, self.reports, self.kpi, self.replay):

@@ -70,6 +70,7 @@ from roq.protocol.messages.monitor import (
     decode_exchange_message,
 )
 from roq.protocol.ports import ExchangePort, MonitorPort, StatPort, port_at, sibling
+from roq.system.lease import Fence
 from roq.transport import READABLE, Kind, Poller, bind, connect, drained, open_socket, send_nowait
 from roq.transport.control import ControlServer
 from roq.transport.rpc import answer
@@ -86,9 +87,12 @@ class Monitor:
         port: int,
         stat_port: int,
         settings: MonitorSettings,
+        lease: str = "",
     ):
         self.queue, self.address, self.port, self.stat_port = queue, address, port, stat_port
         self.name = f"monitor {queue}"
+        self.fence = Fence(lease, self.name)  # fencing: its host's lease (system/lease.py)
+        self._acting = True
         self.limits = settings.thresholds
         self.dead_after = settings.dead_heartbeats
         self.list_period_s = settings.list_period_s
@@ -142,9 +146,13 @@ class Monitor:
         placement = port_at(self.port, MonitorPort.PLACEMENT)
         log.info("%s: placing publishers on tcp://%s:%d", self.name, self.address, placement)
         while not (stop.is_set() or self.control.stop_requested):
-            for sock, _ in poller.poll(limits.poll_interval_ms):
+            ready = poller.poll(limits.poll_interval_ms)
+            self._check_fence(time.monotonic())  # before the requests that came in are answered
+            for sock, _ in ready:
                 handlers[sock]()
             now = time.monotonic()
+            if not self._acting:
+                continue  # fenced: no reaping, scaling, lists or replica assignments
             self._reap(now)
             if now >= next_scale:
                 self._scale(now)
@@ -158,6 +166,16 @@ class Monitor:
                 next_kpi = now + self.kpi_period_s
         log.info("%s: stopping", self.name)
 
+    def _check_fence(self, now: float) -> None:
+        """Fenced (its host's lease ran out), the monitor answers placements with a refusal and
+        sends no notice; another monitor may already serve the queue. Back under a lease, the
+        exchanges' silence while it was not listening is not held against them."""
+        acting = self.fence.acting(now)
+        if acting and not self._acting:
+            for view in self.exchanges.values():
+                view.last_seen = now
+        self._acting = acting
+
     # --- exchange reports ----------------------------------------------------------------------
     def _pump_reports(self) -> None:
         for frames in drained(self.reports, limits.monitor_burst_messages):
@@ -170,6 +188,8 @@ class Monitor:
             self._on_report(message)
 
     def _on_report(self, message: ExchangeMessage) -> None:
+        if not self._acting:
+            return  # read (the socket must not fill) and left: no relocation, no notice
         now = time.monotonic()
         if isinstance(message, ExchangePulse):
             self._on_pulse(self.exchanges.get(message.front), message, now)
@@ -311,6 +331,8 @@ class Monitor:
 
     # --- placement requests --------------------------------------------------------------------
     def _placement(self, request: dict[str, Any]) -> dict[str, Any]:
+        if not self._acting:
+            return bsonmsg.fail(Reason.FENCED, f"{self.name} is fenced: its host lost its lease")
         command = request["CMD"]
         if command == MonitorCommand.SUBSCRIBER_INIT:
             return self._listing().reply()
@@ -384,9 +406,13 @@ class Monitor:
 
     # --- output --------------------------------------------------------------------------------
     def _to_publishers(self, notice: Relocate | ExchangeLost) -> None:
+        if not self._acting:
+            return
         self._send(self.to_publishers, [notice.topic, bsonmsg.encode(notice.encode())])
 
     def _to_subscribers(self, notice: dict[str, Any]) -> None:
+        if not self._acting:
+            return
         self._send(self.to_subscribers, [bsonmsg.encode(notice)])
 
     def _send(self, sock: Any, frames: list[bytes]) -> None:
@@ -449,6 +475,8 @@ class Monitor:
             self._tell_exchange(leader, assignment.encode())
 
     def _tell_exchange(self, view: ExchangeView, doc: dict[str, Any]) -> None:
+        if not self._acting:
+            return
         sock = self._controls.get(view.front)
         if sock is None:
             sock = self._controls[view.front] = open_socket(self._context, Kind.DEALER, sndhwm=10)
@@ -459,6 +487,7 @@ class Monitor:
             log.debug("%s: exchange %s control queue full", self.name, view.exchange_id)
 
     def close(self) -> None:
+        self.fence.close()
         self.scaler.close()
         for control in self._controls.values():
             control.close(0)
