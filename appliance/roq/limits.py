@@ -31,6 +31,14 @@ client_retry_backoff_ms = 300
 host_loss_check_s = 1.0  # the leading GCM looks for lost hosts this often
 host_loss_queues_per_pass = 8  # queues re-placed per check at most: bounded work per pass
 host_loss_gone_max = 1_000  # gone hosts the GCM remembers (and `roq status` lists)
+# a host that missed "monitor moved" (1013) is asked again after 1 s, 2 s, 4 s … up to 30 s,
+# until it answers, is lost, or no longer runs an exchange of the queue
+monitor_moved_retry_first_s = 1.0
+monitor_moved_retry_max_s = 30.0
+monitor_moved_untold_max = 1_000  # (queue, host) pairs waiting to be told again, at most
+host_loss_stop_join_s = 5.0  # the GCM's close waits this long for its repair thread
+# a repair's wait on a host ends this soon after the GCM lost the lead (transport/rpc.py)
+request_cancel_poll_ms = 100
 # a publisher whose oldest unconfirmed batch (or flush) has waited this long asks the GCM
 # whether its queue's monitor moved (client/publisher.py)
 publisher_monitor_check_ms = 2_000

@@ -117,9 +117,14 @@ def test_the_monitors_host_killed_publishers_move_and_a_subscriber_joins(
     joined_s = time.monotonic() - killed
     victim.flush(timeout_s=JOIN_BOUND_S + 10)
     moved_s = time.monotonic() - killed
-    quiet.send(b"none-after")  # acks=none: its flush's drain, unanswered, makes it follow too
-    quiet.flush(timeout_s=JOIN_BOUND_S + 10)
-    assert quiet.exchange != lost_front and quiet.moves >= 1
+
+    def quiet_moved() -> bool:  # acks=none, no flush: its probe goes unanswered, it follows
+        quiet.send(b"none-after")
+        return quiet.moves >= 1
+
+    wait_for(quiet_moved, 15, f"acks=none publisher followed\n{cluster.logs()}", interval_s=0.2)
+    quiet.flush(timeout_s=10)
+    assert quiet.exchange != lost_front
     print(f"joined {joined_s:.1f} s, acknowledged {moved_s:.1f} s after the kill")  # with -s
     assert joined_s < JOIN_BOUND_S, f"joined {joined_s:.1f} s after the kill\n{cluster.logs()}"
     acknowledged += after
@@ -318,6 +323,89 @@ def test_a_lost_log_is_copied_again_and_survives_a_second_host_loss(
     _read_all(cluster, acknowledged, 60)
     for pub in [victim, bystander, *others]:
         pub.close(timeout_s=5)
+
+
+def test_admin_is_answered_while_a_host_misses_monitor_moved_and_it_is_told_again(
+    cluster: LocalCluster,
+) -> None:
+    """The repair waits on a silent host in its own thread: admin requests are answered
+    meanwhile; the host that missed "monitor moved" (1013) is asked again once it answers."""
+    cluster.start_gcm(**{"host.loss.grace": GRACE_MS, "hcmTIMEOUT": 6000})
+    slow_session = {"zk.session.timeout": 30000}  # h2 stays registered while it is stopped
+    h1 = cluster.start_host("h1", **{"exchange.max.perhost": 4, "exchange.warmup": 500})
+    h2 = cluster.start_host("h2", **{"exchange.max.perhost": 4, "exchange.warmup": 500,
+                                     **slow_session})  # fmt: skip
+    cluster.start_host("h3", **{"exchange.max.perhost": 4, "exchange.warmup": 500})
+    cluster.wait_ready(hosts=3)
+    with cluster.admin() as admin:
+        admin.create_queue("q1", "h1")
+        admin.create_exchange("q1", "hostloss-tx-h2", host="h2")
+    wait_for(lambda: len(_processes_of(cluster, "h2")) == 1, 15, "q1's exchange on h2")
+    gcm = cluster.daemons[0]
+    h2.process.send_signal(signal.SIGSTOP)  # its exchange runs on; the host cannot answer
+    try:
+        cluster.kill(h1)
+        wait_for(lambda: "monitor re-placed on h3" in gcm.log_text(), SESSION_S + 15,
+                 f"q1's monitor re-placed on h3\n{cluster.logs()}")  # fmt: skip
+        # The repair now waits up to hcmTIMEOUT (6 s) for h2's answer to 1013.
+        slowest = 0.0
+        with cluster.admin(timeout_ms=5000, retries=1) as admin:
+            for _ in range(6):
+                started = time.monotonic()
+                assert [q.name for q in admin.list_queues()] == ["q1"]
+                assert "h2" in {h.name for h in admin.status().hosts}
+                slowest = max(slowest, time.monotonic() - started)
+                time.sleep(0.25)
+        assert "host h2 not told" not in gcm.log_text(), "measured after the wait, not during"
+        assert slowest < 1.0, f"an admin request took {slowest:.2f} s during the repair"
+        wait_for(lambda: "host h2 not told of the new monitor" in gcm.log_text(), 15,
+                 f"1013 to h2 timed out\n{gcm.log_text()[-3000:]}")  # fmt: skip
+        wait_for(
+            lambda: any("not yet told" in r["Comment"] for r in _status(cluster)["Repairs"]),
+            10,
+            "roq status: h2 not yet told",
+        )
+    finally:
+        h2.process.send_signal(signal.SIGCONT)
+    wait_for(lambda: "host h2 told of the new monitor at last" in gcm.log_text(), 15,
+             f"1013 asked again\n{gcm.log_text()[-3000:]}")  # fmt: skip
+    # h2's exchange reports to the new monitor: that monitor places publishers on it.
+    pub, others = _publisher_on(cluster, "h2")
+    _send_acknowledged(pub, "told", 10, 20)
+    for publisher in [pub, *others]:
+        publisher.close(timeout_s=5)
+
+
+def test_the_gone_clock_survives_a_gcm_fail_over(cluster: LocalCluster) -> None:
+    """The leader records when it saw h1 gone in ZooKeeper; killed within the grace, its
+    standby re-places h1's work when that grace ends, not a full grace after it took over."""
+    grace_s = 12.0
+    first = cluster.start_gcm(**{"host.loss.grace": int(grace_s * 1000)})
+    cluster.wait_ready(hosts=0)
+    standby = cluster.start_gcm(**{"host.loss.grace": int(grace_s * 1000)})
+    h1 = cluster.start_host("h1", **{"exchange.max.perhost": 4})
+    cluster.start_host("h2", **{"exchange.max.perhost": 4})
+    cluster.wait_ready(hosts=2)
+    with cluster.admin() as admin:
+        admin.create_queue("q1", "h1")
+    wait_for(lambda: "serving on" in standby.log_text(), 15, "the standby GCM serving")
+    cluster.kill(h1)
+    wait_for(lambda: "host h1: its registration is gone" in first.log_text(), SESSION_S + 10,
+             f"the leader saw h1 gone\n{first.log_text()[-3000:]}")  # fmt: skip
+    seen = time.monotonic()
+    time.sleep(5.0)  # well into the grace, so a fresh clock would end long after the recorded one
+    cluster.kill(first)
+
+    def q1_on_h2() -> bool:
+        with cluster.admin(zk=cluster.zk, timeout_ms=2000, retries=1) as admin:
+            return any(q.name == "q1" and q.host == "h2" for q in admin.list_queues())
+
+    wait_for(q1_on_h2, grace_s + 15, f"q1 re-placed on h2\n{cluster.logs()}")
+    took_s = time.monotonic() - seen
+    print(f"re-placed {took_s:.1f} s after the leader saw h1 gone (grace {grace_s} s)")  # -s
+    # A fresh clock: the standby takes over ~SESSION_S after the kill, then a full grace.
+    assert took_s < grace_s + 4.0, f"{took_s:.1f} s\n{standby.log_text()[-3000:]}"
+    assert "by the clock recorded at epoch" in standby.log_text()
 
 
 # --- fencing (issue 18 item 3): a host's children act only under its lease --------------------
