@@ -1,0 +1,162 @@
+"""Faults on a 3-machine roq cluster in network namespaces (issue 21). Each test runs one
+nemesis against machine m1 (which holds ZooKeeper member 1, the first GCM, q1's monitor and
+one of its two exchanges) or, for the ZooKeeper leader, wherever that is, while 3 producers
+publish with acks=all (R=2); then it checks the history: no acknowledged message lost, none
+out of order or twice, none invented, and every producer publishing again within
+zk.session.timeout + 5 s of the fault (of the heal, for a partition)."""
+
+from __future__ import annotations
+
+import errno
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from checker import Report
+from faultcluster import SESSION_MS
+from faultnet import Network
+from faultrun import RESUME_BOUND_S, FaultRun
+
+pytestmark = [pytest.mark.faults, pytest.mark.xdist_group("faults"), pytest.mark.timeout(300)]
+
+SESSION_S = SESSION_MS / 1000
+HEAL_WAIT_S = 60.0  # bound on the cluster's return to full strength after a heal
+
+
+def _assert_passes(run: FaultRun, report: Report, acks_all: bool = True) -> None:
+    print(report.summary())  # shown with -s, and in the failure report
+    detail = f"{report.summary()}\n{run.diagnostics()}"
+    if acks_all:
+        assert report.acked_missing == [], detail
+    assert report.order_violations == [], detail
+    assert report.duplicates == [], detail
+    assert report.never_sent == [], detail
+    assert report.counts.get("ok", 0) > 0 and report.faults, detail
+    for fault in report.faults:
+        assert fault.resume_s <= RESUME_BOUND_S, f"{fault.name} resumed late\n{detail}"
+
+
+def _heal_and_settle(run: FaultRun, name: str, from_heal: bool = False) -> None:
+    healed = run.nemesis(name, "heal", from_heal)
+    run.cluster.wait_hosts(3, HEAL_WAIT_S)
+    run.wait_acks(after=healed, count=10, timeout_s=HEAL_WAIT_S)
+
+
+def _kill_m1(fault_run: FaultRun) -> None:
+    fault_run.start()
+    m1 = fault_run.cluster.machine("m1")
+    fault_run.nemesis("kill -9 m1", "start")
+    fault_run.cluster.kill_machine(m1)
+    fault_run.wait_acks(after=time.time(), count=5, timeout_s=RESUME_BOUND_S + 30)
+    fault_run.cluster.restart_machine(m1)
+    _heal_and_settle(fault_run, "kill -9 m1")
+
+
+def test_kill_9_of_every_process_of_a_machine(fault_run: FaultRun) -> None:
+    _kill_m1(fault_run)
+    _assert_passes(fault_run, fault_run.finish())
+
+
+def test_kill_9_of_a_machine_with_acks_leader(tmp_path: Path, network: Network) -> None:
+    run = FaultRun(tmp_path, network, acks="leader")
+    try:
+        _kill_m1(run)
+        report = run.finish()
+        # acks=leader promises nothing for a batch the lost machine held alone: counted, and
+        # quoted in docs/guarantees.md, not asserted
+        print(f"acks=leader: {len(report.acked_missing)} acknowledged messages missing")
+        _assert_passes(run, report, acks_all=False)
+    finally:
+        run.close()
+
+
+def test_sigstop_of_a_machine_past_its_session_timeout(fault_run: FaultRun) -> None:
+    fault_run.start()
+    m1 = fault_run.cluster.machine("m1")
+    fault_run.nemesis("SIGSTOP m1", "start")
+    stopped = m1.signal_all(signal.SIGSTOP)
+    assert stopped, "m1 has no processes"
+    time.sleep(SESSION_S + 3)  # the fault's length: past the session timeout
+    m1.signal_all(signal.SIGCONT)
+    _heal_and_settle(fault_run, "SIGSTOP m1")
+    _assert_passes(fault_run, fault_run.finish())
+
+
+def test_partition_of_a_machine_then_healed(fault_run: FaultRun) -> None:
+    fault_run.start()
+    m1 = fault_run.cluster.machine("m1")
+    fault_run.nemesis("partition m1", "start", from_heal=True)
+    m1.partition()
+    time.sleep(SESSION_S + 4)  # the fault's length: past the session timeout
+    m1.heal_partition()
+    _heal_and_settle(fault_run, "partition m1", from_heal=True)
+    _assert_passes(fault_run, fault_run.finish())
+
+
+def test_slow_link_of_a_machine(fault_run: FaultRun) -> None:
+    fault_run.start()
+    m1 = fault_run.cluster.machine("m1")
+    fault_run.nemesis("slow link m1", "start")
+    m1.slow("256kbit")
+    time.sleep(10)  # the fault's length
+    m1.heal_slow()
+    _heal_and_settle(fault_run, "slow link m1")
+    _assert_passes(fault_run, fault_run.finish())
+
+
+def test_zookeeper_leader_killed(fault_run: FaultRun) -> None:
+    fault_run.start()
+    leader = fault_run.cluster.zk_leader()
+    assert leader is not None
+    zk = next(p for p in fault_run.cluster.on(leader) if p.name.startswith("zk-"))
+    assert zk.process is not None
+    fault_run.nemesis(f"ZooKeeper leader on {leader.name} killed", "start")
+    zk.process.send_signal(signal.SIGKILL)
+    zk.reap()
+    fault_run.wait_acks(after=time.time(), count=5, timeout_s=RESUME_BOUND_S + 30)
+    zk.start()
+    _heal_and_settle(fault_run, f"ZooKeeper leader on {leader.name} killed")
+    _assert_passes(fault_run, fault_run.finish())
+
+
+def _fill(path: Path) -> Path:
+    """Write zeros until the file system is full (ENOSPC)."""
+    filler = path / "filler"
+    chunk = b"\0" * (1 << 20)
+    with filler.open("wb") as handle:
+        while True:
+            try:
+                handle.write(chunk)
+                handle.flush()
+            except OSError as error:
+                assert error.errno == errno.ENOSPC, error
+                break
+    return filler
+
+
+def test_full_log_disk_on_a_machine(tmp_path: Path, network: Network) -> None:
+    log_dir = tmp_path / "m1-log"
+    network.tmpfs(log_dir, "64m")
+    run = FaultRun(tmp_path, network)
+    try:
+        run.start(log_dirs={"m1": log_dir})
+        run.nemesis("full log disk m1", "start")
+        filler = _fill(log_dir)
+        time.sleep(SESSION_S + 3)  # the fault's length
+        filler.unlink()
+        _heal_and_settle(run, "full log disk m1")
+        _assert_passes(run, run.finish())
+    finally:
+        run.close()
+
+
+def test_rolling_restart_of_every_machine(fault_run: FaultRun) -> None:
+    fault_run.start()
+    for name in ("m3", "m2", "m1"):
+        machine = fault_run.cluster.machine(name)
+        fault_run.nemesis(f"restart {name}", "start")
+        fault_run.cluster.stop_gracefully(machine)
+        fault_run.cluster.restart_machine(machine)
+        _heal_and_settle(fault_run, f"restart {name}")
+    _assert_passes(fault_run, fault_run.finish())
