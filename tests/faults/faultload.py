@@ -184,6 +184,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--max-s", type=float, default=180.0)
     options = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(threadName)s %(message)s")
+    logging.getLogger("roq.client").setLevel(logging.INFO)  # moves, lookups, gaps: evidence
     return Workload(options).run()
 
 

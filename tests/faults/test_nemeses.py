@@ -22,6 +22,44 @@ pytestmark = [pytest.mark.faults, pytest.mark.xdist_group("faults"), pytest.mark
 
 SESSION_S = SESSION_MS / 1000
 HEAL_WAIT_S = 60.0  # bound on the cluster's return to full strength after a heal
+# Acknowledgements from every producer after a heal: the bound plus slack, so a producer that
+# never resumes fails the test here (the checker's availability then says by how much)
+ACKS_AFTER_HEAL_S = RESUME_BOUND_S + 20
+
+# Why a test fails on today's main; each names its evidence (history.jsonl and the processes'
+# logs of a run under --basetemp). The lead drops the xfail once the fix is merged.
+SLOW_REPAIR = (
+    "availability: publishers of the killed machine's exchange resumed 9.3-9.8 s after the "
+    "kill in 3 runs (bound: zk.session.timeout 4 s + 5 s). Timeline of one: GCM m2 elected "
+    "+3.9 s, repair starts +5.0 s (host.loss.grace 0.5 s), monitor re-placed on m3 +7.2 s, "
+    "exchange replaced +9.0 s (gcm/repair.py starts them one after the other, ~2 s each on "
+    "the loaded 2-core machine), publishers follow the monitor +9.0 s (they ask the GCM every "
+    "publisher_monitor_check_ms = 2 s) and are acknowledged on the new exchange +9.3 s. "
+    "Issue 18 (GCM repair). Not strict: on an idle machine the process starts are faster and "
+    "the bound may be met"
+)
+STALE_MONITOR = (
+    "fencing: the monitor of the SIGSTOPped machine keeps acting after its host's session "
+    "expired. On SIGCONT it declares the live exchanges dead ('silent for 0.6 s: declared "
+    "dead') and tells the publishers still listening to it; in one run its host re-registered "
+    "(+7.1 s) before the GCM's repair re-placed the monitor (+7.7 s), so nothing ever stopped "
+    "it, and it answered those publishers 'queue q1 has no live exchange' until the test "
+    "ended: no acknowledgement for 30 s. In another run its host stopped it, but the deposed "
+    "GCM of that machine had deleted the new leader's znode (fixed here: "
+    "coordination/election.py) and the publisher could not find the GCM. Needs monitor fencing "
+    "by lease/epoch and a repair that does not race the host's return (issue 18)"
+)
+RESTART_LOSS = (
+    "acknowledged loss, intermittent (1 of 2 runs): the read from the beginning missed p2's "
+    "first 135 messages (acked on m2's exchange before m2's restart; the live subscriber had "
+    "them, and m2's log still held offsets 0..10150 after the restart). The reader's first "
+    "batch of that stream was seq 136 from another exchange, accepted at once: a feed that "
+    "reported READ_EVICTED makes the Sequencer forgive the first batch of every stream it "
+    "carries (client/sequencer.py `_forgiven`), so the older part from m2's log was then "
+    "dropped as already delivered. The restart of m1 (the monitor's host) also counts as a "
+    "host loss after host.loss.grace 0.5 s and is repaired while m1 comes back. Not strict: "
+    "intermittent"
+)
 
 
 def _assert_passes(run: FaultRun, report: Report, acks_all: bool = True) -> None:
@@ -40,7 +78,7 @@ def _assert_passes(run: FaultRun, report: Report, acks_all: bool = True) -> None
 def _heal_and_settle(run: FaultRun, name: str, from_heal: bool = False) -> None:
     healed = run.nemesis(name, "heal", from_heal)
     run.cluster.wait_hosts(3, HEAL_WAIT_S)
-    run.wait_acks(after=healed, count=10, timeout_s=HEAL_WAIT_S)
+    run.wait_acks(after=healed, count=10, timeout_s=ACKS_AFTER_HEAL_S)
 
 
 def _kill_m1(fault_run: FaultRun) -> None:
@@ -53,11 +91,13 @@ def _kill_m1(fault_run: FaultRun) -> None:
     _heal_and_settle(fault_run, "kill -9 m1")
 
 
+@pytest.mark.xfail(strict=False, reason=SLOW_REPAIR)
 def test_kill_9_of_every_process_of_a_machine(fault_run: FaultRun) -> None:
     _kill_m1(fault_run)
     _assert_passes(fault_run, fault_run.finish())
 
 
+@pytest.mark.xfail(strict=False, reason=SLOW_REPAIR)
 def test_kill_9_of_a_machine_with_acks_leader(tmp_path: Path, network: Network) -> None:
     run = FaultRun(tmp_path, network, acks="leader")
     try:
@@ -71,6 +111,7 @@ def test_kill_9_of_a_machine_with_acks_leader(tmp_path: Path, network: Network) 
         run.close()
 
 
+@pytest.mark.xfail(strict=True, reason=STALE_MONITOR)
 def test_sigstop_of_a_machine_past_its_session_timeout(fault_run: FaultRun) -> None:
     fault_run.start()
     m1 = fault_run.cluster.machine("m1")
@@ -143,7 +184,7 @@ def test_full_log_disk_on_a_machine(tmp_path: Path, network: Network) -> None:
         run.start(log_dirs={"m1": log_dir})
         run.nemesis("full log disk m1", "start")
         filler = _fill(log_dir)
-        time.sleep(SESSION_S + 3)  # the fault's length
+        time.sleep(RESUME_BOUND_S + 3)  # longer than the bound: a stuck publisher fails it
         filler.unlink()
         _heal_and_settle(run, "full log disk m1")
         _assert_passes(run, run.finish())
@@ -151,6 +192,7 @@ def test_full_log_disk_on_a_machine(tmp_path: Path, network: Network) -> None:
         run.close()
 
 
+@pytest.mark.xfail(strict=False, reason=RESTART_LOSS)
 def test_rolling_restart_of_every_machine(fault_run: FaultRun) -> None:
     fault_run.start()
     for name in ("m3", "m2", "m1"):
