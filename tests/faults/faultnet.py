@@ -20,6 +20,7 @@ import atexit
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -38,7 +39,12 @@ class NamespacesUnavailable(RuntimeError):
 
 def ip(*args: str, netns: str | None = None, check: bool = True) -> str:
     command = ["ip", *(["-n", netns] if netns else []), *args]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=20, check=False)
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=20, check=False)
+    except OSError as error:  # no `ip` at all: cleanup paths must not raise
+        if check:
+            raise RuntimeError(f"{' '.join(command)}: {error}") from None
+        return ""
     if check and result.returncode != 0:
         raise RuntimeError(f"{' '.join(command)}: {result.stderr.strip()}")
     return result.stdout
@@ -46,9 +52,7 @@ def ip(*args: str, netns: str | None = None, check: bool = True) -> str:
 
 def tc(*args: str, netns: str | None = None) -> None:
     command = ["tc", *args] if netns is None else ["ip", "netns", "exec", netns, "tc", *args]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=20, check=False)
-    if result.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)}: {result.stderr.strip()}")
+    _run(command)
 
 
 @dataclass
@@ -164,7 +168,10 @@ class Network:
 
 
 def _run(command: list[str]) -> None:
-    result = subprocess.run(command, capture_output=True, text=True, timeout=20, check=False)
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=20, check=False)
+    except OSError as error:
+        raise RuntimeError(f"{' '.join(command)}: {error}") from None
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(command)}: {result.stderr.strip()}")
 
@@ -172,6 +179,9 @@ def _run(command: list[str]) -> None:
 def _check_capable() -> None:
     if os.geteuid() != 0:
         raise NamespacesUnavailable("fault tests need root to create network namespaces")
+    missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
+    if missing:
+        raise NamespacesUnavailable(f"{' and '.join(missing)} not found (package iproute2)")
     probe = f"{PREFIX}{os.getpid()}probe"
     try:
         ip("netns", "add", probe)
