@@ -31,7 +31,7 @@ import time
 
 from roq import limits
 from roq.coordination.registry import ExchangeRecord, Fence, HostRecord, QueueState, Registry
-from roq.gcm.management import Management, Refused, _address_of
+from roq.gcm.management import HostBack, Management, Refused, _address_of
 from roq.protocol.bsonmsg import Reply
 from roq.protocol.commands import Reason
 from roq.protocol.messages.admin import CreateExchange, GoneHost, PendingRepair
@@ -124,7 +124,7 @@ class HostLossRepair:
             log.warning("queue %s: its monitor's host %s is lost; re-placing it", queue,
                         got[0].host)  # fmt: skip
             known = {x.id for x in before}
-            self._move_monitor(queue, fence)
+            self._move_monitor(queue, fence, got[0].host)
             spare = sum(1 for x in self.registry.exchanges(queue) if x.id not in known)
         for exchange in lost:
             if spare > 0:
@@ -136,11 +136,13 @@ class HostLossRepair:
             log.warning("queue %s: exchange %s on lost host %s replaced", queue, exchange.id,
                         exchange.host)  # fmt: skip
 
-    def _move_monitor(self, queue: str, fence: Fence) -> None:
+    def _move_monitor(self, queue: str, fence: Fence, lost: str) -> None:
         refusals = []
         for host in self._hosts_with_free_slots():
             try:
-                self.management._start_on_host(queue, host, fence)
+                self.management._start_on_host(queue, host, fence, replacing=lost)
+            except HostBack:
+                raise  # the lost host is back with its monitor: no other host is tried
             except Refused as refused:
                 refusals.append(str(refused))
                 continue
@@ -174,7 +176,7 @@ class HostLossRepair:
             return
         record = got[0]
         request = MonitorMovedOnHost(
-            queue, record.monitor_port, record.stat_port, _address_of(record.monitor)
+            queue, record.monitor_port, record.stat_port, _address_of(record.monitor), record.epoch
         )
         hosts = {x.host for x in self.registry.exchanges(queue) if not x.lost}
         for host in self.registry.hosts():

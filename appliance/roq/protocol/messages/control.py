@@ -24,6 +24,7 @@ from roq.protocol.bsonmsg import (
     field_strs,
 )
 from roq.protocol.commands import ChildCommand
+from roq.protocol.epoch import EPOCH, field_epoch
 from roq.protocol.messages.kpi import ScalingEvent
 from roq.protocol.messages.monitor import EXCHANGES_MAX, CopyEnd, DeadLog
 from roq.protocol.names import EXCHANGE_ID_CHARS_MAX, check_exchange_id
@@ -81,14 +82,17 @@ class Replicas:
     """1030 REPLICAS, monitor → exchange: the exchanges that copy your log are these (the set
     replaces the previous one), and, with `Leaders`, the exchanges whose logs you copy (you
     refuse every other's writes; absent: the set you had stands); answered
-    `COMMENT: "assigned"`."""
+    `COMMENT: "assigned"`, or refused `ERROR: stale_epoch` when its `Epoch` is older than
+    one the exchange has seen (a monitor that was re-placed)."""
 
     replicas: tuple[ReplicaAssignment, ...]
     leaders: tuple[str, ...] | None = None  # Leaders: exchange ids
+    epoch: int = 0  # Epoch: the sending monitor's assignment epoch
 
     def encode(self) -> Document:
         doc: Document = {
-            "CMD": int(ChildCommand.REPLICAS), "Replicas": [r.fields() for r in self.replicas]
+            "CMD": int(ChildCommand.REPLICAS), "Replicas": [r.fields() for r in self.replicas],
+            EPOCH: self.epoch,
         }  # fmt: skip
         if self.leaders is not None:
             doc["Leaders"] = list(self.leaders)
@@ -97,28 +101,35 @@ class Replicas:
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
         replicas = field_docs(doc, "Replicas", ReplicaAssignment.decode, max_items=EXCHANGES_MAX)
+        epoch = field_epoch(doc)
         if doc.get("Leaders") is None:
-            return cls(replicas)
+            return cls(replicas, epoch=epoch)
         leaders = field_strs(
             doc, "Leaders", max_items=EXCHANGES_MAX, max_chars=EXCHANGE_ID_CHARS_MAX
         )
-        return cls(replicas, tuple(check_exchange_id(leader) for leader in leaders))
+        return cls(replicas, tuple(check_exchange_id(leader) for leader in leaders), epoch)
 
 
 @dataclass(frozen=True)
 class MonitorMoved:
     """1031 MONITOR_MOVED, host → exchange: report to the monitor at `Monitor` (tcp://ip:B) and
-    send statistics to `Stat` (tcp://ip:S) from now on; answered `COMMENT: "moved"`."""
+    send statistics to `Stat` (tcp://ip:S) from now on; answered `COMMENT: "moved"`, or
+    refused `ERROR: stale_epoch` when its `Epoch` (the new monitor's) is older than one the
+    exchange has seen."""
 
     monitor: str  # Monitor
     stat: str  # Stat
+    epoch: int = 0  # Epoch
 
     def encode(self) -> Document:
-        return {"CMD": int(ChildCommand.MONITOR_MOVED), "Monitor": self.monitor, "Stat": self.stat}
+        return {
+            "CMD": int(ChildCommand.MONITOR_MOVED), "Monitor": self.monitor, "Stat": self.stat,
+            EPOCH: self.epoch,
+        }  # fmt: skip
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
-        return cls(field_endpoint(doc, "Monitor"), field_endpoint(doc, "Stat"))
+        return cls(field_endpoint(doc, "Monitor"), field_endpoint(doc, "Stat"), field_epoch(doc))
 
 
 def _offset_or_null(doc: Mapping[str, Any], name: str, lo: int = 0) -> int | None:
@@ -162,6 +173,8 @@ class ExchangeStatus:
     log_end: int | None  # LogEnd
     replicas: tuple[ReplicaStatus, ...]  # Replicas
     committed: int | None  # Committed: every in-sync replica holds the log below it
+    epoch: int = 0  # Epoch: the highest assignment epoch of its queue it has seen
+    stale: int = 0  # StaleEpochs: REPLICAS and MONITOR_MOVED refused for an older epoch
 
     def encode(self) -> Document:
         return {
@@ -169,6 +182,7 @@ class ExchangeStatus:
             "Bad": self.bad, "Subscriptions": self.subscriptions, "Leaving": self.leaving,
             "LogStart": self.log_start, "LogEnd": self.log_end,
             "Replicas": [r.fields() for r in self.replicas], "Committed": self.committed,
+            EPOCH: self.epoch, "StaleEpochs": self.stale,
         }  # fmt: skip
 
     @classmethod
@@ -184,6 +198,8 @@ class ExchangeStatus:
             _offset_or_null(doc, "LogEnd"),
             field_docs(doc, "Replicas", ReplicaStatus.decode, max_items=EXCHANGES_MAX),
             _offset_or_null(doc, "Committed"),
+            field_epoch(doc),
+            field_int(doc, "StaleEpochs", default=0),
         )
 
 
@@ -330,13 +346,14 @@ class MonitorStatus:
     scaling: ScalingStatus
     exchanges: tuple[MonitoredExchange, ...]
     copies: tuple[DeadLog, ...]  # Copies: dead exchanges' logs subscribers are told about
+    epoch: int = 0  # Epoch: the assignment epoch it acts under
 
     def encode(self) -> Document:
         return {
             "Queue": self.queue, "Relocations": self.relocations, "BadFrames": self.bad_frames,
             "Scaling": self.scaling.fields(),
             "Exchanges": [x.fields() for x in self.exchanges],
-            "Copies": [c.fields() for c in self.copies],
+            "Copies": [c.fields() for c in self.copies], EPOCH: self.epoch,
         }  # fmt: skip
 
     @classmethod
@@ -348,4 +365,5 @@ class MonitorStatus:
             ScalingStatus.decode(field_doc(doc, "Scaling"), "Scaling."),
             field_docs(doc, "Exchanges", MonitoredExchange.decode, max_items=EXCHANGES_MAX),
             field_docs(doc, "Copies", DeadLog.decode),
+            field_epoch(doc),
         )
