@@ -56,7 +56,8 @@ MONITOR_STATUS = control.MonitorStatus(
     "q1", 2, 0, SCALING,
     (control.MonitoredExchange("x1", FRONT, BACK, 10.0, -5.0, -1, 0.1, 1 << 20, False, 2, True,
                                ("x2",), (monitor.CopyEnd("x0", 7),), 3.5),),
-    LISTING.copies, 3,
+    LISTING.copies,
+    (control.ShortLog("x0", 4096, 1, 2, "x1", (control.CopyProgress("x2", 1024),)),), 3,
 )  # fmt: skip
 GIVEN_UP = admin.ChildReport("q1", "x1", "exchange", "GIVEN_UP", 11, "exit code 73", 1.7e9)
 HOST = admin.HostInfo("h1", "127.0.0.1", "tcp://127.0.0.1:5100", 4, (GIVEN_UP,))
@@ -106,9 +107,12 @@ CASES: list[tuple[str, Any, Encode, Decode, frozenset[str]]] = [
     ("replicas", control.Replicas((control.ReplicaAssignment("x2", "tcp://127.0.0.1:18007"),),
                                   epoch=2),
      *_std(control.Replicas), EPOCH),
-    ("replicas with leaders", control.Replicas((), ("x3",), 2), *_std(control.Replicas),
+    ("replicas with leaders", control.Replicas((), ("x3",), epoch=2), *_std(control.Replicas),
      EPOCH | {"Leaders"}),
-    ("monitor status", MONITOR_STATUS, *_std(control.MonitorStatus), EPOCH),
+    ("replicas with sources",
+     control.Replicas((), ("x0",), (control.CopySource("x0", "x3", "tcp://127.0.0.1:18011"),), 2),
+     *_std(control.Replicas), EPOCH | {"Leaders", "Sources"}),
+    ("monitor status", MONITOR_STATUS, *_std(control.MonitorStatus), EPOCH | {"ShortLogs"}),
     ("exchange status", EXCHANGE_STATUS, *_std(control.ExchangeStatus),
      frozenset({"LogStart", "LogEnd", "Committed", "StaleEpochs"}) | EPOCH),
     ("create queue on host", host.CreateQueueOnHost("q1", 4), *_std(host.CreateQueueOnHost),

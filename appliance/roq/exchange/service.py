@@ -53,7 +53,7 @@ from roq.config import ExchangeSettings
 from roq.errors import CorruptRecord, LogUnavailable, ProtocolError
 from roq.exchange.logserver import LogServer
 from roq.exchange.pulse import Pulse
-from roq.exchange.replication import ReplicaStore, Replicator
+from roq.exchange.replication import CopySender, ReplicaStore, Replicator
 from roq.log import Log, log_directory
 from roq.log import format as batchfmt
 from roq.protocol import bsonmsg, dataplane
@@ -236,6 +236,7 @@ class Exchange:
         self._open_sockets(context)
         self.log_server: LogServer | None = None
         self.replicator: Replicator | None = None
+        self.copy_sender: CopySender | None = None  # copies of gone logs sent again
         self.committed_acks: collections.deque[tuple[bytes, bytes, int]] = collections.deque()
         # acks=leader confirmations and drain answers, sent at the end of the loop turn (in
         # order): sent one by one between receives they cost publishers 20-40 % of their p50
@@ -245,6 +246,7 @@ class Exchange:
             copies = ReplicaStore(settings.log_root, spec.queue, spec.exchange_id, settings.log)
             self.log_server = LogServer(self.replay, self.log, spec.name, copies)
             self.replicator = Replicator(context, spec.exchange_id, self.log, spec.name)
+            self.copy_sender = CopySender(context, copies, spec.name)
         self.control.handler = self._control_command
 
     def _open_sockets(self, context: Any) -> None:
@@ -284,10 +286,16 @@ class Exchange:
         for sock in (self.front, self.back, self.control.sock, self.replay):
             if sock is not self.front or self._acting:  # fenced: publishers' batches wait
                 poller.register(sock, READABLE)
-        for sock in self.replicator.sockets() if self.replicator else []:
+        for sock in self._replication_sockets():
             poller.register(sock, READABLE)
-        self._replica_sockets = set(self.replicator.sockets() if self.replicator else [])
+        self._replica_sockets = set(self._replication_sockets())
         return poller
+
+    def _replication_sockets(self) -> list[Any]:
+        """The links to this log's replicas, and to the targets of the gone logs it sends."""
+        if self.replicator is None or self.copy_sender is None:
+            return []
+        return self.replicator.sockets() + self.copy_sender.sockets()
 
     def run(self, stop: threading.Event) -> None:
         poller = self._poller()
@@ -320,7 +328,7 @@ class Exchange:
                 self.log.tick(time.monotonic())
             if self.replicator is not None:
                 self._replicate(events)
-                if set(self.replicator.sockets()) != self._replica_sockets:
+                if set(self._replication_sockets()) != self._replica_sockets:
                     poller = self._poller()  # the monitor changed the replica set
             self._send_replies()
             self._timers()
@@ -420,11 +428,13 @@ class Exchange:
 
     def _replicate(self, events: dict[Any, int]) -> None:
         """Read replicas' answers, back-fill laggards, confirm acks=all batches now committed."""
-        assert self.replicator is not None
+        assert self.replicator is not None and self.copy_sender is not None
         for sock in self._replica_sockets:
             if sock in events:
                 self.replicator.on_answer(sock)
+                self.copy_sender.on_answer(sock)  # each ignores the other's sockets
         self.replicator.backfill()
+        self.copy_sender.backfill()
         if not self._acting:
             return  # fenced: acknowledges nothing (its publishers ask elsewhere)
         committed = self.replicator.committed()
@@ -451,6 +461,9 @@ class Exchange:
         self.replicator.assign([p for p in pairs if p[0] != self.spec.exchange_id])
         if assigned.leaders is not None and self.log_server is not None:
             self.log_server.copies.accept(assigned.leaders)
+        if self.copy_sender is not None:
+            self.copy_sender.assign([(s.leader_id, s.target_id, s.endpoint)
+                                     for s in assigned.sources])  # fmt: skip
         return bsonmsg.ok("assigned")
 
     def _stale(self, epoch: int) -> dict[str, Any]:
@@ -592,6 +605,8 @@ class Exchange:
             sock.close(0)
         if self.replicator is not None:
             self.replicator.close()
+        if self.copy_sender is not None:
+            self.copy_sender.close()
         if self.log_server is not None:
             self.log_server.copies.close()
         if self.log is not None:

@@ -34,11 +34,13 @@ from roq import limits
 from roq.config import MonitorSettings
 from roq.errors import ProtocolError
 from roq.monitor.placement import (
+    CopyPlan,
     ExchangeView,
     Move,
     assign_replicas,
     choose_exchange,
     mark_joined,
+    plan_copies,
     plan_relocation,
 )
 from roq.monitor.scaling import Scaler
@@ -46,10 +48,13 @@ from roq.protocol import bsonmsg
 from roq.protocol.commands import MonitorCommand, Reason
 from roq.protocol.epoch import EPOCH
 from roq.protocol.messages.control import (
+    CopyProgress,
+    CopySource,
     MonitoredExchange,
     MonitorStatus,
     ReplicaAssignment,
     Replicas,
+    ShortLog,
 )
 from roq.protocol.messages.kpi import QueueKpi, decode_kpi_message
 from roq.protocol.messages.monitor import (
@@ -106,6 +111,11 @@ class Monitor:
         self.bad_frames = 0
         self.relocations = 0
         self.replication_factor = settings.replication_factor
+        # Gone exchanges' logs being copied again (`_plan_copies`), and since when each log
+        # copied on a live exchange has had no live exchange of its own (bounded by the copies
+        # the live exchanges report: an entry leaves when no report names it).
+        self.copy_plans: dict[str, CopyPlan] = {}
+        self._gone_since: dict[str, float] = {}
         self._context = context
         self._controls: dict[str, Any] = {}  # front → DEALER to the exchange's control port
         self._open_sockets(context)
@@ -461,7 +471,29 @@ class Monitor:
             ),
             copies=self._copy_list(),
             epoch=self.epoch,
+            short_logs=self._short_logs(),
         ).encode()
+
+    def _short_logs(self) -> tuple[ShortLog, ...]:
+        """The gone exchanges' logs with fewer than replicationFactor complete copies."""
+        ends = {x.exchange_id: x.copies for x in self.exchanges.values()}
+
+        def progress(plan: CopyPlan) -> tuple[CopyProgress, ...]:
+            return tuple(
+                CopyProgress(t, ends.get(t, {}).get(plan.leader_id, -1)) for t in plan.targets
+            )
+
+        return tuple(
+            ShortLog(
+                plan.leader_id,
+                plan.end,
+                len(plan.complete),
+                self.replication_factor,
+                plan.source,
+                progress(plan),
+            )
+            for plan in self.copy_plans.values()
+        )
 
     # --- replication ---------------------------------------------------------------------------
     def _assign_replicas(self) -> None:
@@ -475,6 +507,12 @@ class Monitor:
         for leader_id, replica_ids in plan.items():
             for replica_id in replica_ids:
                 copied[replica_id].append(leader_id)
+        sources: dict[str, list[CopySource]] = {x.exchange_id: [] for x in views}
+        for copy in self._plan_copies(time.monotonic()).values():
+            for target in copy.targets:
+                copied[target].append(copy.leader_id)  # it takes the copy's writes
+                endpoint = _log_endpoint(by_id[target].front)
+                sources[copy.source].append(CopySource(copy.leader_id, target, endpoint))
         for leader_id, replica_ids in plan.items():
             leader = by_id[leader_id]
             if replica_ids != leader.replicas:
@@ -486,8 +524,48 @@ class Monitor:
                 )
                 leader.replicas = replica_ids
             replicas = [ReplicaAssignment(r, _log_endpoint(by_id[r].front)) for r in replica_ids]
-            assignment = Replicas(tuple(replicas), tuple(copied[leader_id]), self.epoch)
+            assignment = Replicas(
+                tuple(replicas), tuple(copied[leader_id]), tuple(sources[leader_id]), self.epoch
+            )
             self._tell_exchange(leader, assignment.encode())
+
+    def _plan_copies(self, now: float) -> dict[str, CopyPlan]:
+        """Plans to copy again each log whose exchange has been gone `limits.recopy_grace_s`
+        (dead, lost with its host, or retired) until it has replicationFactor complete copies
+        on live exchanges (docs/architecture.md §7, "Copying a gone log again")."""
+        live = {x.exchange_id for x in self.exchanges.values()}
+        reported = {c for x in self.exchanges.values() if not x.leaving for c in x.copies}
+        held = reported - live
+        for leader_id in [x for x in self._gone_since if x not in held]:
+            del self._gone_since[leader_id]
+        for leader_id in held:
+            self._gone_since.setdefault(leader_id, now)
+        gone = {x for x, since in self._gone_since.items() if now - since >= limits.recopy_grace_s}
+        views = list(self.exchanges.values())
+        plans = plan_copies(views, self.replication_factor, gone, self.copy_plans)
+        self._log_copy_plans(plans, reported | live)
+        self.copy_plans = plans
+        return plans
+
+    def _log_copy_plans(self, plans: dict[str, CopyPlan], known: set[str]) -> None:
+        """What changed: a copy started, moved, or a log that has its copies again (or is
+        live again: `known` holds the live exchanges and those a copy is reported of)."""
+        for leader_id, plan in plans.items():
+            before = self.copy_plans.get(leader_id)
+            if before is None or (before.source, before.targets) != (plan.source, plan.targets):
+                log.warning(
+                    "%s: the log of gone exchange %s has %d of %d copies (%d bytes): %s",
+                    self.name, leader_id, len(plan.complete), self.replication_factor, plan.end,
+                    f"copying it from {plan.source} to {', '.join(plan.targets)}"
+                    if plan.targets else "no exchange can take another copy",
+                )  # fmt: skip
+        for leader_id in self.copy_plans.keys() - plans.keys():
+            if leader_id in known:
+                log.info("%s: the log of gone exchange %s has %d copies again (or is back)",
+                         self.name, leader_id, self.replication_factor)  # fmt: skip
+            else:
+                log.error("%s: no live exchange holds a copy of gone exchange %s's log any more",
+                          self.name, leader_id)  # fmt: skip
 
     def _tell_exchange(self, view: ExchangeView, doc: dict[str, Any]) -> None:
         if not self._acting:

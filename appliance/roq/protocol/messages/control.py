@@ -78,15 +78,37 @@ class ReplicaAssignment:
 
 
 @dataclass(frozen=True)
+class CopySource:
+    """Send your copy of the gone exchange `Leader`'s log to `Id` at `Endpoint` (its F+3)."""
+
+    leader_id: str  # Leader
+    target_id: str  # Id
+    endpoint: str  # Endpoint
+
+    def fields(self) -> Document:
+        return {"Leader": self.leader_id, "Id": self.target_id, "Endpoint": self.endpoint}
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any], prefix: str = "") -> Self:
+        return cls(
+            check_exchange_id(field_str(doc, "Leader", prefix=prefix)),
+            check_exchange_id(field_str(doc, "Id", prefix=prefix)),
+            field_endpoint(doc, "Endpoint", prefix=prefix),
+        )
+
+
+@dataclass(frozen=True)
 class Replicas:
     """1030 REPLICAS, monitor → exchange: the exchanges that copy your log are these (the set
     replaces the previous one), and, with `Leaders`, the exchanges whose logs you copy (you
-    refuse every other's writes; absent: the set you had stands); answered
-    `COMMENT: "assigned"`, or refused `ERROR: stale_epoch` when its `Epoch` is older than
-    one the exchange has seen (a monitor that was re-placed)."""
+    refuse every other's writes; absent: the set you had stands); with `Sources`, the copies of
+    gone exchanges' logs you send to other exchanges (the set replaces the previous one; absent:
+    none); answered `COMMENT: "assigned"`, or refused `ERROR: stale_epoch` when its `Epoch` is
+    older than one the exchange has seen (a monitor that was re-placed)."""
 
     replicas: tuple[ReplicaAssignment, ...]
     leaders: tuple[str, ...] | None = None  # Leaders: exchange ids
+    sources: tuple[CopySource, ...] = ()  # Sources
     epoch: int = 0  # Epoch: the sending monitor's assignment epoch
 
     def encode(self) -> Document:
@@ -96,18 +118,24 @@ class Replicas:
         }  # fmt: skip
         if self.leaders is not None:
             doc["Leaders"] = list(self.leaders)
+        if self.sources:
+            doc["Sources"] = [s.fields() for s in self.sources]
         return doc
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
         replicas = field_docs(doc, "Replicas", ReplicaAssignment.decode, max_items=EXCHANGES_MAX)
+        sources: tuple[CopySource, ...] = ()
+        if doc.get("Sources") is not None:
+            sources = field_docs(doc, "Sources", CopySource.decode, max_items=EXCHANGES_MAX)
         epoch = field_epoch(doc)
         if doc.get("Leaders") is None:
-            return cls(replicas, epoch=epoch)
+            return cls(replicas, None, sources, epoch)
         leaders = field_strs(
             doc, "Leaders", max_items=EXCHANGES_MAX, max_chars=EXCHANGE_ID_CHARS_MAX
         )
-        return cls(replicas, tuple(check_exchange_id(leader) for leader in leaders), epoch)
+        leaders_ok = tuple(check_exchange_id(leader) for leader in leaders)
+        return cls(replicas, leaders_ok, sources, epoch)
 
 
 @dataclass(frozen=True)
@@ -346,6 +374,7 @@ class MonitorStatus:
     scaling: ScalingStatus
     exchanges: tuple[MonitoredExchange, ...]
     copies: tuple[DeadLog, ...]  # Copies: dead exchanges' logs subscribers are told about
+    short_logs: tuple[ShortLog, ...] = ()  # ShortLogs (absent from an older monitor: none)
     epoch: int = 0  # Epoch: the assignment epoch it acts under
 
     def encode(self) -> Document:
@@ -353,11 +382,16 @@ class MonitorStatus:
             "Queue": self.queue, "Relocations": self.relocations, "BadFrames": self.bad_frames,
             "Scaling": self.scaling.fields(),
             "Exchanges": [x.fields() for x in self.exchanges],
-            "Copies": [c.fields() for c in self.copies], EPOCH: self.epoch,
+            "Copies": [c.fields() for c in self.copies],
+            "ShortLogs": [s.fields() for s in self.short_logs],
+            EPOCH: self.epoch,
         }  # fmt: skip
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
+        short: tuple[ShortLog, ...] = ()
+        if doc.get("ShortLogs") is not None:
+            short = field_docs(doc, "ShortLogs", ShortLog.decode, max_items=EXCHANGES_MAX)
         return cls(
             field_str(doc, "Queue"),
             field_int(doc, "Relocations"),
@@ -365,5 +399,50 @@ class MonitorStatus:
             ScalingStatus.decode(field_doc(doc, "Scaling"), "Scaling."),
             field_docs(doc, "Exchanges", MonitoredExchange.decode, max_items=EXCHANGES_MAX),
             field_docs(doc, "Copies", DeadLog.decode),
+            short,
             field_epoch(doc),
+        )
+
+
+@dataclass(frozen=True)
+class CopyProgress:
+    """An exchange receiving a copy of a gone exchange's log, and where its copy ends."""
+
+    exchange_id: str  # Id
+    end: int  # End (-1: it holds none yet)
+
+    def fields(self) -> Document:
+        return {"Id": self.exchange_id, "End": self.end}
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any], prefix: str = "") -> Self:
+        return cls(field_str(doc, "Id", prefix=prefix), field_int(doc, "End", lo=-1, prefix=prefix))
+
+
+@dataclass(frozen=True)
+class ShortLog:
+    """A gone exchange's log with fewer than `Wanted` (replicationFactor) complete copies on
+    live exchanges, and the copies under way (`roq status` shows it)."""
+
+    leader_id: str  # Id
+    end: int  # End: where its longest copy ends
+    copies: int  # Copies: complete copies on live exchanges
+    wanted: int  # Wanted
+    source: str  # Source: the exchange sending its copy
+    targets: tuple[CopyProgress, ...]  # Targets: none when no exchange can take a copy
+
+    def fields(self) -> Document:
+        return {"Id": self.leader_id, "End": self.end, "Copies": self.copies,
+                "Wanted": self.wanted, "Source": self.source,
+                "Targets": [t.fields() for t in self.targets]}  # fmt: skip
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any], prefix: str = "") -> Self:
+        return cls(
+            field_str(doc, "Id", prefix=prefix),
+            field_int(doc, "End", prefix=prefix),
+            field_int(doc, "Copies", prefix=prefix),
+            field_int(doc, "Wanted", prefix=prefix),
+            field_str(doc, "Source", prefix=prefix),
+            field_docs(doc, "Targets", CopyProgress.decode, max_items=EXCHANGES_MAX, prefix=prefix),
         )
