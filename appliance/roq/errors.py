@@ -18,6 +18,7 @@ RoqError
 ├── TransportError         a peer did not answer within its bound
 │   └── RequestTimeout
 └── AdminError             an admin request was refused (unknown queue, already exists, ...)
+    └── HostRegistered     a write that required a host to be gone found it registered
 """
 
 from __future__ import annotations
@@ -115,3 +116,8 @@ class PortInUse(TransportError):
 
 class AdminError(RoqError):
     pass
+
+
+class HostRegistered(AdminError):
+    """A leader write made on condition that a host has no registration (the re-placement of
+    a lost host's monitor) found the host registered again: nothing was written."""

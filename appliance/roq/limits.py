@@ -88,6 +88,9 @@ zk_probe_timeout_s = 1.0  # a shutdown skips its ZooKeeper clean-up if a probe w
 # (and the GCM re-places its work host.loss.grace later): docs/guarantees.md §10.
 host_lease_session_share = 0.5
 host_lease_renewals = 4
+# Assignment epochs (protocol/epoch.py): the senders of stale-epoch messages a client or an
+# exchange logs (once each, at debug); refusals past this many sources are only counted.
+epoch_stale_sources_logged_max = 64
 zk_client_session_ms = 4_000  # the session of a client that only looks the GCM leader up
 # A new GCM leader retries creating its leader znode this many times, 0.1 s apart, while its
 # predecessor's ephemeral one vanishes with that session (coordination/election.py).

@@ -4,26 +4,46 @@ stale."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from roq.client.locate import locate_monitor
+from roq.client.locate import MonitorAddress, locate_monitor
 from roq.client.publisher import Publisher, PublishTimeout
 from roq.client.subscriber import Subscriber
-from roq.errors import RoqError
+from roq.coordination import session
+from roq.coordination.paths import Paths
+from roq.coordination.registry import HostRecord, QueueRecord, QueueState, Registry
+from roq.errors import HostRegistered, RoqError
+from roq.protocol import bsonmsg
 from roq.protocol.bsonmsg import Reply
-from roq.protocol.messages.monitor import PublisherInit
-from roq.protocol.ports import MonitorPort
+from roq.protocol.messages.control import (
+    ExchangeStatus,
+    MonitorMoved,
+    MonitorStatus,
+    Ping,
+    Pong,
+    Replicas,
+)
+from roq.protocol.messages.monitor import (
+    ExchangeList,
+    Placed,
+    PublisherInit,
+    decode_subscriber_notice,
+)
+from roq.protocol.ports import ExchangePort, MonitorPort, sibling
 from roq.testing.cluster import Daemon, LocalCluster, processes_with, wait_for
-from roq.transport import new_context
+from roq.transport import Kind, connect, new_context, open_socket, recv_nowait
 from roq.transport.rpc import Requester
+from roq.transport.sockets import wait_readable
 
 pytestmark = pytest.mark.integration
 
@@ -535,3 +555,181 @@ def test_a_host_and_its_children_stopped_past_the_session_come_back_fenced(
     for each in [pub, *others]:
         each.close(timeout_s=5)
     sub.close()
+
+
+# --- assignment epochs (issue 18 item 3): a re-placed monitor's word outranks its predecessor's
+@contextlib.contextmanager
+def _registry(zk: str, namespace: str) -> Iterator[Registry]:
+    """A reader's (or, in the primitive's test, a leader's) view of the cluster's znodes."""
+    client = session.connect(zk, 4000)
+    try:
+        yield Registry(client, Paths(namespace))
+    finally:
+        session.close(client)
+
+
+def _record(cluster: LocalCluster, queue: str = "q1") -> QueueRecord:
+    with _registry(cluster.zk, cluster.namespace) as registry:
+        found = registry.queue(queue)
+    assert found is not None
+    return found[0]
+
+
+def _gcm(cluster: LocalCluster) -> Daemon:
+    return next(d for d in cluster.daemons if d.name.startswith("gcm"))
+
+
+def _ask(endpoint: str, doc: dict[str, Any], timeout_ms: int = 2000) -> dict[str, Any]:
+    """One request to a child's control port (or a monitor's placement port), its reply."""
+    context = new_context()
+    requester = Requester(context, endpoint, timeout_ms)
+    try:
+        return requester.request(doc)
+    finally:
+        requester.close()
+        context.term()
+
+
+def _exchange_status(control: str) -> ExchangeStatus:
+    return ExchangeStatus.decode(Pong.decode(_ask(control, Ping().encode())).status)
+
+
+def _a_notice_to_subscribers(monitor: MonitorAddress, timeout_s: float = 10) -> ExchangeList:
+    """The next EXCHANGE_LIST the monitor publishes (every monitor.list.period), as heard by
+    a subscriber's notice socket."""
+    context = new_context()
+    sock = open_socket(context, Kind.SUB, subscribe=b"")
+    connect(sock, monitor.at(MonitorPort.TO_SUBSCRIBERS))
+    try:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if wait_readable(sock, 200) and (frames := recv_nowait(sock)) is not None:
+                notice = decode_subscriber_notice(bsonmsg.decode(frames))
+                if isinstance(notice, ExchangeList):
+                    return notice
+        raise AssertionError(f"no exchange list from {monitor.base} in {timeout_s} s")
+    finally:
+        sock.close(0)
+        context.term()
+
+
+def test_a_re_placed_monitor_acts_under_a_higher_epoch_and_the_old_one_is_refused(
+    cluster: LocalCluster,
+) -> None:
+    """Kill -9 of the monitor's host: the re-placed monitor's notices and placements carry a
+    higher epoch; the surviving exchange, told of the move with that epoch, refuses a replica
+    assignment and a "monitor moved" of the old epoch (sent to its real control port) and
+    takes the current one; a subscriber that joins hears the new epoch."""
+    h1, _ = _two_hosts(cluster)
+    assert _record(cluster).epoch == 1  # the create placed the monitor once
+    old = locate_monitor("q1", gcm=cluster.gcm)
+    assert old.epoch == 1 and _a_notice_to_subscribers(old).epoch == 1
+    survivor = next(x for x in _queue(cluster)["Exchanges"] if x["Host"] == "h2")
+    control = sibling(survivor["Front"], ExchangePort.FRONT, ExchangePort.CONTROL)
+    assert _exchange_status(control).epoch == 1  # 1009 gave it the monitor's epoch
+
+    cluster.kill(h1)
+    wait_for(lambda: _queue(cluster)["Host"] == "h2", SESSION_S + 15,
+             f"q1 re-placed on h2\n{cluster.logs()}")  # fmt: skip
+    new = locate_monitor("q1", gcm=cluster.gcm)
+    assert new.base != old.base and new.epoch == 2 == _record(cluster).epoch
+    assert _a_notice_to_subscribers(new).epoch == 2
+    placed = _ask(new.at(MonitorPort.PLACEMENT), PublisherInit("ab" * 8).encode())
+    assert Reply.decode(placed).ok and Placed.decode(placed).epoch == 2
+    wait_for(lambda: _exchange_status(control).epoch == 2, 10, "1031 carried epoch 2")
+
+    for stale in (
+        Replicas((), None, epoch=1),  # what the old monitor would send every list period
+        MonitorMoved(old.base, old.stat_in, epoch=1),  # back to the old monitor
+    ):
+        refused = Reply.decode(_ask(control, stale.encode()))
+        assert not refused.ok and refused.error == "stale_epoch", refused
+    assert _exchange_status(control).stale == 2
+    assert Reply.decode(_ask(control, Replicas((), None, epoch=2).encode())).ok  # current: taken
+    time.sleep(1.0)  # the refused move left it reporting to the new monitor
+    monitored = MonitorStatus.decode(
+        Pong.decode(_ask(sibling(new.base, MonitorPort.REPORTS, MonitorPort.CONTROL),
+                         Ping().encode())).status
+    )  # fmt: skip
+    assert monitored.epoch == 2 and survivor["Id"] in {x.exchange_id for x in monitored.exchanges}
+    sub = Subscriber("q1", gcm=cluster.gcm)
+    try:
+        assert sub.epochs.highest == 2 and sub.epochs.refused == 0
+    finally:
+        sub.close()
+
+
+def test_a_lost_host_back_before_its_monitors_move_is_recorded_keeps_its_monitor(
+    cluster: LocalCluster,
+) -> None:
+    """The re-registration race, provoked for real: h1 and its children stopped past the
+    session; the GCM picks h3 (the most free slots) for the new monitor, but h3 is stopped too
+    (its 30 s session keeps it registered), so the GCM waits on it. Meanwhile h1 wakes,
+    registers again and, finding its assignment unchanged, renews its children's lease. When
+    h3 answers, the GCM's record write, conditioned on h1 having no registration, fails: the
+    queue stays on h1 under its epoch, h3 stops the monitor it started, and h1's monitor is
+    the only one acting."""
+    h1, _ = _two_hosts(cluster)
+    h3 = cluster.start_host("h3", **{"exchange.max.perhost": 4, "zk.session.timeout": 30000})
+    cluster.wait_ready(hosts=3)
+    gcm = _gcm(cluster)
+    old = locate_monitor("q1", gcm=cluster.gcm)
+    os.killpg(h1.process.pid, signal.SIGSTOP)
+    os.killpg(h3.process.pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: "its monitor's host h1 is lost" in gcm.log_text(), SESSION_S + 15,
+                 f"the GCM re-placing q1's monitor\n{cluster.logs()}")  # fmt: skip
+        # the GCM now waits for h3 (hcmTIMEOUT: 20 s in the tests); h1 comes back first
+        os.killpg(h1.process.pid, signal.SIGCONT)
+        wait_for(lambda: "the lease of its children is renewed" in h1.log_text(), 15,
+                 f"h1 registered again and renewed its lease\n{h1.log_text()[-3000:]}")  # fmt: skip
+        assert "was re-placed while this host was gone" not in h1.log_text()
+    finally:
+        os.killpg(h1.process.pid, signal.SIGCONT)
+        os.killpg(h3.process.pid, signal.SIGCONT)
+    wait_for(lambda: "registered again: its monitor of q1 stays" in gcm.log_text(), 25,
+             f"the GCM's write refused\n{cluster.logs()}")  # fmt: skip
+    record = _record(cluster)
+    assert (record.host, record.epoch, record.monitor) == ("h1", 1, old.base), record
+    wait_for(lambda: not _processes_of(cluster, "h3"), 15, f"h3 withdrew its monitor of q1\n"
+             f"{h3.log_text()[-3000:]}")  # fmt: skip
+    assert "monitor re-placed on" not in gcm.log_text()
+    wait_for(lambda: "monitor q1: lease renewed" in h1.log_text(), 10, "h1's monitor acting")
+    placed = _ask(old.at(MonitorPort.PLACEMENT), PublisherInit("ab" * 8).encode())
+    assert Reply.decode(placed).ok and Placed.decode(placed).epoch == 1
+    assert not any(x["Lost"] for x in _queue(cluster)["Exchanges"])
+
+
+def test_the_monitors_record_write_fails_while_the_lost_host_is_registered(zookeeper: str) -> None:
+    """The registry's host-absent condition against a real ZooKeeper: the re-placement's write
+    fails while the host's ephemeral registration exists (and leaves it as it was), and
+    succeeds, leaving no trace, once the host's session is gone. A record written before
+    epochs existed reads as epoch 0."""
+    namespace = f"/roq-test-race-{os.getpid()}"
+    with _registry(zookeeper, namespace) as leader, _registry(zookeeper, namespace) as host:
+        leader.ensure_roots()
+        fence = leader.bump_epoch()
+        leader.create_queue(fence, QueueRecord("q1", QueueState.RUNNING, "h1", epoch=3))
+        host.register_host(HostRecord("h1", "127.0.0.1", "tcp://127.0.0.1:5100", 4))
+        found = leader.queue("q1")
+        assert found is not None
+        moved, version = found
+        moved.host, moved.epoch = "h2", 4
+        with pytest.raises(HostRegistered):
+            leader.update_queue(fence, moved, version, absent_host="h1")
+        kept = leader.queue("q1")
+        assert kept is not None and (kept[0].host, kept[0].epoch, kept[1]) == ("h1", 3, version)
+        registered = leader.host("h1")
+        assert registered is not None and registered.hcm == "tcp://127.0.0.1:5100"
+        leader.update_queue(fence, moved, version, absent_host="h2")  # another host's absence
+        moved.host = "h3"
+        host.unregister_host("h1")  # its session's registration gone, as after an expiry
+        leader.update_queue(fence, moved, version + 1, absent_host="h1")
+        written = leader.queue("q1")
+        assert written is not None and (written[0].host, written[0].epoch) == ("h3", 4)
+        assert leader.host("h1") is None and leader.hosts() == []  # the probe left nothing
+        old = {"name": "q0", "state": "RUNNING", "host": "h1", "monitor": "", "stat": "",
+               "monitor_port": 0, "stat_port": 0}  # fmt: skip
+        leader.zk.create(Paths(namespace).queue("q0"), json.dumps(old).encode())
+        assert leader.queue("q0") == (QueueRecord("q0", QueueState.RUNNING, "h1"), 0)
+        leader.zk.delete(namespace, recursive=True)

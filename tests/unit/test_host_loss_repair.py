@@ -15,7 +15,7 @@ from roq.coordination.registry import (
     QueueState,
 )
 from roq.errors import NotLeader
-from roq.gcm.management import HostSilent, QueueClaims
+from roq.gcm.management import HostBack, HostSilent, QueueClaims
 from roq.gcm.repair import HostLossRepair
 from roq.host import adoption
 from roq.host.service import _with_option
@@ -87,12 +87,20 @@ class FakeManagement:
         self.provision = lambda why: "asked"
         self.claims = QueueClaims()
         self.silent: set[str] = set()  # hosts whose requests time out
+        self.replacing: list[str] = []  # the lost host each placement was conditioned on
+        self.host_back = False  # the registry's host-absent condition fails (the host is back)
 
-    def _start_on_host(self, queue: str, host: HostRecord, fence: Fence) -> None:
+    def _start_on_host(
+        self, queue: str, host: HostRecord, fence: Fence, replacing: str = ""
+    ) -> None:
         self.calls.append(("1002", host.name))
+        self.replacing.append(replacing)
+        if self.host_back:
+            raise HostBack(Reason.BUSY, f"host {replacing} registered again")
         record = self.registry.records[queue]
         record.host, record.monitor = host.name, "tcp://127.0.0.1:17500"
         record.monitor_port, record.stat_port = 17500, 17800
+        record.epoch += 1
 
     def _call_host(self, host: HostRecord, request: Any, decode: Any) -> Any:
         self.calls.append(("host", (host.name, request)))
@@ -132,7 +140,8 @@ def test_a_host_gone_past_the_grace_has_its_monitor_and_exchange_re_placed():
     assert management.calls[0] == ("1002", "h2")
     kind, (host, told) = management.calls[1]
     assert kind == "host" and host == "h2"
-    assert told == MonitorMovedOnHost("q1", 17500, 17800, "127.0.0.1")
+    assert told == MonitorMovedOnHost("q1", 17500, 17800, "127.0.0.1", epoch=1)
+    assert management.replacing == ["h1"]  # written only while h1 stays unregistered
     assert management.calls[2] == ("2004", "replace-x1")
     assert registry.xs["x1"].lost and not registry.xs["x2"].lost
     assert registry.records["q1"].host == "h2"
@@ -301,3 +310,20 @@ def test_roq_status_shows_gone_hosts_re_placements_and_lost_exchanges():
     assert "h1                   GONE for 12 s: 1 queue(s) still assigned" in text
     assert "re-placing q1: host h1 is lost; re-placing" in text
     assert "(lost with host h1; another exchange replaced it)" in text
+
+
+def test_a_move_that_finds_the_lost_host_back_stops_and_tries_no_other_host():
+    """The registry refused the monitor's record write because the lost host registered
+    again (the re-registration race): its monitor stays the queue's, no other host is asked
+    to start one, and the queue waits (pending) until the host is gone again or stays."""
+    registry, management, repair = _cluster()
+    registry.live["h3"] = HostRecord("h3", "127.0.0.3", "tcp://127.0.0.3:5100", 3)
+    repair.tick(FENCE, 100.0)
+    del registry.live["h1"]
+    repair.tick(FENCE, 102.0)
+    management.host_back = True
+    repair.tick(FENCE, 107.5)
+    assert [c for c in management.calls if c[0] == "1002"] == [("1002", "h2")]  # h3 not tried
+    assert registry.records["q1"].host == "h1" and registry.records["q1"].epoch == 0
+    assert not registry.xs["x1"].lost  # nothing of h1's was marked replaced
+    assert "registered again" in repair.pending["q1"]

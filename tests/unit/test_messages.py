@@ -39,7 +39,9 @@ LOAD = monitor.ReportedLoad(
 LISTING = monitor.ExchangeList(
     (monitor.ExchangeEntry("x1", BACK, True),),
     (monitor.DeadLog("x0", (monitor.ReplicaCopy("x1", "tcp://127.0.0.1:18003", 99),)),),
+    epoch=3,
 )
+EPOCH = frozenset({"Epoch"})  # optional everywhere: an older peer's message reads as epoch 0
 RULES = RuleSet("r1", {"AUTOSCALING_XCHANGE": {"AUTOSCALING_XCHANGE_THR": 60000.0}}, version=3)
 EVENT = kpi.ScalingEvent("q1", "scale_out", "every exchange above 1 B/s", "default", 1.7e9, 2)
 EXCHANGE = host.ExchangeInfo("h1-18000-abcdef", 18000, "tx-1", FRONT, BACK)
@@ -55,13 +57,14 @@ MONITOR_STATUS = control.MonitorStatus(
     (control.MonitoredExchange("x1", FRONT, BACK, 10.0, -5.0, -1, 0.1, 1 << 20, False, 2, True,
                                ("x2",), (monitor.CopyEnd("x0", 7),), 3.5),),
     LISTING.copies,
-    (control.ShortLog("x0", 4096, 1, 2, "x1", (control.CopyProgress("x2", 1024),)),),
+    (control.ShortLog("x0", 4096, 1, 2, "x1", (control.CopyProgress("x2", 1024),)),), 3,
 )  # fmt: skip
 GIVEN_UP = admin.ChildReport("q1", "x1", "exchange", "GIVEN_UP", 11, "exit code 73", 1.7e9)
 HOST = admin.HostInfo("h1", "127.0.0.1", "tcp://127.0.0.1:5100", 4, (GIVEN_UP,))
 EXCHANGE_STATUS = control.ExchangeStatus(
-    "q1", "x1", 10, 0, 2, False, 0, 4096, (control.ReplicaStatus("x2", -1, -1, False),), 4096
-)
+    "q1", "x1", 10, 0, 2, False, 0, 4096, (control.ReplicaStatus("x2", -1, -1, False),), 4096,
+    epoch=3, stale=1,
+)  # fmt: skip
 
 Encode = Callable[[Any], Mapping[str, Any]]
 Decode = Callable[[Mapping[str, Any]], Any]
@@ -86,41 +89,44 @@ CASES: list[tuple[str, Any, Encode, Decode, frozenset[str]]] = [
      frozenset({"Lost"})),
     ("publisher panic", monitor.PublisherInit("ab" * 16, FRONT, panic=True),
      *_std(monitor.PublisherInit), frozenset()),
-    ("placed", monitor.Placed("x1", FRONT), *_std(monitor.Placed),
-     frozenset({"RESULT", "COMMENT"})),
+    ("placed", monitor.Placed("x1", FRONT, 2), *_std(monitor.Placed),
+     frozenset({"RESULT", "COMMENT"}) | EPOCH),
     ("exchange list reply", LISTING, lambda m: m.reply(), monitor.ExchangeList.decode,
-     frozenset({"RESULT", "COMMENT"})),
-    ("exchange list notice", LISTING, lambda m: m.notice(), monitor.ExchangeList.decode,
-     frozenset()),
-    ("relocate", monitor.Relocate("ab" * 16, "x2", FRONT, BACK), *_std(monitor.Relocate),
-     frozenset()),
-    ("exchange lost", monitor.ExchangeLost(FRONT, dead=True), *_std(monitor.ExchangeLost),
-     frozenset()),
-    ("new exchange", monitor.NewExchange(LISTING.exchanges[0]), *_std(monitor.NewExchange),
-     frozenset()),
+     frozenset({"RESULT", "COMMENT"}) | EPOCH),
+    ("exchange list notice", LISTING, lambda m: m.notice(), monitor.ExchangeList.decode, EPOCH),
+    ("relocate", monitor.Relocate("ab" * 16, "x2", FRONT, BACK, 2), *_std(monitor.Relocate),
+     EPOCH),
+    ("exchange lost", monitor.ExchangeLost(FRONT, dead=True, epoch=2),
+     *_std(monitor.ExchangeLost), EPOCH),
+    ("new exchange", monitor.NewExchange(LISTING.exchanges[0], 2), *_std(monitor.NewExchange),
+     EPOCH),
     ("rules update", monitor.RulesUpdate("q1", RULES), *_std(monitor.RulesUpdate),
      frozenset({"RESULT", "Version", "AUTOSCALING_XCHANGE"})),
     ("pong", control.Pong("monitor q1", MONITOR_STATUS.encode()), *_std(control.Pong),
      frozenset({"RESULT", "COMMENT"})),
-    ("replicas", control.Replicas((control.ReplicaAssignment("x2", "tcp://127.0.0.1:18007"),)),
-     *_std(control.Replicas), frozenset()),
+    ("replicas", control.Replicas((control.ReplicaAssignment("x2", "tcp://127.0.0.1:18007"),),
+                                  epoch=2),
+     *_std(control.Replicas), EPOCH),
+    ("replicas with leaders", control.Replicas((), ("x3",), epoch=2), *_std(control.Replicas),
+     EPOCH | {"Leaders"}),
     ("replicas with sources",
-     control.Replicas((), ("x0",), (control.CopySource("x0", "x3", "tcp://127.0.0.1:18011"),)),
-     *_std(control.Replicas), frozenset({"Leaders", "Sources"})),
-    ("monitor status", MONITOR_STATUS, *_std(control.MonitorStatus), frozenset({"ShortLogs"})),
+     control.Replicas((), ("x0",), (control.CopySource("x0", "x3", "tcp://127.0.0.1:18011"),), 2),
+     *_std(control.Replicas), EPOCH | {"Leaders", "Sources"}),
+    ("monitor status", MONITOR_STATUS, *_std(control.MonitorStatus), EPOCH | {"ShortLogs"}),
     ("exchange status", EXCHANGE_STATUS, *_std(control.ExchangeStatus),
-     frozenset({"LogStart", "LogEnd", "Committed"})),
-    ("create queue on host", host.CreateQueueOnHost("q1"), *_std(host.CreateQueueOnHost),
-     frozenset()),
+     frozenset({"LogStart", "LogEnd", "Committed", "StaleEpochs"}) | EPOCH),
+    ("create queue on host", host.CreateQueueOnHost("q1", 4), *_std(host.CreateQueueOnHost),
+     EPOCH),
     ("queue on host", host.QueueOnHost("tcp://127.0.0.1:17000", "tcp://127.0.0.1:17101", 17000,
-                                       17100, (EXCHANGE,)),
-     *_std(host.QueueOnHost), frozenset({"RESULT", "COMMENT"})),
+                                       17100, (EXCHANGE,), 4),
+     *_std(host.QueueOnHost), frozenset({"RESULT", "COMMENT"}) | EPOCH),
     ("stop queue on host", host.StopQueueOnHost("q1", delete_logs=False),
      *_std(host.StopQueueOnHost), frozenset()),
     ("remove queue on host", host.StopQueueOnHost("q1", delete_logs=True),
      *_std(host.StopQueueOnHost), frozenset()),
-    ("create exchange on host", host.CreateExchangeOnHost("q1", "tx-1", 17000, 17100, "127.0.0.1"),
-     *_std(host.CreateExchangeOnHost), frozenset()),
+    ("create exchange on host", host.CreateExchangeOnHost("q1", "tx-1", 17000, 17100, "127.0.0.1",
+                                                          epoch=4),
+     *_std(host.CreateExchangeOnHost), EPOCH),
     ("exchange on host", host.ExchangeOnHost(EXCHANGE, "created"), *_std(host.ExchangeOnHost),
      frozenset({"RESULT"})),
     ("remove exchange on host", host.RemoveExchangeOnHost("q1", "x1"),
@@ -145,8 +151,9 @@ CASES: list[tuple[str, Any, Encode, Decode, frozenset[str]]] = [
      frozenset({"Version", "AUTOSCALING_XCHANGE"})),
     ("register rules listener", admin.RegisterRulesListener("q1", "tcp://127.0.0.1:9"),
      *_std(admin.RegisterRulesListener), frozenset()),
-    ("monitor location", admin.MonitorLocation("tcp://127.0.0.1:17000", "tcp://127.0.0.1:17101"),
-     *_std(admin.MonitorLocation), frozenset({"RESULT", "COMMENT"})),
+    ("monitor location", admin.MonitorLocation("tcp://127.0.0.1:17000", "tcp://127.0.0.1:17101",
+                                               5),
+     *_std(admin.MonitorLocation), frozenset({"RESULT", "COMMENT"}) | EPOCH),
     ("queue placed", admin.QueuePlaced("h1", "queue q1 created on h1"), *_std(admin.QueuePlaced),
      frozenset()),
     ("queue list", admin.QueueList((QUEUE,)), *_std(admin.QueueList),
@@ -169,10 +176,10 @@ CASES: list[tuple[str, Any, Encode, Decode, frozenset[str]]] = [
     ("pending repair", admin.PendingRepair("q1", "no free slot"), lambda m: m.fields(),
      admin.PendingRepair.decode,
      frozenset()),
-    ("monitor moved on host", host.MonitorMovedOnHost("q1", 17000, 17300, "127.0.0.1"),
-     *_std(host.MonitorMovedOnHost), frozenset()),
-    ("monitor moved", control.MonitorMoved("tcp://127.0.0.1:17000", "tcp://127.0.0.1:17300"),
-     *_std(control.MonitorMoved), frozenset()),
+    ("monitor moved on host", host.MonitorMovedOnHost("q1", 17000, 17300, "127.0.0.1", 6),
+     *_std(host.MonitorMovedOnHost), EPOCH),
+    ("monitor moved", control.MonitorMoved("tcp://127.0.0.1:17000", "tcp://127.0.0.1:17300", 6),
+     *_std(control.MonitorMoved), EPOCH),
     ("cloud on", admin.CloudProperties(True, "u", "https://ec2.example", "gw"),
      *_std(admin.CloudProperties), frozenset({"RESULT", "COMMENT"})),
     ("cloud off", admin.CloudProperties(False), *_std(admin.CloudProperties),
@@ -397,8 +404,9 @@ def test_the_report_keeps_its_field_names_on_the_wire():
     assert set(monitor.ExchangeReport(IDENTITY, None, leaving=True).encode()) == {
         "CMD", "QName", "Id", "Front", "Back", "Period", "Started", "Log", "Host",
     }  # fmt: skip
-    assert monitor.Relocate("p", "x2", FRONT, BACK).encode() == {
+    assert monitor.Relocate("p", "x2", FRONT, BACK, 7).encode() == {
         "CMD": 1, "ProducerID": "p", "Exchange": {"Id": "x2", "Front": FRONT}, "From": BACK,
+        "Epoch": 7,
     }  # fmt: skip
     assert monitor.RulesUpdate("q1", RULES).encode() == {
         "CMD": 2006, "RESULT": 0, "QName": "q1", "AUTOSCALING_NAME": "r1",
@@ -430,3 +438,27 @@ def test_a_host_info_without_children_is_read_as_none():
     """A GCM of an older version sends no `Children` (its hosts reported none)."""
     doc = {k: v for k, v in HOST.fields().items() if k != "Children"}
     assert admin.HostInfo.decode(_wire(doc)) == dataclasses.replace(HOST, children=())
+
+
+EPOCH_CASES = [case for case in CASES if "Epoch" in case[4]]
+
+
+@pytest.mark.parametrize(
+    ("name", "message", "encode", "decode", "optional"),
+    EPOCH_CASES,
+    ids=[case[0] for case in EPOCH_CASES],
+)
+def test_an_epoch_left_out_by_an_older_peer_reads_as_0_and_a_bad_one_is_refused(
+    name, message, encode, decode, optional
+):
+    """Every message that carries the assignment epoch: absent or null (a peer older than the
+    field) decodes as epoch 0; a string, a bool, a float or a negative number is refused
+    naming the field, and so is one past BSON's int64."""
+    doc = _wire(encode(message))
+    assert doc["Epoch"] > 0
+    for absent in ({k: v for k, v in doc.items() if k != "Epoch"}, {**doc, "Epoch": None}):
+        decoded = decode(absent)
+        assert decoded.epoch == 0 and decoded == dataclasses.replace(message, epoch=0)
+    for bad in ("3", True, 3.0, -1, 2**63):
+        with pytest.raises(DecodeError, match="the Epoch field"):
+            decode({**doc, "Epoch": bad})

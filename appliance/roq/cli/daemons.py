@@ -119,6 +119,15 @@ LEASE_OPTION = typer.Option(
 )
 
 
+EPOCH_OPTION = typer.Option(
+    0,
+    "--epoch",
+    min=0,
+    help="The queue's assignment epoch (from ZooKeeper): the monitor's messages carry it, an "
+    "exchange refuses a monitor's messages of an older one.",
+)
+
+
 @app.command(rich_help_panel="Daemons (started by roq host)")
 def monitor(
     queue: str = typer.Argument(..., help="Logical queue this monitor serves."),
@@ -126,6 +135,7 @@ def monitor(
     port: int = typer.Option(..., "--port", help="Base port B (B..B+5)."),
     stat_port: int = typer.Option(..., "--stat-port", help="Stat port S (S, S+1)."),
     lease: str = LEASE_OPTION,
+    epoch: int = EPOCH_OPTION,
     config_file: Path | None = CONFIG_OPTION,
     define: list[str] = DEFINE_OPTION,
 ) -> None:
@@ -139,7 +149,7 @@ def monitor(
         from roq.transport import new_context
 
         context = new_context()
-        server = Monitor(context, queue, bind, port, stat_port, settings, lease=lease)
+        server = Monitor(context, queue, bind, port, stat_port, settings, lease=lease, epoch=epoch)
         try:
             with serving(f"monitor {queue}"):
                 server.run(stop_event())
@@ -157,6 +167,7 @@ def exchange(
     stat: str = typer.Option(..., "--stat", help="tcp://IP:S of the stat monitor."),
     exchange_id: str = typer.Option(..., "--id", help="Exchange id (unique in the cluster)."),
     lease: str = LEASE_OPTION,
+    epoch: int = EPOCH_OPTION,
     config_file: Path | None = CONFIG_OPTION,
     define: list[str] = DEFINE_OPTION,
 ) -> None:
@@ -169,7 +180,7 @@ def exchange(
         from roq.exchange.service import Exchange, ExchangeSpec
         from roq.transport import new_context
 
-        spec = ExchangeSpec(queue, exchange_id, bind, port, monitor_endpoint, stat, lease)
+        spec = ExchangeSpec(queue, exchange_id, bind, port, monitor_endpoint, stat, lease, epoch)
         context = new_context()
         server = Exchange(context, spec, settings)
         try:

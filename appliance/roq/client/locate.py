@@ -14,7 +14,7 @@ from roq.protocol.ports import MonitorPort, StatPort, sibling
 class MonitorAddress:
     """`tcp://ip:B` of a queue's monitor, with the derived endpoints clients use."""
 
-    def __init__(self, base: str, stat: str = ""):
+    def __init__(self, base: str, stat: str = "", epoch: int = 0):
         host, _, port = base.rpartition(":")
         if not host.startswith("tcp://") or not port.isdigit():
             raise RoqError(f"monitor address {base!r} is not tcp://HOST:PORT")
@@ -22,6 +22,9 @@ class MonitorAddress:
         # tcp://ip:S+1, the KPI stream (GET_HOST_BY_QNAME's Stat_Monitor_host); statistics
         # are sent to its input, S (`stat_in`)
         self.stat = stat
+        # the assignment epoch the GCM recorded for this monitor (0: unknown, or named by the
+        # caller); the client refuses monitor messages of older ones (protocol/epoch.py)
+        self.epoch = epoch
         self.host = host
         self.port = int(port)
 
@@ -49,4 +52,4 @@ def locate_monitor(
     bounds = {"timeout_ms": limits.monitor_locate_timeout_ms, "retries": 1} if quick else {}
     with AdminClient(gcm=gcm, zk=zk, namespace=namespace, **bounds) as admin:
         found = admin.get_host_by_qname(queue)
-    return MonitorAddress(found.monitor_host, found.stat_monitor_host)
+    return MonitorAddress(found.monitor_host, found.stat_monitor_host, found.epoch)

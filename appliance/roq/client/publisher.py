@@ -72,6 +72,7 @@ from roq.log import format as batchfmt
 from roq.protocol import bsonmsg, dataplane
 from roq.protocol.bsonmsg import Reply
 from roq.protocol.commands import Reason
+from roq.protocol.epoch import EpochWatch, Verdict, field_epoch
 from roq.protocol.messages.monitor import (
     EVERY_PUBLISHER,
     ExchangeLost,
@@ -169,6 +170,9 @@ class Publisher:
         )
         # how to ask the GCM again where the monitor is (None: the caller named the monitor)
         self._locate = None if monitor else (gcm, zk, namespace)
+        # the queue's highest assignment epoch seen (the I/O thread's): a monitor's reply or
+        # notice of an older one is refused (`epochs.refused` counts them)
+        self.epochs = EpochWatch(self.name, self.monitor.epoch)
         self._lock = threading.Lock()
         self._space = threading.Condition(self._lock)
         self._buffers: dict[bytes, _KeyBuffer] = {}
@@ -503,6 +507,8 @@ class _PublisherIO(threading.Thread):
             try:
                 reply = self.placement.request(request)
                 envelope = Reply.decode(reply)
+                if not self._heard(field_epoch(reply)):
+                    raise RoqError("a monitor of an older epoch answered")
                 if envelope.ok:
                     self._connect(Placed.decode(reply).front)
                     return
@@ -537,16 +543,26 @@ class _PublisherIO(threading.Thread):
         except RoqError as error:
             log.info("%s: where is the monitor? %s", self.p.name, error)
             return False
+        self.p.epochs.note(found.epoch)
         if found.base == self.p.monitor.base:
             return False
-        log.warning("%s: the monitor moved from %s to %s", self.p.name, self.p.monitor.base,
-                    found.base)  # fmt: skip
+        log.warning("%s: the monitor moved from %s to %s (epoch %d)", self.p.name,
+                    self.p.monitor.base, found.base, found.epoch)  # fmt: skip
         disconnect(self.notices, self.p.monitor.at(MonitorPort.TO_PUBLISHERS))
         connect(self.notices, found.at(MonitorPort.TO_PUBLISHERS))
         self.placement.close()
         self.placement = Requester(self.p._context, found.at(MonitorPort.PLACEMENT))
         self.p.monitor = found
         return True
+
+    def _heard(self, epoch: int) -> bool:
+        """Whether a reply or notice of `epoch` from the monitor may act: not if it is older
+        than one seen (refused, counted), nor if it is newer and the GCM then names another
+        monitor (followed: ask that one)."""
+        verdict = self.p.epochs.judge(epoch, self.p.monitor.base)
+        if verdict is Verdict.NEWER and self._follow_monitor():
+            return False
+        return verdict is not Verdict.STALE
 
     def _connect(self, front: str) -> None:
         self.dealer = open_socket(
@@ -569,6 +585,8 @@ class _PublisherIO(threading.Thread):
             notice = decode_publisher_notice(bsonmsg.decode(frames[1:]))
         except ProtocolError as error:
             log.warning("%s: ignored a bad notice from the monitor: %s", self.p.name, error)
+            return None
+        if not self._heard(notice.epoch):
             return None
         if isinstance(notice, ExchangeLost):
             if notice.front != self.p.exchange:

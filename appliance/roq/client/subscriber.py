@@ -57,6 +57,7 @@ from roq.log import format as batchfmt
 from roq.protocol import bsonmsg
 from roq.protocol.bsonmsg import Reply
 from roq.protocol.commands import Reason
+from roq.protocol.epoch import EpochWatch, Verdict, field_epoch
 from roq.protocol.messages.kpi import SubscriberKpi
 from roq.protocol.messages.monitor import (
     DeadLog,
@@ -112,6 +113,9 @@ class Subscriber:
             MonitorAddress(monitor) if monitor else locate_monitor(queue, gcm, zk, namespace)
         )
         self._locate = None if monitor else (gcm, zk, namespace)  # to find a moved monitor
+        # the queue's highest assignment epoch seen: a monitor's reply or notice of an older
+        # one is refused (`epochs.refused` counts them)
+        self.epochs = EpochWatch(self.name, self.monitor.epoch)
         from_start = start == "beginning" and from_offset is None and from_time is None
         self.sequencer = Sequencer(gap_wait_ms / 1000, from_start=from_start)
         # Records of delivered batches that messages() has not yielded yet (it stopped at its
@@ -153,6 +157,8 @@ class Subscriber:
                 reply = self._placement.request(
                     SubscriberInit().encode(), limits.subscriber_join_request_timeout_ms
                 )
+                if not self._heard(field_epoch(reply)):
+                    raise RoqError("a monitor of an older epoch answered")
                 listing = self._list_exchanges(reply)
                 if listing is not None and listing.exchanges:
                     self._reconcile(listing, drop=False)
@@ -178,10 +184,11 @@ class Subscriber:
         except RoqError as error:
             log.info("%s: where is the monitor? %s", self.name, error)
             return False
+        self.epochs.note(found.epoch)
         if found.base == self.monitor.base:
             return False
-        log.warning("%s: the monitor moved from %s to %s", self.name, self.monitor.base,
-                    found.base)  # fmt: skip
+        log.warning("%s: the monitor moved from %s to %s (epoch %d)", self.name,
+                    self.monitor.base, found.base, found.epoch)  # fmt: skip
         disconnect(self.notices, self.monitor.at(MonitorPort.TO_SUBSCRIBERS))
         connect(self.notices, found.at(MonitorPort.TO_SUBSCRIBERS))
         if self.monitor.stat_in:
@@ -192,6 +199,15 @@ class Subscriber:
         self._placement = Requester(self._context, found.at(MonitorPort.PLACEMENT))
         self.monitor = found
         return True
+
+    def _heard(self, epoch: int) -> bool:
+        """Whether a reply or notice of `epoch` from the monitor may act: not if it is older
+        than one seen (refused, counted), nor if it is newer and the GCM then names another
+        monitor (followed: ask that one)."""
+        verdict = self.epochs.judge(epoch, self.monitor.base)
+        if verdict is Verdict.NEWER and self._follow_monitor():
+            return False
+        return verdict is not Verdict.STALE
 
     @staticmethod
     def _list_exchanges(reply: dict[str, Any]) -> ExchangeList | None:
@@ -287,6 +303,8 @@ class Subscriber:
         except ProtocolError as error:  # the list comes again every period
             log.warning("%s: ignored a bad notice from the monitor: %s", self.name, error)
             return
+        if not self._heard(notice.epoch):
+            return
         if isinstance(notice, NewExchange):
             entry = notice.entry
             self._join_exchange(entry.back, entry.exchange_id, entry.logged)
@@ -300,6 +318,8 @@ class Subscriber:
         request = SubscriberInit().encode()
         try:
             reply = self._placement.request(request, limits.subscriber_refresh_timeout_ms)
+            if not self._heard(field_epoch(reply)):
+                raise RoqError("a monitor of an older epoch answered")
             listing = self._list_exchanges(reply)
         except RoqError as error:
             log.warning("%s: cannot refresh the exchange list: %s", self.name, error)

@@ -35,7 +35,7 @@ from kazoo.exceptions import (
 )
 
 from roq.coordination.paths import Paths
-from roq.errors import AdminError, CoordinationError, NameTaken, NotLeader
+from roq.errors import AdminError, CoordinationError, HostRegistered, NameTaken, NotLeader
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,10 @@ class QueueRecord:
     stat: str = ""  # tcp://ip:S+1 (the KPI stream)
     monitor_port: int = 0
     stat_port: int = 0
+    # the assignment epoch of the monitor (protocol/epoch.py): bumped by the leader each time
+    # it places the monitor (create, start, re-placement), kept by the host's address move;
+    # a record written before epochs existed reads as 0
+    epoch: int = 0
 
 
 @dataclass(slots=True)
@@ -387,7 +391,14 @@ class Registry:
         return True
 
     # --- leader-owned writes (fenced) ------------------------------------------------------
-    def _commit(self, fence: Fence, ops: list[tuple[str, str, Any]]) -> None:
+    def _commit(self, fence: Fence, ops: list[tuple[str, str, Any]], absent_host: str = "") -> None:
+        """One transaction: the fence's check, `ops`, and with `absent_host` the condition
+        that this host is not registered: a create of its registration's path, deleted again
+        in the same transaction, fails (and with it the whole write) while its ephemeral
+        record exists. ZooKeeper has no "check absent" operation; this is one."""
+        if absent_host:
+            path = self.paths.host(absent_host)
+            ops = [*ops, ("create", path, b""), ("delete", path, None)]
         with _zookeeper("starting a transaction"):
             txn = self.zk.transaction()
         txn.check(fence.epoch_path, fence.version)
@@ -402,6 +413,8 @@ class Registry:
             results = txn.commit()
         except KazooException as error:
             raise CoordinationError(f"ZooKeeper transaction failed: {error}") from None
+        if absent_host and isinstance(results[-2], NodeExistsError):
+            raise HostRegistered(f"host {absent_host} is registered (again): nothing written")
         self._raise_for(results, fence)
 
     def _raise_for(self, results: list[Any], fence: Fence) -> None:
@@ -429,8 +442,15 @@ class Registry:
             [("create", path, _dump(record)), ("create", self.paths.exchanges(record.name), b"")],
         )
 
-    def update_queue(self, fence: Fence, record: QueueRecord, version: int) -> None:
-        self._commit(fence, [("set", self.paths.queue(record.name), (_dump(record), version))])
+    def update_queue(
+        self, fence: Fence, record: QueueRecord, version: int, *, absent_host: str = ""
+    ) -> None:
+        """With `absent_host` (the lost host whose monitor is re-placed), only while that host
+        has no registration; HostRegistered otherwise. A host that registers again checks its
+        assignments after registering (host/service.py), so either it sees this write or this
+        write fails: the two cannot both go on as the queue's monitor."""
+        path = self.paths.queue(record.name)
+        self._commit(fence, [("set", path, (_dump(record), version))], absent_host)
 
     def delete_queue(self, fence: Fence, name: str) -> None:
         ops: list[tuple[str, str, Any]] = []

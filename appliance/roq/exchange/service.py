@@ -57,7 +57,8 @@ from roq.exchange.replication import CopySender, ReplicaStore, Replicator
 from roq.log import Log, log_directory
 from roq.log import format as batchfmt
 from roq.protocol import bsonmsg, dataplane
-from roq.protocol.commands import ChildCommand
+from roq.protocol.commands import ChildCommand, Reason
+from roq.protocol.epoch import EpochWatch
 from roq.protocol.messages.control import ExchangeStatus, MonitorMoved, Replicas
 from roq.protocol.messages.kpi import ExchangeKpi
 from roq.protocol.messages.monitor import (
@@ -102,6 +103,7 @@ class ExchangeSpec:
     monitor: str  # tcp://ip:B, the monitor's report socket
     stat: str  # tcp://ip:S, the stat monitor's input
     lease: str = ""  # its host's lease file (fencing, system/lease.py); "": always acts
+    epoch: int = 0  # its monitor's assignment epoch when started (protocol/epoch.py)
 
     @property
     def front(self) -> str:
@@ -211,6 +213,9 @@ class Exchange:
         self.leaving_since: float | None = None
         self.started = time.time()  # tells the monitor a restarted exchange from its old self
         self.fence = Fence(spec.lease, spec.name)
+        # the highest assignment epoch of the queue seen (its start's, 1031's, 1030's): a
+        # monitor's word of an older one, from a monitor since re-placed, is refused
+        self.epochs = EpochWatch(spec.name, spec.epoch)
         self._acting = True  # read by the pulse thread too (a bool: atomic)
         self._last_inbound = time.monotonic()
         self._loop_turned = time.monotonic()  # read by the pulse thread (a float: atomic)
@@ -443,10 +448,15 @@ class Exchange:
         host's news that the monitor moved (MONITOR_MOVED). A malformed one raises
         DecodeError, which the control server answers with bad_request."""
         if request["CMD"] == ChildCommand.MONITOR_MOVED:
-            return self._follow_monitor(MonitorMoved.decode(request))
+            moved = MonitorMoved.decode(request)
+            if not self.epochs.admits(moved.epoch, f"the move to {moved.monitor}"):
+                return self._stale(moved.epoch)
+            return self._follow_monitor(moved)
         if request["CMD"] != ChildCommand.REPLICAS or self.replicator is None:
             return None
         assigned = Replicas.decode(request)  # whole, before anything changes
+        if not self.epochs.admits(assigned.epoch, f"a monitor of epoch {assigned.epoch}"):
+            return self._stale(assigned.epoch)
         pairs = [(r.replica_id, r.endpoint) for r in assigned.replicas]
         self.replicator.assign([p for p in pairs if p[0] != self.spec.exchange_id])
         if assigned.leaders is not None and self.log_server is not None:
@@ -455,6 +465,12 @@ class Exchange:
             self.copy_sender.assign([(s.leader_id, s.target_id, s.endpoint)
                                      for s in assigned.sources])  # fmt: skip
         return bsonmsg.ok("assigned")
+
+    def _stale(self, epoch: int) -> dict[str, Any]:
+        return bsonmsg.fail(
+            Reason.STALE_EPOCH,
+            f"epoch {epoch} is older than epoch {self.epochs.highest}: refused",
+        )
 
     def _follow_monitor(self, moved: MonitorMoved) -> dict[str, Any]:
         """The queue's monitor was re-placed after its host was lost: report to the new one."""
@@ -577,6 +593,8 @@ class Exchange:
             log_end=self.log.end_offset if self.log else None,
             replicas=tuple(self.replicator.status()) if self.replicator else (),
             committed=self.replicator.committed() if self.replicator else None,
+            epoch=self.epochs.highest,
+            stale=self.epochs.refused,
         ).encode()
 
     def close(self) -> None:

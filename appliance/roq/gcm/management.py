@@ -31,7 +31,14 @@ from roq.coordination.registry import (
     QueueState,
     Registry,
 )
-from roq.errors import AdminError, DecodeError, ProtocolError, RoqError, TransportError
+from roq.errors import (
+    AdminError,
+    DecodeError,
+    HostRegistered,
+    ProtocolError,
+    RoqError,
+    TransportError,
+)
 from roq.gcm.provisioning import make_provisioner
 from roq.protocol import bsonmsg
 from roq.protocol.bsonmsg import Document, Reply
@@ -130,6 +137,11 @@ class QueueClaims:
     def release(self, queue: str) -> None:
         with self._lock:
             self._held.discard(queue)
+
+
+class HostBack(Refused):
+    """The monitor's re-placement found its lost host registered again: nothing was recorded,
+    the old monitor stays the queue's (gcm/repair.py stops; the host adopts what it has)."""
 
 
 class Management:
@@ -237,7 +249,7 @@ class Management:
         record, _ = self._queue(GetHostByQname.decode(request).queue)
         if record.state != QueueState.RUNNING:
             raise Refused(Reason.UNKNOWN_QUEUE, f"The Queue {record.name} is {record.state}.")
-        return MonitorLocation(record.monitor, record.stat).encode()
+        return MonitorLocation(record.monitor, record.stat, record.epoch).encode()
 
     def queue_exists(self, request: Document, fence: Fence) -> Document:
         found = self.registry.queue(QueueExists.decode(request).queue)
@@ -373,9 +385,20 @@ class Management:
         self.registry.update_queue(fence, record, version)
         return requested
 
-    def _start_on_host(self, name: str, host: HostRecord, fence: Fence) -> None:
-        reply = self._call_host(host, CreateQueueOnHost(name), QueueOnHost.decode)
+    def _start_on_host(
+        self, name: str, host: HostRecord, fence: Fence, replacing: str = ""
+    ) -> None:
+        """Place the queue's monitor on `host` under the next assignment epoch. `replacing`:
+        the lost host whose monitor this replaces; the record is written only while that host
+        has no registration (HostBack otherwise: docs/guarantees.md §8, the re-registration
+        race)."""
+        epoch = self._queue(name)[0].epoch + 1
+        known = {x.id for x in self.registry.exchanges(name)} if replacing else set()
+        reply = self._call_host(host, CreateQueueOnHost(name, epoch), QueueOnHost.decode)
         record, version = self._queue(name)
+        if record.epoch >= epoch:  # placed meanwhile by another writer: its monitor is newer
+            raise Refused(Reason.BUSY, f"queue {name} was placed concurrently; retry")
+        record.epoch = epoch
         record.state = QueueState.RUNNING
         record.host = host.name
         record.monitor = reply.monitor_host
@@ -383,7 +406,32 @@ class Management:
         record.monitor_port = reply.monitor_port
         record.stat_port = reply.stat_port
         self._record_exchanges(name, host, reply.exchanges, fence)
-        self.registry.update_queue(fence, record, version)
+        try:
+            self.registry.update_queue(fence, record, version, absent_host=replacing)
+        except HostRegistered:
+            self._withdraw(name, host, reply, known, fence)
+            raise HostBack(
+                Reason.BUSY, f"host {replacing} registered again: its monitor of {name} stays"
+            ) from None
+
+    def _withdraw(
+        self, name: str, host: HostRecord, reply: QueueOnHost, known: set[str], fence: Fence
+    ) -> None:
+        """A re-placement that lost the race with the returning host: when `host` ran nothing
+        of the queue before, it stops what it just started (the logs stay) and the new
+        exchanges' records go; otherwise its new monitor stays there, unrecorded, so no client
+        or exchange is sent to it (docs/guarantees.md §10)."""
+        started = [x.exchange_id for x in reply.exchanges if x.exchange_id not in known]
+        if len(started) < len(reply.exchanges):
+            log.warning("queue %s: the monitor started on %s stays there unused", name, host.name)
+            return
+        try:
+            self._call_host(host, StopQueueOnHost(name, delete_logs=False), Reply.decode)
+        except Refused as error:
+            log.warning("queue %s: withdrawing from %s: %s", name, host.name, error)
+            return
+        for exchange_id in started:
+            self.registry.delete_exchange(fence, name, exchange_id)
 
     def _record_exchanges(
         self, queue: str, host: HostRecord, exchanges: Sequence[ExchangeInfo], fence: Fence
@@ -447,6 +495,7 @@ class Management:
                 stat_port=record.stat_port,
                 monitor_address=_address_of(record.monitor),
                 exchange_id=exchange.id,
+                epoch=record.epoch,
             )
             try:
                 reply = self._call_host(host, request, ExchangeOnHost.decode)
@@ -501,6 +550,7 @@ class Management:
                 monitor_port=record.monitor_port,
                 stat_port=record.stat_port,
                 monitor_address=_address_of(record.monitor),
+                epoch=record.epoch,
             ),
             ExchangeOnHost.decode,
         )

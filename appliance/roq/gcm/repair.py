@@ -53,7 +53,7 @@ from roq.coordination.registry import (
     Registry,
 )
 from roq.errors import AdminError, CoordinationError, NotLeader
-from roq.gcm.management import Management, Refused, _address_of
+from roq.gcm.management import HostBack, Management, Refused, _address_of
 from roq.protocol.bsonmsg import Reply
 from roq.protocol.commands import Reason
 from roq.protocol.messages.admin import CreateExchange, GoneHost, PendingRepair
@@ -219,7 +219,7 @@ class HostLossRepair:
             log.warning("queue %s: its monitor's host %s is lost; re-placing it", queue,
                         got[0].host)  # fmt: skip
             known = {x.id for x in before}
-            self._move_monitor(queue, fence)
+            self._move_monitor(queue, fence, got[0].host)
             spare = sum(1 for x in self.registry.exchanges(queue) if x.id not in known)
         for exchange in lost:
             if spare > 0:
@@ -232,12 +232,14 @@ class HostLossRepair:
             log.warning("queue %s: exchange %s on lost host %s replaced", queue, exchange.id,
                         exchange.host)  # fmt: skip
 
-    def _move_monitor(self, queue: str, fence: Fence) -> None:
+    def _move_monitor(self, queue: str, fence: Fence, lost: str) -> None:
         refusals = []
         for host in self._hosts_with_free_slots():
             self._check_lead()
             try:
-                self.management._start_on_host(queue, host, fence)
+                self.management._start_on_host(queue, host, fence, replacing=lost)
+            except HostBack:
+                raise  # the lost host is back with its monitor: no other host is tried
             except Refused as refused:
                 refusals.append(str(refused))
                 continue
@@ -278,7 +280,7 @@ class HostLossRepair:
             return
         record = got[0]
         request = MonitorMovedOnHost(
-            queue, record.monitor_port, record.stat_port, _address_of(record.monitor)
+            queue, record.monitor_port, record.stat_port, _address_of(record.monitor), record.epoch
         )
         self._check_lead()
         try:

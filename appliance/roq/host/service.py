@@ -258,14 +258,17 @@ class HostConfigManager:
     def create_queue(self, request: Document) -> Document:
         """Idempotent: a queue already running here is answered with its addresses. All or
         nothing: a monitor started by this call is stopped again if its exchange cannot start."""
-        queue = CreateQueueOnHost.decode(request).queue
+        wanted = CreateQueueOnHost.decode(request)
+        queue = wanted.queue
         monitors = self._of(queue, "monitor")
+        if monitors and monitors[0].meta["epoch"] < wanted.epoch:
+            monitors = [self._restart_monitor(monitors[0], wanted.epoch)]
         started = not monitors
         if started:
             if self._exchange_count() >= self.max_exchanges:
                 return self._no_capacity(queue)
             prefer = adoption.monitor_ports(self.registry, queue, self.name)
-            monitors = [self._start_monitor(queue, prefer)]
+            monitors = [self._start_monitor(queue, prefer, wanted.epoch)]
         monitor = monitors[0]
         if not self._of(queue, "exchange"):
             try:
@@ -276,7 +279,13 @@ class HostConfigManager:
                 ):
                     if self._exchange_count() >= self.max_exchanges:
                         raise adoption.NoCapacity(queue)
-                    self._start_exchange(queue, monitor.port, monitor.meta["stat_port"], txid="")
+                    self._start_exchange(
+                        queue,
+                        monitor.port,
+                        monitor.meta["stat_port"],
+                        txid="",
+                        epoch=monitor.meta["epoch"],
+                    )
             except adoption.NoCapacity:
                 if started:
                     self._stop_child(monitor)
@@ -287,6 +296,16 @@ class HostConfigManager:
                 raise
         return self._queue_reply(queue, monitor)
 
+    def _restart_monitor(self, old: Child, epoch: int) -> Child:
+        """A monitor of the queue runs here under an older epoch than the GCM now places it
+        under (one left by a placement that was never recorded): it starts again under the new
+        one, on its ports if it can; this host's exchanges of the queue follow it."""
+        ports = (old.port, old.meta["stat_port"])
+        self._stop_child(old)
+        monitor = self._start_monitor(old.queue, ports, epoch)
+        self._tell_moved(old.queue, self.address, monitor.port, monitor.meta["stat_port"], epoch)
+        return monitor
+
     def _start_recorded_exchanges(self, queue: str, monitor: Child) -> None:
         for record, _ in adoption.recorded_exchanges(self.registry, queue, self.name):
             self._start_exchange(
@@ -295,6 +314,7 @@ class HostConfigManager:
                 monitor.meta["stat_port"],
                 record.txid,
                 recorded=(record.id, record.port),
+                epoch=monitor.meta["epoch"],
             )
 
     # --- restart is resume -------------------------------------------------------------------
@@ -316,7 +336,8 @@ class HostConfigManager:
             record.stat_port,
         )
         if record.host == self.name and not self._of(queue, "monitor"):
-            monitor = self._start_monitor(queue, (port, stat))
+            # re-adopted, not re-placed: the same assignment, so the recorded epoch
+            monitor = self._start_monitor(queue, (port, stat), record.epoch)
             address, port, stat = self.address, monitor.port, monitor.meta["stat_port"]
             endpoint = f"tcp://{address}:{port}"
             if endpoint != record.monitor or stat != record.stat_port:
@@ -330,7 +351,13 @@ class HostConfigManager:
             self.registry, queue, self.name
         ):
             child = self._start_exchange(
-                queue, port, stat, exchange.txid, address, recorded=(exchange.id, exchange.port)
+                queue,
+                port,
+                stat,
+                exchange.txid,
+                address,
+                recorded=(exchange.id, exchange.port),
+                epoch=record.epoch,
             )
             if child.port != exchange.port or self._exchange_doc(child).front != exchange.front:
                 info = self._exchange_doc(child)
@@ -351,14 +378,24 @@ class HostConfigManager:
         """1013: the queue's monitor was re-placed; this host's exchanges of it follow (1031),
         and start with the new address when they are restarted."""
         moved = MonitorMovedOnHost.decode(request)
-        monitor = endpoint_at(moved.monitor_address, moved.monitor_port, MonitorPort.REPORTS)
-        stat = endpoint_at(moved.monitor_address, moved.stat_port, StatPort.IN)
-        told = 0
-        for child in self._of(moved.queue, "exchange"):
-            argv = _with_option(child.argv, "--monitor", monitor)
-            child.argv = _with_option(argv, "--stat", stat)
-            told += supervision.tell(child, self.context, MonitorMoved(monitor, stat).encode())
+        told = self._tell_moved(
+            moved.queue, moved.monitor_address, moved.monitor_port, moved.stat_port, moved.epoch
+        )
         return bsonmsg.ok(f"{told} exchange(s) of {moved.queue} told")
+
+    def _tell_moved(self, queue: str, address: str, port: int, stat_port: int, epoch: int) -> int:
+        """This host's exchanges of `queue` report to the monitor at `address`, under `epoch`,
+        now (1031) and when restarted (their command line); how many were told."""
+        monitor = endpoint_at(address, port, MonitorPort.REPORTS)
+        stat = endpoint_at(address, stat_port, StatPort.IN)
+        notice = MonitorMoved(monitor, stat, epoch).encode()
+        told = 0
+        for child in self._of(queue, "exchange"):
+            argv = _with_option(child.argv, "--monitor", monitor)
+            argv = _with_option(argv, "--stat", stat)
+            child.argv = _with_option(argv, "--epoch", str(epoch))
+            told += supervision.tell(child, self.context, notice)
+        return told
 
     def _no_capacity(self, queue: str) -> Document:
         comment = (
@@ -376,6 +413,7 @@ class HostConfigManager:
             monitor_port=monitor.port,
             stat_port=stat_port,
             exchanges=tuple(self._exchange_doc(c) for c in self._of(queue, "exchange")),
+            epoch=monitor.meta["epoch"],
         ).encode()
 
     def _exchange_doc(self, child: Child) -> ExchangeInfo:
@@ -387,8 +425,9 @@ class HostConfigManager:
             back=endpoint_at(self.address, child.port, ExchangePort.BACK),
         )
 
-    def _start_monitor(self, queue: str, prefer: tuple[int, int] = (0, 0)) -> Child:
-        """On `prefer` (its recorded base and stat ports) if they are free, else on new ones."""
+    def _start_monitor(self, queue: str, prefer: tuple[int, int], epoch: int) -> Child:
+        """On `prefer` (its recorded base and stat ports) if they are free, else on new ones;
+        acting under the assignment `epoch` (restarts keep it: same command line)."""
         for attempt in range(limits.child_bind_attempts):
             want_port, want_stat = prefer if attempt == 0 else (0, 0)
             port = self.ports.allocate("monitor", {"queue": queue}, want_port)
@@ -410,10 +449,12 @@ class HostConfigManager:
                     str(stat),
                     "--lease",
                     str(self.lease.path),
+                    "--epoch",
+                    str(epoch),
                     *self._overrides(),
                 ),
                 id=f"monitor-{queue}",
-                meta={"stat_port": stat},
+                meta={"stat_port": stat, "epoch": epoch},
             )
             if self._launch(child, [port, stat]):
                 return child
@@ -427,8 +468,10 @@ class HostConfigManager:
         txid: str,
         monitor_address: str | None = None,
         recorded: tuple[str, int] = ("", 0),
+        epoch: int = 0,
     ) -> Child:
-        """A new exchange, or with `recorded` (its id and port) one started again on its log."""
+        """A new exchange, or with `recorded` (its id and port) one started again on its log;
+        `epoch`: its monitor's, the oldest it takes a monitor's word from."""
         monitor_address = monitor_address or self.address
         for attempt in range(limits.child_bind_attempts):
             owner = {"queue": queue, "txid": txid}
@@ -459,6 +502,8 @@ class HostConfigManager:
                     exchange_id,
                     "--lease",
                     str(self.lease.path),
+                    "--epoch",
+                    str(epoch),
                     *self._overrides(),
                 ),
             )
@@ -510,6 +555,7 @@ class HostConfigManager:
             txid,
             monitor_address=wanted.monitor_address,
             recorded=recorded,
+            epoch=wanted.epoch,
         )
         return ExchangeOnHost(self._exchange_doc(child), "created").encode()
 

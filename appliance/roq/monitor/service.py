@@ -46,6 +46,7 @@ from roq.monitor.placement import (
 from roq.monitor.scaling import Scaler
 from roq.protocol import bsonmsg
 from roq.protocol.commands import MonitorCommand, Reason
+from roq.protocol.epoch import EPOCH
 from roq.protocol.messages.control import (
     CopyProgress,
     CopySource,
@@ -93,9 +94,13 @@ class Monitor:
         stat_port: int,
         settings: MonitorSettings,
         lease: str = "",
+        epoch: int = 0,
     ):
         self.queue, self.address, self.port, self.stat_port = queue, address, port, stat_port
         self.name = f"monitor {queue}"
+        # its assignment epoch (protocol/epoch.py), in every reply and notice: a client or an
+        # exchange that heard from a monitor placed later refuses this one's word
+        self.epoch = epoch
         self.fence = Fence(lease, self.name)  # fencing: its host's lease (system/lease.py)
         self._acting = True
         self.limits = settings.thresholds
@@ -143,7 +148,7 @@ class Monitor:
         poller = Poller()
         handlers = {
             self.reports: self._pump_reports,
-            self.requests: lambda: answer(self.requests, self._placement, self.name, log),
+            self.requests: lambda: answer(self.requests, self._answer, self.name, log),
             self.stat_in: self._pump_stats,
             self.control.sock: self.control.handle,
             self.scaler.sock: self.scaler.pump_rules,
@@ -154,7 +159,8 @@ class Monitor:
         next_list, next_kpi = now + self.list_period_s, now + self.kpi_period_s
         next_scale = now
         placement = port_at(self.port, MonitorPort.PLACEMENT)
-        log.info("%s: placing publishers on tcp://%s:%d", self.name, self.address, placement)
+        log.info("%s: placing publishers on tcp://%s:%d (epoch %d)", self.name, self.address,
+                 placement, self.epoch)  # fmt: skip
         while not (stop.is_set() or self.control.stop_requested):
             ready = poller.poll(limits.poll_interval_ms)
             self._check_fence(time.monotonic())  # before the requests that came in are answered
@@ -267,7 +273,7 @@ class Monitor:
         view.host = identity.host
         self.exchanges[view.front] = view
         log.info("%s: exchange %s joined (%s)", self.name, view.exchange_id, view.front)
-        self._to_subscribers(NewExchange(_entry(view)).encode())
+        self._to_subscribers(NewExchange(_entry(view), self.epoch).encode())
         return view
 
     def _update_load(self, view: ExchangeView, load: ReportedLoad) -> None:
@@ -287,7 +293,7 @@ class Monitor:
                 "%s: exchange %s is leaving; moving its publishers", self.name, view.exchange_id
             )
         view.leaving = True
-        self._to_publishers(ExchangeLost(view.front, dead=False))
+        self._to_publishers(ExchangeLost(view.front, dead=False, epoch=self.epoch))
 
     def _relocate(self, source: ExchangeView, now: float) -> None:
         moves = plan_relocation(source, list(self.exchanges.values()), now, self.limits)
@@ -305,8 +311,9 @@ class Monitor:
             self.name, move.producer, move.bytes_rate, move.source.exchange_id,
             move.target.exchange_id, why,
         )  # fmt: skip
+        target, source = move.target, move.source
         self._to_publishers(
-            Relocate(move.producer, move.target.exchange_id, move.target.front, move.source.front)
+            Relocate(move.producer, target.exchange_id, target.front, source.front, self.epoch)
         )
 
     def _silent(self, now: float) -> list[ExchangeView]:
@@ -337,9 +344,15 @@ class Monitor:
         else:
             log.warning("%s: exchange %s (%s) %s: declared dead",
                         self.name, view.exchange_id, view.front, why)  # fmt: skip
-        self._to_publishers(ExchangeLost(view.front, dead=True))
+        self._to_publishers(ExchangeLost(view.front, dead=True, epoch=self.epoch))
 
     # --- placement requests --------------------------------------------------------------------
+    def _answer(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Every placement reply, refusals included, carries the monitor's epoch."""
+        reply = self._placement(request)
+        reply[EPOCH] = self.epoch
+        return reply
+
     def _placement(self, request: dict[str, Any]) -> dict[str, Any]:
         if not self._acting:
             return bsonmsg.fail(Reason.FENCED, f"{self.name} is fenced: its host lost its lease")
@@ -358,10 +371,11 @@ class Monitor:
         if chosen is None:
             return bsonmsg.fail(Reason.NO_CAPACITY, f"queue {self.queue} has no live exchange")
         log.info("%s: publisher %s placed on %s", self.name, request.producer, chosen.exchange_id)
-        return Placed(chosen.exchange_id, chosen.front).encode()
+        return Placed(chosen.exchange_id, chosen.front, self.epoch).encode()
 
     def _listing(self) -> ExchangeList:
-        return ExchangeList(tuple(_entry(x) for x in self.exchanges.values()), self._copy_list())
+        entries = tuple(_entry(x) for x in self.exchanges.values())
+        return ExchangeList(entries, self._copy_list(), self.epoch)
 
     def _copy_list(self) -> tuple[DeadLog, ...]:
         """The logs of exchanges that are gone (dead or retired) but copied on a live one, each
@@ -456,6 +470,7 @@ class Monitor:
                 for x in self.exchanges.values()
             ),
             copies=self._copy_list(),
+            epoch=self.epoch,
             short_logs=self._short_logs(),
         ).encode()
 
@@ -510,7 +525,7 @@ class Monitor:
                 leader.replicas = replica_ids
             replicas = [ReplicaAssignment(r, _log_endpoint(by_id[r].front)) for r in replica_ids]
             assignment = Replicas(
-                tuple(replicas), tuple(copied[leader_id]), tuple(sources[leader_id])
+                tuple(replicas), tuple(copied[leader_id]), tuple(sources[leader_id]), self.epoch
             )
             self._tell_exchange(leader, assignment.encode())
 

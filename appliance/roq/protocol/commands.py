@@ -32,6 +32,7 @@ class Reason(enum.StrEnum):
     BUSY = "busy"
     INTERNAL = "internal"
     FENCED = "fenced"  # the process's host lost its lease (fencing): ask the GCM where to go
+    STALE_EPOCH = "stale_epoch"  # the request carried an older assignment epoch than one seen
 
 
 @enum.unique

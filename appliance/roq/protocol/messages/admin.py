@@ -26,6 +26,7 @@ from roq.protocol.bsonmsg import (
     field_strs,
 )
 from roq.protocol.commands import AdminCommand, BroadcastCommand
+from roq.protocol.epoch import field_epoch
 from roq.protocol.messages.host import ExchangeOnHost, queue_field
 from roq.protocol.rules import RuleSet
 
@@ -242,17 +243,27 @@ class RegisterRulesListener:
 # --- replies -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class MonitorLocation:
-    """The reply to 2000: `Monitor_host` tcp://ip:B, `Stat_Monitor_host` tcp://ip:S+1."""
+    """The reply to 2000: `Monitor_host` tcp://ip:B, `Stat_Monitor_host` tcp://ip:S+1, and the
+    `Epoch` that monitor acts under (clients refuse messages of older ones)."""
 
     monitor_host: str
     stat_monitor_host: str
+    epoch: int = 0  # Epoch
 
     def encode(self) -> Document:
-        return bsonmsg.ok(Monitor_host=self.monitor_host, Stat_Monitor_host=self.stat_monitor_host)
+        return bsonmsg.ok(
+            Monitor_host=self.monitor_host,
+            Stat_Monitor_host=self.stat_monitor_host,
+            Epoch=self.epoch,
+        )
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
-        return cls(field_endpoint(doc, "Monitor_host"), field_endpoint(doc, "Stat_Monitor_host"))
+        return cls(
+            field_endpoint(doc, "Monitor_host"),
+            field_endpoint(doc, "Stat_Monitor_host"),
+            field_epoch(doc),
+        )
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from roq.protocol.bsonmsg import (
     field_strs,
 )
 from roq.protocol.commands import ChildCommand
+from roq.protocol.epoch import EPOCH, field_epoch
 from roq.protocol.messages.kpi import ScalingEvent
 from roq.protocol.messages.monitor import EXCHANGES_MAX, CopyEnd, DeadLog
 from roq.protocol.names import EXCHANGE_ID_CHARS_MAX, check_exchange_id
@@ -102,15 +103,18 @@ class Replicas:
     replaces the previous one), and, with `Leaders`, the exchanges whose logs you copy (you
     refuse every other's writes; absent: the set you had stands); with `Sources`, the copies of
     gone exchanges' logs you send to other exchanges (the set replaces the previous one; absent:
-    none); answered `COMMENT: "assigned"`."""
+    none); answered `COMMENT: "assigned"`, or refused `ERROR: stale_epoch` when its `Epoch` is
+    older than one the exchange has seen (a monitor that was re-placed)."""
 
     replicas: tuple[ReplicaAssignment, ...]
     leaders: tuple[str, ...] | None = None  # Leaders: exchange ids
     sources: tuple[CopySource, ...] = ()  # Sources
+    epoch: int = 0  # Epoch: the sending monitor's assignment epoch
 
     def encode(self) -> Document:
         doc: Document = {
-            "CMD": int(ChildCommand.REPLICAS), "Replicas": [r.fields() for r in self.replicas]
+            "CMD": int(ChildCommand.REPLICAS), "Replicas": [r.fields() for r in self.replicas],
+            EPOCH: self.epoch,
         }  # fmt: skip
         if self.leaders is not None:
             doc["Leaders"] = list(self.leaders)
@@ -124,28 +128,36 @@ class Replicas:
         sources: tuple[CopySource, ...] = ()
         if doc.get("Sources") is not None:
             sources = field_docs(doc, "Sources", CopySource.decode, max_items=EXCHANGES_MAX)
+        epoch = field_epoch(doc)
         if doc.get("Leaders") is None:
-            return cls(replicas, None, sources)
+            return cls(replicas, None, sources, epoch)
         leaders = field_strs(
             doc, "Leaders", max_items=EXCHANGES_MAX, max_chars=EXCHANGE_ID_CHARS_MAX
         )
-        return cls(replicas, tuple(check_exchange_id(leader) for leader in leaders), sources)
+        leaders_ok = tuple(check_exchange_id(leader) for leader in leaders)
+        return cls(replicas, leaders_ok, sources, epoch)
 
 
 @dataclass(frozen=True)
 class MonitorMoved:
     """1031 MONITOR_MOVED, host → exchange: report to the monitor at `Monitor` (tcp://ip:B) and
-    send statistics to `Stat` (tcp://ip:S) from now on; answered `COMMENT: "moved"`."""
+    send statistics to `Stat` (tcp://ip:S) from now on; answered `COMMENT: "moved"`, or
+    refused `ERROR: stale_epoch` when its `Epoch` (the new monitor's) is older than one the
+    exchange has seen."""
 
     monitor: str  # Monitor
     stat: str  # Stat
+    epoch: int = 0  # Epoch
 
     def encode(self) -> Document:
-        return {"CMD": int(ChildCommand.MONITOR_MOVED), "Monitor": self.monitor, "Stat": self.stat}
+        return {
+            "CMD": int(ChildCommand.MONITOR_MOVED), "Monitor": self.monitor, "Stat": self.stat,
+            EPOCH: self.epoch,
+        }  # fmt: skip
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
-        return cls(field_endpoint(doc, "Monitor"), field_endpoint(doc, "Stat"))
+        return cls(field_endpoint(doc, "Monitor"), field_endpoint(doc, "Stat"), field_epoch(doc))
 
 
 def _offset_or_null(doc: Mapping[str, Any], name: str, lo: int = 0) -> int | None:
@@ -189,6 +201,8 @@ class ExchangeStatus:
     log_end: int | None  # LogEnd
     replicas: tuple[ReplicaStatus, ...]  # Replicas
     committed: int | None  # Committed: every in-sync replica holds the log below it
+    epoch: int = 0  # Epoch: the highest assignment epoch of its queue it has seen
+    stale: int = 0  # StaleEpochs: REPLICAS and MONITOR_MOVED refused for an older epoch
 
     def encode(self) -> Document:
         return {
@@ -196,6 +210,7 @@ class ExchangeStatus:
             "Bad": self.bad, "Subscriptions": self.subscriptions, "Leaving": self.leaving,
             "LogStart": self.log_start, "LogEnd": self.log_end,
             "Replicas": [r.fields() for r in self.replicas], "Committed": self.committed,
+            EPOCH: self.epoch, "StaleEpochs": self.stale,
         }  # fmt: skip
 
     @classmethod
@@ -211,6 +226,8 @@ class ExchangeStatus:
             _offset_or_null(doc, "LogEnd"),
             field_docs(doc, "Replicas", ReplicaStatus.decode, max_items=EXCHANGES_MAX),
             _offset_or_null(doc, "Committed"),
+            field_epoch(doc),
+            field_int(doc, "StaleEpochs", default=0),
         )
 
 
@@ -358,6 +375,7 @@ class MonitorStatus:
     exchanges: tuple[MonitoredExchange, ...]
     copies: tuple[DeadLog, ...]  # Copies: dead exchanges' logs subscribers are told about
     short_logs: tuple[ShortLog, ...] = ()  # ShortLogs (absent from an older monitor: none)
+    epoch: int = 0  # Epoch: the assignment epoch it acts under
 
     def encode(self) -> Document:
         return {
@@ -366,6 +384,7 @@ class MonitorStatus:
             "Exchanges": [x.fields() for x in self.exchanges],
             "Copies": [c.fields() for c in self.copies],
             "ShortLogs": [s.fields() for s in self.short_logs],
+            EPOCH: self.epoch,
         }  # fmt: skip
 
     @classmethod
@@ -381,6 +400,7 @@ class MonitorStatus:
             field_docs(doc, "Exchanges", MonitoredExchange.decode, max_items=EXCHANGES_MAX),
             field_docs(doc, "Copies", DeadLog.decode),
             short,
+            field_epoch(doc),
         )
 
 

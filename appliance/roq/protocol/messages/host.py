@@ -14,6 +14,7 @@ from roq.protocol import bsonmsg
 from roq.protocol.bsonmsg import Document, field_docs, field_endpoint, field_int, field_str
 from roq.protocol.commands import HostCommand
 from roq.protocol.endpoints import check_host
+from roq.protocol.epoch import EPOCH, field_epoch
 from roq.protocol.names import check_exchange_id, check_queue_name
 
 PORT_MAX: Final = 65_535  # TCP's, a fact of the format rather than a bound
@@ -72,27 +73,31 @@ class ExchangeInfo:
 @dataclass(frozen=True)
 class CreateQueueOnHost:
     """1002: start the queue's monitor and an exchange (idempotent: a queue already here is
-    answered with its addresses)."""
+    answered with its addresses), under the assignment `Epoch` the GCM records for this
+    placement (a monitor already here under an older one is started again under it)."""
 
     queue: str
+    epoch: int = 0  # Epoch
 
     def encode(self) -> Document:
-        return {"CMD": int(HostCommand.CREATE_QUEUE), "QName": self.queue}
+        return {"CMD": int(HostCommand.CREATE_QUEUE), "QName": self.queue, EPOCH: self.epoch}
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
-        return cls(queue_field(doc))
+        return cls(queue_field(doc), field_epoch(doc))
 
 
 @dataclass(frozen=True)
 class QueueOnHost:
-    """The reply to 1002: where the monitor is, and the queue's exchanges on this host."""
+    """The reply to 1002: where the monitor is, the epoch it acts under, and the queue's
+    exchanges on this host."""
 
     monitor_host: str  # Monitor_host: tcp://ip:B
     stat_monitor_host: str  # Stat_Monitor_host: tcp://ip:S+1
     monitor_port: int  # Monitor_port: B
     stat_port: int  # Stat_port: S
     exchanges: tuple[ExchangeInfo, ...]
+    epoch: int = 0  # Epoch
 
     def encode(self) -> Document:
         return bsonmsg.ok(
@@ -101,6 +106,7 @@ class QueueOnHost:
             Monitor_port=self.monitor_port,
             Stat_port=self.stat_port,
             Exchanges=[x.fields() for x in self.exchanges],
+            Epoch=self.epoch,
         )
 
     @classmethod
@@ -111,6 +117,7 @@ class QueueOnHost:
             port_field(doc, "Monitor_port"),
             port_field(doc, "Stat_port"),
             field_docs(doc, "Exchanges", ExchangeInfo.decode),
+            field_epoch(doc),
         )
 
 
@@ -134,18 +141,20 @@ class StopQueueOnHost:
 @dataclass(frozen=True)
 class MonitorMovedOnHost:
     """1013 MONITOR_MOVED: the queue's monitor now runs at `Monitor_address` on `Monitor_port`
-    (B) and `Stat_port` (S); the host tells each of its exchanges of the queue (1031) and starts
-    them with that address from now on. Answered OK with how many exchanges it told."""
+    (B) and `Stat_port` (S) under the assignment `Epoch`; the host tells each of its exchanges
+    of the queue (1031, with the epoch) and starts them with that address and epoch from now on.
+    Answered OK with how many exchanges it told."""
 
     queue: str
     monitor_port: int  # Monitor_port: B
     stat_port: int  # Stat_port: S
     monitor_address: str  # Monitor_address: the monitor's ip
+    epoch: int = 0  # Epoch
 
     def encode(self) -> Document:
         return {"CMD": int(HostCommand.MONITOR_MOVED), "QName": self.queue,
                 "Monitor_port": self.monitor_port, "Stat_port": self.stat_port,
-                "Monitor_address": self.monitor_address}  # fmt: skip
+                "Monitor_address": self.monitor_address, EPOCH: self.epoch}  # fmt: skip
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
@@ -154,6 +163,7 @@ class MonitorMovedOnHost:
             port_field(doc, "Monitor_port"),
             port_field(doc, "Stat_port"),
             _host_field(doc, "Monitor_address"),
+            field_epoch(doc),
         )
 
 
@@ -163,7 +173,8 @@ class CreateExchangeOnHost:
     """1009: start an exchange of the queue whose monitor is at `Monitor_address`; a
     `TransactionID` already running here is answered with that exchange (`"exists"`). With an
     `ExchangeID` (optional), start that recorded exchange again under its id, so on its log
-    (`roq queue start`); an id already running here is answered with it."""
+    (`roq queue start`); an id already running here is answered with it. `Epoch`: the
+    monitor's assignment epoch, the oldest the exchange accepts from a monitor."""
 
     queue: str
     txid: str  # TransactionID
@@ -171,12 +182,14 @@ class CreateExchangeOnHost:
     stat_port: int  # Stat_port: S
     monitor_address: str  # Monitor_address: the monitor's ip
     exchange_id: str = ""  # ExchangeID: "" = a new exchange
+    epoch: int = 0  # Epoch
 
     def encode(self) -> Document:
         doc: Document = {
             "CMD": int(HostCommand.CREATE_EXCHANGE), "QName": self.queue,
             "TransactionID": self.txid, "Monitor_port": self.monitor_port,
             "Stat_port": self.stat_port, "Monitor_address": self.monitor_address,
+            EPOCH: self.epoch,
         }  # fmt: skip
         if self.exchange_id:
             doc["ExchangeID"] = self.exchange_id
@@ -198,6 +211,7 @@ class CreateExchangeOnHost:
             port_field(doc, "Stat_port"),
             _host_field(doc, "Monitor_address"),
             exchange_id,
+            field_epoch(doc),
         )
 
 

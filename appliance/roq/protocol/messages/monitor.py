@@ -26,6 +26,7 @@ from roq.protocol.bsonmsg import (
 )
 from roq.protocol.commands import AdminCommand, MonitorCommand, PublisherNotice, Result
 from roq.protocol.commands import SubscriberNotice as Notice
+from roq.protocol.epoch import EPOCH, field_epoch
 from roq.protocol.names import check_queue_name
 from roq.protocol.rules import RuleSet
 
@@ -286,13 +287,15 @@ class PublisherInit:
 
 @dataclass(frozen=True)
 class Placed:
-    """The reply to 2 and 3: the exchange to send to (`Exchange: {Id, Front}`)."""
+    """The reply to 2 and 3: the exchange to send to (`Exchange: {Id, Front}`), and the
+    monitor's assignment `Epoch` (protocol/epoch.py), as in every reply and notice it sends."""
 
     exchange_id: str
     front: str
+    epoch: int = 0
 
     def encode(self) -> Document:
-        return bsonmsg.ok(Exchange={"Id": self.exchange_id, "Front": self.front})
+        return bsonmsg.ok(Exchange={"Id": self.exchange_id, "Front": self.front}, Epoch=self.epoch)
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
@@ -300,6 +303,7 @@ class Placed:
         return cls(
             field_str(exchange, "Id", prefix="Exchange."),
             field_endpoint(exchange, "Front", prefix="Exchange."),
+            field_epoch(doc),
         )
 
 
@@ -368,11 +372,13 @@ class ExchangeList:
 
     exchanges: tuple[ExchangeEntry, ...]
     copies: tuple[DeadLog, ...]
+    epoch: int = 0  # Epoch
 
     def fields(self) -> Document:
         return {
             "Exchanges": [x.fields() for x in self.exchanges],
             "Copies": [c.fields() for c in self.copies],
+            EPOCH: self.epoch,
         }
 
     def reply(self) -> Document:
@@ -386,6 +392,7 @@ class ExchangeList:
         return cls(
             field_docs(doc, "Exchanges", ExchangeEntry.decode, max_items=EXCHANGES_MAX),
             field_docs(doc, "Copies", DeadLog.decode),
+            field_epoch(doc),
         )
 
 
@@ -401,6 +408,7 @@ class Relocate:
     exchange_id: str  # Exchange.Id
     front: str  # Exchange.Front
     source: str  # From: the front it is moved away from
+    epoch: int = 0  # Epoch
 
     @property
     def topic(self) -> bytes:
@@ -412,6 +420,7 @@ class Relocate:
             "ProducerID": self.producer,
             "Exchange": {"Id": self.exchange_id, "Front": self.front},
             "From": self.source,
+            EPOCH: self.epoch,
         }
 
     @classmethod
@@ -422,6 +431,7 @@ class Relocate:
             placed.exchange_id,
             placed.front,
             field_endpoint(doc, "From"),
+            placed.epoch,
         )
 
 
@@ -432,15 +442,19 @@ class ExchangeLost:
 
     front: str
     dead: bool
+    epoch: int = 0  # Epoch
 
     topic: ClassVar[bytes] = EVERY_PUBLISHER
 
     def encode(self) -> Document:
-        return {"CMD": int(PublisherNotice.EXCHANGE_LOST), "Front": self.front, "Dead": self.dead}
+        return {
+            "CMD": int(PublisherNotice.EXCHANGE_LOST), "Front": self.front, "Dead": self.dead,
+            EPOCH: self.epoch,
+        }  # fmt: skip
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
-        return cls(field_endpoint(doc, "Front"), field_bool(doc, "Dead"))
+        return cls(field_endpoint(doc, "Front"), field_bool(doc, "Dead"), field_epoch(doc))
 
 
 def decode_publisher_notice(doc: Mapping[str, Any]) -> Relocate | ExchangeLost:
@@ -458,13 +472,14 @@ class NewExchange:
     """1 NEW_EXCHANGE: connect to `Back` now (the periodic list would add it later)."""
 
     entry: ExchangeEntry
+    epoch: int = 0  # Epoch
 
     def encode(self) -> Document:
-        return {"CMD": int(Notice.NEW_EXCHANGE), **self.entry.fields()}
+        return {"CMD": int(Notice.NEW_EXCHANGE), **self.entry.fields(), EPOCH: self.epoch}
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
-        return cls(ExchangeEntry.decode(doc))
+        return cls(ExchangeEntry.decode(doc), field_epoch(doc))
 
 
 def decode_subscriber_notice(doc: Mapping[str, Any]) -> NewExchange | ExchangeList:
