@@ -180,6 +180,11 @@ recopy_targets_max = 8  # targets one exchange sends copies of gone logs to at o
 # --- data plane: subscribers --------------------------------------------------------------
 subscriber_hwm_batches = 10_000  # batches ZeroMQ queues for one subscriber socket
 subscriber_reorder_batches_max = 1_000  # out-of-order batches held while waiting for a gap
+# Batches one feed of a logged exchange may have held: a batch beyond it (or beyond the total
+# above) is not held but read again from the log once something was delivered (client/feed.py
+# `rewind`). Skipping the gap instead, as the total above once did for every feed, dropped a
+# replay's readable records: one 4 MiB log read holds thousands of small batches.
+subscriber_held_per_feed_max = 250
 subscriber_gap_wait_ms = 2_000  # a gap not filled within this is reported as lost
 # A feed reading the log this far behind its end stops taking the live stream until it has
 # caught up: the catch-up then gets the subscriber's whole time (client/feed.py).
