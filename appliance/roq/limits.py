@@ -162,6 +162,12 @@ replication_window_bytes = 8 * 1024 * 1024  # sent to a replica and not yet ackn
 # A replica that lacks part of the log as it stood this long ago is out of sync (Kafka's
 # replica.lag.time.max.ms): acks=all waits for a slow replica at most about this long.
 replica_lag_s = 3.0
+# acks=all confirms nothing before the monitor has said who copies the log (its first REPLICAS
+# after the exchange started: sent when the exchange joins, and every monitor.list.period), for
+# at most this long; past it, with no word, it confirms on the leader alone and says so. Without
+# the wait, a fresh or restarted exchange confirmed on the leader alone until then, and a kill
+# of its machine lost what it had confirmed (the fault harness, kill -9: 68 messages).
+acks_all_assignment_wait_s = 5.0
 replica_logs_max = 256  # leaders one exchange keeps copies for (a stranger cannot make more)
 # A replica that refused a leader (not assigned to it yet, a disk error) is asked again this
 # long after: a restarted replica learns its leaders within one monitor.list.period.

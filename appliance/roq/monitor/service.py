@@ -274,6 +274,10 @@ class Monitor:
         self.exchanges[view.front] = view
         log.info("%s: exchange %s joined (%s)", self.name, view.exchange_id, view.front)
         self._to_subscribers(NewExchange(_entry(view), self.epoch).encode())
+        # At once rather than at the next list period: until then the new (or restarted)
+        # exchange's log had no replica and every other log could not be copied to it, and
+        # acks=all was confirmed on the leader alone (it now waits for this word, limits.py)
+        self._assign_replicas()
         return view
 
     def _update_load(self, view: ExchangeView, load: ReportedLoad) -> None:
