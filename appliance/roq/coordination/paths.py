@@ -14,6 +14,8 @@
 <ns>/queues/<q>/scaling        PERSISTENT autoscaling rules (JSON)
 <ns>/queues/<q>/listeners      PERSISTENT rules listeners (admin 2008): {"Addresses": [...]}
 <ns>/xchangeTransactions/<tx>  PERSISTENT idempotency record of an exchange creation
+<ns>/http/topics/<t>           PERSISTENT an HTTP gateway topic: {"topic", "owner", "head"}
+<ns>/http/topics/<t>/<s>       PERSISTENT a subscriber of it: {"next"} (coordination/topics.py)
 """
 
 from __future__ import annotations
@@ -79,6 +81,10 @@ class Paths:
 
     def xchange_transaction(self, txid: str) -> str:
         return f"{self.xchange_transactions}/{txid}"
+
+    @property
+    def http_topics(self) -> str:
+        return f"{self.namespace}/http/topics"
 
     def roots(self) -> tuple[str, ...]:
         """Persistent roots created at start-up (and wiped by formatDB, election excluded)."""
