@@ -39,6 +39,7 @@ def up_arguments(tmp: Path, ports: PortBlocks) -> tuple[list[str], int]:
         "ports.base": base,
         "gcm.ports.base": base,
         "hcm.port": ports.take(1),
+        "http.port": ports.take(1),  # `roq up` serves the HTTP gateway there
         "monitor.base.port": ports.take(60),
         "statmonitor.base.port": ports.take(20),
         "exchange.base.port": ports.take(40),

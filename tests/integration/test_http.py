@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from roq.system.spawn import child_environment, roq_command
 from roq.testing.cluster import (
     LocalCluster,
     PortBlocks,
@@ -324,3 +325,45 @@ def test_restarts_of_gateway_and_exchange_keep_everything(cluster: LocalCluster)
     # a normal stop: SIGTERM, exit 0
     daemon.process.terminate()
     assert daemon.process.wait(30) == 0, daemon.log_text()[-3000:]
+
+
+def test_roq_up_serves_the_gateway(tmp_path: Path, port_blocks: PortBlocks) -> None:
+    """`roq up` starts `roq http` once its host is up; SIGTERM stops all of it with exit 0."""
+    http_port = port_blocks.take(1)
+    values = {
+        "zk.servers": f"127.0.0.1:{port_blocks.take(1)}",  # free: `roq up` starts its ZooKeeper
+        "ports.base": port_blocks.take(6),
+        "hcm.port": port_blocks.take(1),
+        "http.port": http_port,
+        "monitor.base.port": port_blocks.take(60),
+        "statmonitor.base.port": port_blocks.take(20),
+        "exchange.base.port": port_blocks.take(40),
+        "ports.max.perkind": 10,
+    }
+    args = ["up", "--data-dir", str(tmp_path / "data")]
+    for key, value in values.items():
+        args += ["-D", f"{key}={value}"]
+    log_path = tmp_path / "up.log"
+    with log_path.open("wb") as log_file:
+        process = subprocess.Popen(roq_command(*args), env=child_environment(),
+                                   stdout=log_file, stderr=subprocess.STDOUT,
+                                   start_new_session=True)  # fmt: skip
+    try:
+        api = Api(http_port)
+
+        def serving() -> bool:
+            assert process.poll() is None, log_path.read_text()
+            return httpx.get(f"{api.base}/metrics", timeout=2).status_code == 200
+
+        wait_for(serving, 90, "roq up's gateway", interval_s=0.3)
+        assert f"http://127.0.0.1:{http_port}" in log_path.read_text()  # the banner says where
+        assert api.v1("topic/register", owner="a", topic="t")[0] == 200
+        assert api.v1("topic/subscribe", subscriber="s", topic="t")[0] == 200
+        assert api.v1("message/publish", owner="a", topic="t", msg="hi")[0] == 200
+        assert api.v1("message/get", subscriber="s", topic="t")[1] == {"msgIdx": 1, "msg": "hi"}
+        process.terminate()
+        assert process.wait(60) == 0, log_path.read_text()[-3000:]
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
