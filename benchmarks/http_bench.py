@@ -95,8 +95,9 @@ def _client_publish(base: str, topic: str, count: int, latencies: list[float]) -
     with httpx.Client(base_url=base, timeout=30) as client:
         for _ in range(count):
             started = time.perf_counter()
-            response = client.post("/v1/message/publish",
-                                   json={"owner": "bench", "topic": topic, "msg": MESSAGE})
+            response = client.post(
+                "/v1/message/publish", json={"owner": "bench", "topic": topic, "msg": MESSAGE}
+            )
             latencies.append(time.perf_counter() - started)
             assert response.status_code == 200, response.text
 
