@@ -226,5 +226,6 @@ http_catchup_s = 3.0  # a get waits this long for the log to bring a message Zoo
 http_publish_timeout_s = 10.0  # the exchange must confirm a publish's messages within this
 http_waiters_max = 10_000  # long polls parked at once; past it a get answers without waiting
 http_consumer_retry_s = 1.0  # a log consumer that failed starts again after this
+http_publisher_replace_s = 1.0  # a failed publisher is replaced at most once per this, per queue
 http_keepalive_s = 5  # an idle keep-alive connection is closed after this
 http_shutdown_s = 5  # on SIGTERM, requests in progress get this long to finish

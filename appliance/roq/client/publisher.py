@@ -265,6 +265,12 @@ class Publisher:
             self._wake.close(0)
             self._context.term() if not self._io.is_alive() else None
 
+    @property
+    def failure(self) -> BaseException | None:
+        """Why the I/O thread stopped (None while it runs): a failed publisher refuses every
+        call for good, and its owner replaces it."""
+        return self._error
+
     def __enter__(self) -> Publisher:
         return self
 

@@ -201,7 +201,7 @@ def endpoint(
 def build(
     gateway: Gateway, settings: HttpSettings, on_ready: Callable[[], object] = lambda: None
 ) -> Starlette:
-    metrics = Metrics(gateway.index)
+    metrics = Metrics(gateway.index, lambda: gateway.replaced)
     calls = Calls(gateway, Fields(settings), metrics)
 
     async def render_metrics(_request: Request) -> Response:

@@ -23,6 +23,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
+import threading
 import time
 import zlib
 from collections.abc import Callable
@@ -71,6 +73,9 @@ class Gateway:
         # one lock per topic hash: this gateway's own publishes to a topic do not race for its
         # head (only other gateways' do), whatever the number of topics
         self._locks = [asyncio.Lock() for _ in range(256)]
+        self._replacing = threading.Lock()
+        self._replaced_at: dict[str, float] = {}
+        self.replaced = 0  # failed publishers replaced (GET /metrics)
         self.zk: Any = None
         self.store: TopicStore
 
@@ -83,10 +88,13 @@ class Gateway:
         self.store.ensure_root()
         self._ensure_queues()
         for queue in self.settings.queues:
-            self.publishers[queue] = Publisher(
-                queue, zk=zk.servers, namespace=zk.namespace, acks=self.settings.acks,
-                linger_ms=0,
-            )  # fmt: skip
+            self.publishers[queue] = self._new_publisher(queue)
+
+    def _new_publisher(self, queue: str) -> Publisher:
+        zk = self.settings.zk
+        return Publisher(
+            queue, zk=zk.servers, namespace=zk.namespace, acks=self.settings.acks, linger_ms=0
+        )
 
     def _ensure_queues(self) -> None:
         deadline = time.monotonic() + limits.admin_request_timeout_ms / 1000
@@ -143,19 +151,53 @@ class Gateway:
             first = await self._run(self.store.advance_head, topic, owner, len(messages))
         name = topic.encode()
         payloads = [records.encode(name, first + n, body) for n, body in enumerate(messages)]
-        publisher = self.publishers[self.queue_of(topic)]
         try:
-            await self._run(self._store_messages, publisher, payloads)
+            await self._run(self._store_messages, self.queue_of(topic), payloads)
         except RoqError as error:
             log.error("http: topic %r: messages %d..%d not stored: %s",
                       topic, first, first + len(messages) - 1, error)  # fmt: skip
             raise Unavailable(f"the messages were not stored: {error}") from None
         return first
 
-    @staticmethod
-    def _store_messages(publisher: Publisher, payloads: list[bytes]) -> None:
-        publisher.send_many(payloads, key=records.KEY)
-        publisher.flush(limits.http_publish_timeout_s)
+    def _store_messages(self, queue: str, payloads: list[bytes]) -> None:
+        publisher = self.publishers[queue]
+        try:
+            publisher.send_many(payloads, key=records.KEY)
+            publisher.flush(limits.http_publish_timeout_s)
+        except RoqError:
+            if publisher.failure is not None:
+                self._replace(queue, publisher)
+            raise
+
+    def _replace(self, queue: str, failed: Publisher) -> None:
+        """A failed publisher refuses every call for good: without a new one, every publish to
+        its queue would answer 503 until the gateway restarts. One replacement at a time (a
+        request that finds one under way answers 503 at once instead of holding a worker for
+        the placement), at most once per `http_publisher_replace_s` per queue; the request
+        that found the failure still answers 503 (its messages were not stored)."""
+        if not self._replacing.acquire(blocking=False):
+            return
+        try:
+            now = time.monotonic()
+            if self.publishers[queue] is not failed:
+                return  # another request replaced it
+            if now - self._replaced_at.get(queue, -math.inf) < limits.http_publisher_replace_s:
+                return
+            self._replaced_at[queue] = now
+            log.error("http: the publisher to queue %s failed (%s); replacing it",
+                      queue, failed.failure)  # fmt: skip
+            try:
+                self.publishers[queue] = self._new_publisher(queue)  # bounded: its placement
+            except RoqError as error:
+                log.error("http: queue %s: no new publisher yet: %s", queue, error)
+                return
+            self.replaced += 1
+        finally:
+            self._replacing.release()
+        try:
+            failed.close(timeout_s=0.1)
+        except RoqError as error:
+            log.warning("http: closing the failed %s: %s", failed.name, error)
 
     async def subscribe(self, subscriber: str, topic: str) -> int:
         following = await self._run(

@@ -4,6 +4,8 @@ else the process imported)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -13,7 +15,7 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
 class Metrics:
-    def __init__(self, index: TopicIndex):
+    def __init__(self, index: TopicIndex, replaced: Callable[[], int]):
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
             "roq_http_requests", "Requests answered, by endpoint and status.",
@@ -37,6 +39,11 @@ class Metrics:
             registry=self.registry,
         )  # fmt: skip
         held.set_function(lambda: index.count)
+        failed = Gauge(
+            "roq_http_publishers_replaced", "Failed publishers this gateway replaced.",
+            registry=self.registry,
+        )  # fmt: skip
+        failed.set_function(replaced)
 
     def observe(self, endpoint: str, status: int, seconds: float) -> None:
         self.requests.labels(endpoint, str(status)).inc()
