@@ -16,6 +16,8 @@
 <ns>/xchangeTransactions/<tx>  PERSISTENT idempotency record of an exchange creation
 <ns>/http/topics/<t>           PERSISTENT an HTTP gateway topic: {"topic", "owner", "head"}
 <ns>/http/topics/<t>/<s>       PERSISTENT a subscriber of it: {"next"} (coordination/topics.py)
+<ns>/gone/<host>               PERSISTENT a host the leading GCM saw gone: {"since", "epoch"}
+                                          (gcm/repair.py; deleted when it is back or repaired)
 """
 
 from __future__ import annotations
@@ -86,6 +88,13 @@ class Paths:
     def http_topics(self) -> str:
         return f"{self.namespace}/http/topics"
 
+    @property
+    def gone(self) -> str:
+        return f"{self.namespace}/gone"
+
+    def gone_host(self, name: str) -> str:
+        return f"{self.gone}/{name}"
+
     def roots(self) -> tuple[str, ...]:
         """Persistent roots created at start-up (and wiped by formatDB, election excluded)."""
         return (
@@ -93,4 +102,5 @@ class Paths:
             f"{self.namespace}/ports",
             self.queues,
             self.xchange_transactions,
+            self.gone,
         )
