@@ -1,10 +1,13 @@
 """The HTTP gateway against a Redis-backed model of the same API (docs/benchmarks.md, §HTTP).
 
-    python benchmarks/http_bench.py --roq http://127.0.0.1:8080 --redis-port 6399
+    python benchmarks/http_bench.py --roq http://127.0.0.1:8080 --roq-pid PID --redis-port 6399
 
 Each run: publish rate and get+ack rate over HTTP/1.1 keep-alive with 1 and 8 concurrent
-clients (each on its own topic), 100 B messages, p50/p99 of a publish; then memory of the
-gateway process after 10,000 topics with one subscriber each (10,000 subscribers). The Redis
+clients (each on its own topic), 100 B messages, p50/p99 of a publish, roq and the model
+interleaved (round by round, so both see the same machine); then memory of the gateway process
+(and of ZooKeeper, `--zk-pid`) after 10,000 topics with one subscriber each (10,000
+subscribers); then, with `--zk`, the ack rate ZooKeeper positions allow: TopicStore.ack called
+directly (no HTTP), from 1 and 8 threads, each on its own subscriber. The Redis
 model is what the mq seed's data structure section says, served by the same kind of server
 (Starlette on uvicorn, in this process's child) so only the storage differs: LPUSH/LTRIM per
 publish, HSET of the subscriber's next index, LINDEX for a get, no durability promise past
@@ -141,22 +144,55 @@ def rates(base: str, clients: int, count: int, tag: str) -> dict[str, Any]:
     }
 
 
-def memory(base: str, pid: int, topics: int, tag: str) -> dict[str, Any]:
-    def rss_mb() -> float:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        return 0.0
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
 
-    before = rss_mb()
+
+def memory(base: str, pid: int, topics: int, tag: str, zk_pid: int = 0) -> dict[str, Any]:
+    before, zk_before = rss_mb(pid), rss_mb(zk_pid) if zk_pid else 0.0
+    started = time.perf_counter()
     with httpx.Client(base_url=base, timeout=30) as client:
         for n in range(topics):
             client.post("/v1/topic/register", json={"owner": "bench", "topic": f"{tag}{n}"})
             client.post("/v1/topic/subscribe", json={"subscriber": "s", "topic": f"{tag}{n}"})
             client.post("/v1/message/publish",
                         json={"owner": "bench", "topic": f"{tag}{n}", "msg": MESSAGE})  # fmt: skip
-    return {"topics": topics, "subscribers": topics, "rss_before_mb": round(before, 1),
-            "rss_after_mb": round(rss_mb(), 1)}  # fmt: skip
+    took = round(time.perf_counter() - started)
+    result = {"topics": topics, "subscribers": topics, "rss_before_mb": before,
+              "rss_after_mb": rss_mb(pid), "seconds": took}  # fmt: skip
+    if zk_pid:
+        result |= {"zk_rss_before_mb": zk_before, "zk_rss_after_mb": rss_mb(zk_pid)}
+    return result
+
+
+def zk_acks(servers: str, namespace: str, threads: int, count: int, tag: str) -> dict[str, Any]:
+    """What ZooKeeper positions allow: `count` acks per thread through TopicStore.ack (a read
+    of the topic, a read and a compare-and-set of the subscriber's znode), no HTTP."""
+    from roq.coordination import session
+    from roq.coordination.paths import Paths
+    from roq.coordination.topics import TopicStore
+
+    client = session.connect(servers, 10_000)
+    try:
+        store = TopicStore(client, Paths(namespace))
+        store.ensure_root()
+        for n in range(threads):
+            topic = f"{tag}{threads}-{n}"
+            store.register(topic, "bench", 1 << 30)
+            store.subscribe(topic, "reader", 10)
+            store.advance_head(topic, "bench", count)
+
+        def acks(n: int) -> None:
+            for index in range(1, count + 1):
+                store.ack(f"{tag}{threads}-{n}", "reader", index)
+
+        took = _run(threads, acks)
+    finally:
+        session.close(client)
+    return {"threads": threads, "acks_per_s": round(threads * count / took)}
 
 
 def main() -> None:
@@ -167,6 +203,10 @@ def main() -> None:
     parser.add_argument("--model-port", type=int, default=8099, help="where the model serves")
     parser.add_argument("--count", type=int, default=2000, help="messages per client")
     parser.add_argument("--topics", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds of rates")
+    parser.add_argument("--zk-pid", type=int, default=0, help="ZooKeeper's pid: its RSS too")
+    parser.add_argument("--zk", default="", help="ZooKeeper servers: measure the ack ceiling")
+    parser.add_argument("--namespace", default="/roq", help="the cluster's zk.namespace")
     args = parser.parse_args()
     model = multiprocessing.Process(target=_serve_redis_model,
                                     args=(args.model_port, args.redis_port),
@@ -181,12 +221,21 @@ def main() -> None:
         except httpx.TransportError:
             time.sleep(0.2)
     tag = f"b{os.getpid()}-"
-    results: dict[str, Any] = {}
-    for name, base in (("roq", args.roq), ("redis_model", model_base)):
-        results[name] = [rates(base, clients, args.count, tag) for clients in (1, 8)]
-    results["roq_memory"] = memory(args.roq, args.roq_pid, args.topics, f"m{tag}")
+    results: dict[str, Any] = {"roq": [], "redis_model": []}
+    for round_ in range(args.rounds):
+        for clients in (1, 8):
+            for name, base in (("roq", args.roq), ("redis_model", model_base)):
+                result = rates(base, clients, args.count, f"{tag}r{round_}-")
+                results[name].append({"round": round_, **result})
+                print(name, results[name][-1], flush=True)
+    results["roq_memory"] = memory(args.roq, args.roq_pid, args.topics, f"m{tag}", args.zk_pid)
+    print("roq_memory", results["roq_memory"], flush=True)
     assert model.pid is not None
     results["redis_model_memory"] = memory(model_base, model.pid, args.topics, f"m{tag}")
+    if args.zk:
+        results["zk_acks"] = [
+            zk_acks(args.zk, args.namespace, threads, args.count, f"z{tag}") for threads in (1, 8)
+        ]
     print(json.dumps(results, indent=1))
     model.terminate()
 

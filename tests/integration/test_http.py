@@ -212,6 +212,19 @@ def test_readme_curl_tour(served: tuple[LocalCluster, Api]) -> None:
     assert re.search(r"231$", outputs[-1][0].strip())
 
 
+def test_keep_alive_requests_are_not_held_by_nagle(served: tuple[LocalCluster, Api]) -> None:
+    """uvicorn writes a response's head and body apart: without TCP_NODELAY on the gateway's
+    connections the body waited for the client's delayed ACK, 40 ms per keep-alive request."""
+    _, api = served
+    took = []
+    for _ in range(20):
+        started = time.monotonic()
+        assert api.client.get("/metrics").status_code == 200
+        took.append(time.monotonic() - started)
+    took.sort()
+    assert took[10] < 0.02, f"median {took[10] * 1000:.1f} ms on one keep-alive connection"
+
+
 def test_two_gateways_answer_alike(served: tuple[LocalCluster, Api]) -> None:
     cluster, first = served
     daemon, second = start_gateway(cluster, **{"http.queues": 2})

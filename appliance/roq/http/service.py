@@ -32,7 +32,10 @@ class PortTaken(RoqError):
 
 
 def bind(address: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on an accepted connection only when its
+    # proto says TCP, and uvicorn writes a response's head and body apart; with Nagle on, the
+    # body waited for the client's delayed ACK: 40 ms per keep-alive request
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((address, port))
