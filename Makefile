@@ -9,8 +9,9 @@ STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get
 # System packages: ZooKeeper (pulls Java) for the cluster and the tests; packer and systemd for the
-# appliance's checks (`packer validate`, `systemd-analyze verify`).
-SYSTEM_PACKAGES := zookeeper packer systemd python3-venv
+# appliance's checks (`packer validate`, `systemd-analyze verify`); iproute2 (`ip`, `tc`) for the
+# fault tests' machines in network namespaces (tests/faults).
+SYSTEM_PACKAGES := zookeeper packer systemd python3-venv iproute2
 PYTEST_ARGS ?=
 
 .PHONY: setup system-deps run test test-unit test-appliance lint type dist bench clean
@@ -22,6 +23,7 @@ system-deps:
 	[ -f /usr/share/java/zookeeper.jar ] && command -v java >/dev/null || missing="$$missing zookeeper"; \
 	command -v packer >/dev/null || missing="$$missing packer"; \
 	command -v systemd-analyze >/dev/null || missing="$$missing systemd"; \
+	command -v ip >/dev/null && command -v tc >/dev/null || missing="$$missing iproute2"; \
 	$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || missing="$$missing python3-venv"; \
 	if [ -n "$$missing" ]; then \
 	  echo "make: installing system packages:$$missing"; \
@@ -38,8 +40,10 @@ run: setup
 	$(ROQ) up
 
 # The lint gates (ruff, format, mypy, layers) run first: a change that breaks one fails `make test`.
+# loadgroup: the fault tests (xdist_group "faults") run one after another on one worker, since
+# each builds a cluster of its own across namespaces; every other test is spread as before.
 test: setup lint
-	$(VENV)/bin/pytest -n 2 $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 test-unit: setup
 	$(VENV)/bin/pytest -n 2 tests/unit $(PYTEST_ARGS)

@@ -254,10 +254,11 @@ def round_trip(gcm: str, queue: str) -> None:
     assert received.stdout.splitlines() == sent, received.stderr
 
 
-def stopped_cleanly(log: str) -> None:
-    """Each program exited 0 on SIGTERM within its stopwaitsecs (not "terminated by SIGKILL")."""
+def stopped_cleanly(log: str, logs: str = "") -> None:
+    """Each program exited 0 on SIGTERM within its stopwaitsecs (not "terminated by SIGKILL");
+    `logs`, the programs' own, explain a failure."""
     for program in PROGRAMS:
-        assert f"stopped: {program} (exit status 0)" in log, log
+        assert f"stopped: {program} (exit status 0)" in log, f"{log}\n{logs}"
 
 
 @pytest.mark.timeout(300)
@@ -283,7 +284,7 @@ def test_supervisord_runs_restarts_and_stops_gcm_and_host(supervised: Supervised
 
     stopped = s.ctl("stop", "all", timeout_s=STOP_S)
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr + s.log_text()
-    stopped_cleanly(s.supervisord_log())
+    stopped_cleanly(s.supervisord_log(), s.log_text())
     s.wait(lambda: not processes_with(s.namespace), GONE_S, "every roq process to exit")
 
     # What an init system or a container runtime does: SIGTERM to supervisord, which stops the

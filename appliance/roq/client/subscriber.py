@@ -321,6 +321,8 @@ class Subscriber:
             owner = owners[sock]
             if owner is None:
                 self._on_notice()
+            elif not self._still_open(owner, sock):
+                continue  # a notice handled just before closed it (its exchange left)
             elif sock is owner.live:
                 self._offer(owner, owner.receive(limits.subscriber_burst_batches), now_us, out)
             else:
@@ -340,6 +342,12 @@ class Subscriber:
         if now >= self._next_stat:
             self._publish_stats(now)
         return out
+
+    def _still_open(self, feed: Feed, sock: Any) -> bool:
+        """Whether `sock` is still one of `feed`'s sockets and `feed` one of this subscriber's:
+        receiving on a socket closed meanwhile raised, and ended the subscriber's thread."""
+        current = any(feed is known for known in self.feeds.values())
+        return current and (sock is feed.live or sock is feed.reader)
 
     def _poller(self) -> tuple[Poller, dict[Any, Feed | None]]:
         poller = Poller()

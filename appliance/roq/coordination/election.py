@@ -93,8 +93,17 @@ class Leadership:
         return False
 
     def _withdraw_leader(self) -> None:
+        """Delete the leader znode, only if this session created it. A GCM whose session
+        expired (stopped or cut off past the timeout) gets here with a new session, after a
+        standby took over and created its own leader znode: deleting that one left the
+        cluster with a leader no client could find (tests/faults, SIGSTOP of a machine)."""
+        zk = self.registry.zk
         try:
-            self.registry.zk.delete(self.registry.paths.leader)
+            stat = zk.exists(self.registry.paths.leader)
+            client_id = zk.client_id
+            if stat is None or client_id is None or stat.ephemeralOwner != client_id[0]:
+                return
+            zk.delete(self.registry.paths.leader, version=stat.version)
         except KazooException:
             pass  # the session is gone, and so is the ephemeral
 

@@ -358,10 +358,10 @@ class RepairThread(threading.Thread):
         super().__init__(name="gcm-repair", daemon=True)
         self.repair = repair
         self._fence_of = fence_of
-        self._stop = threading.Event()
+        self._stopping = threading.Event()  # not `_stop`: a threading.Thread method
 
     def run(self) -> None:
-        while not self._stop.wait(limits.host_loss_check_s):
+        while not self._stopping.wait(limits.host_loss_check_s):
             fence = self._fence_of()
             if fence is None:
                 continue
@@ -369,7 +369,7 @@ class RepairThread(threading.Thread):
 
     def _term(self, fence: Fence) -> None:
         def leading() -> bool:
-            return not self._stop.is_set() and self._fence_of() == fence
+            return not self._stopping.is_set() and self._fence_of() == fence
 
         self.repair.leading = leading
         self.repair.management.cancel_host_calls_when(lambda: not leading())
@@ -383,6 +383,6 @@ class RepairThread(threading.Thread):
             log.exception("host loss check failed")
 
     def stop(self) -> None:
-        self._stop.set()
+        self._stopping.set()
         if self.is_alive():
             self.join(timeout=limits.host_loss_stop_join_s)

@@ -52,18 +52,23 @@ class LeaseKeeper(threading.Thread):
         self._zk = zk
         self.lease_s = lease_s
         self.host = name
-        self.writer = LeaseWriter(path)
+        self._path = path
+        # Opened at the first `confirm`, once this host owns its name: a second host started
+        # under a live name (it exits 75) must not revoke the live one's lease.
+        self.writer: LeaseWriter | None = None
         self._confirmed: int | None = None  # a session id (an int: atomic between threads)
         self._stop_event = threading.Event()
         self._lock = threading.Lock()  # one renewal at a time: `confirm`'s and the thread's
 
     @property
     def path(self) -> Path:
-        return self.writer.path
+        return self._path
 
     def confirm(self) -> bool:
         """The main loop checked the assignments on the current session: renew on it from now
         on, starting with a renewal at once (children started next are not fenced)."""
+        if self.writer is None:
+            self.writer = LeaseWriter(self._path)
         self._confirmed = session.session_id(self._zk)
         return self.renew()
 
@@ -72,8 +77,8 @@ class LeaseKeeper(threading.Thread):
         self._confirmed = None
 
     def renew(self) -> bool:
-        confirmed = self._confirmed
-        if confirmed is None:
+        confirmed, writer = self._confirmed, self.writer
+        if confirmed is None or writer is None:
             return False
         with self._lock:
             sent = time.monotonic()
@@ -84,7 +89,7 @@ class LeaseKeeper(threading.Thread):
                 return False
             if self._confirmed != confirmed:
                 return False  # suspended while the request was out
-            self.writer.grant(max(self.writer.until, sent + self.lease_s))
+            writer.grant(max(writer.until, sent + self.lease_s))
         return True
 
     def run(self) -> None:
@@ -101,5 +106,6 @@ class LeaseKeeper(threading.Thread):
         if self.is_alive():
             self.join(self.lease_s)
         with self._lock:
-            self.writer.grant(0.0)
-            self.writer.close()
+            if self.writer is not None:  # never confirmed: the lease file is not ours
+                self.writer.grant(0.0)
+                self.writer.close()

@@ -1,0 +1,229 @@
+"""Faults on a 3-machine roq cluster in network namespaces (issue 21). Each test runs one
+nemesis against machine m1 (which holds ZooKeeper member 1, the first GCM, q1's monitor and
+one of its two exchanges) or, for the ZooKeeper leader, wherever that is, while 3 producers
+publish with acks=all (R=2); then it checks the history: no acknowledged message lost, none
+out of order or twice, none invented, and every producer publishing again within
+zk.session.timeout + 5 s of the fault (of the heal, for a partition)."""
+
+from __future__ import annotations
+
+import errno
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from checker import Report
+from faultcluster import SESSION_MS
+from faultnet import Network
+from faultrun import RESUME_BOUND_S, FaultRun
+
+pytestmark = [pytest.mark.faults, pytest.mark.xdist_group("faults"), pytest.mark.timeout(300)]
+
+SESSION_S = SESSION_MS / 1000
+HEAL_WAIT_S = 60.0  # bound on the cluster's return to full strength after a heal
+# Acknowledgements from every producer after a heal: the bound plus slack, so a producer that
+# never resumes fails the test here (the checker's availability then says by how much)
+ACKS_AFTER_HEAL_S = RESUME_BOUND_S + 20
+
+# Why a test fails on today's main; each names its evidence (history.jsonl and the processes'
+# logs of a run under --basetemp). The lead drops the xfail once the fix is merged.
+SLOW_REPAIR = (
+    "availability: publishers of the killed machine's exchange resumed 9.3-9.8 s after the "
+    "kill in 3 runs (bound: zk.session.timeout 4 s + 5 s). Timeline of one: GCM m2 elected "
+    "+3.9 s, repair starts +5.0 s (host.loss.grace 0.5 s), monitor re-placed on m3 +7.2 s, "
+    "exchange replaced +9.0 s (gcm/repair.py starts them one after the other, ~2 s each on "
+    "the loaded 2-core machine), publishers follow the monitor +9.0 s (they ask the GCM every "
+    "publisher_monitor_check_ms = 2 s) and are acknowledged on the new exchange +9.3 s. "
+    "Issue 18 (GCM repair). Also, in 1 of 4 runs with acks=all, 72 messages acknowledged "
+    "before the kill were missing from the read from the beginning (the live subscriber had "
+    "them): the killed exchange's log was not replayed from its copy on m2 once the repair had "
+    "marked it Lost (issue 18, re-copy of lost logs). Not strict: intermittent, and on an "
+    "idle machine the process starts are faster and the bound may be met"
+)
+STALE_MONITOR = (
+    "fencing, intermittent (failed 2 of 3 runs): the monitor of the stopped machine keeps acting "
+    "after its host's session expired. On SIGCONT it declares the live exchanges dead "
+    "('silent for 0.6 s: declared dead') and tells the publishers still listening to it; in "
+    "one run its host re-registered (+7.1 s) before the GCM's repair re-placed the monitor "
+    "(+7.7 s), so nothing stopped it, and it answered those publishers 'queue q1 has no live "
+    "exchange' for 30 s. In another, the deposed GCM of that machine deleted the new leader's "
+    "znode (fixed here: coordination/election.py). In a third, 107 messages acknowledged "
+    "before the SIGSTOP (all producers) were missing from the read from the beginning, as "
+    "after kill -9 (the replaced exchange's log not replayed from its copy). Needs monitor "
+    "fencing by lease/epoch, a repair that does not race the host's return, and the re-copy "
+    "of lost logs (issue 18). Not strict: it passed once (8.96 s)"
+)
+STALE_EXCHANGE = (
+    "fencing, intermittent (lost 17 acknowledged messages in 1 of 3 runs): in the second after "
+    "the heal, before m1's host learned that its session had expired and stopped its monitor "
+    "and exchange (+8.8 s), m1's stale monitor (which had declared m2's exchange dead while "
+    "cut off) moved producer p2 to m1's stale exchange, which acknowledged p2's messages "
+    "227-243 (acks=all with no in-sync replica: leader only); that exchange had already been "
+    "replaced (Lost) and its copy on m2 ends before them, so the read from the beginning "
+    "misses them (the live subscriber had them). Needs exchange and monitor fencing by "
+    "lease/epoch (issue 18). Not strict: intermittent"
+)
+FULL_DISK = (
+    "availability: while m1's log disk is full, its exchange refuses every batch with a reason "
+    "(1057 refusals, 'fail' in the history) and nothing moves its publishers to the exchange "
+    "on m2, whose disk has room: they are acknowledged again only after the disk is freed "
+    "(longest gap 11.65 s = the fault's length, bound 9 s). The monitor would have to treat "
+    "an exchange that refuses for want of space as unavailable and re-place its publishers"
+)
+RESTART_LOSS = (
+    "acknowledged loss, intermittent (1 of 3 runs): the read from the beginning missed p2's "
+    "first 135 messages (acked on m2's exchange before m2's restart; the live subscriber had "
+    "them, and m2's log still held offsets 0..10150 after the restart). The reader's first "
+    "batch of that stream was seq 136, from another exchange, delivered at once with no gap "
+    "wait; the Sequencer does that for a replay from the beginning only for the first batch of "
+    "a stream from a feed that reported READ_EVICTED (client/sequencer.py `_forgiven`), after "
+    "which the older part from m2's log is dropped as already delivered. Likely path, not "
+    "confirmed (that run had no client INFO log). The restart of m1, the monitor's host, also "
+    "counts as a host loss after host.loss.grace 0.5 s and is repaired while m1 comes back. "
+    "Not strict: intermittent"
+)
+
+
+def _assert_passes(run: FaultRun, report: Report, acks_all: bool = True) -> None:
+    print(report.summary())  # shown with -s, and in the failure report
+    detail = f"{report.summary()}\n{run.diagnostics()}"
+    if acks_all:
+        assert report.acked_missing == [], detail
+    assert report.order_violations == [], detail
+    assert report.duplicates == [], detail
+    assert report.never_sent == [], detail
+    assert report.counts.get("ok", 0) > 0 and report.faults, detail
+    for fault in report.faults:
+        assert fault.resume_s <= RESUME_BOUND_S, f"{fault.name} resumed late\n{detail}"
+
+
+def _heal_and_settle(run: FaultRun, name: str, from_heal: bool = False) -> None:
+    healed = run.nemesis(name, "heal", from_heal)
+    run.cluster.wait_hosts(3, HEAL_WAIT_S)
+    run.wait_acks(after=healed, count=10, timeout_s=ACKS_AFTER_HEAL_S)
+
+
+def _kill_m1(fault_run: FaultRun) -> None:
+    fault_run.start()
+    m1 = fault_run.cluster.machine("m1")
+    fault_run.nemesis("kill -9 m1", "start")
+    fault_run.cluster.kill_machine(m1)
+    fault_run.wait_acks(after=time.time(), count=5, timeout_s=RESUME_BOUND_S + 30)
+    fault_run.cluster.restart_machine(m1)
+    _heal_and_settle(fault_run, "kill -9 m1")
+
+
+@pytest.mark.xfail(strict=False, reason=SLOW_REPAIR)
+def test_kill_9_of_every_process_of_a_machine(fault_run: FaultRun) -> None:
+    _kill_m1(fault_run)
+    _assert_passes(fault_run, fault_run.finish())
+
+
+@pytest.mark.xfail(strict=False, reason=SLOW_REPAIR)
+def test_kill_9_of_a_machine_with_acks_leader(tmp_path: Path, network: Network) -> None:
+    run = FaultRun(tmp_path, network, acks="leader")
+    try:
+        _kill_m1(run)
+        report = run.finish()
+        # acks=leader promises nothing for a batch the lost machine held alone: counted, and
+        # quoted in docs/guarantees.md, not asserted
+        print(f"acks=leader: {len(report.acked_missing)} acknowledged messages missing")
+        _assert_passes(run, report, acks_all=False)
+    finally:
+        run.close()
+
+
+@pytest.mark.xfail(strict=False, reason=STALE_MONITOR)
+def test_sigstop_of_a_machine_past_its_session_timeout(fault_run: FaultRun) -> None:
+    fault_run.start()
+    m1 = fault_run.cluster.machine("m1")
+    fault_run.nemesis("SIGSTOP m1", "start")
+    stopped = m1.signal_all(signal.SIGSTOP)
+    assert stopped, "m1 has no processes"
+    time.sleep(SESSION_S + 3)  # the fault's length: past the session timeout
+    m1.signal_all(signal.SIGCONT)
+    _heal_and_settle(fault_run, "SIGSTOP m1")
+    _assert_passes(fault_run, fault_run.finish())
+
+
+@pytest.mark.xfail(strict=False, reason=STALE_EXCHANGE)
+def test_partition_of_a_machine_then_healed(fault_run: FaultRun) -> None:
+    fault_run.start()
+    m1 = fault_run.cluster.machine("m1")
+    fault_run.nemesis("partition m1", "start", from_heal=True)
+    m1.partition()
+    time.sleep(SESSION_S + 4)  # the fault's length: past the session timeout
+    m1.heal_partition()
+    _heal_and_settle(fault_run, "partition m1", from_heal=True)
+    _assert_passes(fault_run, fault_run.finish())
+
+
+def test_slow_link_of_a_machine(fault_run: FaultRun) -> None:
+    fault_run.start()
+    m1 = fault_run.cluster.machine("m1")
+    fault_run.nemesis("slow link m1", "start")
+    m1.slow("256kbit")
+    time.sleep(10)  # the fault's length
+    m1.heal_slow()
+    _heal_and_settle(fault_run, "slow link m1")
+    _assert_passes(fault_run, fault_run.finish())
+
+
+def test_zookeeper_leader_killed(fault_run: FaultRun) -> None:
+    fault_run.start()
+    leader = fault_run.cluster.zk_leader()
+    assert leader is not None
+    zk = next(p for p in fault_run.cluster.on(leader) if p.name.startswith("zk-"))
+    assert zk.process is not None
+    fault_run.nemesis(f"ZooKeeper leader on {leader.name} killed", "start")
+    zk.process.send_signal(signal.SIGKILL)
+    zk.reap()
+    fault_run.wait_acks(after=time.time(), count=5, timeout_s=RESUME_BOUND_S + 30)
+    zk.start()
+    _heal_and_settle(fault_run, f"ZooKeeper leader on {leader.name} killed")
+    _assert_passes(fault_run, fault_run.finish())
+
+
+def _fill(path: Path) -> Path:
+    """Write zeros until the file system is full (ENOSPC)."""
+    filler = path / "filler"
+    chunk = b"\0" * (1 << 20)
+    with filler.open("wb") as handle:
+        while True:
+            try:
+                handle.write(chunk)
+                handle.flush()
+            except OSError as error:
+                assert error.errno == errno.ENOSPC, error
+                break
+    return filler
+
+
+@pytest.mark.xfail(strict=True, reason=FULL_DISK)
+def test_full_log_disk_on_a_machine(tmp_path: Path, network: Network) -> None:
+    log_dir = tmp_path / "m1-log"
+    network.tmpfs(log_dir, "64m")
+    run = FaultRun(tmp_path, network)
+    try:
+        run.start(log_dirs={"m1": log_dir})
+        run.nemesis("full log disk m1", "start")
+        filler = _fill(log_dir)
+        time.sleep(RESUME_BOUND_S + 3)  # longer than the bound: a stuck publisher fails it
+        filler.unlink()
+        _heal_and_settle(run, "full log disk m1")
+        _assert_passes(run, run.finish())
+    finally:
+        run.close()
+
+
+@pytest.mark.xfail(strict=False, reason=RESTART_LOSS)
+def test_rolling_restart_of_every_machine(fault_run: FaultRun) -> None:
+    fault_run.start()
+    for name in ("m3", "m2", "m1"):
+        machine = fault_run.cluster.machine(name)
+        fault_run.nemesis(f"restart {name}", "start")
+        fault_run.cluster.stop_gracefully(machine)
+        fault_run.cluster.restart_machine(machine)
+        _heal_and_settle(fault_run, f"restart {name}")
+    _assert_passes(fault_run, fault_run.finish())
