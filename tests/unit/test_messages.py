@@ -25,7 +25,7 @@ from roq.protocol.commands import (
     Result,
     StatCommand,
 )
-from roq.protocol.messages import admin, control, host, kpi, monitor
+from roq.protocol.messages import admin, control, groups, host, kpi, monitor
 from roq.protocol.rules import RuleSet
 
 FRONT, BACK = "tcp://127.0.0.1:18000", "tcp://127.0.0.1:18001"
@@ -72,11 +72,37 @@ def _std(cls: Any) -> tuple[Encode, Decode]:
 
 # (name, message, encode, decode, fields that may be left out)
 CASES: list[tuple[str, Any, Encode, Decode, frozenset[str]]] = [
-    ("report", monitor.ExchangeReport(IDENTITY, LOAD), *_std(monitor.ExchangeReport), frozenset()),
+    ("report", monitor.ExchangeReport(IDENTITY, LOAD), *_std(monitor.ExchangeReport),
+     frozenset({"End", "Cuts"})),
+    ("report with slot cuts",
+     monitor.ExchangeReport(IDENTITY, dataclasses.replace(LOAD, end=9000, cuts=(4000, 8000))),
+     *_std(monitor.ExchangeReport), frozenset({"End", "Cuts"})),
+    ("group join", groups.GroupJoin("g1", "c1", "now", True), *_std(groups.GroupJoin),
+     frozenset({"From", "Ordered"})),
+    ("joined", groups.Joined(30000, 1000, 5, False, "q1.g1.dlq"), *_std(groups.Joined),
+     frozenset({"RESULT", "COMMENT"})),
+    ("group lease request", groups.ConsumerRequest(MonitorCommand.GROUP_LEASE, "g1", "c1"),
+     *_std(groups.ConsumerRequest), frozenset({"Slot"})),
+    ("lease", groups.Lease("x1@0", "x1", "tcp://127.0.0.1:18003", "", 0, 4096, 10, (0, 3),
+                           (4, 5), (1, 2)), *_std(groups.Lease),
+     frozenset({"RESULT", "COMMENT", "Settled", "Counted", "Deliveries", "NotBefore"})),
+    ("settle", groups.Settle("g1", "c1", "x1@0", 10, (0, 1), (groups.Nack(2, -1, "busy"),),
+                             (3,), (4, 5)), *_std(groups.Settle),
+     frozenset({"Count", "Acks", "Nacks", "Dead", "Give"})),
+    ("settled", groups.Settled((4,), (1,), (5,), (5,), ("boom",), 1, False, False),
+     *_std(groups.Settled), frozenset({"RESULT", "COMMENT", "Given", "Deliveries", "Expired",
+                                        "ExpiredCounts"})),
+    ("groups", groups.Groups((groups.GroupView("g1", False, 2, 1, 10, 0, 0, 3, 7, 1, "q1.g1.dlq",
+                                               (groups.ConsumerView("c1", 1, 3, 7, 0.5),)),)),
+     *_std(groups.Groups), frozenset({"RESULT", "COMMENT"})),
+    ("group info", groups.GroupInfo("g1", "q1"), *_std(groups.GroupInfo),
+     frozenset({"QName", "Group"})),
+    ("group delete", groups.GroupDelete("g1", "q1"), *_std(groups.GroupDelete),
+     frozenset({"QName"})),
     ("leaving", monitor.ExchangeReport(IDENTITY, None, leaving=True),
      *_std(monitor.ExchangeReport), frozenset()),
     ("leaving with load", monitor.ExchangeReport(IDENTITY, LOAD, leaving=True),
-     *_std(monitor.ExchangeReport), frozenset()),
+     *_std(monitor.ExchangeReport), frozenset({"End", "Cuts"})),
     ("pulse", monitor.ExchangePulse("x1", FRONT, 1.7e9, 0.05), *_std(monitor.ExchangePulse),
      frozenset()),
     ("subscriptions", monitor.ExchangeSubscriptions(IDENTITY, 4),
@@ -388,7 +414,7 @@ def test_the_report_keeps_its_field_names_on_the_wire():
     assert set(monitor.ExchangeReport(IDENTITY, LOAD).encode()) == {
         "CMD", "QName", "Id", "Front", "Back", "Period", "Started", "Log", "Host", "Msgs",
         "Bytes", "Producers", "Top", "CPU", "RSS", "Load", "Bad", "TotalMsgs", "TotalBytes",
-        "Copies", "Subs",
+        "Copies", "Subs", "End", "Cuts",
     }  # fmt: skip
     assert set(monitor.ExchangeReport(IDENTITY, None, leaving=True).encode()) == {
         "CMD", "QName", "Id", "Front", "Back", "Period", "Started", "Log", "Host",

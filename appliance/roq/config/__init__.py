@@ -22,6 +22,7 @@ from roq.config.components import (
     ScalingConfig,
     Thresholds,
     UpSettings,
+    WorkSettings,
     ZooKeeperSettings,
     log_settings,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "Thresholds",
     "UpSettings",
     "Value",
+    "WorkSettings",
     "ZooKeeperSettings",
     "load",
     "load_gcm",

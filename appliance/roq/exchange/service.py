@@ -206,6 +206,11 @@ class Exchange:
         self._subscriptions_told = 0
         self._next_subscriptions_notice = 0.0
         self.accepted_bytes = 0  # the offset the next batch would have in the log
+        # Work queues: where the log's slots end (monitor/slots.py), the latest few
+        self.slot_cuts: collections.deque[int] = collections.deque(
+            maxlen=limits.work_cuts_reported_max
+        )
+        self._slot_messages = 0  # appended since the last cut
         self.leaving_since: float | None = None
         self.started = time.time()  # tells the monitor a restarted exchange from its old self
         self._last_inbound = time.monotonic()
@@ -461,6 +466,10 @@ class Exchange:
             stamped = bytearray(batch)  # the log stamps the offset in place: forward those bytes
             offset = self.log.append(stamped, header)
             self.back.send_multipart([header.key, stamped], copy=False)
+            self._slot_messages += header.count  # work queues: one add per batch
+            if self._slot_messages >= self.settings.slot_messages:
+                self.slot_cuts.append(offset + header.size)
+                self._slot_messages = 0
         else:
             offset = self.accepted_bytes
             self.back.send_multipart([header.key, batch], copy=False)
@@ -498,6 +507,8 @@ class Exchange:
             total_bytes=self.load.total_bytes,
             copies=self._copies(),
             subscriptions=self.subscriptions,
+            end=self.log.end_offset if self.log is not None else 0,
+            cuts=tuple(self.slot_cuts),
         )
         self._send_report(ExchangeReport(self._identity(), load, leaving=bool(self.leaving_since)))
 

@@ -1,0 +1,132 @@
+"""Work queues on a real cluster: consumer groups over slots (docs/guarantees.md, "Consumer
+groups"). Consumers are `roq work` processes or `Consumer`s in this process; every kill is real."""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import bson
+import pytest
+
+from roq.client.consumer import Consumer
+from roq.client.publisher import Publisher
+from roq.client.subscriber import Subscriber
+from roq.system.spawn import child_environment, roq_command
+from roq.testing.cluster import LocalCluster, wait_for
+
+pytestmark = pytest.mark.integration
+
+LEASE_S = 2.0
+WORK = {"work.slot.messages": 100, "work.slot.ms": 200, "work.lease.ms": int(LEASE_S * 1000)}
+
+
+def _start(cluster: LocalCluster, hosts: int = 1, **overrides: Any) -> None:
+    cluster.start_gcm()
+    for n in range(hosts):
+        cluster.start_host(f"h{n + 1}", **{**WORK, **overrides})
+    cluster.wait_ready(hosts)
+    with cluster.admin() as admin:
+        admin.create_queue("q1", host="h1")
+
+
+def _publish(cluster: LocalCluster, count: int, prefix: str = "m", key: bytes = b"") -> list[str]:
+    sent = [f"{prefix}{n}" for n in range(count)]
+    # small batches: a slot holds whole batches, and 64 KiB ones hold 5,000 of these messages
+    with Publisher("q1", gcm=cluster.gcm, acks="leader", batch_bytes=512) as publisher:
+        for payload in sent:
+            publisher.send(payload.encode(), key)
+        publisher.flush()
+    return sent
+
+
+def _worker(cluster: LocalCluster, tmp: Path, name: str, *args: str) -> subprocess.Popen[bytes]:
+    with (tmp / f"{name}.err").open("wb") as err:
+        return subprocess.Popen(
+            roq_command("work", "q1", "--group", "g", "--gcm", cluster.gcm, *args),
+            env=child_environment(), stdout=subprocess.PIPE, stderr=err,
+            start_new_session=True,
+        )  # fmt: skip
+
+
+def _consumers(cluster: LocalCluster, group: str = "g") -> int:
+    with cluster.admin(timeout_ms=2000, retries=1) as admin:
+        return len(admin.get_group("q1", group).consumers)
+
+
+def test_four_consumers_share_the_messages_each_acked_exactly_once(
+    cluster: LocalCluster, tmp_path: Path
+):
+    _start(cluster)
+    workers = [_worker(cluster, tmp_path, f"w{n}", "--timeout", "8") for n in range(4)]
+    wait_for(lambda: _consumers(cluster) == 4, 30, "four consumers joined\n" + cluster.logs())
+    sent = _publish(cluster, 10_000)
+    outputs = [w.communicate(timeout=120)[0].decode().split() for w in workers]
+    taken = [line for out in outputs for line in out]
+    duplicates = [m for m, n in collections.Counter(taken).items() if n > 1]
+    assert not duplicates, f"handed out twice: {duplicates[:10]}"
+    assert sorted(taken) == sorted(sent), cluster.logs()
+    shares = [len(out) / len(sent) for out in outputs]
+    assert all(0.15 <= share <= 0.35 for share in shares), shares
+    with cluster.admin() as admin:
+        [group] = admin.list_groups("q1")
+    assert (group.acked, group.lag, group.in_flight) == (10_000, 0, 0)
+
+
+def test_a_killed_consumers_messages_go_to_another_within_the_lease(
+    cluster: LocalCluster, tmp_path: Path
+):
+    _start(cluster)
+    holder = _worker(cluster, tmp_path, "holder", "--exec", "sleep 600")
+    wait_for(lambda: _consumers(cluster) == 1, 30, "the holder joined\n" + cluster.logs())
+    sent = _publish(cluster, 20)
+
+    def held() -> int:
+        with cluster.admin(timeout_ms=2000, retries=1) as admin:
+            return admin.get_group("q1", "g").in_flight
+
+    wait_for(lambda: held() == 20, 15, "the holder leased the 20 messages\n" + cluster.logs())
+    with Consumer("q1", "g", gcm=cluster.gcm) as other:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait(timeout=10)
+        killed_at = time.monotonic()
+        taken = []
+        for delivery in other.deliveries(count=20, timeout_s=LEASE_S + 5):
+            taken.append(delivery.payload.decode())
+            assert delivery.deliveries == 2  # handed to the holder once, now to us
+            delivery.ack()
+        within = time.monotonic() - killed_at
+    assert sorted(taken) == sorted(sent)
+    assert within <= LEASE_S + 1.0, f"redelivered {within:.2f} s after the kill"
+
+
+def test_a_poison_message_reaches_the_dead_letters_after_max_deliveries(
+    cluster: LocalCluster, tmp_path: Path
+):
+    _start(cluster)
+    _publish(cluster, 1, prefix="poison")
+    _publish(cluster, 3, prefix="fine")
+    # The worker dies (kill -9 of itself) on the poison message, every time it gets it.
+    crash = 'read p; if [ "$p" = poison0 ]; then kill -9 $PPID; sleep 5; fi'
+    crashes = 0
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        worker = _worker(cluster, tmp_path, f"w{crashes}", "--exec", crash, "--timeout", "6")
+        code = worker.wait(timeout=60)
+        if code != -signal.SIGKILL:
+            break
+        crashes += 1
+    assert crashes == 5, f"{crashes} crashes\n{cluster.logs()}"
+    with Subscriber("q1.g.dlq", gcm=cluster.gcm, start="beginning") as dead:
+        [letter] = [bson.decode(r.payload) for r in dead.messages(count=1, timeout_s=20)]
+    assert letter["Payload"] == b"poison0"
+    assert (letter["Queue"], letter["Group"], letter["Deliveries"]) == ("q1", "g", 5)
+    assert letter["Exchange"] and letter["Offset"] == 0 and letter["Reason"]
+    with cluster.admin() as admin:
+        group = admin.get_group("q1", "g")
+    assert (group.dead_letters, group.acked, group.lag) == (1, 3, 0)
