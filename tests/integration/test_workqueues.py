@@ -4,9 +4,11 @@ groups"). Consumers are `roq work` processes or `Consumer`s in this process; eve
 from __future__ import annotations
 
 import collections
+import itertools
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,7 @@ from roq.client.consumer import Consumer
 from roq.client.publisher import Publisher
 from roq.client.subscriber import Subscriber
 from roq.system.spawn import child_environment, roq_command
-from roq.testing.cluster import LocalCluster, wait_for
+from roq.testing.cluster import LocalCluster, processes_with, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -130,3 +132,123 @@ def test_a_poison_message_reaches_the_dead_letters_after_max_deliveries(
     with cluster.admin() as admin:
         group = admin.get_group("q1", "g")
     assert (group.dead_letters, group.acked, group.lag) == (1, 3, 0)
+
+
+def _pids(cluster: LocalCluster, fragment: str) -> list[int]:
+    """This cluster's processes whose command line holds `fragment` (other tests on the machine
+    run queues named q1 too: the cluster's own log directory tells them apart)."""
+    marker = str(cluster.tmp)
+    return [
+        pid
+        for pid in processes_with(fragment)
+        if marker in Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
+    ]
+
+
+def _restart(cluster: LocalCluster, fragment: str) -> None:
+    """kill -9 one process; its host starts it again (same command line, same ports)."""
+    [pid] = _pids(cluster, fragment)
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: _pids(cluster, fragment) not in ([], [pid]), 20, f"{fragment} restarted")
+
+
+def test_kill_9_of_the_monitor_and_an_exchange_loses_nothing_and_repeats_no_ack(
+    cluster: LocalCluster,
+):
+    _start(cluster, hosts=2, **{"exchange.max.perhost": 4})
+    with cluster.admin() as admin:
+        second = admin.create_exchange("q1", "work-tx-h2", host="h2").exchange.fields()
+    first = next(x for x in _status_exchanges(cluster) if x != second["Id"])
+    sent = _publish(cluster, 1000, prefix="a") + _publish(cluster, 1000, prefix="b")
+    acked: set[str] = set()
+    again: list[str] = []
+    kills = {400: "monitor q1 --bind", 1000: first}
+    with Consumer("q1", "g", gcm=cluster.gcm) as consumer:
+        for delivery in consumer.deliveries(timeout_s=30):
+            payload = delivery.payload.decode()
+            if payload in acked:
+                again.append(payload)
+            delivery.ack()
+            consumer.flush()  # confirmed: from here on it must never come back
+            acked.add(payload)
+            if len(acked) in kills:
+                _restart(cluster, kills.pop(len(acked)))
+            if len(acked) == len(sent):
+                break
+    assert not again, f"acknowledged, then delivered again: {again[:10]}"
+    assert acked == set(sent), f"{len(set(sent) - acked)} lost\n{cluster.logs()}"
+    assert not kills
+
+
+def _status_exchanges(cluster: LocalCluster) -> list[str]:
+    with cluster.admin() as admin:
+        [queue] = admin.status().queues
+    return [x.fields()["Id"] for x in queue.exchanges]
+
+
+def test_ordered_mode_keeps_each_key_in_order_on_one_consumer_at_a_time(cluster: LocalCluster):
+    _start(cluster)
+    events: list[tuple[str, str, int, float, float]] = []  # consumer, key, n, got, acked
+    lock = threading.Lock()
+    first_in = threading.Event()
+
+    def work(name: str, leave_after: int | None = None) -> None:
+        with Consumer("q1", "g", gcm=cluster.gcm, ordered=True) as consumer:
+            first_in.set()
+            for taken, delivery in enumerate(consumer.deliveries(timeout_s=4), 1):
+                got = time.monotonic()
+                time.sleep(0.0005)
+                delivery.ack()
+                key, n = delivery.payload.decode().split("-")
+                with lock:
+                    events.append((name, key, int(n), got, time.monotonic()))
+                if taken == leave_after:
+                    return  # leaves the group with its slot
+
+    threads = [threading.Thread(target=work, args=("a",))]
+    threads[0].start()
+    first_in.wait(30)
+    with Publisher("q1", gcm=cluster.gcm, acks="leader", batch_bytes=512) as publisher:
+        for n in range(300):
+            for k in range(4):
+                publisher.send(f"k{k}-{n}".encode(), f"k{k}".encode())
+        publisher.flush()
+    threads.append(threading.Thread(target=work, args=("leaver", 150)))
+    threads[1].start()
+    time.sleep(0.5)  # a consumer joining mid-stream
+    threads.append(threading.Thread(target=work, args=("joiner",)))
+    threads[2].start()
+    for thread in threads:
+        thread.join(timeout=120)
+    by_key: dict[str, list[tuple[str, str, int, float, float]]] = collections.defaultdict(list)
+    for event in sorted(events, key=lambda e: e[3]):
+        by_key[event[1]].append(event)
+    assert sorted(by_key) == ["k0", "k1", "k2", "k3"]
+    for key, seen in by_key.items():
+        assert [e[2] for e in seen] == list(range(300)), f"{key} out of order or incomplete"
+        for before, after in itertools.pairwise(seen):
+            if before[0] != after[0]:  # handed over: the first let go before the next took it
+                assert before[4] <= after[3], f"{key}: {before} and {after} overlap"
+    assert {e[0] for e in events} >= {"a", "leaver"}
+
+
+def test_an_exchange_added_during_consumption_is_consumed_too(cluster: LocalCluster):
+    _start(cluster, hosts=2, **{"exchange.max.perhost": 4, "exchange.warmup": 200})
+    sent = _publish(cluster, 500, prefix="old")
+    taken: dict[str, str] = {}
+    with Consumer("q1", "g", gcm=cluster.gcm) as consumer:
+        for delivery in consumer.deliveries(count=250, timeout_s=20):
+            taken[delivery.payload.decode()] = delivery.exchange
+            delivery.ack()
+        with cluster.admin() as admin:
+            added = admin.create_exchange("q1", "work-scale-out", host="h2").exchange.fields()
+        wait_for(lambda: len(_status_exchanges(cluster)) == 2, 20, "the second exchange")
+        # new publishers go to the exchange with the fewest: the new one
+        sent += _publish(cluster, 500, prefix="new1") + _publish(cluster, 500, prefix="new2")
+        for delivery in consumer.deliveries(timeout_s=10):
+            taken[delivery.payload.decode()] = delivery.exchange
+            delivery.ack()
+            if len(taken) == len(sent):
+                break
+    assert set(taken) == set(sent), f"{len(set(sent) - set(taken))} never consumed"
+    assert added["Id"] in set(taken.values()), "nothing came from the new exchange"
