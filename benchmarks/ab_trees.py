@@ -103,7 +103,7 @@ def bench(tree: Path, base: int, args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> None:
     trees = {"a": Path(args.a), "b": Path(args.b)}
-    bases = {"a": args.base, "b": args.base + 2000}
+    bases = {"a": args.base, "b": args.base + args.b_offset}
     clusters = {}
     try:
         for side in ("a", "b"):
@@ -149,6 +149,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--payload", type=int, default=100)
     parser.add_argument("--base", type=int, default=41000, help="ports.base of cluster A")
+    parser.add_argument("--b-offset", type=int, default=2000, help="cluster B's ports.base - A's")
     parser.add_argument("--zk-port", type=int, default=2181)
     parser.add_argument("-D", dest="define", action="append", default=[], help="key=value")
     parser.add_argument("--bench", nargs=argparse.REMAINDER, default=[], help="more bench args")

@@ -31,6 +31,14 @@ client_retry_backoff_ms = 300
 host_loss_check_s = 1.0  # the leading GCM looks for lost hosts this often
 host_loss_queues_per_pass = 8  # queues re-placed per check at most: bounded work per pass
 host_loss_gone_max = 1_000  # gone hosts the GCM remembers (and `roq status` lists)
+# a host that missed "monitor moved" (1013) is asked again after 1 s, 2 s, 4 s … up to 30 s,
+# until it answers, is lost, or no longer runs an exchange of the queue
+monitor_moved_retry_first_s = 1.0
+monitor_moved_retry_max_s = 30.0
+monitor_moved_untold_max = 1_000  # (queue, host) pairs waiting to be told again, at most
+host_loss_stop_join_s = 5.0  # the GCM's close waits this long for its repair thread
+# a repair's wait on a host ends this soon after the GCM lost the lead (transport/rpc.py)
+request_cancel_poll_ms = 100
 # a publisher whose oldest unconfirmed batch (or flush) has waited this long asks the GCM
 # whether its queue's monitor moved (client/publisher.py)
 publisher_monitor_check_ms = 2_000
@@ -74,6 +82,12 @@ host_name_wait_sessions = 1.5
 host_name_wait_margin_s = 2.0
 host_name_wait_poll_s = 0.5
 zk_probe_timeout_s = 1.0  # a shutdown skips its ZooKeeper clean-up if a probe waits longer
+# Fencing (host/fencing.py): a host's children act only under a lease this share of
+# zk.session.timeout long, renewed this many times per lease while the host's session answers.
+# Shorter than the session, so the lease of a host cut off ends before ZooKeeper expires it
+# (and the GCM re-places its work host.loss.grace later): docs/guarantees.md §10.
+host_lease_session_share = 0.5
+host_lease_renewals = 4
 zk_client_session_ms = 4_000  # the session of a client that only looks the GCM leader up
 # A new GCM leader retries creating its leader znode this many times, 0.1 s apart, while its
 # predecessor's ephemeral one vanishes with that session (coordination/election.py).
@@ -152,6 +166,13 @@ replication_refused_retry_s = 0.5
 # What a refusal echoes back: the leader id frame as sent (cut), and the reason.
 replication_leader_id_bytes_max = 256
 replication_refusal_chars_max = 300
+# A gone exchange's log is copied again (until it has replicationFactor complete copies on
+# live exchanges) once its exchange has been gone this long: past a restart by its host (whose
+# back-off reaches child_restart_backoff_ms_max only after several fast failures), well within
+# the time a lost host's work takes to be re-placed. The copy is the replication sender's, so
+# it is windowed like replication (replication_window_bytes per target, 1 MiB per frame).
+recopy_grace_s = 5.0
+recopy_targets_max = 8  # targets one exchange sends copies of gone logs to at once
 
 # --- data plane: subscribers --------------------------------------------------------------
 subscriber_hwm_batches = 10_000  # batches ZeroMQ queues for one subscriber socket

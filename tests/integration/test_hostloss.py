@@ -5,16 +5,25 @@ stale."""
 from __future__ import annotations
 
 import json
+import os
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from roq.client.publisher import Publisher
+from roq.client.locate import locate_monitor
+from roq.client.publisher import Publisher, PublishTimeout
 from roq.client.subscriber import Subscriber
+from roq.errors import RoqError
+from roq.protocol.bsonmsg import Reply
+from roq.protocol.messages.monitor import PublisherInit
+from roq.protocol.ports import MonitorPort
 from roq.testing.cluster import Daemon, LocalCluster, processes_with, wait_for
+from roq.transport import new_context
+from roq.transport.rpc import Requester
 
 pytestmark = pytest.mark.integration
 
@@ -43,12 +52,13 @@ def _processes_of(cluster: LocalCluster, host: str, queue: str = "q1") -> list[i
     ]
 
 
-def _two_hosts(cluster: LocalCluster) -> tuple[Daemon, Daemon]:
+def _two_hosts(cluster: LocalCluster, **host: Any) -> tuple[Daemon, Daemon]:
     """q1's monitor and first exchange on h1, a second exchange on h2 (R=2: each log is copied
     on the other exchange)."""
     cluster.start_gcm(**{"host.loss.grace": GRACE_MS})
-    h1 = cluster.start_host("h1", **{"exchange.max.perhost": 4, "exchange.warmup": 500})
-    h2 = cluster.start_host("h2", **{"exchange.max.perhost": 4, "exchange.warmup": 500})
+    settings = {"exchange.max.perhost": 4, "exchange.warmup": 500, **host}
+    h1 = cluster.start_host("h1", **settings)
+    h2 = cluster.start_host("h2", **settings)
     cluster.wait_ready(hosts=2)
     with cluster.admin() as admin:
         admin.create_queue("q1", "h1")
@@ -107,9 +117,14 @@ def test_the_monitors_host_killed_publishers_move_and_a_subscriber_joins(
     joined_s = time.monotonic() - killed
     victim.flush(timeout_s=JOIN_BOUND_S + 10)
     moved_s = time.monotonic() - killed
-    quiet.send(b"none-after")  # acks=none: its flush's drain, unanswered, makes it follow too
-    quiet.flush(timeout_s=JOIN_BOUND_S + 10)
-    assert quiet.exchange != lost_front and quiet.moves >= 1
+
+    def quiet_moved() -> bool:  # acks=none, no flush: its probe goes unanswered, it follows
+        quiet.send(b"none-after")
+        return quiet.moves >= 1
+
+    wait_for(quiet_moved, 15, f"acks=none publisher followed\n{cluster.logs()}", interval_s=0.2)
+    quiet.flush(timeout_s=10)
+    assert quiet.exchange != lost_front
     print(f"joined {joined_s:.1f} s, acknowledged {moved_s:.1f} s after the kill")  # with -s
     assert joined_s < JOIN_BOUND_S, f"joined {joined_s:.1f} s after the kill\n{cluster.logs()}"
     acknowledged += after
@@ -184,3 +199,337 @@ def test_a_host_stalled_past_its_session_stops_what_was_re_placed(cluster: Local
     wait_for(lambda: not _processes_of(cluster, "h1"), 20, f"h1's stale children stopped\n"
              f"{h1.log_text()[-3000:]}")  # fmt: skip
     assert "was re-placed while this host was gone" in h1.log_text()
+
+
+# --- a lost log gets replicationFactor copies again ----------------------------------------
+def _live(cluster: LocalCluster) -> dict[str, Any]:
+    """q1's STATUS as its monitor answers it (through `roq status --json`)."""
+    live = _queue(cluster).get("Live")
+    assert live, "q1's monitor does not answer"
+    return dict(live)
+
+
+def _copies_of(cluster: LocalCluster, leader: str) -> dict[str, int]:
+    """Exchange id → end of its copy of the gone `leader`'s log, as the monitor lists them."""
+    dead = [c for c in _live(cluster)["Copies"] if c["Id"] == leader]
+    return {r["Id"]: r["End"] for r in dead[0]["Replicas"]} if dead else {}
+
+
+def _copy_dirs(cluster: LocalCluster, hosts: list[str], leader: str) -> dict[str, Path]:
+    """The directories holding a copy of `leader`'s log on `hosts`, by the holder's id."""
+    found = {}
+    for host in hosts:
+        for path in (cluster.tmp / host / "log" / "_replicas" / "q1").glob(f"{leader}@*"):
+            found[path.name.split("@", 1)[1]] = path
+    return found
+
+
+def _segments(directory: Path) -> bytes:
+    return b"".join(path.read_bytes() for path in sorted(directory.glob("*.log")))
+
+
+def _read_all(cluster: LocalCluster, wanted: dict[str, list[str]], timeout_s: float) -> None:
+    """A subscriber from the beginning reads every message of `wanted` (tag → in order)
+    exactly once, each producer in its order."""
+    sub = Subscriber("q1", gcm=cluster.gcm, start="beginning", join_timeout_s=30)
+    got: dict[str, list[str]] = {tag: [] for tag in wanted}
+    total = sum(len(v) for v in wanted.values())
+    deadline = time.monotonic() + timeout_s
+    try:
+        while sum(len(v) for v in got.values()) < total and time.monotonic() < deadline:
+            for record in sub.messages(count=100, timeout_s=1):
+                text = record.payload.decode()
+                got[text.split("-", 1)[0]].append(text)
+    finally:
+        sub.close()
+    assert got == wanted, (
+        {t: (len(got[t]), len(wanted[t])) for t in wanted},
+        _live(cluster)["Copies"],
+        cluster.logs(),
+    )
+
+
+def test_a_lost_log_is_copied_again_and_survives_a_second_host_loss(
+    cluster: LocalCluster,
+) -> None:
+    """Issue 18's first test: three hosts, R=2, acks=all publishers running; the host with the
+    monitor and a publisher's exchange is killed with all its processes."""
+    cluster.start_gcm(**{"host.loss.grace": GRACE_MS})
+    hosts = {
+        name: cluster.start_host(name, **{"exchange.max.perhost": 4, "exchange.warmup": 500})
+        for name in ("h1", "h2", "h3")
+    }
+    cluster.wait_ready(hosts=3)
+    with cluster.admin() as admin:
+        admin.create_queue("q1", "h1")
+        admin.create_exchange("q1", "recopy-tx-h2", host="h2")
+        admin.create_exchange("q1", "recopy-tx-h3", host="h3")
+    for name in ("h2", "h3"):
+        wait_for(lambda n=name: len(_processes_of(cluster, n)) == 1, 15, f"q1's exchange on {name}")
+    time.sleep(1.5)  # past exchange.warmup: every exchange takes publishers
+    lost_id = next(x["Id"] for x in _queue(cluster)["Exchanges"] if x["Host"] == "h1")
+    victim, others = _publisher_on(cluster, "h1")
+    bystander = others[0] if others else Publisher("q1", gcm=cluster.gcm, acks="all", linger_ms=1)
+    acknowledged = {
+        "victim": _send_acknowledged(victim, "victim", 300, 20),
+        "bystander": _send_acknowledged(bystander, "bystander", 300, 20),
+    }
+
+    cluster.kill(hosts["h1"])  # its process group: the monitor and the exchange die with it
+    killed = time.monotonic()
+    after = [f"victim-{n}" for n in range(300, 400)]
+    for line in after:
+        victim.send(line.encode())
+    victim.flush(timeout_s=JOIN_BOUND_S + 10)
+    resumed_s = time.monotonic() - killed
+    assert resumed_s < JOIN_BOUND_S, f"acknowledged {resumed_s:.1f} s after the kill"
+    acknowledged["victim"] += after
+    acknowledged["bystander"] += _send_acknowledged(bystander, "bystander-after", 100, 20)
+    # The copy it was replicated to (an earlier, shorter copy may be there too, from before the
+    # third exchange joined): the longest the new monitor lists, before any copy is made again.
+    listed = wait_for(lambda: _copies_of(cluster, lost_id), 10, f"{lost_id}'s copy listed")
+    original = max(listed, key=lambda x: listed[x])
+
+    # The lost log reaches two complete copies on live exchanges of two hosts, listed by the
+    # monitor, equal on disk, and roq status stops calling it short of copies.
+    def complete() -> list[str]:
+        ends = _copies_of(cluster, lost_id)
+        done = [x for x, end in ends.items() if end == max(ends.values())]
+        return done if len(done) >= 2 and not _live(cluster)["ShortLogs"] else []
+
+    holders = wait_for(complete, 40, f"two copies of {lost_id}'s log\n{cluster.logs()}")
+    copied_s = time.monotonic() - killed
+    dirs = _copy_dirs(cluster, ["h2", "h3"], lost_id)
+    images = {_segments(dirs[x]) for x in holders}
+    assert len(images) == 1 and len(images.pop()) == _copies_of(cluster, lost_id)[original]
+    assert {dirs[x].parts[-5] for x in holders} == {"h2", "h3"}, dirs  # on two hosts
+    # every live log of the queue has its copy on another exchange
+    live = {x["Id"]: x for x in _live(cluster)["Exchanges"]}
+    assert len(live) == 3, live  # the replacement keeps the queue's capacity
+    assert all(len(view["Replicas"]) == 1 for view in live.values()), live
+    assert any("copying it from" in h.log_text() for h in hosts.values())  # made, not found
+    print(f"resumed {resumed_s:.1f} s, two copies again {copied_s:.1f} s after the kill")
+    _read_all(cluster, acknowledged, 40)
+
+    # The host of the original copy is killed too: the new copy keeps the log readable in full.
+    first_host = dirs[original].parts[-5]
+    survivor = "h3" if first_host == "h2" else "h2"
+    cluster.kill(hosts[first_host])
+    wait_for(
+        lambda: _queue(cluster)["Host"] == survivor and _copies_of(cluster, lost_id),
+        SESSION_S + 30,
+        f"q1 served from {survivor} with {lost_id}'s copy\n{cluster.logs()}",
+    )
+    _read_all(cluster, acknowledged, 60)
+    for pub in [victim, bystander, *others]:
+        pub.close(timeout_s=5)
+
+
+def test_admin_is_answered_while_a_host_misses_monitor_moved_and_it_is_told_again(
+    cluster: LocalCluster,
+) -> None:
+    """The repair waits on a silent host in its own thread: admin requests are answered
+    meanwhile; the host that missed "monitor moved" (1013) is asked again once it answers."""
+    cluster.start_gcm(**{"host.loss.grace": GRACE_MS, "hcmTIMEOUT": 6000})
+    slow_session = {"zk.session.timeout": 30000}  # h2 stays registered while it is stopped
+    h1 = cluster.start_host("h1", **{"exchange.max.perhost": 4, "exchange.warmup": 500})
+    h2 = cluster.start_host("h2", **{"exchange.max.perhost": 4, "exchange.warmup": 500,
+                                     **slow_session})  # fmt: skip
+    cluster.start_host("h3", **{"exchange.max.perhost": 4, "exchange.warmup": 500})
+    cluster.wait_ready(hosts=3)
+    with cluster.admin() as admin:
+        admin.create_queue("q1", "h1")
+        admin.create_exchange("q1", "hostloss-tx-h2", host="h2")
+    wait_for(lambda: len(_processes_of(cluster, "h2")) == 1, 15, "q1's exchange on h2")
+    gcm = cluster.daemons[0]
+    h2.process.send_signal(signal.SIGSTOP)  # its exchange runs on; the host cannot answer
+    try:
+        cluster.kill(h1)
+        wait_for(lambda: "monitor re-placed on h3" in gcm.log_text(), SESSION_S + 15,
+                 f"q1's monitor re-placed on h3\n{cluster.logs()}")  # fmt: skip
+        # The repair now waits up to hcmTIMEOUT (6 s) for h2's answer to 1013.
+        slowest = 0.0
+        with cluster.admin(timeout_ms=5000, retries=1) as admin:
+            for _ in range(6):
+                started = time.monotonic()
+                assert [q.name for q in admin.list_queues()] == ["q1"]
+                assert "h2" in {h.name for h in admin.status().hosts}
+                slowest = max(slowest, time.monotonic() - started)
+                time.sleep(0.25)
+        assert "host h2 not told" not in gcm.log_text(), "measured after the wait, not during"
+        assert slowest < 1.0, f"an admin request took {slowest:.2f} s during the repair"
+        wait_for(lambda: "host h2 not told of the new monitor" in gcm.log_text(), 15,
+                 f"1013 to h2 timed out\n{gcm.log_text()[-3000:]}")  # fmt: skip
+        wait_for(
+            lambda: any("not yet told" in r["Comment"] for r in _status(cluster)["Repairs"]),
+            10,
+            "roq status: h2 not yet told",
+        )
+    finally:
+        h2.process.send_signal(signal.SIGCONT)
+    wait_for(lambda: "host h2 told of the new monitor at last" in gcm.log_text(), 15,
+             f"1013 asked again\n{gcm.log_text()[-3000:]}")  # fmt: skip
+    # h2's exchange reports to the new monitor: that monitor places publishers on it.
+    pub, others = _publisher_on(cluster, "h2")
+    _send_acknowledged(pub, "told", 10, 20)
+    for publisher in [pub, *others]:
+        publisher.close(timeout_s=5)
+
+
+def test_the_gone_clock_survives_a_gcm_fail_over(cluster: LocalCluster) -> None:
+    """The leader records when it saw h1 gone in ZooKeeper; killed within the grace, its
+    standby re-places h1's work when that grace ends, not a full grace after it took over."""
+    grace_s = 12.0
+    first = cluster.start_gcm(**{"host.loss.grace": int(grace_s * 1000)})
+    cluster.wait_ready(hosts=0)
+    standby = cluster.start_gcm(**{"host.loss.grace": int(grace_s * 1000)})
+    h1 = cluster.start_host("h1", **{"exchange.max.perhost": 4})
+    cluster.start_host("h2", **{"exchange.max.perhost": 4})
+    cluster.wait_ready(hosts=2)
+    with cluster.admin() as admin:
+        admin.create_queue("q1", "h1")
+    wait_for(lambda: "serving on" in standby.log_text(), 15, "the standby GCM serving")
+    cluster.kill(h1)
+    wait_for(lambda: "host h1: its registration is gone" in first.log_text(), SESSION_S + 10,
+             f"the leader saw h1 gone\n{first.log_text()[-3000:]}")  # fmt: skip
+    seen = time.monotonic()
+    time.sleep(5.0)  # well into the grace, so a fresh clock would end long after the recorded one
+    cluster.kill(first)
+
+    def q1_on_h2() -> bool:
+        with cluster.admin(zk=cluster.zk, timeout_ms=2000, retries=1) as admin:
+            return any(q.name == "q1" and q.host == "h2" for q in admin.list_queues())
+
+    wait_for(q1_on_h2, grace_s + 15, f"q1 re-placed on h2\n{cluster.logs()}")
+    took_s = time.monotonic() - seen
+    print(f"re-placed {took_s:.1f} s after the leader saw h1 gone (grace {grace_s} s)")  # -s
+    # A fresh clock: the standby takes over ~SESSION_S after the kill, then a full grace.
+    assert took_s < grace_s + 4.0, f"{took_s:.1f} s\n{standby.log_text()[-3000:]}"
+    assert "by the clock recorded at epoch" in standby.log_text()
+
+
+# --- fencing (issue 18 item 3): a host's children act only under its lease --------------------
+LEASE_SHARE = 0.5  # limits.host_lease_session_share
+
+
+def _placement_answer(endpoint: str, timeout_ms: int = 2000) -> Reply | None:
+    """What a monitor answers a real publisher's placement request; None: no answer."""
+    context = new_context()
+    requester = Requester(context, endpoint, timeout_ms)
+    try:
+        return Reply.decode(requester.request(PublisherInit("ab" * 8, "", panic=False).encode()))
+    except RoqError:
+        return None
+    finally:
+        requester.close()
+        context.term()
+
+
+def _read_all(
+    sub: Subscriber, prefix: str | tuple[str, ...], count: int, timeout_s: float
+) -> list[str]:
+    got: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < count and time.monotonic() < deadline:
+        got += [
+            m
+            for m in (r.payload.decode() for r in sub.messages(count=1, timeout_s=1))
+            if m.startswith(prefix)
+        ]
+    return got
+
+
+def test_a_host_stopped_within_its_session_fences_its_children_and_they_resume(
+    cluster: LocalCluster,
+) -> None:
+    """SIGSTOP of the host process only: within the lease its monitor refuses placements and
+    its exchange acknowledges nothing; woken before its session expired, they act again."""
+    session_ms = 8000  # room for the checks inside the session: the lease is 4 s of it
+    h1, _ = _two_hosts(cluster, **{"zk.session.timeout": session_ms})
+    pub, others = _publisher_on(cluster, "h1")
+    acknowledged = _send_acknowledged(pub, "before", 100, 20)
+    placement = locate_monitor("q1", gcm=cluster.gcm).at(MonitorPort.PLACEMENT)
+    assert (answer := _placement_answer(placement)) is not None and answer.ok
+
+    h1.process.send_signal(signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+        lease_s = session_ms / 1000 * LEASE_SHARE
+        wait_for(lambda: h1.log_text().count(": fenced: its host's lease ran out") >= 2,
+                 lease_s + 2, "h1's monitor and exchange fenced")  # fmt: skip
+        fenced_s = time.monotonic() - stopped
+        answer = _placement_answer(placement)
+        assert answer is not None and not answer.ok and answer.error == "fenced", answer
+        during = [f"during-{n}" for n in range(20)]
+        for line in during:
+            pub.send(line.encode())
+        with pytest.raises(PublishTimeout):
+            pub.flush(timeout_s=1.0)  # the fenced exchange acknowledges nothing
+        assert time.monotonic() - stopped < session_ms / 1000 - 1, "too slow to test in time"
+    finally:
+        h1.process.send_signal(signal.SIGCONT)
+    print(f"fenced {fenced_s:.1f} s after SIGSTOP (lease {lease_s:.1f} s)")  # with -s
+    # the lease counts from the last renewal, up to a quarter lease before the SIGSTOP
+    assert lease_s * 0.75 - 0.2 < fenced_s < lease_s + 1.5
+    wait_for(lambda: h1.log_text().count("acting again") >= 2, 10, "the lease renewed")
+    assert "registered again" not in h1.log_text()  # the session survived: nothing moved
+    pub.flush(timeout_s=20)  # what waited is appended and acknowledged now
+    acknowledged += during
+    assert (answer := _placement_answer(placement)) is not None and answer.ok
+    sub = Subscriber("q1", gcm=cluster.gcm, start="beginning")
+    mine = _read_all(sub, ("before-", "during-"), len(acknowledged), 30)
+    assert mine == acknowledged, f"{len(mine)} of {len(acknowledged)}\n{cluster.logs()}"
+    for each in [pub, *others]:
+        each.close(timeout_s=5)
+    sub.close()
+
+
+def test_a_host_and_its_children_stopped_past_the_session_come_back_fenced(
+    cluster: LocalCluster,
+) -> None:
+    """SIGSTOP of h1 and all its children past the session: the work is re-placed on h2;
+    woken, h1's old monitor answers no placement and stops, and an acks=all publisher that ran
+    throughout has every message read once, in order."""
+    h1, _ = _two_hosts(cluster)
+    pub, others = _publisher_on(cluster, "h1")
+    old_placement = locate_monitor("q1", gcm=cluster.gcm).at(MonitorPort.PLACEMENT)
+    sent: list[str] = []
+    stop_sending = threading.Event()
+
+    def produce() -> None:  # the only user of `pub` until it is joined
+        while not stop_sending.is_set():
+            sent.append(f"run-{len(sent)}")
+            pub.send(sent[-1].encode())
+            time.sleep(0.01)
+
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    time.sleep(0.5)
+    os.killpg(h1.process.pid, signal.SIGSTOP)  # the host and every child it started
+    try:
+        wait_for(
+            lambda: (
+                _queue(cluster)["Host"] == "h2"
+                and any(x["Lost"] for x in _queue(cluster)["Exchanges"])
+            ),
+            SESSION_S + 15,
+            f"q1 re-placed on h2\n{cluster.logs()}",
+        )
+    finally:
+        os.killpg(h1.process.pid, signal.SIGCONT)
+    answer = _placement_answer(old_placement, timeout_ms=1000)  # woken: fenced, or stopped
+    assert answer is None or (not answer.ok and answer.error == "fenced"), answer
+    wait_for(lambda: "monitor q1: fenced" in h1.log_text(), 10, "the old monitor fenced")
+    wait_for(lambda: not _processes_of(cluster, "h1"), 20, f"h1's stale children stopped\n"
+             f"{h1.log_text()[-3000:]}")  # fmt: skip
+    assert "monitor q1: lease renewed" not in h1.log_text()  # never acted again
+    time.sleep(0.5)
+    stop_sending.set()
+    producer.join(10)
+    pub.flush(timeout_s=30)  # every message sent is acknowledged
+    sub = Subscriber("q1", gcm=cluster.gcm, start="beginning")
+    mine = _read_all(sub, "run-", len(sent), 60)
+    assert mine == sent, f"{len(mine)} of {len(sent)} read\n{cluster.logs()}"
+    for each in [pub, *others]:
+        each.close(timeout_s=5)
+    sub.close()

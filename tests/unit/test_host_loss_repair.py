@@ -3,16 +3,25 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 from roq.cli.queues import _render_status
-from roq.coordination.registry import ExchangeRecord, Fence, HostRecord, QueueRecord, QueueState
+from roq.coordination.registry import (
+    ExchangeRecord,
+    Fence,
+    GoneRecord,
+    HostRecord,
+    QueueRecord,
+    QueueState,
+)
+from roq.errors import NotLeader
+from roq.gcm.management import HostSilent, QueueClaims
 from roq.gcm.repair import HostLossRepair
 from roq.host import adoption
 from roq.host.service import _with_option
 from roq.host.supervision import Child
 from roq.protocol import bsonmsg
+from roq.protocol.commands import Reason
 from roq.protocol.messages.admin import (
     ClusterStatus,
     CreateExchange,
@@ -26,6 +35,7 @@ from roq.protocol.messages.admin import (
 from roq.protocol.messages.host import MonitorMovedOnHost
 
 FENCE = Fence("/roq/gcm/epoch", 1)
+WALL = [1_000_000.0]  # the wall clock the repair records in ZooKeeper
 
 
 class FakeRegistry:
@@ -34,6 +44,7 @@ class FakeRegistry:
                      for n, h in enumerate(hosts, 5100)}  # fmt: skip
         self.records = {queue.name: queue}
         self.xs = {x.id: x for x in exchanges}
+        self.gone: dict[str, GoneRecord] = {}  # <ns>/gone
 
     def hosts(self) -> list[HostRecord]:
         return list(self.live.values())
@@ -54,6 +65,18 @@ class FakeRegistry:
     def update_exchange(self, fence: Fence, record: ExchangeRecord) -> None:
         self.xs[record.id] = record
 
+    def host(self, name: str) -> HostRecord | None:
+        return self.live.get(name)
+
+    def gone_hosts(self) -> dict[str, GoneRecord]:
+        return dict(self.gone)
+
+    def note_gone(self, fence: Fence, host: str, record: GoneRecord) -> GoneRecord:
+        return self.gone.setdefault(host, record)
+
+    def forget_gone(self, fence: Fence, host: str) -> None:
+        self.gone.pop(host, None)
+
 
 class FakeManagement:
     """Records what the repair asks of hosts; starting the monitor moves the queue record."""
@@ -61,7 +84,9 @@ class FakeManagement:
     def __init__(self, registry: FakeRegistry):
         self.registry = registry
         self.calls: list[tuple[str, Any]] = []
-        self.provisioner = SimpleNamespace(provision=lambda why: "asked")
+        self.provision = lambda why: "asked"
+        self.claims = QueueClaims()
+        self.silent: set[str] = set()  # hosts whose requests time out
 
     def _start_on_host(self, queue: str, host: HostRecord, fence: Fence) -> None:
         self.calls.append(("1002", host.name))
@@ -71,9 +96,11 @@ class FakeManagement:
 
     def _call_host(self, host: HostRecord, request: Any, decode: Any) -> Any:
         self.calls.append(("host", (host.name, request)))
+        if host.name in self.silent:
+            raise HostSilent(Reason.HOST_FAILED, f"host {host.name} did not answer")
         return None
 
-    def handle(self, request: dict[str, Any], fence: Fence) -> dict[str, Any]:
+    def create_exchange(self, request: dict[str, Any], fence: Fence) -> dict[str, Any]:
         wanted = CreateExchange.decode(request)
         self.calls.append(("2004", wanted.txid))
         self.registry.xs["x3"] = ExchangeRecord("x3", wanted.queue, "h2", "tcp://a:1", "tcp://a:2")
@@ -88,7 +115,9 @@ def _cluster() -> tuple[FakeRegistry, FakeManagement, HostLossRepair]:
     ]
     registry = FakeRegistry(["h1", "h2"], queue, exchanges)
     management = FakeManagement(registry)
-    return registry, management, HostLossRepair(management, grace_s=5.0)  # type: ignore[arg-type]
+    repair = HostLossRepair(management, grace_s=5.0)  # type: ignore[arg-type]
+    repair.wall = lambda: WALL[0]
+    return registry, management, repair
 
 
 def test_a_host_gone_past_the_grace_has_its_monitor_and_exchange_re_placed():
@@ -136,6 +165,102 @@ def test_a_host_back_within_the_grace_keeps_its_work():
     registry.live["h1"] = h1
     repair.tick(FENCE, 110.0)
     assert repair.gone == {} and management.calls == []
+
+
+def test_the_gone_clock_is_kept_in_zookeeper_and_survives_a_new_term():
+    registry, management, repair = _cluster()
+    repair.tick(FENCE, 100.0)
+    del registry.live["h1"]
+    repair.tick(FENCE, 101.0)
+    assert registry.gone == {"h1": GoneRecord(WALL[0], FENCE.version)}
+    # another GCM takes the lead 4 s later (its monotonic clock is unrelated to this one's)
+    WALL[0] += 4.0
+    successor = HostLossRepair(management, grace_s=5.0)  # type: ignore[arg-type]
+    successor.wall = lambda: WALL[0]
+    successor.tick(Fence("/roq/gcm/epoch", 2), 500.0)
+    assert successor.gone == {"h1": 496.0}  # the recorded clock, not a fresh one
+    assert management.calls == []
+    successor.tick(Fence("/roq/gcm/epoch", 2), 501.5)  # 5.5 s after h1 went: re-placed
+    assert management.calls[0] == ("1002", "h2")
+    assert registry.gone == {}  # its work is all re-placed: the record goes
+    WALL[0] -= 4.0
+
+
+def test_a_host_back_drops_its_gone_record():
+    registry, _, repair = _cluster()
+    repair.tick(FENCE, 100.0)
+    h1 = registry.live.pop("h1")
+    repair.tick(FENCE, 101.0)
+    assert "h1" in registry.gone
+    registry.live["h1"] = h1
+    repair.tick(FENCE, 102.0)
+    assert registry.gone == {} and repair.gone == {}
+
+
+def test_a_host_that_missed_monitor_moved_is_asked_again_with_back_off():
+    registry, management, repair = _cluster()
+    registry.live["h3"] = HostRecord("h3", "127.0.0.1", "tcp://127.0.0.1:5200", 4, pid=1)
+    registry.xs["x4"] = ExchangeRecord("x4", "q1", "h3", "tcp://a:5", "tcp://a:6")
+    repair.tick(FENCE, 100.0)
+    del registry.live["h1"]
+    management.silent.add("h3")
+    repair.tick(FENCE, 101.0)
+    repair.tick(FENCE, 106.5)  # re-placed; h3 does not answer 1013
+    told = [c for c in management.calls if c[0] == "host" and c[1][0] == "h3"]
+    assert len(told) == 1 and ("q1", "h3") in repair.untold
+    assert any("not yet told" in p.comment for p in repair.report()[1])
+    repair.tick(FENCE, 107.0)  # not due yet (1 s)
+    repair.tick(FENCE, 108.0)  # asked again, still silent: next in 2 s
+    repair.tick(FENCE, 109.0)
+    assert len([c for c in management.calls if c[0] == "host" and c[1][0] == "h3"]) == 2
+    management.silent.clear()
+    repair.tick(FENCE, 110.5)  # answers: not asked again
+    repair.tick(FENCE, 140.0)
+    assert len([c for c in management.calls if c[0] == "host" and c[1][0] == "h3"]) == 3
+    assert repair.untold == {}
+
+
+def test_a_host_that_missed_monitor_moved_and_then_was_lost_is_not_asked_again():
+    registry, management, repair = _cluster()
+    repair.tick(FENCE, 100.0)
+    del registry.live["h1"]
+    management.silent.add("h2")
+    repair.tick(FENCE, 101.0)
+    repair.tick(FENCE, 106.5)
+    assert ("q1", "h2") in repair.untold
+    for exchange in registry.xs.values():  # h2 lost in turn: its exchanges replaced
+        exchange.lost = exchange.lost or exchange.host == "h2"
+    repair.tick(FENCE, 120.0)
+    assert repair.untold == {}
+
+
+def test_a_queue_an_admin_request_is_changing_waits_for_the_next_check():
+    registry, management, repair = _cluster()
+    repair.tick(FENCE, 100.0)
+    del registry.live["h1"]
+    repair.tick(FENCE, 101.0)
+    assert management.claims.claim("q1")  # the admin loop holds q1
+    repair.tick(FENCE, 106.5)
+    assert management.calls == [] and "admin request" in repair.pending["q1"]
+    management.claims.release("q1")
+    repair.tick(FENCE, 107.5)
+    assert management.calls[0] == ("1002", "h2")
+    assert management.claims.claim("q1")  # the repair released it
+
+
+def test_a_repair_stops_when_the_lead_is_lost():
+    registry, management, repair = _cluster()
+    repair.tick(FENCE, 100.0)
+    del registry.live["h1"]
+    repair.tick(FENCE, 101.0)
+    repair.leading = lambda: False
+    try:
+        repair.tick(FENCE, 106.5)
+    except NotLeader:
+        pass
+    else:
+        raise AssertionError("the repair went on without the lead")
+    assert management.calls == [] and management.claims.claim("q1")
 
 
 def test_a_returning_host_stops_only_what_moved():

@@ -55,6 +55,7 @@ MONITOR_STATUS = control.MonitorStatus(
     (control.MonitoredExchange("x1", FRONT, BACK, 10.0, -5.0, -1, 0.1, 1 << 20, False, 2, True,
                                ("x2",), (monitor.CopyEnd("x0", 7),), 3.5),),
     LISTING.copies,
+    (control.ShortLog("x0", 4096, 1, 2, "x1", (control.CopyProgress("x2", 1024),)),),
 )  # fmt: skip
 GIVEN_UP = admin.ChildReport("q1", "x1", "exchange", "GIVEN_UP", 11, "exit code 73", 1.7e9)
 HOST = admin.HostInfo("h1", "127.0.0.1", "tcp://127.0.0.1:5100", 4, (GIVEN_UP,))
@@ -129,7 +130,10 @@ CASES: list[tuple[str, Any, Encode, Decode, frozenset[str]]] = [
      frozenset({"RESULT", "COMMENT"})),
     ("replicas", control.Replicas((control.ReplicaAssignment("x2", "tcp://127.0.0.1:18007"),)),
      *_std(control.Replicas), frozenset()),
-    ("monitor status", MONITOR_STATUS, *_std(control.MonitorStatus), frozenset()),
+    ("replicas with sources",
+     control.Replicas((), ("x0",), (control.CopySource("x0", "x3", "tcp://127.0.0.1:18011"),)),
+     *_std(control.Replicas), frozenset({"Leaders", "Sources"})),
+    ("monitor status", MONITOR_STATUS, *_std(control.MonitorStatus), frozenset({"ShortLogs"})),
     ("exchange status", EXCHANGE_STATUS, *_std(control.ExchangeStatus),
      frozenset({"LogStart", "LogEnd", "Committed"})),
     ("create queue on host", host.CreateQueueOnHost("q1"), *_std(host.CreateQueueOnHost),

@@ -112,12 +112,20 @@ def up(
             cluster.stop()
 
 
+LEASE_OPTION = typer.Option(
+    "",
+    "--lease",
+    help="The host's lease file (fencing): act only while it is valid. Empty: always act.",
+)
+
+
 @app.command(rich_help_panel="Daemons (started by roq host)")
 def monitor(
     queue: str = typer.Argument(..., help="Logical queue this monitor serves."),
     bind: str = typer.Option("127.0.0.1", "--bind", help="Address to bind."),
     port: int = typer.Option(..., "--port", help="Base port B (B..B+5)."),
     stat_port: int = typer.Option(..., "--stat-port", help="Stat port S (S, S+1)."),
+    lease: str = LEASE_OPTION,
     config_file: Path | None = CONFIG_OPTION,
     define: list[str] = DEFINE_OPTION,
 ) -> None:
@@ -131,7 +139,7 @@ def monitor(
         from roq.transport import new_context
 
         context = new_context()
-        server = Monitor(context, queue, bind, port, stat_port, settings)
+        server = Monitor(context, queue, bind, port, stat_port, settings, lease=lease)
         try:
             with serving(f"monitor {queue}"):
                 server.run(stop_event())
@@ -148,6 +156,7 @@ def exchange(
     monitor_endpoint: str = typer.Option(..., "--monitor", help="tcp://IP:B of the monitor."),
     stat: str = typer.Option(..., "--stat", help="tcp://IP:S of the stat monitor."),
     exchange_id: str = typer.Option(..., "--id", help="Exchange id (unique in the cluster)."),
+    lease: str = LEASE_OPTION,
     config_file: Path | None = CONFIG_OPTION,
     define: list[str] = DEFINE_OPTION,
 ) -> None:
@@ -160,7 +169,7 @@ def exchange(
         from roq.exchange.service import Exchange, ExchangeSpec
         from roq.transport import new_context
 
-        spec = ExchangeSpec(queue, exchange_id, bind, port, monitor_endpoint, stat)
+        spec = ExchangeSpec(queue, exchange_id, bind, port, monitor_endpoint, stat, lease)
         context = new_context()
         server = Exchange(context, spec, settings)
         try:

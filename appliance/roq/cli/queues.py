@@ -14,7 +14,12 @@ from roq.cli.app import app
 from roq.cli.common import GCM_OPTION, ZK_OPTION, errors_to_exit, fail
 from roq.client.admin import AdminClient, AdminRefused
 from roq.protocol.messages.admin import ChildReport, ClusterStatus, QueueStatus
-from roq.protocol.messages.control import MonitoredExchange, MonitorStatus, ScalingStatus
+from roq.protocol.messages.control import (
+    MonitoredExchange,
+    MonitorStatus,
+    ScalingStatus,
+    ShortLog,
+)
 
 queue_app = typer.Typer(help="Create, stop, start, delete and list queues.", no_args_is_help=True)
 app.add_typer(queue_app, name="queue", rich_help_panel="Clients")
@@ -170,8 +175,22 @@ def _render_status(reply: ClusterStatus, lives: dict[str, MonitorStatus | None])
             failed = failing.get((info.name, x.exchange_id))
             lines.append(_live_line(live.get(x.exchange_id), q, status, x.host in hosts, failed))
         if status is not None:
+            lines += [_short_log_line(short) for short in status.short_logs]
             lines.append(_scaling_line(status.scaling))
     return "\n".join(lines)
+
+
+def _short_log_line(short: ShortLog) -> str:
+    """A gone exchange's log with fewer copies than replicationFactor, and its copying."""
+    head = f"    log of gone {short.leader_id}: {short.copies} of {short.wanted} copies"
+    if not short.targets:
+        return f"{head}; no exchange can take another copy"
+    mib = 2**20
+    done = ", ".join(
+        f"{t.exchange_id} {max(t.end, 0) / mib:.1f} of {short.end / mib:.1f} MiB"
+        for t in short.targets
+    )
+    return f"{head}; copying from {short.source} to {done}"
 
 
 def _scaling_line(scaling: ScalingStatus) -> str:

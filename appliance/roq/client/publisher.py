@@ -42,8 +42,11 @@ died. A publisher whose confirmations (`acks`) or whose flush's drain have not c
 per that period); once the GCM re-placed the monitor it names another address, and the
 publisher listens to the new monitor, fails over as from a dead exchange and sends its
 unconfirmed batches again. A monitor that does not answer a placement request is looked up the
-same way. With `acks="none"` only a `flush()` waits for an answer, so such a publisher follows
-a lost monitor only when it flushes (what it sent to the lost exchange meanwhile is lost).
+same way. With `acks="none"` nothing is confirmed, so such a publisher probes its exchange
+instead: at most once per `publisher_monitor_check_ms`, when it has sent batches since the last
+probe, it sends a drain request with a token of its own (`_PROBE`) and, when that stays
+unanswered for the same period, asks the GCM as above; it so follows a lost monitor without a
+`flush()` (what it sent to the lost exchange meanwhile is lost, docs/guarantees.md §10).
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ from roq.errors import ProtocolError, RoqError
 from roq.log import format as batchfmt
 from roq.protocol import bsonmsg, dataplane
 from roq.protocol.bsonmsg import Reply
+from roq.protocol.commands import Reason
 from roq.protocol.messages.monitor import (
     EVERY_PUBLISHER,
     ExchangeLost,
@@ -399,6 +403,11 @@ class Publisher:
             event.set()
 
 
+# the token of an acks="none" publisher's liveness probe: its batch tokens count from 1 and
+# never reach it
+_PROBE = (1 << 64) - 1
+
+
 class _PublisherIO(threading.Thread):
     """The thread that owns the publisher's sockets (see the module docstring)."""
 
@@ -422,6 +431,10 @@ class _PublisherIO(threading.Thread):
         # moved (its host lost with the exchange, nobody left to say EXCHANGE_LOST)
         self.progress = time.monotonic()
         self.next_monitor_check = 0.0
+        # acks="none": a probe is out (no answer yet), batches were sent since the last one
+        self.probing = False
+        self.sent_since_probe = False
+        self.next_probe = 0.0
 
     def run(self) -> None:
         try:
@@ -453,7 +466,10 @@ class _PublisherIO(threading.Thread):
                     poller.register(self.dealer, READABLE)
             if self.dealer in events:
                 self._replies()
-            waiting = self.unconfirmed or self.p._barriers  # confirmations or a flush's drain
+            if self.p.acks == "none":
+                self._probe()
+            # confirmations, a flush's drain or a probe's
+            waiting = self.unconfirmed or self.p._barriers or self.probing
             if waiting and self._monitor_moved_while_stalled():
                 poller.unregister(self.dealer)
                 self._move("", alive=False)
@@ -464,6 +480,19 @@ class _PublisherIO(threading.Thread):
     def _drain_wake(self) -> None:
         for _ in drained(self.wake, limits.control_hwm_messages):  # its high-water mark
             pass
+
+    def _probe(self) -> None:
+        """acks="none": a drain request now and then, while batches go out, so that a lost
+        exchange (and monitor) is noticed without a flush."""
+        now = time.monotonic()
+        if self.probing or not self.sent_since_probe or now < self.next_probe:
+            return
+        self.next_probe = now + limits.publisher_monitor_check_ms / 1000
+        self.sent_since_probe = False
+        if not self.unconfirmed and not self.p._barriers:
+            self.progress = now
+        self.probing = True  # not sent (the socket is full): counted as unanswered too
+        send_nowait(self.dealer, [dataplane.DRAIN, dataplane.TOKEN.pack(_PROBE)])
 
     # --- placement and moves -------------------------------------------------------------------
     def _place(self, lost: str) -> None:
@@ -478,6 +507,8 @@ class _PublisherIO(threading.Thread):
                     self._connect(Placed.decode(reply).front)
                     return
                 reason = envelope.comment
+                if envelope.error == Reason.FENCED and self._follow_monitor():
+                    continue  # its host lost its lease: the GCM may name the new monitor
             except RoqError as error:
                 reason = str(error)
                 if self._follow_monitor():  # it did not answer: it may have moved
@@ -558,6 +589,7 @@ class _PublisherIO(threading.Thread):
             limits.drain_timeout_ms if alive else limits.publisher_dead_drain_ms
         )
         self.dealer.close(0)
+        self.probing = False  # the new exchange is probed once batches go to it
         self.p.moves += 1
         if drained:
             self._release_barriers()
@@ -599,6 +631,8 @@ class _PublisherIO(threading.Thread):
                 if not self.unconfirmed:
                     self.progress = time.monotonic()
                 self.unconfirmed[item.token] = item
+            elif item.batch is not None:
+                self.sent_since_probe = True
             self.p._sent(item)
 
     def _send(self, item: _Outbound) -> bool:
@@ -626,6 +660,9 @@ class _PublisherIO(threading.Thread):
         )
         if kind == dataplane.DRAINED:
             self.progress = time.monotonic()
+            if token == _PROBE:
+                self.probing = False
+                return
             self.drained.add(token)
             self._settle()
         elif kind == dataplane.ACK:

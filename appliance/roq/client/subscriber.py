@@ -56,6 +56,7 @@ from roq.errors import ProtocolError, RoqError
 from roq.log import format as batchfmt
 from roq.protocol import bsonmsg
 from roq.protocol.bsonmsg import Reply
+from roq.protocol.commands import Reason
 from roq.protocol.messages.kpi import SubscriberKpi
 from roq.protocol.messages.monitor import (
     DeadLog,
@@ -157,6 +158,8 @@ class Subscriber:
                     self._reconcile(listing, drop=False)
                     return
                 reason = "the queue has no exchange yet"
+                if listing is None and _fenced(reply) and self._follow_monitor():
+                    continue  # its host lost its lease: the GCM may name the new monitor
             except RoqError as error:
                 reason = str(error)
                 if self._follow_monitor():
@@ -304,6 +307,8 @@ class Subscriber:
             return
         if listing is not None:
             self._reconcile(listing, drop=True)
+        elif _fenced(reply):
+            self._follow_monitor()
 
     # --- receiving -----------------------------------------------------------------------------
     def poll(self, timeout_ms: int = limits.poll_interval_ms) -> list[Delivery]:
@@ -490,3 +495,8 @@ def _copies_by_leader(copies: tuple[DeadLog, ...]) -> dict[str, list[tuple[str, 
     return {
         dead.leader_id: [(r.log, r.end) for r in dead.replicas] for dead in copies if dead.replicas
     }
+
+
+def _fenced(reply: dict[str, Any]) -> bool:
+    """The monitor refused because its host lost its lease (another may serve the queue)."""
+    return Reply.decode(reply).error == Reason.FENCED

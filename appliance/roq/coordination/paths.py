@@ -14,6 +14,8 @@
 <ns>/queues/<q>/scaling        PERSISTENT autoscaling rules (JSON)
 <ns>/queues/<q>/listeners      PERSISTENT rules listeners (admin 2008): {"Addresses": [...]}
 <ns>/xchangeTransactions/<tx>  PERSISTENT idempotency record of an exchange creation
+<ns>/gone/<host>               PERSISTENT a host the leading GCM saw gone: {"since", "epoch"}
+                                          (gcm/repair.py; deleted when it is back or repaired)
 """
 
 from __future__ import annotations
@@ -80,6 +82,13 @@ class Paths:
     def xchange_transaction(self, txid: str) -> str:
         return f"{self.xchange_transactions}/{txid}"
 
+    @property
+    def gone(self) -> str:
+        return f"{self.namespace}/gone"
+
+    def gone_host(self, name: str) -> str:
+        return f"{self.gone}/{name}"
+
     def roots(self) -> tuple[str, ...]:
         """Persistent roots created at start-up (and wiped by formatDB, election excluded)."""
         return (
@@ -87,4 +96,5 @@ class Paths:
             f"{self.namespace}/ports",
             self.queues,
             self.xchange_transactions,
+            self.gone,
         )

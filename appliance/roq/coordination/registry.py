@@ -104,11 +104,28 @@ def _host_record(data: dict[str, Any]) -> HostRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class GoneRecord:
+    """When a leading GCM first saw a host's registration gone, so that the host.loss.grace
+    clock survives a GCM fail-over (gcm/repair.py). `since` is wall-clock seconds
+    (`time.time()`): the next leader may run on another machine."""
+
+    since: float
+    epoch: int  # the version of the epoch znode of the leader that saw it
+
+
+@dataclass(frozen=True, slots=True)
 class Fence:
     """Proof of leadership: the epoch znode's version when this GCM was elected."""
 
     epoch_path: str
     version: int
+
+
+def _gone_record(data: dict[str, Any]) -> GoneRecord | None:
+    since, epoch = data.get("since"), data.get("epoch", 0)
+    if not isinstance(since, int | float) or isinstance(since, bool):
+        return None
+    return GoneRecord(float(since), epoch if isinstance(epoch, int) else 0)
 
 
 def _dump(record: Any) -> bytes:
@@ -240,6 +257,27 @@ class Registry:
     def xchange_transaction(self, txid: str) -> dict[str, Any] | None:
         got = self._get(self.paths.xchange_transaction(txid))
         return None if got is None else got[0]
+
+    def gone_hosts(self) -> dict[str, GoneRecord]:
+        """The hosts a leader recorded gone. A record edited into nonsense is left out (the
+        next leader then starts that host's clock again), never an error."""
+        found = {}
+        for name in self._children(self.paths.gone):
+            path = self.paths.gone_host(name)
+            with _zookeeper(f"reading {path}"):
+                try:
+                    data, _ = self.zk.get(path)
+                except NoNodeError:
+                    continue
+            try:
+                record = _gone_record(_load(data))
+            except CoordinationError:
+                record = None
+            if record is None:
+                log.warning("the gone record %s is unreadable; ignored", path)
+            else:
+                found[name] = record
+        return found
 
     # --- host-owned writes --------------------------------------------------------------
     def register_host(self, record: HostRecord) -> None:
@@ -438,6 +476,29 @@ class Registry:
 
     def put_xchange_transaction(self, fence: Fence, txid: str, data: dict[str, Any]) -> None:
         self._commit(fence, [("create", self.paths.xchange_transaction(txid), _dump(data))])
+
+    def note_gone(self, fence: Fence, host: str, record: GoneRecord) -> GoneRecord:
+        """Record `host` gone unless a leader already did; the record that stands is returned
+        (an earlier observation keeps its time)."""
+        path = self.paths.gone_host(host)
+        try:
+            self._commit(fence, [("create", path, _dump(record))])
+        except AdminError:  # it exists: an earlier term (or this one) saw it first
+            got = self._get(path)
+            stored = None if got is None else _gone_record(got[0])
+            return record if stored is None else stored
+        return record
+
+    def forget_gone(self, fence: Fence, host: str) -> None:
+        """The host is back, or its work is all re-placed: its clock is dropped."""
+        with _zookeeper(f"reading {self.paths.gone_host(host)}"):
+            found = self.zk.exists(self.paths.gone_host(host))
+        if found is None:
+            return
+        try:
+            self._commit(fence, [("delete", self.paths.gone_host(host), None)])
+        except AdminError:
+            pass  # deleted meanwhile
 
     def wipe(self, fence: Fence) -> None:
         """formatDB: delete every persistent root except the election; only a leader does it."""

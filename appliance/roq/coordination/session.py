@@ -95,6 +95,23 @@ def responds(client: Any, timeout_s: float = limits.zk_probe_timeout_s) -> bool:
     return True
 
 
+def session_id(client: Any) -> int | None:
+    """The id of the client's current session; None while it has none. A new session (the old
+    one expired) has a new id."""
+    found = client.client_id
+    return None if found is None else int(found[0])
+
+
+def answered_on(client: Any, session: int, timeout_s: float = limits.zk_probe_timeout_s) -> bool:
+    """Whether ZooKeeper answers a request on `session` (the current one, not a successor)
+    within `timeout_s`. An expired session gets no answer, so a True proves the session was
+    alive after the request was sent: the server cannot expire it earlier than a session
+    timeout after that (host/fencing.py builds the lease on it)."""
+    if session_id(client) != session or not responds(client, timeout_s):
+        return False
+    return session_id(client) == session
+
+
 def close(client: Any) -> None:
     try:
         client.stop()

@@ -36,6 +36,7 @@ class Pulse(threading.Thread):
         identity: ExchangePulse,
         period_s: float,
         loop_turned: Callable[[], float],
+        acting: Callable[[], bool] = lambda: True,
     ):
         super().__init__(name="roq-pulse", daemon=True)
         self._context, self._monitor = context, monitor
@@ -43,6 +44,7 @@ class Pulse(threading.Thread):
         self._identity = identity  # Id, Front, Started: how the monitor knows the exchange
         self._period_s = period_s
         self._loop_turned = loop_turned  # monotonic time of the main loop's last turn
+        self._acting = acting  # False while the exchange is fenced: then it does not beat
         self._stop_event = threading.Event()
 
     def run(self) -> None:
@@ -54,6 +56,8 @@ class Pulse(threading.Thread):
                     disconnect(sock, self._monitor)
                     self._monitor = self._target
                     connect(sock, self._monitor)
+                if not self._acting():
+                    continue
                 age = time.monotonic() - self._loop_turned()
                 pulse = dataclasses.replace(self._identity, loop_age_s=age)
                 # not taken: the monitor is not reading, and the next pulse tries again

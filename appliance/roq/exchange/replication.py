@@ -435,3 +435,69 @@ class Replicator:
     def close(self) -> None:
         for link in self.links.values():
             link.sock.close(0)
+
+
+# --- copying a gone exchange's log again ----------------------------------------------------
+class CopySender:
+    """Sends the copies this exchange holds of gone exchanges' logs to the exchanges the
+    monitor names (`Sources` of REPLICAS 1030), until each gone log has replicationFactor
+    copies again. The sender is a `Replicator` over the copy instead of a log this exchange
+    leads: the same frames, with the gone leader's id, the same window and back-fill, so the
+    target stores `<leader>@<target>` as a byte-for-byte prefix like any copy. Nothing appends
+    to a gone leader's copy, so the target's copy is complete once it ends where this one
+    does; the monitor sees that in the target's report and stops naming it. Main thread only."""
+
+    def __init__(self, context: Any, store: ReplicaStore, name: str):
+        self.context, self.store, self.name = context, store, name
+        self.senders: dict[str, Replicator] = {}  # gone leader id → its sender
+        self._told_complete: set[tuple[str, str]] = set()  # (leader, target) logged as done
+
+    def assign(self, sources: list[tuple[str, str, str]]) -> None:
+        """Replace what is sent with [(gone leader id, target id, tcp://ip:F+3)], at most
+        `limits.recopy_targets_max` of them (the monitor names the rest again later)."""
+        wanted: dict[str, list[tuple[str, str]]] = {}
+        for leader_id, target_id, endpoint in sources[: limits.recopy_targets_max]:
+            if self.store.own_id not in (leader_id, target_id):
+                wanted.setdefault(leader_id, []).append((target_id, endpoint))
+        for leader_id in [x for x in self.senders if x not in wanted]:
+            self.senders.pop(leader_id).close()
+            log.info("%s: no longer sends its copy of %s's log", self.name, leader_id)
+        for leader_id, targets in wanted.items():
+            sender = self.senders.get(leader_id) or self._sender(leader_id)
+            if sender is not None:
+                sender.assign(targets)
+
+    def _sender(self, leader_id: str) -> Replicator | None:
+        try:
+            copy = self.store.copy(leader_id)
+        except (InvalidOffset, LogError) as error:
+            log.warning("%s: cannot send its copy of %s's log: %s", self.name, leader_id, error)
+            return None
+        name = f"{self.name}: copy of {leader_id}"
+        sender = self.senders[leader_id] = Replicator(self.context, leader_id, copy, name)
+        return sender
+
+    def sockets(self) -> list[Any]:
+        return [sock for sender in self.senders.values() for sock in sender.sockets()]
+
+    def on_answer(self, sock: Any) -> None:
+        for sender in self.senders.values():
+            if any(link.sock is sock for link in sender.links.values()):
+                sender.on_answer(sock)
+                return
+
+    def backfill(self) -> None:
+        for leader_id, sender in self.senders.items():
+            sender.backfill()
+            for link in sender.links.values():
+                done = (leader_id, link.replica_id)
+                if link.acked >= sender.log.end_offset and done not in self._told_complete:
+                    self._told_complete.add(done)
+                    log.info("%s: %s holds the whole copy of %s's log (%d bytes)",
+                             self.name, link.replica_id, leader_id, link.acked)  # fmt: skip
+        # only the links still there: bounded by them
+        self._told_complete &= {(x, r) for x, s in self.senders.items() for r in s.links}
+
+    def close(self) -> None:
+        for sender in self.senders.values():
+            sender.close()

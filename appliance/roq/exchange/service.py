@@ -53,7 +53,7 @@ from roq.config import ExchangeSettings
 from roq.errors import CorruptRecord, LogUnavailable, ProtocolError
 from roq.exchange.logserver import LogServer
 from roq.exchange.pulse import Pulse
-from roq.exchange.replication import ReplicaStore, Replicator
+from roq.exchange.replication import CopySender, ReplicaStore, Replicator
 from roq.log import Log, log_directory
 from roq.log import format as batchfmt
 from roq.protocol import bsonmsg, dataplane
@@ -71,6 +71,7 @@ from roq.protocol.messages.monitor import (
 )
 from roq.protocol.ports import ExchangePort, endpoint_at, port_at
 from roq.system import procstat
+from roq.system.lease import Fence
 from roq.transport import (
     READABLE,
     Kind,
@@ -100,6 +101,7 @@ class ExchangeSpec:
     port: int
     monitor: str  # tcp://ip:B, the monitor's report socket
     stat: str  # tcp://ip:S, the stat monitor's input
+    lease: str = ""  # its host's lease file (fencing, system/lease.py); "": always acts
 
     @property
     def front(self) -> str:
@@ -213,6 +215,8 @@ class Exchange:
         self._slot_messages = 0  # appended since the last cut
         self.leaving_since: float | None = None
         self.started = time.time()  # tells the monitor a restarted exchange from its old self
+        self.fence = Fence(spec.lease, spec.name)
+        self._acting = True  # read by the pulse thread too (a bool: atomic)
         self._last_inbound = time.monotonic()
         self._loop_turned = time.monotonic()  # read by the pulse thread (a float: atomic)
         self._cpu = procstat.CpuMeter()
@@ -232,6 +236,7 @@ class Exchange:
         self._open_sockets(context)
         self.log_server: LogServer | None = None
         self.replicator: Replicator | None = None
+        self.copy_sender: CopySender | None = None  # copies of gone logs sent again
         self.committed_acks: collections.deque[tuple[bytes, bytes, int]] = collections.deque()
         # acks=leader confirmations and drain answers, sent at the end of the loop turn (in
         # order): sent one by one between receives they cost publishers 20-40 % of their p50
@@ -241,6 +246,7 @@ class Exchange:
             copies = ReplicaStore(settings.log_root, spec.queue, spec.exchange_id, settings.log)
             self.log_server = LogServer(self.replay, self.log, spec.name, copies)
             self.replicator = Replicator(context, spec.exchange_id, self.log, spec.name)
+            self.copy_sender = CopySender(context, copies, spec.name)
         self.control.handler = self._control_command
 
     def _open_sockets(self, context: Any) -> None:
@@ -270,18 +276,26 @@ class Exchange:
         connect(self.kpi, spec.stat)
         identity = ExchangePulse(spec.exchange_id, spec.front, self.started, loop_age_s=0.0)
         self.pulse = Pulse(
-            context, spec.monitor, identity, self.heartbeat_s, lambda: self._loop_turned
-        )
+            context, spec.monitor, identity, self.heartbeat_s, lambda: self._loop_turned,
+            acting=lambda: self._acting,
+        )  # fmt: skip
 
     # --- main loop -----------------------------------------------------------------------------
     def _poller(self) -> Poller:
         poller = Poller()
         for sock in (self.front, self.back, self.control.sock, self.replay):
+            if sock is not self.front or self._acting:  # fenced: publishers' batches wait
+                poller.register(sock, READABLE)
+        for sock in self._replication_sockets():
             poller.register(sock, READABLE)
-        for sock in self.replicator.sockets() if self.replicator else []:
-            poller.register(sock, READABLE)
-        self._replica_sockets = set(self.replicator.sockets() if self.replicator else [])
+        self._replica_sockets = set(self._replication_sockets())
         return poller
+
+    def _replication_sockets(self) -> list[Any]:
+        """The links to this log's replicas, and to the targets of the gone logs it sends."""
+        if self.replicator is None or self.copy_sender is None:
+            return []
+        return self.replicator.sockets() + self.copy_sender.sockets()
 
     def run(self, stop: threading.Event) -> None:
         poller = self._poller()
@@ -294,6 +308,10 @@ class Exchange:
             if (stop.is_set() or self.control.stop_requested) and self.leaving_since is None:
                 self._leave()
             events = dict(poller.poll(limits.poll_interval_ms))
+            if self.fence.acting(time.monotonic()) != self._acting:
+                self._acting = not self._acting
+                poller = self._poller()
+                events.pop(self.front, None)
             if self.front in events:
                 # A slice of the heartbeat period at most: a saturated exchange on a starved
                 # CPU or a throttled disk must still heartbeat, or the monitor declares it dead.
@@ -310,7 +328,7 @@ class Exchange:
                 self.log.tick(time.monotonic())
             if self.replicator is not None:
                 self._replicate(events)
-                if set(self.replicator.sockets()) != self._replica_sockets:
+                if set(self._replication_sockets()) != self._replica_sockets:
                     poller = self._poller()  # the monitor changed the replica set
             self._send_replies()
             self._timers()
@@ -410,11 +428,15 @@ class Exchange:
 
     def _replicate(self, events: dict[Any, int]) -> None:
         """Read replicas' answers, back-fill laggards, confirm acks=all batches now committed."""
-        assert self.replicator is not None
+        assert self.replicator is not None and self.copy_sender is not None
         for sock in self._replica_sockets:
             if sock in events:
                 self.replicator.on_answer(sock)
+                self.copy_sender.on_answer(sock)  # each ignores the other's sockets
         self.replicator.backfill()
+        self.copy_sender.backfill()
+        if not self._acting:
+            return  # fenced: acknowledges nothing (its publishers ask elsewhere)
         committed = self.replicator.committed()
         while self.committed_acks and self.committed_acks[0][2] <= committed:
             peer, token, end = self.committed_acks.popleft()
@@ -434,6 +456,9 @@ class Exchange:
         self.replicator.assign([p for p in pairs if p[0] != self.spec.exchange_id])
         if assigned.leaders is not None and self.log_server is not None:
             self.log_server.copies.accept(assigned.leaders)
+        if self.copy_sender is not None:
+            self.copy_sender.assign([(s.leader_id, s.target_id, s.endpoint)
+                                     for s in assigned.sources])  # fmt: skip
         return bsonmsg.ok("assigned")
 
     def _follow_monitor(self, moved: MonitorMoved) -> dict[str, Any]:
@@ -533,6 +558,8 @@ class Exchange:
         )
 
     def _send_report(self, report: ExchangeReport | ExchangeSubscriptions) -> None:
+        if not self._acting:
+            return  # fenced: silent, so its monitor declares it dead and moves its publishers
         if not send_nowait(self.reports, [bsonmsg.encode(report.encode())]):
             log.debug("%s: monitor not keeping up; report dropped", self.spec.name)
 
@@ -564,12 +591,15 @@ class Exchange:
         ).encode()
 
     def close(self) -> None:
+        self.fence.close()
         if self.pulse.is_alive():
             self.pulse.stop()
         for sock in (self.front, self.reports, self.kpi, self.replay):
             sock.close(0)
         if self.replicator is not None:
             self.replicator.close()
+        if self.copy_sender is not None:
+            self.copy_sender.close()
         if self.log_server is not None:
             self.log_server.copies.close()
         if self.log is not None:

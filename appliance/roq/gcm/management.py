@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -100,8 +101,43 @@ class HostSilent(Refused):
     """The host did not answer in time: it may still be carrying the request out."""
 
 
+# admin requests that change a queue: they and the repair thread never work on one queue at once
+_CHANGES = {
+    AdminCommand.CREATE_QUEUE,
+    AdminCommand.CREATE_XCHANGE,
+    AdminCommand.REMOVE_XCHANGE,
+    AdminCommand.REMOVE_QUEUE,
+    AdminCommand.STOP_QUEUE,
+    AdminCommand.START_QUEUE,
+}
+
+
+class QueueClaims:
+    """The queues a thread is changing now. Neither the admin loop nor the repair thread waits
+    for the other: the admin request that finds its queue claimed is answered `busy`, and the
+    repair tries a claimed queue again at its next check."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: set[str] = set()
+
+    def claim(self, queue: str) -> bool:
+        with self._lock:
+            if queue in self._held:
+                return False
+            self._held.add(queue)
+            return True
+
+    def release(self, queue: str) -> None:
+        with self._lock:
+            self._held.discard(queue)
+
+
 class Management:
-    """Handlers of the admin API. Called from the GCM's main thread only."""
+    """Handlers of the admin API, called from the GCM's main thread; the repair thread
+    (gcm/repair.py) calls the host-facing parts too, on the queues it claimed (`claims`).
+    Shared state is ZooKeeper's (kazoo is thread-safe); a host request opens its own socket
+    in the calling thread; the rules listeners' sockets are the main thread's alone."""
 
     def __init__(self, registry: Registry, settings: GcmSettings, context: Any):
         self.registry = registry
@@ -111,6 +147,10 @@ class Management:
         # queue → {listener address → PUSH socket}, for the listeners stored in ZooKeeper
         self._listeners: dict[str, dict[str, Any]] = {}
         self.provisioner = make_provisioner(settings.provisioning)
+        self._provision_lock = threading.Lock()  # both threads may ask the provisioner
+        self.claims = QueueClaims()
+        # per thread: what ends its waits on hosts early (the repair thread: the lead lost)
+        self._local = threading.local()
         # the gone hosts and pending re-placements `roq status` shows (the GCM sets it to its
         # HostLossRepair's report)
         self.losses: Callable[[], Losses] = lambda: ((), ())
@@ -140,6 +180,29 @@ class Management:
         handler = self._handlers.get(request["CMD"])
         if handler is None:
             return bsonmsg.fail(Reason.UNKNOWN_COMMAND, f"INVALID CMD Value {request['CMD']}")
+        queue = request.get("QName") if request["CMD"] in _CHANGES else None
+        if not isinstance(queue, str):
+            return self._run(handler, request, fence)
+        if not self.claims.claim(queue):
+            return bsonmsg.fail(
+                Reason.BUSY, f"queue {queue} is being re-placed after a host loss; retry"
+            )
+        try:
+            return self._run(handler, request, fence)
+        finally:
+            self.claims.release(queue)
+
+    def cancel_host_calls_when(self, cancelled: Callable[[], bool] | None) -> None:
+        """This thread's host requests end early once `cancelled()` is True."""
+        self._local.cancelled = cancelled
+
+    def provision(self, reason: str) -> str:
+        with self._provision_lock:
+            return self.provisioner.provision(reason)
+
+    def _run(
+        self, handler: Callable[[Document, Fence], Document], request: Document, fence: Fence
+    ) -> Document:
         try:
             return handler(request, fence)
         except Refused as refused:
@@ -231,7 +294,9 @@ class Management:
         raises Refused (never a bad-request error: the admin's request was fine)."""
         requester = Requester(self.context, host.hcm, self.host_timeout_ms)
         try:
-            reply = requester.request(request.encode())
+            reply = requester.request(
+                request.encode(), cancelled=getattr(self._local, "cancelled", None)
+            )
         except TransportError as error:
             raise HostSilent(
                 Reason.HOST_FAILED, f"host {host.name} did not answer: {error}"
@@ -477,7 +542,7 @@ class Management:
         )
         if used < host.max_exchanges:
             return host
-        said = self.provisioner.provision(
+        said = self.provision(
             f"queue {queue} needs an exchange and every host runs exchange.max.perhost exchanges"
         )
         raise Refused(Reason.NO_CAPACITY, f"no host has a free exchange slot: {said}")

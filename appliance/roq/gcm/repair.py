@@ -3,13 +3,16 @@
 A host's registration is ephemeral: it vanishes `zk.session.timeout` after the host died (or
 stalled, or was cut off). Once it has been gone for `host.loss.grace` more, each RUNNING queue
 with work recorded on it is re-placed, a few queues per check (`limits.host_loss_queues_per_pass`,
-the check every `limits.host_loss_check_s`, from the GCM's main loop):
+the check every `limits.host_loss_check_s`, in the GCM's `gcm-repair` thread, so that admin
+requests are answered while a repair waits on a silent host):
 
 1. Its monitor, if it was there, starts on the live host with the most free exchange slots that
    takes it (the same host request as a create, 1002, so that host may also start an exchange if
    the queue has none left); the queue record then names that host and the monitor's ports (a
    fenced write, as every leader write). Every live host that runs exchanges of the queue is told
-   (1013), and tells them (1031): they report to the new monitor from then on.
+   (1013), and tells them (1031): they report to the new monitor from then on. A host that does
+   not answer is asked again, with back-off (`limits.monitor_moved_retry_*`), until it answers,
+   is lost itself, or runs no exchange of the queue any more.
 2. Each exchange recorded on the lost host gets a successor, so the queue keeps its capacity: an
    exchange started by step 1 counts as one, the others are created as a 2004 with the
    transaction id `replace-<lost id>` (idempotent, on the least loaded host; none free: the
@@ -18,19 +21,38 @@ the check every `limits.host_loss_check_s`, from the GCM's main loop):
    logs, and a host that comes back never starts it again (host/adoption.py).
 
 What cannot be done now (no host with a free slot, a host that does not answer) is kept as a
-pending repair, shown by `roq status`, and tried again at the next check. The memory of when a
-host went is this GCM's: a GCM that takes the lead starts the clock again (a host can wait up to
-one grace more after a fail-over). Not done here: fencing a monitor whose host was only cut off,
-and copying lost logs again (docs/guarantees.md §10).
+pending repair, shown by `roq status`, and tried again at the next check. When a host was first
+seen gone is recorded in ZooKeeper (`<ns>/gone/<host>`, wall-clock time and the leader's epoch,
+a fenced write), so a GCM that takes the lead goes on with the clock rather than starting it
+again; the record goes when the host is back or its work is all re-placed. The clocks of the
+GCMs' machines are assumed to agree (NTP): a skew of d makes the grace d shorter or longer after
+a fail-over, never negative.
+
+Threads. The repair thread claims a queue (`Management.claims`) before it changes it, so an admin
+request that changes the same queue at the same time is answered `busy`; every host request it
+makes ends within `limits.request_cancel_poll_ms` of the lead's loss, and it checks the lead
+before each step, so a GCM that lost the lead stops repairing at once (its writes are fenced
+anyway). `report` (from the main thread) reads its state under `_lock`.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from roq import limits
-from roq.coordination.registry import ExchangeRecord, Fence, HostRecord, QueueState, Registry
+from roq.coordination.registry import (
+    ExchangeRecord,
+    Fence,
+    GoneRecord,
+    HostRecord,
+    QueueState,
+    Registry,
+)
+from roq.errors import AdminError, CoordinationError, NotLeader
 from roq.gcm.management import Management, Refused, _address_of
 from roq.protocol.bsonmsg import Reply
 from roq.protocol.commands import Reason
@@ -40,8 +62,17 @@ from roq.protocol.messages.host import MonitorMovedOnHost
 log = logging.getLogger(__name__)
 
 
+@dataclass(slots=True)
+class _Untold:
+    """A host that missed "monitor moved" (1013) for a queue: asked again at `at`."""
+
+    at: float
+    wait_s: float
+
+
 class HostLossRepair:
-    """Called from the GCM's main thread only (`tick`), while it leads."""
+    """`tick` runs in the repair thread (`RepairThread`) while the GCM leads; `report` in the
+    main thread."""
 
     def __init__(self, management: Management, grace_s: float):
         self.management = management
@@ -49,48 +80,112 @@ class HostLossRepair:
         self.grace_s = grace_s
         self.gone: dict[str, float] = {}  # host name → when its registration was seen gone
         self.pending: dict[str, str] = {}  # queue → what its repair waits for
+        self.untold: dict[tuple[str, str], _Untold] = {}  # (queue, host) to tell again
+        self.leading: Callable[[], bool] = lambda: True  # the thread sets it for each term
+        self.wall: Callable[[], float] = time.time  # the clock recorded in ZooKeeper
+        self._lock = threading.Lock()
+        self._fence: Fence | None = None  # the term the state below belongs to
         self._seen: set[str] | None = None  # hosts live at the last check; None: first check
         self._asked: set[str] = set()  # queues the provisioner was asked for
         self._done: set[str] = set()  # gone hosts whose work is all re-placed
         self._next_check = 0.0
+        self._now = 0.0
 
     def tick(self, fence: Fence, now: float) -> None:
-        if now < self._next_check:
+        if now < self._next_check and fence == self._fence:
             return
         self._next_check = now + limits.host_loss_check_s
+        self._now = now
+        if fence != self._fence:
+            self._new_term(fence)
         live = {h.name for h in self.registry.hosts()}
-        self._note_gone(live, now)
+        self._note_gone(live, now, fence)
+        self._tell_again(live, now)
         due = {n for n, since in self.gone.items() if now - since >= self.grace_s} - self._done
         if not due:
             return
         queues = self._queues_on(due)
-        for name in list(self.pending):
-            if name not in queues:
+        with self._lock:
+            for name in [n for n in self.pending if n not in queues]:
                 del self.pending[name]
                 self._asked.discard(name)
         for queue in sorted(queues)[: limits.host_loss_queues_per_pass]:
-            try:
-                self._repair(queue, due, fence)
-                self.pending.pop(queue, None)
-            except Refused as refused:
-                self.pending[queue] = str(refused)
-                log.warning("queue %s: re-placement after host loss waits: %s", queue, refused)
+            self._repair_claimed(queue, due, fence)
         if not self.pending and len(queues) <= limits.host_loss_queues_per_pass:
-            self._done |= due  # nothing is assigned to them any more: no more scans for them
+            for name in due:  # nothing is assigned to them any more: no more scans for them
+                self._check_lead()
+                self.registry.forget_gone(fence, name)
+                self._done.add(name)
 
-    def _note_gone(self, live: set[str], now: float) -> None:
-        """Hosts seen live before and gone now; at the first check, the hosts that have work
-        recorded but no registration."""
+    def _new_term(self, fence: Fence) -> None:
+        """A term starts (this GCM was elected, maybe again): what an earlier term knew may be
+        stale; the gone hosts' clocks come from ZooKeeper at the first check."""
+        with self._lock:
+            self.gone.clear()
+            self.pending.clear()
+            self.untold.clear()
+            self._asked.clear()
+            self._done.clear()
+            self._seen = None
+            self._fence = fence
+
+    def _repair_claimed(self, queue: str, due: set[str], fence: Fence) -> None:
+        if not self.management.claims.claim(queue):
+            with self._lock:
+                self.pending[queue] = "an admin request on it is in progress; tried again soon"
+            return
+        try:
+            self._check_lead()
+            self._repair(queue, due, fence)
+            with self._lock:
+                self.pending.pop(queue, None)
+        except (Refused, AdminError) as refused:  # AdminError: an admin changed it meanwhile
+            with self._lock:
+                self.pending[queue] = str(refused)
+            log.warning("queue %s: re-placement after host loss waits: %s", queue, refused)
+        finally:
+            self.management.claims.release(queue)
+
+    def _check_lead(self) -> None:
+        if not self.leading():
+            raise NotLeader("this GCM lost the lead: the repair stops")
+
+    def _note_gone(self, live: set[str], now: float, fence: Fence) -> None:
+        """Hosts seen live before and gone now; at a term's first check, the hosts that have
+        work recorded but no registration. Each one's clock is the one recorded in ZooKeeper
+        by the first leader that saw it gone."""
         missing = (self._seen or set()) - live
         if self._seen is None:
-            missing = self._assigned_hosts() - live
-        for name in missing:
-            if len(self.gone) < limits.host_loss_gone_max:
-                self.gone.setdefault(name, now)
+            assigned = self._assigned_hosts()
+            missing = assigned - live
+            self._drop_stale_records(live, assigned, fence)
+        for name in sorted(missing - set(self.gone)):
+            if len(self.gone) >= limits.host_loss_gone_max:
+                break
+            self._check_lead()
+            stored = self.registry.note_gone(fence, name, GoneRecord(self.wall(), fence.version))
+            # the record's age on the wall clock, never negative (a clock behind another's)
+            since = now - max(0.0, self.wall() - stored.since)
+            with self._lock:
+                self.gone[name] = since
+            log.warning("host %s: its registration is gone (for %.1f s, by the clock recorded "
+                        "at epoch %d); its work is re-placed after host.loss.grace unless it "
+                        "comes back", name, now - since, stored.epoch)  # fmt: skip
         for name in [n for n in self.gone if n in live]:
-            del self.gone[name]  # back: it adopts what is still assigned to it
-            self._done.discard(name)
+            self._check_lead()
+            self.registry.forget_gone(fence, name)
+            with self._lock:
+                del self.gone[name]  # back: it adopts what is still assigned to it
+                self._done.discard(name)
         self._seen = live
+
+    def _drop_stale_records(self, live: set[str], assigned: set[str], fence: Fence) -> None:
+        """Records of hosts that are live again or have no work left (an earlier leader was
+        deposed before it removed them)."""
+        for name in self.registry.gone_hosts():
+            if name in live or name not in assigned:
+                self._check_lead()
+                self.registry.forget_gone(fence, name)
 
     def _assigned_hosts(self) -> set[str]:
         hosts = set()
@@ -132,6 +227,7 @@ class HostLossRepair:
             else:
                 self._replace_exchange(exchange, fence)
             exchange.lost = True
+            self._check_lead()
             self.registry.update_exchange(fence, exchange)
             log.warning("queue %s: exchange %s on lost host %s replaced", queue, exchange.id,
                         exchange.host)  # fmt: skip
@@ -139,6 +235,7 @@ class HostLossRepair:
     def _move_monitor(self, queue: str, fence: Fence) -> None:
         refusals = []
         for host in self._hosts_with_free_slots():
+            self._check_lead()
             try:
                 self.management._start_on_host(queue, host, fence)
             except Refused as refused:
@@ -150,7 +247,7 @@ class HostLossRepair:
         said = ""
         if queue not in self._asked:
             self._asked.add(queue)
-            said = ": " + self.management.provisioner.provision(
+            said = ": " + self.management.provision(
                 f"queue {queue} lost its monitor's host and no live host has a free slot"
             )
         why = "; ".join(refusals) or "no live host has a free exchange slot"
@@ -168,7 +265,14 @@ class HostLossRepair:
         return sorted(free, key=lambda h: (used[h.name] - h.max_exchanges, h.name))
 
     def _tell_exchanges(self, queue: str) -> None:
-        """Every live host with exchanges of the queue: they report to the new monitor."""
+        """Every live host with exchanges of the queue: they report to the new monitor. One
+        that does not answer is asked again later (`_tell_again`)."""
+        hosts = {x.host for x in self.registry.exchanges(queue) if not x.lost}
+        for host in self.registry.hosts():
+            if host.name in hosts:
+                self._tell(queue, host, _Untold(self._now, limits.monitor_moved_retry_first_s))
+
+    def _tell(self, queue: str, host: HostRecord, last: _Untold) -> None:
         got = self.registry.queue(queue)
         if got is None:
             return
@@ -176,38 +280,109 @@ class HostLossRepair:
         request = MonitorMovedOnHost(
             queue, record.monitor_port, record.stat_port, _address_of(record.monitor)
         )
-        hosts = {x.host for x in self.registry.exchanges(queue) if not x.lost}
-        for host in self.registry.hosts():
-            if host.name not in hosts:
+        self._check_lead()
+        try:
+            self.management._call_host(host, request, Reply.decode)
+        except Refused as error:  # its exchanges keep reporting to the old address meanwhile
+            wait_s = min(last.wait_s * 2, limits.monitor_moved_retry_max_s)
+            log.error("queue %s: host %s not told of the new monitor (asked again in %.0f s): "
+                      "%s", queue, host.name, last.wait_s, error)  # fmt: skip
+            with self._lock:
+                if (queue, host.name) in self.untold or (
+                    len(self.untold) < limits.monitor_moved_untold_max
+                ):
+                    self.untold[(queue, host.name)] = _Untold(self._now + last.wait_s, wait_s)
+            return
+        with self._lock:
+            if self.untold.pop((queue, host.name), None) is not None:
+                log.warning("queue %s: host %s told of the new monitor at last", queue,
+                            host.name)  # fmt: skip
+
+    def _tell_again(self, live: set[str], now: float) -> None:
+        """The hosts that missed 1013 and are due: asked again while they are registered and
+        still run an exchange of a RUNNING queue (a lost host's exchanges are replaced)."""
+        for (queue, name), last in sorted(self.untold.items()):
+            got = self.registry.queue(queue)
+            exchanges = self.registry.exchanges(queue) if got is not None else []
+            if (
+                got is None
+                or got[0].state != QueueState.RUNNING
+                or not any(x.host == name and not x.lost for x in exchanges)
+            ):
+                with self._lock:
+                    self.untold.pop((queue, name), None)
                 continue
-            try:
-                self.management._call_host(host, request, Reply.decode)
-            except Refused as error:  # its exchanges keep reporting to the old address
-                log.error("queue %s: host %s not told of the new monitor: %s", queue,
-                          host.name, error)  # fmt: skip
+            host = self.registry.host(name) if name in live else None
+            if host is not None and now >= last.at:
+                self._tell(queue, host, last)
 
     def _replace_exchange(self, lost: ExchangeRecord, fence: Fence) -> None:
+        """A 2004 as the admin API runs it (the queue is claimed by this thread already)."""
         txid = f"replace-{lost.id}"[: limits.transaction_id_chars_max]
-        request = CreateExchange(lost.queue, txid).encode()
-        reply = Reply.decode(self.management.handle(request, fence))
-        if not reply.ok:
-            reason = Reason(reply.error) if reply.error in set(Reason) else Reason.HOST_FAILED
-            raise Refused(reason, f"no exchange in place of {lost.id}: {reply.comment}")
+        self._check_lead()
+        try:
+            self.management.create_exchange(CreateExchange(lost.queue, txid).encode(), fence)
+        except Refused as refused:
+            raise Refused(refused.reason, f"no exchange in place of {lost.id}: {refused}") from None
 
     # --- what `roq status` shows ---------------------------------------------------------
     def report(self) -> tuple[tuple[GoneHost, ...], tuple[PendingRepair, ...]]:
         """The gone hosts, and each queue still assigned to one with what its re-placement
-        waits for."""
+        waits for (called from the main thread: the repair's state is copied under the lock)."""
         now = time.monotonic()
+        with self._lock:
+            gone_since, done = dict(self.gone), set(self._done)
+            waiting, untold = dict(self.pending), sorted(self.untold)
         gone, pending = [], {}
-        for name, since in sorted(self.gone.items()):
-            queues = set() if name in self._done else self._queues_on({name})
+        for name, since in sorted(gone_since.items()):
+            queues = set() if name in done else self._queues_on({name})
             gone.append(GoneHost(name, round(now - since, 1), len(queues)))
             left = self.grace_s - (now - since)
             for queue in queues:
-                pending[queue] = self.pending.get(queue) or (
+                pending[queue] = waiting.get(queue) or (
                     f"host {name} is gone; re-placed in {left:.0f} s (host.loss.grace)"
                     if left > 0
                     else f"host {name} is lost; re-placing"
                 )
+        for queue, host in untold:
+            said = f"host {host} not yet told that the monitor moved"
+            pending[queue] = f"{pending[queue]}; {said}" if queue in pending else said
         return tuple(gone), tuple(PendingRepair(q, c) for q, c in sorted(pending.items()))
+
+
+class RepairThread(threading.Thread):
+    """`gcm-repair`: checks for lost hosts every `limits.host_loss_check_s` while this GCM
+    leads. `fence_of` is the leadership's current fence (None while it does not lead)."""
+
+    def __init__(self, repair: HostLossRepair, fence_of: Callable[[], Fence | None]):
+        super().__init__(name="gcm-repair", daemon=True)
+        self.repair = repair
+        self._fence_of = fence_of
+        self._stop = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop.wait(limits.host_loss_check_s):
+            fence = self._fence_of()
+            if fence is None:
+                continue
+            self._term(fence)
+
+    def _term(self, fence: Fence) -> None:
+        def leading() -> bool:
+            return not self._stop.is_set() and self._fence_of() == fence
+
+        self.repair.leading = leading
+        self.repair.management.cancel_host_calls_when(lambda: not leading())
+        try:
+            self.repair.tick(fence, time.monotonic())
+        except NotLeader:
+            log.info("host loss repair stopped: this GCM no longer leads")
+        except CoordinationError as error:  # ZooKeeper went away: the next check retries
+            log.warning("host loss check failed: %s", error)
+        except Exception:  # a bug must not end the repair for good: logged, retried
+            log.exception("host loss check failed")
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self.is_alive():
+            self.join(timeout=limits.host_loss_stop_join_s)

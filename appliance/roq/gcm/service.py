@@ -8,9 +8,10 @@ RoQ's P+1/P+4 shutdown sockets are replaced by SIGTERM, and P+2 (Java serializat
 Every GCM of a cluster serves its sockets; only the elected leader acts. The others answer
 `{RESULT: 8, LEADER: <its admin endpoint>}` so clients follow. All state lives in ZooKeeper; the
 leader's writes are fenced (see coordination.registry), so a deposed leader cannot overwrite it.
-The leader's main loop also re-places the work of hosts that stay gone (gcm/repair.py).
 One thread owns all sockets (the main loop); the election runs in a thread of its own
-(`gcm-election`, coordination/election.py), which touches ZooKeeper only.
+(`gcm-election`, coordination/election.py), which touches ZooKeeper only, and the work of hosts
+that stay gone is re-placed in `gcm-repair` (gcm/repair.py), whose host requests each open their
+own socket in that thread, so a silent host never delays an admin reply.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from roq.coordination.paths import Paths
 from roq.coordination.registry import Fence, Registry
 from roq.errors import CoordinationError, NotLeader
 from roq.gcm.management import Management
-from roq.gcm.repair import HostLossRepair
+from roq.gcm.repair import HostLossRepair, RepairThread
 from roq.protocol import bsonmsg
 from roq.protocol.commands import AdminCommand, Reason
 from roq.protocol.messages.admin import BroadcastQueue, ConfigBroadcast
@@ -59,6 +60,7 @@ class GlobalConfigurationManager:
         self.repair = HostLossRepair(self.management, settings.host_loss_grace_s)
         self.management.losses = self.repair.report
         self.leadership = Leadership(self.registry, self._identity(), self._on_elected)
+        self.repair_thread = RepairThread(self.repair, lambda: self.leadership.fence)
         self._sockets: dict[str, Any] = {}
 
     def endpoint(self, offset: GcmPort) -> str:
@@ -91,6 +93,7 @@ class GlobalConfigurationManager:
 
     def run(self, stop: threading.Event, on_ready: Callable[[], object] | None = None) -> None:
         self.leadership.start()
+        self.repair_thread.start()
         poller = Poller()
         for name in ("topology", "admin"):
             poller.register(self._sockets[name], READABLE)
@@ -108,19 +111,6 @@ class GlobalConfigurationManager:
             if time.monotonic() >= next_broadcast:
                 next_broadcast = time.monotonic() + self.period_s
                 self._broadcast()
-            self._repair()
-
-    def _repair(self) -> None:
-        """Re-place the work of lost hosts (gcm/repair.py), while this GCM leads."""
-        fence = self.leadership.fence
-        if fence is None:
-            return
-        try:
-            self.repair.tick(fence, time.monotonic())
-        except NotLeader:
-            pass  # deposed meanwhile: the new leader repairs
-        except CoordinationError as error:  # ZooKeeper went away: the next check retries
-            log.warning("gcm %s: host loss check failed: %s", self.id, error)
 
     def _admin(self, request: dict[str, Any]) -> dict[str, Any]:
         """Every ZooKeeper failure is CoordinationError here (coordination/registry.py), so a
@@ -172,6 +162,7 @@ class GlobalConfigurationManager:
         )
 
     def close(self) -> None:
+        self.repair_thread.stop()  # its host requests' sockets close before the context ends
         self.management.close()  # its rules listeners' sockets, before the context ends
         self.leadership.stop()
         for sock in self._sockets.values():

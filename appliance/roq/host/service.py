@@ -26,6 +26,7 @@ from roq.coordination.paths import Paths
 from roq.coordination.registry import ChildState, HostRecord, QueueRecord, Registry
 from roq.errors import DecodeError, NameTaken, PortInUse, RoqError
 from roq.host import adoption, supervision
+from roq.host.fencing import LeaseKeeper, lease_path, lease_seconds
 from roq.host.ports import PortAllocator
 from roq.host.supervision import Child
 from roq.log import replica_root
@@ -71,6 +72,12 @@ class HostConfigManager:
             on_state=self._on_session_state,
         )
         self.registry = Registry(self.zk, Paths(settings.zk.namespace))
+        self.lease = LeaseKeeper(
+            self.zk,
+            lease_path(settings.log_root, self.name),
+            lease_seconds(settings.zk.session_timeout_ms),
+            self.name,
+        )
         self.registry.ensure_roots()
         self.ports = PortAllocator(
             self.registry,
@@ -105,6 +112,9 @@ class HostConfigManager:
         bind(self.sock, self.address, self.settings.hcm_port)
         # Own the name first: until then the claims may belong to a live host of this name.
         self._claim_name()
+        # This session's registration is checked: the children started next act at once.
+        self.lease.confirm()
+        self.lease.start()
         self._release_stale_claims()
         self.adopt()
 
@@ -176,6 +186,7 @@ class HostConfigManager:
         record with it (a stall past zk.session.timeout: overload, a paused VM); kazoo opens a
         new session, and the main loop registers the host again on it."""
         if state == "LOST":
+            self.lease.suspend()  # the new session renews nothing before it is confirmed
             self._session_lost.set()
 
     def _reregister(self, now: float) -> None:
@@ -193,6 +204,9 @@ class HostConfigManager:
         self._session_lost.clear()
         log.warning("host %s: registered again after its ZooKeeper session expired", self.name)
         self._stop_moved()
+        # What still runs here is still assigned here: its lease is renewed on this session.
+        if self.lease.confirm():
+            log.warning("host %s: the lease of its children is renewed", self.name)
 
     def _release_stale_claims(self) -> None:
         """Claims left by a previous run of this host: its children died with it. Called only
@@ -394,6 +408,8 @@ class HostConfigManager:
                     str(port),
                     "--stat-port",
                     str(stat),
+                    "--lease",
+                    str(self.lease.path),
                     *self._overrides(),
                 ),
                 id=f"monitor-{queue}",
@@ -441,6 +457,8 @@ class HostConfigManager:
                     endpoint_at(monitor_address, stat_port, StatPort.IN),
                     "--id",
                     exchange_id,
+                    "--lease",
+                    str(self.lease.path),
                     *self._overrides(),
                 ),
             )
@@ -556,6 +574,7 @@ class HostConfigManager:
                 self.registry.unregister_host(self.name)
             except RoqError as error:
                 log.warning("host %s: %s", self.name, error)
+        self.lease.stop()  # after the children: a leaving exchange still drains its publishers
         if self.sock is not None:
             self.sock.close(0)
         session.close(self.zk)

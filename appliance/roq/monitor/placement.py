@@ -197,3 +197,72 @@ def assign_replicas(exchanges: list[ExchangeView], factor: int) -> dict[str, tup
             load[replica] += 1
         plan[leader.exchange_id] = chosen
     return plan
+
+
+@dataclass(frozen=True)
+class CopyPlan:
+    """A gone exchange's log with fewer than `factor` complete copies on live exchanges: the
+    holder of a longest copy (`source`) sends it to each of `targets` until their copies end
+    where it ends. A copy is never appended to by anything else (its leader is gone), so a copy
+    that ends at `end` is complete."""
+
+    leader_id: str
+    end: int  # where the longest copy ends
+    complete: tuple[str, ...]  # live exchanges whose copy ends at `end`
+    source: str  # one of `complete`
+    targets: tuple[str, ...]  # exchanges that get a copy (may hold a shorter one already)
+
+
+def plan_copies(
+    exchanges: list[ExchangeView],
+    factor: int,
+    gone: set[str],
+    current: dict[str, CopyPlan],
+) -> dict[str, CopyPlan]:
+    """A plan for each log in `gone` (ids of exchanges gone long enough) that a live exchange
+    holds a copy of and that has fewer than `factor` complete copies. Targets are those on a
+    host without a complete copy first, then those holding part of it already, then those
+    holding the fewest copies; a plan still under way keeps its source and targets while they
+    are live, so a copy is not started again elsewhere every period."""
+    live = sorted((x for x in exchanges if x.logged and not x.leaving), key=lambda x: x.exchange_id)
+    load = {x.exchange_id: len(x.copies) for x in live}
+    plans: dict[str, CopyPlan] = {}
+    for leader_id in sorted(gone):
+        holders = {x.exchange_id: x.copies[leader_id] for x in live if leader_id in x.copies}
+        if not holders:
+            continue  # no copy left to copy from
+        end = max(holders.values())
+        complete = tuple(sorted(i for i, e in holders.items() if e == end))
+        if len(complete) >= factor:
+            continue
+        before = current.get(leader_id)
+        source = before.source if before and before.source in complete else complete[0]
+        targets = _copy_targets(live, holders, complete, factor, before, load)
+        for target in targets:
+            load[target] += 1
+        plans[leader_id] = CopyPlan(leader_id, end, complete, source, targets)
+    return plans
+
+
+def _copy_targets(
+    live: list[ExchangeView],
+    holders: dict[str, int],
+    complete: tuple[str, ...],
+    factor: int,
+    before: CopyPlan | None,
+    load: dict[str, int],
+) -> tuple[str, ...]:
+    needed = factor - len(complete)
+    candidates = [x for x in live if x.exchange_id not in complete]
+    kept = [x.exchange_id for x in candidates if before and x.exchange_id in before.targets]
+    covered = {x.host for x in live if x.exchange_id in complete}
+    candidates.sort(
+        key=lambda x: (
+            x.host in covered,  # another host than every complete copy's, when there is one
+            -holders.get(x.exchange_id, -1),  # the longest partial copy: least left to send
+            load[x.exchange_id],
+            x.exchange_id,
+        )
+    )
+    fresh = [x.exchange_id for x in candidates if x.exchange_id not in kept]
+    return tuple((kept + fresh)[:needed])

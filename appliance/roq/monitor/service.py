@@ -35,21 +35,26 @@ from roq.config import MonitorSettings
 from roq.errors import ProtocolError
 from roq.monitor.groups import GROUP_COMMANDS, GroupManager, Readable
 from roq.monitor.placement import (
+    CopyPlan,
     ExchangeView,
     Move,
     assign_replicas,
     choose_exchange,
     mark_joined,
+    plan_copies,
     plan_relocation,
 )
 from roq.monitor.scaling import Scaler
 from roq.protocol import bsonmsg
 from roq.protocol.commands import MonitorCommand, Reason
 from roq.protocol.messages.control import (
+    CopyProgress,
+    CopySource,
     MonitoredExchange,
     MonitorStatus,
     ReplicaAssignment,
     Replicas,
+    ShortLog,
 )
 from roq.protocol.messages.kpi import QueueKpi, decode_kpi_message
 from roq.protocol.messages.monitor import (
@@ -71,6 +76,7 @@ from roq.protocol.messages.monitor import (
     decode_exchange_message,
 )
 from roq.protocol.ports import ExchangePort, MonitorPort, StatPort, port_at, sibling
+from roq.system.lease import Fence
 from roq.transport import READABLE, Kind, Poller, bind, connect, drained, open_socket, send_nowait
 from roq.transport.control import ControlServer
 from roq.transport.rpc import answer
@@ -87,9 +93,12 @@ class Monitor:
         port: int,
         stat_port: int,
         settings: MonitorSettings,
+        lease: str = "",
     ):
         self.queue, self.address, self.port, self.stat_port = queue, address, port, stat_port
         self.name = f"monitor {queue}"
+        self.fence = Fence(lease, self.name)  # fencing: its host's lease (system/lease.py)
+        self._acting = True
         self.limits = settings.thresholds
         self.dead_after = settings.dead_heartbeats
         self.list_period_s = settings.list_period_s
@@ -98,6 +107,11 @@ class Monitor:
         self.bad_frames = 0
         self.relocations = 0
         self.replication_factor = settings.replication_factor
+        # Gone exchanges' logs being copied again (`_plan_copies`), and since when each log
+        # copied on a live exchange has had no live exchange of its own (bounded by the copies
+        # the live exchanges report: an entry leaves when no report names it).
+        self.copy_plans: dict[str, CopyPlan] = {}
+        self._gone_since: dict[str, float] = {}
         self._context = context
         self._controls: dict[str, Any] = {}  # front → DEALER to the exchange's control port
         self._open_sockets(context)
@@ -144,9 +158,13 @@ class Monitor:
         placement = port_at(self.port, MonitorPort.PLACEMENT)
         log.info("%s: placing publishers on tcp://%s:%d", self.name, self.address, placement)
         while not (stop.is_set() or self.control.stop_requested):
-            for sock, _ in poller.poll(limits.poll_interval_ms):
+            ready = poller.poll(limits.poll_interval_ms)
+            self._check_fence(time.monotonic())  # before the requests that came in are answered
+            for sock, _ in ready:
                 handlers[sock]()
             now = time.monotonic()
+            if not self._acting:
+                continue  # fenced: no reaping, scaling, lists or replica assignments
             self._reap(now)
             if now >= next_scale:
                 self._scale(now)
@@ -162,6 +180,16 @@ class Monitor:
                 next_kpi = now + self.kpi_period_s
         log.info("%s: stopping", self.name)
 
+    def _check_fence(self, now: float) -> None:
+        """Fenced (its host's lease ran out), the monitor answers placements with a refusal and
+        sends no notice; another monitor may already serve the queue. Back under a lease, the
+        exchanges' silence while it was not listening is not held against them."""
+        acting = self.fence.acting(now)
+        if acting and not self._acting:
+            for view in self.exchanges.values():
+                view.last_seen = now
+        self._acting = acting
+
     # --- exchange reports ----------------------------------------------------------------------
     def _pump_reports(self) -> None:
         for frames in drained(self.reports, limits.monitor_burst_messages):
@@ -174,6 +202,8 @@ class Monitor:
             self._on_report(message)
 
     def _on_report(self, message: ExchangeMessage) -> None:
+        if not self._acting:
+            return  # read (the socket must not fill) and left: no relocation, no notice
         now = time.monotonic()
         if isinstance(message, ExchangePulse):
             self._on_pulse(self.exchanges.get(message.front), message, now)
@@ -317,6 +347,8 @@ class Monitor:
 
     # --- placement requests --------------------------------------------------------------------
     def _placement(self, request: dict[str, Any]) -> dict[str, Any]:
+        if not self._acting:
+            return bsonmsg.fail(Reason.FENCED, f"{self.name} is fenced: its host lost its lease")
         command = request["CMD"]
         if command == MonitorCommand.SUBSCRIBER_INIT:
             return self._listing().reply()
@@ -412,9 +444,13 @@ class Monitor:
 
     # --- output --------------------------------------------------------------------------------
     def _to_publishers(self, notice: Relocate | ExchangeLost) -> None:
+        if not self._acting:
+            return
         self._send(self.to_publishers, [notice.topic, bsonmsg.encode(notice.encode())])
 
     def _to_subscribers(self, notice: dict[str, Any]) -> None:
+        if not self._acting:
+            return
         self._send(self.to_subscribers, [bsonmsg.encode(notice)])
 
     def _send(self, sock: Any, frames: list[bytes]) -> None:
@@ -448,7 +484,29 @@ class Monitor:
                 for x in self.exchanges.values()
             ),
             copies=self._copy_list(),
+            short_logs=self._short_logs(),
         ).encode()
+
+    def _short_logs(self) -> tuple[ShortLog, ...]:
+        """The gone exchanges' logs with fewer than replicationFactor complete copies."""
+        ends = {x.exchange_id: x.copies for x in self.exchanges.values()}
+
+        def progress(plan: CopyPlan) -> tuple[CopyProgress, ...]:
+            return tuple(
+                CopyProgress(t, ends.get(t, {}).get(plan.leader_id, -1)) for t in plan.targets
+            )
+
+        return tuple(
+            ShortLog(
+                plan.leader_id,
+                plan.end,
+                len(plan.complete),
+                self.replication_factor,
+                plan.source,
+                progress(plan),
+            )
+            for plan in self.copy_plans.values()
+        )
 
     # --- replication ---------------------------------------------------------------------------
     def _assign_replicas(self) -> None:
@@ -462,6 +520,12 @@ class Monitor:
         for leader_id, replica_ids in plan.items():
             for replica_id in replica_ids:
                 copied[replica_id].append(leader_id)
+        sources: dict[str, list[CopySource]] = {x.exchange_id: [] for x in views}
+        for copy in self._plan_copies(time.monotonic()).values():
+            for target in copy.targets:
+                copied[target].append(copy.leader_id)  # it takes the copy's writes
+                endpoint = _log_endpoint(by_id[target].front)
+                sources[copy.source].append(CopySource(copy.leader_id, target, endpoint))
         for leader_id, replica_ids in plan.items():
             leader = by_id[leader_id]
             if replica_ids != leader.replicas:
@@ -473,10 +537,52 @@ class Monitor:
                 )
                 leader.replicas = replica_ids
             replicas = [ReplicaAssignment(r, _log_endpoint(by_id[r].front)) for r in replica_ids]
-            assignment = Replicas(tuple(replicas), tuple(copied[leader_id]))
+            assignment = Replicas(
+                tuple(replicas), tuple(copied[leader_id]), tuple(sources[leader_id])
+            )
             self._tell_exchange(leader, assignment.encode())
 
+    def _plan_copies(self, now: float) -> dict[str, CopyPlan]:
+        """Plans to copy again each log whose exchange has been gone `limits.recopy_grace_s`
+        (dead, lost with its host, or retired) until it has replicationFactor complete copies
+        on live exchanges (docs/architecture.md §7, "Copying a gone log again")."""
+        live = {x.exchange_id for x in self.exchanges.values()}
+        reported = {c for x in self.exchanges.values() if not x.leaving for c in x.copies}
+        held = reported - live
+        for leader_id in [x for x in self._gone_since if x not in held]:
+            del self._gone_since[leader_id]
+        for leader_id in held:
+            self._gone_since.setdefault(leader_id, now)
+        gone = {x for x, since in self._gone_since.items() if now - since >= limits.recopy_grace_s}
+        views = list(self.exchanges.values())
+        plans = plan_copies(views, self.replication_factor, gone, self.copy_plans)
+        self._log_copy_plans(plans, reported | live)
+        self.copy_plans = plans
+        return plans
+
+    def _log_copy_plans(self, plans: dict[str, CopyPlan], known: set[str]) -> None:
+        """What changed: a copy started, moved, or a log that has its copies again (or is
+        live again: `known` holds the live exchanges and those a copy is reported of)."""
+        for leader_id, plan in plans.items():
+            before = self.copy_plans.get(leader_id)
+            if before is None or (before.source, before.targets) != (plan.source, plan.targets):
+                log.warning(
+                    "%s: the log of gone exchange %s has %d of %d copies (%d bytes): %s",
+                    self.name, leader_id, len(plan.complete), self.replication_factor, plan.end,
+                    f"copying it from {plan.source} to {', '.join(plan.targets)}"
+                    if plan.targets else "no exchange can take another copy",
+                )  # fmt: skip
+        for leader_id in self.copy_plans.keys() - plans.keys():
+            if leader_id in known:
+                log.info("%s: the log of gone exchange %s has %d copies again (or is back)",
+                         self.name, leader_id, self.replication_factor)  # fmt: skip
+            else:
+                log.error("%s: no live exchange holds a copy of gone exchange %s's log any more",
+                          self.name, leader_id)  # fmt: skip
+
     def _tell_exchange(self, view: ExchangeView, doc: dict[str, Any]) -> None:
+        if not self._acting:
+            return
         sock = self._controls.get(view.front)
         if sock is None:
             sock = self._controls[view.front] = open_socket(self._context, Kind.DEALER, sndhwm=10)
@@ -487,6 +593,7 @@ class Monitor:
             log.debug("%s: exchange %s control queue full", self.name, view.exchange_id)
 
     def close(self) -> None:
+        self.fence.close()
         self.scaler.close()
         self.groups.close()
         for control in self._controls.values():

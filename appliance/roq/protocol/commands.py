@@ -31,6 +31,7 @@ class Reason(enum.StrEnum):
     HOST_FAILED = "host_failed"
     BUSY = "busy"
     INTERNAL = "internal"
+    FENCED = "fenced"  # the process's host lost its lease (fencing): ask the GCM where to go
 
 
 @enum.unique

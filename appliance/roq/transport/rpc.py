@@ -6,6 +6,7 @@ opens a fresh one for the next request (RoQ's clients hung forever here).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -35,17 +36,29 @@ class Requester:
             connect(self._sock, self.endpoint)
         return self._sock
 
-    def request(self, doc: dict[str, Any], timeout_ms: int | None = None) -> dict[str, Any]:
+    def request(
+        self,
+        doc: dict[str, Any],
+        timeout_ms: int | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> dict[str, Any]:
         """Send one BSON request and return the decoded reply, or raise RequestTimeout."""
-        frames = self.request_raw([bsonmsg.encode(doc)], timeout_ms)
+        frames = self.request_raw([bsonmsg.encode(doc)], timeout_ms, cancelled)
         return bsonmsg.decode_reply(frames[0])
 
-    def request_raw(self, frames: list[bytes], timeout_ms: int | None = None) -> list[bytes]:
+    def request_raw(
+        self,
+        frames: list[bytes],
+        timeout_ms: int | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> list[bytes]:
+        """`cancelled`, asked every `limits.request_cancel_poll_ms` while the reply is awaited,
+        ends the wait early (RequestTimeout) once it says True."""
         sock = self._socket()
         wait_ms = self.timeout_ms if timeout_ms is None else timeout_ms
         try:
             sock.send_multipart(frames)
-            if not sock.poll(wait_ms, zmq.POLLIN):
+            if not self._wait(sock, wait_ms, cancelled):
                 raise RequestTimeout(f"no reply from {self.endpoint} within {wait_ms} ms")
             reply: list[bytes] = sock.recv_multipart()
             return reply
@@ -55,6 +68,19 @@ class Requester:
         except zmq.ZMQError as error:
             self.close()
             raise TransportError(f"request to {self.endpoint} failed: {error}") from None
+
+    @staticmethod
+    def _wait(sock: Any, wait_ms: int, cancelled: Callable[[], bool] | None) -> bool:
+        if cancelled is None:
+            return bool(sock.poll(wait_ms, zmq.POLLIN))
+        deadline = time.monotonic() + wait_ms / 1000
+        while not cancelled():
+            left_ms = int((deadline - time.monotonic()) * 1000)
+            if left_ms <= 0:
+                return False
+            if sock.poll(min(left_ms, limits.request_cancel_poll_ms), zmq.POLLIN):
+                return True
+        return False
 
     def close(self) -> None:
         if self._sock is not None:

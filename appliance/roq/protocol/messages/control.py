@@ -77,14 +77,36 @@ class ReplicaAssignment:
 
 
 @dataclass(frozen=True)
+class CopySource:
+    """Send your copy of the gone exchange `Leader`'s log to `Id` at `Endpoint` (its F+3)."""
+
+    leader_id: str  # Leader
+    target_id: str  # Id
+    endpoint: str  # Endpoint
+
+    def fields(self) -> Document:
+        return {"Leader": self.leader_id, "Id": self.target_id, "Endpoint": self.endpoint}
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any], prefix: str = "") -> Self:
+        return cls(
+            check_exchange_id(field_str(doc, "Leader", prefix=prefix)),
+            check_exchange_id(field_str(doc, "Id", prefix=prefix)),
+            field_endpoint(doc, "Endpoint", prefix=prefix),
+        )
+
+
+@dataclass(frozen=True)
 class Replicas:
     """1030 REPLICAS, monitor → exchange: the exchanges that copy your log are these (the set
     replaces the previous one), and, with `Leaders`, the exchanges whose logs you copy (you
-    refuse every other's writes; absent: the set you had stands); answered
-    `COMMENT: "assigned"`."""
+    refuse every other's writes; absent: the set you had stands); with `Sources`, the copies of
+    gone exchanges' logs you send to other exchanges (the set replaces the previous one; absent:
+    none); answered `COMMENT: "assigned"`."""
 
     replicas: tuple[ReplicaAssignment, ...]
     leaders: tuple[str, ...] | None = None  # Leaders: exchange ids
+    sources: tuple[CopySource, ...] = ()  # Sources
 
     def encode(self) -> Document:
         doc: Document = {
@@ -92,17 +114,22 @@ class Replicas:
         }  # fmt: skip
         if self.leaders is not None:
             doc["Leaders"] = list(self.leaders)
+        if self.sources:
+            doc["Sources"] = [s.fields() for s in self.sources]
         return doc
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
         replicas = field_docs(doc, "Replicas", ReplicaAssignment.decode, max_items=EXCHANGES_MAX)
+        sources: tuple[CopySource, ...] = ()
+        if doc.get("Sources") is not None:
+            sources = field_docs(doc, "Sources", CopySource.decode, max_items=EXCHANGES_MAX)
         if doc.get("Leaders") is None:
-            return cls(replicas)
+            return cls(replicas, None, sources)
         leaders = field_strs(
             doc, "Leaders", max_items=EXCHANGES_MAX, max_chars=EXCHANGE_ID_CHARS_MAX
         )
-        return cls(replicas, tuple(check_exchange_id(leader) for leader in leaders))
+        return cls(replicas, tuple(check_exchange_id(leader) for leader in leaders), sources)
 
 
 @dataclass(frozen=True)
@@ -330,6 +357,7 @@ class MonitorStatus:
     scaling: ScalingStatus
     exchanges: tuple[MonitoredExchange, ...]
     copies: tuple[DeadLog, ...]  # Copies: dead exchanges' logs subscribers are told about
+    short_logs: tuple[ShortLog, ...] = ()  # ShortLogs (absent from an older monitor: none)
 
     def encode(self) -> Document:
         return {
@@ -337,10 +365,14 @@ class MonitorStatus:
             "Scaling": self.scaling.fields(),
             "Exchanges": [x.fields() for x in self.exchanges],
             "Copies": [c.fields() for c in self.copies],
+            "ShortLogs": [s.fields() for s in self.short_logs],
         }  # fmt: skip
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
+        short: tuple[ShortLog, ...] = ()
+        if doc.get("ShortLogs") is not None:
+            short = field_docs(doc, "ShortLogs", ShortLog.decode, max_items=EXCHANGES_MAX)
         return cls(
             field_str(doc, "Queue"),
             field_int(doc, "Relocations"),
@@ -348,4 +380,49 @@ class MonitorStatus:
             ScalingStatus.decode(field_doc(doc, "Scaling"), "Scaling."),
             field_docs(doc, "Exchanges", MonitoredExchange.decode, max_items=EXCHANGES_MAX),
             field_docs(doc, "Copies", DeadLog.decode),
+            short,
+        )
+
+
+@dataclass(frozen=True)
+class CopyProgress:
+    """An exchange receiving a copy of a gone exchange's log, and where its copy ends."""
+
+    exchange_id: str  # Id
+    end: int  # End (-1: it holds none yet)
+
+    def fields(self) -> Document:
+        return {"Id": self.exchange_id, "End": self.end}
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any], prefix: str = "") -> Self:
+        return cls(field_str(doc, "Id", prefix=prefix), field_int(doc, "End", lo=-1, prefix=prefix))
+
+
+@dataclass(frozen=True)
+class ShortLog:
+    """A gone exchange's log with fewer than `Wanted` (replicationFactor) complete copies on
+    live exchanges, and the copies under way (`roq status` shows it)."""
+
+    leader_id: str  # Id
+    end: int  # End: where its longest copy ends
+    copies: int  # Copies: complete copies on live exchanges
+    wanted: int  # Wanted
+    source: str  # Source: the exchange sending its copy
+    targets: tuple[CopyProgress, ...]  # Targets: none when no exchange can take a copy
+
+    def fields(self) -> Document:
+        return {"Id": self.leader_id, "End": self.end, "Copies": self.copies,
+                "Wanted": self.wanted, "Source": self.source,
+                "Targets": [t.fields() for t in self.targets]}  # fmt: skip
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any], prefix: str = "") -> Self:
+        return cls(
+            field_str(doc, "Id", prefix=prefix),
+            field_int(doc, "End", prefix=prefix),
+            field_int(doc, "Copies", prefix=prefix),
+            field_int(doc, "Wanted", prefix=prefix),
+            field_str(doc, "Source", prefix=prefix),
+            field_docs(doc, "Targets", CopyProgress.decode, max_items=EXCHANGES_MAX, prefix=prefix),
         )
