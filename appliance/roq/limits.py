@@ -237,7 +237,8 @@ bench_drain_max_s = 20.0  # ... or this long after the run at the latest
 bench_latency_samples_max = 20_000  # latency samples kept per worker and run
 
 # --- work queues: consumer groups (monitor/slots.py, monitor/groups.py, client/consumer.py) ---
-work_cuts_reported_max = 64  # slot boundaries an exchange repeats in each report (older: merged)
+work_cuts_reported_max = 1_024  # slot boundaries in one exchange report (past it: thinned evenly)
+work_cuts_repeated = 16  # reported cuts an exchange repeats in its next reports (a lost report)
 work_groups_max = 64  # consumer groups per queue
 work_group_name_chars_max = 40  # so that the dead-letter queue `<queue>.<group>.dlq` fits 64
 work_slots_max = 100_000  # live (not yet deleted) slots per group; past it, no new slot is cut
@@ -246,7 +247,9 @@ work_consumers_max = 1_000  # consumers per group
 work_items_per_request_max = 10_000  # indices in one request's list (give, ack, nack, reject)
 work_reason_chars_max = 200  # a nack's or reject's reason, as kept and sent to dead letters
 work_backoff_max_s = 60.0  # the redelivery back-off never exceeds this
-work_poll_ms = 100  # a consumer with nothing to do asks its monitor again this often
+work_poll_ms = 100  # a consumer with nothing to do asks its monitor again at most this late
+work_poll_min_ms = 5  # ... and first this soon, twice as late at each empty answer (to poll_ms)
+work_share_window_ms = 300  # a consumer that asked this recently counts for the fair shares
 work_ack_flush_ms = 50  # acks wait at most this long in a consumer before going on the wire
 work_request_timeout_ms = 2_000  # a consumer's request to the monitor (then it asks again)
 work_read_timeout_ms = 2_000  # a slot's read from an exchange's log (then the slot is returned)

@@ -3,6 +3,10 @@ deliveries, suspects, ordered mode, and its durable record."""
 
 from __future__ import annotations
 
+import itertools
+
+from roq import limits
+from roq.exchange.slotcuts import SlotCuts
 from roq.monitor.slots import Group, Member, Rules, Slot, SlotState, expand, ranges
 
 RULES = Rules(lease_s=2.0, inflight=100, backoff_s=1.0, max_deliveries=3)
@@ -16,10 +20,10 @@ def _group(ordered: bool = False) -> Group:
 
 
 def _lease(group: Group, consumer: str, now: float, wall: float, rules: Rules,
-           readable: set[str]) -> Slot | None:  # fmt: skip
+           readable: set[str], ends: dict[str, int] | None = None) -> Slot | None:  # fmt: skip
     """As the monitor does: a consumer that asks is a member, seen now."""
     group.members.setdefault(consumer, Member(consumer, now)).last_seen = now
-    return group.lease(consumer, now, wall, rules, readable)
+    return group.lease(consumer, now, wall, rules, readable, ends)
 
 
 def test_reported_cuts_and_the_time_limit_close_slots():
@@ -104,3 +108,44 @@ def test_the_record_round_trips_and_settled_sets_are_ranges():
     assert (back.settled, back.deliveries, back.owner, back.lease_until, back.version) == (
         slot.settled, slot.deliveries, "c1", 7.0, 4,
     )  # fmt: skip
+
+
+def test_a_burst_between_two_reports_loses_no_cut_and_past_the_bound_thins_evenly():
+    cuts = SlotCuts()
+    for n in range(1, 201):
+        cuts.add(n * 100)
+    assert cuts.report() == tuple(n * 100 for n in range(1, 201))  # none dropped
+    assert cuts.report() == tuple(n * 100 for n in range(201 - limits.work_cuts_repeated, 201))
+    many = limits.work_cuts_reported_max + 1
+    for n in range(1, many + 1):
+        cuts.add(1_000_000 + n)
+    reported = cuts.report()
+    assert len(reported) <= limits.work_cuts_reported_max and reported[-1] == 1_000_000 + many
+    gaps = {b - a for a, b in itertools.pairwise(reported)}
+    assert gaps <= {1, 2}, gaps  # repeats dropped first, then every other new one: alike
+
+
+def test_a_consumer_that_took_more_slots_lets_the_waiting_ones_go_first_unless_enough_are_free():
+    group = _group()
+    group.observe("x1", 400, (100, 200, 300, 400), 0.0, 0.5)
+    assert _lease(group, "c1", 0.0, 0.0, RULES, {"x1"}) is not None
+    assert _lease(group, "c1", 0.0, 0.0, RULES, {"x1"}) is not None  # c1 holds two
+    group.members["c3"] = Member("c3", 0.0, waiting_since=0.01)
+    group.members["c2"].waiting_since = 0.01
+    assert group.lease("c1", 0.05, 0.0, RULES, {"x1"}) is None  # two free, two ahead of it
+    assert _lease(group, "c2", 0.06, 0.0, RULES, {"x1"}) is not None
+    assert _lease(group, "c1", 0.07, 0.0, RULES, {"x1"}) is None  # c3 still waits: one left
+    assert _lease(group, "c3", 0.08, 0.0, RULES, {"x1"}) is not None
+    group.members["c2"].last_seen = group.members["c3"].last_seen = -10.0  # gone quiet
+    group.observe("x1", 500, (500,), 0.1, 0.5)
+    assert _lease(group, "c1", 0.1, 0.0, RULES, {"x1"}) is not None  # a slow one holds no one
+
+
+def test_waiting_consumers_get_the_open_range_cut_at_once():
+    group = _group()
+    group.observe("x1", 50, (), 0.0, slot_s=0.5)  # open, not yet due by time
+    assert not group.slots
+    slot = _lease(group, "c1", 0.0, 0.0, RULES, {"x1"}, {"x1": 50})
+    assert slot is not None and (slot.start, slot.end) == (0, 50)
+    assert _lease(group, "c2", 0.05, 0.0, RULES, {"x1"}, {"x1": 50}) is None  # nothing new
+    assert group.hungry(0.1) and not group.hungry(1.0)  # c2 waits; a second later, stale

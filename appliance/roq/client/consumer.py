@@ -157,8 +157,9 @@ class Consumer:
 
     # --- requests to the monitor --------------------------------------------------------------
     def _ask(self, doc: dict[str, Any]) -> dict[str, Any]:
-        """One request; a monitor that does not answer, or is busy (ZooKeeper), is asked again
-        (it may be restarting, or have moved: then the GCM is asked where), for at most 30 s."""
+        """One request; a monitor that does not answer, is busy (ZooKeeper) or fenced (its host
+        lost its lease) is asked again (it may be restarting, or have moved: then the GCM is
+        asked where), for at most 30 s."""
         deadline = time.monotonic() + limits.work_monitor_wait_s
         while True:
             try:
@@ -170,10 +171,12 @@ class Consumer:
                 outcome = Reply.decode(reply)
                 if outcome.ok:
                     return reply
+                if outcome.error == "fenced":  # its host lost its lease: the queue may move
+                    self._follow_monitor()
                 if outcome.error == "unknown_queue" and doc is not self._join_doc:
                     self._ask(self._join_doc)  # the monitor forgot us (or the group): join again
                     continue
-                if outcome.error != "busy":
+                if outcome.error not in ("busy", "fenced"):
                     raise RoqError(f"{self.name}: {outcome.comment}")
                 problem = outcome.comment
             if time.monotonic() > deadline:
@@ -212,12 +215,17 @@ class Consumer:
     def next(self, timeout_s: float | None = None) -> Delivery | None:
         """The next message, or None after `timeout_s` (None: wait as long as it takes)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        pause = limits.work_poll_min_ms / 1000
         while not self._ready:
             if self._step():
+                pause = limits.work_poll_min_ms / 1000
                 continue
             if deadline is not None and time.monotonic() >= deadline:
                 return None
-            time.sleep(limits.work_poll_ms / 1000)
+            # An idle consumer asks again soon, then less often (bounded): it picks up a slot
+            # cut for it within a few ms, and a crowd of idle ones costs the monitor little.
+            time.sleep(pause)
+            pause = min(pause * 2, limits.work_poll_ms / 1000)
         delivery = self._ready.popleft()
         delivery._consumer = self
         self.stats["received"] += 1

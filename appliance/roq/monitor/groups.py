@@ -197,7 +197,7 @@ class GroupManager:
         group, _ = found
         readable = self._readable()
         ok = {x for x, (_, _, end) in readable.items()}
-        slot = group.lease(ask.consumer, time.monotonic(), time.time(), self.rules, ok)
+        slot = group.lease(ask.consumer, time.monotonic(), time.time(), self.rules, ok, self.ends)
         if slot is None or not self._readable_to_end(slot, readable):
             if slot is not None:
                 group.release(slot)
@@ -326,6 +326,8 @@ class GroupManager:
         now = time.monotonic()
         for group in self.groups.values():
             group.observe(exchange, end, cuts, now, self.slot_s, final)
+            if not final and group.hungry(now):  # consumers wait: what came is theirs now
+                group.cut_open({exchange: end}, {exchange})
 
     def tick(self) -> None:
         """Leases past their end go back to their group; then what changed is written."""

@@ -205,12 +205,37 @@ class Group:
 
     # --- leasing ------------------------------------------------------------------------------
     def lease(self, consumer: str, now: float, wall: float, rules: Rules,
-              readable: set[str]) -> Slot | None:  # fmt: skip
+              readable: set[str], ends: dict[str, int] | None = None) -> Slot | None:  # fmt: skip
         """The oldest slot that is due, not leased, and readable now (its exchange or a copy
-        of its log answers); in ordered mode only the oldest live slot of each exchange."""
+        of its log answers); in ordered mode only the oldest live slot of each exchange.
+
+        Fair shares among the consumers asking now: each consumer that asked within the last
+        `work_share_window_ms`, got nothing, and has taken fewer slots than this one goes first;
+        this one gets a slot only if enough are free for all of those too. Counting only the
+        *asking* consumers keeps a slow one from holding the others back (it is not asking
+        while it works). With none free, the open ranges known from the reports (`ends`) are
+        cut at once: the slot size adapts to the demand, instead of idle consumers waiting
+        for `work.slot.ms` while the messages sit in an open slot."""
         member = self.members[consumer]
-        if self._others_first(member, now):
+        ahead = self._ahead_of(member, now)
+        free = self._leasable(wall, readable, ahead + 1)
+        if not free and ends:
+            self.cut_open(ends, readable)
+            free = self._leasable(wall, readable, ahead + 1)
+        if len(free) <= ahead:
+            if not member.waiting_since:
+                member.waiting_since = now
             return None
+        slot = free[0]
+        slot.owner, slot.lease_until, slot.dirty = consumer, now + rules.lease_s, True
+        member.slots.add(slot.slot_id)
+        member.leases += 1
+        member.waiting_since = 0.0
+        return slot
+
+    def _leasable(self, wall: float, readable: set[str], wanted: int) -> list[Slot]:
+        """Up to `wanted` slots that may be leased now, oldest first."""
+        found: list[Slot] = []
         seen: set[str] = set()
         for slot in self.slots.values():
             first_of_exchange = slot.exchange not in seen
@@ -219,25 +244,38 @@ class Group:
                 continue
             if self.ordered and not first_of_exchange:
                 continue
-            slot.owner, slot.lease_until, slot.dirty = consumer, now + rules.lease_s, True
-            member.slots.add(slot.slot_id)
-            member.leases += 1
-            member.waiting_since = 0.0
-            return slot
-        if not member.waiting_since:
-            member.waiting_since = now
-        return None
+            found.append(slot)
+            if len(found) >= wanted:
+                break
+        return found
 
-    def _others_first(self, member: Member, now: float) -> bool:
-        """Fair shares: a consumer that took more slots than one that is waiting for a slot
-        right now lets that one have the next (a fast consumer would otherwise take every slot
-        of a burst while the others sleep between their asks)."""
-        recent = now - 3 * limits.work_poll_ms / 1000
-        return any(
-            other.waiting_since and other.last_seen >= recent and other.leases < member.leases
+    def _ahead_of(self, member: Member, now: float) -> int:
+        """Consumers waiting for a slot right now that took fewer than `member` did: without
+        this, the consumer that finishes a slot first (and asks again at once) takes the next,
+        and a burst goes to whoever happened to ask first."""
+        recent = now - limits.work_share_window_ms / 1000
+        return sum(
+            1
             for other in self.members.values()
             if other is not member
+            and other.waiting_since
+            and other.last_seen >= recent
+            and other.leases < member.leases
         )
+
+    def hungry(self, now: float) -> bool:
+        """Some consumer asked for a slot within the share window and got none."""
+        recent = now - limits.work_share_window_ms / 1000
+        return any(m.waiting_since and m.last_seen >= recent for m in self.members.values())
+
+    def cut_open(self, ends: dict[str, int], readable: set[str]) -> None:
+        """Close the open slot of each readable exchange at its reported end (consumers are
+        waiting: a smaller slot now beats a full one later)."""
+        for exchange, end in ends.items():
+            cursor = self.cursors.get(exchange)
+            if exchange in readable and cursor is not None and end > cursor:
+                self._cut(exchange, cursor, end)
+                self.open_since.pop(exchange, None)
 
     def give(self, slot: Slot, wanted: Iterable[int], room: int, wall: float,
              rules: Rules) -> GiveResult:  # fmt: skip
