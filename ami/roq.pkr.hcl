@@ -6,6 +6,11 @@
 #
 # The role (gcm or host) and the cluster addresses are chosen per instance by user data
 # (ami/user-data/*.yaml), so one image serves the whole cluster. See docs/deploy.md.
+#
+# No AWS key is in this template, in the image or in its GCM.properties. Packer takes its own
+# credentials from the AWS chain of the machine that runs it (environment, ~/.aws profile, or that
+# machine's instance role); the GCM machine launched from the image gets an IAM instance profile
+# (ami/iam/, docs/deploy.md), which roq's ec2 provisioner finds through the instance metadata.
 
 variable "region" {
   type    = string
@@ -15,6 +20,12 @@ variable "region" {
 variable "instance_type" {
   type    = string
   default = "t3.small"
+}
+
+variable "iam_instance_profile" {
+  type        = string
+  default     = ""
+  description = "IAM instance profile of the build instance (empty: none): a role, never keys, for a build that reads from AWS."
 }
 
 variable "roq_version" {
@@ -39,6 +50,8 @@ source "amazon-ebs" "debian12" {
   ssh_username    = "admin"
   ami_name        = "roq-${var.roq_version}-debian12-${local.stamp}"
   ami_description = "roq ${var.roq_version}: elastic persistent message queue appliance"
+  # The build instance's role, if any (a role, never keys); the image keeps no credential.
+  iam_instance_profile = var.iam_instance_profile
 
   source_ami_filter {
     filters = {

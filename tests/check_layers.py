@@ -2,7 +2,7 @@
 of every module (inside functions too; relative imports resolved to absolute names).
 
 - Third-party owners: only roq.transport imports zmq, only roq.coordination kazoo, only
-  roq.analytics pyspark.
+  roq.analytics pyspark, only roq.gcm boto3 (its provisioner).
 - The pure layers, roq.log and roq.protocol, import the standard library (but not `socket`),
   bson and the roq modules their row allows: no sockets, no ZooKeeper. roq.system imports the
   standard library only.
@@ -20,7 +20,15 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "appliance" / "roq"
 
-OWNERS = {"zmq": "transport", "kazoo": "coordination", "pyspark": "analytics"}
+OWNERS = {
+    "zmq": "transport",
+    "kazoo": "coordination",
+    "pyspark": "analytics",
+    # the AWS SDK and its stubs: the ec2 provisioner (roq.gcm.provisioning) only
+    "boto3": "gcm",
+    "botocore": "gcm",
+    "mypy_boto3_ec2": "gcm",
+}
 
 # What every part of roq may import: the package itself (its version), the error tree, the bounds.
 BASE = {"roq", "errors", "limits"}

@@ -118,7 +118,7 @@ cluster_queues_max = 100_000  # queues in one reply (2, 2012, 2013) or config br
 
 # --- control plane: GCM ----------------------------------------------------------------------
 rules_listeners_max = 16  # rules listeners (2008) kept per queue; the oldest is dropped
-ec2_response_bytes_max = 1024 * 1024  # an EC2 API answer is read this far at most
+ec2_request_attempts = 2  # one retry, with the same client token: still one instance at most
 
 # --- data plane: publishers -------------------------------------------------------------
 publisher_batch_bytes_default = 64 * 1024  # a batch is sent once its payloads reach this

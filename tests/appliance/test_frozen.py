@@ -4,11 +4,12 @@ ends with one line naming the problem and the documented exit code, within a bou
 from __future__ import annotations
 
 import socket
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from appliance_support import ROOT, last_line, run_frozen
+from appliance_support import ROOT, frozen_env, last_line, run_frozen
 
 from roq import errors
 from roq.testing.cluster import PortBlocks
@@ -150,3 +151,50 @@ def test_analytics_dependencies_stay_out(frozen_roq: Path) -> None:
     for name in ("pyspark", "py4j", "pyarrow", "matplotlib", "numpy", "pandas"):
         assert name not in bundled
     assert sum(f.stat().st_size for f in frozen_roq.parent.rglob("*") if f.is_file()) < 100e6
+
+
+def test_the_ec2_provisioner_is_in_the_executable(
+    frozen_roq: Path, zookeeper: str, port_blocks: PortBlocks, tmp_path: Path
+) -> None:
+    # A GCM with provisioner=ec2 builds its EC2 client at start: boto3, botocore's EC2 model and
+    # endpoint data must be in the executable (the spec keeps only some of botocore's models).
+    # Credentials come from the environment; the endpoint is a dead loopback port.
+    env = frozen_env() | {
+        "AWS_ACCESS_KEY_ID": "AKIDFROZEN",
+        "AWS_SECRET_ACCESS_KEY": "frozen-secret",
+        "AWS_CONFIG_FILE": str(tmp_path / "none"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    defines = {
+        "provisioner": "ec2",
+        "cloud.image": "ami-1",
+        "cloud.region": "eu-west-1",
+        "cloud.endpoint": "http://127.0.0.1:1",
+        "zk.servers": zookeeper,
+        "ports.base": str(port_blocks.take(6)),
+    }
+    args = [arg for name, value in defines.items() for arg in ("-D", f"{name}={value}")]
+    wanted = (
+        "ec2 provisioner: region eu-west-1, endpoint http://127.0.0.1:1, AWS credentials from env"
+    )
+    gcm = subprocess.Popen(
+        [str(frozen_roq), "gcm", *args],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    seen: list[str] = []
+    try:
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline and gcm.stderr is not None:
+            line = gcm.stderr.readline()  # the GCM logs on; it ends only when stopped
+            seen.append(line)
+            if not line or wanted in line:
+                break
+    finally:
+        gcm.terminate()
+        gcm.wait(20)
+    assert any(wanted in line for line in seen), "".join(seen[-20:])

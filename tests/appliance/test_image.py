@@ -3,6 +3,7 @@ properties files the units read (and refuses bad user data with exit 78)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -100,3 +101,36 @@ def test_configure_refuses_bad_user_data(tmp_path: Path, role_env: str, reason: 
     assert result.returncode == 78
     assert reason in result.stderr and len(result.stderr.splitlines()) == 1
     assert not (tmp_path / "HCM.properties").exists()
+
+
+def test_no_aws_key_in_the_image_sources() -> None:
+    # The image gets a role, never keys: nothing Packer uploads or the template names holds an
+    # access key id, a secret key setting or the retired cloud.password.
+    key_id = re.compile(r"\b(AKIA|ASIA)[0-9A-Z]{16}\b")
+    files = [p for d in ("ami", "config", "systemd") for p in (ROOT / d).rglob("*") if p.is_file()]
+    assert any(p.name == "GCM.properties" for p in files)
+    for path in files:
+        text = path.read_text(errors="replace")
+        assert not key_id.search(text), path
+        for setting in ("aws_secret_access_key", "AWS_SECRET_ACCESS_KEY", "cloud.password"):
+            assert setting not in text, (path, setting)
+
+
+def test_the_gcm_role_allows_what_the_provisioner_asks_and_no_more() -> None:
+    # docs/deploy.md creates the GCM machine's role from these two files.
+    trust = json.loads((ROOT / "ami" / "iam" / "gcm-trust.json").read_text())
+    [assume] = trust["Statement"]
+    assert assume["Principal"] == {"Service": "ec2.amazonaws.com"}
+    assert assume["Action"] == "sts:AssumeRole"
+    policy = json.loads((ROOT / "ami" / "iam" / "gcm-policy.json").read_text())
+    actions: dict[str, dict[str, object]] = {}
+    for statement in policy["Statement"]:
+        assert statement["Effect"] == "Allow"
+        listed = statement["Action"]
+        for action in [listed] if isinstance(listed, str) else listed:
+            actions[action] = statement
+    # RunInstances; CreateTags for its TagSpecifications; PassRole for cloud.instance.profile
+    assert set(actions) == {"ec2:RunInstances", "ec2:CreateTags", "iam:PassRole"}
+    passing = actions["iam:PassRole"]
+    assert passing["Resource"] != "*"
+    assert passing["Condition"] == {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}

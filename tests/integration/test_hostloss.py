@@ -230,7 +230,9 @@ def _segments(directory: Path) -> bytes:
     return b"".join(path.read_bytes() for path in sorted(directory.glob("*.log")))
 
 
-def _read_all(cluster: LocalCluster, wanted: dict[str, list[str]], timeout_s: float) -> None:
+def _read_acknowledged(
+    cluster: LocalCluster, wanted: dict[str, list[str]], timeout_s: float
+) -> None:
     """A subscriber from the beginning reads every message of `wanted` (tag → in order)
     exactly once, each producer in its order."""
     sub = Subscriber("q1", gcm=cluster.gcm, start="beginning", join_timeout_s=30)
@@ -311,7 +313,7 @@ def test_a_lost_log_is_copied_again_and_survives_a_second_host_loss(
     assert all(len(view["Replicas"]) == 1 for view in live.values()), live
     assert any("copying it from" in h.log_text() for h in hosts.values())  # made, not found
     print(f"resumed {resumed_s:.1f} s, two copies again {copied_s:.1f} s after the kill")
-    _read_all(cluster, acknowledged, 40)
+    _read_acknowledged(cluster, acknowledged, 40)
 
     # The host of the original copy is killed too: the new copy keeps the log readable in full.
     first_host = dirs[original].parts[-5]
@@ -322,7 +324,7 @@ def test_a_lost_log_is_copied_again_and_survives_a_second_host_loss(
         SESSION_S + 30,
         f"q1 served from {survivor} with {lost_id}'s copy\n{cluster.logs()}",
     )
-    _read_all(cluster, acknowledged, 60)
+    _read_acknowledged(cluster, acknowledged, 60)
     for pub in [victim, bystander, *others]:
         pub.close(timeout_s=5)
 

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import ast
-import base64
 import itertools
+import os
 import time
-import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -17,11 +16,8 @@ from roq.errors import ConfigError, DecodeError
 from roq.gcm.provisioning import (
     Ec2Provisioner,
     NoProvisioner,
-    build_request,
-    encode_query,
     make_provisioner,
-    run_instances_params,
-    sign_v4,
+    run_instances_args,
     user_data,
 )
 from roq.monitor import policy
@@ -243,16 +239,19 @@ def test_rebalance_keeps_a_publisher_on_every_source_and_needs_two_exchanges():
 
 
 # --- provisioners --------------------------------------------------------------------------------
+# Launches against an EC2 API (moto's server) are tested in tests/integration/test_ec2_moto.py;
+# here nothing leaves the machine: the endpoint is a loopback port where nothing listens.
 def _ec2(**overrides: str) -> Ec2Config:
     values = {
         "provisioner": "ec2",
-        "cloud.user": "AKIDEXAMPLE",
-        "cloud.password": "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
         "cloud.image": "ami-0123456789abcdef0",
         "cloud.region": "eu-west-1",
+        "cloud.endpoint": f"http://127.0.0.1:{_DEAD_PORT}",
         "cloud.key.name": "ops",
         "cloud.security.groups": "sg-1, sg-2",
         "cloud.subnet": "subnet-9",
+        "cloud.instance.profile": "roq-host",
+        "cloud.request.timeout.ms": "1000",
         "zk.servers": "10.0.0.5:2181",
         "network.interface": "10.0.0.4",
         **overrides,
@@ -260,49 +259,47 @@ def _ec2(**overrides: str) -> Ec2Config:
     return Ec2Config.from_settings(config.load_gcm(None, values))
 
 
-def test_sigv4_matches_the_aws_test_suite_get_vanilla_vector():
-    headers = sign_v4(
-        "GET", "https://example.amazonaws.com/", {}, b"", "AKIDEXAMPLE",
-        "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "us-east-1", "service", "20150830T123600Z",
-    )  # fmt: skip
-    assert headers["Authorization"] == (
-        "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, "
-        "SignedHeaders=host;x-amz-date, "
-        "Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31"
-    )
+_DEAD_PORT = 1  # tcpmux: privileged and unused, connections are refused at once
 
 
-def test_run_instances_request_is_complete_and_signed():
+@pytest.fixture
+def aws_chain(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPatch:
+    """boto3's credential chain with nothing in it: no AWS_* variables, no ~/.aws files, no
+    instance metadata (so no 1 s wait for it either). A test adds what it needs."""
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    return monkeypatch
+
+
+def test_run_instances_args_are_complete():
     ec2 = _ec2()
-    params = run_instances_params(ec2, "token-1")
-    assert params["Action"] == "RunInstances" and params["Version"] == "2016-11-15"
-    assert params["ImageId"] == "ami-0123456789abcdef0" and params["InstanceType"] == "t3.small"
-    assert params["MinCount"] == params["MaxCount"] == "1"
-    assert params["ClientToken"] == "token-1"
-    assert params["KeyName"] == "ops" and params["SubnetId"] == "subnet-9"
-    assert params["SecurityGroupId.1"] == "sg-1" and params["SecurityGroupId.2"] == "sg-2"
-    assert params["TagSpecification.1.Tag.2.Value"] == "/roq"
-    script = base64.b64decode(params["UserData"]).decode()
+    args = run_instances_args(ec2, "token-1")
+    assert args["ImageId"] == "ami-0123456789abcdef0" and args["InstanceType"] == "t3.small"
+    assert args["MinCount"] == args["MaxCount"] == 1
+    assert args["ClientToken"] == "token-1"
+    assert args["KeyName"] == "ops" and args["SubnetId"] == "subnet-9"
+    assert args["SecurityGroupIds"] == ["sg-1", "sg-2"]
+    assert args["IamInstanceProfile"] == {"Name": "roq-host"}
+    assert args["TagSpecifications"][0]["Tags"][1] == {"Key": "roq:cluster", "Value": "/roq"}
+    script = args["UserData"]
     assert script == user_data(ec2)
     assert script.startswith("#cloud-config\n")
     for line in ("      ROQ_ROLE=host", "      ROQ_GCM_ADDRESS=10.0.0.4",
                  "      ROQ_ZK_SERVERS=10.0.0.5:2181", "      ROQ_INTERFACE=ens5",
                  "  - [/opt/roq/bin/roq-configure]"):  # fmt: skip
         assert line in script.splitlines()
-    request = build_request(ec2, "token-1", "20261122T101500Z")
-    assert request.full_url == "https://ec2.eu-west-1.amazonaws.com/"
-    assert request.get_method() == "POST"
-    assert isinstance(request.data, bytes)
-    assert dict(urllib.parse.parse_qsl(request.data.decode())) == params
-    auth = request.get_header("Authorization")
-    assert auth is not None and auth.startswith(
-        "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20261122/eu-west-1/ec2/aws4_request, "
-        "SignedHeaders=content-type;host;x-amz-date, Signature="
+    arn = "arn:aws:iam::123456789012:instance-profile/roq-host"
+    unset = {"cloud.key.name": "", "cloud.subnet": "", "cloud.security.groups": ""}
+    bare = run_instances_args(_ec2(**{"cloud.instance.profile": arn, **unset}), "token-2")
+    assert bare["IamInstanceProfile"] == {"Arn": arn}
+    assert not {"KeyName", "SubnetId", "SecurityGroupIds"} & set(bare)
+    assert "IamInstanceProfile" not in run_instances_args(
+        _ec2(**{"cloud.instance.profile": ""}), "t"
     )
-
-
-def test_query_encoding_is_sorted_and_rfc3986():
-    assert encode_query({"b": "a b", "a": "x/y+z=~"}) == "a=x%2Fy%2Bz%3D~&b=a%20b"
 
 
 def test_ec2_config_errors_name_the_key():
@@ -312,11 +309,36 @@ def test_ec2_config_errors_name_the_key():
         _ec2(**{"cloud.join.zk": "h:1; rm -rf /"})
     with pytest.raises(ConfigError, match=r"zk\.namespace"):
         _ec2(**{"zk.namespace": "/prod"})
-    with pytest.raises(ConfigError, match=r"cloud\.endpoint"):
-        _ec2(**{"cloud.endpoint": "file:///etc/passwd"})
+    # plain http only to this machine (an emulator); anything else is https or nothing
+    for endpoint in ("file:///etc/passwd", "http://ec2.eu-west-1.amazonaws.com/", "https://",
+                     "http://[::1", "ec2.eu-west-1.amazonaws.com"):  # fmt: skip
+        with pytest.raises(ConfigError, match=r"cloud\.endpoint"):
+            _ec2(**{"cloud.endpoint": endpoint})
+    for endpoint in ("", "https://vpce-1.ec2.eu-west-1.vpce.amazonaws.com", "http://localhost:5"):
+        assert _ec2(**{"cloud.endpoint": endpoint}).endpoint == endpoint
 
 
-def test_provisioners_are_bounded_and_say_what_they_did():
+def test_ec2_client_refuses_a_bad_region_at_start(aws_chain: pytest.MonkeyPatch):
+    with pytest.raises(ConfigError, match=r"cloud\.region"):
+        Ec2Provisioner(_ec2(**{"cloud.region": "eu west 1"}))
+
+
+def test_no_credentials_is_one_line_and_read_again_next_time(aws_chain: pytest.MonkeyPatch):
+    provisioner = Ec2Provisioner(_ec2(**{"cloud.provision.cooldown.ms": "0"}))
+    said = provisioner.provision("q")
+    assert "no AWS credentials" in said and "instance role" in said, said
+    assert "\n" not in said and provisioner.launched == []
+    # a credential that appears later (here in the environment; on EC2 a role attached to the
+    # running GCM machine) is found at the next launch without a restart: it gets as far as
+    # the (dead) endpoint
+    aws_chain.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    aws_chain.setenv("AWS_SECRET_ACCESS_KEY", "later-secret")
+    said = provisioner.provision("q")
+    assert "ec2 RunInstances failed" in said and "credentials" not in said, said
+    assert "later-secret" not in said
+
+
+def test_provisioners_are_bounded_and_say_what_they_did(aws_chain: pytest.MonkeyPatch):
     none = config.ProvisioningSettings.from_settings(config.load_gcm(None))
     assert isinstance(make_provisioner(none), NoProvisioner)
     said = NoProvisioner().provision("queue q needs an exchange")

@@ -14,6 +14,7 @@ by `log_settings`.
 from __future__ import annotations
 
 import re
+import urllib.parse
 from dataclasses import dataclass
 
 from roq.config.keys import HCM_KEYS
@@ -57,7 +58,7 @@ def log_settings(settings: Settings) -> LogSettings:
 # --- the GCM (GCM.properties) --------------------------------------------------------------------
 @dataclass(frozen=True)
 class CloudSettings:
-    """RoQ's cloud section, answered by admin command 2009 (the password never is)."""
+    """RoQ's cloud section, answered by admin command 2009. It holds no secret (`keys.RETIRED`)."""
 
     use: bool
     user: str
@@ -76,14 +77,16 @@ class CloudSettings:
 
 @dataclass(frozen=True)
 class Ec2Config:
-    """The ec2 provisioner's settings (roq.gcm.provisioning), checked when they are read."""
+    """The ec2 provisioner's settings (roq.gcm.provisioning), checked when they are read.
+
+    No credential is among them: boto3 finds its own (the AWS chain), and a GCM.properties that
+    still sets `cloud.password` is refused by the loader (`keys.RETIRED`)."""
 
     region: str
-    endpoint: str  # https://ec2.<region>.amazonaws.com/
-    access_key: str
-    secret_key: str
+    endpoint: str  # empty: boto3's endpoint for the region; else a VPC endpoint or an emulator
     image: str
     instance_type: str
+    instance_profile: str  # IAM instance profile of new instances (name or ARN); empty: none
     key_name: str
     security_groups: tuple[str, ...]
     subnet: str
@@ -98,14 +101,12 @@ class Ec2Config:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Ec2Config:
-        region = settings._str("cloud.region")
         config = cls(
-            region=region,
-            endpoint=settings._str("cloud.endpoint") or f"https://ec2.{region}.amazonaws.com/",
-            access_key=settings._str("cloud.user"),
-            secret_key=settings._str("cloud.password"),
+            region=settings._str("cloud.region"),
+            endpoint=settings._str("cloud.endpoint"),
             image=settings._str("cloud.image"),
             instance_type=settings._str("cloud.instance.type"),
+            instance_profile=settings._str("cloud.instance.profile"),
             key_name=settings._str("cloud.key.name"),
             security_groups=tuple(
                 g.strip() for g in settings._str("cloud.security.groups").split(",") if g.strip()
@@ -125,15 +126,15 @@ class Ec2Config:
 
     def check(self, where: str) -> None:
         """Refuse at start-up what would make a broken launch later."""
-        for key, value in (
-            ("cloud.image", self.image),
-            ("cloud.user", self.access_key),
-            ("cloud.password", self.secret_key),
-        ):
+        for key, value in (("cloud.image", self.image), ("cloud.region", self.region)):
             if not value:
                 raise ConfigError(f"{where}: provisioner=ec2 needs key '{key}'")
-        if not self.endpoint.startswith("https://"):
-            raise ConfigError(f"{where}: key 'cloud.endpoint' must be an https:// URL")
+        if self.endpoint and not _api_endpoint(self.endpoint):
+            raise ConfigError(
+                f"{where}: key 'cloud.endpoint' has value {self.endpoint!r}: must be empty (the "
+                "region's endpoint), an https:// URL, or http:// on a loopback address (an "
+                "emulator on this machine)"
+            )
         if self.join_namespace != "/roq":
             raise ConfigError(
                 f"{where}: key 'zk.namespace' is {self.join_namespace!r}: a provisioned host "
@@ -149,6 +150,19 @@ class Ec2Config:
                     f"{where}: key '{key}' has value {value!r}: a provisioned host needs it, "
                     "made of letters, digits and .:,_- only (the image's roq-configure rule)"
                 )
+
+
+def _api_endpoint(url: str) -> bool:
+    """https:// anywhere; plain http:// only to this machine, where nothing can listen in."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:  # e.g. an unclosed [ of an IPv6 address
+        return False
+    if not parts.netloc or parts.query or parts.fragment:
+        return False
+    if parts.scheme == "https":
+        return True
+    return parts.scheme == "http" and parts.hostname in ("127.0.0.1", "localhost", "::1")
 
 
 @dataclass(frozen=True)

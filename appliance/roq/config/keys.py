@@ -171,12 +171,24 @@ GCM_KEYS: tuple[Key, ...] = (
         "Enable the cloud section (answered by admin command 2009).",
         section="Cloud",
     ),
-    Key("cloud.user", str, "", "IaaS user name.", section="Cloud"),
     Key(
-        "cloud.password", str, "", "IaaS secret. Never returned by the admin API.", section="Cloud"
+        "cloud.user",
+        str,
+        "",
+        "IaaS user name, answered by admin command 2009. Not a credential: the ec2 provisioner "
+        "takes its credentials from the AWS chain (the machine's instance role), never from "
+        "this file.",
+        section="Cloud",
     ),
     Key("cloud.gateway", str, "", "Gateway given to provisioned VMs.", section="Cloud"),
-    Key("cloud.endpoint", str, "", "IaaS endpoint URL.", section="Cloud"),
+    Key(
+        "cloud.endpoint",
+        str,
+        "",
+        "IaaS endpoint URL. For the ec2 provisioner: empty for the region's public endpoint, an "
+        "https:// URL for a VPC endpoint, or http:// on a loopback address for an EC2 emulator.",
+        section="Cloud",
+    ),
     Key(
         "provisioner",
         str,
@@ -192,7 +204,7 @@ GCM_KEYS: tuple[Key, ...] = (
         "cloud.region",
         str,
         "us-east-1",
-        "EC2 region of the ec2 provisioner (the endpoint is ec2.<region>.amazonaws.com unless "
+        "EC2 region of the ec2 provisioner (the endpoint is the region's own unless "
         "cloud.endpoint is set).",
         section="Provisioning",
     ),
@@ -204,6 +216,14 @@ GCM_KEYS: tuple[Key, ...] = (
         str,
         "",
         "Comma-separated security group ids for new instances (empty: the VPC default).",
+        section="Provisioning",
+    ),
+    Key(
+        "cloud.instance.profile",
+        str,
+        "",
+        "IAM instance profile (name, or arn:...) given to the instances the ec2 provisioner "
+        "starts (empty: none). Passing one needs iam:PassRole on its role (docs/deploy.md).",
         section="Provisioning",
     ),
     Key(
@@ -254,7 +274,8 @@ GCM_KEYS: tuple[Key, ...] = (
         "cloud.request.timeout.ms",
         int,
         10_000,
-        "Time limit of one EC2 API request.",
+        "Time limit of connecting to and of each read from the EC2 API, per attempt (a request "
+        "is tried at most twice, with the same client token: one instance at most).",
         (100, 600_000),
         section="Provisioning",
     ),
@@ -711,6 +732,16 @@ HCM_KEYS: tuple[Key, ...] = (
 # Declared and validated, so that RoQ's and the thesis's files still load, but read by no
 # component (docs/configuration.md, "Keys that have no effect yet"). Every other key is read by
 # one of the dataclasses of `components.py`; tests/unit/test_config.py checks both.
+# Keys roq no longer reads, with what to do instead. A file (or -D) that gives one a value is
+# refused at start with this text, naming the key and never its value (it may be a secret); an
+# empty one, as in the GCM.properties shipped before, is ignored with a warning so that an
+# upgrade with an old file still starts.
+RETIRED: dict[str, str] = {
+    "cloud.password": "roq reads no cloud secret from a file: the ec2 provisioner takes its "
+    "credentials from the AWS chain (environment, ~/.aws, the machine's instance role). Give "
+    "the GCM machine an IAM instance role (docs/deploy.md) and delete this line",
+}
+
 NOT_READ = frozenset(
     {
         "hasCloudConfiguration",

@@ -1,7 +1,8 @@
 """Reading a properties file against a key table, checked once at start-up.
 
-A key missing from a file takes its own default; an invalid value, an unknown key or an unreadable
-file raises `ConfigError`, which the command line turns into one line on stderr and exit code 78
+A key missing from a file takes its own default; an invalid value, an unknown key, a retired key
+with a value (`keys.RETIRED`: a secret that no longer belongs in a file) or an unreadable file
+raises `ConfigError`, which the command line turns into one line on stderr and exit code 78
 (EX_CONFIG). The result, `Settings`, is looked up by key name only inside this package: each
 component turns it into its own typed dataclass (`components.py`) once, at start.
 """
@@ -9,14 +10,16 @@ component turns it into its own typed dataclass (`components.py`) once, at start
 from __future__ import annotations
 
 import difflib
+import logging
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from roq.config.keys import GCM_KEYS, HCM_KEYS, Key, Value, render_value
+from roq.config.keys import GCM_KEYS, HCM_KEYS, RETIRED, Key, Value, render_value
 from roq.errors import ConfigError
 
+log = logging.getLogger(__name__)
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]*$")
 
 
@@ -96,10 +99,26 @@ def load(
     if path is not None:
         source = str(path)
         for number, name, raw in parse_properties(_read(path)):
-            values[name] = _lookup(table, name, f"{path}:{number}").parse(raw, f"{path}:{number}")
+            if not _retired(name, raw, f"{path}:{number}"):
+                values[name] = _lookup(table, name, f"{path}:{number}").parse(
+                    raw, f"{path}:{number}"
+                )
     for name, raw in (overrides or {}).items():
-        values[name] = _lookup(table, name, "command line").parse(raw, "command line")
+        if not _retired(name, raw, "command line"):
+            values[name] = _lookup(table, name, "command line").parse(raw, "command line")
     return Settings(source=source, values=values)
+
+
+def _retired(name: str, raw: str, where: str) -> bool:
+    """Whether `name` is a retired key (then skipped). One with a value is refused; the message
+    names the key and never its value, which may be a secret."""
+    instead = RETIRED.get(name)
+    if instead is None:
+        return False
+    if raw.strip():
+        raise ConfigError(f"{where}: key '{name}' is refused: {instead}")
+    log.warning("%s: key '%s' is empty and ignored: %s", where, name, instead)
+    return True
 
 
 def _read(path: Path) -> str:

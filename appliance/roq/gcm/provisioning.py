@@ -4,39 +4,39 @@ Two provisioners, chosen by GCM.properties `provisioner`:
 
 * `none` logs that capacity is exhausted and starts nothing; the GCM refuses the exchange with
   `no_capacity`, and the queue's monitor raises the KPI alarm (SCALING_EVENT capacity_exhausted).
-* `ec2` starts one instance of the roq machine image (`cloud.image`) through the EC2 Query API
-  (RunInstances, Signature Version 4, no SDK), with cloud-init user data in the image's own
-  format (ami/user-data/host.yaml: /etc/roq/role.env, then roq-configure), so the machine joins
-  this cluster's ZooKeeper as a host. It is
-  bounded: at most `cloud.instances.max` launches per GCM, `cloud.provision.cooldown.ms` apart (a
-  booting VM is not asked for twice), each request limited to `cloud.request.timeout.ms`.
+* `ec2` starts one instance of the roq machine image (`cloud.image`) with boto3's RunInstances,
+  with cloud-init user data in the image's own format (ami/user-data/host.yaml: /etc/roq/role.env,
+  then roq-configure), so the machine joins this cluster's ZooKeeper as a host. It is bounded: at
+  most `cloud.instances.max` launches per GCM, `cloud.provision.cooldown.ms` apart (a booting VM
+  is not asked for twice), each attempt limited to `cloud.request.timeout.ms`, at most
+  `limits.ec2_request_attempts` attempts with one client token (EC2 starts one instance for it).
 
-The request is built by pure functions (`run_instances_params`, `user_data`, `sign_v4`) that the
-unit tests check; tests never send it. Called from the GCM's main thread only. The ec2 settings
-(`roq.config.Ec2Config`) are read and checked when the GCM starts.
+Credentials come only from boto3's default chain: on the GCM machine its instance role (through
+the instance metadata service), elsewhere the AWS_* environment or ~/.aws. None is read from
+GCM.properties: the loader refuses `cloud.password` (roq.config.keys.RETIRED), and nothing here
+logs a credential, only where it came from. Called from the GCM's main thread only. The ec2
+settings (`roq.config.Ec2Config`) are read and checked when the GCM starts, and the EC2 client is
+built then, so a region or endpoint boto3 rejects stops the GCM with exit 78.
 """
 
 from __future__ import annotations
 
-import base64
-import datetime
-import hashlib
-import hmac
 import logging
-import re
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 import uuid
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
+import roq
 from roq import limits
 from roq.config import Ec2Config, ProvisioningSettings
+from roq.errors import ConfigError
+
+if TYPE_CHECKING:
+    from mypy_boto3_ec2.client import EC2Client
+    from mypy_boto3_ec2.literals import InstanceTypeType
+    from mypy_boto3_ec2.type_defs import ReservationResponseTypeDef, RunInstancesRequestTypeDef
 
 log = logging.getLogger(__name__)
-
-EC2_API_VERSION = "2016-11-15"
 
 
 class Provisioner(Protocol):
@@ -80,102 +80,68 @@ def user_data(config: Ec2Config) -> str:
     )
 
 
-def run_instances_params(config: Ec2Config, client_token: str) -> dict[str, str]:
-    """The AWS Query parameters of one RunInstances call (one instance)."""
-    params = {
-        "Action": "RunInstances",
-        "Version": EC2_API_VERSION,
+def run_instances_args(config: Ec2Config, client_token: str) -> RunInstancesRequestTypeDef:
+    """The arguments of one RunInstances call (one instance). boto3 base64-encodes UserData."""
+    args: RunInstancesRequestTypeDef = {
         "ImageId": config.image,
-        "InstanceType": config.instance_type,
-        "MinCount": "1",
-        "MaxCount": "1",
+        # EC2 checks the type; the stubs' literal list would only lag behind new types
+        "InstanceType": cast("InstanceTypeType", config.instance_type),
+        "MinCount": 1,
+        "MaxCount": 1,
         "ClientToken": client_token,  # EC2's idempotency: a retried request starts no second VM
-        "UserData": base64.b64encode(user_data(config).encode()).decode(),
-        "TagSpecification.1.ResourceType": "instance",
-        "TagSpecification.1.Tag.1.Key": "Name",
-        "TagSpecification.1.Tag.1.Value": "roq-host",
-        "TagSpecification.1.Tag.2.Key": "roq:cluster",
-        "TagSpecification.1.Tag.2.Value": config.join_namespace,
+        "UserData": user_data(config),
+        "TagSpecifications": [
+            {
+                "ResourceType": "instance",
+                "Tags": [
+                    {"Key": "Name", "Value": "roq-host"},
+                    {"Key": "roq:cluster", "Value": config.join_namespace},
+                ],
+            }
+        ],
     }
+    if config.instance_profile:
+        profile = config.instance_profile
+        args["IamInstanceProfile"] = (
+            {"Arn": profile} if profile.startswith("arn:") else {"Name": profile}
+        )
     if config.key_name:
-        params["KeyName"] = config.key_name
+        args["KeyName"] = config.key_name
     if config.subnet:
-        params["SubnetId"] = config.subnet
-    for index, group in enumerate(config.security_groups, start=1):
-        params[f"SecurityGroupId.{index}"] = group
-    return params
+        args["SubnetId"] = config.subnet
+    if config.security_groups:
+        args["SecurityGroupIds"] = list(config.security_groups)
+    return args
 
 
-def encode_query(params: dict[str, str]) -> str:
-    """AWS's canonical form: sorted by name, RFC 3986 percent-encoding (space is %20)."""
-    return "&".join(
-        f"{urllib.parse.quote(k, safe='-_.~')}={urllib.parse.quote(v, safe='-_.~')}"
-        for k, v in sorted(params.items())
+def new_client(config: Ec2Config) -> tuple[EC2Client, str]:
+    """An EC2 client with the default credential chain, and where its credentials come from
+    ("iam-role", "env", ... or "nowhere"). boto3 is imported here, not at the top: a GCM with
+    provisioner none never loads it (0.4 s and its service models)."""
+    import boto3
+    import botocore.config
+    import botocore.exceptions
+
+    timeouts = botocore.config.Config(
+        connect_timeout=config.timeout_s,
+        read_timeout=config.timeout_s,
+        retries={"total_max_attempts": limits.ec2_request_attempts, "mode": "standard"},
+        user_agent_extra=f"roq/{roq.__version__}",
     )
-
-
-def sign_v4(
-    method: str,
-    url: str,
-    headers: dict[str, str],
-    body: bytes,
-    access_key: str,
-    secret_key: str,
-    region: str,
-    service: str,
-    amz_date: str,
-) -> dict[str, str]:
-    """`headers` plus X-Amz-Date and the Signature Version 4 Authorization header.
-
-    `url` carries no query string (the EC2 request sends its parameters in the body)."""
-    parts = urllib.parse.urlsplit(url)
-    signed = {k.lower(): " ".join(v.split()) for k, v in headers.items()}
-    signed.setdefault("host", parts.netloc)
-    signed["x-amz-date"] = amz_date
-    names = sorted(signed)
-    canonical = "\n".join(
-        [
-            method,
-            parts.path or "/",
-            "",
-            *(f"{name}:{signed[name]}" for name in names),
-            "",
-            ";".join(names),
-            hashlib.sha256(body).hexdigest(),
-        ]
-    )
-    scope = f"{amz_date[:8]}/{region}/{service}/aws4_request"
-    to_sign = "\n".join(
-        ["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()]
-    )
-    key = f"AWS4{secret_key}".encode()
-    for part in (amz_date[:8], region, service, "aws4_request"):
-        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
-    signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
-    result = dict(headers)
-    result["X-Amz-Date"] = amz_date
-    result["Authorization"] = (
-        f"AWS4-HMAC-SHA256 Credential={access_key}/{scope}, "
-        f"SignedHeaders={';'.join(names)}, Signature={signature}"
-    )
-    return result
-
-
-def build_request(config: Ec2Config, client_token: str, amz_date: str) -> urllib.request.Request:
-    body = encode_query(run_instances_params(config, client_token)).encode()
-    headers = sign_v4(
-        "POST",
-        config.endpoint,
-        {"Content-Type": "application/x-www-form-urlencoded; charset=utf-8"},
-        body,
-        config.access_key,
-        config.secret_key,
-        config.region,
-        "ec2",
-        amz_date,
-    )
-    # the scheme is checked at start-up (https only): S310's file: worry does not apply
-    return urllib.request.Request(config.endpoint, data=body, headers=headers, method="POST")  # noqa: S310
+    session = boto3.session.Session()
+    try:
+        client = session.client(
+            "ec2",
+            region_name=config.region,
+            endpoint_url=config.endpoint or None,
+            config=timeouts,
+        )
+    except (botocore.exceptions.BotoCoreError, ValueError) as error:
+        raise ConfigError(
+            f"keys 'cloud.region' / 'cloud.endpoint': the EC2 client refuses them: {error}"
+        ) from None
+    credentials = session.get_credentials()  # found once when the client was made: cached
+    return client, credentials.method if credentials is not None else "nowhere"
 
 
 class Ec2Provisioner:
@@ -185,6 +151,20 @@ class Ec2Provisioner:
         self.config = config
         self.launched: list[str] = []
         self._last_attempt = float("-inf")
+        self._client: EC2Client | None
+        self._client, source = new_client(config)
+        log.info(
+            "ec2 provisioner: region %s, endpoint %s, AWS credentials from %s",
+            config.region,
+            config.endpoint or "the region's",
+            source,
+        )
+        if source == "nowhere":
+            self._client = None  # made again at the first launch: the chain is read again
+            log.warning(
+                "ec2 provisioner: no AWS credentials yet (environment, ~/.aws, instance role); "
+                "give this machine an IAM instance role (docs/deploy.md)"
+            )
 
     def provision(self, reason: str) -> str:
         now = time.monotonic()
@@ -199,25 +179,46 @@ class Ec2Provisioner:
                 f"{now - self._last_attempt:.0f} s ago: waiting for that host to join"
             )
         self._last_attempt = now
-        amz_date = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
-        request = build_request(self.config, uuid.uuid4().hex, amz_date)
+        return self._say(f"capacity exhausted ({reason}); {self._launch()}")
+
+    def _launch(self) -> str:
+        """Start one instance; what happened, in a few words (never raises)."""
+        import botocore.exceptions
+
         try:
-            with urllib.request.urlopen(request, timeout=self.config.timeout_s) as response:  # noqa: S310
-                text = response.read(limits.ec2_response_bytes_max).decode(errors="replace")
-        except (urllib.error.URLError, OSError, ValueError) as error:
-            return self._say(f"capacity exhausted ({reason}); ec2 RunInstances failed: {error}")
-        found = re.search(r"<instanceId>([^<]+)</instanceId>", text)
-        instance = found.group(1) if found else "?"
+            client = self._client if self._client is not None else new_client(self.config)[0]
+            answer = client.run_instances(**run_instances_args(self.config, uuid.uuid4().hex))
+        except botocore.exceptions.NoCredentialsError:
+            self._client = None  # read the chain again next time: a role attached later is found
+            return (
+                "ec2 RunInstances failed: no AWS credentials (environment, ~/.aws, instance "
+                "role): give this machine an IAM instance role"
+            )
+        except (
+            botocore.exceptions.BotoCoreError,
+            botocore.exceptions.ClientError,  # EC2's refusal: its code and message
+            ConfigError,
+            OSError,
+            ValueError,
+        ) as error:
+            return f"ec2 RunInstances failed: {error}"
+        self._client = client
+        instance = _instance_id(answer)
         self.launched.append(instance)
-        return self._say(
-            f"capacity exhausted ({reason}); ec2 started instance {instance} of "
-            f"{self.config.image}: it joins as a host when it has booted"
+        return (
+            f"ec2 started instance {instance} of {self.config.image}: it joins as a host when "
+            "it has booted"
         )
 
     @staticmethod
     def _say(message: str) -> str:
         log.warning("%s", message)
         return message
+
+
+def _instance_id(answer: ReservationResponseTypeDef) -> str:
+    instances = answer.get("Instances") or []
+    return instances[0].get("InstanceId", "?") if instances else "?"
 
 
 def make_provisioner(settings: ProvisioningSettings) -> Provisioner:
