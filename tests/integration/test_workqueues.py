@@ -19,6 +19,7 @@ import pytest
 from roq.client.consumer import Consumer
 from roq.client.publisher import Publisher
 from roq.client.subscriber import Subscriber
+from roq.errors import RoqError
 from roq.system.spawn import child_environment, roq_command
 from roq.testing.cluster import LocalCluster, processes_with, wait_for
 
@@ -252,3 +253,35 @@ def test_an_exchange_added_during_consumption_is_consumed_too(cluster: LocalClus
                 break
     assert set(taken) == set(sent), f"{len(set(sent) - set(taken))} never consumed"
     assert added["Id"] in set(taken.values()), "nothing came from the new exchange"
+
+
+def test_a_group_with_a_key_prefix_gets_only_those_keys_and_the_rest_counts_as_settled(
+    cluster: LocalCluster,
+):
+    _start(cluster)
+    with Publisher("q1", gcm=cluster.gcm, acks="leader", batch_bytes=512) as publisher:
+        for n in range(600):
+            key = (b"eu.", b"us.", b"eu")[n % 3] + str(n % 7).encode()
+            publisher.send(f"{key.decode()}-{n}".encode(), key)
+        publisher.flush()
+    wanted = {f"eu.{n % 7}-{n}" for n in range(0, 600, 3)}
+    taken: list[str] = []
+    with Consumer("q1", "eu", gcm=cluster.gcm, prefix=b"eu.") as consumer:
+        assert consumer.prefix == b"eu."
+        for delivery in consumer.deliveries(timeout_s=5):
+            assert delivery.key.startswith(b"eu.")
+            taken.append(delivery.payload.decode())
+            delivery.ack()
+        consumer.flush()
+    assert sorted(taken) == sorted(wanted), f"{len(taken)} of {len(wanted)}"
+    with Consumer("q1", "all", gcm=cluster.gcm) as everything:  # another group: every key
+        assert everything.prefix == b""
+        for every in everything.deliveries(count=600, timeout_s=5):
+            every.ack()
+        assert everything.stats["acked"] == 600
+    with cluster.admin() as admin:
+        group = admin.get_group("q1", "eu")
+    # the other keys are settled for this group: no lag, only its own messages acked
+    assert (group.prefix, group.acked, group.lag, group.in_flight) == (b"eu.", 200, 0, 0)
+    with pytest.raises(RoqError, match="prefix"):
+        Consumer("q1", "eu", gcm=cluster.gcm, prefix=b"us.")  # the group's prefix is fixed

@@ -149,3 +149,15 @@ def test_waiting_consumers_get_the_open_range_cut_at_once():
     assert slot is not None and (slot.start, slot.end) == (0, 50)
     assert _lease(group, "c2", 0.05, 0.0, RULES, {"x1"}, {"x1": 50}) is None  # nothing new
     assert group.hungry(0.1) and not group.hungry(1.0)  # c2 waits; a second later, stale
+
+
+def test_messages_outside_the_key_prefix_are_settled_without_counting_as_acked():
+    group = Group("g", prefix=b"eu.")
+    group.observe("x1", 100, (100,), 0.0, 0.5)
+    slot = _lease(group, "c1", 0.0, 0.0, RULES, {"x1"})
+    assert slot is not None
+    slot.count = 4
+    group.skip(slot, expand([0, 2, 3, 4]))
+    group.ack(slot, [2], group.members["c1"])
+    assert (group.skipped, group.acked, slot.done) == (3, 1, True)
+    assert bytes.fromhex(group.record()["prefix"]) == b"eu."  # kept in its znode

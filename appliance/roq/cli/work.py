@@ -36,6 +36,9 @@ def work(
     ordered: bool = typer.Option(
         False, "--ordered", help="A new group hands out each routing key's messages in order."
     ),
+    prefix: str = typer.Option(
+        "", "--prefix", help="A new group takes only messages whose routing key starts so."
+    ),
     gcm: str = GCM_OPTION,
     zk: str | None = ZK_OPTION,
     namespace: str = NAMESPACE_OPTION,
@@ -56,6 +59,7 @@ def work(
         with Consumer(
             queue, group, gcm=None if zk else gcm, zk=zk, namespace=namespace,
             start="now" if from_now else "beginning", ordered=ordered,
+            prefix=prefix.encode(),
         ) as consumer:  # fmt: skip
             typer.echo(f"roq work: consuming {queue} as {consumer.name}", err=True)
             while not stop.is_set() and (count is None or done < count):
@@ -126,7 +130,8 @@ def group_show(
     """One group, per consumer."""
     with errors_to_exit(), _admin(gcm, zk, namespace) as admin:
         g = admin.get_group(queue, group)
-        typer.echo(f"group {g.name} of {queue}{' (ordered)' if g.ordered else ''}")
+        typer.echo(f"group {g.name} of {queue}{' (ordered)' if g.ordered else ''}"
+                   + (f", key prefix {g.prefix!r}" if g.prefix else ""))  # fmt: skip
         typer.echo(f"  lag: {g.lag} messages in {g.slots} slots ({g.uncounted} slots not read "
                    f"yet, {g.uncut} bytes not cut into slots yet)")  # fmt: skip
         typer.echo(f"  in flight: {g.in_flight}; acked: {g.acked}; dead letters: "

@@ -114,10 +114,11 @@ class _Slot:
     acks: list[int] = field(default_factory=list)
     nacks: list[Nack] = field(default_factory=list)
     dead: list[int] = field(default_factory=list)
+    skip: list[int] = field(default_factory=list)  # [lo, hi) ranges outside the key prefix
     count_sent: bool = False
 
     def pending(self) -> bool:
-        return bool(self.acks or self.nacks or self.dead)
+        return bool(self.acks or self.nacks or self.dead or self.skip)
 
 
 class Consumer:
@@ -133,6 +134,7 @@ class Consumer:
         start: str = "beginning",
         ordered: bool = False,
         inflight: int | None = None,
+        prefix: bytes = b"",
     ):
         self.queue, self.group = queue, group
         self.consumer_id = uuid.uuid4().hex
@@ -151,8 +153,9 @@ class Consumer:
         self._dlq: Publisher | None = None
         self._last_flush = time.monotonic()
         self._full_logged = False
-        self._join_doc = GroupJoin(group, self.consumer_id, start, ordered).encode()
+        self._join_doc = GroupJoin(group, self.consumer_id, start, ordered, prefix).encode()
         self.settings = Joined.decode(self._ask(self._join_doc))
+        self.prefix = self.settings.prefix  # the group's, whatever this consumer asked
         self.inflight = min(inflight or self.settings.inflight, self.settings.inflight)
 
     # --- requests to the monitor --------------------------------------------------------------
@@ -288,12 +291,28 @@ class Consumer:
                                       self.consumer_id, lease.slot).encode())  # fmt: skip
             return False
         settled = set(_expand(lease.settled))
-        todo = collections.deque(i for i in range(len(records)) if i not in settled)
-        self._slot = _Slot(lease, records, todo)
+        skip = self._outside_prefix(records, settled)
+        todo = collections.deque(
+            i for i in range(len(records)) if i not in settled and i not in skip
+        )
+        slot = self._slot = _Slot(lease, records, todo, skip=_ranges(skip))
         self.stats["slots"] += 1
-        if not todo:  # all settled but the monitor did not know the count: tell it
-            self._send(self._slot, [])
+        self.stats["skipped"] += len(skip)
+        while self._slot is slot and (slot.skip or not slot.count_sent) and not todo:
+            self._send(slot, [])  # tell the count and what is outside the prefix
         return True
+
+    def _outside_prefix(self, records: list[tuple[batchfmt.Record, int]],
+                        settled: set[int]) -> set[int]:  # fmt: skip
+        """The group takes only keys starting with its prefix: the others count as settled
+        for it (the consumer filters, the monitor never sees a key)."""
+        prefix = self.prefix
+        if not prefix:
+            return set()
+        return {
+            i for i, (record, _) in enumerate(records)
+            if i not in settled and not record.key.startswith(prefix)
+        }  # fmt: skip
 
     def _read(self, lease: Lease) -> list[tuple[batchfmt.Record, int]] | None:
         """The slot's records, read from the log server by offset (None if it does not answer)."""
@@ -383,9 +402,12 @@ class Consumer:
 
     def _send(self, slot: _Slot, give: list[int]) -> Settled | None:
         """One SETTLE of the slot: what is pending, plus `give`. None if the lease is lost."""
+        cut = limits.work_items_per_request_max  # ranges: an even number of items
+        skip, slot.skip = slot.skip[:cut], slot.skip[cut:]
         request = Settle(self.group, self.consumer_id, slot.lease.slot,
                          -1 if slot.count_sent else len(slot.records), tuple(slot.acks),
-                         tuple(slot.nacks), tuple(slot.dead), tuple(give))  # fmt: skip
+                         tuple(slot.nacks), tuple(slot.dead), tuple(give),
+                         tuple(skip))  # fmt: skip
         slot.acks, slot.nacks, slot.dead = [], [], []
         result = Settled.decode(self._ask(request.encode()))
         slot.count_sent = True
@@ -522,6 +544,17 @@ class Consumer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _ranges(indices: set[int]) -> list[int]:
+    """Sorted indices as flattened [lo, hi) ranges (as the monitor keeps settled ones)."""
+    out: list[int] = []
+    for i in sorted(indices):
+        if out and out[-1] == i:
+            out[-1] = i + 1
+        else:
+            out += [i, i + 1]
+    return out
 
 
 def _expand(flat: tuple[int, ...]) -> Iterator[int]:

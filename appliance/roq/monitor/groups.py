@@ -24,7 +24,7 @@ from roq import limits
 from roq.config import MonitorSettings
 from roq.coordination.groupstore import GroupStore, StaleWrite
 from roq.errors import CoordinationError
-from roq.monitor.slots import Group, Member, Rules, Slot, ranges
+from roq.monitor.slots import Group, Member, Rules, Slot, expand, ranges
 from roq.protocol import bsonmsg
 from roq.protocol.bsonmsg import Document
 from roq.protocol.commands import MonitorCommand, Reason
@@ -87,7 +87,8 @@ class GroupManager:
 
     def _restore(self, record: dict[str, Any], slots: list[tuple[dict[str, Any], int]],
                  now: float) -> Group:  # fmt: skip
-        group = Group(str(record["name"]), bool(record.get("ordered")), str(record.get("from")))
+        group = Group(str(record["name"]), bool(record.get("ordered")), str(record.get("from")),
+                      bytes.fromhex(str(record.get("prefix", ""))))  # fmt: skip
         group.cursors = {str(k): int(v) for k, v in record.get("cursors", {}).items()}
         group.dirty = False
         restored = [
@@ -174,11 +175,16 @@ class GroupManager:
         if group is None:
             if len(self.groups) >= limits.work_groups_max:
                 return bsonmsg.fail(Reason.NO_CAPACITY, f"already {limits.work_groups_max} groups")
-            group = self.groups[join.group] = Group(join.group, join.ordered, join.start)
+            group = Group(join.group, join.ordered, join.start, join.prefix)
+            self.groups[join.group] = group
             if join.start == "now":  # what the logs hold now is not this group's
                 group.cursors = dict(self.ends)
-            log.info("%s: consumer group %s created (from %s%s)", self.name, join.group,
-                     join.start, ", ordered" if join.ordered else "")  # fmt: skip
+            log.info("%s: consumer group %s created (from %s%s, key prefix %r)", self.name,
+                     join.group, join.start, ", ordered" if join.ordered else "",
+                     join.prefix)  # fmt: skip
+        elif join.prefix and join.prefix != group.prefix:
+            return bsonmsg.fail(Reason.BAD_REQUEST, f"group {join.group} takes key prefix "
+                                f"{group.prefix!r}, not {join.prefix!r}")  # fmt: skip
         if self._member(join.group, join.consumer) is None:
             return bsonmsg.fail(
                 Reason.NO_CAPACITY, f"already {limits.work_consumers_max} consumers"
@@ -187,7 +193,9 @@ class GroupManager:
         rules = self.rules
         dlq = dead_letter_queue(self.queue, group.name)
         lease_ms = int(rules.lease_s * 1000)
-        return Joined(lease_ms, rules.inflight, rules.max_deliveries, group.ordered, dlq).encode()
+        return Joined(
+            lease_ms, rules.inflight, rules.max_deliveries, group.ordered, dlq, group.prefix
+        ).encode()
 
     def _lease(self, request: dict[str, Any]) -> Document:
         ask = ConsumerRequest.decode(request)
@@ -236,6 +244,7 @@ class GroupManager:
         if slot.count < 0 <= settle.count:
             slot.count, slot.dirty = settle.count, True
         # Acks and dead letters count whoever sends them: the work was done.
+        group.skip(slot, expand(settle.skip))
         group.ack(slot, settle.acks, member)
         group.dead(slot, settle.dead)
         if not owner:
@@ -301,6 +310,7 @@ class GroupManager:
                 )
                 for m in group.members.values()
             ),
+            group.prefix,
         )
 
     def _delete(self, request: dict[str, Any]) -> Document:

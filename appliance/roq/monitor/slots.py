@@ -23,7 +23,7 @@ of innocent neighbours does not reach the dead letters with it).
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,7 +118,7 @@ def ranges(indices: Iterable[int]) -> list[int]:
     return out
 
 
-def expand(flat: list[int]) -> Iterator[int]:
+def expand(flat: Sequence[int]) -> Iterator[int]:
     for lo, hi in zip(flat[::2], flat[1::2], strict=True):
         yield from range(lo, hi)
 
@@ -159,6 +159,7 @@ class Group:
     name: str
     ordered: bool = False
     start: str = "beginning"
+    prefix: bytes = b""  # routing-key prefix: consumers skip (settle) the other messages
     cursors: dict[str, int] = field(default_factory=dict)  # exchange → end of its last slot
     slots: dict[str, Slot] = field(default_factory=dict)  # by id, oldest first
     members: dict[str, Member] = field(default_factory=dict)
@@ -167,11 +168,12 @@ class Group:
     dirty: bool = True  # the group's own record (cursors)
     acked: int = 0
     dead_letters: int = 0
+    skipped: int = 0  # outside the key prefix
     full_slots_logged: bool = False
 
     def record(self) -> dict[str, Any]:
         return {"name": self.name, "ordered": self.ordered, "from": self.start,
-                "cursors": self.cursors}  # fmt: skip
+                "prefix": self.prefix.hex(), "cursors": self.cursors}  # fmt: skip
 
     # --- cutting ------------------------------------------------------------------------------
     def observe(self, exchange: str, end: int, cuts: Iterable[int], now: float,
@@ -329,6 +331,13 @@ class Group:
             self.acked += 1
             if member is not None:
                 member.acked += 1
+
+    def skip(self, slot: Slot, indices: Iterable[int]) -> None:
+        """Messages outside the group's key prefix: settled, never handed out nor acked."""
+        for index in indices:
+            if index not in slot.settled and not 0 <= slot.count <= index:
+                self._settle(slot, index)
+                self.skipped += 1
 
     def dead(self, slot: Slot, indices: Iterable[int]) -> None:
         for index in indices:

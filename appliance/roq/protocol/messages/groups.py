@@ -55,25 +55,40 @@ def _consumer(doc: Mapping[str, Any]) -> str:
     return field_str(doc, "Consumer", max_chars=limits.producer_id_chars_max)
 
 
+def field_prefix(doc: Mapping[str, Any], name: str = "Prefix") -> bytes:
+    """A routing-key prefix (binary, at most a routing key long); absent: b"" (every key)."""
+    value = doc.get(name, b"")
+    if not isinstance(value, bytes) or len(value) > limits.key_bytes_max:
+        raise DecodeError(
+            f"the {name} field must be binary of at most {limits.key_bytes_max} bytes"
+        )
+    return value
+
+
 @dataclass(frozen=True)
 class GroupJoin:
-    """20: `Consumer` joins `Group`, which is created if new (from the `From` position)."""
+    """20: `Consumer` joins `Group`, which is created if new (from the `From` position, taking
+    the messages whose routing key starts with `Prefix`). Joining an existing group with
+    another prefix is refused."""
 
     group: str
     consumer: str
     start: str = "beginning"  # From
     ordered: bool = False  # Ordered (only when the group is created)
+    prefix: bytes = b""  # Prefix (only when the group is created; b"": every key)
 
     def encode(self) -> Document:
         return {"CMD": int(MonitorCommand.GROUP_JOIN), "Group": self.group,
-                "Consumer": self.consumer, "From": self.start, "Ordered": self.ordered}  # fmt: skip
+                "Consumer": self.consumer, "From": self.start, "Ordered": self.ordered,
+                "Prefix": self.prefix}  # fmt: skip
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
         start = field_str(doc, "From", default="beginning")
         if start not in FROM_CHOICES:
             raise DecodeError(f"the From field must be one of {FROM_CHOICES}")
-        return cls(_group(doc), _consumer(doc), start, field_bool(doc, "Ordered", default=False))
+        return cls(_group(doc), _consumer(doc), start, field_bool(doc, "Ordered", default=False),
+                   field_prefix(doc))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -85,11 +100,12 @@ class Joined:
     max_deliveries: int
     ordered: bool
     dead_letters: str  # the dead-letter queue's name
+    prefix: bytes = b""  # the group's routing-key prefix: the consumer skips other keys
 
     def encode(self) -> Document:
         return bsonmsg.ok(LeaseMs=self.lease_ms, Inflight=self.inflight,
                           MaxDeliveries=self.max_deliveries, Ordered=self.ordered,
-                          DeadLetters=self.dead_letters)  # fmt: skip
+                          DeadLetters=self.dead_letters, Prefix=self.prefix)  # fmt: skip
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
@@ -99,6 +115,7 @@ class Joined:
             field_int(doc, "MaxDeliveries", lo=1),
             field_bool(doc, "Ordered"),
             check_queue_name(field_str(doc, "DeadLetters")),
+            field_prefix(doc),
         )
 
 
@@ -195,8 +212,10 @@ class Settle:
     """22: settle messages of one leased slot and ask for more of it. `Acks`: done; `Nacks`:
     to hand out again after a delay; `Dead`: the consumer put them on the dead-letter queue
     (rejected, or past max deliveries); `Give`: indices the consumer wants to hand out next;
-    `Count`: the slot's messages (the consumer read it; -1 if it did not yet). Any 22 renews
-    the slot's lease (in_progress is an empty one)."""
+    `Count`: the slot's messages (the consumer read it; -1 if it did not yet); `Skip`:
+    flattened [lo, hi) ranges of indices outside the group's key prefix, settled for this group
+    without being handed out or counted as acked. Any 22 renews the slot's lease (in_progress
+    is an empty one)."""
 
     group: str
     consumer: str
@@ -206,24 +225,29 @@ class Settle:
     nacks: tuple[Nack, ...] = ()
     dead: tuple[int, ...] = ()
     give: tuple[int, ...] = ()
+    skip: tuple[int, ...] = ()  # flattened [lo, hi) ranges
 
     def encode(self) -> Document:
         return {
             "CMD": int(MonitorCommand.GROUP_SETTLE), "Group": self.group,
             "Consumer": self.consumer, "Slot": self.slot, "Count": self.count,
             "Acks": list(self.acks), "Nacks": [n.fields() for n in self.nacks],
-            "Dead": list(self.dead), "Give": list(self.give),
+            "Dead": list(self.dead), "Give": list(self.give), "Skip": list(self.skip),
         }  # fmt: skip
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
-        return cls(
+        settle = cls(
             _group(doc), _consumer(doc), field_str(doc, "Slot", max_chars=_SLOT_ID_CHARS),
             field_int(doc, "Count", lo=-1, hi=_COUNT_MAX, default=-1),
             field_indices(doc, "Acks"),
             field_docs(doc, "Nacks", Nack.decode, max_items=_ITEMS) if "Nacks" in doc else (),
-            field_indices(doc, "Dead"), field_indices(doc, "Give"),
+            field_indices(doc, "Dead"), field_indices(doc, "Give"), field_indices(doc, "Skip"),
         )  # fmt: skip
+        # ascending and apart: what the monitor expands is bounded by a slot's size
+        if len(settle.skip) % 2 or list(settle.skip) != sorted(set(settle.skip)):
+            raise DecodeError("the Skip field must hold ascending, disjoint [lo, hi) ranges")
+        return settle
 
 
 @dataclass(frozen=True)
@@ -297,6 +321,7 @@ class GroupView:
     dead_letters: int  # since the monitor started
     dead_letter_queue: str
     consumers: tuple[ConsumerView, ...] = field(default=())
+    prefix: bytes = b""
 
     def fields(self) -> Document:
         return {
@@ -304,7 +329,7 @@ class GroupView:
             "Leased": self.leased, "Lag": self.lag, "Uncounted": self.uncounted,
             "Uncut": self.uncut, "InFlight": self.in_flight, "Acked": self.acked,
             "DeadLetters": self.dead_letters, "DeadLetterQueue": self.dead_letter_queue,
-            "Consumers": [c.fields() for c in self.consumers],
+            "Consumers": [c.fields() for c in self.consumers], "Prefix": self.prefix,
         }  # fmt: skip
 
     @classmethod
@@ -319,6 +344,7 @@ class GroupView:
             field_str(doc, "DeadLetterQueue", prefix=prefix),
             field_docs(doc, "Consumers", ConsumerView.decode, prefix=prefix,
                        max_items=limits.work_consumers_max),
+            field_prefix(doc),
         )  # fmt: skip
 
 
