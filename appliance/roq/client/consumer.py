@@ -381,9 +381,10 @@ class Consumer:
             return True
         given = dict(zip(result.given, result.deliveries, strict=True))
         refused = [i for i in wanted if i not in given and i not in result.expired]
-        if result.clipped:  # not given for want of room: ask again once something settles
+        if result.clipped:  # not given (room, or a suspect goes alone): ask again
             slot.todo.extendleft(reversed(refused))
-            self._note_full()
+            if len(slot.handed) + len(given) >= self.inflight:  # the limit, not a suspect
+                self._note_full()
         for index, deliveries in given.items():
             slot.handed.add(index)
             self._ready.append(self._delivery(slot, index, deliveries))

@@ -284,14 +284,17 @@ class Group:
         """Hand out what of `wanted` may go now, counting each delivery; messages handed out
         `max_deliveries` times already are `expired` (the consumer dead-letters them)."""
         result = GiveResult()
+        # once per request, not per index (that made a 1000-message window O(n²): 9 ms)
+        suspect_out = not slot.suspects.isdisjoint(slot.handed)
+        frontier = self._frontier(slot, 0) if self.ordered else -1
         for index in wanted:
-            if not self._may_give(slot, index, wall):
+            if not self._may_give(slot, index, wall, frontier):
                 continue
             count = slot.deliveries.get(index, 0)
             if count >= rules.max_deliveries:
                 result.expired.append(index)
                 continue
-            if room <= 0 or not self._suspect_alone(slot, index, result):
+            if room <= 0 or not self._suspect_alone(slot, index, result, suspect_out):
                 result.clipped += 1
                 continue
             slot.deliveries[index] = count + 1
@@ -299,24 +302,36 @@ class Group:
             slot.not_before.pop(index, None)
             result.given.append(index)
             result.deliveries.append(count + 1)
+            if self.ordered:
+                frontier = self._frontier(slot, frontier)
             room -= 1
         if result.given:
             slot.dirty = True
         return result
 
-    def _may_give(self, slot: Slot, index: int, wall: float) -> bool:
+    def _may_give(self, slot: Slot, index: int, wall: float, frontier: int) -> bool:
         if index in slot.settled or index in slot.handed:
             return False
         if 0 <= slot.count <= index or slot.not_before.get(index, 0.0) > wall:
             return False
         if self.ordered:  # in order: every earlier message settled or held by this consumer
-            return all(i in slot.settled or i in slot.handed for i in range(index))
+            return index == frontier
         return True
 
     @staticmethod
-    def _suspect_alone(slot: Slot, index: int, result: GiveResult) -> bool:
-        """A suspect goes out alone, and nothing goes out beside a suspect."""
-        if any(i in slot.suspects for i in slot.handed):
+    def _frontier(slot: Slot, start: int) -> int:
+        """The first index from `start` on that is neither settled nor handed out (ordered
+        mode: only it may go next). Kept across a request: one pass, not one per index."""
+        index = start
+        while index in slot.settled or index in slot.handed:
+            index += 1
+        return index
+
+    @staticmethod
+    def _suspect_alone(slot: Slot, index: int, result: GiveResult, suspect_out: bool) -> bool:
+        """A suspect goes out alone, and nothing goes out beside a suspect (`suspect_out`:
+        one was handed out before this request)."""
+        if suspect_out or (result.given and result.given[-1] in slot.suspects):
             return False
         if index in slot.suspects:
             return not slot.handed and not result.given
