@@ -21,7 +21,7 @@ part of `make test`. Every process runs on this machine: the numbers compare the
 same cores and Python, not absolute capacity.
 
     PYTHONPATH=appliance .venv/bin/python benchmarks/workqueue_bench.py --rounds 2 \
-        --out benchmarks/results/workqueue.json
+        --out benchmarks/results/2026-11-24/workqueue.json
 """
 
 from __future__ import annotations
