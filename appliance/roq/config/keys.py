@@ -686,7 +686,7 @@ HCM_KEYS: tuple[Key, ...] = (
         int,
         500,
         "... or once the open slot's first message was seen this many ms ago by the monitor "
-        "(so a slow trickle is consumed too).",
+        "(so a slow trickle is consumed too); at once when a consumer is waiting for a slot.",
         MS,
         section="Work queues",
     ),
