@@ -23,6 +23,7 @@ from roq.config.components import (
     ScalingConfig,
     Thresholds,
     UpSettings,
+    WorkSettings,
     ZooKeeperSettings,
     log_settings,
 )
@@ -56,6 +57,7 @@ __all__ = [
     "Thresholds",
     "UpSettings",
     "Value",
+    "WorkSettings",
     "ZooKeeperSettings",
     "load",
     "load_gcm",
