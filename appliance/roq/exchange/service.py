@@ -54,6 +54,7 @@ from roq.errors import CorruptRecord, LogUnavailable, ProtocolError
 from roq.exchange.logserver import LogServer
 from roq.exchange.pulse import Pulse
 from roq.exchange.replication import CopySender, ReplicaStore, Replicator
+from roq.exchange.slotcuts import SlotCuts
 from roq.log import Log, log_directory
 from roq.log import format as batchfmt
 from roq.protocol import bsonmsg, dataplane
@@ -210,6 +211,8 @@ class Exchange:
         self._subscriptions_told = 0
         self._next_subscriptions_notice = 0.0
         self.accepted_bytes = 0  # the offset the next batch would have in the log
+        self.slot_cuts = SlotCuts()  # work queues: where the log's slots end (monitor/slots.py)
+        self._slot_messages = 0  # appended since the last cut
         self.leaving_since: float | None = None
         self.started = time.time()  # tells the monitor a restarted exchange from its old self
         self.fence = Fence(spec.lease, spec.name)
@@ -502,6 +505,10 @@ class Exchange:
             stamped = bytearray(batch)  # the log stamps the offset in place: forward those bytes
             offset = self.log.append(stamped, header)
             self.back.send_multipart([header.key, stamped], copy=False)
+            self._slot_messages += header.count  # work queues: one add per batch
+            if self._slot_messages >= self.settings.slot_messages:
+                self.slot_cuts.add(offset + header.size)
+                self._slot_messages = 0
         else:
             offset = self.accepted_bytes
             self.back.send_multipart([header.key, batch], copy=False)
@@ -539,6 +546,8 @@ class Exchange:
             total_bytes=self.load.total_bytes,
             copies=self._copies(),
             subscriptions=self.subscriptions,
+            end=self.log.end_offset if self.log is not None else 0,
+            cuts=self.slot_cuts.report(),
         )
         self._send_report(ExchangeReport(self._identity(), load, leaving=bool(self.leaving_since)))
 
