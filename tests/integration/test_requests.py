@@ -295,3 +295,23 @@ def test_kill_9_of_the_monitor_and_an_exchange_loses_no_task_and_no_result_twice
     assert len(results) == 300, cluster.logs()
     expected = {f"t{n}".encode()[::-1] for n in range(300)}
     assert set(results.values()) == expected
+
+
+def test_delay_before_processing_and_send_probes_end_a_task_that_kills_its_workers(
+    cluster: LocalCluster, tmp_path: Path
+):
+    _start(cluster)
+    _settings(cluster, request_delay_ms="1500", request_send_probes="1")
+    with _requester(cluster) as requester:
+        started = time.monotonic()
+        with _worker(cluster, "echo", lambda p: p):
+            assert requester.call("echo", b"later", timeout_s=30) == b"later"
+        assert time.monotonic() - started >= 1.5, "ran before delaySendProcessTaskToExecute"
+        holder = _serve(cluster, tmp_path, "holder", "sleep 600")
+        task = requester.submit("echo", b"poison")
+        wait_for(lambda: task.status == "in_progress", 30, "the holder took it\n" + cluster.logs())
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait(10)
+        # handed out a second time: over the probes, so it ends without a run
+        with _worker(cluster, "echo", lambda p: p), pytest.raises(TaskFailed, match="maxSend"):
+            task.result(LEASE_S + 30)

@@ -830,8 +830,8 @@ HCM_KEYS: tuple[Key, ...] = (
         "request.send.probes",
         int,
         3,
-        "(JLupin maxSendProbeAmount) times a request is handed to a worker (a worker that died "
-        'with it counts) before it ends "failed" without another run.',
+        "(JLupin maxSendProbeAmount) runs of a task started (a worker that died with it counts) "
+        'before it ends "failed" without another run.',
         (1, 1000),
         section="Request queues",
     ),

@@ -63,6 +63,7 @@ class Record:
     result: bytes = b""
     error: str = ""
     runs: int = 0  # executions started (TASK_START answered Run)
+    probes: int = 0  # executions started of the current attempt (maxSendProbeAmount)
     retries: int = 0  # runs again after an error matching exceptionStringToRepeat
     late: bool = False  # a result arrived after the task expired (stored, never handed out)
     collected: bool = False  # its result (or error) was dropped: a tombstone answering expired
@@ -174,12 +175,15 @@ class TaskManager:
         wait_ms = record.accepted_ms + round(self.settings.delay_s * 1000) - now
         if wait_ms > 0:  # delaySendProcessTaskToExecuteInMillis
             return record.view(now, wait_ms=wait_ms).reply()
-        if ask.deliveries > self.settings.send_probes:
-            record.become("failed", now, f"handed to a worker {ask.deliveries - 1} times without "
+        # Counted here, not by the group's delivery count: a hand-out put off by the delay
+        # (a nack) is not a probe; a worker that died with the request is.
+        if record.probes >= self.settings.send_probes:
+            record.become("failed", now, f"handed to a worker {record.probes} times without "
                           f"a result (maxSendProbeAmount {self.settings.send_probes})")  # fmt: skip
         else:
             record.become("in_progress", now)
             record.runs += 1
+            record.probes += 1
         self.store.put(ask.task, record.encode(), version)
         return record.view(now, run=record.state == "in_progress").reply()
 
@@ -201,6 +205,7 @@ class TaskManager:
         if retry:
             record.attempt += 1
             record.retries += 1
+            record.probes = 0
             record.become("accepted", now, ask.error)
         elif ask.ok:
             record.result = ask.result
