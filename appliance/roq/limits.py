@@ -298,4 +298,9 @@ task_gc_batch = 200  # task records the monitor's collector reads per pass (boun
 task_gc_period_s = 0.5  # how often the collector runs a pass
 task_tombstone_s = 3_600.0  # a collected task answers "expired" this long, then is deleted
 task_poll_ms = 10  # how often Task.result() asks for the state while it waits
+# A Worker renews its delivery's lease while the handler runs, this share of work.lease.ms apart
+# (three renewals per lease: one lost or late request does not lose it), never more often than
+# the floor; at each renewal it asks the task's state, and stops renewing once the task is final.
+task_lease_renew_share = 1 / 3
+task_lease_renew_min_ms = 50
 task_records_max = 1_000_000  # task records one queue keeps (a submit past it is refused)

@@ -141,6 +141,30 @@ def test_a_worker_killed_mid_task_its_task_runs_elsewhere_and_its_result_comes_o
             task.result(2)
 
 
+def test_a_handler_running_three_leases_keeps_its_request_runs_once_and_its_result_comes_once(
+    cluster: LocalCluster, tmp_path: Path
+):
+    _start(cluster)
+    runs = tmp_path / "runs"
+    # Two worker processes: had the lease lapsed, the idle one would have taken the request.
+    command = f"echo run >> {runs}; sleep {3 * LEASE_S:g}; tr a-z A-Z"
+    workers = [_serve(cluster, tmp_path, f"w{n}", command) for n in range(2)]
+    try:
+        with _requester(cluster) as requester:
+            started = time.monotonic()
+            task = requester.submit("echo", b"long")
+            assert task.result(3 * LEASE_S + 30) == b"LONG", cluster.logs()
+            assert time.monotonic() - started >= 3 * LEASE_S
+            time.sleep(LEASE_S + 1)  # a second delivery would have started a second run by now
+            assert runs.read_text() == "run\n"
+            with pytest.raises(TaskExpired, match="no such task"):
+                task.result(2)  # handed out once, then gone
+    finally:
+        for worker in workers:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait(10)
+
+
 def test_a_thousand_submissions_of_one_request_id_run_once(cluster: LocalCluster):
     _start(cluster)
     runs: list[bytes] = []

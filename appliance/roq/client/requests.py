@@ -17,7 +17,8 @@ is stored once (the first result of the task's current attempt) and handed out u
 acknowledges it.
 
 Threads: a Requester, a Task and a Worker, with their sockets, belong to the thread that made
-them; `Task.on_done` starts a thread with a link of its own.
+them; `Task.on_done` starts a thread with a link of its own; a Worker runs each handler on a
+helper thread (no socket) while its own thread renews the request's lease.
 """
 
 from __future__ import annotations
@@ -299,6 +300,7 @@ class Worker:
         self._link = _Link(queue, self._locate)
         self._publisher: Publisher | None = None
         self.executed = 0
+        self.renewals = 0  # leases renewed while a handler ran (long handlers)
 
     def run(self, stop: threading.Event, count: int | None = None,
             idle_timeout_s: float | None = None) -> int:  # fmt: skip
@@ -330,7 +332,7 @@ class Worker:
             else:  # delaySendProcessTaskToExecuteInMillis (or a concurrent change): later
                 delivery.nack(delay_s=max(view.wait_ms, limits.task_poll_ms) / 1000)
             return
-        finish = self._execute(message)
+        finish = self._execute_renewing(message, delivery)
         self.executed += 1
         outcome = self._link.view(finish.encode())
         if outcome.retry:  # exceptionStringToRepeat: the next attempt, as a new message
@@ -339,6 +341,44 @@ class Worker:
             publisher.send(bson.encode(again.encode()), service_key(message.service))
             publisher.flush()
         delivery.ack()
+
+    def _execute_renewing(self, message: RequestMessage, delivery: Delivery) -> TaskFinish:
+        """Run the handler on a helper thread while this one, which owns the consumer and the
+        link (neither is thread-safe), renews the delivery's lease: a handler that runs longer
+        than work.lease.ms keeps its request instead of having it handed to another worker.
+        Each renewal also asks the task's state: once it is final (a hung handler's task ends
+        `expired` after request.input.ttl.ms) the renewals stop, and the request may go to
+        another worker, which drops it (TASK_START answers the final state)."""
+        outcome: list[TaskFinish] = []
+        runner = threading.Thread(target=lambda: outcome.append(self._execute(message)),
+                                  name=f"handler-{message.task}", daemon=True)  # fmt: skip
+        runner.start()
+        period_s = self._renew_period_s()
+        renewing = True
+        while True:
+            runner.join(period_s)
+            if not runner.is_alive():
+                break
+            if renewing:
+                renewing = self._renew(message, delivery)
+        if not outcome:  # the handler raised something _execute does not catch (BaseException)
+            return TaskFinish(message.task, message.attempt, False, error="the handler died")
+        return outcome[0]
+
+    def _renew(self, message: RequestMessage, delivery: Delivery) -> bool:
+        """Renew the delivery's lease if its task still waits for this run; False once not."""
+        view = self._link.view(TaskRef(MonitorCommand.TASK_GET, message.task).encode())
+        if view.state in FINAL or view.attempt != message.attempt:
+            log.warning("%s: task %s is %s while its handler still runs: its lease is no longer "
+                        "renewed", self.name, message.task, view.state)  # fmt: skip
+            return False
+        delivery.in_progress()
+        self.renewals += 1
+        return True
+
+    def _renew_period_s(self) -> float:
+        period_ms = self.consumer.settings.lease_ms * limits.task_lease_renew_share
+        return max(period_ms, limits.task_lease_renew_min_ms) / 1000
 
     def _execute(self, message: RequestMessage) -> TaskFinish:
         try:
