@@ -31,6 +31,7 @@ class ExchangeView:
     producers: int = 0
     top: list[tuple[str, float]] = field(default_factory=list)  # (producer id hex, bytes/s)
     leaving: bool = False
+    refusing: str = ""  # why its log refuses appends (a full disk), "" while it takes them
     subscriptions: int = 0  # (subscriber, key prefix) pairs the exchange last reported
     joined: bool = False  # the queue's subscribers have joined it (see `mark_joined`)
     overloaded_reports: int = 0
@@ -88,6 +89,9 @@ def choose_exchange(
     live = [x for x in running if x.front != avoid] or running
     if not live:
         return None
+    # One whose log refuses appends only when no other is left: the publisher then hears why
+    # with each refused batch, rather than waiting for an exchange that never comes.
+    live = [x for x in live if not x.refusing] or live
     ready = [x for x in live if x.is_placeable(now, limits.warmup_s)] or live
     cold = all(x.bytes_rate < limits.coldstart * limits.max_throughput for x in ready)
     if cold:  # no statistics worth the name yet: spread by publisher count (RoQ's rule)
@@ -108,7 +112,11 @@ def plan_relocation(
     source.overloaded_reports += 1
     if source.overloaded_reports < limits.hysteresis or now < source.cooldown_until:
         return []
-    others = [x for x in exchanges if x is not source and x.is_placeable(now, limits.warmup_s)]
+    others = [
+        x
+        for x in exchanges
+        if x is not source and x.is_placeable(now, limits.warmup_s) and not x.refusing
+    ]
     if not others or len(source.top) < 2:
         return []  # the limit case: nowhere to go, or one publisher carries it all
     moves = _pick_moves(source, others, limits, now)

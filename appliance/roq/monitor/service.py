@@ -19,6 +19,13 @@ actuator thread (`actuator.py`).
 
 An exchange silent for `monitor.dead.heartbeats` of its periods is dead: its publishers are told
 with the exact front address they use (RoQ's never matched) and subscribers get the new list.
+An exchange whose report says its log refuses appends (`Refusing`: a full or read-only disk) is
+alive but of no use to publishers: with each such report its publishers are told to leave it
+(EXCHANGE_LOST, not dead, with the reason; one that missed a notice hears the next), and no
+publisher is placed or relocated there while another exchange can append. Its first report
+without `Refusing` makes it placeable again. Exchanges report as soon as this monitor's
+report socket connects to them (theirs is an XPUB), so a monitor just started or re-placed can
+place publishers within milliseconds of its exchanges being told where it is.
 The main thread runs the poll loop and owns every socket; the scaling actuator thread
 (`actuator.py`) owns its AdminClient and talks to the main thread through two bounded queues.
 """
@@ -233,6 +240,8 @@ class Monitor:
             self._on_leaving(view)
             return
         self._update_load(view, message.load)
+        if view.refusing:
+            self._to_publishers(ExchangeLost(view.front, False, self.epoch, view.refusing))
         self.scaler.observe(view.exchange_id, message.load, now)
         self._relocate(view, now)
 
@@ -286,6 +295,13 @@ class Monitor:
         self._mark_joined()
         view.top = [(p.producer, p.bytes_rate) for p in load.top]
         view.copies = {c.leader_id: c.end for c in load.copies}
+        if load.refusing and not view.refusing:
+            log.warning("%s: exchange %s refuses appends (%s); moving its publishers elsewhere",
+                        self.name, view.exchange_id, load.refusing)  # fmt: skip
+        elif view.refusing and not load.refusing:
+            log.warning("%s: exchange %s takes appends again; placeable", self.name,
+                        view.exchange_id)  # fmt: skip
+        view.refusing = load.refusing
 
     def _on_leaving(self, view: ExchangeView) -> None:
         if not view.leaving:
@@ -462,10 +478,11 @@ class Monitor:
                     rss=x.rss,
                     leaving=x.leaving,
                     subscriptions=x.subscriptions,
-                    placeable=x.is_placeable(now, self.limits.warmup_s),
+                    placeable=x.is_placeable(now, self.limits.warmup_s) and not x.refusing,
                     replicas=x.replicas,
                     copies=tuple(CopyEnd(k, v) for k, v in sorted(x.copies.items())),
                     age_s=now - x.first_seen,
+                    refusing=x.refusing,
                 )
                 for x in self.exchanges.values()
             ),
