@@ -145,6 +145,9 @@ publisher_dead_drain_ms = 300  # ... and one declared dead, within this (it may 
 # (they report as soon as it subscribes), so the first retries are short.
 placement_retry_first_ms = 100
 placement_retry_ms = 500
+# A monitor answers a placement from memory: one silent this long may be dead (its host lost
+# with it), so the publisher asks it again, and the GCM meanwhile whether it moved.
+placement_request_timeout_ms = 1_000
 placement_timeout_ms = 30_000  # ... and gives up (raises) after this long
 unconfirmed_batches_max = 10_000  # batches kept for re-sending until the exchange confirms them
 # Replies (acks, drain answers) an exchange queues for one publisher. A ROUTER drops what is

@@ -434,7 +434,9 @@ class _PublisherIO(threading.Thread):
         self.notices = open_socket(ctx, Kind.SUB, subscribe=topics)
         subscribe(self.notices, EVERY_PUBLISHER)
         connect(self.notices, owner.monitor.at(MonitorPort.TO_PUBLISHERS))
-        self.placement = Requester(ctx, owner.monitor.at(MonitorPort.PLACEMENT))
+        self.placement = Requester(
+            ctx, owner.monitor.at(MonitorPort.PLACEMENT), limits.placement_request_timeout_ms
+        )
         self.dealer: Any = None
         self.unconfirmed: dict[int, _Outbound] = {}  # sent batches the exchange must confirm
         self.resend: collections.deque[_Outbound] = collections.deque()  # after a fail-over
@@ -514,11 +516,16 @@ class _PublisherIO(threading.Thread):
 
     # --- placement and moves -------------------------------------------------------------------
     def _place(self, lost: str) -> None:
-        """Ask the monitor for an exchange until it names one (bounded) and connect to it."""
+        """Ask the monitor for an exchange until it names one (bounded) and connect to it. A
+        monitor that does not answer, or is fenced, may have moved: the locator asks the GCM
+        meanwhile, and an answer naming another monitor is taken before the next attempt."""
         request = PublisherInit(self.p.producer_id.hex(), lost, panic=bool(lost)).encode()
         deadline = time.monotonic() + limits.placement_timeout_ms / 1000
         retry_s = limits.placement_retry_first_ms / 1000
         while True:
+            found = self.locator.take() if self.locator is not None else None
+            if found is not None:
+                self._switch_monitor(found)
             try:
                 reply = self.placement.request(request)
                 envelope = Reply.decode(reply)
@@ -528,12 +535,12 @@ class _PublisherIO(threading.Thread):
                     self._connect(Placed.decode(reply).front)
                     return
                 reason = envelope.comment
-                if envelope.error == Reason.FENCED and self._follow_monitor():
-                    continue  # its host lost its lease: the GCM may name the new monitor
+                if envelope.error == Reason.FENCED and self.locator is not None:
+                    self.locator.ask()  # its host lost its lease: the GCM may name another
             except RoqError as error:
                 reason = str(error)
-                if self._follow_monitor():  # it did not answer: it may have moved
-                    continue
+                if self.locator is not None:
+                    self.locator.ask()  # it did not answer: it may have moved
             if time.monotonic() > deadline or self.p._closing:
                 raise PublishError(f"no exchange for queue {self.p.queue}: {reason}")
             log.info("%s: waiting for an exchange (%s)", self.p.name, reason)
@@ -586,7 +593,9 @@ class _PublisherIO(threading.Thread):
         disconnect(self.notices, self.p.monitor.at(MonitorPort.TO_PUBLISHERS))
         connect(self.notices, found.at(MonitorPort.TO_PUBLISHERS))
         self.placement.close()
-        self.placement = Requester(self.p._context, found.at(MonitorPort.PLACEMENT))
+        self.placement = Requester(
+            self.p._context, found.at(MonitorPort.PLACEMENT), limits.placement_request_timeout_ms
+        )
         self.p.monitor = found
         return True
 
