@@ -48,7 +48,10 @@ publisher_monitor_check_first_ms = 250
 publisher_monitor_check_max_ms = 1_000
 # an acks="none" publisher probes its exchange (a drain request) at most this often
 publisher_monitor_check_ms = 2_000
-monitor_locate_timeout_ms = 2_000  # that question, one attempt (client/locate.py)
+# that question, one attempt (client/locate.py): a GCM answers it from one ZooKeeper read, so
+# one silent this long is taken for dead (a leader that died, which ZooKeeper names until its
+# session expires) and the next question looks the leader up again
+monitor_locate_timeout_ms = 1_000
 
 # --- supervision -------------------------------------------------------------------------
 child_restart_backoff_ms_min = 250
