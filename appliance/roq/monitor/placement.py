@@ -85,13 +85,13 @@ def choose_exchange(
     that are connected to the queue have joined a new exchange before messages flow through it.
     """
     running = [x for x in exchanges if not x.leaving]
-    # `avoid` failed this publisher; if it is all there is, it came back (restarted): use it.
-    live = [x for x in running if x.front != avoid] or running
-    if not live:
-        return None
     # One whose log refuses appends only when no other is left: the publisher then hears why
     # with each refused batch, rather than waiting for an exchange that never comes.
-    live = [x for x in live if not x.refusing] or live
+    writable = [x for x in running if not x.refusing] or running
+    # `avoid` failed this publisher; if it is all there is, it came back (restarted): use it.
+    live = [x for x in writable if x.front != avoid] or writable
+    if not live:
+        return None
     ready = [x for x in live if x.is_placeable(now, limits.warmup_s)] or live
     cold = all(x.bytes_rate < limits.coldstart * limits.max_throughput for x in ready)
     if cold:  # no statistics worth the name yet: spread by publisher count (RoQ's rule)
