@@ -635,7 +635,9 @@ class _PublisherIO(threading.Thread):
         if isinstance(notice, ExchangeLost):
             if notice.front != self.p.exchange:
                 return None
-            state = "died" if notice.dead else (notice.why or "is leaving")
+            state = "is leaving"
+            if notice.dead or notice.why:
+                state = "died" if notice.dead else f"refuses appends ({notice.why})"
             log.warning("%s: exchange %s %s; failing over", self.p.name, notice.front, state)
             return "", not notice.dead
         if notice.producer == self.p.producer_id.hex() and notice.front != self.p.exchange:
