@@ -62,6 +62,7 @@ class Up:
             "zk.servers": f"127.0.0.1:{ports.take(1)}",  # free: `roq up` starts its ZooKeeper
             "ports.base": self.base,
             "hcm.port": ports.take(1),
+            "http.port": ports.take(1),  # `roq up` serves the HTTP gateway there
             "monitor.base.port": ports.take(60),
             "statmonitor.base.port": ports.take(20),
             "exchange.base.port": ports.take(40),

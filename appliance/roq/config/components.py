@@ -241,6 +241,29 @@ class HostSettings:
 
 
 @dataclass(frozen=True)
+class WorkSettings:
+    """Work queues: the consumer groups' slot manager in each queue's monitor."""
+
+    slot_messages: int  # work.slot.messages (the exchange cuts its log's slots by count)
+    slot_s: float  # work.slot.ms (the monitor closes a slot open this long)
+    lease_s: float  # work.lease.ms
+    inflight: int  # work.inflight
+    backoff_s: float  # work.redelivery.backoff.ms
+    max_deliveries: int  # work.max.deliveries
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> WorkSettings:
+        return cls(
+            slot_messages=settings._int("work.slot.messages"),
+            slot_s=settings._seconds("work.slot.ms"),
+            lease_s=settings._seconds("work.lease.ms"),
+            inflight=settings._int("work.inflight"),
+            backoff_s=settings._seconds("work.redelivery.backoff.ms"),
+            max_deliveries=settings._int("work.max.deliveries"),
+        )
+
+
+@dataclass(frozen=True)
 class Thresholds:
     """Every number of the placement and relocation algorithm (`roq.monitor.placement`)."""
 
@@ -309,7 +332,8 @@ class MonitorSettings:
     replication_factor: int
     thresholds: Thresholds
     scaling: ScalingConfig
-    zk: ZooKeeperSettings  # where the scaling actuator finds the GCM
+    zk: ZooKeeperSettings  # where the scaling actuator finds the GCM; the groups' state
+    work: WorkSettings
 
     @classmethod
     def from_settings(cls, settings: Settings) -> MonitorSettings:
@@ -321,6 +345,7 @@ class MonitorSettings:
             thresholds=Thresholds.from_settings(settings),
             scaling=ScalingConfig.from_settings(settings),
             zk=ZooKeeperSettings.from_settings(settings),
+            work=WorkSettings.from_settings(settings),
         )
 
 
@@ -334,6 +359,7 @@ class ExchangeSettings:
     use_log: bool
     log_root: str  # directory
     log: LogSettings
+    slot_messages: int = 1000  # work.slot.messages: a slot of the log closes after this many
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ExchangeSettings:
@@ -346,6 +372,40 @@ class ExchangeSettings:
             use_log=settings._bool("useLog"),
             log_root=settings._str("directory"),
             log=log_settings(settings),
+            slot_messages=settings._int("work.slot.messages"),
+        )
+
+
+# --- the HTTP gateway (HCM.properties) -----------------------------------------------------
+@dataclass(frozen=True)
+class HttpSettings:
+    enabled: bool  # http.enabled
+    interface: str  # network.interface: an address or an interface name, resolved at start
+    port: int  # http.port
+    queues: tuple[str, ...]  # the roq queues holding the messages (http.queue.prefix, .queues)
+    acks: str  # http.acks: leader | all
+    max_queue_size: int  # maxQueueSize: messages kept per topic
+    max_name_len: int  # maxNameLen: characters
+    max_msg_size: int  # maxMsgSize: bytes of UTF-8
+    max_topics: int
+    max_subscribers: int  # per topic
+    zk: ZooKeeperSettings
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> HttpSettings:
+        prefix = settings._str("http.queue.prefix")
+        return cls(
+            enabled=settings._bool("http.enabled"),
+            interface=settings._str("network.interface"),
+            port=settings._int("http.port"),
+            queues=tuple(f"{prefix}-{n}" for n in range(settings._int("http.queues"))),
+            acks=settings._str("http.acks"),
+            max_queue_size=settings._int("maxQueueSize"),
+            max_name_len=settings._int("maxNameLen"),
+            max_msg_size=settings._int("maxMsgSize"),
+            max_topics=settings._int("maxTopics"),
+            max_subscribers=settings._int("maxSubscribers"),
+            zk=ZooKeeperSettings.from_settings(settings),
         )
 
 
@@ -360,6 +420,8 @@ class UpSettings:
     host_name: str  # the host's host.name, else its network.interface
     host_interface: str
     hcm_port: int
+    http_enabled: bool  # http.enabled: `roq up` starts `roq http`
+    http_port: int
 
     @classmethod
     def from_settings(cls, gcm: Settings, hcm: Settings) -> UpSettings:
@@ -370,4 +432,6 @@ class UpSettings:
             host_name=hcm._str("host.name") or hcm._str("network.interface"),
             host_interface=hcm._str("network.interface"),
             hcm_port=hcm._int("hcm.port"),
+            http_enabled=hcm._bool("http.enabled"),
+            http_port=hcm._int("http.port"),
         )

@@ -61,6 +61,7 @@ from roq.errors import CorruptRecord, LogUnavailable, ProtocolError
 from roq.exchange.logserver import LogServer
 from roq.exchange.pulse import Pulse
 from roq.exchange.replication import CopySender, ReplicaStore, Replicator
+from roq.exchange.slotcuts import SlotCuts
 from roq.log import Log, log_directory
 from roq.log import format as batchfmt
 from roq.protocol import bsonmsg, dataplane
@@ -219,6 +220,8 @@ class Exchange:
         self.refusing = ""  # why the log refuses appends ("" while they succeed)
         self._next_room_probe = 0.0
         self.accepted_bytes = 0  # the offset the next batch would have in the log
+        self.slot_cuts = SlotCuts()  # work queues: where the log's slots end (monitor/slots.py)
+        self._slot_messages = 0  # appended since the last cut
         self.leaving_since: float | None = None
         self.started = time.time()  # tells the monitor a restarted exchange from its old self
         self.fence = Fence(spec.lease, spec.name)
@@ -527,6 +530,10 @@ class Exchange:
             if self.refusing:
                 self._can_append()
             self.back.send_multipart([header.key, stamped], copy=False)
+            self._slot_messages += header.count  # work queues: one add per batch
+            if self._slot_messages >= self.settings.slot_messages:
+                self.slot_cuts.add(offset + header.size)
+                self._slot_messages = 0
         else:
             offset = self.accepted_bytes
             self.back.send_multipart([header.key, batch], copy=False)
@@ -589,6 +596,8 @@ class Exchange:
             total_bytes=self.load.total_bytes,
             copies=self._copies(),
             subscriptions=self.subscriptions,
+            end=self.log.end_offset if self.log is not None else 0,
+            cuts=self.slot_cuts.report(),
             refusing=self.refusing,
         )
         self._send_report(ExchangeReport(self._identity(), load, leaving=bool(self.leaving_since)))

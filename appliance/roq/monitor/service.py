@@ -40,6 +40,7 @@ from typing import Any
 from roq import limits
 from roq.config import MonitorSettings
 from roq.errors import ProtocolError
+from roq.monitor.groups import GROUP_COMMANDS, GroupManager, Readable
 from roq.monitor.placement import (
     CopyPlan,
     ExchangeView,
@@ -130,6 +131,7 @@ class Monitor:
             context, queue, settings, address, port_at(port, MonitorPort.RULES),
             emit=lambda event: self._send(self.kpi_out, [bsonmsg.encode(event.encode())]),
         )  # fmt: skip
+        self.groups = GroupManager(queue, settings, self._readable)  # work queues
 
     def _open_sockets(self, context: Any) -> None:
         def bound(kind: Kind, port: int, **options: Any) -> Any:
@@ -179,9 +181,11 @@ class Monitor:
             self._reap(now)
             if now >= next_scale:
                 self._scale(now)
+                self.groups.tick()
                 next_scale = now + limits.poll_interval_ms / 1000
             if now >= next_list:
                 self._publish_list()
+                self._cut_dead_logs()
                 self._assign_replicas()  # again each period: a restarted exchange forgot it
                 next_list = now + self.list_period_s
             if now >= next_kpi:
@@ -242,6 +246,8 @@ class Monitor:
         self._update_load(view, message.load)
         if view.refusing:
             self._to_publishers(ExchangeLost(view.front, False, self.epoch, view.refusing))
+        if view.logged:
+            self.groups.observe(view.exchange_id, message.load.end, message.load.cuts)
         self.scaler.observe(view.exchange_id, message.load, now)
         self._relocate(view, now)
 
@@ -377,6 +383,8 @@ class Monitor:
             return self._listing().reply()
         if command in (MonitorCommand.PUBLISHER_INIT, MonitorCommand.PUBLISHER_PANIC):
             return self._place(PublisherInit.decode(request))
+        if command in GROUP_COMMANDS:
+            return self.groups.handle(request)
         return bsonmsg.fail(Reason.UNKNOWN_COMMAND, f"unknown command {command}")
 
     def _place(self, request: PublisherInit) -> dict[str, Any]:
@@ -411,6 +419,26 @@ class Monitor:
 
     def _publish_list(self) -> None:
         self._to_subscribers(self._listing().notice())
+
+    # --- work queues (monitor/groups.py) -------------------------------------------------------
+    def _readable(self) -> Readable:
+        """Where each log is read now: a live exchange's own, else the longest copy of it."""
+        where = {
+            x.exchange_id: (_log_endpoint(x.front), "", self.groups.ends.get(x.exchange_id, 0))
+            for x in self.exchanges.values()
+            if x.logged
+        }
+        for dead in self._copy_list():
+            if dead.leader_id not in where and dead.replicas:
+                best = dead.replicas[0]
+                where[dead.leader_id] = (best.log, dead.leader_id, best.end)
+        return where
+
+    def _cut_dead_logs(self) -> None:
+        """A dead exchange's log ends where its longest copy does: its last slot closes there."""
+        for dead in self._copy_list():
+            if dead.replicas:
+                self.groups.observe(dead.leader_id, dead.replicas[0].end, (), final=True)
 
     # --- stat monitor --------------------------------------------------------------------------
     def _pump_stats(self) -> None:
@@ -599,6 +627,7 @@ class Monitor:
     def close(self) -> None:
         self.fence.close()
         self.scaler.close()
+        self.groups.close()
         for control in self._controls.values():
             control.close(0)
         for sock in (
