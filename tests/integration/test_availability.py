@@ -213,3 +213,25 @@ def test_publishers_of_a_killed_monitors_host_are_acknowledged_again_within_the_
 
 def _log_tail(daemon: Daemon) -> str:
     return f"--- {daemon.name} (standby GCM)\n{daemon.log_text()[-3000:]}\n"
+
+
+# --- replicas assigned when an exchange joins ---------------------------------------------------
+def test_an_exchange_that_joins_is_assigned_as_a_replica_at_once(cluster: LocalCluster) -> None:
+    """Found by the fault harness: m1 was killed 2.2 s after q1's second exchange joined, before
+    the monitor's next list period had given m1's exchange a replica, so acks=all had confirmed
+    on its append alone and the read from the beginning missed what it acknowledged. With a
+    30 s list period, the assignment can only come from the join."""
+    cluster.start_gcm()
+    for name in ("h1", "h2"):
+        cluster.start_host(name, **HOST, **{"monitor.list.period": 30_000})
+    cluster.wait_ready(hosts=2)
+    joined = time.monotonic()
+    _queue_on_two_hosts(cluster)
+    ids = {x["Host"]: x["Id"] for x in _queue(cluster)["Exchanges"]}
+
+    def copied() -> bool:
+        return _live_exchange(cluster, ids["h1"]).get("Replicas") == [ids["h2"]]
+
+    wait_for(copied, 15, f"{ids['h1']} copied to {ids['h2']}\n{cluster.logs()}", interval_s=0.5)
+    assert time.monotonic() - joined < 25, "assigned by the list period, not by the join"
+    assert _live_exchange(cluster, ids["h2"]).get("Replicas") == [ids["h1"]]

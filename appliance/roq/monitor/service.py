@@ -226,9 +226,10 @@ class Monitor:
             return
         identity = message.identity
         view = self.exchanges.get(identity.front)
+        fresh = view is None
         if view is not None and view.started != identity.started:
             self._forget(view, now, "restarted")  # its memory (and what it held) is gone
-            view = None
+            view, fresh = None, True
         if view is None:
             if len(self.exchanges) >= limits.monitor_exchanges_max:
                 # a bound of this monitor, not a fault of the report: not counted as a bad one
@@ -244,6 +245,10 @@ class Monitor:
             self._on_leaving(view)
             return
         self._update_load(view, message.load)
+        if fresh:
+            # Copies change now, not at the next list period: until it is assigned, a leader
+            # has no replica and acks=all confirms on its append alone (docs/guarantees.md §10).
+            self._assign_replicas()
         if view.refusing:
             self._to_publishers(ExchangeLost(view.front, False, self.epoch, view.refusing))
         if view.logged:
@@ -353,6 +358,7 @@ class Monitor:
             self._forget(view, now, f"silent for {now - view.last_seen:.1f} s")
         if dead:
             self._publish_list()
+            self._assign_replicas()  # the dead one's leaders get other replicas at once
 
     def _forget(self, view: ExchangeView, now: float, why: str) -> None:
         """A dead exchange: its publishers fail over (the notice names the address they use)."""
