@@ -28,18 +28,6 @@ ACKS_AFTER_HEAL_S = RESUME_BOUND_S + 20
 
 # Why a test fails on today's main; each names its evidence (history.jsonl and the processes'
 # logs of a run under --basetemp). The lead drops the xfail once the fix is merged.
-READ_LOSS_AFTER_KILL = (
-    "acknowledged loss, intermittent (1 of 6 runs on the avail branch): the read from the "
-    "beginning missed the first 24-25 messages of two producers, acknowledged before the kill "
-    "(the live subscriber had them), as after the rolling restart below: the read from the "
-    "beginning, not the availability (another engineer's fix: client/sequencer.py and the "
-    "replay of a lost exchange's log from its copy). Availability is met since publishers ask "
-    "the GCM 250 ms into a stall and at most 1 s apart and the repair starts when the grace "
-    "ends: resumed 6.3-7.3 s after the kill in 6 runs (bound 9 s; 9.3-9.8 s before); "
-    "timeline of one: GCM m2 elected +4.49 s, repair +5.07 s, monitor recorded +6.11 s, m2's "
-    "exchange joined it +6.14 s, publishers followed +6.25 s, acknowledged +6.60 s. Not "
-    "strict: intermittent"
-)
 STALE_MONITOR = (
     "fencing, intermittent (failed 2 of 3 runs): the monitor of the stopped machine keeps acting "
     "after its host's session expired. On SIGCONT it declares the live exchanges dead "
@@ -106,7 +94,6 @@ def _kill_m1(fault_run: FaultRun) -> None:
     _heal_and_settle(fault_run, "kill -9 m1")
 
 
-@pytest.mark.xfail(strict=False, reason=READ_LOSS_AFTER_KILL)
 def test_kill_9_of_every_process_of_a_machine(fault_run: FaultRun) -> None:
     _kill_m1(fault_run)
     _assert_passes(fault_run, fault_run.finish())
