@@ -39,10 +39,19 @@ monitor_moved_untold_max = 1_000  # (queue, host) pairs waiting to be told again
 host_loss_stop_join_s = 5.0  # the GCM's close waits this long for its repair thread
 # a repair's wait on a host ends this soon after the GCM lost the lead (transport/rpc.py)
 request_cancel_poll_ms = 100
-# a publisher whose oldest unconfirmed batch (or flush) has waited this long asks the GCM
-# whether its queue's monitor moved (client/publisher.py)
+# A publisher whose oldest unconfirmed batch (or flush) has waited `first` asks the GCM whether
+# its queue's monitor moved (client/publisher.py), then again after 2 x first, 4 x first … up to
+# `max` apart while the stall lasts, one question in flight (in a thread of its own, so a GCM
+# that does not answer never holds up the publisher's I/O): it follows a re-placed monitor
+# within `max` of the GCM's record of it, and a stall costs the GCM a few cheap reads.
+publisher_monitor_check_first_ms = 250
+publisher_monitor_check_max_ms = 1_000
+# an acks="none" publisher probes its exchange (a drain request) at most this often
 publisher_monitor_check_ms = 2_000
-monitor_locate_timeout_ms = 2_000  # that question, one attempt (client/locate.py)
+# that question, one attempt (client/locate.py): a GCM answers it from one ZooKeeper read, so
+# one silent this long is taken for dead (a leader that died, which ZooKeeper names until its
+# session expires) and the next question looks the leader up again
+monitor_locate_timeout_ms = 1_000
 
 # --- supervision -------------------------------------------------------------------------
 child_restart_backoff_ms_min = 250
@@ -134,7 +143,14 @@ publisher_block_ms_default = 30_000  # a full buffer blocks send() this long, th
 publisher_keys_max = 100_000  # distinct routing keys (each has its own sequence) per publisher
 drain_timeout_ms = 10_000  # an old exchange must confirm a drain within this before a move
 publisher_dead_drain_ms = 300  # ... and one declared dead, within this (it may be only slow)
-placement_retry_ms = 500  # a publisher without an exchange asks its monitor again this often
+# A publisher without an exchange asks its monitor again after `first`, doubling up to this
+# often: a monitor just re-placed knows its exchanges within milliseconds of their being told
+# (they report as soon as it subscribes), so the first retries are short.
+placement_retry_first_ms = 100
+placement_retry_ms = 500
+# A monitor answers a placement from memory: one silent this long may be dead (its host lost
+# with it), so the publisher asks it again, and the GCM meanwhile whether it moved.
+placement_request_timeout_ms = 1_000
 placement_timeout_ms = 30_000  # ... and gives up (raises) after this long
 unconfirmed_batches_max = 10_000  # batches kept for re-sending until the exchange confirms them
 # Replies (acks, drain answers) an exchange queues for one publisher. A ROUTER drops what is
@@ -149,6 +165,11 @@ exchange_burst_batches = 256
 # ... or this many bytes of them: with big batches 256 are 16 MiB or more, and a subscriber
 # catching up from the log waits a burst for each read (its catch-up then trails the live rate)
 exchange_burst_bytes = 4 * 1024 * 1024
+# An exchange whose log refused an append (a full or read-only disk) tries, every heartbeat, to
+# write this much to a scratch file beside its log; once that works it takes publishers again.
+# As big as the batches a log commonly takes, so a disk with a few bytes free does not make it
+# flap between refusing and taking publishers.
+exchange_space_probe_bytes = 1024 * 1024
 exchange_leave_quiet_s = 0.5  # after leaving, exit once publishers were silent this long ...
 exchange_leave_max_s = 3.0  # ... or after this long in any case (the host waits 5 s: SIGTERM)
 exchange_producers_tracked_max = 100_000  # beyond this, a period's extra producers count as one

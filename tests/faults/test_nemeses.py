@@ -28,19 +28,6 @@ ACKS_AFTER_HEAL_S = RESUME_BOUND_S + 20
 
 # Why a test fails on today's main; each names its evidence (history.jsonl and the processes'
 # logs of a run under --basetemp). The lead drops the xfail once the fix is merged.
-SLOW_REPAIR = (
-    "availability: publishers of the killed machine's exchange resumed 9.3-9.8 s after the "
-    "kill in 3 runs (bound: zk.session.timeout 4 s + 5 s). Timeline of one: GCM m2 elected "
-    "+3.9 s, repair starts +5.0 s (host.loss.grace 0.5 s), monitor re-placed on m3 +7.2 s, "
-    "exchange replaced +9.0 s (gcm/repair.py starts them one after the other, ~2 s each on "
-    "the loaded 2-core machine), publishers follow the monitor +9.0 s (they ask the GCM every "
-    "publisher_monitor_check_ms = 2 s) and are acknowledged on the new exchange +9.3 s. "
-    "Issue 18 (GCM repair). (The acknowledged loss once seen here, 68-72 messages, was acks=all "
-    "confirmed on m1's leader alone in the up-to-2 s before the monitor's next list period "
-    "assigned its first replica; fixed: replicas are assigned when an exchange joins and "
-    "acks=all waits for that assignment.) Not strict: on an idle machine the process starts "
-    "are faster and the bound may be met"
-)
 STALE_MONITOR = (
     "fencing, intermittent (failed 2 of 3 runs): the monitor of the stopped machine keeps acting "
     "after its host's session expired. On SIGCONT it declares the live exchanges dead "
@@ -64,13 +51,6 @@ STALE_EXCHANGE = (
     "replaced (Lost) and its copy on m2 ends before them, so the read from the beginning "
     "misses them (the live subscriber had them). Needs exchange and monitor fencing by "
     "lease/epoch (issue 18). Not strict: intermittent"
-)
-FULL_DISK = (
-    "availability: while m1's log disk is full, its exchange refuses every batch with a reason "
-    "(1057 refusals, 'fail' in the history) and nothing moves its publishers to the exchange "
-    "on m2, whose disk has room: they are acknowledged again only after the disk is freed "
-    "(longest gap 11.65 s = the fault's length, bound 9 s). The monitor would have to treat "
-    "an exchange that refuses for want of space as unavailable and re-place its publishers"
 )
 
 
@@ -103,13 +83,11 @@ def _kill_m1(fault_run: FaultRun) -> None:
     _heal_and_settle(fault_run, "kill -9 m1")
 
 
-@pytest.mark.xfail(strict=False, reason=SLOW_REPAIR)
 def test_kill_9_of_every_process_of_a_machine(fault_run: FaultRun) -> None:
     _kill_m1(fault_run)
     _assert_passes(fault_run, fault_run.finish())
 
 
-@pytest.mark.xfail(strict=False, reason=SLOW_REPAIR)
 def test_kill_9_of_a_machine_with_acks_leader(tmp_path: Path, network: Network) -> None:
     run = FaultRun(tmp_path, network, acks="leader")
     try:
@@ -189,7 +167,6 @@ def _fill(path: Path) -> Path:
     return filler
 
 
-@pytest.mark.xfail(strict=True, reason=FULL_DISK)
 def test_full_log_disk_on_a_machine(tmp_path: Path, network: Network) -> None:
     log_dir = tmp_path / "m1-log"
     network.tmpfs(log_dir, "64m")

@@ -327,3 +327,21 @@ def test_a_move_that_finds_the_lost_host_back_stops_and_tries_no_other_host():
     assert registry.records["q1"].host == "h1" and registry.records["q1"].epoch == 0
     assert not registry.xs["x1"].lost  # nothing of h1's was marked replaced
     assert "registered again" in repair.pending["q1"]
+
+
+def test_the_repair_is_due_when_a_grace_ends_and_a_forced_check_runs_at_once():
+    """The repair thread sleeps until `due_at` (a grace's end, not the next 1 s tick) and is
+    woken by the hosts' watch: `force` runs a check before the periodic one is due."""
+    registry, management, repair = _cluster()
+    repair.tick(FENCE, 100.0)
+    assert repair.due_at() == 101.0  # nothing gone: the periodic check
+    del registry.live["h1"]
+    repair.tick(FENCE, 100.2)  # not due yet, not forced: nothing seen
+    assert repair.gone == {}
+    repair.tick(FENCE, 100.2, force=True)  # the watch saw h1's registration go
+    assert repair.gone == {"h1": 100.2}
+    repair.grace_s = 0.5
+    assert repair.due_at() == 100.7  # its grace ends before the next periodic check
+    repair.tick(FENCE, 100.7, force=True)
+    assert management.calls[0] == ("1002", "h2")
+    assert repair.due_at() == 101.7  # all re-placed: only the periodic check is left

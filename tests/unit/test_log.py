@@ -458,3 +458,16 @@ def test_the_janitor_deletes_inline_when_too_many_files_wait(tmp_path):
         idle.discard(file)
     assert all(file.exists() for file in files[:-1]), "queued, waiting for the thread"
     assert not files[-1].exists(), "past the bound the caller deletes it itself"
+
+
+def test_room_for_writes_a_scratch_file_and_leaves_nothing(tmp_path):
+    """How an exchange that refused appends learns that the disk takes them again."""
+    with Log(tmp_path, max_file_size=1000, flush_policy=OS) as log:
+        fill(log, 2)
+        before = sorted(p.name for p in tmp_path.iterdir())
+        assert log.room_for(3 * 65536 + 7) == ""
+        assert sorted(p.name for p in tmp_path.iterdir()) == before
+        (tmp_path / f"room-probe{janitor.DELETED_SUFFIX}").write_bytes(b"left by a crash")
+    with Log(tmp_path, max_file_size=1000, flush_policy=OS) as log:
+        assert sorted(p.name for p in tmp_path.iterdir()) == before  # removed at the open
+    assert "closed" in log.room_for(1)

@@ -104,6 +104,9 @@ CASES: list[tuple[str, Any, Encode, Decode, frozenset[str]]] = [
      frozenset({"QName", "Group"})),
     ("group delete", groups.GroupDelete("g1", "q1"), *_std(groups.GroupDelete),
      frozenset({"QName"})),
+    ("report of an exchange that cannot append",
+     monitor.ExchangeReport(IDENTITY, dataclasses.replace(LOAD, refusing="disk full")),
+     *_std(monitor.ExchangeReport), frozenset({"End", "Cuts", "Refusing"})),
     ("leaving", monitor.ExchangeReport(IDENTITY, None, leaving=True),
      *_std(monitor.ExchangeReport), frozenset()),
     ("leaving with load", monitor.ExchangeReport(IDENTITY, LOAD, leaving=True),
@@ -125,6 +128,9 @@ CASES: list[tuple[str, Any, Encode, Decode, frozenset[str]]] = [
      EPOCH),
     ("exchange lost", monitor.ExchangeLost(FRONT, dead=True, epoch=2),
      *_std(monitor.ExchangeLost), EPOCH),
+    ("exchange to leave: it cannot append",
+     monitor.ExchangeLost(FRONT, dead=False, epoch=2, why="disk full"),
+     *_std(monitor.ExchangeLost), EPOCH | {"Why"}),
     ("new exchange", monitor.NewExchange(LISTING.exchanges[0], 2), *_std(monitor.NewExchange),
      EPOCH),
     ("rules update", monitor.RulesUpdate("q1", RULES), *_std(monitor.RulesUpdate),
@@ -489,6 +495,24 @@ def test_an_epoch_left_out_by_an_older_peer_reads_as_0_and_a_bad_one_is_refused(
     for bad in ("3", True, 3.0, -1, 2**63):
         with pytest.raises(DecodeError, match="the Epoch field"):
             decode({**doc, "Epoch": bad})
+
+
+def test_refusing_left_out_by_an_older_peer_reads_as_taking_appends():
+    """`Refusing` (an exchange whose log refuses appends) is optional in a report and in the
+    monitor's status: absent, the exchange takes appends; a non-string is refused."""
+    report = monitor.ExchangeReport(IDENTITY, dataclasses.replace(LOAD, refusing="disk full"))
+    doc = {k: v for k, v in report.encode().items() if k != "Refusing"}
+    decoded = monitor.ExchangeReport.decode(_wire(doc))
+    assert decoded.load is not None and decoded.load.refusing == ""
+    entry = dataclasses.replace(MONITOR_STATUS.exchanges[0], placeable=False, refusing="full")
+    assert control.MonitoredExchange.decode(_wire(entry.fields())) == entry
+    older = {k: v for k, v in entry.fields().items() if k != "Refusing"}
+    assert control.MonitoredExchange.decode(_wire(older)).refusing == ""
+    with pytest.raises(DecodeError, match="the Refusing field"):
+        control.MonitoredExchange.decode({**entry.fields(), "Refusing": 5})
+    lost = monitor.ExchangeLost(FRONT, dead=False, why="full")
+    assert "Why" not in monitor.ExchangeLost(FRONT, dead=False).encode()
+    assert monitor.decode_publisher_notice(_wire(lost.encode())) == lost
 
 
 @pytest.mark.parametrize(

@@ -250,8 +250,9 @@ def _live_line(
         state = queue.info.state
         return f"      ({reason if state == 'RUNNING' else state.lower()})"
     leaving = " LEAVING" if live.leaving else ""
+    refusing = f"\n      REFUSING APPENDS (no publisher placed here): {live.refusing}"
     return (
         f"      {live.msgs_rate:>12,.0f} msg/s {live.bytes_rate / 1e6:>9.2f} MB/s "
         f"{live.producers:>4} publishers  cpu {live.cpu * 100:5.1f}%  "
-        f"rss {live.rss / 2**20:6.1f} MiB{leaving}"
+        f"rss {live.rss / 2**20:6.1f} MiB{leaving}{refusing if live.refusing else ''}"
     )

@@ -121,7 +121,8 @@ class AdminClient:
             except (RequestTimeout, TransportError) as error:
                 last_error = str(error)
                 self._endpoint = None
-                time.sleep(limits.client_retry_backoff_ms / 1000 * (attempt + 1))
+                if attempt + 1 < self.retries:  # no wait after the last attempt
+                    time.sleep(limits.client_retry_backoff_ms / 1000 * (attempt + 1))
                 continue
             finally:
                 requester.close()

@@ -5,10 +5,17 @@ it (gcm/repair.py) and answers with the new address (client/publisher.py)."""
 
 from __future__ import annotations
 
+import logging
+import threading
+from collections.abc import Callable
+
 from roq import limits
 from roq.client.admin import AdminClient
 from roq.errors import RoqError
+from roq.protocol.messages.admin import MonitorLocation
 from roq.protocol.ports import MonitorPort, StatPort, sibling
+
+log = logging.getLogger(__name__)
 
 
 class MonitorAddress:
@@ -53,3 +60,82 @@ def locate_monitor(
     with AdminClient(gcm=gcm, zk=zk, namespace=namespace, **bounds) as admin:
         found = admin.get_host_by_qname(queue)
     return MonitorAddress(found.monitor_host, found.stat_monitor_host, found.epoch)
+
+
+class MonitorLocator:
+    """Asks the GCM where a queue's monitor is in a thread of its own, one question at a time,
+    so that a client's I/O loop never waits on the GCM: a dead GCM that ZooKeeper still names
+    costs a request's timeout, and finding the leader through ZooKeeper a session's start. The
+    loop asks (`ask`) and takes the answer on a later turn (`take`). The thread starts at the
+    first question and keeps one AdminClient, so the leader's address is looked up again only
+    when it stops answering."""
+
+    def __init__(self, queue: str, where: tuple[str | None, str | None, str], name: str):
+        self.queue = queue
+        self._where = where  # (gcm, zk, namespace)
+        self._name = name
+        self._lock = threading.Lock()
+        self._wanted = threading.Event()
+        self._answer: MonitorAddress | None = None
+        self._in_flight = False
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    def ask(self) -> bool:
+        """Start a question; False if one is still in flight (it is not asked twice)."""
+        with self._lock:
+            if self._in_flight or self._stopping:
+                return False
+            self._in_flight = True
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name=f"roq-locate-{self._name}", daemon=True
+                )
+                self._thread.start()
+        self._wanted.set()
+        return True
+
+    def take(self) -> MonitorAddress | None:
+        """The last answer, once (None: none came since the last take)."""
+        with self._lock:
+            found, self._answer = self._answer, None
+        return found
+
+    def _run(self) -> None:
+        gcm, zk, namespace = self._where
+        bounds = {"timeout_ms": limits.monitor_locate_timeout_ms, "retries": 1}
+        admin = AdminClient(gcm=gcm, zk=zk, namespace=namespace, **bounds)
+        try:
+            while self._next():
+                self._answered(self._one(admin.get_host_by_qname))
+        finally:
+            admin.close()
+
+    def _next(self) -> bool:
+        self._wanted.wait()
+        self._wanted.clear()
+        return not self._stopping
+
+    def _one(self, ask: Callable[[str], MonitorLocation]) -> MonitorAddress | None:
+        try:
+            found = ask(self.queue)
+            return MonitorAddress(found.monitor_host, found.stat_monitor_host, found.epoch)
+        except RoqError as error:
+            log.info("%s: where is the monitor? %s", self._name, error)
+            return None
+
+    def _answered(self, found: MonitorAddress | None) -> None:
+        with self._lock:
+            if found is not None:
+                self._answer = found
+            self._in_flight = False
+
+    def close(self) -> None:
+        """Stop the thread; a question in flight ends within its own bound (the thread is a
+        daemon: a process that exits does not wait for it)."""
+        with self._lock:
+            self._stopping = True
+            thread = self._thread
+        self._wanted.set()
+        if thread is not None:
+            thread.join(timeout=limits.monitor_locate_timeout_ms / 1000 + 1)

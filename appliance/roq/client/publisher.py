@@ -38,15 +38,23 @@ number.
 
 A lost host takes the monitor and the exchange together, and no one is left to say the exchange
 died. A publisher whose confirmations (`acks`) or whose flush's drain have not come for
-`publisher_monitor_check_ms` asks the GCM where the monitor is (one bounded request, at most once
-per that period); once the GCM re-placed the monitor it names another address, and the
-publisher listens to the new monitor, fails over as from a dead exchange and sends its
-unconfirmed batches again. A monitor that does not answer a placement request is looked up the
-same way. With `acks="none"` nothing is confirmed, so such a publisher probes its exchange
-instead: at most once per `publisher_monitor_check_ms`, when it has sent batches since the last
-probe, it sends a drain request with a token of its own (`_PROBE`) and, when that stays
-unanswered for the same period, asks the GCM as above; it so follows a lost monitor without a
+`publisher_monitor_check_first_ms` asks the GCM where the monitor is, and asks again while the
+stall lasts, each time twice as long after the last, up to `publisher_monitor_check_max_ms`
+apart. The questions go through a `MonitorLocator` (client/locate.py): one in flight at a time,
+in a thread of its own, so a GCM that does not answer (a dead leader ZooKeeper still names)
+never holds up this publisher's sockets; the I/O thread takes the answer on a later turn. Once
+the GCM re-placed the monitor it names another address (from the moment its record is
+written), and the publisher listens to the new monitor, fails over as from a dead exchange and
+sends its unconfirmed batches again. A monitor that does not answer a placement request is
+looked up the same way, at once. With `acks="none"` nothing is confirmed, so such a publisher
+probes its exchange instead: at most once per `publisher_monitor_check_ms`, when it has sent
+batches since the last probe, it sends a drain request with a token of its own (`_PROBE`) and,
+when that stays unanswered, asks the GCM as above; it so follows a lost monitor without a
 `flush()` (what it sent to the lost exchange meanwhile is lost, docs/guarantees.md §10).
+
+An exchange whose disk refuses its appends (full, read-only) refuses each batch with the reason,
+and its monitor tells its publishers to move (EXCHANGE_LOST, not dead, with the reason): they
+drain it and are placed on an exchange that can append (docs/guarantees.md §3).
 """
 
 from __future__ import annotations
@@ -65,6 +73,7 @@ from typing import Any
 from roq import limits
 from roq.client.locate import (
     MonitorAddress,
+    MonitorLocator,
     locate_monitor,
 )
 from roq.errors import ProtocolError, RoqError
@@ -439,16 +448,23 @@ class _PublisherIO(threading.Thread):
         self.notices = open_socket(ctx, Kind.SUB, subscribe=topics)
         subscribe(self.notices, EVERY_PUBLISHER)
         connect(self.notices, owner.monitor.at(MonitorPort.TO_PUBLISHERS))
-        self.placement = Requester(ctx, owner.monitor.at(MonitorPort.PLACEMENT))
+        self.placement = Requester(
+            ctx, owner.monitor.at(MonitorPort.PLACEMENT), limits.placement_request_timeout_ms
+        )
         self.dealer: Any = None
         self.unconfirmed: dict[int, _Outbound] = {}  # sent batches the exchange must confirm
         self.resend: collections.deque[_Outbound] = collections.deque()  # after a fail-over
         self.drained: set[int] = set()  # flush tokens drained, waiting for confirmations
         # when a confirmation last came, or the first unconfirmed batch was sent: confirmations
-        # that stop for `publisher_monitor_check_ms` make the publisher ask whether the monitor
-        # moved (its host lost with the exchange, nobody left to say EXCHANGE_LOST)
+        # that stop for `publisher_monitor_check_first_ms` make the publisher ask whether the
+        # monitor moved (its host lost with the exchange, nobody left to say EXCHANGE_LOST)
         self.progress = time.monotonic()
         self.next_monitor_check = 0.0
+        self.stall_from = -1.0  # the `progress` of the stall being checked (-1: none yet)
+        self.check_wait_s = limits.publisher_monitor_check_first_ms / 1000
+        self.locator: MonitorLocator | None = None
+        if owner._locate is not None:
+            self.locator = MonitorLocator(owner.queue, owner._locate, owner.producer_id.hex()[:8])
         # acks="none": a probe is out (no answer yet), batches were sent since the last one
         self.probing = False
         self.sent_since_probe = False
@@ -514,10 +530,16 @@ class _PublisherIO(threading.Thread):
 
     # --- placement and moves -------------------------------------------------------------------
     def _place(self, lost: str) -> None:
-        """Ask the monitor for an exchange until it names one (bounded) and connect to it."""
+        """Ask the monitor for an exchange until it names one (bounded) and connect to it. A
+        monitor that does not answer, or is fenced, may have moved: the locator asks the GCM
+        meanwhile, and an answer naming another monitor is taken before the next attempt."""
         request = PublisherInit(self.p.producer_id.hex(), lost, panic=bool(lost)).encode()
         deadline = time.monotonic() + limits.placement_timeout_ms / 1000
+        retry_s = limits.placement_retry_first_ms / 1000
         while True:
+            found = self.locator.take() if self.locator is not None else None
+            if found is not None:
+                self._switch_monitor(found)
             try:
                 reply = self.placement.request(request)
                 envelope = Reply.decode(reply)
@@ -527,35 +549,55 @@ class _PublisherIO(threading.Thread):
                     self._connect(Placed.decode(reply).front)
                     return
                 reason = envelope.comment
-                if envelope.error == Reason.FENCED and self._follow_monitor():
-                    continue  # its host lost its lease: the GCM may name the new monitor
+                if envelope.error == Reason.FENCED and self.locator is not None:
+                    self.locator.ask()  # its host lost its lease: the GCM may name another
             except RoqError as error:
                 reason = str(error)
-                if self._follow_monitor():  # it did not answer: it may have moved
-                    continue
+                if self.locator is not None:
+                    self.locator.ask()  # it did not answer: it may have moved
             if time.monotonic() > deadline or self.p._closing:
                 raise PublishError(f"no exchange for queue {self.p.queue}: {reason}")
             log.info("%s: waiting for an exchange (%s)", self.p.name, reason)
-            time.sleep(limits.placement_retry_ms / 1000)
+            time.sleep(retry_s)
+            retry_s = min(retry_s * 2, limits.placement_retry_ms / 1000)
 
     def _monitor_moved_while_stalled(self) -> bool:
-        """Confirmations stopped: if the GCM names another monitor, follow it (True)."""
-        now = time.monotonic()
-        check_s = limits.publisher_monitor_check_ms / 1000
-        if now - self.progress < check_s or now < self.next_monitor_check:
+        """Confirmations stopped: ask the GCM where the monitor is (in the locator's thread),
+        soon and then less often; if an answer names another monitor, follow it (True)."""
+        if self.locator is None:
             return False
-        self.next_monitor_check = now + check_s
-        return self._follow_monitor()
+        found = self.locator.take()
+        if found is not None and self._switch_monitor(found):
+            return True
+        now = time.monotonic()
+        if self.stall_from != self.progress:  # a new stall: the first question comes soon
+            self.stall_from = self.progress
+            self.check_wait_s = limits.publisher_monitor_check_first_ms / 1000
+            self.next_monitor_check = self.progress + self.check_wait_s
+        if now >= self.next_monitor_check and self.locator.ask():
+            self.check_wait_s = min(
+                self.check_wait_s * 2, limits.publisher_monitor_check_max_ms / 1000
+            )
+            self.next_monitor_check = now + self.check_wait_s
+        return False
 
     def _follow_monitor(self) -> bool:
-        """Ask the GCM where the queue's monitor is (one bounded attempt); if it moved (its
-        host was lost and the GCM re-placed it), listen to and ask the new one. True if so."""
+        """Ask the GCM where the queue's monitor is (one bounded attempt, waited for: the
+        caller has nothing else to do meanwhile); if it moved (its host was lost and the GCM
+        re-placed it), listen to and ask the new one. True if so."""
         if self.p._locate is None:
             return False
         try:
             found = locate_monitor(self.p.queue, *self.p._locate, quick=True)
         except RoqError as error:
             log.info("%s: where is the monitor? %s", self.p.name, error)
+            return False
+        return self._switch_monitor(found)
+
+    def _switch_monitor(self, found: MonitorAddress) -> bool:
+        """Listen to and ask `found` if it is another monitor than ours and not older (an
+        answer the locator had before an earlier move is stale). True if switched."""
+        if 0 < found.epoch < self.p.epochs.highest:
             return False
         self.p.epochs.note(found.epoch)
         if found.base == self.p.monitor.base:
@@ -565,7 +607,9 @@ class _PublisherIO(threading.Thread):
         disconnect(self.notices, self.p.monitor.at(MonitorPort.TO_PUBLISHERS))
         connect(self.notices, found.at(MonitorPort.TO_PUBLISHERS))
         self.placement.close()
-        self.placement = Requester(self.p._context, found.at(MonitorPort.PLACEMENT))
+        self.placement = Requester(
+            self.p._context, found.at(MonitorPort.PLACEMENT), limits.placement_request_timeout_ms
+        )
         self.p.monitor = found
         return True
 
@@ -605,7 +649,9 @@ class _PublisherIO(threading.Thread):
         if isinstance(notice, ExchangeLost):
             if notice.front != self.p.exchange:
                 return None
-            state = "died" if notice.dead else "is leaving"
+            state = "is leaving"
+            if notice.dead or notice.why:
+                state = "died" if notice.dead else f"refuses appends ({notice.why})"
             log.warning("%s: exchange %s %s; failing over", self.p.name, notice.front, state)
             return "", not notice.dead
         if notice.producer == self.p.producer_id.hex() and notice.front != self.p.exchange:
@@ -736,6 +782,8 @@ class _PublisherIO(threading.Thread):
             self._send(_Outbound(token, None))
 
     def _close(self) -> None:
+        if self.locator is not None:
+            self.locator.close()
         for sock in (self.dealer, self.notices, self.wake):
             if sock is not None:
                 sock.close(limits.data_linger_ms if sock is self.dealer else 0)

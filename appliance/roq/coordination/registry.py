@@ -20,7 +20,7 @@ import enum
 import json
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -261,6 +261,18 @@ class Registry:
     def xchange_transaction(self, txid: str) -> dict[str, Any] | None:
         got = self._get(self.paths.xchange_transaction(txid))
         return None if got is None else got[0]
+
+    def watch_hosts(self, changed: Callable[[], object]) -> None:
+        """Call `changed()` (from kazoo's thread: it must only signal) each time a host registers
+        or its registration vanishes, from now on; kazoo sets the watch again after a lost
+        connection. Raises CoordinationError if ZooKeeper cannot be asked now."""
+
+        def on_hosts(_names: list[str]) -> bool:
+            changed()
+            return True  # keep watching
+
+        with _zookeeper("watching the hosts"):
+            self.zk.ChildrenWatch(self.paths.hosts, on_hosts)
 
     def gone_hosts(self) -> dict[str, GoneRecord]:
         """The hosts a leader recorded gone. A record edited into nonsense is left out (the

@@ -21,13 +21,20 @@ is forwarded: the log stamps the batch's offset (its byte position) into the hea
 subscribers see offsets they can resume from. `acks=leader` is answered once the append
 returned (the batch survives a crash of the exchange process; a crash of the machine too under
 `log.flush=every-batch`). If the log cannot be written (full or read-only disk), batches are
-refused with a reason rather than forwarded without being kept.
+refused with a reason rather than forwarded without being kept, and the exchange says so to its
+monitor at once (a report whose `Refusing` names the reason), which moves its publishers to
+exchanges that can append and places none here; every heartbeat it tries whether
+`limits.exchange_space_probe_bytes` can be written beside its log (`Log.room_for`), and once
+that, or an append, works it reports again without `Refusing` and takes publishers again.
 
 The exchange reports its load to its monitor every `heartbeat.period` (the report is also the
 heartbeat) and publishes RoQ's KPI envelope (20/21/22) to the stat monitor every
-`monitor.stat.period`. It tells the monitor at once when its count of subscriptions changes (the
-XPUB socket hands every subscribe and unsubscribe up), so a new exchange takes publishers as soon
-as the queue's subscribers have joined it rather than after a fixed wait. On SHUTDOWN or SIGTERM
+`monitor.stat.period`. Its report socket is an XPUB: a monitor that subscribes (a monitor
+started, restarted or re-placed, which the host's MONITOR_MOVED points it to) gets a report at
+once, so it can place publishers on this exchange without waiting for a heartbeat. It tells
+the monitor at once when its count of subscriptions changes (the subscribers' XPUB socket
+hands every subscribe and unsubscribe up), so a new exchange takes publishers as soon as the
+queue's subscribers have joined it rather than after a fixed wait. On SHUTDOWN or SIGTERM
 it tells the monitor it is leaving, keeps serving while its publishers drain and move away
 (bounded), then exits.
 
@@ -210,6 +217,8 @@ class Exchange:
         self.subscriptions = 0  # (subscriber connection, key prefix) pairs on the XPUB socket
         self._subscriptions_told = 0
         self._next_subscriptions_notice = 0.0
+        self.refusing = ""  # why the log refuses appends ("" while they succeed)
+        self._next_room_probe = 0.0
         self.accepted_bytes = 0  # the offset the next batch would have in the log
         self.slot_cuts = SlotCuts()  # work queues: where the log's slots end (monitor/slots.py)
         self._slot_messages = 0  # appended since the last cut
@@ -273,7 +282,9 @@ class Exchange:
         control = port_at(spec.port, ExchangePort.CONTROL)
         self.control = ControlServer(context, spec.address, control, spec.name)
         self.control.status = self.status
-        self.reports = open_socket(context, Kind.PUB, sndhwm=100)
+        # an XPUB, so that a monitor's subscription (it started, or this exchange was pointed at
+        # a new one) is seen and answered with a report at once
+        self.reports = open_socket(context, Kind.XPUB, sndhwm=100)
         connect(self.reports, spec.monitor)
         self.kpi = open_socket(context, Kind.PUB, sndhwm=100)
         connect(self.kpi, spec.stat)
@@ -286,7 +297,7 @@ class Exchange:
     # --- main loop -----------------------------------------------------------------------------
     def _poller(self) -> Poller:
         poller = Poller()
-        for sock in (self.front, self.back, self.control.sock, self.replay):
+        for sock in (self.front, self.back, self.control.sock, self.replay, self.reports):
             if sock is not self.front or self._acting:  # fenced: publishers' batches wait
                 poller.register(sock, READABLE)
         for sock in self._replication_sockets():
@@ -322,6 +333,8 @@ class Exchange:
                 self._timers()
             if self.back in events:
                 self._count_subscriptions()
+            if self.reports in events:
+                self._monitor_subscribed()
             if self.control.sock in events:
                 self.control.handle()
             if self.replay in events:
@@ -344,6 +357,8 @@ class Exchange:
     def _timers(self) -> None:
         """The heartbeat report, the KPI stream and a changed subscription count, when due."""
         now = time.monotonic()
+        if self.refusing:
+            self._probe_room(now)
         if self.subscriptions != self._subscriptions_told:
             self._tell_subscriptions(now)
         if now >= self._next_report:
@@ -389,6 +404,12 @@ class Exchange:
             if time.monotonic() > deadline or taken > burst_bytes:
                 return
 
+    def _monitor_subscribed(self) -> None:
+        """A monitor connected (its SUB subscribes): report now, not a heartbeat later."""
+        for frames in drained(self.reports, limits.control_hwm_messages):
+            if frames[0][:1] == b"\x01":
+                self._next_report = 0.0  # the loop's timers send it this turn
+
     def _count_subscriptions(self) -> None:
         """Subscribe (first byte 1) and unsubscribe (0) messages from the XPUB socket: ZeroMQ has
         already applied them to its filter; they are read only to be counted."""
@@ -412,6 +433,8 @@ class Exchange:
             offset = self._accept(message.batch)
         except (ProtocolError, CorruptRecord, LogUnavailable) as error:
             unlogged = isinstance(error, LogUnavailable)
+            if unlogged:
+                self._cannot_append(str(error))
             self.bad.refused(
                 str(error),
                 "refused a batch: the log is unavailable" if unlogged else "dropped a bad frame",
@@ -504,6 +527,8 @@ class Exchange:
         if self.log is not None:
             stamped = bytearray(batch)  # the log stamps the offset in place: forward those bytes
             offset = self.log.append(stamped, header)
+            if self.refusing:
+                self._can_append()
             self.back.send_multipart([header.key, stamped], copy=False)
             self._slot_messages += header.count  # work queues: one add per batch
             if self._slot_messages >= self.settings.slot_messages:
@@ -518,6 +543,31 @@ class Exchange:
         self.kpi_load.add(header.producer_id, header.count, payload)
         self.accepted_bytes += header.size
         return offset
+
+    # --- appends refused (full or read-only disk) -------------------------------------------
+    def _cannot_append(self, reason: str) -> None:
+        """The monitor learns it at once (a report now): it moves this exchange's publishers to
+        one that can append, and places none here until `_can_append`."""
+        if self.refusing:
+            return
+        self.refusing = reason[: limits.message_str_chars_max]
+        self._next_room_probe = time.monotonic() + self.heartbeat_s
+        self._next_report = 0.0
+        log.warning("%s: the log refuses appends (%s): publishers go elsewhere until it takes "
+                    "them again", self.spec.name, reason)  # fmt: skip
+
+    def _can_append(self) -> None:
+        self.refusing = ""
+        self._next_report = 0.0
+        log.warning("%s: the log takes appends again: publishers may come back", self.spec.name)
+
+    def _probe_room(self, now: float) -> None:
+        """While refusing: whether a batch would now be written (every heartbeat)."""
+        if self.log is None or now < self._next_room_probe:
+            return
+        self._next_room_probe = now + self.heartbeat_s
+        if not self.log.room_for(limits.exchange_space_probe_bytes):
+            self._can_append()
 
     def _serve_log(self) -> None:
         if self.log_server is not None:
@@ -548,6 +598,7 @@ class Exchange:
             subscriptions=self.subscriptions,
             end=self.log.end_offset if self.log is not None else 0,
             cuts=self.slot_cuts.report(),
+            refusing=self.refusing,
         )
         self._send_report(ExchangeReport(self._identity(), load, leaving=bool(self.leaving_since)))
 

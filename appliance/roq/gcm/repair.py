@@ -2,9 +2,11 @@
 
 A host's registration is ephemeral: it vanishes `zk.session.timeout` after the host died (or
 stalled, or was cut off). Once it has been gone for `host.loss.grace` more, each RUNNING queue
-with work recorded on it is re-placed, a few queues per check (`limits.host_loss_queues_per_pass`,
-the check every `limits.host_loss_check_s`, in the GCM's `gcm-repair` thread, so that admin
-requests are answered while a repair waits on a silent host):
+with work recorded on it is re-placed, a few queues per check (`limits.host_loss_queues_per_pass`),
+in the GCM's `gcm-repair` thread, so that admin requests are answered while a repair waits on a
+silent host. The thread checks at once when a registration vanishes or appears (a ZooKeeper
+watch), when this GCM takes the lead, and when a gone host's grace ends; and at least every
+`limits.host_loss_check_s` in any case (the watch may miss a change while ZooKeeper is away):
 
 1. Its monitor, if it was there, starts on the live host with the most free exchange slots that
    takes it (the same host request as a create, 1002, so that host may also start an exchange if
@@ -91,8 +93,10 @@ class HostLossRepair:
         self._next_check = 0.0
         self._now = 0.0
 
-    def tick(self, fence: Fence, now: float) -> None:
-        if now < self._next_check and fence == self._fence:
+    def tick(self, fence: Fence, now: float, force: bool = False) -> None:
+        """One check, if the periodic one is due or the caller knows better (`force`: the
+        repair thread, woken by a change of the hosts or at `due_at`)."""
+        if not force and now < self._next_check and fence == self._fence:
             return
         self._next_check = now + limits.host_loss_check_s
         self._now = now
@@ -116,6 +120,15 @@ class HostLossRepair:
                 self._check_lead()
                 self.registry.forget_gone(fence, name)
                 self._done.add(name)
+
+    def due_at(self) -> float:
+        """When the next check is needed (monotonic): the next periodic one, or sooner when a
+        gone host's grace ends, or a host is to be told again, before it (what was due at the
+        last check and is still waiting is left to the periodic one)."""
+        with self._lock:
+            ends = [s + self.grace_s for n, s in self.gone.items() if n not in self._done]
+            ends += [u.at for u in self.untold.values()]
+        return min([self._next_check, *(at for at in ends if at > self._now)])
 
     def _new_term(self, fence: Fence) -> None:
         """A term starts (this GCM was elected, maybe again): what an earlier term knew may be
@@ -353,30 +366,54 @@ class HostLossRepair:
 
 
 class RepairThread(threading.Thread):
-    """`gcm-repair`: checks for lost hosts every `limits.host_loss_check_s` while this GCM
-    leads. `fence_of` is the leadership's current fence (None while it does not lead)."""
+    """`gcm-repair`: checks for lost hosts while this GCM leads (see the module docstring for
+    when). `fence_of` is the leadership's current fence (None while it does not lead): read
+    every `limits.poll_interval_ms`, so a GCM that takes the lead checks within that, not a
+    check period later."""
 
     def __init__(self, repair: HostLossRepair, fence_of: Callable[[], Fence | None]):
         super().__init__(name="gcm-repair", daemon=True)
         self.repair = repair
         self._fence_of = fence_of
-        self._stopping = threading.Event()  # not `_stop`: a threading.Thread method
+        self._stopping = False
+        self._wake = threading.Event()  # a host registered or vanished, or the GCM is stopping
+        self._watching = False
+        self._watch_failed = False  # logged once
 
     def run(self) -> None:
-        while not self._stopping.wait(limits.host_loss_check_s):
+        while not self._stopping:
+            self._wake.clear()
             fence = self._fence_of()
-            if fence is None:
-                continue
-            self._term(fence)
+            wait_s = limits.poll_interval_ms / 1000
+            if fence is not None:
+                self._watch()
+                self._term(fence)
+                wait_s = max(0.0, self.repair.due_at() - time.monotonic())
+            self._wake.wait(wait_s)
+
+    def _watch(self) -> None:
+        """The hosts' watch, set once (kazoo keeps it); until it is set the periodic check
+        alone finds gone hosts."""
+        if self._watching:
+            return
+        try:
+            self.repair.registry.watch_hosts(self._wake.set)
+            self._watching = True
+        except CoordinationError as error:
+            if not self._watch_failed:
+                log.warning("hosts not watched yet (checked every %.0f s meanwhile): %s",
+                            limits.host_loss_check_s, error)  # fmt: skip
+            self._watch_failed = True
 
     def _term(self, fence: Fence) -> None:
         def leading() -> bool:
-            return not self._stopping.is_set() and self._fence_of() == fence
+            return not self._stopping and self._fence_of() == fence
 
         self.repair.leading = leading
         self.repair.management.cancel_host_calls_when(lambda: not leading())
         try:
-            self.repair.tick(fence, time.monotonic())
+            # due: the thread wakes only when a check is (a change, the lead won, `due_at`)
+            self.repair.tick(fence, time.monotonic(), force=True)
         except NotLeader:
             log.info("host loss repair stopped: this GCM no longer leads")
         except CoordinationError as error:  # ZooKeeper went away: the next check retries
@@ -385,6 +422,7 @@ class RepairThread(threading.Thread):
             log.exception("host loss check failed")
 
     def stop(self) -> None:
-        self._stopping.set()
+        self._stopping = True
+        self._wake.set()
         if self.is_alive():
             self.join(timeout=limits.host_loss_stop_join_s)

@@ -297,6 +297,34 @@ class Log:
         return list(self._segments)
 
     # --- appending ----------------------------------------------------------------------------
+    def room_for(self, size: int) -> str:
+        """Whether an append of `size` bytes would be written now: "" if so, else why not. It
+        writes that many bytes to a scratch file in the log's directory and removes it (named
+        like a retired segment, so one left by a crash goes at the next open); an append
+        refused for want of space, or by a read-only or failing disk, so learns when it would
+        work again. A failed fdatasync stays a refusal: it cannot be undone (see `append`)."""
+        if self._closed:
+            return f"log {self.name}: closed"
+        if self._sync_error is not None:
+            return str(self._sync_error)
+        scratch = self.directory / f"room-probe{janitor.DELETED_SUFFIX}"
+        try:
+            fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                written, chunk = 0, bytes(min(size, 64 * 1024))
+                while written < size:
+                    written += os.write(fd, chunk[: size - written])
+            finally:
+                os.close(fd)
+        except OSError as error:
+            return f"log {self.name}: no room for {size} bytes: {error.strerror}"
+        finally:
+            try:
+                scratch.unlink(missing_ok=True)
+            except OSError:
+                pass  # the next open removes it
+        return ""
+
     def append(
         self,
         batch: bytes | bytearray | memoryview,

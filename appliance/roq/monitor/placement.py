@@ -31,6 +31,7 @@ class ExchangeView:
     producers: int = 0
     top: list[tuple[str, float]] = field(default_factory=list)  # (producer id hex, bytes/s)
     leaving: bool = False
+    refusing: str = ""  # why its log refuses appends (a full disk), "" while it takes them
     subscriptions: int = 0  # (subscriber, key prefix) pairs the exchange last reported
     joined: bool = False  # the queue's subscribers have joined it (see `mark_joined`)
     overloaded_reports: int = 0
@@ -84,8 +85,11 @@ def choose_exchange(
     that are connected to the queue have joined a new exchange before messages flow through it.
     """
     running = [x for x in exchanges if not x.leaving]
+    # One whose log refuses appends only when no other is left: the publisher then hears why
+    # with each refused batch, rather than waiting for an exchange that never comes.
+    writable = [x for x in running if not x.refusing] or running
     # `avoid` failed this publisher; if it is all there is, it came back (restarted): use it.
-    live = [x for x in running if x.front != avoid] or running
+    live = [x for x in writable if x.front != avoid] or writable
     if not live:
         return None
     ready = [x for x in live if x.is_placeable(now, limits.warmup_s)] or live
@@ -108,7 +112,11 @@ def plan_relocation(
     source.overloaded_reports += 1
     if source.overloaded_reports < limits.hysteresis or now < source.cooldown_until:
         return []
-    others = [x for x in exchanges if x is not source and x.is_placeable(now, limits.warmup_s)]
+    others = [
+        x
+        for x in exchanges
+        if x is not source and x.is_placeable(now, limits.warmup_s) and not x.refusing
+    ]
     if not others or len(source.top) < 2:
         return []  # the limit case: nowhere to go, or one publisher carries it all
     moves = _pick_moves(source, others, limits, now)

@@ -19,6 +19,13 @@ actuator thread (`actuator.py`).
 
 An exchange silent for `monitor.dead.heartbeats` of its periods is dead: its publishers are told
 with the exact front address they use (RoQ's never matched) and subscribers get the new list.
+An exchange whose report says its log refuses appends (`Refusing`: a full or read-only disk) is
+alive but of no use to publishers: with each such report its publishers are told to leave it
+(EXCHANGE_LOST, not dead, with the reason; one that missed a notice hears the next), and no
+publisher is placed or relocated there while another exchange can append. Its first report
+without `Refusing` makes it placeable again. Exchanges report as soon as this monitor's
+report socket connects to them (theirs is an XPUB), so a monitor just started or re-placed can
+place publishers within milliseconds of its exchanges being told where it is.
 The main thread runs the poll loop and owns every socket; the scaling actuator thread
 (`actuator.py`) owns its AdminClient and talks to the main thread through two bounded queues.
 """
@@ -240,6 +247,8 @@ class Monitor:
             self._on_leaving(view)
             return
         self._update_load(view, message.load)
+        if view.refusing:
+            self._to_publishers(ExchangeLost(view.front, False, self.epoch, view.refusing))
         if view.logged:
             self.groups.observe(view.exchange_id, message.load.end, message.load.cuts)
         self.scaler.observe(view.exchange_id, message.load, now)
@@ -299,6 +308,13 @@ class Monitor:
         self._mark_joined()
         view.top = [(p.producer, p.bytes_rate) for p in load.top]
         view.copies = {c.leader_id: c.end for c in load.copies}
+        if load.refusing and not view.refusing:
+            log.warning("%s: exchange %s refuses appends (%s); moving its publishers elsewhere",
+                        self.name, view.exchange_id, load.refusing)  # fmt: skip
+        elif view.refusing and not load.refusing:
+            log.warning("%s: exchange %s takes appends again; placeable", self.name,
+                        view.exchange_id)  # fmt: skip
+        view.refusing = load.refusing
 
     def _on_leaving(self, view: ExchangeView) -> None:
         if not view.leaving:
@@ -344,6 +360,7 @@ class Monitor:
             self._forget(view, now, f"silent for {now - view.last_seen:.1f} s")
         if dead:
             self._publish_list()
+            self._assign_replicas()  # the dead one's leaders get other replicas at once
 
     def _forget(self, view: ExchangeView, now: float, why: str) -> None:
         """A dead exchange: its publishers fail over (the notice names the address they use)."""
@@ -507,10 +524,11 @@ class Monitor:
                     rss=x.rss,
                     leaving=x.leaving,
                     subscriptions=x.subscriptions,
-                    placeable=x.is_placeable(now, self.limits.warmup_s),
+                    placeable=x.is_placeable(now, self.limits.warmup_s) and not x.refusing,
                     replicas=x.replicas,
                     copies=tuple(CopyEnd(k, v) for k, v in sorted(x.copies.items())),
                     age_s=now - x.first_seen,
+                    refusing=x.refusing,
                 )
                 for x in self.exchanges.values()
             ),

@@ -251,9 +251,12 @@ class MonitoredExchange:
     replicas: tuple[str, ...]  # Replicas: ids of the exchanges that copy its log
     copies: tuple[CopyEnd, ...]  # Copies: the copies of other logs it holds
     age_s: float  # Age: since the monitor first heard of it
+    # Refusing: why its log refuses appends (then not Placeable), "" while it takes them;
+    # optional (a monitor of an older version never sends it)
+    refusing: str = ""
 
     def fields(self) -> Document:
-        return {
+        doc = {
             "Id": self.exchange_id, "Front": self.front, "Back": self.back,
             "Msgs": self.msgs_rate, "Bytes": self.bytes_rate, "Producers": self.producers,
             "CPU": self.cpu, "RSS": self.rss, "Leaving": self.leaving,
@@ -261,6 +264,9 @@ class MonitoredExchange:
             "Replicas": list(self.replicas), "Copies": [c.fields() for c in self.copies],
             "Age": self.age_s,
         }  # fmt: skip
+        if self.refusing:
+            doc["Refusing"] = self.refusing
+        return doc
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any], prefix: str = "") -> Self:
@@ -280,6 +286,7 @@ class MonitoredExchange:
             field_strs(doc, "Replicas", max_items=EXCHANGES_MAX, prefix=p),
             field_docs(doc, "Copies", CopyEnd.decode, prefix=p),
             field_float(doc, "Age", lo=0.0, prefix=p),
+            field_str(doc, "Refusing", default="", prefix=p),
         )
 
 

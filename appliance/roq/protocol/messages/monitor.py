@@ -129,20 +129,26 @@ class ReportedLoad:
     # loses none (the monitor keeps those past what it knows)
     end: int = 0
     cuts: tuple[int, ...] = ()
+    # Refusing: why its log refuses appends (a full or read-only disk), "" while they succeed;
+    # optional (an exchange of an older version never sends it)
+    refusing: str = ""
 
     NAMES: ClassVar[tuple[str, ...]] = (
         "Msgs", "Bytes", "Producers", "Top", "CPU", "RSS", "Load", "Bad", "TotalMsgs",
-        "TotalBytes", "Copies", "Subs", "End", "Cuts",
+        "TotalBytes", "Copies", "Subs", "End", "Cuts", "Refusing",
     )  # fmt: skip
 
     def fields(self) -> Document:
-        return {
+        doc = {
             "Msgs": self.msgs_rate, "Bytes": self.bytes_rate, "Producers": self.producers,
             "Top": [p.fields() for p in self.top], "CPU": self.cpu, "RSS": self.rss,
             "Load": self.load, "Bad": self.bad, "TotalMsgs": self.total_msgs,
             "TotalBytes": self.total_bytes, "Copies": [c.fields() for c in self.copies],
             "Subs": self.subscriptions, "End": self.end, "Cuts": list(self.cuts),
         }  # fmt: skip
+        if self.refusing:
+            doc["Refusing"] = self.refusing
+        return doc
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
@@ -165,6 +171,7 @@ class ReportedLoad:
             subscriptions=field_int(doc, "Subs"),
             end=field_int(doc, "End", hi=limits.log_offset_max, default=0),
             cuts=_cuts(doc),
+            refusing=field_str(doc, "Refusing", default=""),
         )
 
 
@@ -455,23 +462,33 @@ class Relocate:
 @dataclass(frozen=True)
 class ExchangeLost:
     """2 EXCHANGE_LOST, to every publisher: the exchange at `Front` is dead (`Dead`), or
-    leaving cleanly; the publishers sending there drain it if they can and ask again (3)."""
+    leaving cleanly, or alive but refusing batches (`Why`: its disk refuses appends); the
+    publishers sending there drain it if they can and ask again (3)."""
 
     front: str
     dead: bool
     epoch: int = 0  # Epoch
+    why: str = ""  # Why: why a live exchange is to be left ("": it is leaving); optional
 
     topic: ClassVar[bytes] = EVERY_PUBLISHER
 
     def encode(self) -> Document:
-        return {
+        doc = {
             "CMD": int(PublisherNotice.EXCHANGE_LOST), "Front": self.front, "Dead": self.dead,
             EPOCH: self.epoch,
         }  # fmt: skip
+        if self.why:
+            doc["Why"] = self.why
+        return doc
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
-        return cls(field_endpoint(doc, "Front"), field_bool(doc, "Dead"), field_epoch(doc))
+        return cls(
+            field_endpoint(doc, "Front"),
+            field_bool(doc, "Dead"),
+            field_epoch(doc),
+            field_str(doc, "Why", default=""),
+        )
 
 
 def decode_publisher_notice(doc: Mapping[str, Any]) -> Relocate | ExchangeLost:
