@@ -26,33 +26,6 @@ HEAL_WAIT_S = 60.0  # bound on the cluster's return to full strength after a hea
 # never resumes fails the test here (the checker's availability then says by how much)
 ACKS_AFTER_HEAL_S = RESUME_BOUND_S + 20
 
-# Why a test fails on today's main; each names its evidence (history.jsonl and the processes'
-# logs of a run under --basetemp). The lead drops the xfail once the fix is merged.
-STALE_MONITOR = (
-    "fencing, intermittent (failed 2 of 3 runs): the monitor of the stopped machine keeps acting "
-    "after its host's session expired. On SIGCONT it declares the live exchanges dead "
-    "('silent for 0.6 s: declared dead') and tells the publishers still listening to it; in "
-    "one run its host re-registered (+7.1 s) before the GCM's repair re-placed the monitor "
-    "(+7.7 s), so nothing stopped it, and it answered those publishers 'queue q1 has no live "
-    "exchange' for 30 s. In another, the deposed GCM of that machine deleted the new leader's "
-    "znode (fixed here: coordination/election.py). In a third, 107 messages acknowledged "
-    "before the SIGSTOP were missing from the read from the beginning; most likely, as after "
-    "kill -9 (confirmed there from the logs), acks=all confirmed on the leader alone before "
-    "its first replica was assigned (fixed; 0 lost in 3 runs since). Needs "
-    "monitor fencing by lease/epoch and a repair that does not race the host's return (issue "
-    "18). Not strict: it passed once (8.96 s)"
-)
-STALE_EXCHANGE = (
-    "fencing, intermittent (lost 17 acknowledged messages in 1 of 3 runs): in the second after "
-    "the heal, before m1's host learned that its session had expired and stopped its monitor "
-    "and exchange (+8.8 s), m1's stale monitor (which had declared m2's exchange dead while "
-    "cut off) moved producer p2 to m1's stale exchange, which acknowledged p2's messages "
-    "227-243 (acks=all with no in-sync replica: leader only); that exchange had already been "
-    "replaced (Lost) and its copy on m2 ends before them, so the read from the beginning "
-    "misses them (the live subscriber had them). Needs exchange and monitor fencing by "
-    "lease/epoch (issue 18). Not strict: intermittent"
-)
-
 
 def _assert_passes(run: FaultRun, report: Report, acks_all: bool = True) -> None:
     print(report.summary())  # shown with -s, and in the failure report
@@ -101,7 +74,6 @@ def test_kill_9_of_a_machine_with_acks_leader(tmp_path: Path, network: Network) 
         run.close()
 
 
-@pytest.mark.xfail(strict=False, reason=STALE_MONITOR)
 def test_sigstop_of_a_machine_past_its_session_timeout(fault_run: FaultRun) -> None:
     fault_run.start()
     m1 = fault_run.cluster.machine("m1")
@@ -114,7 +86,6 @@ def test_sigstop_of_a_machine_past_its_session_timeout(fault_run: FaultRun) -> N
     _assert_passes(fault_run, fault_run.finish())
 
 
-@pytest.mark.xfail(strict=False, reason=STALE_EXCHANGE)
 def test_partition_of_a_machine_then_healed(fault_run: FaultRun) -> None:
     fault_run.start()
     m1 = fault_run.cluster.machine("m1")
