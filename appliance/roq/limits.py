@@ -273,4 +273,12 @@ work_read_timeout_ms = 2_000  # a slot's read from an exchange's log (then the s
 work_state_writes_per_turn_max = 256  # slot records one monitor loop turn writes to ZooKeeper
 work_delay_max_ms = 86_400_000  # a nack's delay
 work_monitor_wait_s = 30.0  # a consumer waits this long for its monitor (restart, move) to answer
+work_sync_wait_ms = 5_000  # a SETTLE with Sync (flush, close) waits this long for ZooKeeper
+work_write_retry_ms = 200  # after a failed group-state commit, the next one waits this long
+work_unconfirmed_max = 64  # settles a consumer keeps unconfirmed (not yet Written); then Sync
+# A waiting consumer reads the open end of each live exchange's log (at most this many, this
+# much, this long) and the monitor cuts a slot there: no wait for the next report (500 ms)
+work_tail_exchanges_max = 64
+work_tail_read_bytes = 1024 * 1024
+work_tail_timeout_ms = 200
 work_exec_timeout_s = 3600.0  # `roq work --exec`: a command running longer is killed (nack)

@@ -131,8 +131,12 @@ class Member:
     last_seen: float
     slots: set[str] = field(default_factory=set)
     acked: int = 0
-    leases: int = 0  # slots leased since it joined
+    # bytes of logs leased since it joined: the fair-share measure. Slots cut on demand (a
+    # consumer read the open end) vary in size, so counting slots would not share messages.
+    leases: int = 0
     waiting_since: float = 0.0  # monotonic: asked for a slot and got none (0: not waiting)
+    applied: int = 0  # the highest SETTLE `Seq` of this consumer taken (in memory)
+    written: int = 0  # ... and in ZooKeeper (a reply's `Written`)
 
     def in_flight(self, slots: dict[str, Slot]) -> int:
         return sum(len(slots[s].handed) for s in self.slots if s in slots)
@@ -231,7 +235,7 @@ class Group:
         slot = free[0]
         slot.owner, slot.lease_until, slot.dirty = consumer, now + rules.lease_s, True
         member.slots.add(slot.slot_id)
-        member.leases += 1
+        member.leases += max(1, slot.end - slot.start)
         member.waiting_since = 0.0
         return slot
 
@@ -338,6 +342,17 @@ class Group:
         return True
 
     # --- settling -----------------------------------------------------------------------------
+    @staticmethod
+    def count(slot: Slot, count: int) -> None:
+        """A consumer read the slot: it holds `count` messages. What was handed out past it
+        (a LEASE's window is given before the slot is read) never existed: forgotten."""
+        slot.count, slot.dirty = count, True
+        for held in (slot.handed, slot.suspects, slot.settled):
+            held.difference_update([i for i in held if i >= count])
+        for kept in (slot.deliveries, slot.reasons, slot.not_before):
+            for index in [i for i in kept if i >= count]:
+                del kept[index]
+
     def ack(self, slot: Slot, indices: Iterable[int], member: Member | None) -> None:
         for index in indices:
             if index in slot.settled or (0 <= slot.count <= index):
