@@ -481,7 +481,7 @@ class Consumer:
             elif reply.status == dataplane.READ_EVICTED and reply.next_offset > tail.offset:
                 seen.append(Tail(tail.exchange, offset=reply.next_offset))
             elif reply.status == dataplane.READ_BATCHES and reply.next_offset > tail.offset:
-                end = self._slot_end(reply.data, self.inflight) or reply.next_offset
+                end = self._slot_end(reply.data, self.settings.slot_messages) or reply.next_offset
                 seen.append(Tail(tail.exchange, offset=end))
         self.stats["tail_reads"] += len(sent)
         return tuple(seen)

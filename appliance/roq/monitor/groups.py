@@ -63,6 +63,7 @@ class GroupManager:
         self.queue, self.name = queue, f"monitor {queue}"
         self.rules = Rules(work.lease_s, work.inflight, work.backoff_s, work.max_deliveries)
         self.slot_s = work.slot_s
+        self.slot_messages = work.slot_messages
         zk = settings.zk
         self.store = GroupStore(zk.servers, zk.namespace, zk.session_timeout_ms, queue)
         self.groups: dict[str, Group] = {}
@@ -292,7 +293,13 @@ class GroupManager:
         dlq = dead_letter_queue(self.queue, group.name)
         lease_ms = int(rules.lease_s * 1000)
         return Joined(
-            lease_ms, rules.inflight, rules.max_deliveries, group.ordered, dlq, group.prefix
+            lease_ms,
+            rules.inflight,
+            rules.max_deliveries,
+            group.ordered,
+            dlq,
+            group.prefix,
+            self.slot_messages,
         ).encode()
 
     def _lease(self, request: dict[str, Any]) -> Document:

@@ -228,7 +228,7 @@ class Group:
         if not free and ends:
             self.cut_open(ends, readable)
             free = self._leasable(wall, readable, ahead + 1)
-        if len(free) <= ahead:
+        if len(free) <= ahead or (free and self._too_far_ahead(member, now, free[0])):
             if not member.waiting_since:
                 member.waiting_since = now
             return None
@@ -267,6 +267,19 @@ class Group:
             and other.waiting_since
             and other.last_seen >= recent
             and other.leases < member.leases
+        )
+
+    def _too_far_ahead(self, member: Member, now: float, slot: Slot) -> bool:
+        """A consumer that took `work_share_lead_slots` slots more than another that asked
+        within `work_share_lead_window_ms` waits for it. Consumers that go through a slot in a
+        few ms (no I/O between them) are shared out by the CPU scheduler otherwise: one that
+        ran while the others waited for a core took a burst's slots every 2 ms. A consumer
+        slower than that window per slot is not asking then, and holds no one back."""
+        recent = now - limits.work_share_lead_window_ms / 1000
+        lead = member.leases - limits.work_share_lead_slots * max(1, slot.end - slot.start)
+        return any(
+            other is not member and other.last_seen >= recent and other.leases < lead
+            for other in self.members.values()
         )
 
     def hungry(self, now: float) -> bool:

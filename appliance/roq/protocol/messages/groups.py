@@ -101,11 +101,13 @@ class Joined:
     ordered: bool
     dead_letters: str  # the dead-letter queue's name
     prefix: bytes = b""  # the group's routing-key prefix: the consumer skips other keys
+    slot_messages: int = 1000  # SlotMessages: a slot cut on demand holds about this many
 
     def encode(self) -> Document:
         return bsonmsg.ok(LeaseMs=self.lease_ms, Inflight=self.inflight,
                           MaxDeliveries=self.max_deliveries, Ordered=self.ordered,
-                          DeadLetters=self.dead_letters, Prefix=self.prefix)  # fmt: skip
+                          DeadLetters=self.dead_letters, Prefix=self.prefix,
+                          SlotMessages=self.slot_messages)  # fmt: skip
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
@@ -116,6 +118,7 @@ class Joined:
             field_bool(doc, "Ordered"),
             check_queue_name(field_str(doc, "DeadLetters")),
             field_prefix(doc),
+            field_int(doc, "SlotMessages", lo=1, hi=_COUNT_MAX, default=1000),
         )
 
 
