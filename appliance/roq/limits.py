@@ -162,6 +162,12 @@ replication_window_bytes = 8 * 1024 * 1024  # sent to a replica and not yet ackn
 # A replica that lacks part of the log as it stood this long ago is out of sync (Kafka's
 # replica.lag.time.max.ms): acks=all waits for a slow replica at most about this long.
 replica_lag_s = 3.0
+# acks=all confirms nothing before the monitor has said who copies the log (its first REPLICAS
+# after the exchange started: sent when the exchange joins, and every monitor.list.period), for
+# at most this long; past it, with no word, it confirms on the leader alone and says so. Without
+# the wait, a fresh or restarted exchange confirmed on the leader alone until then, and a kill
+# of its machine lost what it had confirmed (the fault harness, kill -9: 68 messages).
+acks_all_assignment_wait_s = 5.0
 replica_logs_max = 256  # leaders one exchange keeps copies for (a stranger cannot make more)
 # A replica that refused a leader (not assigned to it yet, a disk error) is asked again this
 # long after: a restarted replica learns its leaders within one monitor.list.period.
@@ -180,6 +186,11 @@ recopy_targets_max = 8  # targets one exchange sends copies of gone logs to at o
 # --- data plane: subscribers --------------------------------------------------------------
 subscriber_hwm_batches = 10_000  # batches ZeroMQ queues for one subscriber socket
 subscriber_reorder_batches_max = 1_000  # out-of-order batches held while waiting for a gap
+# Batches one feed of a logged exchange may have held: a batch beyond it (or beyond the total
+# above) is not held but read again from the log once something was delivered (client/feed.py
+# `rewind`). Skipping the gap instead, as the total above once did for every feed, dropped a
+# replay's readable records: one 4 MiB log read holds thousands of small batches.
+subscriber_held_per_feed_max = 250
 subscriber_gap_wait_ms = 2_000  # a gap not filled within this is reported as lost
 # A feed reading the log this far behind its end stops taking the live stream until it has
 # caught up: the catch-up then gets the subscriber's whole time (client/feed.py).
@@ -284,3 +295,17 @@ work_tail_exchanges_max = 64
 work_tail_read_bytes = 1024 * 1024
 work_tail_timeout_ms = 200
 work_exec_timeout_s = 3600.0  # `roq work --exec`: a command running longer is killed (nack)
+
+# --- request/response through queues (client/requests.py, monitor/tasks.py) ---------------------
+# A task's record, its result included, is one znode: ZooKeeper refuses znodes past jute.maxbuffer
+# (1 MiB), and the monitor reads every record its garbage collector visits, so results stay small.
+task_result_bytes_max = 64 * 1024  # a result (or its error text) a worker may store
+task_payload_bytes_max = 256 * 1024  # a request's payload (a message of the queue)
+task_id_chars_max = 64  # a task id / request id names a znode
+task_error_chars_max = 2_000  # an error kept with a failed task
+task_pattern_chars_max = 500  # exceptionStringToRepeat, a regular expression
+task_gc_batch = 200  # task records the monitor's collector reads per pass (bounded work per tick)
+task_gc_period_s = 0.5  # how often the collector runs a pass
+task_tombstone_s = 3_600.0  # a collected task answers "expired" this long, then is deleted
+task_poll_ms = 10  # how often Task.result() asks for the state while it waits
+task_records_max = 1_000_000  # task records one queue keeps (a submit past it is refused)

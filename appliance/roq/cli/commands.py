@@ -4,4 +4,4 @@ Each module owns its commands: daemons (gcm, host, up, monitor, exchange), queue
 status), data (pub, sub, bench), logcmd (log ...), analytics, scaling (scaling ...).
 """
 
-from roq.cli import analytics, daemons, data, logcmd, queues, scaling, work  # noqa: F401
+from roq.cli import analytics, daemons, data, logcmd, queues, requests, scaling, work  # noqa: F401

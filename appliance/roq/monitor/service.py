@@ -45,6 +45,7 @@ from roq.monitor.placement import (
     plan_relocation,
 )
 from roq.monitor.scaling import Scaler
+from roq.monitor.tasks import TASK_COMMANDS, TaskManager
 from roq.protocol import bsonmsg
 from roq.protocol.commands import MonitorCommand, Reason
 from roq.protocol.epoch import EPOCH
@@ -125,6 +126,7 @@ class Monitor:
             emit=lambda event: self._send(self.kpi_out, [bsonmsg.encode(event.encode())]),
         )  # fmt: skip
         self.groups = GroupManager(queue, settings, self._readable)  # work queues
+        self.tasks = TaskManager(queue, settings, self._live_consumers)  # request/response
 
     def _open_sockets(self, context: Any) -> None:
         def bound(kind: Kind, port: int, **options: Any) -> Any:
@@ -175,6 +177,7 @@ class Monitor:
             if now >= next_scale:
                 self._scale(now)
                 self.groups.tick()
+                self.tasks.tick()
                 next_scale = now + limits.poll_interval_ms / 1000
             if now >= next_list:
                 self._publish_list()
@@ -280,6 +283,10 @@ class Monitor:
         self.exchanges[view.front] = view
         log.info("%s: exchange %s joined (%s)", self.name, view.exchange_id, view.front)
         self._to_subscribers(NewExchange(_entry(view), self.epoch).encode())
+        # At once rather than at the next list period: until then the new (or restarted)
+        # exchange's log had no replica and every other log could not be copied to it, and
+        # acks=all was confirmed on the leader alone (it now waits for this word, limits.py)
+        self._assign_replicas()
         return view
 
     def _update_load(self, view: ExchangeView, load: ReportedLoad) -> None:
@@ -369,6 +376,8 @@ class Monitor:
             return self._place(PublisherInit.decode(request))
         if command in GROUP_COMMANDS:
             return self.groups.handle(request)
+        if command in TASK_COMMANDS:
+            return self.tasks.handle(request)
         return bsonmsg.fail(Reason.UNKNOWN_COMMAND, f"unknown command {command}")
 
     def _place(self, request: PublisherInit) -> dict[str, Any]:
@@ -405,6 +414,14 @@ class Monitor:
         self._to_subscribers(self._listing().notice())
 
     # --- work queues (monitor/groups.py) -------------------------------------------------------
+    def _live_consumers(self, group_name: str) -> int:
+        """Consumers of the group heard from within a lease (a request's "worker available")."""
+        group = self.groups.groups.get(group_name)
+        if group is None:
+            return 0
+        since = time.monotonic() - self.groups.rules.lease_s
+        return sum(1 for m in group.members.values() if m.last_seen >= since or m.slots)
+
     def _readable(self) -> Readable:
         """Where each log is read now: a live exchange's own, else the longest copy of it."""
         where = {
@@ -611,6 +628,7 @@ class Monitor:
         self.fence.close()
         self.scaler.close()
         self.groups.close()
+        self.tasks.close()
         for control in self._controls.values():
             control.close(0)
         for sock in (
