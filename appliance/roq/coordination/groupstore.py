@@ -140,44 +140,6 @@ class GroupStore:
             raise CoordinationError(f"reading {self.root}: {error!r}") from None
         return found
 
-    def save_group(self, name: str, record: dict[str, Any]) -> None:
-        path = f"{self.root}/{name}"
-        try:
-            zk = self._zk()
-            try:
-                zk.set(path, _dump(record))
-            except NoNodeError:
-                zk.create(path, _dump(record), makepath=True)
-        except NodeExistsError:
-            self.save_group(name, record)
-        except KazooException as error:
-            raise CoordinationError(f"writing {path}: {error!r}") from None
-
-    def save_slot(self, group: str, slot: str, record: dict[str, Any], version: int) -> int:
-        """Create (version -1) or update the slot's znode; its new version."""
-        path = f"{self.root}/{group}/{slot}"
-        try:
-            zk = self._zk()
-            if version < 0:
-                zk.create(path, _dump(record), makepath=True)
-                return 0
-            return int(zk.set(path, _dump(record), version=version).version)
-        except (BadVersionError, NodeExistsError, NoNodeError) as error:
-            raise StaleWrite(
-                f"{path} changed under this monitor ({type(error).__name__})"
-            ) from None
-        except KazooException as error:
-            raise CoordinationError(f"writing {path}: {error!r}") from None
-
-    def delete_slot(self, group: str, slot: str) -> None:
-        path = f"{self.root}/{group}/{slot}"
-        try:
-            self._zk().delete(path)
-        except NoNodeError:
-            pass
-        except KazooException as error:
-            raise CoordinationError(f"deleting {path}: {error!r}") from None
-
     def delete_group(self, group: str) -> None:
         path = f"{self.root}/{group}"
         self.stored.discard(group)
