@@ -296,8 +296,10 @@ work_consumers_max = 1_000  # consumers per group
 work_items_per_request_max = 10_000  # indices in one request's list (give, ack, nack, reject)
 work_reason_chars_max = 200  # a nack's or reject's reason, as kept and sent to dead letters
 work_backoff_max_s = 60.0  # the redelivery back-off never exceeds this
-work_poll_ms = 100  # a consumer with nothing to do asks its monitor again at most this late
+work_poll_ms = 25  # a consumer with nothing to do asks its monitor again at most this late
 work_poll_min_ms = 5  # ... and first this soon, twice as late at each empty answer (to poll_ms)
+work_share_lead_slots = 2  # ... and none takes this many slots more than one that asked within
+work_share_lead_window_ms = 300  # ... this window (bytes leased; monitor/slots.py, _too_far_ahead)
 work_share_window_ms = 300  # a consumer that asked this recently counts for the fair shares
 work_ack_flush_ms = 50  # acks wait at most this long in a consumer before going on the wire
 work_request_timeout_ms = 2_000  # a consumer's request to the monitor (then it asks again)
@@ -305,6 +307,14 @@ work_read_timeout_ms = 2_000  # a slot's read from an exchange's log (then the s
 work_state_writes_per_turn_max = 256  # slot records one monitor loop turn writes to ZooKeeper
 work_delay_max_ms = 86_400_000  # a nack's delay
 work_monitor_wait_s = 30.0  # a consumer waits this long for its monitor (restart, move) to answer
+work_sync_wait_ms = 5_000  # a SETTLE with Sync (flush, close) waits this long for ZooKeeper
+work_write_retry_ms = 200  # after a failed group-state commit, the next one waits this long
+work_unconfirmed_max = 64  # settles a consumer keeps unconfirmed (not yet Written); then Sync
+# A waiting consumer reads the open end of each live exchange's log (at most this many, this
+# much, this long) and the monitor cuts a slot there: no wait for the next report (500 ms)
+work_tail_exchanges_max = 64
+work_tail_read_bytes = 1024 * 1024
+work_tail_timeout_ms = 200
 work_exec_timeout_s = 3600.0  # `roq work --exec`: a command running longer is killed (nack)
 
 # --- request/response through queues (client/requests.py, monitor/tasks.py) ---------------------

@@ -176,3 +176,54 @@ def test_a_large_window_is_given_in_one_pass_in_both_modes():
         started = time.monotonic()
         result = group.give(slot, range(50_000), 50_000, 0.0, RULES)
         assert len(result.given) == 50_000 and time.monotonic() - started < 2.0
+
+
+def test_a_window_given_before_the_slot_was_read_is_trimmed_to_its_count():
+    """A LEASE's window is handed out before any consumer read the slot: what lies past the
+    count the consumer then sends never existed, and is neither in flight nor suspect."""
+    group = _group()
+    group.observe("x1", 100, (100,), 0.0, 0.5)
+    slot = _lease(group, "c1", 0.0, 0.0, RULES, {"x1"})
+    assert slot is not None and slot.count == -1
+    given = group.give(slot, range(50), 100, 0.0, RULES)
+    assert len(given.given) == 50 and group.members["c1"].in_flight(group.slots) == 50
+    group.count(slot, 20)
+    assert slot.handed == set(range(20)) and max(slot.deliveries) == 19
+    group.ack(slot, range(20), group.members["c1"])
+    assert slot.done and group.drop_if_done(slot)
+
+
+def test_no_consumer_runs_more_than_two_slots_ahead_of_one_that_just_asked():
+    """Consumers that go through a slot in a few ms are not left to the CPU scheduler: one
+    that asked within the lead window and took less holds back the one far ahead; one that
+    has not asked for longer (slow, or gone) holds no one back."""
+    group = _group()
+    cuts = tuple(range(100, 1100, 100))
+    group.observe("x1", 1000, cuts, 0.0, 0.5)
+    taken = []
+    for _ in range(3):
+        slot = _lease(group, "c1", 0.0, 0.0, RULES, {"x1"})
+        assert slot is not None
+        taken.append(slot)
+    group.members["c2"].last_seen = 0.0  # c2 asked just now, and holds nothing yet
+    assert group.lease("c1", 0.0, 0.0, RULES, {"x1"}) is None  # 300 bytes ahead of c2
+    assert _lease(group, "c2", 0.0, 0.0, RULES, {"x1"}) is not None
+    later = limits.work_share_lead_window_ms / 1000 + 0.01
+    group.members["c1"].last_seen = later
+    assert group.lease("c1", later, 0.0, RULES, {"x1"}) is not None  # c2 silent since
+
+
+def test_a_slot_cut_on_demand_ends_after_a_slot_of_messages():
+    from roq.client.consumer import Consumer
+    from roq.log import format as batchfmt
+
+    pid = b"p" * 16
+    data = bytearray()
+    for n in range(5):  # batches of 30 records
+        batch = bytearray(batchfmt.encode_batch(pid, n * 30, b"k", [b"x"] * 30, [1] * 30))
+        batchfmt.stamp_offset(batch, 4096 + len(data))
+        data += batch
+    sizes = len(data) // 5
+    assert Consumer._slot_end(bytes(data), 100) == 4096 + 4 * sizes  # 120 records: 4 batches
+    assert Consumer._slot_end(bytes(data), 1000) == 0  # fewer: the read's end is the cut
+    assert Consumer._slot_end(b"junk" * 20, 10) == 0

@@ -58,9 +58,19 @@ from roq.protocol.messages.groups import (
     Nack,
     Settle,
     Settled,
+    Tail,
+    lease_reply,
 )
 from roq.protocol.ports import MonitorPort
-from roq.transport import Kind, connect, new_context, open_socket, recv_nowait, send_nowait
+from roq.transport import (
+    Kind,
+    connect,
+    new_context,
+    open_socket,
+    recv_nowait,
+    send_nowait,
+    wait_readable,
+)
 from roq.transport.rpc import Requester
 
 log = logging.getLogger(__name__)
@@ -121,6 +131,17 @@ class _Slot:
         return bool(self.acks or self.nacks or self.dead or self.skip)
 
 
+@dataclass(frozen=True)
+class _Unconfirmed:
+    """A settle answered but not yet said to be in ZooKeeper."""
+
+    seq: int
+    slot: str
+    acks: tuple[int, ...]
+    dead: tuple[int, ...]
+    skip: tuple[int, ...]
+
+
 class Consumer:
     def __init__(
         self,
@@ -153,6 +174,12 @@ class Consumer:
         self._dlq: Publisher | None = None
         self._last_flush = time.monotonic()
         self._full_logged = False
+        self._seq = 0  # numbers this consumer's settles; a reply's Written confirms up to one
+        self._epoch = ""  # the monitor's life, as its last reply said
+        # settles answered but not yet in ZooKeeper: sent again to a monitor that restarted
+        self._unconfirmed: collections.deque[_Unconfirmed] = collections.deque()
+        self._tails: tuple[Tail, ...] = ()  # from the last answer without a slot
+        self._readers: dict[str, Any] = {}  # log endpoint → its DEALER (one read in flight)
         self._join_doc = GroupJoin(group, self.consumer_id, start, ordered, prefix).encode()
         self.settings = Joined.decode(self._ask(self._join_doc))
         self.prefix = self.settings.prefix  # the group's, whatever this consumer asked
@@ -262,14 +289,21 @@ class Consumer:
             return self._give(slot, room)
         if slot.todo:
             self._note_full()
-            self.flush()
+            self._flush_soon()
             return False
         if slot.handed:
             self._flush_if_due()
             return False
-        self.flush()
-        self._release(slot)
-        return True
+        return self._finish(slot)
+
+    def _finish(self, slot: _Slot) -> bool:
+        """The slot's last settle, its release and the next lease in one request (one round
+        trip per slot, not three)."""
+        result = self._send(slot, [], release=True, next_give=self._window())
+        self._slot = None
+        if result.next is None:
+            return True
+        return self._open(result.next)
 
     def _note_full(self) -> None:
         self.stats["inflight_full"] += 1
@@ -279,12 +313,32 @@ class Consumer:
                         "nacked or rejected", self.name, self.inflight)  # fmt: skip
 
     # --- slots --------------------------------------------------------------------------------
+    def _window(self) -> int:
+        """Messages to have handed out with a lease. A group with a key prefix first settles
+        what is outside it (its consumers ask for the rest once they read the slot)."""
+        return 0 if self.prefix else self.inflight
+
+    def _lease_request(self, seen: tuple[Tail, ...]) -> dict[str, Any]:
+        return ConsumerRequest(MonitorCommand.GROUP_LEASE, self.group, self.consumer_id,
+                               give=self._window(), seen=seen).encode()  # fmt: skip
+
     def _take_slot(self) -> bool:
-        reply = self._ask(ConsumerRequest(MonitorCommand.GROUP_LEASE, self.group,
-                                          self.consumer_id).encode())  # fmt: skip
-        if not reply.get("Slot"):
+        """Lease a slot. With none free the monitor names where each live log's open range
+        starts: read there, and a log that grew since its exchange's last report (500 ms
+        apart) is cut for this consumer at once."""
+        if not self._tails and self._open(self._ask(self._lease_request(()))):
+            return True
+        seen, self._tails = self._probe(self._tails), ()
+        return bool(seen) and self._open(self._ask(self._lease_request(seen)))
+
+    def _open(self, reply: dict[str, Any]) -> bool:
+        """Take the slot a LEASE answer (or a SETTLE's Next) names: read it, hand out its
+        window. False when it named none (its Tails are kept for `_take_slot`)."""
+        found = lease_reply(reply)
+        if not isinstance(found, Lease):
+            self._tails = found
             return False
-        lease = Lease.decode(reply)
+        lease = found
         records = self._read(lease)
         if records is None:  # its log does not answer: give it back, another may read it
             self._ask(ConsumerRequest(MonitorCommand.GROUP_RELEASE, self.group,
@@ -298,8 +352,18 @@ class Consumer:
         slot = self._slot = _Slot(lease, records, todo, skip=_ranges(skip))
         self.stats["slots"] += 1
         self.stats["skipped"] += len(skip)
-        while self._slot is slot and (slot.skip or not slot.count_sent) and not todo:
-            self._send(slot, [])  # tell the count and what is outside the prefix
+        if lease.window is not None:  # indices below the `Give` asked for were considered
+            window = self._window()
+            wanted = [i for i in todo if i < window]
+            slot.todo = collections.deque(i for i in todo if i >= window)
+            self._accept(slot, wanted, lease.window)
+        # The count goes with the first acks, unless the window went past the slot's end (the
+        # monitor counts those as in flight until it knows): then at once, as do the skips.
+        past_end = lease.count < 0 and lease.window is not None and len(records) < self._window()
+        while self._slot is slot and (slot.skip or not slot.count_sent):
+            if not (slot.skip or past_end) and (slot.handed or slot.todo):
+                break
+            self._send(slot, [])
         return True
 
     def _outside_prefix(self, records: list[tuple[batchfmt.Record, int]],
@@ -314,48 +378,113 @@ class Consumer:
             if i not in settled and not record.key.startswith(prefix)
         }  # fmt: skip
 
+    def _reader(self, endpoint: str) -> Any:
+        """A DEALER per log server, kept: a connection per slot cost a TCP handshake each."""
+        reader = self._readers.get(endpoint)
+        if reader is None:
+            if len(self._readers) >= limits.work_tail_exchanges_max:
+                self._close_readers()
+            reader = open_socket(self._context, Kind.DEALER, sndhwm=10, rcvhwm=10)
+            connect(reader, endpoint)
+            self._readers[endpoint] = reader
+        return reader
+
+    def _drop_reader(self, endpoint: str) -> None:
+        """After a timeout: its late answer must not be taken for the next read's."""
+        reader = self._readers.pop(endpoint, None)
+        if reader is not None:
+            reader.close(0)
+
+    def _close_readers(self) -> None:
+        for endpoint in list(self._readers):
+            self._drop_reader(endpoint)
+
     def _read(self, lease: Lease) -> list[tuple[batchfmt.Record, int]] | None:
         """The slot's records, read from the log server by offset (None if it does not answer)."""
-        reader = open_socket(self._context, Kind.DEALER, sndhwm=10, rcvhwm=10)
-        connect(reader, lease.endpoint)
+        reader = self._reader(lease.endpoint)
         records: list[tuple[batchfmt.Record, int]] = []
         offset = lease.start
-        try:
-            while offset < lease.end:
-                data, offset = self._read_once(reader, lease, offset)
-                if data is None:
-                    return None
-                records += self._records(data, lease.end)
-        finally:
-            reader.close(0)
+        while offset < lease.end:
+            data, offset = self._read_once(reader, lease, offset)
+            if data is None:
+                self._drop_reader(lease.endpoint)
+                return None
+            records += self._records(data, lease.end)
         return records
 
     def _read_once(self, reader: Any, lease: Lease, offset: int) -> tuple[bytes | None, int]:
         request = dataplane.read_request(offset, leader=lease.leader)
         if not send_nowait(reader, request):
             return None, offset
-        deadline = time.monotonic() + limits.work_read_timeout_ms / 1000
-        while time.monotonic() < deadline:
+        reply = self._read_reply(reader, time.monotonic() + limits.work_read_timeout_ms / 1000)
+        if reply is None:
+            log.warning("%s: the log at %s did not answer for slot %s", self.name,
+                        lease.endpoint, lease.slot)  # fmt: skip
+            return None, offset
+        if reply.status == dataplane.READ_ERROR or reply.status == dataplane.READ_NOTHING_YET:
+            log.warning("%s: slot %s not readable at %d (%r)", self.name, lease.slot, offset,
+                        reply.data[:200])  # fmt: skip
+            return None, offset
+        if reply.status == dataplane.READ_EVICTED:  # retention took it: nothing to hand out
+            self.stats["evicted_bytes"] += reply.next_offset - offset
+            return b"", max(reply.next_offset, offset)
+        return reply.data, reply.next_offset
+
+    def _read_reply(self, reader: Any, deadline: float) -> dataplane.ReadReply | None:
+        """The answer to the read in flight on `reader`, or None (none by `deadline`, or bad)."""
+        while True:
             frames = recv_nowait(reader)
-            if frames is None:
-                time.sleep(0.001)
-                continue
+            if frames is not None:
+                break
+            left_ms = int((deadline - time.monotonic()) * 1000)
+            if left_ms <= 0 or not wait_readable(reader, left_ms):
+                return None
+        try:
+            return dataplane.parse_read_reply(frames)
+        except ProtocolError as error:
+            log.warning("%s: bad log reply: %s", self.name, error)
+            return None
+
+    @staticmethod
+    def _slot_end(data: bytes, messages: int) -> int:
+        """Where the batches in `data` first hold `messages` records (0: they hold fewer): a
+        slot cut on demand is no bigger than a full one, so a burst is still shared."""
+        view, position, held = memoryview(data), 0, 0
+        while position < len(view):
             try:
-                reply = dataplane.parse_read_reply(frames)
-            except ProtocolError as error:
-                log.warning("%s: bad log reply for %s: %s", self.name, lease.slot, error)
-                return None, offset
-            if reply.status == dataplane.READ_ERROR or reply.status == dataplane.READ_NOTHING_YET:
-                log.warning("%s: slot %s not readable at %d (%r)", self.name, lease.slot, offset,
-                            reply.data[:200])  # fmt: skip
-                return None, offset
-            if reply.status == dataplane.READ_EVICTED:  # retention took it: nothing to hand out
-                self.stats["evicted_bytes"] += reply.next_offset - offset
-                return b"", max(reply.next_offset, offset)
-            return reply.data, reply.next_offset
-        log.warning("%s: the log at %s did not answer for slot %s", self.name, lease.endpoint,
-                    lease.slot)  # fmt: skip
-        return None, offset
+                header = batchfmt.check_batch(view, position)
+            except CorruptRecord:
+                return 0
+            position += header.size
+            held += header.count
+            if held >= messages:
+                return header.base_offset + header.size
+        return 0
+
+    def _probe(self, tails: tuple[Tail, ...]) -> tuple[Tail, ...]:
+        """Read each live log where the group's open range starts, all reads in flight at
+        once: where what it holds ends (whole batches) is where the monitor may cut now."""
+        sent: list[tuple[Tail, Any]] = []
+        for tail in tails[: limits.work_tail_exchanges_max]:
+            if tail.endpoint in {t.endpoint for t, _ in sent}:
+                continue  # one read in flight per log server
+            reader = self._reader(tail.endpoint)
+            request = dataplane.read_request(tail.offset, limits.work_tail_read_bytes)
+            if send_nowait(reader, request):
+                sent.append((tail, reader))
+        deadline = time.monotonic() + limits.work_tail_timeout_ms / 1000
+        seen = []
+        for tail, reader in sent:
+            reply = self._read_reply(reader, deadline)
+            if reply is None:
+                self._drop_reader(tail.endpoint)
+            elif reply.status == dataplane.READ_EVICTED and reply.next_offset > tail.offset:
+                seen.append(Tail(tail.exchange, offset=reply.next_offset))
+            elif reply.status == dataplane.READ_BATCHES and reply.next_offset > tail.offset:
+                end = self._slot_end(reply.data, self.settings.slot_messages) or reply.next_offset
+                seen.append(Tail(tail.exchange, offset=end))
+        self.stats["tail_reads"] += len(sent)
+        return tuple(seen)
 
     def _records(self, data: bytes, end: int) -> list[tuple[batchfmt.Record, int]]:
         out = []
@@ -377,10 +506,23 @@ class Consumer:
     def _give(self, slot: _Slot, room: int) -> bool:
         wanted = [slot.todo.popleft() for _ in range(min(room, len(slot.todo)))]
         result = self._send(slot, wanted)
-        if result is None:
+        if result.lost or result.done:
             return True
-        given = dict(zip(result.given, result.deliveries, strict=True))
-        refused = [i for i in wanted if i not in given and i not in result.expired]
+        return self._accept(slot, wanted, result)
+
+    def _accept(self, slot: _Slot, wanted: list[int], result: Settled) -> bool:
+        """Hand out what the monitor gave of `wanted`; dead-letter what expired. Indices past
+        the slot's end (a LEASE's window is given before the slot is read) are ignored: the
+        count this consumer sends makes the monitor forget them."""
+        count = len(slot.records)
+        given = {i: n for i, n in zip(result.given, result.deliveries, strict=True) if i < count}
+        expired = [
+            (i, n, r)
+            for i, n, r in zip(result.expired, result.expired_counts, result.reasons, strict=True)
+            if i < count
+        ]
+        gone = {i for i, _, _ in expired}
+        refused = [i for i in wanted if i not in given and i not in gone]
         if result.clipped:  # not given (room, or a suspect goes alone): ask again
             slot.todo.extendleft(reversed(refused))
             if len(slot.handed) + len(given) >= self.inflight:  # the limit, not a suspect
@@ -388,12 +530,11 @@ class Consumer:
         for index, deliveries in given.items():
             slot.handed.add(index)
             self._ready.append(self._delivery(slot, index, deliveries))
-        for index, count, reason in zip(result.expired, result.expired_counts, result.reasons,
-                                        strict=True):  # fmt: skip
-            self._dead_letter(slot, index, count, reason or "max.deliveries reached")
+        for index, deliveries, reason in expired:
+            self._dead_letter(slot, index, deliveries, reason or "max.deliveries reached")
         if given:
             self._full_logged = False
-        return bool(given or result.expired)
+        return bool(given or expired)
 
     def _delivery(self, slot: _Slot, index: int, deliveries: int) -> Delivery:
         record, position = slot.records[index]
@@ -401,25 +542,73 @@ class Consumer:
                         record.timestamp_us, slot.lease.exchange, record.offset, position,
                         slot.lease.slot, index, deliveries)  # fmt: skip
 
-    def _send(self, slot: _Slot, give: list[int]) -> Settled | None:
-        """One SETTLE of the slot: what is pending, plus `give`. None if the lease is lost."""
+    def _send(self, slot: _Slot, give: list[int], *, release: bool = False,
+              next_give: int = -1, sync: bool = False) -> Settled:  # fmt: skip
+        """One SETTLE of the slot: what is pending, plus `give`. Its answer comes before the
+        monitor wrote it (`Written` confirms it later, or at once with `sync`). The slot is
+        dropped here when its lease is lost or it is done."""
         cut = limits.work_items_per_request_max  # ranges: an even number of items
         skip, slot.skip = slot.skip[:cut], slot.skip[cut:]
+        self._seq += 1
         request = Settle(self.group, self.consumer_id, slot.lease.slot,
                          -1 if slot.count_sent else len(slot.records), tuple(slot.acks),
-                         tuple(slot.nacks), tuple(slot.dead), tuple(give),
-                         tuple(skip))  # fmt: skip
+                         tuple(slot.nacks), tuple(slot.dead), tuple(give), tuple(skip),
+                         self._seq, sync, release, next_give)  # fmt: skip
+        if request.acks or request.dead or request.skip:
+            self._unconfirmed.append(
+                _Unconfirmed(self._seq, slot.lease.slot, request.acks, request.dead, request.skip)
+            )
         slot.acks, slot.nacks, slot.dead = [], [], []
         result = Settled.decode(self._ask(request.encode()))
         slot.count_sent = True
         self._last_flush = time.monotonic()
         if result.lost or result.done:
-            if result.lost:
+            if result.lost and not result.done:
                 self.stats["leases_lost"] += 1
                 log.warning("%s: lost the lease of slot %s", self.name, slot.lease.slot)
-            self._slot = None
-            return None
+            if self._slot is slot:
+                self._slot = None
+        self._confirmed(result)
         return result
+
+    def _confirmed(self, result: Settled) -> None:
+        """Forget the settles the monitor says it wrote. A monitor of another life (restarted,
+        moved) may lack what the last one had not written yet: those go again, and wait."""
+        if self._epoch and result.epoch and result.epoch != self._epoch:
+            self._epoch = result.epoch
+            self._resend()
+            return
+        self._epoch = result.epoch or self._epoch
+        while self._unconfirmed and self._unconfirmed[0].seq <= result.written:
+            self._unconfirmed.popleft()
+        if len(self._unconfirmed) > limits.work_unconfirmed_max:
+            self._sync()
+
+    def _resend(self) -> None:
+        again, self._unconfirmed = list(self._unconfirmed), collections.deque()
+        log.warning("%s: the monitor restarted: %d settle(s) sent again", self.name, len(again))
+        for item in again:
+            self._seq += 1
+            request = Settle(self.group, self.consumer_id, item.slot, acks=item.acks,
+                             dead=item.dead, skip=item.skip, seq=self._seq, sync=True)  # fmt: skip
+            self._ask(request.encode())
+
+    def _sync(self) -> None:
+        """Wait until every settle sent is in ZooKeeper (a SETTLE with nothing but Sync)."""
+        if not self._unconfirmed:
+            return
+        self._seq += 1
+        request = Settle(self.group, self.consumer_id, self._unconfirmed[-1].slot,
+                         seq=self._seq, sync=True)  # fmt: skip
+        reply = self._ask(request.encode())
+        result = Settled.decode(reply) if "Given" in reply else Settled()
+        if result.epoch and self._epoch and result.epoch != self._epoch:
+            self._epoch = result.epoch
+            self._resend()
+            return
+        written = int(reply.get("Written", 0))
+        while self._unconfirmed and self._unconfirmed[0].seq <= written:
+            self._unconfirmed.popleft()
 
     def _release(self, slot: _Slot) -> None:
         if self._slot is slot:
@@ -456,9 +645,10 @@ class Consumer:
 
     def in_progress(self, delivery: Delivery) -> None:
         delivery._consumer = self  # not settled by this
-        if self._mine(delivery) is not None and self._slot is not None:
-            self._slot.handed.add(delivery.index)
-            self._send(self._slot, [])
+        slot = self._mine(delivery)
+        if slot is not None:
+            slot.handed.add(delivery.index)
+            self._send(slot, [])
 
     def reject(self, delivery: Delivery, reason: str) -> None:
         self.stats["rejected"] += 1
@@ -472,15 +662,25 @@ class Consumer:
 
     def _settle_elsewhere(self, delivery: Delivery, acks: tuple[int, ...] = (),
                           dead: tuple[int, ...] = ()) -> None:  # fmt: skip
-        request = Settle(self.group, self.consumer_id, delivery.slot, acks=acks, dead=dead)
+        self._seq += 1
+        request = Settle(self.group, self.consumer_id, delivery.slot, acks=acks, dead=dead,
+                         seq=self._seq, sync=True)  # fmt: skip
         self._ask(request.encode())
 
     def _flush_if_due(self) -> None:
         if time.monotonic() - self._last_flush >= limits.work_ack_flush_ms / 1000:
-            self.flush()
+            self._flush_soon()
 
     def flush(self) -> None:
-        """Send the settlements waiting here; on return the monitor has them (durably)."""
+        """Send the settlements waiting here; on return the monitor has them (durably), and
+        every one sent before."""
+        slot = self._slot
+        if slot is not None and slot.pending():
+            self._send(slot, [], sync=True)
+        self._sync()
+
+    def _flush_soon(self) -> None:
+        """Acks on the wire (answered before they are written: confirmed by a later answer)."""
         slot = self._slot
         if slot is not None and slot.pending():
             self._send(slot, [])
@@ -537,6 +737,7 @@ class Consumer:
         finally:
             if self._dlq is not None:
                 self._dlq.close()
+            self._close_readers()
             self._requests.close()
             self._context.term()
 

@@ -14,9 +14,16 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from typing import Any
 
-from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import (
+    BadVersionError,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+)
 
 from roq.coordination import session
 from roq.errors import CoordinationError
@@ -28,6 +35,53 @@ class StaleWrite(CoordinationError):
     """The znode changed since this writer read it (another writer)."""
 
 
+@dataclass(frozen=True)
+class Write:
+    """One change of a commit: a group's record (`slot` ""; created if this store has not
+    seen its znode), a slot's record (`version` -1: create), or a slot's deletion."""
+
+    group: str
+    slot: str = ""
+    record: dict[str, Any] | None = None  # None: delete the slot's znode
+    version: int = -1
+
+
+class Commit:
+    """A ZooKeeper multi in flight: `ready()` says when it ended, `versions()` gives each
+    write's new znode version (-1 for a deletion and a group record), or raises."""
+
+    def __init__(self, result: Any, writes: list[Write], store: GroupStore):
+        self._result, self.writes, self._store = result, writes, store
+
+    def ready(self) -> bool:
+        return bool(self._result.ready())
+
+    def wait(self, timeout_s: float) -> bool:
+        """Block at most `timeout_s` for the end; True if it ended."""
+        self._result.wait(timeout_s)
+        return self.ready()
+
+    def versions(self) -> list[int]:
+        try:
+            results = self._result.get_nowait()
+        except KazooException as error:
+            raise CoordinationError(f"writing {self._store.root}: {error!r}") from None
+        failed = [
+            r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)
+        ]
+        if failed:
+            if isinstance(failed[0], BadVersionError | NodeExistsError | NoNodeError):
+                raise StaleWrite(f"{self._store.root} changed under this monitor "
+                                 f"({type(failed[0]).__name__})")  # fmt: skip
+            raise CoordinationError(f"writing {self._store.root}: {failed[0]!r}")
+        out = []
+        for write, result in zip(self.writes, results, strict=True):
+            if not write.slot:
+                self._store.stored.add(write.group)
+            out.append(int(getattr(result, "version", 0)) if write.record and write.slot else -1)
+        return out
+
+
 class GroupStore:
     """Owned by the monitor's main thread (kazoo's own threads aside)."""
 
@@ -35,6 +89,32 @@ class GroupStore:
         self.root = f"{namespace}/groups/{queue}"
         self._servers, self._timeout_ms = servers, session_timeout_ms
         self._client: Any = None
+        self.stored: set[str] = set()  # groups whose znode exists (read back or created)
+        self._rooted = False
+
+    def commit(self, writes: list[Write]) -> Commit:
+        """Start one multi of `writes` (group records first: a slot's parent must exist): one
+        round trip and one ZooKeeper log write for all of them, all or none. The caller keeps
+        at most one in flight, so each versioned write names the version the last one made."""
+        try:
+            zk = self._zk()
+            if not self._rooted:  # once: a round trip of its own
+                zk.ensure_path(self.root)
+                self._rooted = True
+            transaction = zk.transaction()
+            for write in writes:
+                path = f"{self.root}/{write.group}" + (f"/{write.slot}" if write.slot else "")
+                if write.record is None:
+                    transaction.delete(path)
+                elif not write.slot and write.group in self.stored:
+                    transaction.set_data(path, _dump(write.record))
+                elif write.slot and write.version >= 0:
+                    transaction.set_data(path, _dump(write.record), version=write.version)
+                else:
+                    transaction.create(path, _dump(write.record))
+            return Commit(transaction.commit_async(), writes, self)
+        except KazooException as error:
+            raise CoordinationError(f"writing {self.root}: {error!r}") from None
 
     def _zk(self) -> Any:
         if self._client is None:
@@ -53,52 +133,16 @@ class GroupStore:
                     raw, stat = zk.get(f"{self.root}/{name}/{child}")
                     slots.append((_load(raw), stat.version))
                 found.append((_load(data), slots))
+                self.stored.add(name)
         except NoNodeError:
             pass  # a group or slot deleted while we read: the rest stands
         except KazooException as error:
             raise CoordinationError(f"reading {self.root}: {error!r}") from None
         return found
 
-    def save_group(self, name: str, record: dict[str, Any]) -> None:
-        path = f"{self.root}/{name}"
-        try:
-            zk = self._zk()
-            try:
-                zk.set(path, _dump(record))
-            except NoNodeError:
-                zk.create(path, _dump(record), makepath=True)
-        except NodeExistsError:
-            self.save_group(name, record)
-        except KazooException as error:
-            raise CoordinationError(f"writing {path}: {error!r}") from None
-
-    def save_slot(self, group: str, slot: str, record: dict[str, Any], version: int) -> int:
-        """Create (version -1) or update the slot's znode; its new version."""
-        path = f"{self.root}/{group}/{slot}"
-        try:
-            zk = self._zk()
-            if version < 0:
-                zk.create(path, _dump(record), makepath=True)
-                return 0
-            return int(zk.set(path, _dump(record), version=version).version)
-        except (BadVersionError, NodeExistsError, NoNodeError) as error:
-            raise StaleWrite(
-                f"{path} changed under this monitor ({type(error).__name__})"
-            ) from None
-        except KazooException as error:
-            raise CoordinationError(f"writing {path}: {error!r}") from None
-
-    def delete_slot(self, group: str, slot: str) -> None:
-        path = f"{self.root}/{group}/{slot}"
-        try:
-            self._zk().delete(path)
-        except NoNodeError:
-            pass
-        except KazooException as error:
-            raise CoordinationError(f"deleting {path}: {error!r}") from None
-
     def delete_group(self, group: str) -> None:
         path = f"{self.root}/{group}"
+        self.stored.discard(group)
         try:
             self._zk().delete(path, recursive=True)
         except NoNodeError:

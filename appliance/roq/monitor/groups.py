@@ -17,14 +17,16 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from roq import limits
 from roq.config import MonitorSettings
-from roq.coordination.groupstore import GroupStore, StaleWrite
+from roq.coordination.groupstore import Commit, GroupStore, StaleWrite, Write
 from roq.errors import CoordinationError
-from roq.monitor.slots import Group, Member, Rules, Slot, expand, ranges
+from roq.monitor.slots import GiveResult, Group, Member, Rules, Slot, expand, ranges
 from roq.protocol import bsonmsg
 from roq.protocol.bsonmsg import Document
 from roq.protocol.commands import MonitorCommand, Reason
@@ -40,12 +42,17 @@ from roq.protocol.messages.groups import (
     Lease,
     Settle,
     Settled,
+    Tail,
     dead_letter_queue,
 )
 
 log = logging.getLogger(__name__)
 
 GROUP_COMMANDS = frozenset(range(MonitorCommand.GROUP_JOIN, MonitorCommand.GROUP_DELETE + 1))
+# answered once their changes are in ZooKeeper (rare: joins, gives back, deletions); LEASE
+# and SETTLE are answered at once (a SETTLE with `Sync` waits too)
+_SYNC_COMMANDS = frozenset((MonitorCommand.GROUP_JOIN, MonitorCommand.GROUP_RELEASE,
+                            MonitorCommand.GROUP_LEAVE))  # fmt: skip
 # exchange id → (log endpoint, leader id to name for a copy ("" for its own log), readable end)
 Readable = Mapping[str, tuple[str, str, int]]
 
@@ -56,14 +63,22 @@ class GroupManager:
         self.queue, self.name = queue, f"monitor {queue}"
         self.rules = Rules(work.lease_s, work.inflight, work.backoff_s, work.max_deliveries)
         self.slot_s = work.slot_s
+        self.slot_messages = work.slot_messages
         zk = settings.zk
         self.store = GroupStore(zk.servers, zk.namespace, zk.session_timeout_ms, queue)
         self.groups: dict[str, Group] = {}
         self.ends: dict[str, int] = {}  # exchange → its log's end, as last reported
+        self.seen: dict[str, int] = {}  # exchange → where a consumer read its log to end, if later
         self._readable = readable
         self._loaded = False
         self._next_try = 0.0
         self.failed_writes = 0
+        self.epoch = uuid.uuid4().hex[:16]  # this monitor's life: a consumer that sees it change
+        # sends again what it was not told is written (the previous life may not have written it)
+        self._commit: Commit | None = None
+        self._in_commit: list[tuple[Write, Group, Slot | None]] = []
+        self._seqs: list[tuple[Member, int]] = []
+        self._failed_at = 0.0
 
     # --- durable state ------------------------------------------------------------------------
     def _ensure_loaded(self) -> bool:
@@ -104,39 +119,111 @@ class GroupManager:
                 )
         return group
 
+    # Writes are group commits, off the reply path: a request's changes are applied in memory
+    # and answered at once; one ZooKeeper multi at a time then carries every change since the
+    # last one (started at the next request or timer turn). A reply's `Written` tells a
+    # consumer which of its settles are in ZooKeeper: only those are confirmed, and `flush()`
+    # (a SETTLE with `Sync`) waits for its own. What a monitor crash can lose is only what no
+    # consumer was told is written: architecture.md §11, "Durable state".
+    def pump(self) -> None:
+        """End the commit in flight if it is done; start the next if something changed."""
+        if self._commit is not None:
+            if not self._commit.ready():
+                return
+            self._finish()
+        if self._commit is None:
+            self._start()
+
+    def sync(self) -> bool:
+        """Everything applied so far in ZooKeeper, waiting at most `work_sync_wait_ms` (the
+        commit in flight, then one more); False if it did not get there."""
+        deadline = time.monotonic() + limits.work_sync_wait_ms / 1000
+        for _ in range(2 + bool(self._commit)):
+            if self._commit is not None and not self._commit.wait(
+                max(0.0, deadline - time.monotonic())
+            ):
+                return False
+            if self._commit is not None:
+                self._finish()
+            if self._commit is None and not self._start():
+                return self._failed_at == 0.0
+        return False
+
     def flush(self) -> bool:
-        """Write what changed; False if ZooKeeper did not take all of it (kept for next time)."""
-        writes = 0
+        return self.sync()
+
+    def _start(self) -> bool:
+        """Start a commit of what changed; False if there was nothing to write."""
+        if time.monotonic() < self._failed_at + limits.work_write_retry_ms / 1000:
+            return False
+        writes: list[tuple[Write, Group, Slot | None]] = []
+        for group in list(self.groups.values()):
+            self._collect(group, writes, limits.work_state_writes_per_turn_max)
+        seqs = [] if len(writes) >= limits.work_state_writes_per_turn_max else [
+            (m, m.applied) for g in self.groups.values() for m in g.members.values()
+        ]  # fmt: skip
+        if not writes:
+            for member, applied in seqs:
+                member.written = applied  # nothing unwritten: all it was told is stored
+            return False
         try:
-            for group in list(self.groups.values()):
-                writes += self._flush_group(group, limits.work_state_writes_per_turn_max - writes)
+            self._commit = self.store.commit([w for w, _, _ in writes])
+        except CoordinationError as error:
+            self._failed(writes, error)
+            return False
+        self._in_commit, self._seqs = writes, seqs
+        return True
+
+    @staticmethod
+    def _collect(group: Group, out: list[tuple[Write, Group, Slot | None]], budget: int) -> None:
+        if group.dirty:
+            out.append((Write(group.name, record=group.record()), group, None))
+            group.dirty = False
+        while group.deleted and len(out) < budget:
+            out.append((Write(group.name, group.deleted.pop()), group, None))
+        for slot in group.slots.values():
+            if slot.dirty and len(out) < budget:
+                write = Write(group.name, slot.slot_id, slot.record(), slot.version)
+                out.append((write, group, slot))
+                slot.dirty = False
+
+    def _finish(self) -> None:
+        commit, writes, seqs = self._commit, self._in_commit, self._seqs
+        self._commit, self._in_commit, self._seqs = None, [], []
+        assert commit is not None
+        try:
+            versions = commit.versions()
         except StaleWrite as error:
             log.error("%s: %s: another monitor writes this queue's groups; reading them again",
                       self.name, error)  # fmt: skip
             self.groups.clear()
             self._loaded, self._next_try = False, 0.0
-            return False
+            return
         except CoordinationError as error:
-            self.failed_writes += 1
-            log.warning("%s: consumer group state not written yet: %s", self.name, error)
-            return False
-        return True
+            self._failed(writes, error)
+            return
+        self._failed_at = 0.0
+        for (write, group, slot), version in zip(writes, versions, strict=True):
+            if slot is None:
+                continue
+            created, slot.version = write.version < 0, version
+            if created and slot.slot_id not in group.slots:  # done while being created
+                group.deleted.append(slot.slot_id)
+        for member, applied in seqs:
+            member.written = max(member.written, applied)
 
-    def _flush_group(self, group: Group, budget: int) -> int:
-        writes = 0
-        if group.dirty:
-            self.store.save_group(group.name, group.record())
-            group.dirty, writes = False, 1
-        while group.deleted:
-            self.store.delete_slot(group.name, group.deleted[-1])
-            group.deleted.pop()
-            writes += 1
-        for slot in group.slots.values():
-            if slot.dirty and writes < budget:
-                slot.version = self.store.save_slot(group.name, slot.slot_id, slot.record(),
-                                                    slot.version)  # fmt: skip
-                slot.dirty, writes = False, writes + 1
-        return writes
+    def _failed(self, writes: list[tuple[Write, Group, Slot | None]], error: Exception) -> None:
+        """Kept for the next commit: what was in this one is dirty again."""
+        self.failed_writes += 1
+        self._failed_at = time.monotonic()
+        log.warning("%s: consumer group state not written yet: %s", self.name, error)
+        for write, group, slot in writes:
+            if slot is not None:
+                slot.dirty = True
+            elif write.slot:
+                group.deleted.append(write.slot)
+            else:
+                group.dirty = True
 
     # --- requests -----------------------------------------------------------------------------
     def handle(self, request: dict[str, Any]) -> Document:
@@ -153,9 +240,21 @@ class GroupManager:
             MonitorCommand.GROUP_DELETE: self._delete,
         }
         reply = handlers[command](request)
-        if bsonmsg.Reply.decode(reply).ok and not self.flush():
-            return bsonmsg.fail(Reason.BUSY, "consumer groups: ZooKeeper did not take the change")
+        if not bsonmsg.Reply.decode(reply).ok:
+            return reply
+        if command in _SYNC_COMMANDS or (command == MonitorCommand.GROUP_SETTLE
+                                         and request.get("Sync") is True):  # fmt: skip
+            if not self.sync():
+                return bsonmsg.fail(Reason.BUSY, "consumer groups: ZooKeeper did not take it")
+            reply["Written"] = self._written(request)
+        else:
+            self.pump()
         return reply
+
+    def _written(self, request: dict[str, Any]) -> int:
+        group = self.groups.get(str(request.get("Group")))
+        member = group.members.get(str(request.get("Consumer"))) if group else None
+        return member.written if member else 0
 
     def _member(self, group_name: str, consumer: str) -> tuple[Group, Member] | None:
         group = self.groups.get(group_name)
@@ -194,7 +293,13 @@ class GroupManager:
         dlq = dead_letter_queue(self.queue, group.name)
         lease_ms = int(rules.lease_s * 1000)
         return Joined(
-            lease_ms, rules.inflight, rules.max_deliveries, group.ordered, dlq, group.prefix
+            lease_ms,
+            rules.inflight,
+            rules.max_deliveries,
+            group.ordered,
+            dlq,
+            group.prefix,
+            self.slot_messages,
         ).encode()
 
     def _lease(self, request: dict[str, Any]) -> Document:
@@ -202,25 +307,63 @@ class GroupManager:
         found = self._member(ask.group, ask.consumer)
         if found is None:
             return bsonmsg.fail(Reason.UNKNOWN_QUEUE, f"no group {ask.group} (join it first)")
-        group, _ = found
+        self._note_seen(ask.seen)
+        return self._lease_for(*found, ask.give)
+
+    def _note_seen(self, seen: tuple[Tail, ...]) -> None:
+        """Where consumers read a live exchange's log to end (whole batches): past its last
+        report, so the open range can be cut there now rather than at the next report."""
+        for tail in seen:
+            known = self.ends.get(tail.exchange)
+            if known is not None and tail.offset > max(known, self.seen.get(tail.exchange, 0)):
+                self.seen[tail.exchange] = tail.offset
+
+    def _lease_for(self, group: Group, member: Member, give: int) -> Document:
+        """The next slot for `member`, with its first `give` messages handed out at once (one
+        request instead of two); or, with none, where the live logs may have grown."""
         readable = self._readable()
-        ok = {x for x, (_, _, end) in readable.items()}
-        slot = group.lease(ask.consumer, time.monotonic(), time.time(), self.rules, ok, self.ends)
+        ends = {x: max(end, self.seen.get(x, 0)) for x, end in self.ends.items()}
+        now, wall = time.monotonic(), time.time()
+        slot = group.lease(member.consumer, now, wall, self.rules, set(readable), ends)
         if slot is None or not self._readable_to_end(slot, readable):
             if slot is not None:
                 group.release(slot)
-            return bsonmsg.ok("no slot", Slot="")
+            return bsonmsg.ok("no slot", Slot="", Tails=self._tails(group, readable))
         endpoint, leader, _ = readable[slot.exchange]
         counted = sorted(slot.deliveries)
+        window = None
+        if give > 0:  # a slot not counted yet: the consumer ignores what lies past its end
+            room = self.rules.inflight - member.in_flight(group.slots)
+            wanted = range(min(give, slot.count if slot.count >= 0 else give))
+            window = self._settled(slot, group.give(slot, wanted, room, wall, self.rules))
         return Lease(
             slot.slot_id, slot.exchange, endpoint, leader, slot.start, slot.end, slot.count,
             tuple(ranges(slot.settled)), tuple(counted),
-            tuple(slot.deliveries[i] for i in counted),
+            tuple(slot.deliveries[i] for i in counted), window=window,
         ).encode()  # fmt: skip
 
     @staticmethod
-    def _readable_to_end(slot: Slot, readable: Readable) -> bool:
-        return readable[slot.exchange][2] >= slot.end
+    def _tails(group: Group, readable: Readable) -> list[Document]:
+        """Where each live log's open range starts, for a consumer that found no slot."""
+        tails = [
+            Tail(x, endpoint, group.cursors[x]).fields()
+            for x, (endpoint, leader, _) in readable.items()
+            if not leader and x in group.cursors
+        ]
+        return tails[: limits.work_tail_exchanges_max]
+
+    def _readable_to_end(self, slot: Slot, readable: Readable) -> bool:
+        _, leader, end = readable[slot.exchange]
+        return max(end, 0 if leader else self.seen.get(slot.exchange, 0)) >= slot.end
+
+    @staticmethod
+    def _settled(slot: Slot, result: GiveResult, done: bool = False) -> Settled:
+        return Settled(
+            tuple(result.given), tuple(result.deliveries), tuple(result.expired),
+            tuple(slot.deliveries.get(i, 0) for i in result.expired),
+            tuple(slot.reasons.get(i, "") for i in result.expired),
+            result.clipped, False, done,
+        )  # fmt: skip
 
     def _owned(
         self, group_name: str, consumer: str, slot_id: str
@@ -238,17 +381,23 @@ class GroupManager:
         if found is None:
             return bsonmsg.fail(Reason.UNKNOWN_QUEUE, f"no group {settle.group}")
         group, member, slot = found
+        member.applied = max(member.applied, settle.seq)
         if slot is None:  # deleted: everything in it was settled (by this consumer or before)
-            return Settled(lost=True, done=True).encode()
-        owner = slot.owner == settle.consumer
+            result = Settled(lost=True, done=True)
+        else:
+            result = self._apply(group, member, slot, settle)
+        after = self._lease_for(group, member, settle.next_give) if settle.next_give >= 0 else None
+        return replace(result, written=member.written, epoch=self.epoch, next=after).encode()
+
+    def _apply(self, group: Group, member: Member, slot: Slot, settle: Settle) -> Settled:
         if slot.count < 0 <= settle.count:
-            slot.count, slot.dirty = settle.count, True
+            group.count(slot, settle.count)
         # Acks and dead letters count whoever sends them: the work was done.
         group.skip(slot, expand(settle.skip))
         group.ack(slot, settle.acks, member)
         group.dead(slot, settle.dead)
-        if not owner:
-            return Settled(lost=True, done=group.drop_if_done(slot)).encode()
+        if slot.owner != settle.consumer:
+            return Settled(lost=True, done=group.drop_if_done(slot))
         wall = time.time()
         for nack in settle.nacks:
             group.nack(slot, nack.index, nack.delay_ms, nack.reason, wall, self.rules)
@@ -256,12 +405,9 @@ class GroupManager:
         room = self.rules.inflight - member.in_flight(group.slots)
         result = group.give(slot, settle.give, room, wall, self.rules)
         done = group.drop_if_done(slot)
-        return Settled(
-            tuple(result.given), tuple(result.deliveries), tuple(result.expired),
-            tuple(slot.deliveries.get(i, 0) for i in result.expired),
-            tuple(slot.reasons.get(i, "") for i in result.expired),
-            result.clipped, False, done,
-        ).encode()  # fmt: skip
+        if settle.release and not done:
+            group.release(slot)
+        return self._settled(slot, result, done)
 
     def _release(self, request: dict[str, Any]) -> Document:
         ask = ConsumerRequest.decode(request)
@@ -331,6 +477,8 @@ class GroupManager:
             self.ends[exchange] = end
         else:
             self.ends.pop(exchange, None)
+        if final or self.seen.get(exchange, 0) <= end:
+            self.seen.pop(exchange, None)
         if not self._loaded:
             return
         now = time.monotonic()
@@ -349,7 +497,8 @@ class GroupManager:
                 log.warning("%s: group %s: the lease of slot %s expired (consumer silent for "
                             "%.1f s): %d message(s) go back", self.name, group.name, slot.slot_id,
                             self.rules.lease_s, len(slot.suspects))  # fmt: skip
-        self.flush()
+        self.pump()
 
     def close(self) -> None:
+        self.sync()
         self.store.close()

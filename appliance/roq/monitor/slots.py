@@ -131,8 +131,12 @@ class Member:
     last_seen: float
     slots: set[str] = field(default_factory=set)
     acked: int = 0
-    leases: int = 0  # slots leased since it joined
+    # bytes of logs leased since it joined: the fair-share measure. Slots cut on demand (a
+    # consumer read the open end) vary in size, so counting slots would not share messages.
+    leases: int = 0
     waiting_since: float = 0.0  # monotonic: asked for a slot and got none (0: not waiting)
+    applied: int = 0  # the highest SETTLE `Seq` of this consumer taken (in memory)
+    written: int = 0  # ... and in ZooKeeper (a reply's `Written`)
 
     def in_flight(self, slots: dict[str, Slot]) -> int:
         return sum(len(slots[s].handed) for s in self.slots if s in slots)
@@ -224,14 +228,14 @@ class Group:
         if not free and ends:
             self.cut_open(ends, readable)
             free = self._leasable(wall, readable, ahead + 1)
-        if len(free) <= ahead:
+        if len(free) <= ahead or (free and self._too_far_ahead(member, now, free[0])):
             if not member.waiting_since:
                 member.waiting_since = now
             return None
         slot = free[0]
         slot.owner, slot.lease_until, slot.dirty = consumer, now + rules.lease_s, True
         member.slots.add(slot.slot_id)
-        member.leases += 1
+        member.leases += max(1, slot.end - slot.start)
         member.waiting_since = 0.0
         return slot
 
@@ -263,6 +267,19 @@ class Group:
             and other.waiting_since
             and other.last_seen >= recent
             and other.leases < member.leases
+        )
+
+    def _too_far_ahead(self, member: Member, now: float, slot: Slot) -> bool:
+        """A consumer that took `work_share_lead_slots` slots more than another that asked
+        within `work_share_lead_window_ms` waits for it. Consumers that go through a slot in a
+        few ms (no I/O between them) are shared out by the CPU scheduler otherwise: one that
+        ran while the others waited for a core took a burst's slots every 2 ms. A consumer
+        slower than that window per slot is not asking then, and holds no one back."""
+        recent = now - limits.work_share_lead_window_ms / 1000
+        lead = member.leases - limits.work_share_lead_slots * max(1, slot.end - slot.start)
+        return any(
+            other is not member and other.last_seen >= recent and other.leases < lead
+            for other in self.members.values()
         )
 
     def hungry(self, now: float) -> bool:
@@ -338,6 +355,17 @@ class Group:
         return True
 
     # --- settling -----------------------------------------------------------------------------
+    @staticmethod
+    def count(slot: Slot, count: int) -> None:
+        """A consumer read the slot: it holds `count` messages. What was handed out past it
+        (a LEASE's window is given before the slot is read) never existed: forgotten."""
+        slot.count, slot.dirty = count, True
+        for held in (slot.handed, slot.suspects, slot.settled):
+            held.difference_update([i for i in held if i >= count])
+        for kept in (slot.deliveries, slot.reasons, slot.not_before):
+            for index in [i for i in kept if i >= count]:
+                del kept[index]
+
     def ack(self, slot: Slot, indices: Iterable[int], member: Member | None) -> None:
         for index in indices:
             if index in slot.settled or (0 <= slot.count <= index):

@@ -101,11 +101,13 @@ class Joined:
     ordered: bool
     dead_letters: str  # the dead-letter queue's name
     prefix: bytes = b""  # the group's routing-key prefix: the consumer skips other keys
+    slot_messages: int = 1000  # SlotMessages: a slot cut on demand holds about this many
 
     def encode(self) -> Document:
         return bsonmsg.ok(LeaseMs=self.lease_ms, Inflight=self.inflight,
                           MaxDeliveries=self.max_deliveries, Ordered=self.ordered,
-                          DeadLetters=self.dead_letters, Prefix=self.prefix)  # fmt: skip
+                          DeadLetters=self.dead_letters, Prefix=self.prefix,
+                          SlotMessages=self.slot_messages)  # fmt: skip
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
@@ -116,27 +118,63 @@ class Joined:
             field_bool(doc, "Ordered"),
             check_queue_name(field_str(doc, "DeadLetters")),
             field_prefix(doc),
+            field_int(doc, "SlotMessages", lo=1, hi=_COUNT_MAX, default=1000),
         )
 
 
 @dataclass(frozen=True)
+class Tail:
+    """Where a live exchange's log is past the group's last slot: `From` is the start of the
+    open range, read at `Endpoint`. In a no-slot answer (`Tails`), so that a waiting consumer
+    can look whether the log grew since the exchange's last report."""
+
+    exchange: str
+    endpoint: str = ""
+    offset: int = 0  # From (in a reply) or End (in `Seen`: the log holds whole batches to it)
+
+    def fields(self) -> Document:
+        return {"Exchange": self.exchange, "Endpoint": self.endpoint, "From": self.offset}
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any], prefix: str = "") -> Self:
+        return cls(
+            field_str(doc, "Exchange", max_chars=_SLOT_ID_CHARS, prefix=prefix),
+            bsonmsg.field_endpoint(doc, "Endpoint", empty_ok=True, default="", prefix=prefix),
+            field_int(doc, "From", hi=limits.log_offset_max, prefix=prefix),
+        )
+
+
+def field_tails(doc: Mapping[str, Any], name: str) -> tuple[Tail, ...]:
+    if name not in doc:
+        return ()
+    return field_docs(doc, name, Tail.decode, max_items=limits.work_tail_exchanges_max)
+
+
+@dataclass(frozen=True)
 class ConsumerRequest:
-    """21 GROUP_LEASE, 23 GROUP_RELEASE (of `Slot`), 24 GROUP_LEAVE: who asks, and of what."""
+    """21 GROUP_LEASE, 23 GROUP_RELEASE (of `Slot`), 24 GROUP_LEAVE: who asks, and of what.
+    A LEASE may ask for the first `Give` messages of the slot in the same answer (its
+    `Window`), and tell in `Seen` where the consumer found an exchange's log to end (it read
+    it after a `Tails` answer): the monitor cuts the open range there for it."""
 
     command: MonitorCommand
     group: str
     consumer: str
     slot: str = ""
+    give: int = 0
+    seen: tuple[Tail, ...] = ()
 
     def encode(self) -> Document:
         return {"CMD": int(self.command), "Group": self.group, "Consumer": self.consumer,
-                "Slot": self.slot}  # fmt: skip
+                "Slot": self.slot, "Give": self.give,
+                "Seen": [t.fields() for t in self.seen]}  # fmt: skip
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
         command = MonitorCommand(bsonmsg.command(doc))
         slot = field_str(doc, "Slot", empty_ok=True, default="", max_chars=_SLOT_ID_CHARS)
-        return cls(command, _group(doc), _consumer(doc), slot)
+        give = field_int(doc, "Give", hi=_ITEMS, default=0)
+        return cls(command, _group(doc), _consumer(doc), slot, give, field_tails(doc, "Seen"))
 
 
 @dataclass(frozen=True)
@@ -157,14 +195,18 @@ class Lease:
     counted: tuple[int, ...] = ()
     deliveries: tuple[int, ...] = ()
     not_before: float = 0.0  # epoch s: none of its messages is due before this
+    window: Settled | None = None  # what of the slot is handed out at once (LEASE's `Give`)
 
     def encode(self) -> Document:
-        return bsonmsg.ok(
+        doc = bsonmsg.ok(
             Slot=self.slot, Exchange=self.exchange, Endpoint=self.endpoint, Leader=self.leader,
             Start=self.start, End=self.end, Count=self.count, Settled=list(self.settled),
             Counted=list(self.counted), Deliveries=list(self.deliveries),
             NotBefore=self.not_before,
         )  # fmt: skip
+        if self.window is not None:
+            doc["Window"] = self.window.encode()
+        return doc
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
@@ -180,12 +222,29 @@ class Lease:
             field_indices(doc, "Counted"),
             field_indices(doc, "Deliveries"),
             bsonmsg.field_float(doc, "NotBefore", lo=0.0, default=0.0),
+            _window(doc),
         )
         if len(lease.counted) != len(lease.deliveries) or len(lease.settled) % 2:
             raise DecodeError(
                 "a lease's Counted and Deliveries differ in length, or Settled is odd"
             )
         return lease
+
+
+def _window(doc: Mapping[str, Any]) -> Settled | None:
+    window = doc.get("Window")
+    if window is None:
+        return None
+    if not isinstance(window, Mapping):
+        raise DecodeError("the Window field must be a document")
+    return Settled.decode(window)
+
+
+def lease_reply(doc: Mapping[str, Any]) -> Lease | tuple[Tail, ...]:
+    """A LEASE answer (or a SETTLE's `Next`): the slot, or where the logs may have grown."""
+    if doc.get("Slot"):
+        return Lease.decode(doc)
+    return field_tails(doc, "Tails")
 
 
 @dataclass(frozen=True)
@@ -226,6 +285,10 @@ class Settle:
     dead: tuple[int, ...] = ()
     give: tuple[int, ...] = ()
     skip: tuple[int, ...] = ()  # flattened [lo, hi) ranges
+    seq: int = 0  # Seq: this consumer's numbering of its settles (`Written` answers it)
+    sync: bool = False  # Sync: answer once this is in ZooKeeper (flush, close)
+    release: bool = False  # Release: give the slot back after this (RELEASE in one request)
+    next_give: int = -1  # Next: lease the next slot too, with this many given (-1: do not)
 
     def encode(self) -> Document:
         return {
@@ -233,6 +296,7 @@ class Settle:
             "Consumer": self.consumer, "Slot": self.slot, "Count": self.count,
             "Acks": list(self.acks), "Nacks": [n.fields() for n in self.nacks],
             "Dead": list(self.dead), "Give": list(self.give), "Skip": list(self.skip),
+            "Seq": self.seq, "Sync": self.sync, "Release": self.release, "Next": self.next_give,
         }  # fmt: skip
 
     @classmethod
@@ -243,6 +307,9 @@ class Settle:
             field_indices(doc, "Acks"),
             field_docs(doc, "Nacks", Nack.decode, max_items=_ITEMS) if "Nacks" in doc else (),
             field_indices(doc, "Dead"), field_indices(doc, "Give"), field_indices(doc, "Skip"),
+            field_int(doc, "Seq", default=0), field_bool(doc, "Sync", default=False),
+            field_bool(doc, "Release", default=False),
+            field_int(doc, "Next", lo=-1, hi=_ITEMS, default=-1),
         )  # fmt: skip
         # ascending and apart: what the monitor expands is bounded by a slot's size
         if len(settle.skip) % 2 or list(settle.skip) != sorted(set(settle.skip)):
@@ -265,13 +332,20 @@ class Settled:
     clipped: int = 0
     lost: bool = False
     done: bool = False  # every message of the slot is settled: the slot is deleted
+    written: int = 0  # Written: this consumer's settles up to this Seq are in ZooKeeper
+    epoch: str = ""  # Life: this monitor process (a new one may lack what the old one took)
+    next: Document | None = None  # Next: the LEASE answer for the next slot (SETTLE's Next)
 
     def encode(self) -> Document:
-        return bsonmsg.ok(
+        doc = bsonmsg.ok(
             Given=list(self.given), Deliveries=list(self.deliveries),
             Expired=list(self.expired), ExpiredCounts=list(self.expired_counts),
             Reasons=list(self.reasons), Clipped=self.clipped, Lost=self.lost, Done=self.done,
+            Written=self.written, Life=self.epoch,
         )  # fmt: skip
+        if self.next is not None:
+            doc["Next"] = self.next
+        return doc
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
@@ -281,8 +355,19 @@ class Settled:
             bsonmsg.field_strs(doc, "Reasons", max_items=_ITEMS, empty_ok=True,
                                max_chars=limits.work_reason_chars_max),
             field_int(doc, "Clipped", hi=_ITEMS), field_bool(doc, "Lost"),
-            field_bool(doc, "Done"),
+            field_bool(doc, "Done"), field_int(doc, "Written", default=0),
+            field_str(doc, "Life", empty_ok=True, default="", max_chars=_SLOT_ID_CHARS),
+            _next(doc),
         )  # fmt: skip
+
+
+def _next(doc: Mapping[str, Any]) -> Document | None:
+    found = doc.get("Next")
+    if found is None:
+        return None
+    if not isinstance(found, Mapping):
+        raise DecodeError("the Next field must be a document")
+    return dict(found)
 
 
 # --- views: 25 GROUP_INFO and the admin API's 2020/2021 -----------------------------------------
