@@ -8,7 +8,8 @@ import time
 
 from roq import limits
 from roq.exchange.slotcuts import SlotCuts
-from roq.monitor.slots import Group, Member, Rules, Slot, SlotState, expand, ranges
+from roq.monitor.slots import Group, Member, Rules, Slot, SlotState
+from roq.protocol.messages.groups import expand, ranges
 
 RULES = Rules(lease_s=2.0, inflight=100, backoff_s=1.0, max_deliveries=3)
 

@@ -59,7 +59,9 @@ from roq.protocol.messages.groups import (
     Settle,
     Settled,
     Tail,
+    expand,
     lease_reply,
+    ranges,
 )
 from roq.protocol.ports import MonitorPort
 from roq.transport import (
@@ -344,12 +346,12 @@ class Consumer:
             self._ask(ConsumerRequest(MonitorCommand.GROUP_RELEASE, self.group,
                                       self.consumer_id, lease.slot).encode())  # fmt: skip
             return False
-        settled = set(_expand(lease.settled))
+        settled = set(expand(lease.settled))
         skip = self._outside_prefix(records, settled)
         todo = collections.deque(
             i for i in range(len(records)) if i not in settled and i not in skip
         )
-        slot = self._slot = _Slot(lease, records, todo, skip=_ranges(skip))
+        slot = self._slot = _Slot(lease, records, todo, skip=ranges(skip))
         self.stats["slots"] += 1
         self.stats["skipped"] += len(skip)
         if lease.window is not None:  # indices below the `Give` asked for were considered
@@ -746,19 +748,3 @@ class Consumer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _ranges(indices: set[int]) -> list[int]:
-    """Sorted indices as flattened [lo, hi) ranges (as the monitor keeps settled ones)."""
-    out: list[int] = []
-    for i in sorted(indices):
-        if out and out[-1] == i:
-            out[-1] = i + 1
-        else:
-            out += [i, i + 1]
-    return out
-
-
-def _expand(flat: tuple[int, ...]) -> Iterator[int]:
-    for lo, hi in zip(flat[::2], flat[1::2], strict=True):
-        yield from range(lo, hi)

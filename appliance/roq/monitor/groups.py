@@ -26,7 +26,7 @@ from roq import limits
 from roq.config import MonitorSettings
 from roq.coordination.groupstore import Commit, GroupStore, StaleWrite, Write
 from roq.errors import CoordinationError
-from roq.monitor.slots import GiveResult, Group, Member, Rules, Slot, expand, ranges
+from roq.monitor.slots import GiveResult, Group, Member, Rules, Slot
 from roq.protocol import bsonmsg
 from roq.protocol.bsonmsg import Document
 from roq.protocol.commands import MonitorCommand, Reason
@@ -44,6 +44,8 @@ from roq.protocol.messages.groups import (
     Settled,
     Tail,
     dead_letter_queue,
+    expand,
+    ranges,
 )
 
 log = logging.getLogger(__name__)

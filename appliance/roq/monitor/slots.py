@@ -23,11 +23,12 @@ of innocent neighbours does not reach the dead letters with it).
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from roq import limits
+from roq.protocol.messages.groups import expand, ranges
 
 
 class SlotState(enum.StrEnum):
@@ -105,22 +106,6 @@ class Slot:
 
 def slot_id(exchange: str, start: int) -> str:
     return f"{exchange}@{start}"
-
-
-def ranges(indices: Iterable[int]) -> list[int]:
-    """Sorted indices as flattened [lo, hi) ranges: compact for a slot mostly settled in order."""
-    out: list[int] = []
-    for i in sorted(indices):
-        if out and out[-1] == i:
-            out[-1] = i + 1
-        else:
-            out += [i, i + 1]
-    return out
-
-
-def expand(flat: Sequence[int]) -> Iterator[int]:
-    for lo, hi in zip(flat[::2], flat[1::2], strict=True):
-        yield from range(lo, hi)
 
 
 @dataclass

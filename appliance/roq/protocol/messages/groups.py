@@ -7,7 +7,7 @@ A message of a slot is named by its index: the i-th record of the slot's offset 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -63,6 +63,24 @@ def field_prefix(doc: Mapping[str, Any], name: str = "Prefix") -> bytes:
             f"the {name} field must be binary of at most {limits.key_bytes_max} bytes"
         )
     return value
+
+
+def ranges(indices: Iterable[int]) -> list[int]:
+    """Sorted indices as flattened [lo, hi) ranges, the form `Settled` and `Skip` travel in:
+    compact for a slot mostly settled in order."""
+    out: list[int] = []
+    for i in sorted(indices):
+        if out and out[-1] == i:
+            out[-1] = i + 1
+        else:
+            out += [i, i + 1]
+    return out
+
+
+def expand(flat: Sequence[int]) -> Iterator[int]:
+    """The indices of flattened [lo, hi) ranges."""
+    for lo, hi in zip(flat[::2], flat[1::2], strict=True):
+        yield from range(lo, hi)
 
 
 @dataclass(frozen=True)
