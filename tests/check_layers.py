@@ -60,7 +60,8 @@ MAY_IMPORT: dict[str, set[str] | str] = {
     "exchange": DAEMON,
     "local": DAEMON,
     # drivers
-    "testing": {"client", "protocol", "system"},  # a real cluster for tests, driven like a user
+    # a real cluster for tests, driven like a user (transport: it makes the cluster's keys)
+    "testing": {"client", "protocol", "system", "transport"},
     "cli": ANYTHING,
 }
 PURE = ("log", "protocol")

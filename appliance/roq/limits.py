@@ -238,3 +238,12 @@ bench_ready_timeout_s = 30.0  # a bench subscriber process must say it is ready 
 bench_drain_quiet_s = 1.5  # a subscriber stops after the run once nothing arrived for this long
 bench_drain_max_s = 20.0  # ... or this long after the run at the latest
 bench_latency_samples_max = 20_000  # latency samples kept per worker and run
+
+# --- security (CurveZMQ, issue 23) ------------------------------------------------------------
+# A CURVE handshake not finished within this is dropped by either side, so a refused or
+# mismatched peer (NULL client, unknown key, wrong server key) ends in an error, not a hang.
+handshake_timeout_ms = 3_000
+# Where `roq up` and a first GCM or host write the cluster's keys when `security.dir` is not set
+# (beside the default `directory`, roq-data/log), and where clients look last.
+security_dir_default = "roq-data/security"
+security_file_bytes_max = 64 * 1024  # a credentials or principals file larger than this is refused

@@ -214,7 +214,7 @@ def test_listeners_are_refused_for_unknown_queues_and_go_with_the_queue(gcm_only
         admin.create_queue("q1")  # a fresh queue of the same name: only its monitor listens
         monitor = admin.get_host_by_qname("q1").monitor_host
     rules = sibling(monitor, MonitorPort.REPORTS, MonitorPort.RULES)
-    client = session.connect(gcm_only.zk, 4000)
+    client = session.connect(gcm_only.zk, 4000, auth=gcm_only.zk_auth)
     registry = Registry(client, Paths(gcm_only.namespace))
     try:
         wait_for(lambda: registry.listeners("q1"), 10, "the monitor registered (2008)")
@@ -234,7 +234,7 @@ def test_gcm_and_host_outlive_an_expired_zookeeper_session(cluster: LocalCluster
     host = cluster.start_host("h1", **{"zk.session.timeout": 2000})
     cluster.wait_ready(hosts=1)
 
-    watcher = session.connect(cluster.zk, 4000)
+    watcher = session.connect(cluster.zk, 4000, auth=cluster.zk_auth)
     registry = Registry(watcher, Paths(cluster.namespace))
     for daemon in (gcm, host):
         os.kill(daemon.process.pid, signal.SIGSTOP)

@@ -559,9 +559,9 @@ def test_a_host_and_its_children_stopped_past_the_session_come_back_fenced(
 
 # --- assignment epochs (issue 18 item 3): a re-placed monitor's word outranks its predecessor's
 @contextlib.contextmanager
-def _registry(zk: str, namespace: str) -> Iterator[Registry]:
+def _registry(zk: str, namespace: str, auth: str | None = None) -> Iterator[Registry]:
     """A reader's (or, in the primitive's test, a leader's) view of the cluster's znodes."""
-    client = session.connect(zk, 4000)
+    client = session.connect(zk, 4000, auth=auth)
     try:
         yield Registry(client, Paths(namespace))
     finally:
@@ -569,7 +569,7 @@ def _registry(zk: str, namespace: str) -> Iterator[Registry]:
 
 
 def _record(cluster: LocalCluster, queue: str = "q1") -> QueueRecord:
-    with _registry(cluster.zk, cluster.namespace) as registry:
+    with _registry(cluster.zk, cluster.namespace, cluster.zk_auth) as registry:
         found = registry.queue(queue)
     assert found is not None
     return found[0]

@@ -37,7 +37,7 @@ from roq.protocol.commands import AdminCommand, Reason
 from roq.protocol.messages.admin import BroadcastQueue, ConfigBroadcast
 from roq.protocol.ports import GcmPort, endpoint_at, port_at
 from roq.system.netaddr import resolve_interface
-from roq.transport import READABLE, Kind, Poller, bind, new_context, open_socket
+from roq.transport import READABLE, Kind, Poller, bind, new_context, open_socket, security
 from roq.transport.rpc import answer
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,9 @@ class GlobalConfigurationManager:
         self.period_s = settings.broadcast_period_s
         self.id = f"gcm-{self.address}-{self.base}-{uuid.uuid4().hex[:6]}"
         self.context = new_context()
-        self.zk = session.connect(settings.zk.servers, settings.zk.session_timeout_ms)
+        auth = security.zk_auth()
+        self.zk = session.connect(settings.zk.servers, settings.zk.session_timeout_ms, auth=auth)
+        session.secure_namespace(self.zk, settings.zk.namespace, auth)
         self.registry = Registry(self.zk, Paths(settings.zk.namespace))
         self.registry.ensure_roots()
         self.management = Management(self.registry, settings, self.context)

@@ -49,7 +49,7 @@ from roq.protocol.messages.host import (
 from roq.protocol.ports import ExchangePort, MonitorPort, StatPort, endpoint_at
 from roq.system.netaddr import resolve_interface
 from roq.system.spawn import roq_command
-from roq.transport import READABLE, Kind, Poller, bind, new_context, open_socket
+from roq.transport import READABLE, Kind, Poller, bind, new_context, open_socket, security
 from roq.transport.rpc import answer
 
 log = logging.getLogger(__name__)
@@ -66,11 +66,14 @@ class HostConfigManager:
         self._next_register = 0.0
         self._reported: list[ChildState] = []  # the children's states in the host's record
         self._next_report = 0.0
+        auth = security.zk_auth()
         self.zk = session.connect(
             settings.zk.servers,
             settings.zk.session_timeout_ms,
             on_state=self._on_session_state,
+            auth=auth,
         )
+        session.secure_namespace(self.zk, settings.zk.namespace, auth)
         self.registry = Registry(self.zk, Paths(settings.zk.namespace))
         self.lease = LeaseKeeper(
             self.zk,

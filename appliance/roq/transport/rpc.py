@@ -13,9 +13,10 @@ from typing import Any
 import zmq
 
 from roq import limits
-from roq.errors import ProtocolError, RequestTimeout, TransportError
+from roq.errors import AuthenticationRefused, ProtocolError, RequestTimeout, TransportError
 from roq.protocol import bsonmsg
 from roq.protocol.commands import Reason
+from roq.transport import security
 from roq.transport.sockets import Kind, connect, open_socket
 
 
@@ -27,12 +28,14 @@ class Requester:
         self.endpoint = endpoint
         self.timeout_ms = timeout_ms
         self._sock: Any = None
+        self._watch: security.HandshakeWatch | None = None
 
     def _socket(self) -> Any:
         if self._sock is None:
             self._sock = open_socket(
                 self._context, Kind.REQ, rcvtimeo_ms=self.timeout_ms, sndtimeo_ms=self.timeout_ms
             )
+            self._watch = security.watch(self._sock)
             connect(self._sock, self.endpoint)
         return self._sock
 
@@ -60,29 +63,42 @@ class Requester:
             sock.send_multipart(frames)
             if not self._wait(sock, wait_ms, cancelled):
                 raise RequestTimeout(f"no reply from {self.endpoint} within {wait_ms} ms")
+            if not sock.poll(0, zmq.POLLIN):
+                raise AuthenticationRefused(self._refusal())
             reply: list[bytes] = sock.recv_multipart()
             return reply
-        except RequestTimeout:
+        except (RequestTimeout, AuthenticationRefused):
             self.close()
             raise
         except zmq.ZMQError as error:
             self.close()
             raise TransportError(f"request to {self.endpoint} failed: {error}") from None
 
-    @staticmethod
-    def _wait(sock: Any, wait_ms: int, cancelled: Callable[[], bool] | None) -> bool:
-        if cancelled is None:
-            return bool(sock.poll(wait_ms, zmq.POLLIN))
+    def _wait(self, sock: Any, wait_ms: int, cancelled: Callable[[], bool] | None) -> bool:
+        """Whether the wait ended before its bound: a reply, or a failed handshake (the
+        server refused our key: waiting longer would only hide it)."""
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        if self._watch is not None:
+            poller.register(self._watch.events, zmq.POLLIN)
         deadline = time.monotonic() + wait_ms / 1000
-        while not cancelled():
+        while cancelled is None or not cancelled():
             left_ms = int((deadline - time.monotonic()) * 1000)
             if left_ms <= 0:
                 return False
-            if sock.poll(min(left_ms, limits.request_cancel_poll_ms), zmq.POLLIN):
+            step_ms = left_ms if cancelled is None else min(left_ms, limits.request_cancel_poll_ms)
+            if poller.poll(step_ms):
                 return True
         return False
 
+    def _refusal(self) -> str:
+        why = self._watch.failure() if self._watch is not None else None
+        return why or f"the handshake with {self.endpoint} failed"
+
     def close(self) -> None:
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
         if self._sock is not None:
             self._sock.close(0)
             self._sock = None

@@ -1,0 +1,203 @@
+"""Security (issue 23, docs/security.md): CURVE on every socket of a real cluster, with the keys
+a first start generates.
+
+Raw pyzmq here on purpose: these clients are the strangers roq's own code would never build (no
+security, a key the cluster does not know), and the test watches their handshakes directly."""
+
+from __future__ import annotations
+
+import stat
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+import zmq
+from kazoo.exceptions import NoAuthError
+from zmq.utils.monitor import parse_monitor_message
+
+from roq import limits
+from roq.client.admin import AdminClient
+from roq.client.locate import locate_monitor
+from roq.coordination import session
+from roq.coordination.paths import Paths
+from roq.errors import AuthenticationRefused
+from roq.protocol.ports import ExchangePort, GcmPort, MonitorPort, StatPort, port_at, sibling
+from roq.testing.cluster import LOOPBACK, LocalCluster
+from roq.transport import security
+
+# Each server socket kind of a cluster, with the kind of socket a client of it opens.
+PEER = {"REP": zmq.DEALER, "ROUTER": zmq.DEALER, "PUB": zmq.SUB, "XPUB": zmq.SUB}
+PEER.update({"SUB": zmq.PUB, "PULL": zmq.PUSH})
+FAILED = (
+    zmq.EVENT_HANDSHAKE_FAILED_AUTH
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+)
+# The refusal must come within the handshake bound; the slack covers a loaded test machine.
+REFUSED_WITHIN_S = limits.handshake_timeout_ms / 1000 + 1.0
+
+
+@dataclass(frozen=True)
+class Server:
+    name: str
+    kind: str
+    endpoint: str
+
+
+@pytest.fixture
+def servers(cluster: LocalCluster) -> Iterator[list[Server]]:
+    """Every server socket of a cluster with one queue: GCM, host, monitor, stat monitor and
+    exchange."""
+    cluster.start_gcm()
+    cluster.start_host("h1")
+    cluster.wait_ready()
+    with cluster.admin() as admin:
+        admin.create_queue("q1")
+        status = admin.status()
+    gcm = [
+        Server(f"gcm {offset.name}", kind, f"tcp://{LOOPBACK}:{port_at(cluster.gcm_base, offset)}")
+        for offset, kind in (
+            (GcmPort.TOPOLOGY, "REP"),
+            (GcmPort.ADMIN, "REP"),
+            (GcmPort.BROADCAST, "PUB"),
+        )
+    ]
+    host = [Server("host", "REP", h.hcm) for h in status.hosts]
+    monitor = locate_monitor("q1", gcm=cluster.gcm)
+    kinds = ("SUB", "REP", "PUB", "PUB", "PULL", "REP")
+    monitors = [
+        Server(f"monitor {o.name}", k, monitor.at(o))
+        for o, k in zip(MonitorPort, kinds, strict=True)
+    ]
+    stats = [
+        Server("stat IN", "SUB", monitor.stat_in),
+        Server("stat KPI", "PUB", sibling(monitor.stat, StatPort.KPI, StatPort.KPI)),
+    ]
+    queue = next(q.fields() for q in status.queues if q.info.name == "q1")
+    front = queue["Exchanges"][0]["Front"]
+    exchange = [
+        Server(f"exchange {o.name}", k, sibling(front, ExchangePort.FRONT, o))
+        for o, k in zip(ExchangePort, ("ROUTER", "XPUB", "REP", "ROUTER"), strict=True)
+    ]
+    yield gcm + host + monitors + stats + exchange
+
+
+def _handshake(
+    context: zmq.Context,
+    server: Server,
+    keys: tuple[bytes, bytes] | None,
+    *,
+    server_key: bytes | None = None,
+) -> tuple[int, float]:
+    """Connect as a stranger and return the first handshake event and how long it took."""
+    sock = context.socket(PEER[server.kind])
+    sock.linger = 0
+    if keys is not None:
+        sock.curve_publickey, sock.curve_secretkey = keys
+        sock.curve_serverkey = server_key
+    events = sock.get_monitor_socket(FAILED | zmq.EVENT_HANDSHAKE_SUCCEEDED)
+    started = time.monotonic()
+    try:
+        sock.connect(server.endpoint)
+        if not events.poll(int(REFUSED_WITHIN_S * 1000) + 1000):
+            return 0, time.monotonic() - started
+        event = parse_monitor_message(events.recv_multipart())
+        return int(event["event"]), time.monotonic() - started
+    finally:
+        sock.disable_monitor()
+        events.close(0)
+        sock.close(0)
+
+
+def _cluster_key(cluster: LocalCluster) -> bytes:
+    return security.load_credentials(cluster.credentials).server_public.encode()
+
+
+def test_null_and_unknown_key_clients_are_refused_by_every_socket_within_the_handshake_bound(
+    cluster: LocalCluster, servers: list[Server]
+):
+    assert len(servers) == 3 + 1 + 6 + 2 + 4
+    server_key = _cluster_key(cluster)
+    admin = security.load_credentials(cluster.credentials).keys
+    admin_keys = (admin.public.encode(), admin.secret.encode())
+    stranger = zmq.curve_keypair()
+    context = zmq.Context()
+    try:
+        for server in servers:
+            # the control: the admin principal's key is let in, so a refusal means something
+            event, _ = _handshake(context, server, admin_keys, server_key=server_key)
+            assert event == zmq.EVENT_HANDSHAKE_SUCCEEDED, f"{server.name}: admin not let in"
+            for who, keys in (("NULL", None), ("unknown key", stranger)):
+                event, took = _handshake(context, server, keys, server_key=server_key)
+                assert event & FAILED, f"{server.name} did not refuse a {who} client ({event})"
+                assert took < REFUSED_WITHIN_S, f"{server.name}: {who} refused after {took} s"
+    finally:
+        context.term()
+
+
+def test_a_client_with_another_clusters_key_gets_a_clear_error_not_a_hang(
+    cluster: LocalCluster, tmp_path
+):
+    cluster.start_gcm()
+    other = security.generate(tmp_path / "other")
+    security.reset()
+    security.use(security.load_credentials(tmp_path / "other" / security.ADMIN_FILE))
+    started = time.monotonic()
+    with (
+        pytest.raises(AuthenticationRefused) as refused,
+        AdminClient(gcm=cluster.gcm, timeout_ms=10_000, retries=1) as admin,
+    ):
+        admin.status()
+    assert time.monotonic() - started < REFUSED_WITHIN_S
+    assert "cluster key" in str(refused.value), refused.value
+    assert other.keys.public not in str(refused.value)
+
+
+def test_the_first_start_writes_private_keys_and_clients_find_them(cluster: LocalCluster):
+    for name in (security.CLUSTER_FILE, security.ADMIN_FILE):
+        mode = stat.S_IMODE((cluster.security_dir / name).stat().st_mode)
+        assert mode == 0o600, f"{name} has mode {oct(mode)}"
+    cluster.start_gcm()
+    cluster.start_host("h1")
+    cluster.wait_ready()
+    created = cluster.cli("queue", "create", "q1", "--gcm", cluster.gcm)
+    assert created.returncode == 0, created.stderr
+    # Without any credentials a command says where it looked, and does not hang.
+    bare = cluster.cli(
+        "--credentials", str(cluster.tmp / "nowhere.json"), "status", "--gcm", cluster.gcm
+    )
+    assert bare.returncode == 77 and "no roq credentials found" in bare.stderr, bare.stderr
+
+
+def test_zookeeper_without_the_clusters_credential_cannot_read_or_change_its_namespace(
+    cluster: LocalCluster,
+):
+    cluster.start_gcm()
+    cluster.start_host("h1")
+    cluster.wait_ready()
+    with cluster.admin() as admin:
+        admin.create_queue("q1")
+    paths = Paths(cluster.namespace)
+    stranger = session.connect(cluster.zk, 4000)
+    try:
+        for read in (
+            lambda: stranger.get_children(cluster.namespace),
+            lambda: stranger.get(paths.leader),
+            lambda: stranger.get_children(f"{cluster.namespace}/queues"),
+            lambda: stranger.create(f"{cluster.namespace}/intruder", b""),
+            lambda: stranger.delete(f"{cluster.namespace}/queues/q1", recursive=True),
+        ):
+            with pytest.raises(NoAuthError):
+                read()
+    finally:
+        session.close(stranger)
+    # the control: roq's own credential reads all of it
+    member = session.connect(cluster.zk, 4000, auth=cluster.zk_auth)
+    try:
+        assert "q1" in member.get_children(f"{cluster.namespace}/queues")
+        assert member.get_acls(f"{cluster.namespace}/queues/q1")[0] == session.digest_acl(
+            str(cluster.zk_auth)
+        )
+    finally:
+        session.close(member)
