@@ -10,8 +10,9 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get
 # System packages: ZooKeeper (pulls Java) for the cluster and the tests; packer and systemd for the
 # appliance's checks (`packer validate`, `systemd-analyze verify`); iproute2 (`ip`, `tc`) for the
-# fault tests' machines in network namespaces (tests/faults).
-SYSTEM_PACKAGES := zookeeper packer systemd python3-venv iproute2
+# fault tests' machines in network namespaces (tests/faults); curl for the README's HTTP tour, which
+# tests/integration/test_http.py runs as written.
+SYSTEM_PACKAGES := zookeeper packer systemd python3-venv iproute2 curl
 PYTEST_ARGS ?=
 
 .PHONY: setup system-deps run test test-unit test-appliance lint type dist bench clean
@@ -24,6 +25,7 @@ system-deps:
 	command -v packer >/dev/null || missing="$$missing packer"; \
 	command -v systemd-analyze >/dev/null || missing="$$missing systemd"; \
 	command -v ip >/dev/null && command -v tc >/dev/null || missing="$$missing iproute2"; \
+	command -v curl >/dev/null || missing="$$missing curl"; \
 	$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || missing="$$missing python3-venv"; \
 	if [ -n "$$missing" ]; then \
 	  echo "make: installing system packages:$$missing"; \

@@ -29,7 +29,7 @@ install -m 0644 /opt/roq/config/GCM.properties /opt/roq/config/HCM.properties /e
 install -m 0644 "$src/files/zoo.cfg" /etc/roq/zoo.cfg
 
 install -m 0644 "$src/systemd/roq-gcm.service" "$src/systemd/roq-host.service" \
-  "$src/systemd/roq-zookeeper.service" /etc/systemd/system/
+  "$src/systemd/roq-http.service" "$src/systemd/roq-zookeeper.service" /etc/systemd/system/
 systemctl daemon-reload
 
 /opt/roq/roq --version

@@ -59,6 +59,9 @@ MAY_IMPORT: dict[str, set[str] | str] = {
     "monitor": DAEMON,
     "exchange": DAEMON,
     "local": DAEMON,
+    # the HTTP gateway: publishes and reads through the client API, keeps its topics in
+    # ZooKeeper through coordination, never touches zmq or kazoo itself
+    "http": {"client", "coordination", "config", "system"},
     # drivers
     # a real cluster for tests, driven like a user (transport: it makes the cluster's keys)
     "testing": {"client", "protocol", "system", "transport"},

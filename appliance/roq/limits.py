@@ -239,6 +239,21 @@ bench_drain_quiet_s = 1.5  # a subscriber stops after the run once nothing arriv
 bench_drain_max_s = 20.0  # ... or this long after the run at the latest
 bench_latency_samples_max = 20_000  # latency samples kept per worker and run
 
+# --- the HTTP gateway (roq/http/); its API limits are keys (maxQueueSize, maxMsgSize, ...) ----
+http_body_bytes_max = 16 * 1024 * 1024  # one request body, read in chunks; past it: 400/413
+http_batch_messages_max = 1_000  # messages of one v2 batch publish
+http_requests_max = 2_000  # requests in progress (long polls included); past it uvicorn says 503
+http_workers_max = 16  # threads that run ZooKeeper and publisher calls (never the event loop)
+http_cas_attempts_max = 100  # compare-and-set attempts of one head update among racing gateways
+http_wait_s_max = 30.0  # the longest v2 long-polling get
+http_catchup_s = 3.0  # a get waits this long for the log to bring a message ZooKeeper says exists
+http_publish_timeout_s = 10.0  # the exchange must confirm a publish's messages within this
+http_waiters_max = 10_000  # long polls parked at once; past it a get answers without waiting
+http_consumer_retry_s = 1.0  # a log consumer that failed starts again after this
+http_publisher_replace_s = 1.0  # a failed publisher is replaced at most once per this, per queue
+http_keepalive_s = 5  # an idle keep-alive connection is closed after this
+http_shutdown_s = 5  # on SIGTERM, requests in progress get this long to finish
+
 # --- security (CurveZMQ, issue 23) ------------------------------------------------------------
 # A CURVE handshake not finished within this is dropped by either side, so a refused or
 # mismatched peer (NULL client, unknown key, wrong server key) ends in an error, not a hang.

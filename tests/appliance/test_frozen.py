@@ -26,7 +26,20 @@ def test_version(frozen_roq: Path) -> None:
 
 @pytest.mark.parametrize(
     "mode",
-    ["gcm", "host", "up", "monitor", "exchange", "queue", "status", "pub", "sub", "bench", "log"],
+    [
+        "gcm",
+        "host",
+        "up",
+        "http",
+        "monitor",
+        "exchange",
+        "queue",
+        "status",
+        "pub",
+        "sub",
+        "bench",
+        "log",
+    ],
 )
 def test_every_mode_is_in_the_executable(frozen_roq: Path, mode: str) -> None:
     result = run_frozen(frozen_roq, mode, "--help")
@@ -151,6 +164,19 @@ def test_analytics_dependencies_stay_out(frozen_roq: Path) -> None:
     for name in ("pyspark", "py4j", "pyarrow", "matplotlib", "numpy", "pandas"):
         assert name not in bundled
     assert sum(f.stat().st_size for f in frozen_roq.parent.rglob("*") if f.is_file()) < 100e6
+
+
+def test_http_port_taken_exits_75(frozen_roq: Path, port_blocks: PortBlocks) -> None:
+    """`roq http` imports its server (uvicorn, starlette: hidden imports of the spec) before it
+    binds: a taken port proves they are in the executable and gives the daemons' exit 75."""
+    port = port_blocks.take(1)
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", port))
+        squatter.listen()
+        result = run_frozen(frozen_roq, "http", "-D", f"http.port={port}", timeout_s=40)
+    assert result.returncode == errors.EXIT_TEMPFAIL, result.stderr
+    assert str(port) in last_line(result.stderr)
+    assert "Traceback" not in result.stderr
 
 
 def test_the_ec2_provisioner_is_in_the_executable(

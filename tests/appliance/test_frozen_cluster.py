@@ -39,6 +39,7 @@ def up_arguments(tmp: Path, ports: PortBlocks) -> tuple[list[str], int]:
         "ports.base": base,
         "gcm.ports.base": base,
         "hcm.port": ports.take(1),
+        "http.port": ports.take(1),  # `roq up` serves the HTTP gateway there
         "monitor.base.port": ports.take(60),
         "statmonitor.base.port": ports.take(20),
         "exchange.base.port": ports.take(40),
@@ -51,6 +52,10 @@ def up_arguments(tmp: Path, ports: PortBlocks) -> tuple[list[str], int]:
     for key, value in values.items():
         args += ["-D", f"{key}={value}"]
     return args, base
+
+
+def _up_and_serving(log: str) -> bool:
+    return "roq is up" in log and "http: serving the mq API" in log
 
 
 @pytest.fixture
@@ -69,8 +74,11 @@ def frozen_up(
             start_new_session=True,
         )
     try:
+        # "roq is up" comes before the gateway serves: it then still creates its queue, and a
+        # host killed while it starts that queue's monitor takes longer to stop than the tests'
+        # bounds allow (a stop waits for the start in progress). Wait for the gateway too.
         wait_for(
-            lambda: "roq is up" in log_path.read_text(errors="replace") or process.poll(),
+            lambda: _up_and_serving(log_path.read_text(errors="replace")) or process.poll(),
             UP_READY_S,
             f"roq up to be ready\n{log_path.read_text(errors='replace')}",
         )

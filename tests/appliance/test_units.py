@@ -33,10 +33,11 @@ def verify(path: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_there_are_three_units() -> None:
+def test_there_are_four_units() -> None:
     assert [u.name for u in UNITS] == [
         "roq-gcm.service",
         "roq-host.service",
+        "roq-http.service",
         "roq-zookeeper.service",
     ]
 
@@ -72,7 +73,7 @@ def test_unit_exposure_is_low(unit: Path) -> None:
     assert float(match.group(1)) <= MAX_EXPOSURE
 
 
-@pytest.mark.parametrize("name", ["roq-gcm.service", "roq-host.service"])
+@pytest.mark.parametrize("name", ["roq-gcm.service", "roq-host.service", "roq-http.service"])
 def test_daemon_units_stop_restart_loops_on_config_errors(name: str) -> None:
     text = (ROOT / "systemd" / name).read_text()
     for line in (

@@ -545,3 +545,56 @@ def test_a_subscriber_that_joins_an_added_exchange_late_misses_nothing(cluster: 
     time.sleep(0.3)  # a duplicate would arrive now
     collector.finish()
     _assert_exact(collector, {(first.producer_id, b"k"): 500, (second.producer_id, b"k"): 500})
+
+
+def test_one_publisher_shared_by_eight_threads_loses_and_reorders_nothing(
+    cluster: LocalCluster, queue: str
+):
+    """The HTTP gateway's use: 8 threads share one Publisher (acks) and one routing key, each
+    mixing send, send_many and flush. Every flush returns (every batch confirmed), the stream
+    holds every message once, and each thread's messages arrive in the order it sent them."""
+    collector = Collector(cluster, queue)
+    collector.start()
+    wait_for(lambda: len(collector.sub.exchanges) == 1, 10, "subscriber joined")
+    publisher = Publisher(queue, gcm=cluster.gcm, acks="leader", linger_ms=0)
+    threads, rounds, errors = 8, 150, []
+    start = threading.Barrier(threads)
+
+    def hammer(thread: int) -> None:
+        try:
+            start.wait(10)
+            n = 0
+            for round_ in range(rounds):
+                if round_ % 3 == 0:
+                    publisher.send(b"%d:%d:" % (thread, n) + b"x" * 100, b"k")
+                    n += 1
+                else:
+                    publisher.send_many(
+                        [b"%d:%d:" % (thread, n + i) + b"x" * 100 for i in range(round_ % 7 + 1)],
+                        b"k",
+                    )
+                    n += round_ % 7 + 1
+                publisher.flush(10)
+        except BaseException as error:  # the test thread reports it
+            errors.append(error)
+
+    workers = [threading.Thread(target=hammer, args=(t,)) for t in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+    assert not errors, f"{len(errors)} thread(s) failed: {errors[0]!r}"
+    sent = publisher.sent_messages
+    assert publisher.confirmed_batches == publisher.sent_batches
+    publisher.close()
+    wait_for(lambda: collector.count >= sent, 15, "everything delivered")
+    time.sleep(0.3)  # a duplicate would arrive now
+    collector.finish()
+    _assert_exact(collector, {(publisher.producer_id, b"k"): sent})
+    per_thread: dict[int, list[int]] = collections.defaultdict(list)
+    for payload in collector.payloads:
+        thread, n, _ = payload.split(b":")
+        per_thread[int(thread)].append(int(n))
+    expected = sum(1 if r % 3 == 0 else r % 7 + 1 for r in range(rounds))
+    for thread in range(threads):
+        assert per_thread[thread] == list(range(expected)), f"thread {thread}: lost or reordered"

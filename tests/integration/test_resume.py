@@ -62,6 +62,7 @@ class Up:
             "zk.servers": f"127.0.0.1:{ports.take(1)}",  # free: `roq up` starts its ZooKeeper
             "ports.base": self.base,
             "hcm.port": ports.take(1),
+            "http.port": ports.take(1),  # `roq up` serves the HTTP gateway there
             "monitor.base.port": ports.take(60),
             "statmonitor.base.port": ports.take(20),
             "exchange.base.port": ports.take(40),
@@ -69,6 +70,8 @@ class Up:
             "period": 500,
             "heartbeat.period": 200,
             "zk.namespace": f"/roq-test-{uuid.uuid4().hex[:10]}",
+            # the keys of the helper LocalCluster, whose CLI the tests use
+            "security.dir": str(tmp / "security"),
         }
         self.args = ["up", "--data-dir", str(tmp / "data")]
         for key, value in values.items():

@@ -109,7 +109,12 @@ def test_every_key_read_is_declared_and_every_declared_key_is_read():
     hcm, hcm_read = _reading(config.HCM_KEYS)
     config.GcmSettings.from_settings(gcm)
     assert config.GcmSettings.from_settings(ec2).provisioning.ec2 is not None  # its keys too
-    for component in (config.HostSettings, config.MonitorSettings, config.ExchangeSettings):
+    for component in (
+        config.HostSettings,
+        config.MonitorSettings,
+        config.ExchangeSettings,
+        config.HttpSettings,
+    ):
         component.from_settings(hcm)
     config.UpSettings.from_settings(gcm, hcm)
     for keys, read in ((config.GCM_KEYS, gcm_read | ec2_read), (config.HCM_KEYS, hcm_read)):

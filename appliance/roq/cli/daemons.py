@@ -1,4 +1,4 @@
-"""Every long-running mode, one command each: `roq gcm`, `roq host`, `roq up`, and the
+"""Every long-running mode, one command each: `roq gcm`, `roq host`, `roq up`, `roq http`, and the
 `roq monitor` and `roq exchange` that a host starts as its children."""
 
 from __future__ import annotations
@@ -103,6 +103,49 @@ def _check_log_directory(settings: config.HostSettings) -> None:
         err = RoqError(f"log directory {directory} is not writable: {error.strerror}")
         err.exit_code = EXIT_CANTCREAT
         raise err from None
+
+
+@app.command(rich_help_panel="Daemons")
+def http(
+    config_file: Path | None = CONFIG_OPTION,
+    define: list[str] = DEFINE_OPTION,
+    if_enabled: bool = typer.Option(
+        False, "--if-enabled", help="Exit 0 at once when http.enabled is false (systemd unit)."
+    ),
+) -> None:
+    """Run the HTTP gateway: the mq API (topics, publish, get, ack) on http.port.
+
+    /v1: the mq seed's API (200; 230 message evicted; 231 no message; 400 with a reason).
+
+    /v2: the same, plus batch publish, a long-polling get, application/problem+json errors.
+
+    GET /metrics: counters in the Prometheus text format.
+
+    Messages are stored in roq queues (http.queue.prefix-N, created when missing).
+
+    Topics, owners, heads and subscriber positions are in ZooKeeper: gateways agree.
+
+    Reads HCM.properties: http.*, maxQueueSize, maxNameLen, maxMsgSize, maxTopics, ...
+
+    SIGTERM or Ctrl-C: exit 0. Exit 75: http.port taken; 78: bad configuration;
+
+    69: ZooKeeper or the GCM unreachable. See docs/http.md.
+    """
+    setup_logging()
+    with errors_to_exit():
+        settings = config.HttpSettings.from_settings(
+            config.load_hcm(config_file, config.parse_overrides(define))
+        )
+        if if_enabled and not settings.enabled:
+            typer.echo("roq http: http.enabled=false; not serving", err=True)
+            return
+        secure(settings.security, generate=False)
+        from roq.http.service import run
+
+        stop_event()  # uvicorn calls these handlers again once it has stopped
+        with serving("http gateway"):
+            run(settings, on_ready=lambda where: notify.ready(f"http gateway serving on {where}"))
+        notify.stopping()
 
 
 @app.command(rich_help_panel="Daemons")

@@ -222,8 +222,9 @@ class Publisher:
         biggest = max(sizes)
         if biggest > limits.message_bytes_max:
             _check_size(payloads[sizes.index(biggest)])
-        stamp, taken = time.time_ns() // 1000, 0
+        taken = 0
         with self._lock:
+            stamp = time.time_ns() // 1000  # under the lock: threads' stamps in append order
             self._check_usable()
             try:
                 if self.batch_bytes + biggest + 512 > limits.batch_bytes_max:
@@ -271,6 +272,12 @@ class Publisher:
             self._io.join(timeout_s + 1)
             self._wake.close(0)
             self._context.term() if not self._io.is_alive() else None
+
+    @property
+    def failure(self) -> BaseException | None:
+        """Why the I/O thread stopped (None while it runs): a failed publisher refuses every
+        call for good, and its owner replaces it."""
+        return self._error
 
     def __enter__(self) -> Publisher:
         return self
@@ -337,8 +344,15 @@ class Publisher:
         (which needs no wake-up when it is the caller: `poke=False`)."""
         if not buffer.payloads:
             return
-        first = self._seq[key]
-        batch = batchfmt.encode_batch(self.producer_id, first, key, buffer.payloads, buffer.stamps)
+        first, stamps = self._seq[key], buffer.stamps
+        if min(stamps) < stamps[0]:
+            # The format stores each record's time as an unsigned delta from record 0's. A
+            # message may be stamped before the batch's first: the wall clock stepped back, or
+            # send_many stamped its messages, waited for space (the lock released) while
+            # another thread appended. It takes the first's time: raising here would leave the
+            # batch in place and fail every later seal, the caller's and the I/O thread's.
+            stamps = [max(stamp, stamps[0]) for stamp in stamps]
+        batch = batchfmt.encode_batch(self.producer_id, first, key, buffer.payloads, stamps)
         count = len(buffer.payloads)
         self._seq[key] = first + count
         del self._buffers[key]

@@ -371,6 +371,42 @@ class ExchangeSettings:
         )
 
 
+# --- the HTTP gateway (HCM.properties) -----------------------------------------------------
+@dataclass(frozen=True)
+class HttpSettings:
+    enabled: bool  # http.enabled
+    interface: str  # network.interface: an address or an interface name, resolved at start
+    port: int  # http.port
+    queues: tuple[str, ...]  # the roq queues holding the messages (http.queue.prefix, .queues)
+    acks: str  # http.acks: leader | all
+    max_queue_size: int  # maxQueueSize: messages kept per topic
+    max_name_len: int  # maxNameLen: characters
+    max_msg_size: int  # maxMsgSize: bytes of UTF-8
+    max_topics: int
+    max_subscribers: int  # per topic
+    zk: ZooKeeperSettings
+
+    security: SecuritySettings
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> HttpSettings:
+        prefix = settings._str("http.queue.prefix")
+        return cls(
+            security=SecuritySettings.from_settings(settings),
+            enabled=settings._bool("http.enabled"),
+            interface=settings._str("network.interface"),
+            port=settings._int("http.port"),
+            queues=tuple(f"{prefix}-{n}" for n in range(settings._int("http.queues"))),
+            acks=settings._str("http.acks"),
+            max_queue_size=settings._int("maxQueueSize"),
+            max_name_len=settings._int("maxNameLen"),
+            max_msg_size=settings._int("maxMsgSize"),
+            max_topics=settings._int("maxTopics"),
+            max_subscribers=settings._int("maxSubscribers"),
+            zk=ZooKeeperSettings.from_settings(settings),
+        )
+
+
 # --- `roq up` (both files) --------------------------------------------------------------------
 @dataclass(frozen=True)
 class UpSettings:
@@ -383,6 +419,8 @@ class UpSettings:
     host_interface: str
     hcm_port: int
     security: SecuritySettings  # the GCM's: `roq up` generates the keys its daemons share
+    http_enabled: bool  # http.enabled: `roq up` starts `roq http`
+    http_port: int
 
     @classmethod
     def from_settings(cls, gcm: Settings, hcm: Settings) -> UpSettings:
@@ -394,4 +432,6 @@ class UpSettings:
             host_name=hcm._str("host.name") or hcm._str("network.interface"),
             host_interface=hcm._str("network.interface"),
             hcm_port=hcm._int("hcm.port"),
+            http_enabled=hcm._bool("http.enabled"),
+            http_port=hcm._int("http.port"),
         )

@@ -696,6 +696,88 @@ HCM_KEYS: tuple[Key, ...] = (
         (100, 86_400_000),
         section="Scaling",
     ),
+    # --- the HTTP gateway (`roq http`, roq/http/): the mq seed's keys keep its names ---------
+    Key(
+        "http.enabled",
+        bool,
+        True,
+        "Whether `roq up` starts the HTTP gateway, and whether `roq http --if-enabled` (the "
+        "systemd unit roq-http) serves or exits 0 at once.",
+        section="HTTP gateway",
+    ),
+    Key(
+        "http.port",
+        int,
+        8080,
+        "Port of the HTTP gateway (the mq API v1 and v2, /metrics) on network.interface.",
+        PORT,
+        section="HTTP gateway",
+    ),
+    Key(
+        "http.queues",
+        int,
+        1,
+        "roq queues that hold the gateway's messages; a topic is a routing key of one of them "
+        "(by a hash of its name). More queues spread the load over more exchanges.",
+        (1, 64),
+        section="HTTP gateway",
+    ),
+    Key(
+        "http.queue.prefix",
+        str,
+        "http",
+        "Names of those queues: <prefix>-0, <prefix>-1, ... (created by the gateway if missing).",
+        section="HTTP gateway",
+    ),
+    Key(
+        "http.acks",
+        str,
+        "leader",
+        "What a publish waits for before its 200: the exchange appended the messages to its log "
+        "(leader) or also every in-sync replica did (all).",
+        choices=("leader", "all"),
+        section="HTTP gateway",
+    ),
+    Key(
+        "maxQueueSize",
+        int,
+        10_000,
+        "Messages a topic keeps; a publish beyond them evicts the oldest (mq seed).",
+        (1, 10_000_000),
+        section="HTTP gateway",
+    ),
+    Key(
+        "maxNameLen",
+        int,
+        100,
+        "Longest topic, owner or subscriber name, in characters (mq seed).",
+        (1, 1000),
+        section="HTTP gateway",
+    ),
+    Key(
+        "maxMsgSize",
+        int,
+        131_072,
+        "Largest message, in bytes of its UTF-8 text (mq seed: 128 KiB).",
+        (1, 4_000_000),
+        section="HTTP gateway",
+    ),
+    Key(
+        "maxTopics",
+        int,
+        10_000,
+        "Most topics the cluster's gateways register (mq seed).",
+        (1, 10_000_000),
+        section="HTTP gateway",
+    ),
+    Key(
+        "maxSubscribers",
+        int,
+        10_000,
+        "Most subscribers of one topic (mq seed).",
+        (1, 10_000_000),
+        section="HTTP gateway",
+    ),
 )
 
 

@@ -14,6 +14,8 @@
 <ns>/queues/<q>/scaling        PERSISTENT autoscaling rules (JSON)
 <ns>/queues/<q>/listeners      PERSISTENT rules listeners (admin 2008): {"Addresses": [...]}
 <ns>/xchangeTransactions/<tx>  PERSISTENT idempotency record of an exchange creation
+<ns>/http/topics/<t>           PERSISTENT an HTTP gateway topic: {"topic", "owner", "head"}
+<ns>/http/topics/<t>/<s>       PERSISTENT a subscriber of it: {"next"} (coordination/topics.py)
 <ns>/gone/<host>               PERSISTENT a host the leading GCM saw gone: {"since", "epoch"}
                                           (gcm/repair.py; deleted when it is back or repaired)
 """
@@ -81,6 +83,10 @@ class Paths:
 
     def xchange_transaction(self, txid: str) -> str:
         return f"{self.xchange_transactions}/{txid}"
+
+    @property
+    def http_topics(self) -> str:
+        return f"{self.namespace}/http/topics"
 
     @property
     def gone(self) -> str:

@@ -2,7 +2,10 @@
 and one host as child processes, all state under one data directory. Stopping it (Ctrl-C,
 SIGTERM) stops the host (which stops its monitors and exchanges), the GCM, then ZooKeeper.
 
-Once up, it supervises what it started: a GCM, host or ZooKeeper that dies is started again
+With `http.enabled` (the default) it also starts the HTTP gateway (`roq http`, on `http.port`)
+once the host is registered, and supervises it like the others.
+
+Once up, it supervises what it started: a GCM, host, gateway or ZooKeeper that dies is started again
 after a back-off (doubling, logged), and the restarted host re-adopts its queues from ZooKeeper
 (host/adoption.py). Only a configuration error (exit 78) stops everything: it would recur.
 Started again on the same data directory, `roq up` resumes the same cluster: the queues come
@@ -88,8 +91,10 @@ class Cluster:
         self.zookeeper: ZooKeeperServer | None = None
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.restarts: dict[str, Restarts] = {
-            mode: Restarts() for mode in ("zookeeper", "gcm", "host")
+            mode: Restarts() for mode in ("zookeeper", "gcm", "host", "http")
         }
+        # what `roq up` supervises, with the arguments each is started with
+        self.modes = {"gcm": self._gcm_args, "host": self._hcm_args}
 
     @staticmethod
     def _args(path: Path | None, overrides: dict[str, str]) -> list[str]:
@@ -109,6 +114,10 @@ class Cluster:
         self._spawn("gcm", self._gcm_args)
         self._spawn("host", self._hcm_args)
         self._wait_ready(stop)
+        if self.settings.http_enabled and not stop.is_set():
+            # after the host: the gateway creates its queue, which needs a host to place it
+            self.modes["http"] = self._hcm_args
+            self._spawn("http", self._hcm_args)
 
     def _secure(self) -> None:
         """Generate the cluster's keys on the first start (the GCM and the host then find them),
@@ -134,6 +143,7 @@ class Cluster:
         overrides = ["-D", f"zk.servers={self.zookeeper.connect_string}"]
         self._gcm_args += overrides
         self._hcm_args += overrides
+        self.modes = {"gcm": self._gcm_args, "host": self._hcm_args}
 
     def _spawn(self, mode: str, args: list[str]) -> None:
         self.restarts[mode].started_at = time.monotonic()
@@ -181,6 +191,7 @@ class Cluster:
                 f"  GCM         {gcm} (admin API on port "
                 f"{port_at(self.settings.gcm_ports_base, GcmPort.ADMIN)})",
                 f"  host        {self.settings.host_interface}:{self.settings.hcm_port}",
+                *self._http_lines(),
                 f"  data        {self.data_dir}",
                 "From another terminal:",
                 "  roq queue create q1",
@@ -190,6 +201,12 @@ class Cluster:
                 "Stop with Ctrl-C.",
             ]
         )
+
+    def _http_lines(self) -> list[str]:
+        if "http" not in self.modes:
+            return []
+        where = f"{self.settings.host_interface}:{self.settings.http_port}"
+        return [f"  HTTP        http://{where} (the mq API, docs/http.md)"]
 
     def _zk_text(self) -> str:
         if self.zookeeper is None:
@@ -203,7 +220,7 @@ class Cluster:
     def supervise(self, now: float) -> None:
         """Notice a dead child and start it again when its back-off has passed."""
         self._supervise_zookeeper(now)
-        for mode, args in (("gcm", self._gcm_args), ("host", self._hcm_args)):
+        for mode, args in self.modes.items():
             restarts = self.restarts[mode]
             code = self.processes[mode].poll()
             if code is not None and restarts.due is None:
@@ -235,7 +252,7 @@ class Cluster:
                 log.error("ZooKeeper did not start again: %s", error)
 
     def stop(self) -> None:
-        for mode in ("host", "gcm"):
+        for mode in ("http", "host", "gcm"):
             process = self.processes.pop(mode, None)
             if process is None or process.poll() is not None:
                 continue

@@ -176,6 +176,22 @@ class LocalCluster:
     def start_host(self, name: str = "h1", **overrides: Any) -> Daemon:
         return self._spawn(name, ["host", *self.hcm_args(name, **overrides)])
 
+    def start_http(self, name: str = "http", port: int = 0, **overrides: Any) -> tuple[Daemon, int]:
+        """A `roq http` gateway on this cluster; (its daemon, its port). Ready once
+        `http_ready` answers."""
+        port = port or self.ports.take(1)
+        values = {
+            "zk.servers": self.zk,
+            "zk.namespace": self.namespace,
+            "network.interface": LOOPBACK,
+            "zk.session.timeout": 4000,
+            "http.port": port,
+            **self._security_args(),
+            **overrides,
+        }
+        args = [arg for k, v in values.items() for arg in ("-D", f"{k}={_text(v)}")]
+        return self._spawn(f"{name}-{port}", ["http", *args]), port
+
     def _spawn(self, name: str, args: list[str]) -> Daemon:
         log_path = self.tmp / f"{name}.log"
         with log_path.open("ab") as log_file:

@@ -1,0 +1,164 @@
+"""The HTTP gateway's durable state in ZooKeeper: its topics and its subscribers' positions.
+
+    <ns>/http/topics/t<topic>                 {"topic", "owner", "head"}
+    <ns>/http/topics/t<topic>/s<subscriber>   {"next"}
+
+Names are percent-encoded (any character of a topic or subscriber name is allowed, and a znode
+name may hold no "/") behind a one-letter prefix (so "." and ".." are names like any other).
+`head` is the index of the newest message published to the topic (message indexes are 1-based,
+0: none yet); `next` is the index a subscriber gets next. Both change by compare-and-set at the
+version read, so gateways sharing the ZooKeeper hand out each index once and never lose an
+acknowledgement. The messages themselves are in roq's logs (roq/http/).
+
+A topic's subscriber count is its znode's `numChildren` and the topic count is the root's: no
+counter to keep right. Two gateways registering at the same instant may pass `maxTopics` by
+the number of registrations in flight (ZooKeeper has no conditional create).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
+
+from roq import limits
+from roq.coordination.paths import Paths
+from roq.errors import CoordinationError, RoqError
+
+log = logging.getLogger(__name__)
+
+
+class TopicRefused(RoqError):
+    """The request breaks a rule of the API (the reason says which): an HTTP 400."""
+
+
+@dataclass(frozen=True, slots=True)
+class Topic:
+    name: str
+    owner: str
+    head: int  # the newest message's index; 0: none yet
+    subscribers: int
+    version: int
+
+
+def _node(prefix: str, name: str) -> str:
+    return prefix + quote(name, safe="")
+
+
+class TopicStore:
+    """Blocking: the gateway calls it from its worker threads, never from its event loop."""
+
+    def __init__(self, client: Any, paths: Paths):
+        self.client = client
+        self.root = paths.http_topics
+
+    def ensure_root(self) -> None:
+        with _translated("create the topics root"):
+            self.client.ensure_path(self.root)
+
+    def _topic_path(self, topic: str) -> str:
+        return f"{self.root}/{_node('t', topic)}"
+
+    def _subscriber_path(self, topic: str, subscriber: str) -> str:
+        return f"{self._topic_path(topic)}/{_node('s', subscriber)}"
+
+    def count(self) -> int:
+        with _translated("count topics"):
+            stat = self.client.exists(self.root)
+        return int(stat.numChildren) if stat is not None else 0
+
+    def register(self, topic: str, owner: str, max_topics: int) -> None:
+        if self.count() >= max_topics:
+            raise TopicRefused(f"too many topics: the limit is {max_topics}")
+        data = json.dumps({"topic": topic, "owner": owner, "head": 0}).encode()
+        try:
+            with _translated(f"register topic {topic!r}"):
+                self.client.create(self._topic_path(topic), data)
+        except NodeExistsError:
+            raise TopicRefused(f"topic {topic!r} is taken") from None
+
+    def get(self, topic: str) -> Topic:
+        """The topic, or TopicRefused if it is not registered."""
+        try:
+            with _translated(f"read topic {topic!r}"):
+                data, stat = self.client.get(self._topic_path(topic))
+        except NoNodeError:
+            raise TopicRefused(f"unknown topic {topic!r}") from None
+        doc = json.loads(data.decode())
+        return Topic(topic, str(doc["owner"]), int(doc["head"]), stat.numChildren, stat.version)
+
+    def advance_head(self, topic: str, owner: str, count: int) -> int:
+        """Take `count` indexes for the owner's messages; the first of them."""
+        for _ in range(limits.http_cas_attempts_max):
+            current = self.get(topic)
+            if current.owner != owner:
+                raise TopicRefused(f"{owner!r} is not the owner of topic {topic!r}")
+            data = {"topic": topic, "owner": owner, "head": current.head + count}
+            try:
+                with _translated(f"advance topic {topic!r}"):
+                    self.client.set(
+                        self._topic_path(topic), json.dumps(data).encode(), current.version
+                    )
+            except BadVersionError:
+                continue  # another gateway took indexes meanwhile: read again
+            return current.head + 1
+        raise CoordinationError(f"topic {topic!r}: {limits.http_cas_attempts_max} writers raced")
+
+    def subscribe(self, topic: str, subscriber: str, max_subscribers: int) -> int:
+        """Start (or restart) the subscriber after the topic's head; the index it gets next."""
+        current = self.get(topic)
+        path = self._subscriber_path(topic, subscriber)
+        data = json.dumps({"next": current.head + 1}).encode()
+        with _translated(f"subscribe {subscriber!r} to {topic!r}"):
+            if self.client.exists(path) is not None:
+                self.client.set(path, data)
+                return current.head + 1
+            if current.subscribers >= max_subscribers:
+                raise TopicRefused(f"topic {topic!r} has {max_subscribers} subscribers: the limit")
+            try:
+                self.client.create(path, data)
+            except NodeExistsError:  # subscribed through another gateway meanwhile
+                self.client.set(path, data)
+        return current.head + 1
+
+    def position(self, topic: str, subscriber: str) -> tuple[int, int, int]:
+        """(the subscriber's next index, the version of its znode, the topic's head)."""
+        head = self.get(topic).head
+        try:
+            with _translated(f"read subscriber {subscriber!r} of {topic!r}"):
+                data, stat = self.client.get(self._subscriber_path(topic, subscriber))
+        except NoNodeError:
+            raise TopicRefused(f"{subscriber!r} is not subscribed to topic {topic!r}") from None
+        return int(json.loads(data.decode())["next"]), stat.version, head
+
+    def ack(self, topic: str, subscriber: str, index: int) -> int:
+        """Acknowledge message `index`, which must be the subscriber's next; the new next."""
+        following, version, head = self.position(topic, subscriber)
+        if index != following:
+            raise TopicRefused(f"message {index} is not the next of {subscriber!r} ({following})")
+        if index > head:
+            raise TopicRefused(f"message {index} of topic {topic!r} is not published yet")
+        data = json.dumps({"next": index + 1}).encode()
+        try:
+            with _translated(f"acknowledge for {subscriber!r} on {topic!r}"):
+                self.client.set(self._subscriber_path(topic, subscriber), data, version)
+        except BadVersionError:
+            raise TopicRefused(f"message {index} was acknowledged concurrently") from None
+        return index + 1
+
+
+@contextmanager
+def _translated(what: str) -> Iterator[None]:
+    """Every ZooKeeper failure but the expected ones leaves as CoordinationError (HTTP 503)."""
+    try:
+        yield
+    except (NodeExistsError, NoNodeError, BadVersionError):
+        raise
+    except KazooException as error:
+        raise CoordinationError(f"ZooKeeper: cannot {what}: {error!r}") from None

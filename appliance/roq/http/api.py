@@ -1,0 +1,236 @@
+"""The HTTP API: the mq seed's five calls under /v1 (its answers: 200, 230, 231, 400 with a JSON
+reason), the same under /v2 with batch publish, a long-polling get and errors as
+application/problem+json (RFC 9457), and GET /metrics. docs/http.md documents both.
+
+Every request body is read in chunks up to `limits.http_body_bytes_max`, parsed as JSON and
+checked field by field before anything else happens; whatever is wrong with it is a 4xx with
+the reason, never an exception that reaches the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from roq import limits
+from roq.config import HttpSettings
+from roq.coordination.topics import TopicRefused
+from roq.errors import CoordinationError
+from roq.http.gateway import EVICTED, NO_MESSAGE, OK, Gateway, Unavailable
+from roq.http.metrics import CONTENT_TYPE, Metrics
+
+Doc = dict[str, Any]
+Answer = tuple[int, Doc]
+PROBLEM = "application/problem+json"
+TITLES = {
+    400: "bad request",
+    404: "not found",
+    405: "method not allowed",
+    413: "request body too large",
+    EVICTED: "message evicted",
+    NO_MESSAGE: "no message",
+    503: "unavailable",
+}
+
+
+class BadRequest(Exception):
+    def __init__(self, reason: str, status: int = 400):
+        super().__init__(reason)
+        self.reason, self.status = reason, status
+
+
+# --- reading a request -----------------------------------------------------------------------
+async def read_json(request: Request) -> Doc:
+    declared = request.headers.get("content-length", "0")
+    too_large = BadRequest(f"body larger than {limits.http_body_bytes_max} bytes", 413)
+    if not declared.isdigit() or int(declared) > limits.http_body_bytes_max:
+        raise too_large
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limits.http_body_bytes_max:
+            raise too_large
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):
+        raise BadRequest("the body is not JSON") from None
+    if not isinstance(doc, dict):
+        raise BadRequest("the body must be a JSON object")
+    return doc
+
+
+class Fields:
+    """The checks of a request's fields against the configured limits."""
+
+    def __init__(self, settings: HttpSettings):
+        self.settings = settings
+
+    def name(self, doc: Doc, field: str) -> str:
+        value = doc.get(field)
+        if not isinstance(value, str) or not value:
+            raise BadRequest(f"'{field}' must be a non-empty string")
+        if len(value) > self.settings.max_name_len:
+            raise BadRequest(f"'{field}' is longer than maxNameLen ({self.settings.max_name_len})")
+        _utf8(value, field)
+        return value
+
+    def message(self, value: Any, field: str = "msg") -> bytes:
+        if not isinstance(value, str):
+            raise BadRequest(f"'{field}' must be a string")
+        encoded = _utf8(value, field)
+        if len(encoded) > self.settings.max_msg_size:
+            raise BadRequest(
+                f"'{field}' is {len(encoded)} bytes, over maxMsgSize ({self.settings.max_msg_size})"
+            )
+        return encoded
+
+    def messages(self, doc: Doc) -> list[bytes]:
+        if "msgs" not in doc:
+            return [self.message(doc.get("msg"))]
+        values = doc["msgs"]
+        if not isinstance(values, list) or not 1 <= len(values) <= limits.http_batch_messages_max:
+            raise BadRequest(f"'msgs' must be a list of 1 to {limits.http_batch_messages_max}")
+        return [self.message(value, "msgs[]") for value in values]
+
+    @staticmethod
+    def index(doc: Doc) -> int:
+        value = doc.get("msgIdx")
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**62:
+            raise BadRequest("'msgIdx' must be a positive integer")
+        return value
+
+    @staticmethod
+    def wait(doc: Doc) -> float:
+        value = doc.get("wait", 0)
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or not math.isfinite(value):
+            raise BadRequest("'wait' must be a number of seconds")
+        if not 0 <= value <= limits.http_wait_s_max:
+            raise BadRequest(f"'wait' must be between 0 and {limits.http_wait_s_max:.0f} s")
+        return float(value)
+
+
+def _utf8(value: str, field: str) -> bytes:
+    try:
+        return value.encode()
+    except UnicodeEncodeError:  # a lone surrogate (JSON's "\ud800") is no text
+        raise BadRequest(f"'{field}' is not valid Unicode text") from None
+
+
+# --- the calls -------------------------------------------------------------------------------
+class Calls:
+    def __init__(self, gateway: Gateway, fields: Fields, metrics: Metrics):
+        self.gateway, self.fields, self.metrics = gateway, fields, metrics
+
+    async def register(self, doc: Doc, _v2: bool) -> Answer:
+        owner, topic = self.fields.name(doc, "owner"), self.fields.name(doc, "topic")
+        await self.gateway.register(owner, topic)
+        return OK, {}
+
+    async def publish(self, doc: Doc, v2: bool) -> Answer:
+        owner, topic = self.fields.name(doc, "owner"), self.fields.name(doc, "topic")
+        messages = self.fields.messages(doc) if v2 else [self.fields.message(doc.get("msg"))]
+        first = await self.gateway.publish(owner, topic, messages)
+        self.metrics.published.inc(len(messages))
+        return OK, {"msgIdx": first, "count": len(messages)} if v2 else {"msgIdx": first}
+
+    async def subscribe(self, doc: Doc, _v2: bool) -> Answer:
+        subscriber, topic = self.fields.name(doc, "subscriber"), self.fields.name(doc, "topic")
+        following = await self.gateway.subscribe(subscriber, topic)
+        return OK, {"nextIdx": following}
+
+    async def get(self, doc: Doc, v2: bool) -> Answer:
+        subscriber, topic = self.fields.name(doc, "subscriber"), self.fields.name(doc, "topic")
+        wait = self.fields.wait(doc) if v2 else 0.0
+        got = await self.gateway.get(subscriber, topic, wait)
+        if got.status == OK:
+            return OK, {"msgIdx": got.index, "msg": got.message}
+        return got.status, {"msgIdx": got.index}
+
+    async def ack(self, doc: Doc, _v2: bool) -> Answer:
+        subscriber, topic = self.fields.name(doc, "subscriber"), self.fields.name(doc, "topic")
+        following = await self.gateway.ack(subscriber, topic, self.fields.index(doc))
+        return OK, {"nextIdx": following}
+
+
+# --- answers ---------------------------------------------------------------------------------
+def answer(v2: bool, status: int, body: Doc, reason: str = "") -> Response:
+    if status == OK:
+        return JSONResponse(body)
+    title = TITLES.get(status, "error")
+    if not v2:
+        return JSONResponse({"error": reason or title, **body}, status)
+    slug = title.replace(" ", "-")
+    problem = {"type": f"urn:roq:mq:{slug}", "title": title, "status": status, **body}
+    if reason:
+        problem["detail"] = reason
+    return JSONResponse(problem, status, media_type=PROBLEM)
+
+
+def endpoint(
+    name: str, call: Callable[[Doc, bool], Awaitable[Answer]], v2: bool, metrics: Metrics
+) -> Callable[[Request], Awaitable[Response]]:
+    async def handle(request: Request) -> Response:
+        started = time.monotonic()
+        try:
+            status, body = await call(await read_json(request), v2)
+            response = answer(v2, status, body)
+        except BadRequest as error:
+            response = answer(v2, error.status if v2 else 400, {}, error.reason)
+        except TopicRefused as refused:
+            response = answer(v2, 400, {}, str(refused))
+        except (Unavailable, CoordinationError) as error:
+            response = answer(v2, 503, {}, str(error))
+        metrics.observe(name, response.status_code, time.monotonic() - started)
+        return response
+
+    return handle
+
+
+def build(
+    gateway: Gateway, settings: HttpSettings, on_ready: Callable[[], object] = lambda: None
+) -> Starlette:
+    metrics = Metrics(gateway.index, lambda: gateway.replaced)
+    calls = Calls(gateway, Fields(settings), metrics)
+
+    async def render_metrics(_request: Request) -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+    routes = [Route("/metrics", render_metrics, methods=["GET"])]
+    for version in ("v1", "v2"):
+        for path, call in (
+            ("topic/register", calls.register),
+            ("message/publish", calls.publish),
+            ("topic/subscribe", calls.subscribe),
+            ("message/get", calls.get),
+            ("message/ack", calls.ack),
+        ):
+            handle = endpoint(path, call, version == "v2", metrics)
+            routes.append(Route(f"/{version}/{path}", handle, methods=["POST"]))
+
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        gateway.start_consumers(asyncio.get_running_loop())
+        on_ready()
+        yield
+
+    async def http_error(request: Request, error: Exception) -> Response:
+        status = error.status_code if isinstance(error, HTTPException) else 400
+        metrics.observe("other", status, 0.0)
+        reason = f"{request.method} {request.url.path}: {TITLES.get(status, 'error')}"
+        return answer(request.url.path.startswith("/v2/"), status, {}, reason)
+
+    return Starlette(
+        routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error}
+    )

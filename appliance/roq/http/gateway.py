@@ -1,0 +1,240 @@
+"""What each API call does. ZooKeeper (coordination/topics.py) holds the registrations, owners,
+heads and subscriber positions; roq's logs hold the messages; the index (index.py) is this
+gateway's view of the logs.
+
+- register: create the topic's znode (owner, head 0).
+- publish: take the next indexes of the topic (a compare-and-set of its head), then publish the
+  messages, each carrying its topic and index, to the topic's queue and wait for the exchange's
+  confirmation (`http.acks`). Only then the 200. A publish that fails after taking its indexes
+  leaves them unused: a get of such an index answers 230 once a later message of the topic
+  has been read (it will never come), 503 until then.
+- subscribe: the subscriber's next index is the head + 1 (it gets what is published after).
+- get: read the subscriber's next index and the topic's head; evicted if the next index is
+  maxQueueSize or more behind the head (230), not published if it is past the head (231, or
+  wait for it: v2's long poll), otherwise the message, from the index (waiting, bounded, for
+  the log to bring a message published through another gateway).
+- ack: the next index + 1, by compare-and-set, if the acknowledged index is the next one.
+
+Blocking calls (kazoo, the Publisher's flush) run on a bounded thread pool, never on the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import math
+import threading
+import time
+import zlib
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from roq import limits
+from roq.client import credentials
+from roq.client.admin import AdminClient, AdminRefused
+from roq.client.publisher import Publisher
+from roq.config import HttpSettings
+from roq.coordination import session
+from roq.coordination.paths import Paths
+from roq.coordination.topics import TopicRefused, TopicStore
+from roq.errors import CoordinationError, RoqError
+from roq.http import records
+from roq.http.consumer import LogConsumer
+from roq.http.index import TopicIndex
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+OK, EVICTED, NO_MESSAGE = 200, 230, 231
+
+
+class Unavailable(RoqError):
+    """The cluster cannot answer now (ZooKeeper, the exchange, a message not read yet): 503."""
+
+
+@dataclass(frozen=True, slots=True)
+class Got:
+    status: int  # OK, EVICTED or NO_MESSAGE
+    index: int  # the subscriber's next index
+    message: str = ""
+
+
+class Gateway:
+    def __init__(self, settings: HttpSettings):
+        self.settings = settings
+        self.paths = Paths(settings.zk.namespace)
+        self.index = TopicIndex(settings.max_queue_size)
+        self.pool = ThreadPoolExecutor(limits.http_workers_max, thread_name_prefix="roq-http")
+        self.publishers: dict[str, Publisher] = {}
+        self.consumers: list[LogConsumer] = []
+        # one lock per topic hash: this gateway's own publishes to a topic do not race for its
+        # head (only other gateways' do), whatever the number of topics
+        self._locks = [asyncio.Lock() for _ in range(256)]
+        self._replacing = threading.Lock()
+        self._replaced_at: dict[str, float] = {}
+        self.replaced = 0  # failed publishers replaced (GET /metrics)
+        self.zk: Any = None
+        self.store: TopicStore
+
+    # --- life ----------------------------------------------------------------------------------
+    def open(self) -> None:
+        """Blocking, before serving: ZooKeeper, the queues (created when missing), publishers."""
+        zk = self.settings.zk
+        self.zk = session.connect(zk.servers, zk.session_timeout_ms, auth=credentials.zk_auth())
+        self.store = TopicStore(self.zk, self.paths)
+        self.store.ensure_root()
+        self._ensure_queues()
+        for queue in self.settings.queues:
+            self.publishers[queue] = self._new_publisher(queue)
+
+    def _new_publisher(self, queue: str) -> Publisher:
+        zk = self.settings.zk
+        return Publisher(
+            queue, zk=zk.servers, namespace=zk.namespace, acks=self.settings.acks, linger_ms=0
+        )
+
+    def _ensure_queues(self) -> None:
+        deadline = time.monotonic() + limits.admin_request_timeout_ms / 1000
+        zk = self.settings.zk
+        with AdminClient(zk=zk.servers, namespace=zk.namespace) as admin:
+            for queue in self.settings.queues:
+                while not admin.queue_exists(queue):
+                    try:
+                        admin.create_queue(queue)
+                        log.info("http: created queue %s for the gateway's messages", queue)
+                    except AdminRefused as refused:  # another gateway's create, or no host yet
+                        if time.monotonic() > deadline:
+                            raise Unavailable(f"cannot create queue {queue}: {refused}") from None
+                        time.sleep(limits.http_consumer_retry_s)
+
+    def start_consumers(self, loop: asyncio.AbstractEventLoop) -> None:
+        zk = self.settings.zk
+        for queue in self.settings.queues:
+            consumer = LogConsumer(queue, zk.servers, zk.namespace, loop, self.index.add)
+            consumer.start()
+            self.consumers.append(consumer)
+
+    def close(self) -> None:
+        for consumer in self.consumers:
+            consumer.stop.set()
+        for consumer in self.consumers:
+            consumer.join(2 * limits.poll_interval_ms / 1000 + 1)
+        for publisher in self.publishers.values():
+            try:
+                publisher.close(timeout_s=limits.http_shutdown_s)
+            except RoqError as error:
+                log.warning("http: closing %s: %s", publisher.name, error)
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        if self.zk is not None:
+            session.close(self.zk)
+
+    # --- helpers -------------------------------------------------------------------------------
+    async def _run(self, call: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.pool, functools.partial(call, *args))
+
+    def queue_of(self, topic: str) -> str:
+        queues = self.settings.queues
+        return queues[zlib.crc32(topic.encode()) % len(queues)]
+
+    # --- the API -------------------------------------------------------------------------------
+    async def register(self, owner: str, topic: str) -> None:
+        await self._run(self.store.register, topic, owner, self.settings.max_topics)
+        log.info("http: topic %r registered by %r", topic, owner)
+
+    async def publish(self, owner: str, topic: str, messages: list[bytes]) -> int:
+        """Store the messages; the index of the first. Returns once the exchange confirmed."""
+        async with self._locks[zlib.crc32(topic.encode()) & 255]:
+            first = await self._run(self.store.advance_head, topic, owner, len(messages))
+        name = topic.encode()
+        payloads = [records.encode(name, first + n, body) for n, body in enumerate(messages)]
+        try:
+            await self._run(self._store_messages, self.queue_of(topic), payloads)
+        except RoqError as error:
+            log.error("http: topic %r: messages %d..%d not stored: %s",
+                      topic, first, first + len(messages) - 1, error)  # fmt: skip
+            raise Unavailable(f"the messages were not stored: {error}") from None
+        return first
+
+    def _store_messages(self, queue: str, payloads: list[bytes]) -> None:
+        publisher = self.publishers[queue]
+        try:
+            publisher.send_many(payloads, key=records.KEY)
+            publisher.flush(limits.http_publish_timeout_s)
+        except RoqError:
+            if publisher.failure is not None:
+                self._replace(queue, publisher)
+            raise
+
+    def _replace(self, queue: str, failed: Publisher) -> None:
+        """A failed publisher refuses every call for good: without a new one, every publish to
+        its queue would answer 503 until the gateway restarts. One replacement at a time (a
+        request that finds one under way answers 503 at once instead of holding a worker for
+        the placement), at most once per `http_publisher_replace_s` per queue; the request
+        that found the failure still answers 503 (its messages were not stored)."""
+        if not self._replacing.acquire(blocking=False):
+            return
+        try:
+            now = time.monotonic()
+            if self.publishers[queue] is not failed:
+                return  # another request replaced it
+            if now - self._replaced_at.get(queue, -math.inf) < limits.http_publisher_replace_s:
+                return
+            self._replaced_at[queue] = now
+            log.error("http: the publisher to queue %s failed (%s); replacing it",
+                      queue, failed.failure)  # fmt: skip
+            try:
+                self.publishers[queue] = self._new_publisher(queue)  # bounded: its placement
+            except RoqError as error:
+                log.error("http: queue %s: no new publisher yet: %s", queue, error)
+                return
+            self.replaced += 1
+        finally:
+            self._replacing.release()
+        try:
+            failed.close(timeout_s=0.1)
+        except RoqError as error:
+            log.warning("http: closing the failed %s: %s", failed.name, error)
+
+    async def subscribe(self, subscriber: str, topic: str) -> int:
+        following = await self._run(
+            self.store.subscribe, topic, subscriber, self.settings.max_subscribers
+        )
+        log.info("http: %r subscribed to topic %r from message %d", subscriber, topic, following)
+        return following
+
+    async def get(self, subscriber: str, topic: str, wait_s: float = 0.0) -> Got:
+        deadline = time.monotonic() + wait_s
+        while True:
+            following, _, head = await self._run(self.store.position, topic, subscriber)
+            if following <= head - self.settings.max_queue_size:
+                return Got(EVICTED, following)
+            if following > head:
+                left = deadline - time.monotonic()
+                if left <= 0 or not await self.index.wait_for(topic, following, left):
+                    return Got(NO_MESSAGE, following)
+                continue  # something arrived: ZooKeeper says whether it is still ours
+            message = self.index.lookup(topic, following)
+            if message is not None:
+                return Got(OK, following, message)
+            return await self._catch_up(topic, following)
+
+    async def _catch_up(self, topic: str, index: int) -> Got:
+        """ZooKeeper says message `index` was published, the index does not have it yet."""
+        await self.index.wait_for(topic, index, limits.http_catchup_s, exact=True)
+        message = self.index.lookup(topic, index)
+        if message is not None:
+            return Got(OK, index, message)
+        if self.index.newest.get(topic, 0) > index:
+            return Got(EVICTED, index)  # its publish failed: a later message came, it never will
+        raise Unavailable(f"message {index} of topic {topic!r} is not readable yet")
+
+    async def ack(self, subscriber: str, topic: str, index: int) -> int:
+        return await self._run(self.store.ack, topic, subscriber, index)
+
+
+__all__ = ["EVICTED", "NO_MESSAGE", "OK", "CoordinationError", "Gateway", "Got", "TopicRefused"]

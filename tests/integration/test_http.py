@@ -1,0 +1,382 @@
+"""The HTTP gateway (`roq http`, roq/http/) against a real cluster, over real HTTP on 127.0.0.1:
+the mq API's table with each status code, the limits at their edge and one past, v2, restarts of
+the gateway and of the exchange, two gateways, README's curl tour and 2,000 malformed requests."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from roq.system.spawn import child_environment, roq_command
+from roq.testing.cluster import (
+    LocalCluster,
+    PortBlocks,
+    child_pids,
+    processes_with,
+    wait_for,
+)
+
+pytestmark = pytest.mark.integration
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+# small limits, so every edge is cheap to reach
+LIMITS = {"maxQueueSize": 3, "maxNameLen": 8, "maxMsgSize": 16, "maxTopics": 50,
+          "maxSubscribers": 3}  # fmt: skip
+
+
+class Api:
+    def __init__(self, port: int):
+        self.base = f"http://127.0.0.1:{port}"
+        self.client = httpx.Client(base_url=self.base, timeout=40)
+
+    def post(self, path: str, **body: Any) -> httpx.Response:
+        return self.client.post(path, json=body)
+
+    def v1(self, call: str, **body: Any) -> tuple[int, dict[str, Any]]:
+        response = self.post(f"/v1/{call}", **body)
+        return response.status_code, response.json()
+
+    def v2(self, call: str, **body: Any) -> tuple[int, dict[str, Any]]:
+        response = self.post(f"/v2/{call}", **body)
+        return response.status_code, response.json()
+
+
+def start_gateway(cluster: LocalCluster, port: int = 0, **overrides: Any) -> tuple[Any, Api]:
+    daemon, port = cluster.start_http(port=port, **{**LIMITS, **overrides})
+
+    def ready() -> bool:
+        assert daemon.process.poll() is None, daemon.log_text()
+        return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).status_code == 200
+
+    wait_for(ready, 60, f"the gateway on {port}\n{cluster.logs()}", interval_s=0.2)
+    return daemon, Api(port)
+
+
+@pytest.fixture(scope="module")
+def served(
+    tmp_path_factory: pytest.TempPathFactory, zookeeper: str, port_blocks: PortBlocks
+) -> Iterator[tuple[LocalCluster, Api]]:
+    cluster = LocalCluster(tmp_path_factory.mktemp("http"), zookeeper, port_blocks)
+    try:
+        cluster.start_gcm()
+        cluster.start_host()
+        cluster.wait_ready()
+        _, api = start_gateway(cluster, **{"http.queues": 2})
+        yield cluster, api
+    finally:
+        cluster.stop()
+
+
+def test_register_and_publish_refusals_and_limits(served: tuple[LocalCluster, Api]) -> None:
+    _, api = served
+    assert api.v1("topic/register", owner="alice", topic="t1") == (200, {})
+    status, body = api.v1("topic/register", owner="bob", topic="t1")
+    assert status == 400 and "taken" in body["error"]
+    assert api.v1("topic/register", owner="alice", topic="t1")[0] == 400  # taken, even by its owner
+    assert api.v1("message/publish", owner="bob", topic="t1", msg="x")[0] == 400  # not the owner
+    status, body = api.v1("message/publish", owner="alice", topic="nope", msg="x")
+    assert status == 400 and "unknown topic" in body["error"]
+    # maxNameLen 8: at the edge and one past, for each name
+    assert api.v1("topic/register", owner="o" * 8, topic="n" * 8)[0] == 200
+    assert api.v1("topic/register", owner="o" * 9, topic="n2")[0] == 400
+    assert api.v1("topic/register", owner="o", topic="n" * 9)[0] == 400
+    assert api.v1("topic/subscribe", subscriber="s" * 9, topic="t1")[0] == 400
+    # maxMsgSize 16 bytes of UTF-8: "é" is two
+    assert api.v1("message/publish", owner="alice", topic="t1", msg="é" * 8)[0] == 200
+    status, body = api.v1("message/publish", owner="alice", topic="t1", msg="x" * 17)
+    assert status == 400 and "maxMsgSize" in body["error"]
+    # maxSubscribers 3 per topic
+    for name in ("s1", "s2", "s3"):
+        assert api.v1("topic/subscribe", subscriber=name, topic="t1")[0] == 200
+    assert api.v1("topic/subscribe", subscriber="s1", topic="t1")[0] == 200  # again: not new
+    status, body = api.v1("topic/subscribe", subscriber="s4", topic="t1")
+    assert status == 400 and "limit" in body["error"]
+    assert api.v1("topic/subscribe", subscriber="s1", topic="nope")[0] == 400
+
+
+def test_get_ack_eviction_and_no_message(served: tuple[LocalCluster, Api]) -> None:
+    _, api = served
+    topic = "g"
+    assert api.v1("topic/register", owner="alice", topic=topic)[0] == 200
+    assert api.v1("topic/subscribe", subscriber="early", topic=topic)[0] == 200
+    status, body = api.v1("message/get", subscriber="early", topic=topic)
+    assert (status, body["msgIdx"]) == (231, 1)  # an empty topic
+    for n in range(1, 3):
+        assert api.v1("message/publish", owner="alice", topic=topic, msg=f"m{n}") == (
+            200, {"msgIdx": n})  # fmt: skip
+    assert api.v1("message/get", subscriber="early", topic=topic) == (
+        200,
+        {"msgIdx": 1, "msg": "m1"},
+    )
+    assert api.v1("message/get", subscriber="early", topic=topic)[1]["msgIdx"] == 1  # until acked
+    assert api.v1("message/ack", subscriber="early", topic=topic, msgIdx=2)[0] == 400  # not next
+    assert api.v1("message/ack", subscriber="early", topic=topic, msgIdx=1) == (200, {"nextIdx": 2})
+    assert api.v1("message/ack", subscriber="early", topic=topic, msgIdx=1)[0] == 400  # done
+    assert api.v1("message/get", subscriber="early", topic=topic)[1] == {"msgIdx": 2, "msg": "m2"}
+    assert api.v1("message/ack", subscriber="early", topic=topic, msgIdx=2)[0] == 200
+    assert api.v1("message/get", subscriber="early", topic=topic)[0] == 231
+    assert api.v1("message/ack", subscriber="early", topic=topic, msgIdx=3)[0] == 400  # unpublished
+    assert api.v1("message/ack", subscriber="stranger", topic=topic, msgIdx=1)[0] == 400
+    assert api.v1("message/get", subscriber="stranger", topic=topic)[0] == 400
+    # a late subscriber gets only what comes after it: 231 although two messages exist
+    assert api.v1("topic/subscribe", subscriber="late", topic=topic) == (200, {"nextIdx": 3})
+    assert api.v1("message/get", subscriber="late", topic=topic)[0] == 231
+    # maxQueueSize 3: messages 3..7 evict 1..4; "late" waits at 3, which is evicted
+    for n in range(3, 8):
+        assert api.v1("message/publish", owner="alice", topic=topic, msg=f"m{n}")[0] == 200
+    status, body = api.v1("message/get", subscriber="late", topic=topic)
+    assert (status, body["msgIdx"]) == (230, 3)
+    assert api.v1("message/ack", subscriber="late", topic=topic, msgIdx=3)[0] == 200
+    assert api.v1("message/get", subscriber="late", topic=topic)[0] == 230  # 4 is gone too
+    assert api.v1("message/ack", subscriber="late", topic=topic, msgIdx=4)[0] == 200
+    assert api.v1("message/get", subscriber="late", topic=topic)[1] == {"msgIdx": 5, "msg": "m5"}
+    assert "roq_http_requests_total" in httpx.get(f"{api.base}/metrics").text
+
+
+def test_v2_batch_long_poll_and_problems(served: tuple[LocalCluster, Api]) -> None:
+    _, api = served
+    topic = "v2"
+    assert api.v2("topic/register", owner="alice", topic=topic)[0] == 200
+    assert api.v2("topic/subscribe", subscriber="p", topic=topic)[0] == 200
+    assert api.v2("message/publish", owner="alice", topic=topic, msgs=["a", "b", "c"]) == (
+        200, {"msgIdx": 1, "count": 3})  # fmt: skip
+    assert api.v2("message/get", subscriber="p", topic=topic, wait=5)[1] == {
+        "msgIdx": 1,
+        "msg": "a",
+    }
+    for n in (1, 2, 3):
+        assert api.v2("message/ack", subscriber="p", topic=topic, msgIdx=n)[0] == 200
+    # an expired long poll: 231 after the wait, as problem+json
+    started = time.monotonic()
+    response = api.post("/v2/message/get", subscriber="p", topic=topic, wait=0.5)
+    assert response.status_code == 231 and time.monotonic() - started >= 0.5
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["title"] == "no message"
+    # a long poll answered within milliseconds of a publish
+    answered: list[tuple[float, dict[str, Any]]] = []
+
+    def poll() -> None:
+        response = api.post("/v2/message/get", subscriber="p", topic=topic, wait=20)
+        answered.append((time.monotonic(), response.json()))
+
+    waiter = threading.Thread(target=poll)
+    waiter.start()
+    time.sleep(0.5)  # the poll is parked (nothing to observe from outside; it only delays)
+    other = Api(int(api.base.rsplit(":", 1)[1]))
+    assert other.v2("message/publish", owner="alice", topic=topic, msg="d")[0] == 200
+    published = time.monotonic()
+    waiter.join(25)
+    assert answered and answered[0][1] == {"msgIdx": 4, "msg": "d"}
+    assert answered[0][0] - published < 0.25, answered[0][0] - published
+    # problems: refused, too large, wrong method, unknown path
+    response = api.post("/v2/message/publish", owner="bob", topic=topic, msg="x")
+    assert response.status_code == 400 and "not the owner" in response.json()["detail"]
+    big = api.client.post("/v2/message/publish", content=b"x" * (17 * 1024 * 1024))
+    assert big.status_code == 413 and big.headers["content-type"] == "application/problem+json"
+    assert api.client.get("/v2/message/get").status_code == 405
+    assert api.client.post("/v2/nothing", json={}).status_code == 404
+    assert api.v2("message/publish", owner="alice", topic=topic, msgs=[])[0] == 400
+    assert api.v2("message/publish", owner="alice", topic=topic, msgs=["x"] * 1001)[0] == 400
+    assert api.v2("message/get", subscriber="p", topic=topic, wait=31)[0] == 400
+
+
+def test_readme_curl_tour(served: tuple[LocalCluster, Api]) -> None:
+    """The README's curl lines, run as they are but for the port."""
+    _, api = served
+    port = api.base.rsplit(":", 1)[1]
+    lines = [line for line in README.read_text().splitlines() if line.startswith("curl ")]
+    assert len(lines) >= 5
+    outputs = []
+    for line in lines:
+        command, _, comment = line.partition("  #")
+        args = shlex.split(command.replace("localhost:8080", f"127.0.0.1:{port}"))
+        done = subprocess.run(args, capture_output=True, text=True, timeout=30, check=False)
+        assert done.returncode == 0, (line, done.stderr)
+        outputs.append((done.stdout, comment.strip()))
+    expected = [json.loads(c) for _, c in outputs if c.startswith("{")]
+    assert expected and all(json.loads(out) in expected for out, c in outputs if c.startswith("{"))
+    assert re.search(r"231$", outputs[-1][0].strip())
+
+
+def test_keep_alive_requests_are_not_held_by_nagle(served: tuple[LocalCluster, Api]) -> None:
+    """uvicorn writes a response's head and body apart: without TCP_NODELAY on the gateway's
+    connections the body waited for the client's delayed ACK, 40 ms per keep-alive request."""
+    _, api = served
+    took = []
+    for _ in range(20):
+        started = time.monotonic()
+        assert api.client.get("/metrics").status_code == 200
+        took.append(time.monotonic() - started)
+    took.sort()
+    assert took[10] < 0.02, f"median {took[10] * 1000:.1f} ms on one keep-alive connection"
+
+
+def test_two_gateways_answer_alike(served: tuple[LocalCluster, Api]) -> None:
+    cluster, first = served
+    daemon, second = start_gateway(cluster, **{"http.queues": 2})
+    try:
+        topic = "two"
+        assert second.v1("topic/register", owner="alice", topic=topic)[0] == 200
+        assert first.v1("topic/subscribe", subscriber="x", topic=topic)[0] == 200
+        assert second.v1("topic/subscribe", subscriber="y", topic=topic)[0] == 200
+        assert first.v1("message/publish", owner="alice", topic=topic, msg="one")[0] == 200
+        assert second.v1("message/publish", owner="alice", topic=topic, msg="two")[0] == 200
+        assert second.v1("message/get", subscriber="x", topic=topic)[1] == {
+            "msgIdx": 1,
+            "msg": "one",
+        }
+        assert second.v1("message/ack", subscriber="x", topic=topic, msgIdx=1)[0] == 200
+        assert first.v1("message/get", subscriber="x", topic=topic)[1] == {
+            "msgIdx": 2,
+            "msg": "two",
+        }
+        assert first.v1("message/get", subscriber="y", topic=topic)[1]["msg"] == "one"
+        assert second.v1("topic/register", owner="z", topic=topic)[0] == 400  # taken via first
+    finally:
+        cluster.kill(daemon)
+
+
+def test_malformed_requests_are_answered_4xx(served: tuple[LocalCluster, Api]) -> None:
+    _, api = served
+    seen: list[int] = []
+    paths = [f"/v{v}/{p}" for v in (1, 2, 3) for p in (
+        "topic/register", "message/publish", "topic/subscribe", "message/get", "message/ack",
+        "x", "")]  # fmt: skip
+    values = st.one_of(
+        st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=300),
+        st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=3), st.integers()),
+        st.just("x" * 200_000), st.just(2**70), st.just(-1),
+    )  # fmt: skip
+    documents = st.dictionaries(
+        st.sampled_from(["owner", "topic", "subscriber", "msg", "msgs", "msgIdx", "wait", "zz"]),
+        values, max_size=6,
+    )  # fmt: skip
+    raw = st.one_of(
+        st.binary(max_size=200),
+        documents.map(lambda d: json.dumps(d).encode()),
+        st.sampled_from([b"{", b"[1,2]", b'"x"', b"null", b"{" * 5000 + b"}" * 5000,
+                         b'{"topic": "\\ud800", "owner": "a"}', b'{"wait": NaN}']),
+    )  # fmt: skip
+
+    @settings(max_examples=2000, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @given(method=st.sampled_from(["POST"] * 6 + ["GET", "PUT", "DELETE"]),
+           path=st.sampled_from(paths), body=raw)  # fmt: skip
+    def one(method: str, path: str, body: bytes) -> None:
+        response = api.client.request(method, path, content=body)
+        seen.append(response.status_code)
+        assert 400 <= response.status_code < 500 or response.status_code in (230, 231, 200), (
+            method, path, body[:200], response.status_code, response.text[:300])  # fmt: skip
+        # 200/230/231 only when the fuzzer happened to send a valid call
+        if response.status_code in (200, 230, 231):
+            assert method == "POST" and path.startswith(("/v1/", "/v2/"))
+
+    one()
+    assert len(seen) >= 2000
+    assert sum(400 <= code < 500 for code in seen) >= 1900
+    # alive and serving
+    assert api.v1("topic/register", owner="alice", topic="after")[0] == 200
+    assert api.v1("topic/subscribe", subscriber="after", topic="after")[0] == 200
+    assert api.v1("message/publish", owner="alice", topic="after", msg="ok")[0] == 200
+    assert api.v1("message/get", subscriber="after", topic="after")[1] == {"msgIdx": 1, "msg": "ok"}
+
+
+def exchanges_of(host_pid: int) -> set[int]:
+    """The host's exchange processes of the gateway's queue."""
+    return {pid for pid in child_pids(host_pid) if pid in processes_with("exchange http-0")}
+
+
+def test_restarts_of_gateway_and_exchange_keep_everything(cluster: LocalCluster) -> None:
+    cluster.start_gcm()
+    cluster.start_host()
+    cluster.wait_ready()
+    daemon, api = start_gateway(cluster, maxTopics=4)
+    assert api.v1("topic/register", owner="o", topic="t")[0] == 200
+    for name in ("u", "v", "w"):  # maxTopics 4: at the edge, then one past
+        assert api.v1("topic/register", owner="o", topic=name)[0] == 200
+    status, body = api.v1("topic/register", owner="o", topic="x")
+    assert status == 400 and "too many topics" in body["error"]
+    assert api.v1("topic/subscribe", subscriber="s", topic="t")[0] == 200
+    for n in (1, 2, 3):
+        assert api.v1("message/publish", owner="o", topic="t", msg=f"m{n}")[0] == 200
+    assert api.v1("message/ack", subscriber="s", topic="t", msgIdx=1)[0] == 200
+    port = int(api.base.rsplit(":", 1)[1])
+    cluster.kill(daemon)  # SIGKILL: nothing is saved on the way out
+    daemon, api = start_gateway(cluster, port=port)
+    assert api.v1("message/get", subscriber="s", topic="t")[1] == {"msgIdx": 2, "msg": "m2"}
+    assert api.v1("topic/register", owner="x", topic="t")[0] == 400  # still registered
+    # the exchange of the gateway's queue, killed: its host starts it again on the same log
+    host = next(d for d in cluster.daemons if d.name == "h1")
+    exchanges = exchanges_of(host.process.pid)
+    assert exchanges
+    for pid in exchanges:
+        os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: exchanges_of(host.process.pid) - exchanges, 30, "the exchange started again")
+    # a publish after the exchange's restart is stored (the publisher follows it)
+    wait_for(lambda: api.v1("message/publish", owner="o", topic="t", msg="m4")[0] == 200, 30,
+             f"a publish after the exchange restarted\n{cluster.logs()}")  # fmt: skip
+    cluster.kill(daemon)
+    daemon, api = start_gateway(cluster, port=port)
+    assert api.v1("message/ack", subscriber="s", topic="t", msgIdx=2)[0] == 200
+    assert api.v1("message/get", subscriber="s", topic="t")[1] == {"msgIdx": 3, "msg": "m3"}
+    assert api.v1("message/ack", subscriber="s", topic="t", msgIdx=3)[0] == 200
+    assert api.v1("message/get", subscriber="s", topic="t")[1] == {"msgIdx": 4, "msg": "m4"}
+    # a normal stop: SIGTERM, exit 0
+    daemon.process.terminate()
+    assert daemon.process.wait(30) == 0, daemon.log_text()[-3000:]
+
+
+def test_roq_up_serves_the_gateway(tmp_path: Path, port_blocks: PortBlocks) -> None:
+    """`roq up` starts `roq http` once its host is up; SIGTERM stops all of it with exit 0."""
+    http_port = port_blocks.take(1)
+    values = {
+        "zk.servers": f"127.0.0.1:{port_blocks.take(1)}",  # free: `roq up` starts its ZooKeeper
+        "ports.base": port_blocks.take(6),
+        "hcm.port": port_blocks.take(1),
+        "http.port": http_port,
+        "monitor.base.port": port_blocks.take(60),
+        "statmonitor.base.port": port_blocks.take(20),
+        "exchange.base.port": port_blocks.take(40),
+        "ports.max.perkind": 10,
+    }
+    args = ["up", "--data-dir", str(tmp_path / "data")]
+    for key, value in values.items():
+        args += ["-D", f"{key}={value}"]
+    log_path = tmp_path / "up.log"
+    with log_path.open("wb") as log_file:
+        process = subprocess.Popen(roq_command(*args), env=child_environment(),
+                                   stdout=log_file, stderr=subprocess.STDOUT,
+                                   start_new_session=True)  # fmt: skip
+    try:
+        api = Api(http_port)
+
+        def serving() -> bool:
+            assert process.poll() is None, log_path.read_text()
+            return httpx.get(f"{api.base}/metrics", timeout=2).status_code == 200
+
+        wait_for(serving, 90, "roq up's gateway", interval_s=0.3)
+        assert f"http://127.0.0.1:{http_port}" in log_path.read_text()  # the banner says where
+        assert api.v1("topic/register", owner="a", topic="t")[0] == 200
+        assert api.v1("topic/subscribe", subscriber="s", topic="t")[0] == 200
+        assert api.v1("message/publish", owner="a", topic="t", msg="hi")[0] == 200
+        assert api.v1("message/get", subscriber="s", topic="t")[1] == {"msgIdx": 1, "msg": "hi"}
+        process.terminate()
+        assert process.wait(60) == 0, log_path.read_text()[-3000:]
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
