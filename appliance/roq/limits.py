@@ -262,3 +262,9 @@ handshake_timeout_ms = 3_000
 # (beside the default `directory`, roq-data/log), and where clients look last.
 security_dir_default = "roq-data/security"
 security_file_bytes_max = 64 * 1024  # a credentials or principals file larger than this is refused
+principals_max = 10_000  # principals of one cluster (ZooKeeper children read at each change)
+principal_grants_max = 256  # queue-name prefixes one principal holds grants on
+principals_poll_s = 0.5  # a monitor or exchange re-reads its host's principals file this often
+# A revoked key's open connections are cut within this (ZooKeeper's watch, the host's file, a
+# child's poll, the cutter's poll): the bound is 5 s.
+revocation_cut_s = 5.0

@@ -7,9 +7,13 @@ security, a key the cluster does not know), and the test watches their handshake
 from __future__ import annotations
 
 import stat
+import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pytest
 import zmq
@@ -19,11 +23,14 @@ from zmq.utils.monitor import parse_monitor_message
 from roq import limits
 from roq.client.admin import AdminClient
 from roq.client.locate import locate_monitor
+from roq.client.publisher import Publisher
 from roq.coordination import session
 from roq.coordination.paths import Paths
 from roq.errors import AuthenticationRefused
+from roq.exchange import replication
 from roq.protocol.ports import ExchangePort, GcmPort, MonitorPort, StatPort, port_at, sibling
-from roq.testing.cluster import LOOPBACK, LocalCluster
+from roq.system.spawn import child_environment, roq_command
+from roq.testing.cluster import LOOPBACK, LocalCluster, wait_for
 from roq.transport import security
 
 # Each server socket kind of a cluster, with the kind of socket a client of it opens.
@@ -43,6 +50,12 @@ class Server:
     name: str
     kind: str
     endpoint: str
+
+    @property
+    def cluster_only(self) -> bool:
+        """Sockets only the cluster's own processes may connect to (docs/security.md §5)."""
+        return self.name in ("host", "monitor REPORTS", "monitor RULES", "monitor CONTROL",
+                             "exchange CONTROL")  # fmt: skip
 
 
 @pytest.fixture
@@ -119,17 +132,26 @@ def test_null_and_unknown_key_clients_are_refused_by_every_socket_within_the_han
 ):
     assert len(servers) == 3 + 1 + 6 + 2 + 4
     server_key = _cluster_key(cluster)
+    own = security.load_cluster(cluster.security_dir).keys
     admin = security.load_credentials(cluster.credentials).keys
-    admin_keys = (admin.public.encode(), admin.secret.encode())
     stranger = zmq.curve_keypair()
     context = zmq.Context()
     try:
         for server in servers:
-            # the control: the admin principal's key is let in, so a refusal means something
-            event, _ = _handshake(context, server, admin_keys, server_key=server_key)
-            assert event == zmq.EVENT_HANDSHAKE_SUCCEEDED, f"{server.name}: admin not let in"
-            for who, keys in (("NULL", None), ("unknown key", stranger)):
-                event, took = _handshake(context, server, keys, server_key=server_key)
+            # the controls: the cluster's key is let in everywhere, the admin's wherever it is
+            # not the cluster's alone; so a refusal below means something
+            for who, keys, let_in in (
+                ("cluster", own, True),
+                ("admin", admin, not server.cluster_only),
+            ):
+                pair = (keys.public.encode(), keys.secret.encode())
+                event, _ = _handshake(context, server, pair, server_key=server_key)
+                wanted = (
+                    zmq.EVENT_HANDSHAKE_SUCCEEDED if let_in else zmq.EVENT_HANDSHAKE_FAILED_AUTH
+                )
+                assert event == wanted, f"{server.name}: {who} {'not ' * let_in}let in ({event})"
+            for who, pair in (("NULL", None), ("unknown key", stranger)):
+                event, took = _handshake(context, server, pair, server_key=server_key)
                 assert event & FAILED, f"{server.name} did not refuse a {who} client ({event})"
                 assert took < REFUSED_WITHIN_S, f"{server.name}: {who} refused after {took} s"
     finally:
@@ -201,3 +223,123 @@ def test_zookeeper_without_the_clusters_credential_cannot_read_or_change_its_nam
         )
     finally:
         session.close(member)
+
+
+# --- principals and permissions ----------------------------------------------------------------
+def _principal(cluster: LocalCluster, name: str, *grant: str) -> Path:
+    """A principal made with `roq keys`, granted `grant` (prefix, permissions...) if given."""
+    where = ["--zk", cluster.zk, "--namespace", cluster.namespace]
+    path = cluster.tmp / f"{name}.json"
+    made = cluster.cli("keys", "create", name, "--out", str(path), *where)
+    assert made.returncode == 0, made.stderr
+    if grant:
+        granted = cluster.cli("keys", "grant", name, *grant, *where)
+        assert granted.returncode == 0, granted.stderr
+    return path
+
+
+def _as(cluster: LocalCluster, credentials: Path, *args: str, timeout_s: float = 60.0) -> Any:
+    return cluster.cli("--credentials", str(credentials), *args, timeout_s=timeout_s)
+
+
+@pytest.fixture
+def one_queue(cluster: LocalCluster) -> LocalCluster:
+    cluster.start_gcm()
+    cluster.start_host("h1")
+    cluster.wait_ready()
+    with cluster.admin() as admin:
+        admin.create_queue("q1")
+    return cluster
+
+
+def test_permissions_per_queue_prefix_refuse_by_name(one_queue: LocalCluster):
+    cluster, gcm = one_queue, ["--gcm", one_queue.gcm]
+    writer = _principal(cluster, "writer", "q", "publish")
+    reader = _principal(cluster, "reader", "q1", "subscribe")
+    nobody = _principal(cluster, "nobody")
+
+    sent = _as(cluster, writer, "pub", "q1", "--count", "3", *gcm)
+    assert sent.returncode == 0, sent.stderr
+    got = _as(cluster, reader, "sub", "q1", "--from-beginning", "--count", "3", "--timeout",
+              "30", *gcm)  # fmt: skip
+    assert got.returncode == 0 and len(got.stdout.splitlines()) == 3, got.stderr
+
+    refusals = [
+        (reader, ["pub", "q1", "--count", "1"], "lacks permission 'publish' on queue 'q1'"),
+        (writer, ["sub", "q1", "--count", "1", "--timeout", "10"], "permission 'subscribe'"),
+        (reader, ["queue", "create", "q2"], "principal reader lacks permission 'admin'"),
+        (nobody, ["queue", "delete", "q1"], "principal nobody lacks permission 'admin'"),
+    ]
+    for who, args, why in refusals:
+        started = time.monotonic()
+        done = _as(cluster, who, *args, *gcm)
+        assert done.returncode != 0 and why in done.stderr, (args, done.stderr)
+        assert time.monotonic() - started < 15, f"{args}: refused only after a long wait"
+    listed = cluster.cli("keys", "list", "--zk", cluster.zk, "--namespace", cluster.namespace)
+    assert "writer" in listed.stdout and "q: publish" in listed.stdout, listed.stdout
+    with cluster.admin() as admin:
+        assert admin.queue_exists("q1")  # nobody's delete was refused
+
+
+def test_a_revoked_key_is_cut_off_within_5_s(one_queue: LocalCluster):
+    cluster = one_queue
+    reader = _principal(cluster, "reader", "q1", "subscribe")
+    heard: list[float] = []
+    sub = subprocess.Popen(
+        roq_command("--credentials", str(reader), "sub", "q1", "--gcm", cluster.gcm),
+        env=child_environment(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+    def listen() -> None:
+        assert sub.stdout is not None
+        for _ in sub.stdout:
+            heard.append(time.monotonic())
+
+    threading.Thread(target=listen, daemon=True).start()
+    try:
+        with Publisher("q1", gcm=cluster.gcm) as publisher:
+
+            def publish_for(seconds: float) -> None:
+                end = time.monotonic() + seconds
+                while time.monotonic() < end:
+                    publisher.send(b"m")
+                    time.sleep(0.02)
+
+            wait_for(lambda: publish_for(0.5) or heard, 30, "the reader receiving")
+            revoked = cluster.cli("keys", "revoke", "reader", "--zk", cluster.zk,
+                                  "--namespace", cluster.namespace)  # fmt: skip
+            assert revoked.returncode == 0, revoked.stderr
+            at = time.monotonic()
+            publish_for(limits.revocation_cut_s + 3)
+        assert heard and heard[-1] <= at + limits.revocation_cut_s, (
+            f"the revoked reader still received {heard[-1] - at:.1f} s after the revocation"
+        )
+    finally:
+        sub.kill()
+        sub.wait(10)
+
+
+def test_replication_is_refused_to_a_peer_without_the_cluster_role(one_queue: LocalCluster):
+    cluster = one_queue
+    with cluster.admin() as admin:
+        status = admin.status()
+    front = next(q.fields() for q in status.queues if q.info.name == "q1")["Exchanges"][0]["Front"]
+    admin_keys = security.load_credentials(cluster.credentials).keys
+    context = zmq.Context()
+    sock = context.socket(zmq.DEALER)
+    sock.linger = 0
+    sock.curve_publickey, sock.curve_secretkey = (
+        admin_keys.public.encode(),
+        admin_keys.secret.encode(),
+    )
+    sock.curve_serverkey = _cluster_key(cluster)
+    try:
+        sock.connect(sibling(front, ExchangePort.FRONT, ExchangePort.LOG))
+        sock.send_multipart([replication.PROBE, b"some-leader"])
+        assert sock.poll(10_000), "no answer to a replication probe"
+        reply = sock.recv_multipart()
+        assert reply[0] == replication.WRITTEN and reply[2] == replication.FAILED, reply
+        assert b"principal admin lacks the cluster role" in reply[4], reply
+    finally:
+        sock.close(0)
+        context.term()

@@ -74,10 +74,12 @@ def host(
             manager.close()
 
 
-def secure(settings: config.SecuritySettings, *, generate: bool) -> None:
+def secure(settings: config.SecuritySettings, *, generate: bool, lease: str = "") -> None:
     """CURVE for this daemon with the cluster's key pair (docs/security.md). A GCM or host that
     finds no cluster.json writes one (the first start of a cluster); a monitor or exchange uses
-    its host's, which exists by then."""
+    its host's, which exists by then, and follows the principal table its host writes beside
+    its lease (a GCM or host follows ZooKeeper's: client/credentials.py)."""
+    from roq.client.credentials import principals_file
     from roq.transport import security
 
     if not settings.enabled:
@@ -86,6 +88,9 @@ def secure(settings: config.SecuritySettings, *, generate: bool) -> None:
     directory = Path(settings.directory)
     secrets = security.generate(directory) if generate else security.load_cluster(directory)
     security.use(secrets.identity(), secrets.principals)
+    table = principals_file(lease)
+    if table is not None:
+        security.follow_principals(table, secrets.principals)
 
 
 def _check_log_directory(settings: config.HostSettings) -> None:
@@ -204,7 +209,7 @@ def monitor(
         settings = config.MonitorSettings.from_settings(
             config.load_hcm(config_file, config.parse_overrides(define))
         )
-        secure(settings.security, generate=False)
+        secure(settings.security, generate=False, lease=lease)
         from roq.monitor.service import Monitor
         from roq.transport import new_context
 
@@ -237,7 +242,7 @@ def exchange(
         settings = config.ExchangeSettings.from_settings(
             config.load_hcm(config_file, config.parse_overrides(define))
         )
-        secure(settings.security, generate=False)
+        secure(settings.security, generate=False, lease=lease)
         from roq.exchange.service import Exchange, ExchangeSpec
         from roq.transport import new_context
 

@@ -67,7 +67,7 @@ from roq.client.locate import (
     MonitorAddress,
     locate_monitor,
 )
-from roq.errors import ProtocolError, RoqError
+from roq.errors import AuthenticationRefused, ProtocolError, RoqError
 from roq.log import format as batchfmt
 from roq.protocol import bsonmsg, dataplane
 from roq.protocol.bsonmsg import Reply
@@ -518,6 +518,7 @@ class _PublisherIO(threading.Thread):
         request = PublisherInit(self.p.producer_id.hex(), lost, panic=bool(lost)).encode()
         deadline = time.monotonic() + limits.placement_timeout_ms / 1000
         while True:
+            forbidden = False
             try:
                 reply = self.placement.request(request)
                 envelope = Reply.decode(reply)
@@ -527,12 +528,17 @@ class _PublisherIO(threading.Thread):
                     self._connect(Placed.decode(reply).front)
                     return
                 reason = envelope.comment
+                forbidden = envelope.error == Reason.FORBIDDEN
                 if envelope.error == Reason.FENCED and self._follow_monitor():
                     continue  # its host lost its lease: the GCM may name the new monitor
+            except AuthenticationRefused as error:  # asking again would be refused again
+                raise PublishError(f"queue {self.p.queue}: {error}") from None
             except RoqError as error:
                 reason = str(error)
                 if self._follow_monitor():  # it did not answer: it may have moved
                     continue
+            if forbidden:
+                raise PublishError(f"queue {self.p.queue}: refused: {reason}")
             if time.monotonic() > deadline or self.p._closing:
                 raise PublishError(f"no exchange for queue {self.p.queue}: {reason}")
             log.info("%s: waiting for an exchange (%s)", self.p.name, reason)

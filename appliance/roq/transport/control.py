@@ -15,7 +15,7 @@ from typing import Any
 from roq.protocol import bsonmsg
 from roq.protocol.commands import ChildCommand, Reason
 from roq.protocol.messages.control import Pong
-from roq.transport import Kind, bind, open_socket
+from roq.transport import Kind, bind, open_socket, security
 from roq.transport.rpc import answer
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,8 @@ class ControlServer:
     def __init__(self, context: Any, host: str, port: int, name: str, extra: Extra | None = None):
         self.name = name
         self.sock = open_socket(context, Kind.REP)
-        self.endpoint = bind(self.sock, host, port)
+        # Only the cluster's own processes (the host) may stop a child or ask its state.
+        self.endpoint = bind(self.sock, host, port, security.access_domain(cluster=True))
         self.stop_requested = False
         self.handler = extra
         self.status: Callable[[], dict[str, Any]] = dict

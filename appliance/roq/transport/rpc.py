@@ -16,6 +16,7 @@ from roq import limits
 from roq.errors import AuthenticationRefused, ProtocolError, RequestTimeout, TransportError
 from roq.protocol import bsonmsg
 from roq.protocol.commands import Reason
+from roq.protocol.principals import Principal
 from roq.transport import security
 from roq.transport.sockets import Kind, connect, open_socket
 
@@ -105,18 +106,29 @@ class Requester:
 
 
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
+# Given who sent a request (None: a principal revoked since it connected) and the request: None
+# to serve it, or the refusal to send instead (protocol/principals.py `missing` names why).
+Authorizer = Callable[[Principal | None, dict[str, Any]], dict[str, Any] | None]
 
 
-def answer(sock: Any, handler: Handler, log_name: str, logger: Any) -> None:
+def answer(
+    sock: Any, handler: Handler, log_name: str, logger: Any, authorize: Authorizer | None = None
+) -> None:
     """Receive one request on a REP socket and send exactly one reply, whatever it held.
 
     Malformed requests get `{RESULT: 1101, COMMENT: why}`; a handler bug gets an INTERNAL
-    failure reply and a logged traceback, and the socket keeps serving either way.
+    failure reply and a logged traceback, and the socket keeps serving either way. With
+    `authorize`, a request its sender may not make gets the authorizer's refusal.
     """
-    frames = sock.recv_multipart()
+    # Zero-copy only to learn the sender (a frame's User-Id): requests are small either way.
+    received = sock.recv_multipart(copy=False) if authorize is not None else None
+    frames = [frame.bytes for frame in received] if received else sock.recv_multipart()
     try:
         request = bsonmsg.decode(frames)
-        reply = handler(request)
+        refusal = None
+        if authorize is not None and received:
+            refusal = authorize(security.principal_of(received[0]), request)
+        reply = handler(request) if refusal is None else refusal
     except ProtocolError as error:
         logger.warning("%s: refused a malformed request: %s", log_name, error)
         reply = bsonmsg.fail(Reason.BAD_REQUEST, str(error))

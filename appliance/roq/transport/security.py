@@ -26,8 +26,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,9 @@ from zmq.utils.monitor import parse_monitor_message
 
 from roq import limits
 from roq.errors import SecurityError
+from roq.protocol import principals as principal_table
+from roq.protocol.principals import ALL as ALL_PERMISSIONS
+from roq.protocol.principals import Permission, Principal
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +51,8 @@ ADMIN_FILE = "admin.json"  # the admin principal's credentials: what `roq` comma
 CREDENTIALS_ENV = "ROQ_CREDENTIALS"  # a credentials file, for clients
 HOME_ENV = "ROQ_HOME"  # a data directory: clients use its security/admin.json
 SECURITY_ENV = "ROQ_SECURITY"  # "off": clients talk to a cluster run with security=off
-ZAP_DOMAIN = "roq"
+ZAP_DOMAIN = "roq"  # any principal of the cluster
+CLUSTER_DOMAIN = "cluster"  # only the cluster's own processes
 CLUSTER_PRINCIPAL = "cluster"
 ADMIN_PRINCIPAL = "admin"
 
@@ -87,7 +93,7 @@ class ClusterSecrets:
     """What `cluster.json` holds: the cluster's key pair and the principals it starts with."""
 
     keys: KeyPair
-    principals: Mapping[str, str]  # public key -> principal name
+    principals: tuple[Principal, ...]  # the seed: the admin principal, every right on every queue
     zk_auth: str  # "user:password", the ZooKeeper digest credential of roq's znodes
 
     def identity(self) -> Identity:
@@ -95,23 +101,51 @@ class ClusterSecrets:
 
 
 class Gate:
-    """The client keys this process's servers accept, each with its principal's name. The ZAP
-    thread asks `callback`; the owner replaces the whole table, never edits it in place."""
+    """The principals this process's servers accept, by public key, the cluster's own included.
+    The ZAP thread asks `callback`; the owner replaces the whole table, never edits it in place.
 
-    def __init__(self, keys: Mapping[str, str] | None = None) -> None:
-        self._keys: Mapping[str, str] = dict(keys or {})
+    A socket's ZAP domain says what a client needs to connect at all (`access_domain`): "roq",
+    any principal; "cluster", the cluster's own processes; "publish:q1", a principal that may
+    publish to q1 (and so on for each permission)."""
 
-    def replace(self, keys: Mapping[str, str]) -> None:
-        self._keys = dict(keys)
+    def __init__(self) -> None:
+        self._by_key: Mapping[str, Principal] = {}
+        self._cluster: Principal | None = None
+        self.generation = 0  # bumped at each replacement
 
-    def principal(self, key: str) -> str | None:
-        return self._keys.get(key)
+    def replace(self, principals: Iterable[Principal], cluster_key: str | None = None) -> None:
+        if cluster_key is not None:
+            self._cluster = Principal(CLUSTER_PRINCIPAL, cluster_key, superuser=True)
+        table = {p.key: p for p in principals}
+        if self._cluster is not None:
+            table[self._cluster.key] = self._cluster
+        shrunk = any(table.get(key) != old for key, old in self._by_key.items())
+        self._by_key = table
+        self.generation += 1
+        if shrunk:  # a key revoked or a grant narrowed: its open connections must go too
+            _cutter.cut_soon()
+
+    def principal(self, key: str) -> Principal | None:
+        return self._by_key.get(key)
+
+    def principals(self) -> list[Principal]:
+        return [p for p in self._by_key.values() if not p.superuser]
 
     def callback(self, domain: str, key: bytes) -> bool:
         """pyzmq's credentials-provider interface: `key` is the client's Z85 public key."""
-        allowed = self._keys.get(key.decode("ascii", "replace")) is not None
-        if not allowed:
+        principal = self._by_key.get(key.decode("ascii", "replace"))
+        if principal is None:
             log.warning("refused a client key unknown to this cluster (domain %s)", domain)
+            return False
+        if domain == ZAP_DOMAIN:
+            return True
+        if domain == CLUSTER_DOMAIN:
+            allowed = principal.superuser
+        else:
+            permission, _, queue = domain.partition(":")
+            allowed = principal.allows(Permission(permission), queue)
+        if not allowed:
+            log.warning("refused principal %s: domain %s", principal.name, domain)
         return allowed
 
 
@@ -126,11 +160,12 @@ class _State:
 _state = _State()
 
 
-def use(identity: Identity, principals: Mapping[str, str] | None = None) -> Gate:
-    """Turn CURVE on for this process with `identity`; servers accept `principals`."""
+def use(identity: Identity, principals: Iterable[Principal] = ()) -> Gate:
+    """Turn CURVE on for this process with `identity`; servers accept `principals` and, when
+    `identity` serves, the cluster's own key (the super-user)."""
     with _state.lock:
         _state.mode, _state.identity = "on", identity
-        _state.gate.replace(principals or {})
+        _state.gate.replace(principals, identity.server_public if identity.serves else None)
     return _state.gate
 
 
@@ -149,7 +184,7 @@ def reset() -> None:
     """Forget the configuration (a process that serves several clusters in turn: tests, bench)."""
     with _state.lock:
         _state.mode, _state.identity = "unset", None
-        _state.gate.replace({})
+        _state.gate = Gate()
 
 
 def enabled() -> bool:
@@ -245,15 +280,18 @@ def load_cluster(directory: Path) -> ClusterSecrets:
     path = directory / CLUSTER_FILE
     doc = _read_json(path)
     keys = KeyPair(_key(doc, "public", path), _key(doc, "secret", path))
-    principals = doc.get("principals", {})
+    seeds = doc.get("principals", {})
     zk_auth = doc.get("zk_auth")
-    if not isinstance(principals, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in principals.items()
+    if not isinstance(seeds, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in seeds.items()
     ):
         raise SecurityError(f"credentials {path}: 'principals' is not a map of key to name")
     if not isinstance(zk_auth, str) or ":" not in zk_auth:
         raise SecurityError(f"credentials {path}: 'zk_auth' is not user:password")
-    return ClusterSecrets(keys, {keys.public: CLUSTER_PRINCIPAL, **principals}, zk_auth)
+    everything = {"": ALL_PERMISSIONS}
+    return ClusterSecrets(
+        keys, tuple(Principal(n, k, everything) for k, n in seeds.items()), zk_auth
+    )
 
 
 def write_private(path: Path, doc: Mapping[str, Any]) -> bool:
@@ -307,6 +345,170 @@ def _pair(keys: KeyPair) -> dict[str, str]:
     return {"public": keys.public, "secret": keys.secret}
 
 
+class _GateProvider:
+    """The process's current gate, looked up at each handshake (`reset` replaces it)."""
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        return _state.gate.callback(domain, key)
+
+
+def principal_of(frame: Any) -> Principal | None:
+    """The principal who sent `frame` (a message received with copy=False): the key ZAP
+    checked, looked up in the gate now, so a revoked principal is None at its next request.
+    With security off there is no principal: every request is the cluster's."""
+    if _state.identity is None:
+        return Principal(CLUSTER_PRINCIPAL, "", superuser=True)
+    try:
+        key = frame.get("User-Id")
+    except zmq.ZMQError:
+        return None
+    return _state.gate.principal(key) if isinstance(key, str) else None
+
+
+def write_principals(path: Path, principals: Iterable[Principal]) -> None:
+    """The principal table for a host's children (no ZooKeeper of their own), replaced whole."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        json.dump([p.encode() for p in principals], file)
+    os.replace(temporary, path)
+
+
+def read_principals(path: Path) -> list[Principal]:
+    """The table a host wrote; a principal that does not decode is left out (denied)."""
+    try:
+        with path.open("rb") as file:
+            raw = file.read(limits.security_file_bytes_max * 16 + 1)
+        docs = json.loads(raw)
+    except (OSError, ValueError) as error:
+        raise SecurityError(f"principals file {path} unreadable: {error}") from None
+    found = []
+    for doc in docs if isinstance(docs, list) else []:
+        try:
+            found.append(principal_table.decode(doc))
+        except ValueError as error:
+            log.warning("principals file %s: left out: %s", path, error)
+    return found
+
+
+def follow_principals(path: Path, seed: Iterable[Principal]) -> threading.Thread:
+    """A thread that reloads the gate from `path` whenever the file changes, every
+    `limits.principals_poll_s`: how a monitor or exchange learns of grants and revocations."""
+    seeded = list(seed)
+
+    def run() -> None:
+        seen: tuple[int, int] | None = None
+        while True:
+            try:
+                stat = path.stat()
+                now = (stat.st_mtime_ns, stat.st_size)
+                if now != seen:
+                    _state.gate.replace(read_principals(path))  # the table: the seed no more
+                    seen = now
+            except FileNotFoundError:
+                if seen is None:
+                    _state.gate.replace(seeded)  # until the host writes it: cluster.json's
+            except (OSError, SecurityError) as error:
+                log.warning("principals not reloaded: %s", error)
+            time.sleep(limits.principals_poll_s)
+
+    thread = threading.Thread(target=run, name="roq-principals", daemon=True)
+    thread.start()
+    return thread
+
+
+class _Cutter:
+    """Cuts the open connections of a process's server sockets when a key is revoked or a grant
+    narrowed, so the revoked principal is out within `limits.revocation_cut_s`, not only at its
+    next handshake. libzmq cannot drop one peer of a socket, and ZAP does not tell which
+    connection a key came on; so every connection of every non-cluster server socket is shut
+    down (the TCP connection, under libzmq's feet: it sees the peer go), and every client
+    reconnects and passes ZAP again under the new table. The others lose what was in flight on
+    that connection, as after any reconnection (docs/security.md §6).
+
+    The sockets' monitors say which descriptors are accepted connections; a descriptor is shut
+    down only if it is still a TCP connection on the socket's own port (a number reused by
+    another socket of the process is left alone)."""
+
+    _EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
+    # (a monitor's other events, MONITOR_STOPPED at the socket's close, carry no descriptor
+    # of ours: DISCONNECTED and CLOSED only remove, so a stray value removes nothing)
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.handed: list[tuple[Any, int]] = []  # (monitor PAIR, port), from owner threads
+        self.cut = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def watch(self, sock: Any, port: int) -> None:
+        """From the socket's owner thread, before it binds: its monitor, handed to the cutter."""
+        endpoint = f"inproc://roq-cut-{id(sock)}"
+        sock.monitor(endpoint, self._EVENTS)
+        events = sock.context.socket(zmq.PAIR)
+        events.connect(endpoint)  # connected now, so no event is lost before the thread runs
+        with self.lock:
+            self.handed.append((events, port))
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="roq-cutter", daemon=True)
+                self.thread.start()
+
+    def cut_soon(self) -> None:
+        self.cut.set()
+
+    def _run(self) -> None:
+        open_fds: dict[Any, set[int]] = {}
+        ports: dict[Any, int] = {}
+        poller = zmq.Poller()
+        while True:
+            with self.lock:
+                handed, self.handed = self.handed, []
+            for events, port in handed:
+                open_fds[events], ports[events] = set(), port
+                poller.register(events, zmq.POLLIN)
+            try:
+                ready = dict(poller.poll(limits.poll_interval_ms))
+                for events in ready:
+                    self._track(events, open_fds)
+            except zmq.ZMQError:
+                # A context is terminating: it waits for these sockets, so let them all go (a
+                # daemon binds in one context only, which is the one ending).
+                for events in open_fds:
+                    poller.unregister(events)
+                    events.close(0)
+                open_fds.clear()
+                ports.clear()
+                continue
+            if self.cut.is_set():
+                self.cut.clear()
+                for events, fds in open_fds.items():
+                    _shut_down(fds, ports[events])
+
+    @staticmethod
+    def _track(events: Any, open_fds: dict[Any, set[int]]) -> None:
+        while events.poll(0):
+            event = parse_monitor_message(events.recv_multipart())
+            fd = int(event["value"])
+            if event["event"] == zmq.EVENT_ACCEPTED:
+                open_fds[events].add(fd)
+            else:
+                open_fds[events].discard(fd)
+
+
+def _shut_down(fds: set[int], port: int) -> None:
+    for fd in list(fds):
+        try:
+            with socket.fromfd(fd, socket.AF_INET, socket.SOCK_STREAM) as duplicate:
+                if duplicate.getsockname()[1] != port:
+                    fds.discard(fd)
+                    continue
+                duplicate.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            fds.discard(fd)  # closed meanwhile
+
+
+_cutter = _Cutter()
+
+
 class _Context(zmq.Context):  # type: ignore[type-arg]
     """A context that stops its ZAP handler before it terminates (term() would wait for ever on
     the handler's own sockets otherwise)."""
@@ -324,20 +526,31 @@ def new_context() -> Any:
     return _Context()
 
 
-def _authenticate(context: Any) -> None:
-    """Start the context's ZAP handler (once); it asks the process's gate for every client."""
-    if getattr(context, "_roq_authenticator", None) is not None:
-        return
-    if not isinstance(context, _Context):
-        raise SecurityError("a server socket's context must come from transport.new_context()")
-    authenticator = ThreadAuthenticator(context, log=logging.getLogger("roq.transport.zap"))
-    authenticator.start()
-    authenticator.configure_curve_callback(ZAP_DOMAIN, _state.gate)
-    context._roq_authenticator = authenticator
+def _authenticate(context: Any, domain: str) -> None:
+    """Start the context's ZAP handler (once) and have it ask the gate for `domain`'s clients."""
+    authenticator = getattr(context, "_roq_authenticator", None)
+    if authenticator is None:
+        if not isinstance(context, _Context):
+            raise SecurityError("a server socket's context must come from new_context()")
+        authenticator = ThreadAuthenticator(context, log=logging.getLogger("roq.transport.zap"))
+        authenticator.start()
+        context._roq_authenticator = authenticator
+    # pyzmq keeps one provider per domain; the gate is read at each handshake, never copied
+    authenticator.configure_curve_callback(domain, _GateProvider())
 
 
-def secure_server(sock: Any, endpoint: str) -> None:
-    """Before `sock` binds `endpoint`: present the cluster's key and admit known clients."""
+def access_domain(
+    permission: Permission | None = None, queue: str = "", *, cluster: bool = False
+) -> str:
+    """The ZAP domain of a server socket: who may connect to it at all."""
+    if cluster:
+        return CLUSTER_DOMAIN
+    return ZAP_DOMAIN if permission is None else f"{permission.value}:{queue}"
+
+
+def secure_server(sock: Any, endpoint: str, domain: str = ZAP_DOMAIN) -> None:
+    """Before `sock` binds `endpoint`: present the cluster's key and admit the clients `domain`
+    allows (`access_domain`)."""
     identity = _identity()
     if identity is None or not endpoint.startswith("tcp://"):
         return
@@ -345,8 +558,10 @@ def secure_server(sock: Any, endpoint: str) -> None:
         raise SecurityError(
             f"principal {identity.principal} holds no server key to bind {endpoint}"
         )
-    _authenticate(sock.context)
-    sock.setsockopt(zmq.ZAP_DOMAIN, ZAP_DOMAIN.encode())
+    _authenticate(sock.context, domain)
+    sock.setsockopt(zmq.ZAP_DOMAIN, domain.encode())
+    if domain != CLUSTER_DOMAIN:  # the cluster's own key is never revoked
+        _cutter.watch(sock, int(endpoint.rpartition(":")[2]))
     sock.setsockopt(zmq.CURVE_SERVER, 1)
     sock.setsockopt(zmq.CURVE_SECRETKEY, identity.keys.secret.encode())
 

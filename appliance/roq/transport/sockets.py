@@ -74,10 +74,11 @@ def open_socket(
     return sock
 
 
-def bind(sock: Any, host: str, port: int) -> str:
-    """Bind to tcp://host:port; a taken port raises PortInUse naming it."""
+def bind(sock: Any, host: str, port: int, access: str = security.ZAP_DOMAIN) -> str:
+    """Bind to tcp://host:port; a taken port raises PortInUse naming it. `access` says who may
+    connect (`security.access_domain`): by default any principal of the cluster."""
     endpoint = f"tcp://{host}:{port}"
-    security.secure_server(sock, endpoint)
+    security.secure_server(sock, endpoint, access)
     try:
         sock.bind(endpoint)
     except zmq.ZMQError as error:
