@@ -162,6 +162,12 @@ replication_window_bytes = 8 * 1024 * 1024  # sent to a replica and not yet ackn
 # A replica that lacks part of the log as it stood this long ago is out of sync (Kafka's
 # replica.lag.time.max.ms): acks=all waits for a slow replica at most about this long.
 replica_lag_s = 3.0
+# acks=all confirms nothing before the monitor has said who copies the log (its first REPLICAS
+# after the exchange started: sent when the exchange joins, and every monitor.list.period), for
+# at most this long; past it, with no word, it confirms on the leader alone and says so. Without
+# the wait, a fresh or restarted exchange confirmed on the leader alone until then, and a kill
+# of its machine lost what it had confirmed (the fault harness, kill -9: 68 messages).
+acks_all_assignment_wait_s = 5.0
 replica_logs_max = 256  # leaders one exchange keeps copies for (a stranger cannot make more)
 # A replica that refused a leader (not assigned to it yet, a disk error) is asked again this
 # long after: a restarted replica learns its leaders within one monitor.list.period.
@@ -180,6 +186,11 @@ recopy_targets_max = 8  # targets one exchange sends copies of gone logs to at o
 # --- data plane: subscribers --------------------------------------------------------------
 subscriber_hwm_batches = 10_000  # batches ZeroMQ queues for one subscriber socket
 subscriber_reorder_batches_max = 1_000  # out-of-order batches held while waiting for a gap
+# Batches one feed of a logged exchange may have held: a batch beyond it (or beyond the total
+# above) is not held but read again from the log once something was delivered (client/feed.py
+# `rewind`). Skipping the gap instead, as the total above once did for every feed, dropped a
+# replay's readable records: one 4 MiB log read holds thousands of small batches.
+subscriber_held_per_feed_max = 250
 subscriber_gap_wait_ms = 2_000  # a gap not filled within this is reported as lost
 # A feed reading the log this far behind its end stops taking the live stream until it has
 # caught up: the catch-up then gets the subscriber's whole time (client/feed.py).
@@ -253,6 +264,27 @@ http_consumer_retry_s = 1.0  # a log consumer that failed starts again after thi
 http_publisher_replace_s = 1.0  # a failed publisher is replaced at most once per this, per queue
 http_keepalive_s = 5  # an idle keep-alive connection is closed after this
 http_shutdown_s = 5  # on SIGTERM, requests in progress get this long to finish
+# --- work queues: consumer groups (monitor/slots.py, monitor/groups.py, client/consumer.py) ---
+work_cuts_reported_max = 1_024  # slot boundaries in one exchange report (past it: thinned evenly)
+work_cuts_repeated = 16  # reported cuts an exchange repeats in its next reports (a lost report)
+work_groups_max = 64  # consumer groups per queue
+work_group_name_chars_max = 40  # so that the dead-letter queue `<queue>.<group>.dlq` fits 64
+work_slots_max = 100_000  # live (not yet deleted) slots per group; past it, no new slot is cut
+work_slot_messages_max = 1_000_000  # messages one slot may hold (its settled set is this big)
+work_consumers_max = 1_000  # consumers per group
+work_items_per_request_max = 10_000  # indices in one request's list (give, ack, nack, reject)
+work_reason_chars_max = 200  # a nack's or reject's reason, as kept and sent to dead letters
+work_backoff_max_s = 60.0  # the redelivery back-off never exceeds this
+work_poll_ms = 100  # a consumer with nothing to do asks its monitor again at most this late
+work_poll_min_ms = 5  # ... and first this soon, twice as late at each empty answer (to poll_ms)
+work_share_window_ms = 300  # a consumer that asked this recently counts for the fair shares
+work_ack_flush_ms = 50  # acks wait at most this long in a consumer before going on the wire
+work_request_timeout_ms = 2_000  # a consumer's request to the monitor (then it asks again)
+work_read_timeout_ms = 2_000  # a slot's read from an exchange's log (then the slot is returned)
+work_state_writes_per_turn_max = 256  # slot records one monitor loop turn writes to ZooKeeper
+work_delay_max_ms = 86_400_000  # a nack's delay
+work_monitor_wait_s = 30.0  # a consumer waits this long for its monitor (restart, move) to answer
+work_exec_timeout_s = 3600.0  # `roq work --exec`: a command running longer is killed (nack)
 
 # --- security (CurveZMQ, issue 23) ------------------------------------------------------------
 # A CURVE handshake not finished within this is dropped by either side, so a refused or

@@ -25,6 +25,7 @@ from roq.coordination.registry import HostRecord, QueueRecord, QueueState, Regis
 from roq.errors import HostRegistered, RoqError
 from roq.protocol import bsonmsg
 from roq.protocol.bsonmsg import Reply
+from roq.protocol.commands import MonitorCommand
 from roq.protocol.messages.control import (
     ExchangeStatus,
     MonitorMoved,
@@ -33,6 +34,7 @@ from roq.protocol.messages.control import (
     Pong,
     Replicas,
 )
+from roq.protocol.messages.groups import ConsumerRequest
 from roq.protocol.messages.monitor import (
     ExchangeList,
     Placed,
@@ -434,12 +436,16 @@ def test_the_gone_clock_survives_a_gcm_fail_over(cluster: LocalCluster) -> None:
 LEASE_SHARE = 0.5  # limits.host_lease_session_share
 
 
-def _placement_answer(endpoint: str, timeout_ms: int = 2000) -> Reply | None:
-    """What a monitor answers a real publisher's placement request; None: no answer."""
+def _placement_answer(
+    endpoint: str, timeout_ms: int = 2000, request: dict[str, Any] | None = None
+) -> Reply | None:
+    """What a monitor answers a real publisher's placement request (or `request`, on the same
+    socket); None: no answer."""
     context = new_context()
     requester = Requester(context, endpoint, timeout_ms)
+    request = request or PublisherInit("ab" * 8, "", panic=False).encode()
     try:
-        return Reply.decode(requester.request(PublisherInit("ab" * 8, "", panic=False).encode()))
+        return Reply.decode(requester.request(request))
     except RoqError:
         return None
     finally:
@@ -481,6 +487,9 @@ def test_a_host_stopped_within_its_session_fences_its_children_and_they_resume(
                  lease_s + 2, "h1's monitor and exchange fenced")  # fmt: skip
         fenced_s = time.monotonic() - stopped
         answer = _placement_answer(placement)
+        assert answer is not None and not answer.ok and answer.error == "fenced", answer
+        lease = ConsumerRequest(MonitorCommand.GROUP_LEASE, "g", "c1").encode()  # work queues
+        answer = _placement_answer(placement, request=lease)
         assert answer is not None and not answer.ok and answer.error == "fenced", answer
         during = [f"during-{n}" for n in range(20)]
         for line in during:

@@ -25,7 +25,7 @@ from roq.protocol.commands import (
     Result,
     StatCommand,
 )
-from roq.protocol.messages import admin, control, host, kpi, monitor
+from roq.protocol.messages import admin, control, groups, host, kpi, monitor
 from roq.protocol.rules import RuleSet
 
 FRONT, BACK = "tcp://127.0.0.1:18000", "tcp://127.0.0.1:18001"
@@ -76,11 +76,38 @@ def _std(cls: Any) -> tuple[Encode, Decode]:
 
 # (name, message, encode, decode, fields that may be left out)
 CASES: list[tuple[str, Any, Encode, Decode, frozenset[str]]] = [
-    ("report", monitor.ExchangeReport(IDENTITY, LOAD), *_std(monitor.ExchangeReport), frozenset()),
+    ("report", monitor.ExchangeReport(IDENTITY, LOAD), *_std(monitor.ExchangeReport),
+     frozenset({"End", "Cuts"})),
+    ("report with slot cuts",
+     monitor.ExchangeReport(IDENTITY, dataclasses.replace(LOAD, end=9000, cuts=(4000, 8000))),
+     *_std(monitor.ExchangeReport), frozenset({"End", "Cuts"})),
+    ("group join", groups.GroupJoin("g1", "c1", "now", True, b"eu."), *_std(groups.GroupJoin),
+     frozenset({"From", "Ordered", "Prefix"})),
+    ("joined", groups.Joined(30000, 1000, 5, False, "q1.g1.dlq", b"eu."), *_std(groups.Joined),
+     frozenset({"RESULT", "COMMENT", "Prefix"})),
+    ("group lease request", groups.ConsumerRequest(MonitorCommand.GROUP_LEASE, "g1", "c1"),
+     *_std(groups.ConsumerRequest), frozenset({"Slot"})),
+    ("lease", groups.Lease("x1@0", "x1", "tcp://127.0.0.1:18003", "", 0, 4096, 10, (0, 3),
+                           (4, 5), (1, 2)), *_std(groups.Lease),
+     frozenset({"RESULT", "COMMENT", "Settled", "Counted", "Deliveries", "NotBefore"})),
+    ("settle", groups.Settle("g1", "c1", "x1@0", 10, (0, 1), (groups.Nack(2, -1, "busy"),),
+                             (3,), (4, 5), (6, 8, 9, 10)), *_std(groups.Settle),
+     frozenset({"Count", "Acks", "Nacks", "Dead", "Give", "Skip"})),
+    ("settled", groups.Settled((4,), (1,), (5,), (5,), ("boom",), 1, False, False),
+     *_std(groups.Settled), frozenset({"RESULT", "COMMENT", "Given", "Deliveries", "Expired",
+                                        "ExpiredCounts"})),
+    ("groups", groups.Groups((groups.GroupView("g1", False, 2, 1, 10, 0, 0, 3, 7, 1, "q1.g1.dlq",
+                                               (groups.ConsumerView("c1", 1, 3, 7, 0.5),),
+                                               b"eu."),)),
+     *_std(groups.Groups), frozenset({"RESULT", "COMMENT"})),
+    ("group info", groups.GroupInfo("g1", "q1"), *_std(groups.GroupInfo),
+     frozenset({"QName", "Group"})),
+    ("group delete", groups.GroupDelete("g1", "q1"), *_std(groups.GroupDelete),
+     frozenset({"QName"})),
     ("leaving", monitor.ExchangeReport(IDENTITY, None, leaving=True),
      *_std(monitor.ExchangeReport), frozenset()),
     ("leaving with load", monitor.ExchangeReport(IDENTITY, LOAD, leaving=True),
-     *_std(monitor.ExchangeReport), frozenset()),
+     *_std(monitor.ExchangeReport), frozenset({"End", "Cuts"})),
     ("pulse", monitor.ExchangePulse("x1", FRONT, 1.7e9, 0.05), *_std(monitor.ExchangePulse),
      frozenset()),
     ("subscriptions", monitor.ExchangeSubscriptions(IDENTITY, 4),
@@ -399,7 +426,7 @@ def test_the_report_keeps_its_field_names_on_the_wire():
     assert set(monitor.ExchangeReport(IDENTITY, LOAD).encode()) == {
         "CMD", "QName", "Id", "Front", "Back", "Period", "Started", "Log", "Host", "Msgs",
         "Bytes", "Producers", "Top", "CPU", "RSS", "Load", "Bad", "TotalMsgs", "TotalBytes",
-        "Copies", "Subs",
+        "Copies", "Subs", "End", "Cuts",
     }  # fmt: skip
     assert set(monitor.ExchangeReport(IDENTITY, None, leaving=True).encode()) == {
         "CMD", "QName", "Id", "Front", "Back", "Period", "Started", "Log", "Host",
@@ -462,3 +489,20 @@ def test_an_epoch_left_out_by_an_older_peer_reads_as_0_and_a_bad_one_is_refused(
     for bad in ("3", True, 3.0, -1, 2**63):
         with pytest.raises(DecodeError, match="the Epoch field"):
             decode({**doc, "Epoch": bad})
+
+
+@pytest.mark.parametrize(
+    "skip",
+    [[0], [5, 3], [0, 4, 2, 6], [0, 4, 4, 6], [0, 1_000_001]],
+    ids=["odd", "empty range", "overlapping", "touching", "past a slot"],
+)
+def test_a_settle_whose_skip_ranges_are_not_ascending_and_disjoint_is_refused(skip):
+    doc = groups.Settle("g1", "c1", "x1@0").encode() | {"Skip": skip}
+    with pytest.raises(DecodeError, match="Skip"):
+        groups.Settle.decode(doc)
+
+
+@pytest.mark.parametrize("prefix", ["eu.", b"k" * (limits.key_bytes_max + 1), 3])
+def test_a_key_prefix_must_be_binary_and_no_longer_than_a_key(prefix):
+    with pytest.raises(DecodeError, match="Prefix"):
+        groups.GroupJoin.decode(groups.GroupJoin("g1", "c1").encode() | {"Prefix": prefix})

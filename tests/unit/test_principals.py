@@ -71,12 +71,14 @@ def test_the_gate_admits_by_socket_domain():
     gate = security.Gate()
     cluster_key = "c" * 40
     gate.replace([READER], cluster_key)
-    subscribe = security.access_domain(Permission.SUBSCRIBE, "q1")
-    publish = security.access_domain(Permission.PUBLISH, "q1")
+    subscribe = security.access_domain(Permission.SUBSCRIBE, queue="q1")
+    publish = security.access_domain(Permission.PUBLISH, queue="q1")
+    reader = security.access_domain(Permission.CONSUME, Permission.SUBSCRIBE, queue="q1")
     cluster = security.access_domain(cluster=True)
     assert gate.callback(security.ZAP_DOMAIN, KEY.encode())
     assert gate.callback(subscribe, KEY.encode())
     assert not gate.callback(publish, KEY.encode())
+    assert gate.callback(reader, KEY.encode())  # one of the two is enough
     assert not gate.callback(cluster, KEY.encode())
     assert gate.callback(cluster, cluster_key.encode())
     assert not gate.callback(security.ZAP_DOMAIN, ("u" * 40).encode())

@@ -285,3 +285,38 @@ def test_a_replica_that_falls_a_lag_behind_drops_out_and_acks_all_goes_on(
         while _serve(pair.router, pair.store):
             _turn(pair.replicator)
         assert pair.in_sync() and pair.replicator.committed() == pair.leader.end_offset
+
+
+def test_acks_all_confirms_nothing_before_the_monitor_says_who_copies_the_log(
+    tmp_path: Path,
+) -> None:
+    """A fresh or restarted leader does not know its replicas until the monitor's REPLICAS:
+    committed stays at 0 meanwhile (bounded), and an assignment of nobody (a queue with one
+    live exchange) is the word that the leader is alone."""
+    context = new_context()
+    leader = _long_log(tmp_path, batches=3)
+    replicator = Replicator(context, "l1", leader, "leader l1")
+    try:
+        assert replicator.committed() == 0 < leader.end_offset
+        replicator.assign([])
+        assert replicator.committed() == leader.end_offset
+    finally:
+        replicator.close()
+        leader.close()
+        context.term()
+
+
+def test_a_newly_assigned_replica_is_waited_for_until_its_first_answer(tmp_path: Path) -> None:
+    """Its empty copy of a log that was empty a lag ago is in sync at its first answer: acks=all
+    must not confirm on the leader alone in the meantime. A replica that never answers is
+    waited for at most the lag."""
+    with _Pair(tmp_path, _long_log(tmp_path, batches=0), lag_s=0.3) as pair:
+        pair.leader.append(batch(0, records=10, size=1000))
+        assert pair.replicator.committed() == 0, "not answered yet: waited for"
+        while _serve(pair.router, pair.store):
+            _turn(pair.replicator)
+        assert pair.in_sync() and pair.replicator.committed() == pair.leader.end_offset
+    with _Pair(tmp_path / "silent", _long_log(tmp_path / "silent", batches=1), lag_s=0.3) as pair:
+        assert pair.replicator.committed() == 0
+        time.sleep(0.4)  # nobody serves the replica's socket
+        assert pair.replicator.committed() == pair.leader.end_offset

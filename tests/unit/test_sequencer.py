@@ -51,3 +51,30 @@ def test_a_corrupt_batch_is_skipped_and_counted_in_its_turn_without_waiting():
     assert sequencer.corrupt == 4 and sequencer.streams[(PRODUCER, b"k")].next_seq == 10
     sequencer.offer(header(9, count=3), b"", 0.0, feed, corrupt=True)  # overlaps a delivered one
     assert sequencer.corrupt == 6 and sequencer.duplicates == 1
+
+
+def test_a_rereadable_source_is_refused_past_its_bound_and_never_makes_a_gap_skip():
+    sequencer = Sequencer(gap_wait_s=60, held_max=4, held_per_source=2, from_start=True)
+    ahead, behind = object(), object()
+    for seq in (10, 12):  # 0..9 are in the other log: held
+        assert not sequencer.refuses(header(seq), ahead)
+        assert sequencer.offer(header(seq), b"", 0.0, ahead) == []
+    assert sequencer.refuses(header(14), ahead)  # past this source's bound: read again later
+    assert not sequencer.refuses(header(0, key=b"other"), ahead)  # deliverable: never refused
+    assert not sequencer.refuses(header(0), behind) and sequencer.lost == 0
+    before = sequencer.progress
+    delivered = []
+    for seq in range(0, 10, 2):
+        delivered += seqs(sequencer.offer(header(seq), b"", 0.0, behind))
+    assert delivered == [0, 2, 4, 6, 8, 10, 12] and sequencer.progress > before
+    assert not sequencer.refuses(header(14), ahead) and sequencer.lost == 0
+
+
+def test_the_total_bound_still_skips_the_gap_for_a_source_that_cannot_reread():
+    sequencer = Sequencer(gap_wait_s=60, held_max=2)
+    feed = object()
+    assert seqs(sequencer.offer(header(0), b"", 0.0, feed)) == [0]
+    assert sequencer.offer(header(4), b"", 0.0, feed) == []
+    assert sequencer.offer(header(6), b"", 0.0, feed) == []
+    assert seqs(sequencer.offer(header(8), b"", 0.0, feed)) == [4, 6, 8]  # over: 2..3 lost
+    assert sequencer.lost == 2

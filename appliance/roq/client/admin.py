@@ -44,6 +44,7 @@ from roq.protocol.messages.admin import (
     StartQueue,
     StopQueue,
 )
+from roq.protocol.messages.groups import GroupDelete, GroupInfo, Groups, GroupView
 from roq.protocol.ports import GcmPort, endpoint_at
 from roq.protocol.rules import RuleSet
 from roq.transport import new_context, security
@@ -202,3 +203,16 @@ class AdminClient:
     def register_rules_listener(self, name: str, address: str) -> Reply:
         """Have the GCM push the queue's rules to the PULL socket at `address` (2008)."""
         return Reply.decode(self.request(RegisterRulesListener(name, address).encode()))
+
+    # --- consumer groups (2020–2022, answered by the queue's monitor) -------------------------
+    def list_groups(self, queue: str) -> tuple[GroupView, ...]:
+        return Groups.decode(self.request(GroupInfo("", queue).encode())).groups
+
+    def get_group(self, queue: str, group: str) -> GroupView:
+        found = Groups.decode(self.request(GroupInfo(group, queue).encode())).groups
+        if len(found) != 1:
+            raise AdminError(f"the monitor answered {len(found)} groups for {group}")
+        return found[0]
+
+    def delete_group(self, queue: str, group: str) -> Reply:
+        return Reply.decode(self.request(GroupDelete(group, queue).encode()))

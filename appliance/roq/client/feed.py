@@ -89,6 +89,8 @@ class Feed:
         self._probing = False
         self._last_request: list[bytes] = []
         self._probed_at: int | None = None  # next_offset when the last probe was sent
+        self.refusals = 0  # batches the sequencer had no room for, read again later (rewind)
+        self._refused_at = -1  # the sequencer's progress when it last refused a batch
 
     # --- positioning ---------------------------------------------------------------------------
     def start_at(self, offset: int) -> None:
@@ -313,8 +315,25 @@ class Feed:
         """A log read (not a mere probe) is in flight."""
         return self._pending and not self._probing
 
-    def wants_more(self) -> bool:
-        return self.catching_up and not self._pending and self.next_offset is not None
+    def wants_more(self, progress: int) -> bool:
+        """Whether to read on: catching up, nothing in flight, and, after a refusal, once the
+        sequencer's `progress` moved (reading before would only be refused again)."""
+        return (
+            self.catching_up
+            and not self._pending
+            and self.next_offset is not None
+            and progress > self._refused_at
+        )
+
+    def rewind(self, offset: int, progress: int) -> None:
+        """The subscriber could not take the batch at `offset` now (it would be held past the
+        sequencer's bounds, waiting for another exchange's log): read the log from there
+        again once the sequencer's progress passed `progress`. Live batches meanwhile are
+        dropped as in any catch-up; the log gives them back."""
+        self.next_offset = offset
+        self.catching_up = True
+        self._refused_at = progress
+        self.refusals += 1
 
     def read_more(self) -> None:
         self._catch_up()

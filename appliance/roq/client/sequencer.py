@@ -11,6 +11,16 @@ fail-over. The sequencer delivers each stream's records in sequence order, exact
 * a batch ahead of the stream is held (bounded: `limits.subscriber_reorder_batches_max`) until the
   gap fills, or for at most `gap_wait_s`; then the gap is counted as lost and delivery goes on.
 
+A source that can read a batch again (a feed on a logged exchange: it knows the batch's offset)
+asks `refuses` before it offers: a batch that would be held past `held_per_source` batches of
+that source, or past `held_max` in all, is refused, and the feed reads it again from its log
+once `progress` moved (something was delivered or given up since). Such a source never makes
+the sequencer skip a gap for want of room: a replay from the beginning whose first log read
+answered thousands of batches of a stream's later part, before another exchange's log gave its
+beginning, once lost that beginning so (the held total overflowed and the gap was skipped at
+once). No feed waits for nothing: the earliest undelivered batch in time is deliverable (what
+came before it in its stream was appended earlier), so its feed is never refused for it.
+
 A corrupt batch (its records cannot be read, `corrupt=True`) takes its place in the stream like
 any other, but when its turn comes its records are counted in `corrupt` instead of delivered:
 the stream goes on at once rather than wait `gap_wait_s` for records that will never be readable.
@@ -54,9 +64,12 @@ class Sequencer:
         held_max: int = limits.subscriber_reorder_batches_max,
         streams_max: int = limits.subscriber_streams_max,
         from_start: bool = False,
+        held_per_source: int = limits.subscriber_held_per_feed_max,
     ):
         self.from_start = from_start
         self.gap_wait_s, self.held_max, self.streams_max = gap_wait_s, held_max, streams_max
+        self.held_per_source = held_per_source
+        self.progress = 0  # counts deliveries and gaps given up: a refused source reads again
         self.streams: dict[tuple[bytes, bytes], _Stream] = {}
         self.held = 0
         self.duplicates = 0  # records dropped as already delivered
@@ -106,6 +119,21 @@ class Sequencer:
         self._release(stream, out)
         return out
 
+    def refuses(self, header: BatchHeader, source: object) -> bool:
+        """Whether `offer` would hold this batch past the bounds (see the module's docstring):
+        the caller then offers neither it nor what follows it, and reads them again later."""
+        if self.held < self.held_max and self.held_by_source.get(source, 0) < self.held_per_source:
+            return False
+        stream = self.streams.get((header.producer_id, header.key))
+        if stream is None:
+            next_seq = 0 if self.from_start else header.first_seq
+        else:
+            next_seq = stream.next_seq
+        if header.first_seq <= next_seq:
+            return False  # delivered (or dropped) at once, never held
+        seen = self._forgiving.get(source)
+        return seen is None or (header.producer_id, header.key) in seen
+
     def _forgiven(self, source: object, key: tuple[bytes, bytes]) -> bool:
         """Whether this is the stream's first batch from a forgiving source (once per stream)."""
         seen = self._forgiving.get(source)
@@ -148,6 +176,7 @@ class Sequencer:
         """Records before `seq` will never come: count them lost and go on from `seq`."""
         self.lost += seq - stream.next_seq
         self.gaps += 1
+        self.progress += 1
         stream.next_seq = seq
 
     def _release(self, stream: _Stream, out: list[Delivery]) -> None:
@@ -165,6 +194,7 @@ class Sequencer:
             return
         skip = stream.next_seq - header.first_seq
         stream.next_seq = last + 1
+        self.progress += 1
         if skip > 0:
             self.duplicates += skip
         if delivery.corrupt:

@@ -353,12 +353,13 @@ class Subscriber:
             else:
                 self._offer(owner, owner.on_reply(), now_us, out)
         now = time.monotonic()
-        throttle = self.sequencer.held_max // 4
+        sequencer = self.sequencer
         for feed in self.feeds.values():
             feed.check_timeout(now)
             feed.check_idle(now)
             # A feed whose batches wait for another feed's older ones reads no further for now.
-            if feed.wants_more() and self.sequencer.held_by_source.get(feed, 0) < throttle:
+            held = sequencer.held_by_source.get(feed, 0)
+            if feed.wants_more(sequencer.progress) and held < sequencer.held_per_source:
                 feed.read_more()
         if not any(feed.reading for feed in self.feeds.values()):
             out.extend(self.sequencer.expire(now))  # a gap no log read in flight can fill
@@ -392,12 +393,20 @@ class Subscriber:
 
     def _offer(self, feed: Feed, batches: Any, now_us: int, out: list[Delivery]) -> None:
         now = time.monotonic()
-        if feed.evicted_since_offer:  # what it skipped will never come: do not wait for it
+        if feed.evicted_since_offer:
             feed.evicted_since_offer = False
-            self.sequencer.forgive(feed)
+            # What its log evicted will never come from it, so its gaps are not waited for; but
+            # while another feed still reads its log, that log may hold them (a replay whose
+            # stream began on another exchange): then they are waited for as any gap.
+            if not any(other.catching_up for other in self.feeds.values() if other is not feed):
+                self.sequencer.forgive(feed)
         elif not feed.catching_up:
             self.sequencer.forget(feed)
         for header, batch, sound in batches:
+            if feed.logged and self.sequencer.refuses(header, feed):
+                # no room to hold it: read it (and what follows it) from the log again later
+                feed.rewind(header.base_offset, self.sequencer.progress)
+                break
             self.received_batches += 1
             self.received_messages += header.count
             if len(self.latency_us) < 100_000:

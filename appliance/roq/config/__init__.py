@@ -24,6 +24,7 @@ from roq.config.components import (
     SecuritySettings,
     Thresholds,
     UpSettings,
+    WorkSettings,
     ZooKeeperSettings,
     log_settings,
 )
@@ -58,6 +59,7 @@ __all__ = [
     "Thresholds",
     "UpSettings",
     "Value",
+    "WorkSettings",
     "ZooKeeperSettings",
     "load",
     "load_gcm",

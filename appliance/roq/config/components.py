@@ -257,6 +257,29 @@ class HostSettings:
 
 
 @dataclass(frozen=True)
+class WorkSettings:
+    """Work queues: the consumer groups' slot manager in each queue's monitor."""
+
+    slot_messages: int  # work.slot.messages (the exchange cuts its log's slots by count)
+    slot_s: float  # work.slot.ms (the monitor closes a slot open this long)
+    lease_s: float  # work.lease.ms
+    inflight: int  # work.inflight
+    backoff_s: float  # work.redelivery.backoff.ms
+    max_deliveries: int  # work.max.deliveries
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> WorkSettings:
+        return cls(
+            slot_messages=settings._int("work.slot.messages"),
+            slot_s=settings._seconds("work.slot.ms"),
+            lease_s=settings._seconds("work.lease.ms"),
+            inflight=settings._int("work.inflight"),
+            backoff_s=settings._seconds("work.redelivery.backoff.ms"),
+            max_deliveries=settings._int("work.max.deliveries"),
+        )
+
+
+@dataclass(frozen=True)
 class Thresholds:
     """Every number of the placement and relocation algorithm (`roq.monitor.placement`)."""
 
@@ -325,7 +348,8 @@ class MonitorSettings:
     replication_factor: int
     thresholds: Thresholds
     scaling: ScalingConfig
-    zk: ZooKeeperSettings  # where the scaling actuator finds the GCM
+    zk: ZooKeeperSettings  # where the scaling actuator finds the GCM; the groups' state
+    work: WorkSettings
 
     security: SecuritySettings
 
@@ -340,6 +364,7 @@ class MonitorSettings:
             thresholds=Thresholds.from_settings(settings),
             scaling=ScalingConfig.from_settings(settings),
             zk=ZooKeeperSettings.from_settings(settings),
+            work=WorkSettings.from_settings(settings),
         )
 
 
@@ -353,8 +378,8 @@ class ExchangeSettings:
     use_log: bool
     log_root: str  # directory
     log: LogSettings
-
     security: SecuritySettings
+    slot_messages: int = 1000  # work.slot.messages: a slot of the log closes after this many
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ExchangeSettings:
@@ -368,6 +393,7 @@ class ExchangeSettings:
             use_log=settings._bool("useLog"),
             log_root=settings._str("directory"),
             log=log_settings(settings),
+            slot_messages=settings._int("work.slot.messages"),
         )
 
 

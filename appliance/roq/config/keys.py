@@ -778,6 +778,60 @@ HCM_KEYS: tuple[Key, ...] = (
         (1, 10_000_000),
         section="HTTP gateway",
     ),
+    Key(
+        "work.slot.messages",
+        int,
+        1000,
+        "Work queues (consumer groups): an exchange closes a slot of its log after this many "
+        "messages; the slot is what a group leases to one consumer at a time.",
+        (1, 1_000_000),
+        section="Work queues",
+    ),
+    Key(
+        "work.slot.ms",
+        int,
+        500,
+        "... or once the open slot's first message was seen this many ms ago by the monitor "
+        "(so a slow trickle is consumed too); at once when a consumer is waiting for a slot.",
+        MS,
+        section="Work queues",
+    ),
+    Key(
+        "work.lease.ms",
+        int,
+        30_000,
+        "A slot leased to a consumer goes back to the group if the consumer shows no progress "
+        "(ack, nack, in_progress, any request on it) for this many ms: the visibility timeout.",
+        (100, 86_400_000),
+        section="Work queues",
+    ),
+    Key(
+        "work.inflight",
+        int,
+        1000,
+        "Messages one consumer may hold handed out and not settled (ack, nack, reject); at the "
+        "limit it is told (a log line and its statistics) and receives no more until it settles.",
+        (1, 1_000_000),
+        section="Work queues",
+    ),
+    Key(
+        "work.redelivery.backoff.ms",
+        int,
+        1000,
+        "A message nacked without a delay, or whose lease expired, is handed out again no sooner "
+        "than this many ms x its delivery count (capped at 60 s).",
+        (0, 86_400_000),
+        section="Work queues",
+    ),
+    Key(
+        "work.max.deliveries",
+        int,
+        5,
+        "A message handed out this many times without an ack goes to its group's dead-letter "
+        "queue instead of a sixth delivery.",
+        (1, 1000),
+        section="Work queues",
+    ),
 )
 
 

@@ -34,6 +34,7 @@ from kazoo.exceptions import (
     RolledBackError,
 )
 
+from roq.coordination.groupstore import delete_queue_groups
 from roq.coordination.paths import Paths
 from roq.errors import AdminError, CoordinationError, HostRegistered, NameTaken, NotLeader
 
@@ -464,6 +465,7 @@ class Registry:
                 ops.append(("delete", extra, None))
         ops.append(("delete", self.paths.queue(name), None))
         self._commit(fence, ops)
+        delete_queue_groups(self.zk, self.paths.namespace, name)  # its consumer groups' state
 
     def put_exchange(self, fence: Fence, record: ExchangeRecord) -> None:
         path = self.paths.exchange(record.queue, record.id)

@@ -21,7 +21,12 @@ The committed offset is the lowest end offset among in-sync replicas (and the le
 `acks=all` confirms a batch once it is below it, so it waits for a slow replica at most about
 `REPLICA_LAG_S`, and never for a back-fill. With no in-sync replica, committed is the leader's
 end — `acks=all` then means the leader alone, and `Replicator.under_replicated` says so (each
-change is logged).
+change is logged). Two windows where that would confirm on the leader alone a batch a replica
+was about to hold are closed: before the monitor's first assignment since the exchange started
+nothing is committed (for at most `limits.acks_all_assignment_wait_s`; an assignment of nobody,
+a queue with one live exchange, is the monitor's word that the leader is alone), and a newly
+assigned replica that has not answered yet is waited for (at most `REPLICA_LAG_S`), as its
+first answer may well show it in sync (an empty copy of an empty log, at a queue's start).
 
 Replica side (`ReplicaStore`): one log per leader under
 `<directory>/_replicas/<queue>/<leader id>@<replica id>/`, in the same segment format, so the copy
@@ -241,6 +246,7 @@ class ReplicaLink:
     was_in_sync: bool = False  # as last logged
     retry_at: float = 0.0  # when to probe again after a refusal (0: no probe is due)
     refused: str = ""  # the reason of the last refusal, as logged
+    linked_at: float = 0.0  # when it was assigned (monotonic)
 
     def in_sync(self, lagged_end: int) -> bool:
         """`lagged_end`: the leader's log end `REPLICA_LAG_S` ago."""
@@ -262,6 +268,8 @@ class Replicator:
         # lag_s over that period
         self._ends: collections.deque[tuple[float, int]] = collections.deque()
         self._note_end(time.monotonic())
+        self._started = time.monotonic()
+        self.assigned = False  # the monitor has said who copies this log (see committed)
 
     def _note_end(self, now: float) -> None:
         if not self._ends or now - self._ends[-1][0] >= limits.replication_end_sample_s:
@@ -278,6 +286,7 @@ class Replicator:
     def assign(self, replicas: list[tuple[str, str]]) -> None:
         """Replace the replica set with [(replica id, tcp://ip:F+3)]."""
         wanted = dict(replicas)
+        self.assigned = True
         for replica_id in [r for r in self.links if wanted.get(r) != self.links[r].endpoint]:
             self.links.pop(replica_id).sock.close(0)
             log.info("%s: replica %s released", self.name, replica_id)
@@ -288,7 +297,7 @@ class Replicator:
     def _link(self, replica_id: str, endpoint: str) -> None:
         sock = open_socket(self.context, Kind.DEALER, sndhwm=10_000, rcvhwm=10_000)
         connect(sock, endpoint)
-        self.links[replica_id] = ReplicaLink(replica_id, endpoint, sock)
+        self.links[replica_id] = ReplicaLink(replica_id, endpoint, sock, linked_at=time.monotonic())
         self._probe(self.links[replica_id])
         log.info("%s: replicating to %s (%s)", self.name, replica_id, endpoint)
 
@@ -401,6 +410,14 @@ class Replicator:
     def committed(self) -> int:
         """The offset below which every in-sync replica holds the log (the exchange asks once
         per loop turn: a replica's moves in and out of sync are logged here)."""
+        now = time.monotonic()
+        if not self.assigned:
+            if now - self._started < limits.acks_all_assignment_wait_s:
+                return 0  # who copies the log is not known yet: confirm nothing
+            log.warning("%s: no replica assignment from the monitor in %.0f s: acks=all goes "
+                        "on with the leader alone", self.name,
+                        limits.acks_all_assignment_wait_s)  # fmt: skip
+            self.assigned = True
         lagged = self._lagged_end()
         ends = []
         for link in self.links.values():
@@ -409,6 +426,8 @@ class Replicator:
                 self._log_sync_change(link, in_sync)
             if in_sync:
                 ends.append(min(link.acked, self.log.end_offset))
+            elif link.acked < 0 and now - link.linked_at < self.lag_s:
+                ends.append(0)  # assigned, not answered yet: wait for its first answer
         return min(ends, default=self.log.end_offset)
 
     def _log_sync_change(self, link: ReplicaLink, in_sync: bool) -> None:

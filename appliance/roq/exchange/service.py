@@ -54,6 +54,7 @@ from roq.errors import CorruptRecord, LogUnavailable, ProtocolError
 from roq.exchange.logserver import LogServer
 from roq.exchange.pulse import Pulse
 from roq.exchange.replication import CopySender, ReplicaStore, Replicator
+from roq.exchange.slotcuts import SlotCuts
 from roq.log import Log, log_directory
 from roq.log import format as batchfmt
 from roq.protocol import bsonmsg, dataplane
@@ -212,6 +213,8 @@ class Exchange:
         self._subscriptions_told = 0
         self._next_subscriptions_notice = 0.0
         self.accepted_bytes = 0  # the offset the next batch would have in the log
+        self.slot_cuts = SlotCuts()  # work queues: where the log's slots end (monitor/slots.py)
+        self._slot_messages = 0  # appended since the last cut
         self.leaving_since: float | None = None
         self.started = time.time()  # tells the monitor a restarted exchange from its old self
         self.fence = Fence(spec.lease, spec.name)
@@ -262,8 +265,10 @@ class Exchange:
         # Who may connect (docs/security.md §5): the front takes publishers of this queue, the
         # back and the log port its subscribers (replication writes on the log port are checked
         # per request: logserver.py).
-        publish = security.access_domain(Permission.PUBLISH, spec.queue)
-        subscribe = security.access_domain(Permission.SUBSCRIBE, spec.queue)
+        publish = security.access_domain(Permission.PUBLISH, queue=spec.queue)
+        subscribe = security.access_domain(Permission.SUBSCRIBE, queue=spec.queue)
+        # log reads: subscribers, and work-queue consumers reading their slots
+        reader = security.access_domain(Permission.SUBSCRIBE, Permission.CONSUME, queue=spec.queue)
         bind(self.front, spec.address, port_at(spec.port, ExchangePort.FRONT), publish)
         self.back = open_socket(
             context,
@@ -273,7 +278,7 @@ class Exchange:
         )
         bind(self.back, spec.address, port_at(spec.port, ExchangePort.BACK), subscribe)
         self.replay = open_socket(context, Kind.ROUTER, sndhwm=100, rcvhwm=100)
-        bind(self.replay, spec.address, port_at(spec.port, ExchangePort.LOG), subscribe)
+        bind(self.replay, spec.address, port_at(spec.port, ExchangePort.LOG), reader)
         control = port_at(spec.port, ExchangePort.CONTROL)
         self.control = ControlServer(context, spec.address, control, spec.name)
         self.control.status = self.status
@@ -509,6 +514,10 @@ class Exchange:
             stamped = bytearray(batch)  # the log stamps the offset in place: forward those bytes
             offset = self.log.append(stamped, header)
             self.back.send_multipart([header.key, stamped], copy=False)
+            self._slot_messages += header.count  # work queues: one add per batch
+            if self._slot_messages >= self.settings.slot_messages:
+                self.slot_cuts.add(offset + header.size)
+                self._slot_messages = 0
         else:
             offset = self.accepted_bytes
             self.back.send_multipart([header.key, batch], copy=False)
@@ -546,6 +555,8 @@ class Exchange:
             total_bytes=self.load.total_bytes,
             copies=self._copies(),
             subscriptions=self.subscriptions,
+            end=self.log.end_offset if self.log is not None else 0,
+            cuts=self.slot_cuts.report(),
         )
         self._send_report(ExchangeReport(self._identity(), load, leaving=bool(self.leaving_since)))
 

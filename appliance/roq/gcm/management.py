@@ -39,6 +39,7 @@ from roq.errors import (
     RoqError,
     TransportError,
 )
+from roq.gcm import groups
 from roq.gcm.provisioning import make_provisioner
 from roq.protocol import bsonmsg
 from roq.protocol.bsonmsg import Document, Reply
@@ -182,6 +183,9 @@ class Management:
             AdminCommand.GET_AUTOSCALING_RULE: self.get_rule,
             AdminCommand.REGISTER_FOR_AUTOSCALING_RULE_UPDATE: self.register_listener,
             AdminCommand.GET_CLOUD_PROPERTIES: self.cloud_properties,
+            AdminCommand.LIST_GROUPS: self.groups,
+            AdminCommand.GET_GROUP: self.groups,
+            AdminCommand.DELETE_GROUP: self.groups,
         }
 
     def handle(self, request: Document, fence: Fence) -> Document:
@@ -250,6 +254,13 @@ class Management:
         if record.state != QueueState.RUNNING:
             raise Refused(Reason.UNKNOWN_QUEUE, f"The Queue {record.name} is {record.state}.")
         return MonitorLocation(record.monitor, record.stat, record.epoch).encode()
+
+    def groups(self, request: Document, fence: Fence) -> Document:
+        """2020–2022: the queue's monitor answers (gcm/groups.py)."""
+        record, _ = self._queue(bsonmsg.field_str(request, "QName"))
+        if record.state != QueueState.RUNNING or not record.monitor:
+            raise Refused(Reason.UNKNOWN_QUEUE, f"The Queue {record.name} is {record.state}.")
+        return groups.forward(self.context, record.monitor, request)
 
     def queue_exists(self, request: Document, fence: Fence) -> Document:
         found = self.registry.queue(QueueExists.decode(request).queue)

@@ -33,6 +33,7 @@ from typing import Any
 from roq import limits
 from roq.config import MonitorSettings
 from roq.errors import ProtocolError
+from roq.monitor.groups import GROUP_COMMANDS, GroupManager, Readable
 from roq.monitor.placement import (
     CopyPlan,
     ExchangeView,
@@ -134,13 +135,14 @@ class Monitor:
             context, queue, settings, address, port_at(port, MonitorPort.RULES),
             emit=lambda event: self._send(self.kpi_out, [bsonmsg.encode(event.encode())]),
         )  # fmt: skip
+        self.groups = GroupManager(queue, settings, self._readable)  # work queues
 
     def _open_sockets(self, context: Any) -> None:
         # Who may connect to each socket (docs/security.md §5): placement is open to every
         # principal and refuses per request, naming the missing permission.
         cluster = security.access_domain(cluster=True)
-        publish = security.access_domain(Permission.PUBLISH, self.queue)
-        subscribe = security.access_domain(Permission.SUBSCRIBE, self.queue)
+        publish = security.access_domain(Permission.PUBLISH, queue=self.queue)
+        subscribe = security.access_domain(Permission.SUBSCRIBE, queue=self.queue)
 
         def bound(kind: Kind, port: int, access: str, **options: Any) -> Any:
             sock = open_socket(context, kind, **options)
@@ -197,9 +199,11 @@ class Monitor:
             self._reap(now)
             if now >= next_scale:
                 self._scale(now)
+                self.groups.tick()
                 next_scale = now + limits.poll_interval_ms / 1000
             if now >= next_list:
                 self._publish_list()
+                self._cut_dead_logs()
                 self._assign_replicas()  # again each period: a restarted exchange forgot it
                 next_list = now + self.list_period_s
             if now >= next_kpi:
@@ -258,6 +262,8 @@ class Monitor:
             self._on_leaving(view)
             return
         self._update_load(view, message.load)
+        if view.logged:
+            self.groups.observe(view.exchange_id, message.load.end, message.load.cuts)
         self.scaler.observe(view.exchange_id, message.load, now)
         self._relocate(view, now)
 
@@ -299,6 +305,10 @@ class Monitor:
         self.exchanges[view.front] = view
         log.info("%s: exchange %s joined (%s)", self.name, view.exchange_id, view.front)
         self._to_subscribers(NewExchange(_entry(view), self.epoch).encode())
+        # At once rather than at the next list period: until then the new (or restarted)
+        # exchange's log had no replica and every other log could not be copied to it, and
+        # acks=all was confirmed on the leader alone (it now waits for this word, limits.py)
+        self._assign_replicas()
         return view
 
     def _update_load(self, view: ExchangeView, load: ReportedLoad) -> None:
@@ -373,12 +383,9 @@ class Monitor:
 
     # --- placement requests --------------------------------------------------------------------
     def _authorize(self, principal: Principal | None, request: dict[str, Any]) -> Any:
-        """Publishers need publish on the queue, subscribers subscribe: refused by name."""
-        command = request.get("CMD")
-        needs = Permission.SUBSCRIBE
-        if command in (MonitorCommand.PUBLISHER_INIT, MonitorCommand.PUBLISHER_PANIC):
-            needs = Permission.PUBLISH
-        why = refusal(principal, (needs,), self.queue)
+        """Publishers need publish on the queue, subscribers subscribe, work-queue consumers
+        consume: refused by name."""
+        why = refusal(principal, _needs(request.get("CMD")), self.queue)
         if why is None:
             return None
         log.warning("%s: refused a placement request: %s", self.name, why)
@@ -400,6 +407,8 @@ class Monitor:
             return self._listing().reply()
         if command in (MonitorCommand.PUBLISHER_INIT, MonitorCommand.PUBLISHER_PANIC):
             return self._place(PublisherInit.decode(request))
+        if command in GROUP_COMMANDS:
+            return self.groups.handle(request)
         return bsonmsg.fail(Reason.UNKNOWN_COMMAND, f"unknown command {command}")
 
     def _place(self, request: PublisherInit) -> dict[str, Any]:
@@ -434,6 +443,26 @@ class Monitor:
 
     def _publish_list(self) -> None:
         self._to_subscribers(self._listing().notice())
+
+    # --- work queues (monitor/groups.py) -------------------------------------------------------
+    def _readable(self) -> Readable:
+        """Where each log is read now: a live exchange's own, else the longest copy of it."""
+        where = {
+            x.exchange_id: (_log_endpoint(x.front), "", self.groups.ends.get(x.exchange_id, 0))
+            for x in self.exchanges.values()
+            if x.logged
+        }
+        for dead in self._copy_list():
+            if dead.leader_id not in where and dead.replicas:
+                best = dead.replicas[0]
+                where[dead.leader_id] = (best.log, dead.leader_id, best.end)
+        return where
+
+    def _cut_dead_logs(self) -> None:
+        """A dead exchange's log ends where its longest copy does: its last slot closes there."""
+        for dead in self._copy_list():
+            if dead.replicas:
+                self.groups.observe(dead.leader_id, dead.replicas[0].end, (), final=True)
 
     # --- stat monitor --------------------------------------------------------------------------
     def _pump_stats(self) -> None:
@@ -621,6 +650,7 @@ class Monitor:
     def close(self) -> None:
         self.fence.close()
         self.scaler.close()
+        self.groups.close()
         for control in self._controls.values():
             control.close(0)
         for sock in (
@@ -639,3 +669,16 @@ def _entry(view: ExchangeView) -> ExchangeEntry:
 def _log_endpoint(front: str) -> str:
     """Where an exchange serves log reads and replication writes (F+3), from its front (F)."""
     return sibling(front, ExchangePort.FRONT, ExchangePort.LOG)
+
+
+def _needs(command: Any) -> tuple[Permission, ...]:
+    """The permissions of which a placement request needs one (docs/security.md §5)."""
+    if command in (MonitorCommand.PUBLISHER_INIT, MonitorCommand.PUBLISHER_PANIC):
+        return (Permission.PUBLISH,)
+    if command == MonitorCommand.GROUP_INFO:
+        return (Permission.CONSUME, Permission.SUBSCRIBE, Permission.ADMIN)
+    if command == MonitorCommand.GROUP_DELETE:
+        return (Permission.ADMIN,)
+    if command in GROUP_COMMANDS:
+        return (Permission.CONSUME,)
+    return (Permission.SUBSCRIBE,)

@@ -57,6 +57,10 @@ class AdminCommand(enum.IntEnum):
     LIST_QUEUES = 2012
     GET_STATUS = 2013
     REMOVE_XCHANGE = 2014
+    # work queues (consumer groups): forwarded to the queue's monitor
+    LIST_GROUPS = 2020  # {QName} → the queue's groups with their lag, in flight, dead letters
+    GET_GROUP = 2021  # {QName, Group} → one group, per consumer
+    DELETE_GROUP = 2022  # {QName, Group}: forget the group and its state
 
 
 @enum.unique
@@ -125,6 +129,14 @@ class MonitorCommand(enum.IntEnum):
     EXCHANGE_LEAVING = 6  # an exchange shutting down cleanly: forget it now
     EXCHANGE_PULSE = 7  # liveness from the exchange's pulse thread, with its loop's age
     EXCHANGE_SUBSCRIPTIONS = 8  # the exchange's subscription count changed (`Subs`)
+    # Work queues (consumer groups, monitor/groups.py), on the placement REP socket (B+1):
+    GROUP_JOIN = 20  # a consumer joins `Group` (created if new); → the group's settings
+    GROUP_LEASE = 21  # → a slot leased to this consumer (where to read it, what is settled)
+    GROUP_SETTLE = 22  # acks, nacks, rejects, dead letters of one slot; and messages to hand out
+    GROUP_RELEASE = 23  # the consumer gives a slot back (settled what it could)
+    GROUP_LEAVE = 24  # the consumer leaves: its slots go back to the group at once
+    GROUP_INFO = 25  # `Group` (or every group when empty): lag, in flight, per consumer
+    GROUP_DELETE = 26  # forget `Group` and its durable state
 
 
 @enum.unique

@@ -106,7 +106,7 @@ class Gate:
 
     A socket's ZAP domain says what a client needs to connect at all (`access_domain`): "roq",
     any principal; "cluster", the cluster's own processes; "publish:q1", a principal that may
-    publish to q1 (and so on for each permission)."""
+    publish to q1; "subscribe|consume:q1", one that may do either."""
 
     def __init__(self) -> None:
         self._by_key: Mapping[str, Principal] = {}
@@ -142,8 +142,8 @@ class Gate:
         if domain == CLUSTER_DOMAIN:
             allowed = principal.superuser
         else:
-            permission, _, queue = domain.partition(":")
-            allowed = principal.allows(Permission(permission), queue)
+            permissions, _, queue = domain.partition(":")
+            allowed = any(principal.allows(Permission(p), queue) for p in permissions.split("|"))
         if not allowed:
             log.warning("refused principal %s: domain %s", principal.name, domain)
         return allowed
@@ -539,13 +539,15 @@ def _authenticate(context: Any, domain: str) -> None:
     authenticator.configure_curve_callback(domain, _GateProvider())
 
 
-def access_domain(
-    permission: Permission | None = None, queue: str = "", *, cluster: bool = False
-) -> str:
-    """The ZAP domain of a server socket: who may connect to it at all."""
+def access_domain(*permissions: Permission, queue: str = "", cluster: bool = False) -> str:
+    """The ZAP domain of a server socket: who may connect to it at all. With permissions, a
+    principal holding one of them on `queue`; with `cluster`, the cluster's own processes;
+    with neither, any principal of the cluster."""
     if cluster:
         return CLUSTER_DOMAIN
-    return ZAP_DOMAIN if permission is None else f"{permission.value}:{queue}"
+    if not permissions:
+        return ZAP_DOMAIN
+    return "|".join(p.value for p in permissions) + f":{queue}"
 
 
 def secure_server(sock: Any, endpoint: str, domain: str = ZAP_DOMAIN) -> None:

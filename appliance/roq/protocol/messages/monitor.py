@@ -124,10 +124,15 @@ class ReportedLoad:
     total_bytes: int  # TotalBytes
     copies: tuple[CopyEnd, ...]  # Copies
     subscriptions: int  # Subs: (subscriber connection, key prefix) pairs on its XPUB
+    # Work queues: End, its log's end offset; Cuts, the most recent slot boundaries (offsets
+    # after every `work.slot.messages` messages), repeated in every report so a lost report
+    # loses none (the monitor keeps those past what it knows)
+    end: int = 0
+    cuts: tuple[int, ...] = ()
 
     NAMES: ClassVar[tuple[str, ...]] = (
         "Msgs", "Bytes", "Producers", "Top", "CPU", "RSS", "Load", "Bad", "TotalMsgs",
-        "TotalBytes", "Copies", "Subs",
+        "TotalBytes", "Copies", "Subs", "End", "Cuts",
     )  # fmt: skip
 
     def fields(self) -> Document:
@@ -136,7 +141,7 @@ class ReportedLoad:
             "Top": [p.fields() for p in self.top], "CPU": self.cpu, "RSS": self.rss,
             "Load": self.load, "Bad": self.bad, "TotalMsgs": self.total_msgs,
             "TotalBytes": self.total_bytes, "Copies": [c.fields() for c in self.copies],
-            "Subs": self.subscriptions,
+            "Subs": self.subscriptions, "End": self.end, "Cuts": list(self.cuts),
         }  # fmt: skip
 
     @classmethod
@@ -158,7 +163,19 @@ class ReportedLoad:
                 doc, "Copies", CopyEnd.decode, max_items=limits.monitor_copies_announced_max
             ),
             subscriptions=field_int(doc, "Subs"),
+            end=field_int(doc, "End", hi=limits.log_offset_max, default=0),
+            cuts=_cuts(doc),
         )
+
+
+def _cuts(doc: Mapping[str, Any]) -> tuple[int, ...]:
+    values = bsonmsg.field_list(doc, "Cuts", max_items=limits.work_cuts_reported_max, default=[])
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise DecodeError("the Cuts field must hold offsets")
+        if not 0 <= value < limits.log_offset_max:
+            raise DecodeError(f"the Cuts field holds {value}, beyond any log")
+    return tuple(values)
 
 
 @dataclass(frozen=True)

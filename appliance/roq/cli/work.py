@@ -1,0 +1,155 @@
+"""`roq work` (a consumer of a group) and `roq group list|show|delete` (admin 2020–2022)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import typer
+
+from roq import limits
+from roq.cli.app import app
+from roq.cli.common import GCM_OPTION, ZK_OPTION, errors_to_exit, setup_logging, stop_event
+from roq.cli.data import NAMESPACE_OPTION
+
+group_app = typer.Typer(help="Consumer groups of a queue (work queues).", no_args_is_help=True)
+app.add_typer(group_app, name="group", rich_help_panel="Clients")
+
+
+@app.command(rich_help_panel="Messages")
+def work(
+    queue: str = typer.Argument(..., help="Queue to take work from."),
+    group: str = typer.Option(..., "--group", "-g", help="Consumer group (created if new)."),
+    count: int | None = typer.Option(None, "--count", "-n", help="Exit after N messages."),
+    timeout: float | None = typer.Option(
+        None, "--timeout", help="Exit after S seconds without a message."
+    ),
+    exec_cmd: str | None = typer.Option(
+        None,
+        "--exec",
+        help="Run this shell command per message (payload on stdin): ack on "
+        "exit 0, nack otherwise.",
+    ),
+    from_now: bool = typer.Option(
+        False, "--from-now", help="A new group starts with what is published from now on."
+    ),
+    ordered: bool = typer.Option(
+        False, "--ordered", help="A new group hands out each routing key's messages in order."
+    ),
+    prefix: str = typer.Option(
+        "", "--prefix", help="A new group takes only messages whose routing key starts so."
+    ),
+    gcm: str = GCM_OPTION,
+    zk: str | None = ZK_OPTION,
+    namespace: str = NAMESPACE_OPTION,
+) -> None:
+    """Take messages of the group: print each on its own line and ack it once the line is
+    written (or run --exec per message). Each message goes to one consumer of the group.
+
+    Exit code 0 after --count messages (or Ctrl-C, or --timeout without --count); 75 when
+    --timeout ran out before --count messages.
+    """
+    setup_logging("WARNING")
+    with errors_to_exit():
+        from roq.client.consumer import Consumer
+
+        stop = stop_event()
+        done = 0
+        out = sys.stdout.buffer
+        with Consumer(
+            queue, group, gcm=None if zk else gcm, zk=zk, namespace=namespace,
+            start="now" if from_now else "beginning", ordered=ordered,
+            prefix=prefix.encode(),
+        ) as consumer:  # fmt: skip
+            typer.echo(f"roq work: consuming {queue} as {consumer.name}", err=True)
+            while not stop.is_set() and (count is None or done < count):
+                delivery = consumer.next(timeout)
+                if delivery is None:
+                    break
+                if exec_cmd is None:
+                    out.write(delivery.payload + b"\n")
+                    out.flush()
+                    delivery.ack()
+                else:
+                    _run(exec_cmd, delivery)
+                done += 1
+        if count is not None and done < count and not stop.is_set():
+            typer.echo(f"roq work: only {done} of {count} messages before the timeout", err=True)
+            raise typer.Exit(75)
+
+
+def _run(command: str, delivery: object) -> None:
+    from roq.client.consumer import Delivery
+
+    assert isinstance(delivery, Delivery)
+    try:
+        code = subprocess.run(  # noqa: S602 (the operator's own command line, as with ssh)
+            command, shell=True, input=delivery.payload, check=False,
+            timeout=limits.work_exec_timeout_s,
+        ).returncode  # fmt: skip
+    except subprocess.TimeoutExpired:
+        code = -1
+    if code == 0:
+        delivery.ack()
+    else:
+        delivery.nack(reason=f"--exec exited {code}")
+
+
+def _admin(gcm: str, zk: str | None, namespace: str):  # type: ignore[no-untyped-def]
+    from roq.client.admin import AdminClient
+
+    return AdminClient(gcm=None if zk else gcm, zk=zk, namespace=namespace)
+
+
+@group_app.command("list")
+def group_list(
+    queue: str = typer.Argument(...),
+    gcm: str = GCM_OPTION,
+    zk: str | None = ZK_OPTION,
+    namespace: str = NAMESPACE_OPTION,
+) -> None:
+    """The queue's groups: lag, slots, in flight, acked and dead letters."""
+    with errors_to_exit(), _admin(gcm, zk, namespace) as admin:
+        groups = admin.list_groups(queue)
+        typer.echo(f"{'GROUP':<24} {'LAG':>10} {'SLOTS':>6} {'LEASED':>6} {'IN FLIGHT':>9} "
+                   f"{'ACKED':>10} {'DEAD':>6} CONSUMERS")  # fmt: skip
+        for g in groups:
+            lag = f"{g.lag}+" if g.uncounted or g.uncut else str(g.lag)
+            typer.echo(f"{g.name:<24} {lag:>10} {g.slots:>6} {g.leased:>6} {g.in_flight:>9} "
+                       f"{g.acked:>10} {g.dead_letters:>6} {len(g.consumers)}")  # fmt: skip
+
+
+@group_app.command("show")
+def group_show(
+    queue: str = typer.Argument(...),
+    group: str = typer.Argument(...),
+    gcm: str = GCM_OPTION,
+    zk: str | None = ZK_OPTION,
+    namespace: str = NAMESPACE_OPTION,
+) -> None:
+    """One group, per consumer."""
+    with errors_to_exit(), _admin(gcm, zk, namespace) as admin:
+        g = admin.get_group(queue, group)
+        typer.echo(f"group {g.name} of {queue}{' (ordered)' if g.ordered else ''}"
+                   + (f", key prefix {g.prefix!r}" if g.prefix else ""))  # fmt: skip
+        typer.echo(f"  lag: {g.lag} messages in {g.slots} slots ({g.uncounted} slots not read "
+                   f"yet, {g.uncut} bytes not cut into slots yet)")  # fmt: skip
+        typer.echo(f"  in flight: {g.in_flight}; acked: {g.acked}; dead letters: "
+                   f"{g.dead_letters} (queue {g.dead_letter_queue})")  # fmt: skip
+        for c in g.consumers:
+            typer.echo(f"  consumer {c.consumer}: {c.slots} slot(s), {c.in_flight} in flight, "
+                       f"{c.acked} acked, last seen {c.idle_s:.1f} s ago")  # fmt: skip
+
+
+@group_app.command("delete")
+def group_delete(
+    queue: str = typer.Argument(...),
+    group: str = typer.Argument(...),
+    gcm: str = GCM_OPTION,
+    zk: str | None = ZK_OPTION,
+    namespace: str = NAMESPACE_OPTION,
+) -> None:
+    """Forget a group and its state (its dead-letter queue stays)."""
+    with errors_to_exit(), _admin(gcm, zk, namespace) as admin:
+        admin.delete_group(queue, group)
+        typer.echo(f"group {group} of {queue} deleted")

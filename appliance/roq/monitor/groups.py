@@ -1,0 +1,358 @@
+"""Work queues in the monitor: the consumer groups of its queue, their slot managers (`slots.py`)
+and their durable state (`coordination/groupstore.py`).
+
+Why the monitor: it is the one process that already knows every exchange of its queue from their
+reports (those added by scale-out within a heartbeat, those leaving, those dead) and which live
+exchanges hold copies of a dead one's log, so it can cut every log into slots and say where each
+slot is read, without a new process or a new membership protocol. It never reads a log: the
+consumers do, from the exchanges' log servers (F+3).
+
+The monitor hooks in at three points (`service.py`): its placement socket hands group commands
+(20–26) to `handle`, every report's `End`/`Cuts` go to `observe`, and `tick` runs on its timer.
+A request's changes are written to ZooKeeper before its reply, so what a consumer was told
+(an ack taken, a delivery counted) survives the monitor's restart or move.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from roq import limits
+from roq.config import MonitorSettings
+from roq.coordination.groupstore import GroupStore, StaleWrite
+from roq.errors import CoordinationError
+from roq.monitor.slots import Group, Member, Rules, Slot, expand, ranges
+from roq.protocol import bsonmsg
+from roq.protocol.bsonmsg import Document
+from roq.protocol.commands import MonitorCommand, Reason
+from roq.protocol.messages.groups import (
+    ConsumerRequest,
+    ConsumerView,
+    GroupDelete,
+    GroupInfo,
+    GroupJoin,
+    Groups,
+    GroupView,
+    Joined,
+    Lease,
+    Settle,
+    Settled,
+    dead_letter_queue,
+)
+from roq.transport import security
+
+log = logging.getLogger(__name__)
+
+GROUP_COMMANDS = frozenset(range(MonitorCommand.GROUP_JOIN, MonitorCommand.GROUP_DELETE + 1))
+# exchange id → (log endpoint, leader id to name for a copy ("" for its own log), readable end)
+Readable = Mapping[str, tuple[str, str, int]]
+
+
+class GroupManager:
+    def __init__(self, queue: str, settings: MonitorSettings, readable: Callable[[], Readable]):
+        work = settings.work
+        self.queue, self.name = queue, f"monitor {queue}"
+        self.rules = Rules(work.lease_s, work.inflight, work.backoff_s, work.max_deliveries)
+        self.slot_s = work.slot_s
+        zk = settings.zk
+        self.store = GroupStore(
+            zk.servers, zk.namespace, zk.session_timeout_ms, queue, security.zk_auth()
+        )
+        self.groups: dict[str, Group] = {}
+        self.ends: dict[str, int] = {}  # exchange → its log's end, as last reported
+        self._readable = readable
+        self._loaded = False
+        self._next_try = 0.0
+        self.failed_writes = 0
+
+    # --- durable state ------------------------------------------------------------------------
+    def _ensure_loaded(self) -> bool:
+        """Read the groups back from ZooKeeper once (retried at most every second)."""
+        now = time.monotonic()
+        if self._loaded or now < self._next_try:
+            return self._loaded
+        self._next_try = now + 1.0
+        try:
+            found = self.store.load()
+        except CoordinationError as error:
+            log.warning("%s: consumer groups not readable yet: %s", self.name, error)
+            return False
+        for record, slots in found:
+            self.groups[str(record["name"])] = self._restore(record, slots, now)
+        self._loaded = True
+        if found:
+            log.info("%s: %d consumer group(s) read back from ZooKeeper (%d slots)", self.name,
+                     len(found), sum(len(s) for _, s in found))  # fmt: skip
+        return True
+
+    def _restore(self, record: dict[str, Any], slots: list[tuple[dict[str, Any], int]],
+                 now: float) -> Group:  # fmt: skip
+        group = Group(str(record["name"]), bool(record.get("ordered")), str(record.get("from")),
+                      bytes.fromhex(str(record.get("prefix", ""))))  # fmt: skip
+        group.cursors = {str(k): int(v) for k, v in record.get("cursors", {}).items()}
+        group.dirty = False
+        restored = [
+            Slot.from_record(data, version, now + self.rules.lease_s) for data, version in slots
+        ]
+        for slot in sorted(restored, key=lambda s: (s.exchange, s.start)):
+            group.slots[slot.slot_id] = slot
+            # a slot written before its group's cursor moved still counts as cut
+            group.cursors[slot.exchange] = max(group.cursors.get(slot.exchange, 0), slot.end)
+            if slot.owner:
+                group.members.setdefault(slot.owner, Member(slot.owner, now)).slots.add(
+                    slot.slot_id
+                )
+        return group
+
+    def flush(self) -> bool:
+        """Write what changed; False if ZooKeeper did not take all of it (kept for next time)."""
+        writes = 0
+        try:
+            for group in list(self.groups.values()):
+                writes += self._flush_group(group, limits.work_state_writes_per_turn_max - writes)
+        except StaleWrite as error:
+            log.error("%s: %s: another monitor writes this queue's groups; reading them again",
+                      self.name, error)  # fmt: skip
+            self.groups.clear()
+            self._loaded, self._next_try = False, 0.0
+            return False
+        except CoordinationError as error:
+            self.failed_writes += 1
+            log.warning("%s: consumer group state not written yet: %s", self.name, error)
+            return False
+        return True
+
+    def _flush_group(self, group: Group, budget: int) -> int:
+        writes = 0
+        if group.dirty:
+            self.store.save_group(group.name, group.record())
+            group.dirty, writes = False, 1
+        while group.deleted:
+            self.store.delete_slot(group.name, group.deleted[-1])
+            group.deleted.pop()
+            writes += 1
+        for slot in group.slots.values():
+            if slot.dirty and writes < budget:
+                slot.version = self.store.save_slot(group.name, slot.slot_id, slot.record(),
+                                                    slot.version)  # fmt: skip
+                slot.dirty, writes = False, writes + 1
+        return writes
+
+    # --- requests -----------------------------------------------------------------------------
+    def handle(self, request: dict[str, Any]) -> Document:
+        if not self._ensure_loaded():
+            return bsonmsg.fail(Reason.BUSY, "consumer groups: ZooKeeper is not reachable yet")
+        command = request["CMD"]
+        handlers: dict[int, Callable[[dict[str, Any]], Document]] = {
+            MonitorCommand.GROUP_JOIN: self._join,
+            MonitorCommand.GROUP_LEASE: self._lease,
+            MonitorCommand.GROUP_SETTLE: self._settle,
+            MonitorCommand.GROUP_RELEASE: self._release,
+            MonitorCommand.GROUP_LEAVE: self._leave,
+            MonitorCommand.GROUP_INFO: self._info,
+            MonitorCommand.GROUP_DELETE: self._delete,
+        }
+        reply = handlers[command](request)
+        if bsonmsg.Reply.decode(reply).ok and not self.flush():
+            return bsonmsg.fail(Reason.BUSY, "consumer groups: ZooKeeper did not take the change")
+        return reply
+
+    def _member(self, group_name: str, consumer: str) -> tuple[Group, Member] | None:
+        group = self.groups.get(group_name)
+        if group is None:
+            return None
+        member = group.members.get(consumer)
+        if member is None:
+            if len(group.members) >= limits.work_consumers_max:
+                return None
+            member = group.members[consumer] = Member(consumer, time.monotonic())
+        member.last_seen = time.monotonic()
+        return group, member
+
+    def _join(self, request: dict[str, Any]) -> Document:
+        join = GroupJoin.decode(request)
+        group = self.groups.get(join.group)
+        if group is None:
+            if len(self.groups) >= limits.work_groups_max:
+                return bsonmsg.fail(Reason.NO_CAPACITY, f"already {limits.work_groups_max} groups")
+            group = Group(join.group, join.ordered, join.start, join.prefix)
+            self.groups[join.group] = group
+            if join.start == "now":  # what the logs hold now is not this group's
+                group.cursors = dict(self.ends)
+            log.info("%s: consumer group %s created (from %s%s, key prefix %r)", self.name,
+                     join.group, join.start, ", ordered" if join.ordered else "",
+                     join.prefix)  # fmt: skip
+        elif join.prefix and join.prefix != group.prefix:
+            return bsonmsg.fail(Reason.BAD_REQUEST, f"group {join.group} takes key prefix "
+                                f"{group.prefix!r}, not {join.prefix!r}")  # fmt: skip
+        if self._member(join.group, join.consumer) is None:
+            return bsonmsg.fail(
+                Reason.NO_CAPACITY, f"already {limits.work_consumers_max} consumers"
+            )
+        log.info("%s: consumer %s joined group %s", self.name, join.consumer, join.group)
+        rules = self.rules
+        dlq = dead_letter_queue(self.queue, group.name)
+        lease_ms = int(rules.lease_s * 1000)
+        return Joined(
+            lease_ms, rules.inflight, rules.max_deliveries, group.ordered, dlq, group.prefix
+        ).encode()
+
+    def _lease(self, request: dict[str, Any]) -> Document:
+        ask = ConsumerRequest.decode(request)
+        found = self._member(ask.group, ask.consumer)
+        if found is None:
+            return bsonmsg.fail(Reason.UNKNOWN_QUEUE, f"no group {ask.group} (join it first)")
+        group, _ = found
+        readable = self._readable()
+        ok = {x for x, (_, _, end) in readable.items()}
+        slot = group.lease(ask.consumer, time.monotonic(), time.time(), self.rules, ok, self.ends)
+        if slot is None or not self._readable_to_end(slot, readable):
+            if slot is not None:
+                group.release(slot)
+            return bsonmsg.ok("no slot", Slot="")
+        endpoint, leader, _ = readable[slot.exchange]
+        counted = sorted(slot.deliveries)
+        return Lease(
+            slot.slot_id, slot.exchange, endpoint, leader, slot.start, slot.end, slot.count,
+            tuple(ranges(slot.settled)), tuple(counted),
+            tuple(slot.deliveries[i] for i in counted),
+        ).encode()  # fmt: skip
+
+    @staticmethod
+    def _readable_to_end(slot: Slot, readable: Readable) -> bool:
+        return readable[slot.exchange][2] >= slot.end
+
+    def _owned(
+        self, group_name: str, consumer: str, slot_id: str
+    ) -> tuple[Group, Member, Slot | None] | None:
+        found = self._member(group_name, consumer)
+        if found is None:
+            return None
+        group, member = found
+        slot = group.slots.get(slot_id)
+        return group, member, slot
+
+    def _settle(self, request: dict[str, Any]) -> Document:
+        settle = Settle.decode(request)
+        found = self._owned(settle.group, settle.consumer, settle.slot)
+        if found is None:
+            return bsonmsg.fail(Reason.UNKNOWN_QUEUE, f"no group {settle.group}")
+        group, member, slot = found
+        if slot is None:  # deleted: everything in it was settled (by this consumer or before)
+            return Settled(lost=True, done=True).encode()
+        owner = slot.owner == settle.consumer
+        if slot.count < 0 <= settle.count:
+            slot.count, slot.dirty = settle.count, True
+        # Acks and dead letters count whoever sends them: the work was done.
+        group.skip(slot, expand(settle.skip))
+        group.ack(slot, settle.acks, member)
+        group.dead(slot, settle.dead)
+        if not owner:
+            return Settled(lost=True, done=group.drop_if_done(slot)).encode()
+        wall = time.time()
+        for nack in settle.nacks:
+            group.nack(slot, nack.index, nack.delay_ms, nack.reason, wall, self.rules)
+        slot.lease_until = time.monotonic() + self.rules.lease_s  # progress renews the lease
+        room = self.rules.inflight - member.in_flight(group.slots)
+        result = group.give(slot, settle.give, room, wall, self.rules)
+        done = group.drop_if_done(slot)
+        return Settled(
+            tuple(result.given), tuple(result.deliveries), tuple(result.expired),
+            tuple(slot.deliveries.get(i, 0) for i in result.expired),
+            tuple(slot.reasons.get(i, "") for i in result.expired),
+            result.clipped, False, done,
+        ).encode()  # fmt: skip
+
+    def _release(self, request: dict[str, Any]) -> Document:
+        ask = ConsumerRequest.decode(request)
+        found = self._owned(ask.group, ask.consumer, ask.slot)
+        if found is None:
+            return bsonmsg.fail(Reason.UNKNOWN_QUEUE, f"no group {ask.group}")
+        group, _, slot = found
+        if slot is not None and slot.owner == ask.consumer and not group.drop_if_done(slot):
+            group.release(slot)
+        return bsonmsg.ok("released")
+
+    def _leave(self, request: dict[str, Any]) -> Document:
+        ask = ConsumerRequest.decode(request)
+        group = self.groups.get(ask.group)
+        if group is not None:
+            group.leave(ask.consumer)
+            log.info("%s: consumer %s left group %s", self.name, ask.consumer, ask.group)
+        return bsonmsg.ok("left")
+
+    def _info(self, request: dict[str, Any]) -> Document:
+        ask = GroupInfo.decode(request)
+        if ask.group and ask.group not in self.groups:
+            return bsonmsg.fail(Reason.UNKNOWN_QUEUE, f"no group {ask.group} on {self.queue}")
+        names = [ask.group] if ask.group else sorted(self.groups)
+        return Groups(tuple(self._view(self.groups[n]) for n in names)).encode()
+
+    def _view(self, group: Group) -> GroupView:
+        now = time.monotonic()
+        slots = list(group.slots.values())
+        uncut = sum(max(0, end - group.cursors.get(x, 0)) for x, end in self.ends.items())
+        return GroupView(
+            group.name,
+            group.ordered,
+            len(slots),
+            sum(1 for s in slots if s.owner),
+            sum(s.unsettled() for s in slots),
+            sum(1 for s in slots if s.count < 0),
+            uncut,
+            sum(len(s.handed) for s in slots),
+            group.acked,
+            group.dead_letters,
+            dead_letter_queue(self.queue, group.name),
+            tuple(
+                ConsumerView(
+                    m.consumer, len(m.slots), m.in_flight(group.slots), m.acked, now - m.last_seen
+                )
+                for m in group.members.values()
+            ),
+            group.prefix,
+        )
+
+    def _delete(self, request: dict[str, Any]) -> Document:
+        ask = GroupDelete.decode(request)
+        if self.groups.pop(ask.group, None) is None:
+            return bsonmsg.fail(Reason.UNKNOWN_QUEUE, f"no group {ask.group} on {self.queue}")
+        try:
+            self.store.delete_group(ask.group)
+        except CoordinationError as error:
+            return bsonmsg.fail(Reason.BUSY, f"group {ask.group} not deleted: {error}")
+        log.info("%s: consumer group %s deleted", self.name, ask.group)
+        return bsonmsg.ok("deleted")
+
+    # --- from the monitor's loop --------------------------------------------------------------
+    def observe(self, exchange: str, end: int, cuts: tuple[int, ...], final: bool = False) -> None:
+        """An exchange's report (or, `final`, the copy of a dead one's log): cut slots."""
+        if not final:
+            self.ends[exchange] = end
+        else:
+            self.ends.pop(exchange, None)
+        if not self._loaded:
+            return
+        now = time.monotonic()
+        for group in self.groups.values():
+            group.observe(exchange, end, cuts, now, self.slot_s, final)
+            if not final and group.hungry(now):  # consumers wait: what came is theirs now
+                group.cut_open({exchange: end}, {exchange})
+
+    def tick(self) -> None:
+        """Leases past their end go back to their group; then what changed is written."""
+        if not self._ensure_loaded():
+            return
+        now = time.monotonic()
+        for group in self.groups.values():
+            for slot in group.expire(now, self.rules):
+                log.warning("%s: group %s: the lease of slot %s expired (consumer silent for "
+                            "%.1f s): %d message(s) go back", self.name, group.name, slot.slot_id,
+                            self.rules.lease_s, len(slot.suspects))  # fmt: skip
+        self.flush()
+
+    def close(self) -> None:
+        self.store.close()

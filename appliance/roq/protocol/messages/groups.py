@@ -1,0 +1,401 @@
+"""Work queues: what consumers of a group ask their queue's monitor (B+1, commands 20–26), and the
+group views the GCM's admin API passes on (2020–2022). docs/protocol.md, "Consumer groups".
+
+A message of a slot is named by its index: the i-th record of the slot's offset range
+[Start, End) of one exchange's log, in log order. The monitor never sees a payload.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+from roq import limits
+from roq.errors import DecodeError
+from roq.protocol import bsonmsg
+from roq.protocol.bsonmsg import Document, field_bool, field_docs, field_int, field_list, field_str
+from roq.protocol.commands import AdminCommand, MonitorCommand
+from roq.protocol.names import check_queue_name
+
+FROM_CHOICES = ("beginning", "now")
+_ITEMS = limits.work_items_per_request_max
+_SLOT_ID_CHARS = 260  # "<exchange id>@<offset>"
+_COUNT_MAX = limits.work_slot_messages_max
+
+
+def check_group_name(name: str) -> str:
+    """A group names a znode and, with its queue, the dead-letter queue `<queue>.<group>.dlq`."""
+    if len(name) > limits.work_group_name_chars_max:
+        raise DecodeError(
+            f"group name {name!r} is longer than {limits.work_group_name_chars_max} characters"
+        )
+    return check_queue_name(name)
+
+
+def dead_letter_queue(queue: str, group: str) -> str:
+    return f"{queue}.{group}.dlq"[: limits.queue_name_chars_max]
+
+
+def field_indices(doc: Mapping[str, Any], name: str, *, prefix: str = "") -> tuple[int, ...]:
+    """A list of message indices of one slot (each 0 ≤ i < work_slot_messages_max)."""
+    values = field_list(doc, name, max_items=_ITEMS, default=[], prefix=prefix)
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < _COUNT_MAX:
+            raise DecodeError(f"the {prefix}{name} field must hold indices below {_COUNT_MAX}")
+    return tuple(values)
+
+
+def _group(doc: Mapping[str, Any], empty_ok: bool = False) -> str:
+    name = field_str(doc, "Group", empty_ok=empty_ok, max_chars=limits.work_group_name_chars_max)
+    return check_group_name(name) if name else name
+
+
+def _consumer(doc: Mapping[str, Any]) -> str:
+    return field_str(doc, "Consumer", max_chars=limits.producer_id_chars_max)
+
+
+def field_prefix(doc: Mapping[str, Any], name: str = "Prefix") -> bytes:
+    """A routing-key prefix (binary, at most a routing key long); absent: b"" (every key)."""
+    value = doc.get(name, b"")
+    if not isinstance(value, bytes) or len(value) > limits.key_bytes_max:
+        raise DecodeError(
+            f"the {name} field must be binary of at most {limits.key_bytes_max} bytes"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class GroupJoin:
+    """20: `Consumer` joins `Group`, which is created if new (from the `From` position, taking
+    the messages whose routing key starts with `Prefix`). Joining an existing group with
+    another prefix is refused."""
+
+    group: str
+    consumer: str
+    start: str = "beginning"  # From
+    ordered: bool = False  # Ordered (only when the group is created)
+    prefix: bytes = b""  # Prefix (only when the group is created; b"": every key)
+
+    def encode(self) -> Document:
+        return {"CMD": int(MonitorCommand.GROUP_JOIN), "Group": self.group,
+                "Consumer": self.consumer, "From": self.start, "Ordered": self.ordered,
+                "Prefix": self.prefix}  # fmt: skip
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        start = field_str(doc, "From", default="beginning")
+        if start not in FROM_CHOICES:
+            raise DecodeError(f"the From field must be one of {FROM_CHOICES}")
+        return cls(_group(doc), _consumer(doc), start, field_bool(doc, "Ordered", default=False),
+                   field_prefix(doc))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Joined:
+    """The reply to 20: the group's settings, which the consumer follows."""
+
+    lease_ms: int
+    inflight: int
+    max_deliveries: int
+    ordered: bool
+    dead_letters: str  # the dead-letter queue's name
+    prefix: bytes = b""  # the group's routing-key prefix: the consumer skips other keys
+
+    def encode(self) -> Document:
+        return bsonmsg.ok(LeaseMs=self.lease_ms, Inflight=self.inflight,
+                          MaxDeliveries=self.max_deliveries, Ordered=self.ordered,
+                          DeadLetters=self.dead_letters, Prefix=self.prefix)  # fmt: skip
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        return cls(
+            field_int(doc, "LeaseMs", lo=1),
+            field_int(doc, "Inflight", lo=1),
+            field_int(doc, "MaxDeliveries", lo=1),
+            field_bool(doc, "Ordered"),
+            check_queue_name(field_str(doc, "DeadLetters")),
+            field_prefix(doc),
+        )
+
+
+@dataclass(frozen=True)
+class ConsumerRequest:
+    """21 GROUP_LEASE, 23 GROUP_RELEASE (of `Slot`), 24 GROUP_LEAVE: who asks, and of what."""
+
+    command: MonitorCommand
+    group: str
+    consumer: str
+    slot: str = ""
+
+    def encode(self) -> Document:
+        return {"CMD": int(self.command), "Group": self.group, "Consumer": self.consumer,
+                "Slot": self.slot}  # fmt: skip
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        command = MonitorCommand(bsonmsg.command(doc))
+        slot = field_str(doc, "Slot", empty_ok=True, default="", max_chars=_SLOT_ID_CHARS)
+        return cls(command, _group(doc), _consumer(doc), slot)
+
+
+@dataclass(frozen=True)
+class Lease:
+    """The reply to 21 with a slot: read [Start, End) of `Exchange`'s log at `Endpoint` (a
+    copy's holder, with `Leader` as the read's last frame, when the exchange is dead).
+    `Settled`: flattened [lo, hi) ranges of indices already settled; `Counted`/`Deliveries`:
+    how often each unsettled index was handed out; `Count`: the slot's messages, -1 unknown."""
+
+    slot: str
+    exchange: str
+    endpoint: str
+    leader: str
+    start: int
+    end: int
+    count: int
+    settled: tuple[int, ...] = ()
+    counted: tuple[int, ...] = ()
+    deliveries: tuple[int, ...] = ()
+    not_before: float = 0.0  # epoch s: none of its messages is due before this
+
+    def encode(self) -> Document:
+        return bsonmsg.ok(
+            Slot=self.slot, Exchange=self.exchange, Endpoint=self.endpoint, Leader=self.leader,
+            Start=self.start, End=self.end, Count=self.count, Settled=list(self.settled),
+            Counted=list(self.counted), Deliveries=list(self.deliveries),
+            NotBefore=self.not_before,
+        )  # fmt: skip
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        lease = cls(
+            field_str(doc, "Slot", max_chars=_SLOT_ID_CHARS),
+            field_str(doc, "Exchange", max_chars=_SLOT_ID_CHARS),
+            bsonmsg.field_endpoint(doc, "Endpoint"),
+            field_str(doc, "Leader", empty_ok=True, max_chars=_SLOT_ID_CHARS),
+            field_int(doc, "Start", hi=limits.log_offset_max),
+            field_int(doc, "End", hi=limits.log_offset_max),
+            field_int(doc, "Count", lo=-1, hi=_COUNT_MAX),
+            field_indices(doc, "Settled"),
+            field_indices(doc, "Counted"),
+            field_indices(doc, "Deliveries"),
+            bsonmsg.field_float(doc, "NotBefore", lo=0.0, default=0.0),
+        )
+        if len(lease.counted) != len(lease.deliveries) or len(lease.settled) % 2:
+            raise DecodeError(
+                "a lease's Counted and Deliveries differ in length, or Settled is odd"
+            )
+        return lease
+
+
+@dataclass(frozen=True)
+class Nack:
+    index: int  # I
+    delay_ms: int  # DelayMs: -1 for the group's back-off
+    reason: str = ""
+
+    def fields(self) -> Document:
+        return {"I": self.index, "DelayMs": self.delay_ms, "Reason": self.reason}
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any], prefix: str = "") -> Self:
+        return cls(
+            field_int(doc, "I", hi=_COUNT_MAX - 1, prefix=prefix),
+            field_int(doc, "DelayMs", lo=-1, hi=limits.work_delay_max_ms, prefix=prefix),
+            field_str(doc, "Reason", empty_ok=True, default="", prefix=prefix,
+                      max_chars=limits.work_reason_chars_max),
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Settle:
+    """22: settle messages of one leased slot and ask for more of it. `Acks`: done; `Nacks`:
+    to hand out again after a delay; `Dead`: the consumer put them on the dead-letter queue
+    (rejected, or past max deliveries); `Give`: indices the consumer wants to hand out next;
+    `Count`: the slot's messages (the consumer read it; -1 if it did not yet); `Skip`:
+    flattened [lo, hi) ranges of indices outside the group's key prefix, settled for this group
+    without being handed out or counted as acked. Any 22 renews the slot's lease (in_progress
+    is an empty one)."""
+
+    group: str
+    consumer: str
+    slot: str
+    count: int = -1
+    acks: tuple[int, ...] = ()
+    nacks: tuple[Nack, ...] = ()
+    dead: tuple[int, ...] = ()
+    give: tuple[int, ...] = ()
+    skip: tuple[int, ...] = ()  # flattened [lo, hi) ranges
+
+    def encode(self) -> Document:
+        return {
+            "CMD": int(MonitorCommand.GROUP_SETTLE), "Group": self.group,
+            "Consumer": self.consumer, "Slot": self.slot, "Count": self.count,
+            "Acks": list(self.acks), "Nacks": [n.fields() for n in self.nacks],
+            "Dead": list(self.dead), "Give": list(self.give), "Skip": list(self.skip),
+        }  # fmt: skip
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        settle = cls(
+            _group(doc), _consumer(doc), field_str(doc, "Slot", max_chars=_SLOT_ID_CHARS),
+            field_int(doc, "Count", lo=-1, hi=_COUNT_MAX, default=-1),
+            field_indices(doc, "Acks"),
+            field_docs(doc, "Nacks", Nack.decode, max_items=_ITEMS) if "Nacks" in doc else (),
+            field_indices(doc, "Dead"), field_indices(doc, "Give"), field_indices(doc, "Skip"),
+        )  # fmt: skip
+        # ascending and apart: what the monitor expands is bounded by a slot's size
+        if len(settle.skip) % 2 or list(settle.skip) != sorted(set(settle.skip)):
+            raise DecodeError("the Skip field must hold ascending, disjoint [lo, hi) ranges")
+        return settle
+
+
+@dataclass(frozen=True)
+class Settled:
+    """The reply to 22. `Given`/`Deliveries`: what may be handed out now, with its delivery
+    count (this one included); `Expired`/`ExpiredCounts`: handed out `max.deliveries` times
+    already, to be put on the dead-letter queue; `Clipped`: asked for but not given because of
+    the in-flight limit; `Lost`: the lease is gone (expired, or the slot was deleted)."""
+
+    given: tuple[int, ...] = ()
+    deliveries: tuple[int, ...] = ()
+    expired: tuple[int, ...] = ()
+    expired_counts: tuple[int, ...] = ()
+    reasons: tuple[str, ...] = ()  # the last nack reason of each expired index
+    clipped: int = 0
+    lost: bool = False
+    done: bool = False  # every message of the slot is settled: the slot is deleted
+
+    def encode(self) -> Document:
+        return bsonmsg.ok(
+            Given=list(self.given), Deliveries=list(self.deliveries),
+            Expired=list(self.expired), ExpiredCounts=list(self.expired_counts),
+            Reasons=list(self.reasons), Clipped=self.clipped, Lost=self.lost, Done=self.done,
+        )  # fmt: skip
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        return cls(
+            field_indices(doc, "Given"), field_indices(doc, "Deliveries"),
+            field_indices(doc, "Expired"), field_indices(doc, "ExpiredCounts"),
+            bsonmsg.field_strs(doc, "Reasons", max_items=_ITEMS, empty_ok=True,
+                               max_chars=limits.work_reason_chars_max),
+            field_int(doc, "Clipped", hi=_ITEMS), field_bool(doc, "Lost"),
+            field_bool(doc, "Done"),
+        )  # fmt: skip
+
+
+# --- views: 25 GROUP_INFO and the admin API's 2020/2021 -----------------------------------------
+@dataclass(frozen=True)
+class ConsumerView:
+    consumer: str  # Id
+    slots: int  # Slots leased
+    in_flight: int  # InFlight: handed out, not settled
+    acked: int  # Acked since it joined
+    idle_s: float  # Idle: since its last request
+
+    def fields(self) -> Document:
+        return {"Id": self.consumer, "Slots": self.slots, "InFlight": self.in_flight,
+                "Acked": self.acked, "Idle": self.idle_s}  # fmt: skip
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any], prefix: str = "") -> Self:
+        return cls(
+            field_str(doc, "Id", prefix=prefix), field_int(doc, "Slots", prefix=prefix),
+            field_int(doc, "InFlight", prefix=prefix), field_int(doc, "Acked", prefix=prefix),
+            bsonmsg.field_float(doc, "Idle", lo=0.0, prefix=prefix),
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class GroupView:
+    name: str
+    ordered: bool
+    slots: int  # live slots (not deleted)
+    leased: int  # of which leased
+    lag: int  # messages not settled in known slots, plus those of slots not yet counted (-1)
+    uncounted: int  # slots whose messages no consumer counted yet
+    uncut: int  # bytes of logs past the last slot (not yet cut)
+    in_flight: int
+    acked: int  # since the monitor started
+    dead_letters: int  # since the monitor started
+    dead_letter_queue: str
+    consumers: tuple[ConsumerView, ...] = field(default=())
+    prefix: bytes = b""
+
+    def fields(self) -> Document:
+        return {
+            "Name": self.name, "Ordered": self.ordered, "Slots": self.slots,
+            "Leased": self.leased, "Lag": self.lag, "Uncounted": self.uncounted,
+            "Uncut": self.uncut, "InFlight": self.in_flight, "Acked": self.acked,
+            "DeadLetters": self.dead_letters, "DeadLetterQueue": self.dead_letter_queue,
+            "Consumers": [c.fields() for c in self.consumers], "Prefix": self.prefix,
+        }  # fmt: skip
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any], prefix: str = "") -> Self:
+        def number(name: str) -> int:
+            return field_int(doc, name, prefix=prefix)
+
+        return cls(
+            field_str(doc, "Name", prefix=prefix), field_bool(doc, "Ordered", prefix=prefix),
+            number("Slots"), number("Leased"), number("Lag"), number("Uncounted"),
+            number("Uncut"), number("InFlight"), number("Acked"), number("DeadLetters"),
+            field_str(doc, "DeadLetterQueue", prefix=prefix),
+            field_docs(doc, "Consumers", ConsumerView.decode, prefix=prefix,
+                       max_items=limits.work_consumers_max),
+            field_prefix(doc),
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    """25 (monitor) or 2020/2021 (admin, with `QName`): one group, or all when `Group` is ""."""
+
+    group: str = ""
+    queue: str = ""  # QName, admin only
+
+    def encode(self) -> Document:
+        if self.queue:
+            command = AdminCommand.GET_GROUP if self.group else AdminCommand.LIST_GROUPS
+            return {"CMD": int(command), "QName": self.queue, "Group": self.group}
+        return {"CMD": int(MonitorCommand.GROUP_INFO), "Group": self.group}
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        queue = field_str(doc, "QName", default="")
+        return cls(_group(doc, empty_ok=True) if "Group" in doc else "",
+                   check_queue_name(queue) if queue else "")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class GroupDelete:
+    """26 (monitor) or 2022 (admin, with `QName`)."""
+
+    group: str
+    queue: str = ""
+
+    def encode(self) -> Document:
+        if self.queue:
+            return {"CMD": int(AdminCommand.DELETE_GROUP), "QName": self.queue,
+                    "Group": self.group}  # fmt: skip
+        return {"CMD": int(MonitorCommand.GROUP_DELETE), "Group": self.group}
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        queue = field_str(doc, "QName", default="")
+        return cls(_group(doc), check_queue_name(queue) if queue else "")
+
+
+@dataclass(frozen=True)
+class Groups:
+    """The reply to 25, 2020, 2021."""
+
+    groups: tuple[GroupView, ...]
+
+    def encode(self) -> Document:
+        return bsonmsg.ok(Groups=[g.fields() for g in self.groups])
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        return cls(field_docs(doc, "Groups", GroupView.decode, max_items=limits.work_groups_max))

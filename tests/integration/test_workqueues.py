@@ -1,0 +1,287 @@
+"""Work queues on a real cluster: consumer groups over slots (docs/guarantees.md, "Consumer
+groups"). Consumers are `roq work` processes or `Consumer`s in this process; every kill is real."""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import bson
+import pytest
+
+from roq.client.consumer import Consumer
+from roq.client.publisher import Publisher
+from roq.client.subscriber import Subscriber
+from roq.errors import RoqError
+from roq.system.spawn import child_environment, roq_command
+from roq.testing.cluster import LocalCluster, processes_with, wait_for
+
+pytestmark = pytest.mark.integration
+
+LEASE_S = 2.0
+WORK = {"work.slot.messages": 100, "work.slot.ms": 200, "work.lease.ms": int(LEASE_S * 1000)}
+
+
+def _start(cluster: LocalCluster, hosts: int = 1, **overrides: Any) -> None:
+    cluster.start_gcm()
+    for n in range(hosts):
+        cluster.start_host(f"h{n + 1}", **{**WORK, **overrides})
+    cluster.wait_ready(hosts)
+    with cluster.admin() as admin:
+        admin.create_queue("q1", host="h1")
+
+
+def _publish(cluster: LocalCluster, count: int, prefix: str = "m", key: bytes = b"") -> list[str]:
+    sent = [f"{prefix}{n}" for n in range(count)]
+    # small batches: a slot holds whole batches, and 64 KiB ones hold 5,000 of these messages
+    with Publisher("q1", gcm=cluster.gcm, acks="leader", batch_bytes=512) as publisher:
+        for payload in sent:
+            publisher.send(payload.encode(), key)
+        publisher.flush()
+    return sent
+
+
+def _worker(cluster: LocalCluster, tmp: Path, name: str, *args: str) -> subprocess.Popen[bytes]:
+    with (tmp / f"{name}.err").open("wb") as err:
+        return subprocess.Popen(
+            roq_command("work", "q1", "--group", "g", "--gcm", cluster.gcm, *args),
+            env=child_environment(), stdout=subprocess.PIPE, stderr=err,
+            start_new_session=True,
+        )  # fmt: skip
+
+
+def _consumers(cluster: LocalCluster, group: str = "g") -> int:
+    with cluster.admin(timeout_ms=2000, retries=1) as admin:
+        return len(admin.get_group("q1", group).consumers)
+
+
+def test_four_consumers_share_the_messages_each_acked_exactly_once(
+    cluster: LocalCluster, tmp_path: Path
+):
+    _start(cluster)
+    workers = [_worker(cluster, tmp_path, f"w{n}", "--timeout", "8") for n in range(4)]
+    wait_for(lambda: _consumers(cluster) == 4, 30, "four consumers joined\n" + cluster.logs())
+    sent = _publish(cluster, 10_000)
+    outputs = [w.communicate(timeout=120)[0].decode().split() for w in workers]
+    taken = [line for out in outputs for line in out]
+    duplicates = [m for m, n in collections.Counter(taken).items() if n > 1]
+    assert not duplicates, f"handed out twice: {duplicates[:10]}"
+    assert sorted(taken) == sorted(sent), cluster.logs()
+    shares = [len(out) / len(sent) for out in outputs]
+    assert all(0.15 <= share <= 0.35 for share in shares), shares
+    with cluster.admin() as admin:
+        [group] = admin.list_groups("q1")
+    assert (group.acked, group.lag, group.in_flight) == (10_000, 0, 0)
+
+
+def test_a_killed_consumers_messages_go_to_another_within_the_lease(
+    cluster: LocalCluster, tmp_path: Path
+):
+    _start(cluster)
+    holder = _worker(cluster, tmp_path, "holder", "--exec", "sleep 600")
+    wait_for(lambda: _consumers(cluster) == 1, 30, "the holder joined\n" + cluster.logs())
+    sent = _publish(cluster, 20)
+
+    def held() -> int:
+        with cluster.admin(timeout_ms=2000, retries=1) as admin:
+            return admin.get_group("q1", "g").in_flight
+
+    wait_for(lambda: held() == 20, 15, "the holder leased the 20 messages\n" + cluster.logs())
+    with Consumer("q1", "g", gcm=cluster.gcm) as other:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait(timeout=10)
+        killed_at = time.monotonic()
+        taken = []
+        for delivery in other.deliveries(count=20, timeout_s=LEASE_S + 5):
+            taken.append(delivery.payload.decode())
+            assert delivery.deliveries == 2  # handed to the holder once, now to us
+            delivery.ack()
+        within = time.monotonic() - killed_at
+    assert sorted(taken) == sorted(sent)
+    assert within <= LEASE_S + 1.0, f"redelivered {within:.2f} s after the kill"
+
+
+def test_a_poison_message_reaches_the_dead_letters_after_max_deliveries(
+    cluster: LocalCluster, tmp_path: Path
+):
+    _start(cluster)
+    _publish(cluster, 1, prefix="poison")
+    _publish(cluster, 3, prefix="fine")
+    # The worker dies (kill -9 of itself) on the poison message, every time it gets it.
+    crash = 'read p; if [ "$p" = poison0 ]; then kill -9 $PPID; sleep 5; fi'
+    crashes = 0
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        worker = _worker(cluster, tmp_path, f"w{crashes}", "--exec", crash, "--timeout", "6")
+        code = worker.wait(timeout=60)
+        if code != -signal.SIGKILL:
+            break
+        crashes += 1
+    assert crashes == 5, f"{crashes} crashes\n{cluster.logs()}"
+    with Subscriber("q1.g.dlq", gcm=cluster.gcm, start="beginning") as dead:
+        [letter] = [bson.decode(r.payload) for r in dead.messages(count=1, timeout_s=20)]
+    assert letter["Payload"] == b"poison0"
+    assert (letter["Queue"], letter["Group"], letter["Deliveries"]) == ("q1", "g", 5)
+    assert letter["Exchange"] and letter["Offset"] == 0 and letter["Reason"]
+    with cluster.admin() as admin:
+        group = admin.get_group("q1", "g")
+    assert (group.dead_letters, group.acked, group.lag) == (1, 3, 0)
+
+
+def _pids(cluster: LocalCluster, fragment: str) -> list[int]:
+    """This cluster's processes whose command line holds `fragment` (other tests on the machine
+    run queues named q1 too: the cluster's own log directory tells them apart)."""
+    marker = str(cluster.tmp)
+    return [
+        pid
+        for pid in processes_with(fragment)
+        if marker in Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
+    ]
+
+
+def _restart(cluster: LocalCluster, fragment: str) -> None:
+    """kill -9 one process; its host starts it again (same command line, same ports)."""
+    [pid] = _pids(cluster, fragment)
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: _pids(cluster, fragment) not in ([], [pid]), 20, f"{fragment} restarted")
+
+
+def test_kill_9_of_the_monitor_and_an_exchange_loses_nothing_and_repeats_no_ack(
+    cluster: LocalCluster,
+):
+    _start(cluster, hosts=2, **{"exchange.max.perhost": 4})
+    with cluster.admin() as admin:
+        second = admin.create_exchange("q1", "work-tx-h2", host="h2").exchange.fields()
+    first = next(x for x in _status_exchanges(cluster) if x != second["Id"])
+    sent = _publish(cluster, 1000, prefix="a") + _publish(cluster, 1000, prefix="b")
+    acked: set[str] = set()
+    again: list[str] = []
+    kills = {400: "monitor q1 --bind", 1000: first}
+    with Consumer("q1", "g", gcm=cluster.gcm) as consumer:
+        for delivery in consumer.deliveries(timeout_s=30):
+            payload = delivery.payload.decode()
+            if payload in acked:
+                again.append(payload)
+            delivery.ack()
+            consumer.flush()  # confirmed: from here on it must never come back
+            acked.add(payload)
+            if len(acked) in kills:
+                _restart(cluster, kills.pop(len(acked)))
+            if len(acked) == len(sent):
+                break
+    assert not again, f"acknowledged, then delivered again: {again[:10]}"
+    assert acked == set(sent), f"{len(set(sent) - acked)} lost\n{cluster.logs()}"
+    assert not kills
+
+
+def _status_exchanges(cluster: LocalCluster) -> list[str]:
+    with cluster.admin() as admin:
+        [queue] = admin.status().queues
+    return [x.fields()["Id"] for x in queue.exchanges]
+
+
+def test_ordered_mode_keeps_each_key_in_order_on_one_consumer_at_a_time(cluster: LocalCluster):
+    _start(cluster)
+    events: list[tuple[str, str, int, float, float]] = []  # consumer, key, n, got, acked
+    lock = threading.Lock()
+    first_in = threading.Event()
+
+    def work(name: str, leave_after: int | None = None) -> None:
+        with Consumer("q1", "g", gcm=cluster.gcm, ordered=True) as consumer:
+            first_in.set()
+            for taken, delivery in enumerate(consumer.deliveries(timeout_s=4), 1):
+                got = time.monotonic()
+                time.sleep(0.0005)
+                delivery.ack()
+                key, n = delivery.payload.decode().split("-")
+                with lock:
+                    events.append((name, key, int(n), got, time.monotonic()))
+                if taken == leave_after:
+                    return  # leaves the group with its slot
+
+    threads = [threading.Thread(target=work, args=("a",))]
+    threads[0].start()
+    first_in.wait(30)
+    with Publisher("q1", gcm=cluster.gcm, acks="leader", batch_bytes=512) as publisher:
+        for n in range(300):
+            for k in range(4):
+                publisher.send(f"k{k}-{n}".encode(), f"k{k}".encode())
+        publisher.flush()
+    threads.append(threading.Thread(target=work, args=("leaver", 150)))
+    threads[1].start()
+    time.sleep(0.5)  # a consumer joining mid-stream
+    threads.append(threading.Thread(target=work, args=("joiner",)))
+    threads[2].start()
+    for thread in threads:
+        thread.join(timeout=120)
+    by_key: dict[str, list[tuple[str, str, int, float, float]]] = collections.defaultdict(list)
+    for event in sorted(events, key=lambda e: e[3]):
+        by_key[event[1]].append(event)
+    assert sorted(by_key) == ["k0", "k1", "k2", "k3"]
+    for key, seen in by_key.items():
+        assert [e[2] for e in seen] == list(range(300)), f"{key} out of order or incomplete"
+        for before, after in itertools.pairwise(seen):
+            if before[0] != after[0]:  # handed over: the first let go before the next took it
+                assert before[4] <= after[3], f"{key}: {before} and {after} overlap"
+    assert {e[0] for e in events} >= {"a", "leaver"}
+
+
+def test_an_exchange_added_during_consumption_is_consumed_too(cluster: LocalCluster):
+    _start(cluster, hosts=2, **{"exchange.max.perhost": 4, "exchange.warmup": 200})
+    sent = _publish(cluster, 500, prefix="old")
+    taken: dict[str, str] = {}
+    with Consumer("q1", "g", gcm=cluster.gcm) as consumer:
+        for delivery in consumer.deliveries(count=250, timeout_s=20):
+            taken[delivery.payload.decode()] = delivery.exchange
+            delivery.ack()
+        with cluster.admin() as admin:
+            added = admin.create_exchange("q1", "work-scale-out", host="h2").exchange.fields()
+        wait_for(lambda: len(_status_exchanges(cluster)) == 2, 20, "the second exchange")
+        # new publishers go to the exchange with the fewest: the new one
+        sent += _publish(cluster, 500, prefix="new1") + _publish(cluster, 500, prefix="new2")
+        for delivery in consumer.deliveries(timeout_s=10):
+            taken[delivery.payload.decode()] = delivery.exchange
+            delivery.ack()
+            if len(taken) == len(sent):
+                break
+    assert set(taken) == set(sent), f"{len(set(sent) - set(taken))} never consumed"
+    assert added["Id"] in set(taken.values()), "nothing came from the new exchange"
+
+
+def test_a_group_with_a_key_prefix_gets_only_those_keys_and_the_rest_counts_as_settled(
+    cluster: LocalCluster,
+):
+    _start(cluster)
+    with Publisher("q1", gcm=cluster.gcm, acks="leader", batch_bytes=512) as publisher:
+        for n in range(600):
+            key = (b"eu.", b"us.", b"eu")[n % 3] + str(n % 7).encode()
+            publisher.send(f"{key.decode()}-{n}".encode(), key)
+        publisher.flush()
+    wanted = {f"eu.{n % 7}-{n}" for n in range(0, 600, 3)}
+    taken: list[str] = []
+    with Consumer("q1", "eu", gcm=cluster.gcm, prefix=b"eu.") as consumer:
+        assert consumer.prefix == b"eu."
+        for delivery in consumer.deliveries(timeout_s=5):
+            assert delivery.key.startswith(b"eu.")
+            taken.append(delivery.payload.decode())
+            delivery.ack()
+        consumer.flush()
+    assert sorted(taken) == sorted(wanted), f"{len(taken)} of {len(wanted)}"
+    with Consumer("q1", "all", gcm=cluster.gcm) as everything:  # another group: every key
+        assert everything.prefix == b""
+        for every in everything.deliveries(count=600, timeout_s=5):
+            every.ack()
+        assert everything.stats["acked"] == 600
+    with cluster.admin() as admin:
+        group = admin.get_group("q1", "eu")
+    # the other keys are settled for this group: no lag, only its own messages acked
+    assert (group.prefix, group.acked, group.lag, group.in_flight) == (b"eu.", 200, 0, 0)
+    with pytest.raises(RoqError, match="prefix"):
+        Consumer("q1", "eu", gcm=cluster.gcm, prefix=b"us.")  # the group's prefix is fixed
