@@ -28,10 +28,12 @@ from roq.coordination import session
 from roq.coordination.paths import Paths
 from roq.errors import AuthenticationRefused
 from roq.exchange import replication
+from roq.protocol.commands import ChildCommand, Reason
 from roq.protocol.ports import ExchangePort, GcmPort, MonitorPort, StatPort, port_at, sibling
 from roq.system.spawn import child_environment, roq_command
 from roq.testing.cluster import LOOPBACK, LocalCluster, wait_for
-from roq.transport import security
+from roq.transport import new_context, security
+from roq.transport.rpc import Requester
 
 # Each server socket kind of a cluster, with the kind of socket a client of it opens.
 PEER = {"REP": zmq.DEALER, "ROUTER": zmq.DEALER, "PUB": zmq.SUB, "XPUB": zmq.SUB}
@@ -54,8 +56,7 @@ class Server:
     @property
     def cluster_only(self) -> bool:
         """Sockets only the cluster's own processes may connect to (docs/security.md §5)."""
-        return self.name in ("host", "monitor REPORTS", "monitor RULES", "monitor CONTROL",
-                             "exchange CONTROL")  # fmt: skip
+        return self.name in ("host", "monitor REPORTS", "monitor RULES")
 
 
 @pytest.fixture
@@ -235,6 +236,11 @@ def _principal(cluster: LocalCluster, name: str, *grant: str) -> Path:
     if grant:
         granted = cluster.cli("keys", "grant", name, *grant, *where)
         assert granted.returncode == 0, granted.stderr
+    # A principal is known everywhere within about a second: the host's file, then its
+    # children's next look at it (limits.principals_poll_s).
+    table = cluster.tmp / "h1" / "log" / ".host-h1.principals"
+    wait_for(lambda: table.exists() and f'"{name}"' in table.read_text(), 10, f"{name} known")
+    time.sleep(2 * limits.principals_poll_s)
     return path
 
 
@@ -275,6 +281,19 @@ def test_permissions_per_queue_prefix_refuse_by_name(one_queue: LocalCluster):
         done = _as(cluster, who, *args, *gcm)
         assert done.returncode != 0 and why in done.stderr, (args, done.stderr)
         assert time.monotonic() - started < 15, f"{args}: refused only after a long wait"
+    # the state of a queue is anyone's to read (roq status asks its monitor), stopping its
+    # processes is not
+    shown = _as(cluster, nobody, "status", *gcm)
+    assert shown.returncode == 0 and "unreachable" not in shown.stdout, shown.stdout
+    front = _queue(cluster)["Exchanges"][0]["Front"]
+    context = new_context()
+    requester = Requester(context, sibling(front, ExchangePort.FRONT, ExchangePort.CONTROL))
+    try:
+        reply = requester.request({"CMD": ChildCommand.SHUTDOWN})  # as admin: not the cluster
+        assert reply["ERROR"] == Reason.FORBIDDEN and "cluster role" in reply["COMMENT"], reply
+    finally:
+        requester.close()
+        context.term()
     listed = cluster.cli("keys", "list", "--zk", cluster.zk, "--namespace", cluster.namespace)
     assert "writer" in listed.stdout and "q: publish" in listed.stdout, listed.stdout
     with cluster.admin() as admin:
@@ -319,11 +338,15 @@ def test_a_revoked_key_is_cut_off_within_5_s(one_queue: LocalCluster):
         sub.wait(10)
 
 
-def test_replication_is_refused_to_a_peer_without_the_cluster_role(one_queue: LocalCluster):
-    cluster = one_queue
+def _queue(cluster: LocalCluster, name: str = "q1") -> dict[str, Any]:
     with cluster.admin() as admin:
         status = admin.status()
-    front = next(q.fields() for q in status.queues if q.info.name == "q1")["Exchanges"][0]["Front"]
+    return next(q.fields() for q in status.queues if q.info.name == name)
+
+
+def test_replication_is_refused_to_a_peer_without_the_cluster_role(one_queue: LocalCluster):
+    cluster = one_queue
+    front = _queue(cluster)["Exchanges"][0]["Front"]
     admin_keys = security.load_credentials(cluster.credentials).keys
     context = zmq.Context()
     sock = context.socket(zmq.DEALER)

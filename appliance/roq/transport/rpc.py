@@ -30,6 +30,7 @@ class Requester:
         self.timeout_ms = timeout_ms
         self._sock: Any = None
         self._watch: security.HandshakeWatch | None = None
+        self._refused: str | None = None
 
     def _socket(self) -> Any:
         if self._sock is None:
@@ -76,8 +77,8 @@ class Requester:
             raise TransportError(f"request to {self.endpoint} failed: {error}") from None
 
     def _wait(self, sock: Any, wait_ms: int, cancelled: Callable[[], bool] | None) -> bool:
-        """Whether the wait ended before its bound: a reply, or a failed handshake (the
-        server refused our key: waiting longer would only hide it)."""
+        """Whether the wait ended before its bound: a reply, or handshakes that certainly fail
+        (the server refused our key: waiting longer would only hide it; `_refused` says why)."""
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         if self._watch is not None:
@@ -88,13 +89,17 @@ class Requester:
             if left_ms <= 0:
                 return False
             step_ms = left_ms if cancelled is None else min(left_ms, limits.request_cancel_poll_ms)
-            if poller.poll(step_ms):
+            ready = dict(poller.poll(step_ms))
+            if sock in ready:
                 return True
+            if self._watch is not None and self._watch.events in ready:
+                self._refused = self._watch.failure()
+                if self._refused is not None:
+                    return True
         return False
 
     def _refusal(self) -> str:
-        why = self._watch.failure() if self._watch is not None else None
-        return why or f"the handshake with {self.endpoint} failed"
+        return self._refused or f"the handshake with {self.endpoint} failed"
 
     def close(self) -> None:
         if self._watch is not None:

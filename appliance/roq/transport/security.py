@@ -135,7 +135,7 @@ class Gate:
         """pyzmq's credentials-provider interface: `key` is the client's Z85 public key."""
         principal = self._by_key.get(key.decode("ascii", "replace"))
         if principal is None:
-            log.warning("refused a client key unknown to this cluster (domain %s)", domain)
+            _log_refusal(key, domain, "a client key unknown to this cluster")
             return False
         if domain == ZAP_DOMAIN:
             return True
@@ -145,8 +145,22 @@ class Gate:
             permissions, _, queue = domain.partition(":")
             allowed = any(principal.allows(Permission(p), queue) for p in permissions.split("|"))
         if not allowed:
-            log.warning("refused principal %s: domain %s", principal.name, domain)
+            _log_refusal(key, domain, f"principal {principal.name}")
         return allowed
+
+
+_refusals_logged: dict[tuple[bytes, str], float] = {}
+
+
+def _log_refusal(key: bytes, domain: str, who: str) -> None:
+    """A refused client retries its connection every 100 ms or so: say it once a minute."""
+    now = time.monotonic()
+    if now - _refusals_logged.get((key, domain), -1e9) < limits.refusal_log_interval_s:
+        return
+    if len(_refusals_logged) >= limits.refusal_log_keys_max:
+        _refusals_logged.clear()
+    _refusals_logged[(key, domain)] = now
+    log.warning("refused %s (socket domain %s); said once a minute", who, domain)
 
 
 class _State:
@@ -580,19 +594,33 @@ def secure_client(sock: Any, endpoint: str) -> None:
 
 class HandshakeWatch:
     """The handshake failures of one client socket, read without blocking: a refused key shows
-    here at once, where the socket itself would only stay silent (and retry for ever)."""
+    here at once, where the socket itself would only stay silent (and retry for ever).
+
+    A refusal by ZAP (AUTH) or a mechanism mismatch (PROTOCOL) is decisive at once. A failure
+    without detail is what a wrong server key gives, but also a connection cut mid-handshake
+    (a server cutting connections after a revocation, a restart): it is decisive only when
+    `limits.handshake_failures_undetailed` come in a row, with no success between."""
 
     def __init__(self, sock: Any) -> None:
         self._sock = sock
-        self.events: Any = sock.get_monitor_socket(_HANDSHAKE_FAILED)
+        self.events: Any = sock.get_monitor_socket(
+            _HANDSHAKE_FAILED | zmq.EVENT_HANDSHAKE_SUCCEEDED
+        )
+        self._undetailed = 0
 
     def failure(self) -> str | None:
-        """Why the last handshake failed, if one did since the previous call."""
-        why = None
+        """Why handshakes fail, once that is certain; None while it is not."""
         while self.events.poll(0):
             event = parse_monitor_message(self.events.recv_multipart())
-            why = _describe(event)
-        return why
+            if event["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self._undetailed = 0
+            elif event["event"] != zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+                return _describe(event)
+            else:
+                self._undetailed += 1
+                if self._undetailed >= limits.handshake_failures_undetailed:
+                    return _describe(event)
+        return None
 
     def close(self) -> None:
         try:
