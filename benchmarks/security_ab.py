@@ -113,7 +113,7 @@ def bench(side: str, data: Path, base: int, case: str, seconds: float) -> dict[s
 
 
 def run(args: argparse.Namespace) -> None:
-    bases = {"on": args.base, "off": args.base + 2000}
+    bases = {"on": args.base, "off": args.base + args.off_offset}
     clusters: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
     try:
         for side in ("on", "off"):
@@ -158,6 +158,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--base", type=int, default=41000, help="ports.base of the secured one")
+    parser.add_argument("--off-offset", type=int, default=2000, help="off's ports.base - on's")
     parser.add_argument("--zk-port", type=int, default=2181)
     parser.add_argument("--out", default="security_ab.jsonl")
     parser.add_argument("--summarize", type=Path)

@@ -178,7 +178,8 @@ def test_rules_listeners_survive_a_leader_kill(cluster: LocalCluster):
     context = new_context()
     listener = open_socket(context, Kind.PULL)
     port = cluster.ports.take(1)
-    bind(listener, "127.0.0.1", port)
+    with cluster.as_cluster():  # a rules listener is a monitor's: the GCM pushes to the cluster
+        bind(listener, "127.0.0.1", port)
     standby = Requester(context, endpoint_at("127.0.0.1", second_base, GcmPort.ADMIN), 5000)
     poller = Poller()
     poller.register(listener, READABLE)

@@ -647,14 +647,15 @@ def test_a_re_placed_monitor_acts_under_a_higher_epoch_and_the_old_one_is_refuse
     assert Reply.decode(placed).ok and Placed.decode(placed).epoch == 2
     wait_for(lambda: _exchange_status(control).epoch == 2, 10, "1031 carried epoch 2")
 
-    for stale in (
-        Replicas((), None, epoch=1),  # what the old monitor would send every list period
-        MonitorMoved(old.base, old.stat_in, epoch=1),  # back to the old monitor
-    ):
-        refused = Reply.decode(_ask(control, stale.encode()))
-        assert not refused.ok and refused.error == "stale_epoch", refused
-    assert _exchange_status(control).stale == 2
-    assert Reply.decode(_ask(control, Replicas((), None, epoch=2).encode())).ok  # current: taken
+    with cluster.as_cluster():  # it plays the monitor and the host: the cluster's role
+        for stale in (
+            Replicas((), None, epoch=1),  # what the old monitor would send every list period
+            MonitorMoved(old.base, old.stat_in, epoch=1),  # back to the old monitor
+        ):
+            refused = Reply.decode(_ask(control, stale.encode()))
+            assert not refused.ok and refused.error == "stale_epoch", refused
+        assert _exchange_status(control).stale == 2
+        assert Reply.decode(_ask(control, Replicas((), None, epoch=2).encode())).ok  # taken
     time.sleep(1.0)  # the refused move left it reporting to the new monitor
     monitored = MonitorStatus.decode(
         Pong.decode(_ask(sibling(new.base, MonitorPort.REPORTS, MonitorPort.CONTROL),

@@ -4,13 +4,14 @@ Every wait is bounded and a timeout raises with what was being waited for."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -115,6 +116,21 @@ class LocalCluster:
         security.generate(self.security_dir)
         os.environ[security.CREDENTIALS_ENV] = str(self.credentials)
         security.use(security.load_credentials(self.credentials))
+
+    @contextlib.contextmanager
+    def as_cluster(self) -> Iterator[None]:
+        """Sockets opened inside play one of the cluster's own processes (a fake exchange, a
+        rules listener): they present the cluster key, the super-user's. The test is the admin
+        again afterwards; connections made inside keep the cluster key."""
+        if not self.secure:
+            yield
+            return
+        secrets = security.load_cluster(self.security_dir)
+        security.use(secrets.identity(), secrets.principals)
+        try:
+            yield
+        finally:
+            security.use(security.load_credentials(self.credentials))
 
     @property
     def security_dir(self) -> Path:
