@@ -58,6 +58,8 @@ def cluster_args(base: int, side: str, zk_port: int) -> list[str]:
         "zk.namespace": f"/roq-sec-ab-{side}-{os.getpid()}",
         "zk.servers": f"127.0.0.1:{zk_port}",
         "security": "true" if side == "on" else "false",
+        "http.enabled": "false",  # its queue would take one of the host's exchange slots
+        "exchange.max.perhost": 8,  # one queue per case
     }
     return [arg for key, value in defines.items() for arg in ("-D", f"{key}={value}")]
 
@@ -149,8 +151,17 @@ def summarize(path: Path) -> None:
                 f"{case:9} {side:3}: n={len(mine)} delivered msg/s median {rate:,.0f}; "
                 f"p50 {p50:.2f} ms, p99 {p99:.2f} ms"
             )
+        pairs = {(r["pair"], r["side"]): r["delivered_msg_s"] for r in rows if r["case"] == case}
+        ratios = sorted(
+            round(pairs[(p, "on")] / pairs[(p, "off")], 3)
+            for p, side in pairs
+            if side == "on" and pairs.get((p, "off"))
+        )
         if medians.get("off"):
-            print(f"{case:9} on/off: {medians.get('on', 0) / medians['off']:.3f}")
+            print(
+                f"{case:9} on/off: medians {medians.get('on', 0) / medians['off']:.3f}; "
+                f"per pair {ratios}"
+            )
 
 
 def main() -> None:
