@@ -286,6 +286,20 @@ work_delay_max_ms = 86_400_000  # a nack's delay
 work_monitor_wait_s = 30.0  # a consumer waits this long for its monitor (restart, move) to answer
 work_exec_timeout_s = 3600.0  # `roq work --exec`: a command running longer is killed (nack)
 
+# --- request/response through queues (client/requests.py, monitor/tasks.py) ---------------------
+# A task's record, its result included, is one znode: ZooKeeper refuses znodes past jute.maxbuffer
+# (1 MiB), and the monitor reads every record its garbage collector visits, so results stay small.
+task_result_bytes_max = 64 * 1024  # a result (or its error text) a worker may store
+task_payload_bytes_max = 256 * 1024  # a request's payload (a message of the queue)
+task_id_chars_max = 64  # a task id / request id names a znode
+task_error_chars_max = 2_000  # an error kept with a failed task
+task_pattern_chars_max = 500  # exceptionStringToRepeat, a regular expression
+task_gc_batch = 200  # task records the monitor's collector reads per pass (bounded work per tick)
+task_gc_period_s = 0.5  # how often the collector runs a pass
+task_tombstone_s = 3_600.0  # a collected task answers "expired" this long, then is deleted
+task_poll_ms = 10  # how often Task.result() asks for the state while it waits
+task_records_max = 1_000_000  # task records one queue keeps (a submit past it is refused)
+
 # --- security (CurveZMQ, issue 23) ------------------------------------------------------------
 # A CURVE handshake not finished within this is dropped by either side, so a refused or
 # mismatched peer (NULL client, unknown key, wrong server key) ends in an error, not a hang.

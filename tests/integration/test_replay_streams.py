@@ -81,3 +81,34 @@ def test_a_replay_waits_for_a_slower_log_holding_a_streams_beginning(cluster: Lo
     assert got == list(range(1560)), f"first delivered {got[:1]}, {len(got)} in all, {lost} lost"
     assert lost == 0
     assert refusals >= 1  # its read held more than fits: that part was read again
+
+
+def test_a_commit_while_batches_wait_for_a_gap_reads_them_again_after_a_restart(
+    cluster: LocalCluster, tmp_path
+):
+    """Batches the sequencer holds were read but not delivered: the committed position of their
+    exchange stays before them, so a subscriber restarted from the offsets file reads them
+    again instead of resuming past them (they would be lost)."""
+    first, second = _two_exchanges(cluster)
+    _append(first["Front"], range(60))
+    _append(second["Front"], range(60, 1560))
+    offsets = tmp_path / "offsets.json"
+    [pid] = processes_with(first["Id"])
+    os.kill(pid, signal.SIGSTOP)  # the stream's beginning answers late: the rest waits for it
+    try:
+        with Subscriber("q1", gcm=cluster.gcm, start="beginning", offsets_file=offsets) as sub:
+            [later] = [f for f in sub.feeds.values() if f.exchange_id == second["Id"]]
+
+            def holding() -> bool:
+                assert list(sub.poll(100)) == []  # nothing deliverable before record 0
+                return later.read_batches > 0 and sub.sequencer.held > 0
+
+            wait_for(holding, 15, "the second exchange's batches held for the gap")
+            sub.commit()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    got: list[int] = []
+    with Subscriber("q1", gcm=cluster.gcm, start="beginning", offsets_file=offsets) as again:
+        got.extend(int(bytes(r.payload)) for r in again.messages(1560, 30))
+        lost = again.sequencer.lost
+    assert got == list(range(1560)), f"first delivered {got[:1]}, {len(got)} in all, {lost} lost"

@@ -5,4 +5,14 @@ status), data (pub, sub, bench), logcmd (log ...), analytics, scaling (scaling .
 keys (keys ...).
 """
 
-from roq.cli import analytics, daemons, data, keys, logcmd, queues, scaling, work  # noqa: F401
+from roq.cli import (  # noqa: F401
+    analytics,
+    daemons,
+    data,
+    keys,
+    logcmd,
+    queues,
+    requests,
+    scaling,
+    work,
+)

@@ -35,6 +35,7 @@ Pure and single-threaded: the subscriber's thread owns it.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from roq import limits
@@ -133,6 +134,12 @@ class Sequencer:
             return False  # delivered (or dropped) at once, never held
         seen = self._forgiving.get(source)
         return seen is None or (header.producer_id, header.key) in seen
+
+    def held_offsets(self) -> Iterator[tuple[object, int]]:
+        """(source, log offset) of every batch held for a gap: read, not yet delivered."""
+        for stream in self.streams.values():
+            for _, _, delivery in stream.held:
+                yield delivery.source, delivery.header.base_offset
 
     def _forgiven(self, source: object, key: tuple[bytes, bytes]) -> bool:
         """Whether this is the stream's first batch from a forgiving source (once per stream)."""

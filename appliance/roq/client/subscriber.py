@@ -448,6 +448,11 @@ class Subscriber:
                 exchanges[exchange_id] = min(held, record.offset)
             sid = (record.producer_id, record.key)
             streams[sid] = min(streams.get(sid, record.seq), record.seq)
+        # Batches the sequencer holds for a gap were read but not delivered: their exchange's
+        # read restarts at them too (their stream's position is already before them).
+        for feed, offset in self.sequencer.held_offsets():
+            if isinstance(feed, Feed) and feed.logged and feed.exchange_id in exchanges:
+                exchanges[feed.exchange_id] = min(exchanges[feed.exchange_id], offset)
         state = {
             "queue": self.queue,
             "exchanges": exchanges,

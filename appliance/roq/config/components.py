@@ -279,6 +279,76 @@ class WorkSettings:
         )
 
 
+# The request settings: the key of each field, and JLupin's name for it (docs/requests.md).
+REQUEST_KEYS = {
+    "repeats": ("request.delegator.repeats", "repeatsAmountByDelegator"),
+    "repeat_wait_s": (
+        "request.delegator.wait.ms", "timeToWaitBetweenRepeatProbeInMillisByDelegator"
+    ),
+    "send_probes": ("request.send.probes", "maxSendProbeAmount"),
+    "retry_pattern": ("request.retry.pattern", "exceptionStringToRepeat"),
+    "retry_max": ("request.retry.max", "maxAcceptExceptionAmount"),
+    "input_ttl_s": (
+        "request.input.ttl.ms", "howLongTaskInputShouldBeOnQueueWithoutResultItInMillis"
+    ),
+    "result_ttl_s": (
+        "request.result.ttl.ms", "howLongTaskResultShouldBeOnQueueWithoutDownloadingItInMillis"
+    ),
+    "delay_s": ("request.delay.ms", "delaySendProcessTaskToExecuteInMillis"),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RequestSettings:
+    """Request queues: a queue's monitor keeps its tasks (monitor/tasks.py). The HCM's values are
+    every queue's defaults; `roq task config QUEUE KEY=VALUE` overrides them per queue."""
+
+    repeats: int  # request.delegator.repeats
+    repeat_wait_s: float  # request.delegator.wait.ms
+    send_probes: int  # request.send.probes
+    retry_pattern: str  # request.retry.pattern
+    retry_max: int  # request.retry.max
+    input_ttl_s: float  # request.input.ttl.ms
+    result_ttl_s: float  # request.result.ttl.ms
+    delay_s: float  # request.delay.ms
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RequestSettings:
+        return cls(
+            repeats=settings._int("request.delegator.repeats"),
+            repeat_wait_s=settings._seconds("request.delegator.wait.ms"),
+            send_probes=settings._int("request.send.probes"),
+            retry_pattern=settings._str("request.retry.pattern"),
+            retry_max=settings._int("request.retry.max"),
+            input_ttl_s=settings._seconds("request.input.ttl.ms"),
+            result_ttl_s=settings._seconds("request.result.ttl.ms"),
+            delay_s=settings._seconds("request.delay.ms"),
+        )
+
+    def as_text(self) -> dict[str, str]:
+        """Every setting by key, as property text (ms for the times)."""
+        out = {}
+        for attr, (key, _) in REQUEST_KEYS.items():
+            value = getattr(self, attr)
+            out[key] = str(round(value * 1000)) if attr.endswith("_s") else str(value)
+        return out
+
+    def overridden(self, changes: dict[str, str], where: str) -> RequestSettings:
+        """These settings with `changes` (key → text) applied; ConfigError names a bad one."""
+        table = {key.name: key for key in HCM_KEYS}
+        values: dict[str, object] = {}
+        for name, text in {**self.as_text(), **changes}.items():
+            if name not in table or not name.startswith("request."):
+                raise ConfigError(f"{where}: {name!r} is not a request setting")
+            values[name] = table[name].parse(text, where)
+        if values["request.retry.pattern"]:
+            try:
+                re.compile(str(values["request.retry.pattern"]))
+            except re.error as error:
+                raise ConfigError(f"{where}: request.retry.pattern: {error}") from None
+        return RequestSettings.from_settings(Settings(where, values))  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True)
 class Thresholds:
     """Every number of the placement and relocation algorithm (`roq.monitor.placement`)."""
@@ -350,6 +420,7 @@ class MonitorSettings:
     scaling: ScalingConfig
     zk: ZooKeeperSettings  # where the scaling actuator finds the GCM; the groups' state
     work: WorkSettings
+    requests: RequestSettings
 
     security: SecuritySettings
 
@@ -365,6 +436,7 @@ class MonitorSettings:
             scaling=ScalingConfig.from_settings(settings),
             zk=ZooKeeperSettings.from_settings(settings),
             work=WorkSettings.from_settings(settings),
+            requests=RequestSettings.from_settings(settings),
         )
 
 

@@ -832,6 +832,77 @@ HCM_KEYS: tuple[Key, ...] = (
         (1, 1000),
         section="Work queues",
     ),
+    Key(
+        "request.delegator.repeats",
+        int,
+        3,
+        "Request queues (roq call/serve), per-queue default (JLupin repeatsAmountByDelegator): "
+        "how many times the monitor looks for a worker of a task's service, waiting "
+        'request.delegator.wait.ms between looks, before the task ends "no worker".',
+        (1, 1000),
+        section="Request queues",
+    ),
+    Key(
+        "request.delegator.wait.ms",
+        int,
+        1000,
+        "(JLupin timeToWaitBetweenRepeatProbeInMillisByDelegator) the wait between those looks.",
+        MS,
+        section="Request queues",
+    ),
+    Key(
+        "request.send.probes",
+        int,
+        3,
+        "(JLupin maxSendProbeAmount) runs of a task started (a worker that died with it counts) "
+        'before it ends "failed" without another run.',
+        (1, 1000),
+        section="Request queues",
+    ),
+    Key(
+        "request.retry.pattern",
+        str,
+        "",
+        "(JLupin exceptionStringToRepeat) a regular expression: an error that it finds (re.search) "
+        "runs the task again, up to request.retry.max times; empty: no error is retried.",
+        section="Request queues",
+    ),
+    Key(
+        "request.retry.max",
+        int,
+        3,
+        "(JLupin maxAcceptExceptionAmount) runs again after matching errors, at most.",
+        (0, 1000),
+        section="Request queues",
+    ),
+    Key(
+        "request.input.ttl.ms",
+        int,
+        300_000,
+        "(JLupin howLongTaskInputShouldBeOnQueueWithoutResultItInMillis) a task without a result "
+        'this long after it was accepted ends "expired".',
+        MS,
+        section="Request queues",
+    ),
+    Key(
+        "request.result.ttl.ms",
+        int,
+        600_000,
+        "(JLupin howLongTaskResultShouldBeOnQueueWithoutDownloadingItInMillis) a result not "
+        "fetched and acknowledged this long after it was stored is collected; the task then "
+        'answers "expired".',
+        MS,
+        section="Request queues",
+    ),
+    Key(
+        "request.delay.ms",
+        int,
+        0,
+        "(JLupin delaySendProcessTaskToExecuteInMillis) no task runs sooner than this many ms "
+        "after it was accepted.",
+        (0, 86_400_000),
+        section="Request queues",
+    ),
 )
 
 

@@ -45,6 +45,7 @@ from roq.monitor.placement import (
     plan_relocation,
 )
 from roq.monitor.scaling import Scaler
+from roq.monitor.tasks import TASK_COMMANDS, TaskManager
 from roq.protocol import bsonmsg
 from roq.protocol.commands import MonitorCommand, Reason
 from roq.protocol.epoch import EPOCH
@@ -136,6 +137,7 @@ class Monitor:
             emit=lambda event: self._send(self.kpi_out, [bsonmsg.encode(event.encode())]),
         )  # fmt: skip
         self.groups = GroupManager(queue, settings, self._readable)  # work queues
+        self.tasks = TaskManager(queue, settings, self._live_consumers)  # request/response
 
     def _open_sockets(self, context: Any) -> None:
         # Who may connect to each socket (docs/security.md §5): placement is open to every
@@ -200,6 +202,7 @@ class Monitor:
             if now >= next_scale:
                 self._scale(now)
                 self.groups.tick()
+                self.tasks.tick()
                 next_scale = now + limits.poll_interval_ms / 1000
             if now >= next_list:
                 self._publish_list()
@@ -409,6 +412,8 @@ class Monitor:
             return self._place(PublisherInit.decode(request))
         if command in GROUP_COMMANDS:
             return self.groups.handle(request)
+        if command in TASK_COMMANDS:
+            return self.tasks.handle(request)
         return bsonmsg.fail(Reason.UNKNOWN_COMMAND, f"unknown command {command}")
 
     def _place(self, request: PublisherInit) -> dict[str, Any]:
@@ -445,6 +450,14 @@ class Monitor:
         self._to_subscribers(self._listing().notice())
 
     # --- work queues (monitor/groups.py) -------------------------------------------------------
+    def _live_consumers(self, group_name: str) -> int:
+        """Consumers of the group heard from within a lease (a request's "worker available")."""
+        group = self.groups.groups.get(group_name)
+        if group is None:
+            return 0
+        since = time.monotonic() - self.groups.rules.lease_s
+        return sum(1 for m in group.members.values() if m.last_seen >= since or m.slots)
+
     def _readable(self) -> Readable:
         """Where each log is read now: a live exchange's own, else the longest copy of it."""
         where = {
@@ -651,6 +664,7 @@ class Monitor:
         self.fence.close()
         self.scaler.close()
         self.groups.close()
+        self.tasks.close()
         for control in self._controls.values():
             control.close(0)
         for sock in (
@@ -677,8 +691,12 @@ def _needs(command: Any) -> tuple[Permission, ...]:
         return (Permission.PUBLISH,)
     if command == MonitorCommand.GROUP_INFO:
         return (Permission.CONSUME, Permission.SUBSCRIBE, Permission.ADMIN)
-    if command == MonitorCommand.GROUP_DELETE:
+    if command in (MonitorCommand.GROUP_DELETE, MonitorCommand.TASK_CONFIG):
         return (Permission.ADMIN,)
+    if command in (MonitorCommand.TASK_START, MonitorCommand.TASK_FINISH):
+        return (Permission.CONSUME,)  # a worker serving the queue's requests
+    if command in TASK_COMMANDS:
+        return (Permission.PUBLISH,)  # a requester: submit, poll for and take its result
     if command in GROUP_COMMANDS:
         return (Permission.CONSUME,)
     return (Permission.SUBSCRIBE,)

@@ -137,6 +137,13 @@ class MonitorCommand(enum.IntEnum):
     GROUP_LEAVE = 24  # the consumer leaves: its slots go back to the group at once
     GROUP_INFO = 25  # `Group` (or every group when empty): lag, in flight, per consumer
     GROUP_DELETE = 26  # forget `Group` and its durable state
+    # Request/response through the queue (monitor/tasks.py), on the placement REP socket (B+1):
+    TASK_SUBMIT = 40  # claim task id `Task` for `Service` (or → the existing task: dedupe)
+    TASK_START = 41  # a worker took attempt `Attempt` of `Task`: run it, or skip it (→ `Run`)
+    TASK_FINISH = 42  # its result or error (→ stored, or `Retry` with a new attempt)
+    TASK_GET = 43  # → the task's state, and its result once done
+    TASK_ACK = 44  # the client has the result: remove the task
+    TASK_CONFIG = 45  # the queue's request settings (set the ones given; → all of them)
 
 
 @enum.unique

@@ -1,0 +1,190 @@
+"""`roq call`, `roq serve` (request/response through a queue, client/requests.py) and
+`roq task show|config`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import typer
+
+from roq import limits
+from roq.cli.app import app
+from roq.cli.common import GCM_OPTION, ZK_OPTION, errors_to_exit, setup_logging, stop_event
+from roq.cli.data import NAMESPACE_OPTION
+
+task_app = typer.Typer(
+    help="Tasks of request queues (roq call / roq serve): state, settings.", no_args_is_help=True
+)
+app.add_typer(task_app, name="task", rich_help_panel="Clients")
+
+# Exit codes of `roq call` when the task ends without a result (sysexits-like, distinct).
+_EXIT = {"failed": 1, "expired": 3, "no_worker": 4}
+
+
+@app.command(rich_help_panel="Messages")
+def call(
+    queue: str = typer.Argument(..., help="Request queue (an existing roq queue)."),
+    service: str = typer.Argument(..., help="Service the request is for."),
+    request_id: str | None = typer.Option(
+        None,
+        "--request-id",
+        help="Idempotency key: a request id known already returns its "
+        "task (its stored result) instead of running again.",
+    ),
+    timeout: float | None = typer.Option(
+        None, "--timeout", help="Give up waiting after S seconds (exit 75; the task goes on)."
+    ),
+    no_wait: bool = typer.Option(
+        False,
+        "--no-wait",
+        help="Print QUEUE/TASK-ID once accepted and exit (fetch it later "
+        "with `roq task show --result`).",
+    ),
+    gcm: str = GCM_OPTION,
+    zk: str | None = ZK_OPTION,
+    namespace: str = NAMESPACE_OPTION,
+) -> None:
+    """Send stdin as a request to SERVICE's workers and print its result to stdout.
+
+    Returns once a worker's result is stored (it is then acknowledged and removed). Exit 0 with
+    the result; 1 if the task failed (its error on stderr); 3 expired; 4 no worker; 75 --timeout.
+    """
+    setup_logging("WARNING")
+    with errors_to_exit():
+        from roq.client.requests import Requester, TaskFailed, TaskTimeout
+
+        payload = sys.stdin.buffer.read(limits.task_payload_bytes_max + 1)
+        with Requester(queue, gcm=None if zk else gcm, zk=zk, namespace=namespace) as requester:
+            task = requester.submit(service, payload, request_id)
+            if no_wait:
+                typer.echo(f"{queue}/{task.id}")
+                return
+            try:
+                result = task.result(timeout)
+            except TaskTimeout as error:
+                typer.echo(f"roq call: {error}; task {queue}/{task.id}", err=True)
+                raise typer.Exit(75) from None
+            except TaskFailed as failure:
+                typer.echo(f"roq call: {failure}", err=True)
+                raise typer.Exit(_EXIT.get(failure.state, 1)) from None
+        sys.stdout.buffer.write(result)
+        sys.stdout.buffer.flush()
+
+
+@app.command(rich_help_panel="Messages")
+def serve(
+    queue: str = typer.Argument(..., help="Request queue to take requests from."),
+    service: str = typer.Argument(..., help="Service this worker runs."),
+    exec_cmd: str = typer.Option(
+        ...,
+        "--exec",
+        help="Shell command run per request: the payload on its stdin, its "
+        "stdout the result; a non-zero exit is the task's error (with its stderr).",
+    ),
+    count: int | None = typer.Option(None, "--count", "-n", help="Exit after N requests run."),
+    timeout: float | None = typer.Option(
+        None, "--timeout", help="Exit after S seconds without a request."
+    ),
+    gcm: str = GCM_OPTION,
+    zk: str | None = ZK_OPTION,
+    namespace: str = NAMESPACE_OPTION,
+) -> None:
+    """Be a worker of SERVICE: run --exec per request and store its output as the result.
+
+    Workers of one service share its requests (a consumer group); a worker that dies mid-task
+    leaves the request to another after the group's lease (work.lease.ms).
+    """
+    setup_logging("WARNING")
+    with errors_to_exit():
+        from roq.client.requests import Worker
+
+        def run(payload: bytes) -> bytes:
+            return _run(exec_cmd, payload)
+
+        stop = stop_event()
+        with Worker(queue, service, run, gcm=None if zk else gcm, zk=zk,
+                    namespace=namespace) as worker:  # fmt: skip
+            typer.echo(f"roq serve: {worker.name}", err=True)
+            worker.run(stop, count, timeout)
+
+
+class CommandFailed(Exception):
+    """--exec exited non-zero; its text is the task's error."""
+
+
+def _run(command: str, payload: bytes) -> bytes:
+    try:
+        done = subprocess.run(  # noqa: S602 (the operator's own command line, as with ssh)
+            command, shell=True, input=payload, capture_output=True, check=False,
+            timeout=limits.work_exec_timeout_s,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise CommandFailed(f"--exec ran longer than {limits.work_exec_timeout_s} s") from None
+    if done.returncode != 0:
+        err = done.stderr.decode(errors="replace").strip()[-500:]
+        raise CommandFailed(f"exit {done.returncode}: {err}")
+    return done.stdout
+
+
+def _split(ref: str, queue: str | None) -> tuple[str, str]:
+    if "/" in ref:
+        found, _, task = ref.partition("/")
+        return found, task
+    if not queue:
+        raise ValueError("name the queue: QUEUE/TASK-ID or --queue QUEUE")
+    return queue, ref
+
+
+@task_app.command("show")
+def task_show(
+    ref: str = typer.Argument(
+        ..., help="QUEUE/TASK-ID (as `roq call --no-wait` prints), or TASK-ID with --queue."
+    ),
+    queue: str | None = typer.Option(None, "--queue", "-q"),
+    result: bool = typer.Option(
+        False, "--result", help="Print the result (not acknowledged: it stays) to stdout."
+    ),
+    gcm: str = GCM_OPTION,
+    zk: str | None = ZK_OPTION,
+    namespace: str = NAMESPACE_OPTION,
+) -> None:
+    """A task's state: accepted, in_progress, done, failed, expired or no_worker."""
+    with errors_to_exit():
+        from roq.client.requests import Requester
+
+        name, task_id = _split(ref, queue)
+        with Requester(name, gcm=None if zk else gcm, zk=zk, namespace=namespace) as requester:
+            view = requester.task(task_id).view
+        if result:
+            sys.stdout.buffer.write(view.result)
+            return
+        typer.echo(f"task {name}/{view.task}: {view.state}")
+        typer.echo(f"  service: {view.service}; attempt {view.attempt}; "
+                   f"accepted {view.age_ms / 1000:.1f} s ago")  # fmt: skip
+        if view.error:
+            typer.echo(f"  error: {view.error}")
+        if view.state == "done":
+            typer.echo(f"  result: {len(view.result)} bytes")
+
+
+@task_app.command("config")
+def task_config(
+    queue: str = typer.Argument(...),
+    settings: list[str] = typer.Argument(
+        None, help='KEY=VALUE to set (docs/configuration.md, "Request queues"); none: show.'
+    ),
+    gcm: str = GCM_OPTION,
+    zk: str | None = ZK_OPTION,
+    namespace: str = NAMESPACE_OPTION,
+) -> None:
+    """The queue's request settings (JLupin's queue parameters), set per queue."""
+    with errors_to_exit():
+        from roq.client.requests import Requester
+        from roq.config.loader import parse_overrides
+
+        changes = parse_overrides(settings or [])
+        with Requester(queue, gcm=None if zk else gcm, zk=zk, namespace=namespace) as requester:
+            now = requester.settings(changes)
+        for key, value in sorted(now.items()):
+            typer.echo(f"{key}={value}")

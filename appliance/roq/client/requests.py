@@ -1,0 +1,375 @@
+"""Request/response through a queue (JLupin's reactive queues, docs/requests.md).
+
+    with Requester("q1", gcm="127.0.0.1:5000") as requester:
+        task = requester.submit("resize", b"...")          # returns once the request is durable
+        print(task.id, task.status)                         # accepted, in_progress, done, ...
+        print(task.result(timeout_s=30))                    # waits; acknowledges it (removed)
+        requester.call("resize", b"...", timeout_s=30)      # the same, blocking
+        requester.task(task_id).result(timeout_s=30)        # another process, by task id
+
+    Worker("q1", "resize", handler, gcm=...).run(stop)      # handler(payload) -> result bytes;
+                                                            # raising is the task's error
+A task's record lives with the queue's monitor (in ZooKeeper, monitor/tasks.py); its request is
+a message of the queue, keyed `<service>/`, that the service's workers take as consumer group
+`svc.<service>` (client/consumer.py, through its public API only). Execution is at least once
+(a worker that dies mid-task leaves the request to another after the group's lease); the result
+is stored once (the first result of the task's current attempt) and handed out until the client
+acknowledges it.
+
+Threads: a Requester, a Task and a Worker, with their sockets, belong to the thread that made
+them; `Task.on_done` starts a thread with a link of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import bson
+
+from roq import limits
+from roq.client.consumer import Consumer, Delivery
+from roq.client.locate import locate_monitor
+from roq.client.publisher import Publisher
+from roq.errors import DecodeError, RoqError, TransportError
+from roq.protocol.bsonmsg import Reply
+from roq.protocol.commands import MonitorCommand
+from roq.protocol.messages.tasks import (
+    FINAL,
+    RequestMessage,
+    TaskConfig,
+    TaskFinish,
+    TaskRef,
+    TaskStart,
+    TaskSubmit,
+    TaskView,
+    check_task_id,
+    service_group,
+    service_key,
+)
+from roq.protocol.ports import MonitorPort
+from roq.transport import new_context
+from roq.transport.rpc import Requester as _Rpc
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[bytes], bytes]
+
+
+class TaskFailed(RoqError):
+    """The task ended without a result: `state` is failed, expired or no_worker; `error` why."""
+
+    def __init__(self, view: TaskView):
+        super().__init__(f"task {view.task} {view.state}: {view.error or 'no reason given'}")
+        self.state, self.error, self.task = view.state, view.error, view.task
+
+
+class TaskExpired(TaskFailed):
+    """No result in time, or the result was not fetched in time (collected); or no such task."""
+
+
+class NoWorker(TaskFailed):
+    """No worker of the service for the queue's delegator repeats."""
+
+
+class TaskTimeout(RoqError):
+    """`Task.result(timeout_s)` ran out before the task ended (it goes on)."""
+
+
+class _Link:
+    """Requests to the queue's monitor, asked again while it is busy (ZooKeeper), restarting or
+    moving (then the GCM is asked where it went), for at most `limits.work_monitor_wait_s`."""
+
+    def __init__(self, queue: str, locate: tuple[str | None, str | None, str]):
+        self.queue, self._locate = queue, locate
+        self._context = new_context()
+        self._monitor = locate_monitor(queue, *locate)
+        self._rpc = self._new_rpc()
+
+    def _new_rpc(self) -> _Rpc:
+        endpoint = self._monitor.at(MonitorPort.PLACEMENT)
+        return _Rpc(self._context, endpoint, limits.work_request_timeout_ms)
+
+    def ask(self, doc: dict[str, Any]) -> dict[str, Any]:
+        deadline = time.monotonic() + limits.work_monitor_wait_s
+        while True:
+            try:
+                reply = self._rpc.request(doc)
+            except TransportError as error:
+                problem = str(error)
+                self._follow()
+            else:
+                outcome = Reply.decode(reply)
+                if outcome.ok:
+                    return reply
+                if outcome.error == "fenced":
+                    self._follow()
+                elif outcome.error != "busy":
+                    raise RoqError(f"queue {self.queue}: {outcome.comment}")
+                problem = outcome.comment
+            if time.monotonic() > deadline:
+                raise RoqError(f"queue {self.queue}: the monitor does not answer: {problem}")
+            time.sleep(limits.work_poll_ms / 1000)
+
+    def view(self, doc: dict[str, Any]) -> TaskView:
+        return TaskView.decode(self.ask(doc))
+
+    def _follow(self) -> None:
+        try:
+            found = locate_monitor(self.queue, *self._locate, quick=True)
+        except RoqError:
+            return
+        if found.base != self._monitor.base:
+            log.warning("queue %s: the monitor moved to %s", self.queue, found.base)
+            self._rpc.close()
+            self._monitor = found
+            self._rpc = self._new_rpc()
+
+    def close(self) -> None:
+        self._rpc.close()
+        self._context.term()
+
+
+class Task:
+    """A submitted request, by id: ask its state, wait for its result, acknowledge it."""
+
+    def __init__(self, link: _Link, view: TaskView, locate: tuple[str | None, str | None, str]):
+        self.id, self.service = view.task, view.service
+        self.created = view.created  # False: the request id was known (this is its task)
+        self._link, self._view, self._locate = link, view, locate
+
+    @property
+    def view(self) -> TaskView:
+        """The task as last seen (`refresh()` asks again)."""
+        return self._view
+
+    @property
+    def status(self) -> str:
+        return self.refresh().state
+
+    def refresh(self) -> TaskView:
+        self._view = self._link.view(TaskRef(MonitorCommand.TASK_GET, self.id).encode())
+        return self._view
+
+    def result(self, timeout_s: float | None = None, *, ack: bool = True) -> bytes:
+        """Wait for the task to end: its result (acknowledged, so removed, unless `ack` is
+        False); TaskFailed (TaskExpired, NoWorker) if it ended without one; TaskTimeout after
+        `timeout_s` (None: until a deadline of the queue ends it)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while self.refresh().state not in FINAL:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TaskTimeout(f"task {self.id} is {self._view.state} after {timeout_s} s")
+            time.sleep(limits.task_poll_ms / 1000)
+        view = self._view
+        if view.state == "done":
+            if ack:
+                self.ack()
+            return view.result
+        raise _failure(view)
+
+    def ack(self) -> None:
+        """The client has the outcome: the task and its result are removed."""
+        self._link.ask(TaskRef(MonitorCommand.TASK_ACK, self.id).encode())
+
+    def on_done(self, callback: Callable[[Task, bytes | None, TaskFailed | None], None],
+                timeout_s: float | None = None) -> threading.Thread:  # fmt: skip
+        """Call `callback(task, result, None)` or `callback(task, None, failure)` from a thread
+        of its own once the task ends (the result is acknowledged first)."""
+
+        def wait() -> None:
+            link = _Link(self._link.queue, self._locate)
+            task = Task(link, self._view, self._locate)
+            try:
+                result = task.result(timeout_s)
+            except TaskFailed as failure:
+                callback(task, None, failure)
+            else:
+                callback(task, result, None)
+            finally:
+                link.close()
+
+        thread = threading.Thread(target=wait, name=f"task-{self.id}", daemon=True)
+        thread.start()
+        return thread
+
+
+def _failure(view: TaskView) -> TaskFailed:
+    if view.state == "expired":
+        return TaskExpired(view)
+    if view.state == "no_worker":
+        return NoWorker(view)
+    return TaskFailed(view)
+
+
+class Requester:
+    def __init__(
+        self,
+        queue: str,
+        *,
+        gcm: str | None = None,
+        zk: str | None = None,
+        namespace: str = "/roq",
+        acks: str = "all",
+    ):
+        self.queue, self.acks = queue, acks
+        self._locate = (gcm, zk, namespace)
+        self._link = _Link(queue, self._locate)
+        self._publisher: Publisher | None = None
+
+    def submit(self, service: str, payload: bytes, request_id: str | None = None) -> Task:
+        """Returns once the task is accepted: its record stored and its request published and
+        confirmed (acks). A request id already known returns that task (its stored result, if
+        it has one), without running it again."""
+        if len(payload) > limits.task_payload_bytes_max:
+            raise RoqError(f"a request's payload is at most {limits.task_payload_bytes_max} bytes")
+        task_id = check_task_id(request_id) if request_id else uuid.uuid4().hex
+        view = self._link.view(TaskSubmit(task_id, service).encode())
+        if view.created:
+            # The claim came first: of concurrent submissions of one id only its maker
+            # publishes. Dying between the two leaves a task without a request, which ends
+            # "expired" after the input time-to-live; submit() never returned it as accepted.
+            message = RequestMessage(task_id, service, 1, payload)
+            publisher = self._get_publisher()
+            publisher.send(bson.encode(message.encode()), service_key(service))
+            publisher.flush()
+        return Task(self._link, view, self._locate)
+
+    def call(self, service: str, payload: bytes, timeout_s: float | None = None,
+             request_id: str | None = None) -> bytes:  # fmt: skip
+        """Submit and wait for the result (acknowledged)."""
+        return self.submit(service, payload, request_id).result(timeout_s)
+
+    def task(self, task_id: str) -> Task:
+        """A task submitted before (by this process or another), by its id."""
+        view = self._link.view(TaskRef(MonitorCommand.TASK_GET, check_task_id(task_id)).encode())
+        return Task(self._link, view, self._locate)
+
+    def settings(self, changes: dict[str, str] | None = None) -> dict[str, str]:
+        """The queue's request settings, after setting `changes` (key → value text)."""
+        reply = self._link.ask(TaskConfig(changes or {}).encode())
+        settings = reply.get("Settings")
+        if not isinstance(settings, dict):
+            raise RoqError("the monitor answered without its settings")
+        return {str(k): str(v) for k, v in settings.items()}
+
+    def _get_publisher(self) -> Publisher:
+        if self._publisher is None:
+            gcm, zk, namespace = self._locate
+            self._publisher = Publisher(
+                self.queue, gcm=gcm, zk=zk, namespace=namespace, acks=self.acks, linger_ms=0
+            )
+        return self._publisher
+
+    def close(self) -> None:
+        if self._publisher is not None:
+            self._publisher.close()
+        self._link.close()
+
+    def __enter__(self) -> Requester:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Worker:
+    """Runs a service's requests: one consumer of the service's group."""
+
+    def __init__(
+        self,
+        queue: str,
+        service: str,
+        handler: Handler,
+        *,
+        gcm: str | None = None,
+        zk: str | None = None,
+        namespace: str = "/roq",
+    ):
+        self.queue, self.service, self.handler = queue, service, handler
+        self._locate = (gcm, zk, namespace)
+        self.consumer = Consumer(
+            queue, service_group(service), gcm=gcm, zk=zk, namespace=namespace,
+            prefix=service_key(service),
+        )  # fmt: skip
+        self.name = f"worker {self.consumer.consumer_id[:8]} of {queue}/{service}"
+        self._link = _Link(queue, self._locate)
+        self._publisher: Publisher | None = None
+        self.executed = 0
+
+    def run(self, stop: threading.Event, count: int | None = None,
+            idle_timeout_s: float | None = None) -> int:  # fmt: skip
+        """Take requests until `stop` (or `count` executed, or `idle_timeout_s` without a
+        request); the number executed."""
+        idle_since = time.monotonic()
+        while not stop.is_set() and (count is None or self.executed < count):
+            delivery = self.consumer.next(timeout_s=0.2)
+            if delivery is None:
+                if idle_timeout_s is not None and time.monotonic() - idle_since > idle_timeout_s:
+                    break
+                continue
+            self.handle(delivery)
+            idle_since = time.monotonic()
+        return self.executed
+
+    def handle(self, delivery: Delivery) -> None:
+        """One request: ask the monitor, run it (or not), store its outcome, settle it."""
+        try:
+            message = RequestMessage.decode(bson.decode(delivery.payload))
+        except (DecodeError, bson.errors.BSONError, TypeError, ValueError) as error:
+            delivery.reject(f"not a request: {error}"[: limits.work_reason_chars_max])
+            return
+        start = TaskStart(message.task, message.attempt, delivery.deliveries, self.name)
+        view = self._link.view(start.encode())
+        if not view.run:
+            if view.state in FINAL or view.attempt != message.attempt:
+                delivery.ack()  # ended already, or a stale attempt: nothing to run
+            else:  # delaySendProcessTaskToExecuteInMillis (or a concurrent change): later
+                delivery.nack(delay_s=max(view.wait_ms, limits.task_poll_ms) / 1000)
+            return
+        finish = self._execute(message)
+        self.executed += 1
+        outcome = self._link.view(finish.encode())
+        if outcome.retry:  # exceptionStringToRepeat: the next attempt, as a new message
+            again = RequestMessage(message.task, message.service, outcome.attempt, message.payload)
+            publisher = self._get_publisher()
+            publisher.send(bson.encode(again.encode()), service_key(message.service))
+            publisher.flush()
+        delivery.ack()
+
+    def _execute(self, message: RequestMessage) -> TaskFinish:
+        try:
+            result = self.handler(message.payload)
+        except Exception as error:  # the service's error is the task's outcome
+            text = f"{type(error).__name__}: {error}"[: limits.task_error_chars_max]
+            return TaskFinish(message.task, message.attempt, False, error=text)
+        if not isinstance(result, bytes | bytearray):  # typed bytes, but a user's callable
+            kind = type(result).__name__  # type: ignore[unreachable]
+            return TaskFinish(message.task, message.attempt, False, error=f"returned a {kind}")
+        if len(result) > limits.task_result_bytes_max:
+            return TaskFinish(message.task, message.attempt, False,
+                              error=f"result of {len(result)} bytes: more than "
+                              f"{limits.task_result_bytes_max}")  # fmt: skip
+        return TaskFinish(message.task, message.attempt, True, result=bytes(result))
+
+    def _get_publisher(self) -> Publisher:
+        if self._publisher is None:
+            gcm, zk, namespace = self._locate
+            self._publisher = Publisher(self.queue, gcm=gcm, zk=zk, namespace=namespace,
+                                        acks="all", linger_ms=0)  # fmt: skip
+        return self._publisher
+
+    def close(self) -> None:
+        self.consumer.close()
+        if self._publisher is not None:
+            self._publisher.close()
+        self._link.close()
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,126 @@
+"""Durable state of a queue's request/response tasks, in ZooKeeper, written by the queue's monitor
+(monitor/tasks.py):
+
+    <ns>/tasks/<queue>            the queue's request settings that differ from the defaults (JSON)
+    <ns>/tasks/<queue>/<task id>  the task's record (BSON, its result included: at most 64 KiB)
+
+Creating the task's znode is the claim of its id: ZooKeeper's create is atomic, so of any number
+of concurrent submissions of one request id exactly one creates it, whichever monitor (an old
+one fenced, a new one placed after a host loss) serves them. Updates carry the version read, so
+two writers never overwrite each other's state change (`StaleWrite`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
+
+from roq.coordination import session
+from roq.coordination.groupstore import StaleWrite
+from roq.errors import CoordinationError
+
+__all__ = ["StaleWrite", "TaskStore"]
+
+
+class TaskStore:
+    """Owned by the monitor's main thread (kazoo's own threads aside)."""
+
+    def __init__(
+        self,
+        servers: str,
+        namespace: str,
+        session_timeout_ms: int,
+        queue: str,
+        auth: str | None = None,  # the cluster's digest credential (docs/security.md)
+    ):
+        self.root = f"{namespace}/tasks/{queue}"
+        self._servers, self._timeout_ms, self._auth = servers, session_timeout_ms, auth
+        self._client: Any = None
+
+    def _zk(self) -> Any:
+        if self._client is None:
+            self._client = session.connect(self._servers, self._timeout_ms, auth=self._auth)
+        return self._client
+
+    def claim(self, task: str, record: bytes) -> bool:
+        """Create the task's znode: True; it exists already: False."""
+        path = f"{self.root}/{task}"
+        try:
+            self._zk().create(path, record, makepath=True)
+        except NodeExistsError:
+            return False
+        except KazooException as error:
+            raise CoordinationError(f"creating {path}: {error!r}") from None
+        return True
+
+    def get(self, task: str) -> tuple[bytes, int] | None:
+        """(record, version), or None when there is no such task."""
+        path = f"{self.root}/{task}"
+        try:
+            data, stat = self._zk().get(path)
+        except NoNodeError:
+            return None
+        except KazooException as error:
+            raise CoordinationError(f"reading {path}: {error!r}") from None
+        return bytes(data), int(stat.version)
+
+    def put(self, task: str, record: bytes, version: int) -> int:
+        """Replace the record read at `version`; its new version (StaleWrite if it changed)."""
+        path = f"{self.root}/{task}"
+        try:
+            return int(self._zk().set(path, record, version=version).version)
+        except (BadVersionError, NoNodeError) as error:
+            raise StaleWrite(f"{path} changed ({type(error).__name__})") from None
+        except KazooException as error:
+            raise CoordinationError(f"writing {path}: {error!r}") from None
+
+    def delete(self, task: str, version: int = -1) -> bool:
+        """Delete it (at `version`, or any): False if it was gone or changed."""
+        path = f"{self.root}/{task}"
+        try:
+            self._zk().delete(path, version=version)
+        except (NoNodeError, BadVersionError):
+            return False
+        except KazooException as error:
+            raise CoordinationError(f"deleting {path}: {error!r}") from None
+        return True
+
+    def tasks(self) -> list[str]:
+        """The ids of every stored task (the collector visits them a batch at a time)."""
+        try:
+            return list(self._zk().get_children(self.root))
+        except NoNodeError:
+            return []
+        except KazooException as error:
+            raise CoordinationError(f"listing {self.root}: {error!r}") from None
+
+    def load_settings(self) -> dict[str, str]:
+        try:
+            data, _ = self._zk().get(self.root)
+        except NoNodeError:
+            return {}
+        except KazooException as error:
+            raise CoordinationError(f"reading {self.root}: {error!r}") from None
+        try:
+            value = json.loads(bytes(data).decode() or "{}")
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return {}  # unreadable: the defaults hold (the next save replaces it)
+        return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+    def save_settings(self, settings: dict[str, str]) -> None:
+        data = json.dumps(settings, sort_keys=True).encode()
+        try:
+            zk = self._zk()
+            try:
+                zk.set(self.root, data)
+            except NoNodeError:
+                zk.create(self.root, data, makepath=True)
+        except KazooException as error:
+            raise CoordinationError(f"writing {self.root}: {error!r}") from None
+
+    def close(self) -> None:
+        if self._client is not None:
+            session.close(self._client)
+            self._client = None

@@ -1,0 +1,237 @@
+"""Request/response through a queue: what requesters and workers ask the queue's monitor (B+1,
+commands 40–45), the task view it answers with, and the request message workers take from the
+queue. docs/requests.md has the flow.
+
+A task is named by its id: the requester's request id, or a fresh one. The monitor keeps one
+record per task (monitor/tasks.py); the request itself travels as a message of the queue, keyed
+`<service>/`, so the workers of one service take it as a consumer group.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Self
+
+from roq import limits
+from roq.errors import DecodeError
+from roq.protocol import bsonmsg
+from roq.protocol.bsonmsg import Document, field_bool, field_int, field_str
+from roq.protocol.commands import MonitorCommand
+from roq.protocol.names import check_queue_name
+
+# accepted: stored, waiting for a worker; in_progress: a worker runs it; done: its result is
+# stored; failed: its error is stored; expired: no result in time, or its result was not fetched
+# in time (then collected); no_worker: no worker of its service for the delegator's repeats.
+STATES = ("accepted", "in_progress", "done", "failed", "expired", "no_worker")
+FINAL = frozenset({"done", "failed", "expired", "no_worker"})
+_TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
+_ATTEMPTS = 1_000_000
+
+
+def check_task_id(task: str) -> str:
+    """A task id names a znode: letters, digits, `_`, `.`, `:`, `-`, at most 64 characters."""
+    if not task or len(task) > limits.task_id_chars_max or not _TASK_ID.match(task):
+        raise DecodeError(
+            f"task id {task[:80]!r} must be 1 to {limits.task_id_chars_max} letters, digits, "
+            "'_', '.', ':' or '-', starting with a letter or digit"
+        )
+    return task
+
+
+def service_key(service: str) -> bytes:
+    """The routing key of a service's requests; '/' never occurs in a name, so a group taking
+    the key prefix `a/` never takes service `ab`'s requests."""
+    return f"{service}/".encode()
+
+
+def service_group(service: str) -> str:
+    return f"svc.{service}"[: limits.work_group_name_chars_max]
+
+
+def _task(doc: Mapping[str, Any]) -> str:
+    return check_task_id(field_str(doc, "Task", max_chars=limits.task_id_chars_max))
+
+
+def _service(doc: Mapping[str, Any]) -> str:
+    name = field_str(doc, "Service", max_chars=limits.work_group_name_chars_max - 4)
+    return check_queue_name(name)
+
+
+def _bytes(doc: Mapping[str, Any], name: str, max_bytes: int) -> bytes:
+    value = doc.get(name, b"")
+    if not isinstance(value, bytes) or len(value) > max_bytes:
+        raise DecodeError(f"the {name} field must be binary of at most {max_bytes} bytes")
+    return value
+
+
+@dataclass(frozen=True)
+class TaskSubmit:
+    """40: claim `Task` for `Service`. The claim is the task's record: a second submit of the
+    same id finds it and is answered with the existing task (`Created` false)."""
+
+    task: str
+    service: str
+
+    def encode(self) -> Document:
+        return {"CMD": int(MonitorCommand.TASK_SUBMIT), "Task": self.task, "Service": self.service}
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        return cls(_task(doc), _service(doc))
+
+
+@dataclass(frozen=True)
+class TaskStart:
+    """41: worker `Worker` took attempt `Attempt` of `Task`, handed out `Deliveries` times."""
+
+    task: str
+    attempt: int
+    deliveries: int
+    worker: str
+
+    def encode(self) -> Document:
+        return {"CMD": int(MonitorCommand.TASK_START), "Task": self.task,
+                "Attempt": self.attempt, "Deliveries": self.deliveries,
+                "Worker": self.worker}  # fmt: skip
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        return cls(
+            _task(doc),
+            field_int(doc, "Attempt", hi=_ATTEMPTS),
+            field_int(doc, "Deliveries", hi=_ATTEMPTS),
+            field_str(doc, "Worker", max_chars=limits.producer_id_chars_max),
+        )
+
+
+@dataclass(frozen=True)
+class TaskFinish:
+    """42: attempt `Attempt` of `Task` ended: `Ok` with `Result`, or not with `Error`."""
+
+    task: str
+    attempt: int
+    ok: bool
+    result: bytes = b""
+    error: str = ""
+
+    def encode(self) -> Document:
+        return {"CMD": int(MonitorCommand.TASK_FINISH), "Task": self.task,
+                "Attempt": self.attempt, "Ok": self.ok, "Result": self.result,
+                "Error": self.error}  # fmt: skip
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        return cls(
+            _task(doc),
+            field_int(doc, "Attempt", hi=_ATTEMPTS),
+            field_bool(doc, "Ok"),
+            _bytes(doc, "Result", limits.task_result_bytes_max),
+            field_str(doc, "Error", empty_ok=True, default="",
+                      max_chars=limits.task_error_chars_max),
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    """43 (TASK_GET) and 44 (TASK_ACK): one task by id."""
+
+    command: int
+    task: str
+
+    def encode(self) -> Document:
+        return {"CMD": self.command, "Task": self.task}
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        return cls(bsonmsg.command(doc), _task(doc))
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """45: set the queue's request settings named in `Settings` (key → text; empty: read only).
+    Answered with every setting, as text (`Settings`)."""
+
+    settings: Mapping[str, str]
+
+    def encode(self) -> Document:
+        return {"CMD": int(MonitorCommand.TASK_CONFIG), "Settings": dict(self.settings)}
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        raw = bsonmsg.field_doc(doc, "Settings") if "Settings" in doc else {}
+        if len(raw) > 32 or not all(
+            isinstance(k, str) and isinstance(v, str) and len(v) <= limits.task_pattern_chars_max
+            for k, v in raw.items()
+        ):
+            raise DecodeError("the Settings field must map at most 32 keys to short strings")
+        return cls({str(k): str(v) for k, v in raw.items()})
+
+
+@dataclass(frozen=True)
+class TaskView:
+    """A task as the monitor answers: its state, and its result or error once final. `Run`
+    (TASK_START): the worker runs it; `Retry` (TASK_FINISH): the error matched the queue's
+    exceptionStringToRepeat, and attempt `Attempt` is to be published again."""
+
+    task: str
+    service: str
+    state: str
+    attempt: int = 1
+    result: bytes = b""
+    error: str = ""
+    created: bool = False
+    run: bool = False
+    retry: bool = False
+    age_ms: int = 0  # since it was accepted
+    wait_ms: int = 0  # TASK_START, not run yet: delaySendProcessTaskToExecuteInMillis left
+
+    def reply(self) -> Document:
+        return bsonmsg.ok(
+            Task=self.task, Service=self.service, State=self.state, Attempt=self.attempt,
+            Result=self.result, Error=self.error, Created=self.created, Run=self.run,
+            Retry=self.retry, AgeMs=self.age_ms, WaitMs=self.wait_ms,
+        )  # fmt: skip
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        state = field_str(doc, "State", max_chars=16)
+        if state not in STATES:
+            raise DecodeError(f"unknown task state {state!r}")
+        return cls(
+            _task(doc),
+            _service(doc),
+            state,
+            field_int(doc, "Attempt", hi=_ATTEMPTS),
+            _bytes(doc, "Result", limits.task_result_bytes_max),
+            field_str(doc, "Error", empty_ok=True, max_chars=limits.task_error_chars_max),
+            field_bool(doc, "Created"),
+            field_bool(doc, "Run"),
+            field_bool(doc, "Retry"),
+            field_int(doc, "AgeMs"),
+            field_int(doc, "WaitMs", default=0),
+        )
+
+
+@dataclass(frozen=True)
+class RequestMessage:
+    """A request as a message of the queue (BSON), keyed `service_key(service)`."""
+
+    task: str
+    service: str
+    attempt: int
+    payload: bytes
+
+    def encode(self) -> Document:
+        return {"Task": self.task, "Service": self.service, "Attempt": self.attempt,
+                "Payload": self.payload}  # fmt: skip
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        return cls(
+            _task(doc),
+            _service(doc),
+            field_int(doc, "Attempt", lo=1, hi=_ATTEMPTS),
+            _bytes(doc, "Payload", limits.task_payload_bytes_max),
+        )

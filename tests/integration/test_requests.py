@@ -1,0 +1,317 @@
+"""Request/response through a queue on a real cluster (docs/guarantees.md, "Request/response").
+Requesters and workers are `roq call`/`roq serve` processes or objects in this process; every kill
+is a real SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from roq.client.requests import NoWorker, Requester, TaskExpired, TaskFailed, Worker
+from roq.system.spawn import child_environment, roq_command
+from roq.testing.cluster import LocalCluster, processes_with, wait_for
+
+pytestmark = pytest.mark.integration
+
+LEASE_S = 2.0
+HOST = {"work.slot.messages": 100, "work.slot.ms": 100, "work.lease.ms": int(LEASE_S * 1000)}
+
+
+def _start(cluster: LocalCluster, hosts: int = 1, **overrides: Any) -> None:
+    cluster.start_gcm()
+    for n in range(hosts):
+        cluster.start_host(f"h{n + 1}", **{**HOST, **overrides})
+    cluster.wait_ready(hosts)
+    with cluster.admin() as admin:
+        admin.create_queue("q1", host="h1")
+
+
+def _requester(cluster: LocalCluster) -> Requester:
+    return Requester("q1", gcm=cluster.gcm)
+
+
+@contextmanager
+def _worker(
+    cluster: LocalCluster, service: str, handler: Callable[[bytes], bytes]
+) -> Iterator[Worker]:
+    """A Worker on a thread of its own (its sockets are that thread's)."""
+    stop, made = threading.Event(), threading.Event()
+    holder: list[Worker] = []
+
+    def run() -> None:
+        with Worker("q1", service, handler, gcm=cluster.gcm) as worker:
+            holder.append(worker)
+            made.set()
+            worker.run(stop)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert made.wait(30), "the worker joined"
+    try:
+        yield holder[0]
+    finally:
+        stop.set()
+        thread.join(30)
+
+
+def _serve(cluster: LocalCluster, tmp: Path, name: str, command: str) -> subprocess.Popen[bytes]:
+    with (tmp / f"{name}.err").open("wb") as err:
+        return subprocess.Popen(
+            roq_command("serve", "q1", "echo", "--exec", command, "--gcm", cluster.gcm),
+            env=child_environment(), stdout=subprocess.DEVNULL, stderr=err,
+            start_new_session=True,
+        )  # fmt: skip
+
+
+def _settings(cluster: LocalCluster, **values: str) -> None:
+    with _requester(cluster) as requester:
+        requester.settings({k.replace("_", "."): v for k, v in values.items()})
+
+
+def test_call_and_serve_round_trip_and_the_result_is_removed_once_acknowledged(
+    cluster: LocalCluster, tmp_path: Path
+):
+    _start(cluster)
+    worker = _serve(cluster, tmp_path, "w", "tr a-z A-Z")
+    try:
+        done = cluster.cli("call", "q1", "echo", "--gcm", cluster.gcm, "--timeout", "30",
+                           input_text="hello")  # fmt: skip
+        assert (done.returncode, done.stdout) == (0, "HELLO"), done.stderr + cluster.logs()
+        with _requester(cluster) as requester:
+            task = requester.submit("echo", b"abc")
+            assert task.result(30) == b"ABC"
+            with pytest.raises(TaskExpired, match="no such task"):
+                task.result(5)  # acknowledged: removed, never handed out again
+    finally:
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait(10)
+
+
+def test_a_killed_requesters_task_is_fetched_by_id_by_another(cluster: LocalCluster):
+    _start(cluster)
+    code = (
+        "import sys, time\n"
+        "from roq.client.requests import Requester\n"
+        f"r = Requester('q1', gcm={cluster.gcm!r})\n"
+        "print(r.submit('echo', b'kept').id, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], env=child_environment(),
+                             stdout=subprocess.PIPE, start_new_session=True)  # fmt: skip
+    assert child.stdout is not None
+    task_id = child.stdout.readline().decode().strip()
+    os.killpg(child.pid, signal.SIGKILL)
+    child.wait(10)
+    assert task_id, cluster.logs()
+    with _worker(cluster, "echo", lambda payload: payload + b"!"), _requester(cluster) as fresh:
+        assert fresh.task(task_id).result(30) == b"kept!"
+
+
+def test_a_worker_killed_mid_task_its_task_runs_elsewhere_and_its_result_comes_once(
+    cluster: LocalCluster, tmp_path: Path
+):
+    _start(cluster)
+    holder = _serve(cluster, tmp_path, "holder", "sleep 600")
+    with _requester(cluster) as requester:
+        task = requester.submit("echo", b"again")
+        wait_for(lambda: task.status == "in_progress", 30, "the holder took it\n" + cluster.logs())
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait(10)
+        runs: list[bytes] = []
+
+        def handler(payload: bytes) -> bytes:
+            runs.append(payload)
+            return payload.upper()
+
+        with _worker(cluster, "echo", handler):
+            assert task.result(LEASE_S + 30) == b"AGAIN"
+            time.sleep(LEASE_S + 1)  # a second delivery would have come by now
+        assert runs == [b"again"]
+        with pytest.raises(TaskExpired):
+            task.result(2)
+
+
+def test_a_thousand_submissions_of_one_request_id_run_once(cluster: LocalCluster):
+    _start(cluster)
+    runs: list[bytes] = []
+    tasks: list[tuple[str, bool]] = []
+    lock = threading.Lock()
+
+    def submit_many() -> None:
+        with _requester(cluster) as requester:
+            for _ in range(125):
+                task = requester.submit("echo", b"once", request_id="order-42")
+                with lock:
+                    tasks.append((task.id, task.created))
+
+    def handler(payload: bytes) -> bytes:
+        runs.append(payload)
+        return b"ran"
+
+    with _worker(cluster, "echo", handler):
+        threads = [threading.Thread(target=submit_many) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        with _requester(cluster) as requester:
+            assert requester.task("order-42").result(30, ack=False) == b"ran"
+            time.sleep(1)  # a second request message would have run by now
+            again = requester.submit("echo", b"once", request_id="order-42")
+            assert (again.created, again.result(5)) == (False, b"ran")  # the stored result
+    assert len(tasks) == 1000
+    assert {t for t, _ in tasks} == {"order-42"}
+    assert sum(created for _, created in tasks) == 1
+    assert runs == [b"once"]
+
+
+def test_a_matching_error_is_retried_up_to_the_limit_and_another_not_at_all(
+    cluster: LocalCluster,
+):
+    _start(cluster)
+    _settings(cluster, request_retry_pattern="Transient|Timeout", request_retry_max="2")
+    runs: list[bytes] = []
+
+    def handler(payload: bytes) -> bytes:
+        runs.append(payload)
+        if payload == b"flaky":
+            raise RuntimeError("Transient backend failure")
+        raise ValueError("bad input")
+
+    with _worker(cluster, "echo", handler), _requester(cluster) as requester:
+        with pytest.raises(TaskFailed, match="Transient backend failure") as flaky:
+            requester.call("echo", b"flaky", timeout_s=30)
+        assert flaky.value.state == "failed"
+        assert runs == [b"flaky"] * 3  # the first run and two retries
+        with pytest.raises(TaskFailed, match="ValueError: bad input"):
+            requester.call("echo", b"other", timeout_s=30)
+        assert runs.count(b"other") == 1
+
+
+def test_no_worker_ends_the_task_after_the_delegators_repeats(cluster: LocalCluster):
+    _start(cluster)
+    _settings(cluster, request_delegator_repeats="3", request_delegator_wait_ms="400")
+    with _requester(cluster) as requester:
+        started = time.monotonic()  # the task is accepted within submit()
+        task = requester.submit("nobody", b"x")
+        with pytest.raises(NoWorker, match="repeatsAmountByDelegator"):
+            task.result(30)
+        took = time.monotonic() - started
+    assert 1.2 <= took <= 5, f"no worker after {took:.2f} s (3 looks 0.4 s apart)"
+
+
+def test_an_unfetched_result_expires_and_is_collected(cluster: LocalCluster):
+    _start(cluster)
+    _settings(cluster, request_result_ttl_ms="1000")
+    with _worker(cluster, "echo", lambda p: p), _requester(cluster) as requester:
+        task = requester.submit("echo", b"forgotten")
+        wait_for(lambda: task.status == "done", 30, "it ran")
+        assert task.view.result == b"forgotten"
+        # Nobody asks: the monitor's collector (not a read) must move it on.
+        time.sleep(2.5)
+        view = task.view  # the last one read, before the deadline
+        assert view.state == "done"
+        assert task.refresh().state == "expired" and task.view.result == b""
+        assert "not fetched within" in task.view.error
+        with pytest.raises(TaskExpired):
+            task.result(1)
+
+
+def test_a_request_without_result_expires_and_its_late_result_is_never_handed_out(
+    cluster: LocalCluster,
+):
+    _start(cluster)
+    _settings(cluster, request_input_ttl_ms="1500")
+    finished = threading.Event()
+
+    def slow(payload: bytes) -> bytes:
+        time.sleep(3)
+        finished.set()
+        return b"late"
+
+    with _worker(cluster, "echo", slow), _requester(cluster) as requester:
+        task = requester.submit("echo", b"x")
+        started = time.monotonic()
+        with pytest.raises(TaskExpired, match="no result within"):
+            task.result(30)
+        assert time.monotonic() - started < 3, "told expired before the late result came"
+        assert finished.wait(10)
+        time.sleep(0.5)
+        view = task.refresh()
+        assert (view.state, view.result) == ("expired", b"")
+
+
+def _pids(cluster: LocalCluster, fragment: str) -> list[int]:
+    marker = str(cluster.tmp)
+    return [
+        pid
+        for pid in processes_with(fragment)
+        if marker in Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
+    ]
+
+
+def _restart(cluster: LocalCluster, fragment: str) -> None:
+    [pid] = _pids(cluster, fragment)
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: _pids(cluster, fragment) not in ([], [pid]), 20, f"{fragment} restarted")
+
+
+def test_kill_9_of_the_monitor_and_an_exchange_loses_no_task_and_no_result_twice(
+    cluster: LocalCluster,
+):
+    _start(cluster, hosts=2, replicationFactor=2, **{"exchange.max.perhost": 4})
+    with cluster.admin() as admin:
+        admin.create_exchange("q1", "rpc-tx-h2", host="h2")
+        [queue] = admin.status().queues
+    first = queue.exchanges[0].fields()["Id"]
+    runs: dict[bytes, int] = {}
+
+    def handler(payload: bytes) -> bytes:
+        runs[payload] = runs.get(payload, 0) + 1
+        return payload[::-1]
+
+    results: dict[str, bytes] = {}
+    with _worker(cluster, "echo", handler), _requester(cluster) as requester:
+        tasks = [requester.submit("echo", f"t{n}".encode()) for n in range(100)]
+        _restart(cluster, "monitor q1 --bind")
+        tasks += [requester.submit("echo", f"t{n}".encode()) for n in range(100, 200)]
+        _restart(cluster, first)
+        tasks += [requester.submit("echo", f"t{n}".encode()) for n in range(200, 300)]
+        for task in tasks:
+            results[task.id] = task.result(60)
+        for task in tasks:  # acknowledged: none is handed out a second time
+            with pytest.raises(TaskExpired):
+                task.result(1)
+    assert len(results) == 300, cluster.logs()
+    expected = {f"t{n}".encode()[::-1] for n in range(300)}
+    assert set(results.values()) == expected
+
+
+def test_delay_before_processing_and_send_probes_end_a_task_that_kills_its_workers(
+    cluster: LocalCluster, tmp_path: Path
+):
+    _start(cluster)
+    _settings(cluster, request_delay_ms="1500", request_send_probes="1")
+    with _requester(cluster) as requester:
+        started = time.monotonic()
+        with _worker(cluster, "echo", lambda p: p):
+            assert requester.call("echo", b"later", timeout_s=30) == b"later"
+        assert time.monotonic() - started >= 1.5, "ran before delaySendProcessTaskToExecute"
+        holder = _serve(cluster, tmp_path, "holder", "sleep 600")
+        task = requester.submit("echo", b"poison")
+        wait_for(lambda: task.status == "in_progress", 30, "the holder took it\n" + cluster.logs())
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait(10)
+        # handed out a second time: over the probes, so it ends without a run
+        with _worker(cluster, "echo", lambda p: p), pytest.raises(TaskFailed, match="maxSend"):
+            task.result(LEASE_S + 30)
