@@ -63,7 +63,8 @@ MAY_IMPORT: dict[str, set[str] | str] = {
     # ZooKeeper through coordination, never touches zmq or kazoo itself
     "http": {"client", "coordination", "config", "system"},
     # drivers
-    "testing": {"client", "protocol", "system"},  # a real cluster for tests, driven like a user
+    # a real cluster for tests, driven like a user (transport: it makes the cluster's keys)
+    "testing": {"client", "protocol", "system", "transport"},
     "cli": ANYTHING,
 }
 PURE = ("log", "protocol")

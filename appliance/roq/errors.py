@@ -17,8 +17,10 @@ RoqError
 │   └── NameTaken          a live host already holds this host name (exit code 75)
 ├── TransportError         a peer did not answer within its bound
 │   └── RequestTimeout
-└── AdminError             an admin request was refused (unknown queue, already exists, ...)
-    └── HostRegistered     a write that required a host to be gone found it registered
+├── AdminError             an admin request was refused (unknown queue, already exists, ...)
+│   └── HostRegistered     a write that required a host to be gone found it registered
+└── SecurityError          credentials missing or unreadable (exit code 77)
+    └── AuthenticationRefused  a server refused our key in the CURVE handshake (a TransportError)
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ EXIT_UNAVAILABLE = 69  # a dependency (ZooKeeper, the GCM) cannot be reached wit
 EXIT_SOFTWARE = 70
 EXIT_CANTCREAT = 73  # a directory or file we must write is not writable
 EXIT_TEMPFAIL = 75  # a port we must bind is taken; a retry later may succeed
+EXIT_NOPERM = 77  # credentials missing, or refused by a server (sysexits' EX_NOPERM)
 EXIT_CONFIG = 78
 
 
@@ -121,3 +124,15 @@ class AdminError(RoqError):
 class HostRegistered(AdminError):
     """A leader write made on condition that a host has no registration (the re-placement of
     a lost host's monitor) found the host registered again: nothing was written."""
+
+
+class SecurityError(RoqError):
+    """Credentials missing or unreadable, or a peer refused ours during the CURVE handshake."""
+
+    exit_code = EXIT_NOPERM
+
+
+class AuthenticationRefused(SecurityError, TransportError):
+    """A server refused this client's key (or this client could not verify the server's)."""
+
+    exit_code = EXIT_NOPERM

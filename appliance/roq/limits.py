@@ -335,3 +335,23 @@ task_poll_ms = 10  # how often Task.result() asks for the state while it waits
 task_lease_renew_share = 1 / 3
 task_lease_renew_min_ms = 50
 task_records_max = 1_000_000  # task records one queue keeps (a submit past it is refused)
+
+# --- security (CurveZMQ, issue 23) ------------------------------------------------------------
+# A CURVE handshake not finished within this is dropped by either side, so a refused or
+# mismatched peer (NULL client, unknown key, wrong server key) ends in an error, not a hang.
+handshake_timeout_ms = 3_000
+# Handshakes failing without detail in a row before a client calls it a refusal (a wrong server
+# key gives no detail, nor does a connection cut mid-handshake, which the reconnection mends).
+handshake_failures_undetailed = 3
+# Where `roq up` and a first GCM or host write the cluster's keys when `security.dir` is not set
+# (beside the default `directory`, roq-data/log), and where clients look last.
+security_dir_default = "roq-data/security"
+security_file_bytes_max = 64 * 1024  # a credentials or principals file larger than this is refused
+principals_max = 10_000  # principals of one cluster (ZooKeeper children read at each change)
+principal_grants_max = 256  # queue-name prefixes one principal holds grants on
+principals_poll_s = 0.5  # a monitor or exchange re-reads its host's principals file this often
+# A revoked key's open connections are cut within this (ZooKeeper's watch, the host's file, a
+# child's poll, the cutter's poll): the issue's bound is 5 s.
+revocation_cut_s = 5.0
+refusal_log_interval_s = 60.0  # a refused key is logged at most this often per socket domain
+refusal_log_keys_max = 1_000  # (key, domain) pairs remembered for that (then forgotten at once)

@@ -263,7 +263,8 @@ def test_an_exchange_whose_loop_stalls_but_pulses_is_not_declared_dead(
     """Reports stop for 10 heartbeats (3 make an exchange dead) while pulses go on: the monitor
     keeps it. Pulses from another incarnation, or saying the loop is stuck past
     `limits.exchange_loop_stall_max_ms`, do not count, and it is declared dead."""
-    fake = _StalledExchange(cluster, queue)
+    with cluster.as_cluster():  # it plays an exchange: only the cluster's key may report
+        fake = _StalledExchange(cluster, queue)
     try:
         for _ in range(50):  # the PUB connection is asynchronous: report until it is heard
             fake.report()

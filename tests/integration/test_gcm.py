@@ -178,7 +178,8 @@ def test_rules_listeners_survive_a_leader_kill(cluster: LocalCluster):
     context = new_context()
     listener = open_socket(context, Kind.PULL)
     port = cluster.ports.take(1)
-    bind(listener, "127.0.0.1", port)
+    with cluster.as_cluster():  # a rules listener is a monitor's: the GCM pushes to the cluster
+        bind(listener, "127.0.0.1", port)
     standby = Requester(context, endpoint_at("127.0.0.1", second_base, GcmPort.ADMIN), 5000)
     poller = Poller()
     poller.register(listener, READABLE)
@@ -214,7 +215,7 @@ def test_listeners_are_refused_for_unknown_queues_and_go_with_the_queue(gcm_only
         admin.create_queue("q1")  # a fresh queue of the same name: only its monitor listens
         monitor = admin.get_host_by_qname("q1").monitor_host
     rules = sibling(monitor, MonitorPort.REPORTS, MonitorPort.RULES)
-    client = session.connect(gcm_only.zk, 4000)
+    client = session.connect(gcm_only.zk, 4000, auth=gcm_only.zk_auth)
     registry = Registry(client, Paths(gcm_only.namespace))
     try:
         wait_for(lambda: registry.listeners("q1"), 10, "the monitor registered (2008)")
@@ -234,7 +235,7 @@ def test_gcm_and_host_outlive_an_expired_zookeeper_session(cluster: LocalCluster
     host = cluster.start_host("h1", **{"zk.session.timeout": 2000})
     cluster.wait_ready(hosts=1)
 
-    watcher = session.connect(cluster.zk, 4000)
+    watcher = session.connect(cluster.zk, 4000, auth=cluster.zk_auth)
     registry = Registry(watcher, Paths(cluster.namespace))
     for daemon in (gcm, host):
         os.kill(daemon.process.pid, signal.SIGSTOP)

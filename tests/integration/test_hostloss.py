@@ -568,9 +568,9 @@ def test_a_host_and_its_children_stopped_past_the_session_come_back_fenced(
 
 # --- assignment epochs (issue 18 item 3): a re-placed monitor's word outranks its predecessor's
 @contextlib.contextmanager
-def _registry(zk: str, namespace: str) -> Iterator[Registry]:
+def _registry(zk: str, namespace: str, auth: str | None = None) -> Iterator[Registry]:
     """A reader's (or, in the primitive's test, a leader's) view of the cluster's znodes."""
-    client = session.connect(zk, 4000)
+    client = session.connect(zk, 4000, auth=auth)
     try:
         yield Registry(client, Paths(namespace))
     finally:
@@ -578,7 +578,7 @@ def _registry(zk: str, namespace: str) -> Iterator[Registry]:
 
 
 def _record(cluster: LocalCluster, queue: str = "q1") -> QueueRecord:
-    with _registry(cluster.zk, cluster.namespace) as registry:
+    with _registry(cluster.zk, cluster.namespace, cluster.zk_auth) as registry:
         found = registry.queue(queue)
     assert found is not None
     return found[0]
@@ -647,14 +647,15 @@ def test_a_re_placed_monitor_acts_under_a_higher_epoch_and_the_old_one_is_refuse
     assert Reply.decode(placed).ok and Placed.decode(placed).epoch == 2
     wait_for(lambda: _exchange_status(control).epoch == 2, 10, "1031 carried epoch 2")
 
-    for stale in (
-        Replicas((), None, epoch=1),  # what the old monitor would send every list period
-        MonitorMoved(old.base, old.stat_in, epoch=1),  # back to the old monitor
-    ):
-        refused = Reply.decode(_ask(control, stale.encode()))
-        assert not refused.ok and refused.error == "stale_epoch", refused
-    assert _exchange_status(control).stale == 2
-    assert Reply.decode(_ask(control, Replicas((), None, epoch=2).encode())).ok  # current: taken
+    with cluster.as_cluster():  # it plays the monitor and the host: the cluster's role
+        for stale in (
+            Replicas((), None, epoch=1),  # what the old monitor would send every list period
+            MonitorMoved(old.base, old.stat_in, epoch=1),  # back to the old monitor
+        ):
+            refused = Reply.decode(_ask(control, stale.encode()))
+            assert not refused.ok and refused.error == "stale_epoch", refused
+        assert _exchange_status(control).stale == 2
+        assert Reply.decode(_ask(control, Replicas((), None, epoch=2).encode())).ok  # taken
     time.sleep(1.0)  # the refused move left it reporting to the new monitor
     monitored = MonitorStatus.decode(
         Pong.decode(_ask(sibling(new.base, MonitorPort.REPORTS, MonitorPort.CONTROL),

@@ -150,7 +150,7 @@ def test_a_port_taken_by_another_program_is_skipped_and_reported(running: LocalC
 
 
 def _port_claims(cluster: LocalCluster, host: str) -> dict[int, dict[str, Any]]:
-    client = session.connect(cluster.zk, 4000)
+    client = session.connect(cluster.zk, 4000, auth=cluster.zk_auth)
     try:
         return Registry(client, Paths(cluster.namespace)).port_claims(host)
     finally:

@@ -70,6 +70,8 @@ class Up:
             "period": 500,
             "heartbeat.period": 200,
             "zk.namespace": f"/roq-test-{uuid.uuid4().hex[:10]}",
+            # the keys of the helper LocalCluster, whose CLI the tests use
+            "security.dir": str(tmp / "security"),
         }
         self.args = ["up", "--data-dir", str(tmp / "data")]
         for key, value in values.items():

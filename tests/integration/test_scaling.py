@@ -246,7 +246,8 @@ def test_rules_are_stored_returned_pushed_and_drive_scaling(cluster: LocalCluste
     context = new_context()
     listener = open_socket(context, Kind.PULL)
     port = cluster.ports.take(1)
-    bind(listener, "127.0.0.1", port)
+    with cluster.as_cluster():  # a rules listener is a monitor's: the GCM pushes to the cluster
+        bind(listener, "127.0.0.1", port)
     rules = {
         "AUTOSCALING_NAME": "r1",
         "AUTOSCALING_HOST": {"AUTOSCALING_HOST_CPU": 30, "AUTOSCALING_HOST_RAM": 4000},

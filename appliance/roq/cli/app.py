@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import typer
 
 import roq
@@ -29,8 +32,17 @@ def _root(
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
+    credentials: Path | None = typer.Option(
+        None,
+        "--credentials",
+        help="Credentials file of a principal (default: $ROQ_CREDENTIALS, else "
+        "$ROQ_HOME/security/admin.json, else roq-data/security/admin.json).",
+    ),
 ) -> None:
     """roq: an elastic, persistent message queue."""
+    if credentials is not None:
+        # Through the environment, so the processes a command starts (roq bench) use it too.
+        os.environ["ROQ_CREDENTIALS"] = str(credentials.resolve())
 
 
 def main() -> None:

@@ -1,7 +1,18 @@
 """Imports every command module so that each registers its commands on `roq.cli.app.app`.
 
 Each module owns its commands: daemons (gcm, host, up, monitor, exchange), queues (queue ...,
-status), data (pub, sub, bench), logcmd (log ...), analytics, scaling (scaling ...).
+status), data (pub, sub, bench), logcmd (log ...), analytics, scaling (scaling ...),
+keys (keys ...).
 """
 
-from roq.cli import analytics, daemons, data, logcmd, queues, requests, scaling, work  # noqa: F401
+from roq.cli import (  # noqa: F401
+    analytics,
+    daemons,
+    data,
+    keys,
+    logcmd,
+    queues,
+    requests,
+    scaling,
+    work,
+)

@@ -34,6 +34,7 @@ def gcm(
         settings = config.GcmSettings.from_settings(
             config.load_gcm(config_file, config.parse_overrides(define))
         )
+        secure(settings.security, generate=True)
         from roq.gcm.service import GlobalConfigurationManager
 
         manager = GlobalConfigurationManager(settings)
@@ -59,6 +60,7 @@ def host(
             config.load_hcm(config_file, config.parse_overrides(define))
         )
         _check_log_directory(settings)
+        secure(settings.security, generate=True)
         from roq.host.service import HostConfigManager
 
         manager = HostConfigManager(settings)
@@ -70,6 +72,25 @@ def host(
             notify.stopping()
         finally:
             manager.close()
+
+
+def secure(settings: config.SecuritySettings, *, generate: bool, lease: str = "") -> None:
+    """CURVE for this daemon with the cluster's key pair (docs/security.md). A GCM or host that
+    finds no cluster.json writes one (the first start of a cluster); a monitor or exchange uses
+    its host's, which exists by then, and follows the principal table its host writes beside
+    its lease (a GCM or host follows ZooKeeper's: client/credentials.py)."""
+    from roq.client.credentials import principals_file
+    from roq.transport import security
+
+    if not settings.enabled:
+        security.use_off("security=off in the configuration")
+        return
+    directory = Path(settings.directory)
+    secrets = security.generate(directory) if generate else security.load_cluster(directory)
+    security.use(secrets.identity(), secrets.principals)
+    table = principals_file(lease)
+    if table is not None:
+        security.follow_principals(table, secrets.principals)
 
 
 def _check_log_directory(settings: config.HostSettings) -> None:
@@ -123,6 +144,7 @@ def http(
         if if_enabled and not settings.enabled:
             typer.echo("roq http: http.enabled=false; not serving", err=True)
             return
+        secure(settings.security, generate=False)
         from roq.http.service import run
 
         stop_event()  # uvicorn calls these handlers again once it has stopped
@@ -187,6 +209,7 @@ def monitor(
         settings = config.MonitorSettings.from_settings(
             config.load_hcm(config_file, config.parse_overrides(define))
         )
+        secure(settings.security, generate=False, lease=lease)
         from roq.monitor.service import Monitor
         from roq.transport import new_context
 
@@ -219,6 +242,7 @@ def exchange(
         settings = config.ExchangeSettings.from_settings(
             config.load_hcm(config_file, config.parse_overrides(define))
         )
+        secure(settings.security, generate=False, lease=lease)
         from roq.exchange.service import Exchange, ExchangeSpec
         from roq.transport import new_context
 

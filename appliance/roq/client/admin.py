@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from roq import limits
-from roq.errors import AdminError, RequestTimeout, TransportError
+from roq.errors import AdminError, AuthenticationRefused, RequestTimeout, TransportError
 from roq.protocol.bsonmsg import Document, Reply
 from roq.protocol.commands import AdminCommand, Reason, Result
 from roq.protocol.messages.admin import (
@@ -47,7 +47,7 @@ from roq.protocol.messages.admin import (
 from roq.protocol.messages.groups import GroupDelete, GroupInfo, Groups, GroupView
 from roq.protocol.ports import GcmPort, endpoint_at
 from roq.protocol.rules import RuleSet
-from roq.transport import new_context
+from roq.transport import new_context, security
 from roq.transport.rpc import Requester
 
 # Requests that start or stop processes may take long; any other reply comes at once, so a dead
@@ -99,7 +99,7 @@ class AdminClient:
         if self.zk is not None:
             from roq.coordination.discovery import leader_admin_endpoint
 
-            return leader_admin_endpoint(self.zk, self.namespace)
+            return leader_admin_endpoint(self.zk, self.namespace, security.zk_auth())
         assert self.gcm is not None
         host, _, port = self.gcm.rpartition(":")
         if not host or not port.isdigit():
@@ -118,6 +118,8 @@ class AdminClient:
             requester = Requester(self._context, endpoint, timeout_ms)
             try:
                 reply = requester.request(dict(doc))
+            except AuthenticationRefused:
+                raise  # another attempt would be refused the same way
             except (RequestTimeout, TransportError) as error:
                 last_error = str(error)
                 self._endpoint = None

@@ -76,7 +76,7 @@ from roq.client.locate import (
     MonitorLocator,
     locate_monitor,
 )
-from roq.errors import ProtocolError, RoqError
+from roq.errors import AuthenticationRefused, ProtocolError, RoqError
 from roq.log import format as batchfmt
 from roq.protocol import bsonmsg, dataplane
 from roq.protocol.bsonmsg import Reply
@@ -540,6 +540,7 @@ class _PublisherIO(threading.Thread):
             found = self.locator.take() if self.locator is not None else None
             if found is not None:
                 self._switch_monitor(found)
+            forbidden = False
             try:
                 reply = self.placement.request(request)
                 envelope = Reply.decode(reply)
@@ -549,12 +550,17 @@ class _PublisherIO(threading.Thread):
                     self._connect(Placed.decode(reply).front)
                     return
                 reason = envelope.comment
+                forbidden = envelope.error == Reason.FORBIDDEN
                 if envelope.error == Reason.FENCED and self.locator is not None:
                     self.locator.ask()  # its host lost its lease: the GCM may name another
+            except AuthenticationRefused as error:  # asking again would be refused again
+                raise PublishError(f"queue {self.p.queue}: {error}") from None
             except RoqError as error:
                 reason = str(error)
                 if self.locator is not None:
                     self.locator.ask()  # it did not answer: it may have moved
+            if forbidden:
+                raise PublishError(f"queue {self.p.queue}: refused: {reason}")
             if time.monotonic() > deadline or self.p._closing:
                 raise PublishError(f"no exchange for queue {self.p.queue}: {reason}")
             log.info("%s: waiting for an exchange (%s)", self.p.name, reason)

@@ -52,7 +52,7 @@ from roq import limits
 from roq.client.feed import Feed
 from roq.client.locate import MonitorAddress, locate_monitor
 from roq.client.sequencer import Delivery, Sequencer
-from roq.errors import ProtocolError, RoqError
+from roq.errors import EXIT_NOPERM, AuthenticationRefused, ProtocolError, RoqError
 from roq.log import format as batchfmt
 from roq.protocol import bsonmsg
 from roq.protocol.bsonmsg import Reply
@@ -166,6 +166,11 @@ class Subscriber:
                 reason = "the queue has no exchange yet"
                 if listing is None and _fenced(reply) and self._follow_monitor():
                     continue  # its host lost its lease: the GCM may name the new monitor
+                refused = Reply.decode(reply)
+                if refused.error == Reason.FORBIDDEN:
+                    raise SubscribeRefused(f"{self.name}: refused: {refused.comment}")
+            except (AuthenticationRefused, SubscribeRefused):
+                raise  # asking again would be refused again
             except RoqError as error:
                 reason = str(error)
                 if self._follow_monitor():
@@ -537,6 +542,12 @@ def _copies_by_leader(copies: tuple[DeadLog, ...]) -> dict[str, list[tuple[str, 
     return {
         dead.leader_id: [(r.log, r.end) for r in dead.replicas] for dead in copies if dead.replicas
     }
+
+
+class SubscribeRefused(RoqError):
+    """The monitor refused this subscriber: its principal lacks subscribe on the queue."""
+
+    exit_code = EXIT_NOPERM
 
 
 def _fenced(reply: dict[str, Any]) -> bool:

@@ -41,6 +41,16 @@ class ZooKeeperSettings:
         )
 
 
+@dataclass(frozen=True)
+class SecuritySettings:
+    enabled: bool  # security
+    directory: str  # security.dir: cluster.json and admin.json
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SecuritySettings:
+        return cls(enabled=settings._bool("security"), directory=settings._str("security.dir"))
+
+
 def log_settings(settings: Settings) -> LogSettings:
     """The log keys of an HCM.properties (maxFileSize, log.*), as the log package's own type."""
     return LogSettings(
@@ -189,9 +199,12 @@ class GcmSettings:
     cloud: CloudSettings
     provisioning: ProvisioningSettings
 
+    security: SecuritySettings
+
     @classmethod
     def from_settings(cls, settings: Settings) -> GcmSettings:
         return cls(
+            security=SecuritySettings.from_settings(settings),
             interface=settings._str("network.interface"),
             ports_base=settings._int("ports.base"),
             broadcast_period_s=settings._seconds("period"),
@@ -222,9 +235,12 @@ class HostSettings:
     # gets them as -D options, so it runs with its host's settings without reading its file.
     child_overrides: tuple[tuple[str, str], ...]
 
+    security: SecuritySettings
+
     @classmethod
     def from_settings(cls, settings: Settings) -> HostSettings:
         return cls(
+            security=SecuritySettings.from_settings(settings),
             interface=settings._str("network.interface"),
             name=settings._str("host.name"),
             hcm_port=settings._int("hcm.port"),
@@ -406,9 +422,12 @@ class MonitorSettings:
     work: WorkSettings
     requests: RequestSettings
 
+    security: SecuritySettings
+
     @classmethod
     def from_settings(cls, settings: Settings) -> MonitorSettings:
         return cls(
+            security=SecuritySettings.from_settings(settings),
             stat_period_s=settings._seconds("monitor.stat.period"),
             list_period_s=settings._seconds("monitor.list.period"),
             dead_heartbeats=settings._int("monitor.dead.heartbeats"),
@@ -431,11 +450,13 @@ class ExchangeSettings:
     use_log: bool
     log_root: str  # directory
     log: LogSettings
+    security: SecuritySettings
     slot_messages: int = 1000  # work.slot.messages: a slot of the log closes after this many
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ExchangeSettings:
         return cls(
+            security=SecuritySettings.from_settings(settings),
             heartbeat_s=settings._seconds("heartbeat.period"),
             stat_period_s=settings._seconds("monitor.stat.period"),
             publisher_hwm_batches=settings._int("exchange.publisher.hwm"),
@@ -463,10 +484,13 @@ class HttpSettings:
     max_subscribers: int  # per topic
     zk: ZooKeeperSettings
 
+    security: SecuritySettings
+
     @classmethod
     def from_settings(cls, settings: Settings) -> HttpSettings:
         prefix = settings._str("http.queue.prefix")
         return cls(
+            security=SecuritySettings.from_settings(settings),
             enabled=settings._bool("http.enabled"),
             interface=settings._str("network.interface"),
             port=settings._int("http.port"),
@@ -492,12 +516,14 @@ class UpSettings:
     host_name: str  # the host's host.name, else its network.interface
     host_interface: str
     hcm_port: int
+    security: SecuritySettings  # the GCM's: `roq up` generates the keys its daemons share
     http_enabled: bool  # http.enabled: `roq up` starts `roq http`
     http_port: int
 
     @classmethod
     def from_settings(cls, gcm: Settings, hcm: Settings) -> UpSettings:
         return cls(
+            security=SecuritySettings.from_settings(gcm),
             zk_servers=gcm._str("zk.servers"),
             gcm_interface=gcm._str("network.interface"),
             gcm_ports_base=gcm._int("ports.base"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from roq import limits
 from roq.errors import ConfigError
 
 Value = int | float | bool | str
@@ -106,6 +107,27 @@ _ZK_KEYS = (
     ),
 )
 
+_SECURITY_KEYS = (
+    Key(
+        "security",
+        bool,
+        True,
+        "CurveZMQ on every socket and digest ACLs on every znode (docs/security.md). off: "
+        "nothing authenticates or encrypts anything, for benchmarks only; it is logged as a "
+        "warning at every start.",
+        section="Security",
+    ),
+    Key(
+        "security.dir",
+        str,
+        limits.security_dir_default,
+        "Directory of the cluster's secrets (cluster.json, admin.json, mode 0600), written by the "
+        "first GCM, host or `roq up` that finds none; every GCM and host machine needs the same "
+        "cluster.json.",
+        section="Security",
+    ),
+)
+
 GCM_KEYS: tuple[Key, ...] = (
     Key(
         "ports.base",
@@ -149,6 +171,7 @@ GCM_KEYS: tuple[Key, ...] = (
         section="Timing",
     ),
     *_ZK_KEYS,
+    *_SECURITY_KEYS,
     Key(
         "formatDB",
         bool,
@@ -291,6 +314,7 @@ HCM_KEYS: tuple[Key, ...] = (
     ),
     Key("gcm.ports.base", int, 5000, "ports.base of the GCM.", (1024, 65529), section="GCM"),
     *_ZK_KEYS,
+    *_SECURITY_KEYS,
     Key(
         "network.interface",
         str,

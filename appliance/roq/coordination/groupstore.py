@@ -85,9 +85,16 @@ class Commit:
 class GroupStore:
     """Owned by the monitor's main thread (kazoo's own threads aside)."""
 
-    def __init__(self, servers: str, namespace: str, session_timeout_ms: int, queue: str):
+    def __init__(
+        self,
+        servers: str,
+        namespace: str,
+        session_timeout_ms: int,
+        queue: str,
+        auth: str | None = None,  # the cluster's digest credential (docs/security.md)
+    ):
         self.root = f"{namespace}/groups/{queue}"
-        self._servers, self._timeout_ms = servers, session_timeout_ms
+        self._servers, self._timeout_ms, self._auth = servers, session_timeout_ms, auth
         self._client: Any = None
         self.stored: set[str] = set()  # groups whose znode exists (read back or created)
         self._rooted = False
@@ -118,7 +125,7 @@ class GroupStore:
 
     def _zk(self) -> Any:
         if self._client is None:
-            self._client = session.connect(self._servers, self._timeout_ms)
+            self._client = session.connect(self._servers, self._timeout_ms, auth=self._auth)
         return self._client
 
     def load(self) -> list[tuple[dict[str, Any], list[tuple[dict[str, Any], int]]]]:

@@ -8,13 +8,14 @@ from collections.abc import Callable
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import KazooException, NoAuthError
 from kazoo.handlers import utils
 from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandler
 from kazoo.retry import KazooRetry
+from kazoo.security import make_digest_acl
 
 from roq import limits
-from roq.errors import CoordinationError
+from roq.errors import CoordinationError, SecurityError
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +24,10 @@ class ZooKeeperTimeout(KazooTimeoutError, KazooException):  # type: ignore[misc]
     """ZooKeeper did not answer a request within limits.zk_request_timeout_s. A KazooException,
     so every caller that handles ZooKeeper failures handles this one too; not a ConnectionLoss,
     so kazoo's retry does not multiply the wait."""
+
+
+class SecurityRefused(SecurityError, CoordinationError):
+    """ZooKeeper refused roq's credential for the cluster's namespace."""
 
 
 class _BoundedResult(utils.AsyncResult):  # type: ignore[misc]
@@ -44,17 +49,32 @@ class _BoundedHandler(SequentialThreadingHandler):  # type: ignore[misc]
         return _BoundedResult(self)
 
 
+def digest_acl(auth: str) -> list[Any]:
+    """The ACL of every znode roq creates under a secured namespace: all rights to the holder of
+    the cluster's digest credential ("user:password"), none to anyone else."""
+    user, _, password = auth.partition(":")
+    return [make_digest_acl(user, password, all=True)]
+
+
 def connect(
     servers: str,
     session_timeout_ms: int,
     *,
     connect_timeout_s: float = limits.zk_connect_timeout_s,
     on_state: Callable[[str], None] | None = None,
+    auth: str | None = None,
 ) -> Any:
-    """A started KazooClient, or CoordinationError naming the servers within the bound."""
+    """A started KazooClient, or CoordinationError naming the servers within the bound.
+
+    With `auth` ("user:password", the cluster's digest credential: docs/security.md) the session
+    authenticates, and kazoo sends the credential again on every reconnection, a new session's
+    too; every znode it creates carries `digest_acl(auth)`. Without it the session is anonymous:
+    it can still create open znodes, and cannot read a secured cluster's."""
     client = KazooClient(
         hosts=servers,
         handler=_BoundedHandler(),
+        auth_data=[("digest", auth)] if auth else None,
+        default_acl=digest_acl(auth) if auth else None,
         timeout=session_timeout_ms / 1000.0,
         connection_retry=KazooRetry(max_tries=-1, max_delay=limits.zk_reconnect_delay_max_s),
         command_retry=KazooRetry(
@@ -72,6 +92,26 @@ def connect(
             f"cannot reach ZooKeeper at {servers} within {connect_timeout_s:.0f} s ({error})"
         ) from None
     return client
+
+
+def secure_namespace(client: Any, namespace: str, auth: str | None) -> None:
+    """Make `namespace` and its first level carry the cluster's ACL: they may predate security
+    (a cluster upgraded, or run with security=off once). Znodes below are created with it."""
+    if not auth:
+        return
+    acl = digest_acl(auth)
+    try:
+        client.ensure_path(namespace)
+        for path in [namespace] + [f"{namespace}/{c}" for c in client.get_children(namespace)]:
+            if client.get_acls(path)[0] != acl:
+                client.set_acls(path, acl)
+    except NoAuthError:
+        raise SecurityRefused(
+            f"ZooKeeper refuses this node's credential for {namespace}: its cluster.json is not "
+            "the cluster's (copy the cluster.json of a node already in it)"
+        ) from None
+    except KazooException as error:
+        raise CoordinationError(f"cannot secure {namespace} in ZooKeeper: {error}") from None
 
 
 def _state_name(state: Any) -> str:

@@ -27,14 +27,21 @@ __all__ = ["StaleWrite", "TaskStore"]
 class TaskStore:
     """Owned by the monitor's main thread (kazoo's own threads aside)."""
 
-    def __init__(self, servers: str, namespace: str, session_timeout_ms: int, queue: str):
+    def __init__(
+        self,
+        servers: str,
+        namespace: str,
+        session_timeout_ms: int,
+        queue: str,
+        auth: str | None = None,  # the cluster's digest credential (docs/security.md)
+    ):
         self.root = f"{namespace}/tasks/{queue}"
-        self._servers, self._timeout_ms = servers, session_timeout_ms
+        self._servers, self._timeout_ms, self._auth = servers, session_timeout_ms, auth
         self._client: Any = None
 
     def _zk(self) -> Any:
         if self._client is None:
-            self._client = session.connect(self._servers, self._timeout_ms)
+            self._client = session.connect(self._servers, self._timeout_ms, auth=self._auth)
         return self._client
 
     def claim(self, task: str, record: bytes) -> bool:

@@ -21,7 +21,7 @@ from roq.exchange.replication import ReplicaStore
 from roq.log import Log, ReadStatus
 from roq.log import format as batchfmt
 from roq.protocol import dataplane
-from roq.transport import drained
+from roq.transport import drained, security
 
 log = logging.getLogger(__name__)
 
@@ -33,12 +33,25 @@ class LogServer:
 
     def pump(self) -> None:
         """Answer what is waiting: log reads, and replication writes from leaders."""
-        for frames in drained(self.sock, limits.log_server_burst_requests):
-            peer, body = frames[0], frames[1:]
+        # Zero-copy receive for the sender's principal (replication is the cluster's alone).
+        for received in drained(self.sock, limits.log_server_burst_requests, copy=False):
+            peer, body = received[0].bytes, [frame.bytes for frame in received[1:]]
             if body and body[0] in (replication.WRITE, replication.PROBE, replication.RESTART):
-                self.sock.send_multipart([peer, *self._replicate(body)])
+                refused = self._not_cluster(body, received[-1])
+                self.sock.send_multipart([peer, *(refused or self._replicate(body))])
             else:
                 self.sock.send_multipart([peer, *self._answer(body)])
+
+    def _not_cluster(self, frames: list[bytes], last: Any) -> list[bytes] | None:
+        """The refusal of a replication frame not sent by one of the cluster's own processes."""
+        sender = security.principal_of(last)
+        if sender is not None and sender.superuser:
+            return None
+        who = sender.name if sender else "a revoked principal"
+        why = f"principal {who} lacks the cluster role that replication needs"
+        log.warning("%s: refused a replication write: %s", self.name, why)
+        leader = frames[1][: limits.replication_leader_id_bytes_max] if len(frames) > 1 else b""
+        return [replication.WRITTEN, leader, replication.FAILED, b"\0" * 8, why.encode()]
 
     def _replicate(self, frames: list[bytes]) -> list[bytes]:
         try:

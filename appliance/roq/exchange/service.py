@@ -79,6 +79,7 @@ from roq.protocol.messages.monitor import (
     ReportedLoad,
 )
 from roq.protocol.ports import ExchangePort, endpoint_at, port_at
+from roq.protocol.principals import Permission
 from roq.system import procstat
 from roq.system.lease import Fence
 from roq.transport import (
@@ -91,6 +92,7 @@ from roq.transport import (
     drained,
     open_socket,
     recv_nowait,
+    security,
     send_nowait,
 )
 from roq.transport.control import ControlServer
@@ -269,16 +271,23 @@ class Exchange:
             rcvhwm=self.settings.publisher_hwm_batches,  # batches: memory
             sndhwm=limits.exchange_replies_hwm,  # replies, which the ROUTER would drop
         )
-        bind(self.front, spec.address, port_at(spec.port, ExchangePort.FRONT))
+        # Who may connect (docs/security.md §5): the front takes publishers of this queue, the
+        # back and the log port its subscribers (replication writes on the log port are checked
+        # per request: logserver.py).
+        publish = security.access_domain(Permission.PUBLISH, queue=spec.queue)
+        subscribe = security.access_domain(Permission.SUBSCRIBE, queue=spec.queue)
+        # log reads: subscribers, and work-queue consumers reading their slots
+        reader = security.access_domain(Permission.SUBSCRIBE, Permission.CONSUME, queue=spec.queue)
+        bind(self.front, spec.address, port_at(spec.port, ExchangePort.FRONT), publish)
         self.back = open_socket(
             context,
             Kind.XPUB,
             sndhwm=self.settings.subscriber_hwm_batches,
             linger_ms=limits.data_linger_ms,
         )
-        bind(self.back, spec.address, port_at(spec.port, ExchangePort.BACK))
+        bind(self.back, spec.address, port_at(spec.port, ExchangePort.BACK), subscribe)
         self.replay = open_socket(context, Kind.ROUTER, sndhwm=100, rcvhwm=100)
-        bind(self.replay, spec.address, port_at(spec.port, ExchangePort.LOG))
+        bind(self.replay, spec.address, port_at(spec.port, ExchangePort.LOG), reader)
         control = port_at(spec.port, ExchangePort.CONTROL)
         self.control = ControlServer(context, spec.address, control, spec.name)
         self.control.status = self.status

@@ -24,12 +24,14 @@ from collections.abc import Callable
 from typing import Any
 
 from roq import limits
+from roq.client import credentials
 from roq.config import GcmSettings
 from roq.coordination import session
 from roq.coordination.election import Leadership
 from roq.coordination.paths import Paths
 from roq.coordination.registry import Fence, Registry
 from roq.errors import CoordinationError, NotLeader
+from roq.gcm import access
 from roq.gcm.management import Management
 from roq.gcm.repair import HostLossRepair, RepairThread
 from roq.protocol import bsonmsg
@@ -37,7 +39,7 @@ from roq.protocol.commands import AdminCommand, Reason
 from roq.protocol.messages.admin import BroadcastQueue, ConfigBroadcast
 from roq.protocol.ports import GcmPort, endpoint_at, port_at
 from roq.system.netaddr import resolve_interface
-from roq.transport import READABLE, Kind, Poller, bind, new_context, open_socket
+from roq.transport import READABLE, Kind, Poller, bind, new_context, open_socket, security
 from roq.transport.rpc import answer
 
 log = logging.getLogger(__name__)
@@ -53,7 +55,10 @@ class GlobalConfigurationManager:
         self.period_s = settings.broadcast_period_s
         self.id = f"gcm-{self.address}-{self.base}-{uuid.uuid4().hex[:6]}"
         self.context = new_context()
-        self.zk = session.connect(settings.zk.servers, settings.zk.session_timeout_ms)
+        auth = security.zk_auth()
+        self.zk = session.connect(settings.zk.servers, settings.zk.session_timeout_ms, auth=auth)
+        session.secure_namespace(self.zk, settings.zk.namespace, auth)
+        credentials.follow_principals(self.zk, settings.zk.namespace)
         self.registry = Registry(self.zk, Paths(settings.zk.namespace))
         self.registry.ensure_roots()
         self.management = Management(self.registry, settings, self.context)
@@ -105,9 +110,9 @@ class GlobalConfigurationManager:
         while not stop.is_set():
             for sock, _ in poller.poll(limits.poll_interval_ms):
                 if sock is self._sockets["admin"]:
-                    answer(sock, self._admin, "gcm admin", log)
+                    answer(sock, self._admin, "gcm admin", log, access.authorize)
                 else:
-                    answer(sock, self._topology, "gcm topology", log)
+                    answer(sock, self._topology, "gcm topology", log, access.authorize)
             if time.monotonic() >= next_broadcast:
                 next_broadcast = time.monotonic() + self.period_s
                 self._broadcast()

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from roq import limits
+from roq.client import credentials
 from roq.config import HostSettings
 from roq.coordination import session
 from roq.coordination.paths import Paths
@@ -49,7 +50,7 @@ from roq.protocol.messages.host import (
 from roq.protocol.ports import ExchangePort, MonitorPort, StatPort, endpoint_at
 from roq.system.netaddr import resolve_interface
 from roq.system.spawn import roq_command
-from roq.transport import READABLE, Kind, Poller, bind, new_context, open_socket
+from roq.transport import READABLE, Kind, Poller, bind, new_context, open_socket, security
 from roq.transport.rpc import answer
 
 log = logging.getLogger(__name__)
@@ -66,11 +67,17 @@ class HostConfigManager:
         self._next_register = 0.0
         self._reported: list[ChildState] = []  # the children's states in the host's record
         self._next_report = 0.0
+        auth = security.zk_auth()
         self.zk = session.connect(
             settings.zk.servers,
             settings.zk.session_timeout_ms,
             on_state=self._on_session_state,
+            auth=auth,
         )
+        session.secure_namespace(self.zk, settings.zk.namespace, auth)
+        # The children (no ZooKeeper of their own) read the principal table beside their lease.
+        children_table = credentials.principals_file(str(lease_path(settings.log_root, self.name)))
+        credentials.follow_principals(self.zk, settings.zk.namespace, children_table)
         self.registry = Registry(self.zk, Paths(settings.zk.namespace))
         self.lease = LeaseKeeper(
             self.zk,
@@ -109,7 +116,8 @@ class HostConfigManager:
 
     def bind(self) -> None:
         self.sock = open_socket(self.context, Kind.REP)
-        bind(self.sock, self.address, self.settings.hcm_port)
+        # Only the cluster's own processes (the GCM) may ask a host to start or stop anything.
+        bind(self.sock, self.address, self.settings.hcm_port, security.access_domain(cluster=True))
         # Own the name first: until then the claims may belong to a live host of this name.
         self._claim_name()
         # This session's registration is checked: the children started next act at once.

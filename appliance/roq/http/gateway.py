@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from roq import limits
+from roq.client import credentials
 from roq.client.admin import AdminClient, AdminRefused
 from roq.client.publisher import Publisher
 from roq.config import HttpSettings
@@ -83,7 +84,7 @@ class Gateway:
     def open(self) -> None:
         """Blocking, before serving: ZooKeeper, the queues (created when missing), publishers."""
         zk = self.settings.zk
-        self.zk = session.connect(zk.servers, zk.session_timeout_ms)
+        self.zk = session.connect(zk.servers, zk.session_timeout_ms, auth=credentials.zk_auth())
         self.store = TopicStore(self.zk, self.paths)
         self.store.ensure_root()
         self._ensure_queues()

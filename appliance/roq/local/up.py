@@ -27,6 +27,7 @@ from roq.errors import EXIT_CONFIG, ConfigError, RoqError
 from roq.local.zkserver import ZooKeeperServer, first_reachable
 from roq.protocol.ports import GcmPort, port_at
 from roq.system.spawn import child_environment, die_with_parent, roq_command
+from roq.transport import security
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,9 @@ class Cluster:
         self.data_dir = data_dir.resolve()
         gcm_over, hcm_over = split_overrides(overrides)
         hcm_over.setdefault("directory", str(self.data_dir / "log"))
+        # The cluster's secrets live with the rest of its state (both daemons need the same).
+        for over in (gcm_over, hcm_over):
+            over.setdefault("security.dir", str(self.data_dir / "security"))
         self.settings = config.UpSettings.from_settings(
             config.load_gcm(gcm_config, gcm_over), config.load_hcm(hcm_config, hcm_over)
         )
@@ -105,6 +109,7 @@ class Cluster:
 
     def start(self, stop: threading.Event) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._secure()
         self._ensure_zookeeper()
         self._spawn("gcm", self._gcm_args)
         self._spawn("host", self._hcm_args)
@@ -113,6 +118,16 @@ class Cluster:
             # after the host: the gateway creates its queue, which needs a host to place it
             self.modes["http"] = self._hcm_args
             self._spawn("http", self._hcm_args)
+
+    def _secure(self) -> None:
+        """Generate the cluster's keys on the first start (the GCM and the host then find them),
+        and talk to the GCM as the cluster's own process."""
+        settings = self.settings.security
+        if not settings.enabled:
+            security.use_off("security=off in the configuration")
+            return
+        secrets = security.generate(Path(settings.directory))
+        security.use(secrets.identity(), secrets.principals)
 
     def _ensure_zookeeper(self) -> None:
         servers = self.zk_servers

@@ -86,6 +86,8 @@ class ZooKeeperServer:
             f"clientPortAddress={self.host}\nadmin.enableServer=false\n"
             "4lw.commands.whitelist=ruok,srvr,stat,mntr\n"
             "minSessionTimeout=1000\nmaxSessionTimeout=60000\n"
+            # roq's znodes carry digest ACLs (docs/security.md): ZooKeeper must check them.
+            "skipACL=no\n"
         )
         return config
 

@@ -47,6 +47,7 @@ from roq.protocol.messages.groups import (
     expand,
     ranges,
 )
+from roq.transport import security
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,9 @@ class GroupManager:
         self.slot_s = work.slot_s
         self.slot_messages = work.slot_messages
         zk = settings.zk
-        self.store = GroupStore(zk.servers, zk.namespace, zk.session_timeout_ms, queue)
+        self.store = GroupStore(
+            zk.servers, zk.namespace, zk.session_timeout_ms, queue, security.zk_auth()
+        )
         self.groups: dict[str, Group] = {}
         self.ends: dict[str, int] = {}  # exchange → its log's end, as last reported
         self.seen: dict[str, int] = {}  # exchange → where a consumer read its log to end, if later

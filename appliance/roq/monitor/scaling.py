@@ -39,7 +39,7 @@ from roq.protocol.messages.control import RulesInForce, ScalingStatus
 from roq.protocol.messages.kpi import ScalingEvent
 from roq.protocol.messages.monitor import ReportedLoad, RulesUpdate
 from roq.protocol.rules import RuleSet
-from roq.transport import Kind, bind, drained, open_socket
+from roq.transport import Kind, bind, drained, open_socket, security
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class Scaler:
         self._rebalance_for_s = max(3.0, 2 * self.config.window_s)
         self._emit = emit
         self.sock = open_socket(context, Kind.PULL, rcvhwm=16)
-        bind(self.sock, address, listen_port)
+        bind(self.sock, address, listen_port, security.access_domain(cluster=True))  # the GCM
         self.actuator = Actuator(
             queue, settings.zk, self.config.rules_refresh_s, f"tcp://{address}:{listen_port}"
         )

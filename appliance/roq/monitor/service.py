@@ -85,8 +85,19 @@ from roq.protocol.messages.monitor import (
     decode_exchange_message,
 )
 from roq.protocol.ports import ExchangePort, MonitorPort, StatPort, port_at, sibling
+from roq.protocol.principals import Permission, Principal, refusal
 from roq.system.lease import Fence
-from roq.transport import READABLE, Kind, Poller, bind, connect, drained, open_socket, send_nowait
+from roq.transport import (
+    READABLE,
+    Kind,
+    Poller,
+    bind,
+    connect,
+    drained,
+    open_socket,
+    security,
+    send_nowait,
+)
 from roq.transport.control import ControlServer
 from roq.transport.rpc import answer
 
@@ -136,21 +147,33 @@ class Monitor:
         self.tasks = TaskManager(queue, settings, self._live_consumers)  # request/response
 
     def _open_sockets(self, context: Any) -> None:
-        def bound(kind: Kind, port: int, **options: Any) -> Any:
+        # Who may connect to each socket (docs/security.md §5): placement is open to every
+        # principal and refuses per request, naming the missing permission.
+        cluster = security.access_domain(cluster=True)
+        publish = security.access_domain(Permission.PUBLISH, queue=self.queue)
+        subscribe = security.access_domain(Permission.SUBSCRIBE, queue=self.queue)
+
+        def bound(kind: Kind, port: int, access: str, **options: Any) -> Any:
             sock = open_socket(context, kind, **options)
-            bind(sock, self.address, port)
+            bind(sock, self.address, port, access)
             return sock
 
         def at(offset: MonitorPort) -> int:
             return port_at(self.port, offset)
 
-        self.reports = bound(Kind.SUB, at(MonitorPort.REPORTS), rcvhwm=10_000, subscribe=b"")
-        self.requests = bound(Kind.REP, at(MonitorPort.PLACEMENT))
-        self.to_publishers = bound(Kind.PUB, at(MonitorPort.TO_PUBLISHERS), sndhwm=10_000)
-        self.to_subscribers = bound(Kind.PUB, at(MonitorPort.TO_SUBSCRIBERS), sndhwm=10_000)
+        self.reports = bound(
+            Kind.SUB, at(MonitorPort.REPORTS), cluster, rcvhwm=10_000, subscribe=b""
+        )
+        self.requests = bound(Kind.REP, at(MonitorPort.PLACEMENT), security.ZAP_DOMAIN)
+        self.to_publishers = bound(Kind.PUB, at(MonitorPort.TO_PUBLISHERS), publish, sndhwm=10_000)
+        self.to_subscribers = bound(
+            Kind.PUB, at(MonitorPort.TO_SUBSCRIBERS), subscribe, sndhwm=10_000
+        )
         s = self.stat_port
-        self.stat_in = bound(Kind.SUB, port_at(s, StatPort.IN), rcvhwm=10_000, subscribe=b"")
-        self.kpi_out = bound(Kind.PUB, port_at(s, StatPort.KPI), sndhwm=10_000)
+        self.stat_in = bound(
+            Kind.SUB, port_at(s, StatPort.IN), security.ZAP_DOMAIN, rcvhwm=10_000, subscribe=b""
+        )
+        self.kpi_out = bound(Kind.PUB, port_at(s, StatPort.KPI), subscribe, sndhwm=10_000)
         self.control = ControlServer(context, self.address, at(MonitorPort.CONTROL), self.name)
         self.control.status = self.status
 
@@ -159,7 +182,9 @@ class Monitor:
         poller = Poller()
         handlers = {
             self.reports: self._pump_reports,
-            self.requests: lambda: answer(self.requests, self._answer, self.name, log),
+            self.requests: lambda: answer(
+                self.requests, self._answer, self.name, log, self._authorize
+            ),
             self.stat_in: self._pump_stats,
             self.control.sock: self.control.handle,
             self.scaler.sock: self.scaler.pump_rules,
@@ -377,6 +402,17 @@ class Monitor:
         self._to_publishers(ExchangeLost(view.front, dead=True, epoch=self.epoch))
 
     # --- placement requests --------------------------------------------------------------------
+    def _authorize(self, principal: Principal | None, request: dict[str, Any]) -> Any:
+        """Publishers need publish on the queue, subscribers subscribe, work-queue consumers
+        consume: refused by name."""
+        why = refusal(principal, _needs(request.get("CMD")), self.queue)
+        if why is None:
+            return None
+        log.warning("%s: refused a placement request: %s", self.name, why)
+        reply = bsonmsg.fail(Reason.FORBIDDEN, why)
+        reply[EPOCH] = self.epoch
+        return reply
+
     def _answer(self, request: dict[str, Any]) -> dict[str, Any]:
         """Every placement reply, refusals included, carries the monitor's epoch."""
         reply = self._placement(request)
@@ -665,3 +701,20 @@ def _entry(view: ExchangeView) -> ExchangeEntry:
 def _log_endpoint(front: str) -> str:
     """Where an exchange serves log reads and replication writes (F+3), from its front (F)."""
     return sibling(front, ExchangePort.FRONT, ExchangePort.LOG)
+
+
+def _needs(command: Any) -> tuple[Permission, ...]:
+    """The permissions of which a placement request needs one (docs/security.md §5)."""
+    if command in (MonitorCommand.PUBLISHER_INIT, MonitorCommand.PUBLISHER_PANIC):
+        return (Permission.PUBLISH,)
+    if command == MonitorCommand.GROUP_INFO:
+        return (Permission.CONSUME, Permission.SUBSCRIBE, Permission.ADMIN)
+    if command in (MonitorCommand.GROUP_DELETE, MonitorCommand.TASK_CONFIG):
+        return (Permission.ADMIN,)
+    if command in (MonitorCommand.TASK_START, MonitorCommand.TASK_FINISH):
+        return (Permission.CONSUME,)  # a worker serving the queue's requests
+    if command in TASK_COMMANDS:
+        return (Permission.PUBLISH,)  # a requester: submit, poll for and take its result
+    if command in GROUP_COMMANDS:
+        return (Permission.CONSUME,)
+    return (Permission.SUBSCRIBE,)

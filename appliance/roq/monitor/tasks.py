@@ -42,6 +42,7 @@ from roq.protocol.messages.tasks import (
     TaskView,
     service_group,
 )
+from roq.transport import security
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +104,9 @@ class TaskManager:
     def __init__(self, queue: str, settings: MonitorSettings, live_workers: Callable[[str], int]):
         self.queue, self.name = queue, f"monitor {queue}"
         zk = settings.zk
-        self.store = TaskStore(zk.servers, zk.namespace, zk.session_timeout_ms, queue)
+        self.store = TaskStore(
+            zk.servers, zk.namespace, zk.session_timeout_ms, queue, security.zk_auth()
+        )
         self.defaults = settings.requests
         self.settings = settings.requests
         self._live_workers = live_workers  # service's group → its consumers seen recently

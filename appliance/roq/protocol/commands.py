@@ -33,6 +33,7 @@ class Reason(enum.StrEnum):
     INTERNAL = "internal"
     FENCED = "fenced"  # the process's host lost its lease (fencing): ask the GCM where to go
     STALE_EPOCH = "stale_epoch"  # the request carried an older assignment epoch than one seen
+    FORBIDDEN = "forbidden"  # the sender's principal lacks the permission the comment names
 
 
 @enum.unique

@@ -4,13 +4,14 @@ Every wait is bounded and a timeout raises with what was being waited for."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -18,6 +19,7 @@ from typing import Any, TypeVar
 from roq.client.admin import AdminClient
 from roq.protocol.ports import EXCHANGE_WIDTH, GCM_WIDTH, MONITOR_WIDTH, STAT_WIDTH
 from roq.system.spawn import child_environment, roq_command
+from roq.transport import security
 
 T = TypeVar("T")
 
@@ -99,6 +101,53 @@ class LocalCluster:
     namespace: str = field(default_factory=lambda: f"/roq-test-{uuid.uuid4().hex[:10]}")
     gcm_base: int = 0
     daemons: list[Daemon] = field(default_factory=list)
+    secure: bool = True  # like a user's cluster; False runs it with security=off
+
+    def __post_init__(self) -> None:
+        """The cluster's keys, as a first `roq up` makes them, and this process (the test) and
+        the `roq` commands it runs as the generated admin principal."""
+        security.reset()
+        if not self.secure:
+            os.environ[security.SECURITY_ENV] = "off"
+            os.environ.pop(security.CREDENTIALS_ENV, None)
+            security.use_off("a test cluster run with security=off")
+            return
+        os.environ.pop(security.SECURITY_ENV, None)
+        security.generate(self.security_dir)
+        os.environ[security.CREDENTIALS_ENV] = str(self.credentials)
+        security.use(security.load_credentials(self.credentials))
+
+    @contextlib.contextmanager
+    def as_cluster(self) -> Iterator[None]:
+        """Sockets opened inside play one of the cluster's own processes (a fake exchange, a
+        rules listener): they present the cluster key, the super-user's. The test is the admin
+        again afterwards; connections made inside keep the cluster key."""
+        if not self.secure:
+            yield
+            return
+        secrets = security.load_cluster(self.security_dir)
+        security.use(secrets.identity(), secrets.principals)
+        try:
+            yield
+        finally:
+            security.use(security.load_credentials(self.credentials))
+
+    @property
+    def security_dir(self) -> Path:
+        return self.tmp / "security"
+
+    @property
+    def credentials(self) -> Path:
+        """The admin principal's credentials file (`roq --credentials`)."""
+        return self.security_dir / security.ADMIN_FILE
+
+    @property
+    def zk_auth(self) -> str | None:
+        """The ZooKeeper digest credential of the cluster's znodes (None with security off)."""
+        return security.load_cluster(self.security_dir).zk_auth if self.secure else None
+
+    def _security_args(self) -> dict[str, Any]:
+        return {"security": self.secure, "security.dir": str(self.security_dir)}
 
     def gcm_args(self, base: int, **overrides: Any) -> list[str]:
         values = {
@@ -109,6 +158,7 @@ class LocalCluster:
             "period": 500,
             "zk.session.timeout": 4000,
             "hcmTIMEOUT": 20000,
+            **self._security_args(),
             **overrides,
         }
         return [arg for k, v in values.items() for arg in ("-D", f"{k}={_text(v)}")]
@@ -128,6 +178,7 @@ class LocalCluster:
             "zk.session.timeout": 4000,
             "heartbeat.period": 200,
             "monitor.stat.period": 500,
+            **self._security_args(),
             **overrides,
         }
         return [arg for k, v in values.items() for arg in ("-D", f"{k}={_text(v)}")]
@@ -151,6 +202,7 @@ class LocalCluster:
             "network.interface": LOOPBACK,
             "zk.session.timeout": 4000,
             "http.port": port,
+            **self._security_args(),
             **overrides,
         }
         args = [arg for k, v in values.items() for arg in ("-D", f"{k}={_text(v)}")]

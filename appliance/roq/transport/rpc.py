@@ -13,9 +13,11 @@ from typing import Any
 import zmq
 
 from roq import limits
-from roq.errors import ProtocolError, RequestTimeout, TransportError
+from roq.errors import AuthenticationRefused, ProtocolError, RequestTimeout, TransportError
 from roq.protocol import bsonmsg
 from roq.protocol.commands import Reason
+from roq.protocol.principals import Principal
+from roq.transport import security
 from roq.transport.sockets import Kind, connect, open_socket
 
 
@@ -27,12 +29,15 @@ class Requester:
         self.endpoint = endpoint
         self.timeout_ms = timeout_ms
         self._sock: Any = None
+        self._watch: security.HandshakeWatch | None = None
+        self._refused: str | None = None
 
     def _socket(self) -> Any:
         if self._sock is None:
             self._sock = open_socket(
                 self._context, Kind.REQ, rcvtimeo_ms=self.timeout_ms, sndtimeo_ms=self.timeout_ms
             )
+            self._watch = security.watch(self._sock)
             connect(self._sock, self.endpoint)
         return self._sock
 
@@ -60,47 +65,75 @@ class Requester:
             sock.send_multipart(frames)
             if not self._wait(sock, wait_ms, cancelled):
                 raise RequestTimeout(f"no reply from {self.endpoint} within {wait_ms} ms")
+            if not sock.poll(0, zmq.POLLIN):
+                raise AuthenticationRefused(self._refusal())
             reply: list[bytes] = sock.recv_multipart()
             return reply
-        except RequestTimeout:
+        except (RequestTimeout, AuthenticationRefused):
             self.close()
             raise
         except zmq.ZMQError as error:
             self.close()
             raise TransportError(f"request to {self.endpoint} failed: {error}") from None
 
-    @staticmethod
-    def _wait(sock: Any, wait_ms: int, cancelled: Callable[[], bool] | None) -> bool:
-        if cancelled is None:
-            return bool(sock.poll(wait_ms, zmq.POLLIN))
+    def _wait(self, sock: Any, wait_ms: int, cancelled: Callable[[], bool] | None) -> bool:
+        """Whether the wait ended before its bound: a reply, or handshakes that certainly fail
+        (the server refused our key: waiting longer would only hide it; `_refused` says why)."""
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        if self._watch is not None:
+            poller.register(self._watch.events, zmq.POLLIN)
         deadline = time.monotonic() + wait_ms / 1000
-        while not cancelled():
+        while cancelled is None or not cancelled():
             left_ms = int((deadline - time.monotonic()) * 1000)
             if left_ms <= 0:
                 return False
-            if sock.poll(min(left_ms, limits.request_cancel_poll_ms), zmq.POLLIN):
+            step_ms = left_ms if cancelled is None else min(left_ms, limits.request_cancel_poll_ms)
+            ready = dict(poller.poll(step_ms))
+            if sock in ready:
                 return True
+            if self._watch is not None and self._watch.events in ready:
+                self._refused = self._watch.failure()
+                if self._refused is not None:
+                    return True
         return False
 
+    def _refusal(self) -> str:
+        return self._refused or f"the handshake with {self.endpoint} failed"
+
     def close(self) -> None:
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
         if self._sock is not None:
             self._sock.close(0)
             self._sock = None
 
 
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
+# Given who sent a request (None: a principal revoked since it connected) and the request: None
+# to serve it, or the refusal to send instead (protocol/principals.py `missing` names why).
+Authorizer = Callable[[Principal | None, dict[str, Any]], dict[str, Any] | None]
 
 
-def answer(sock: Any, handler: Handler, log_name: str, logger: Any) -> None:
+def answer(
+    sock: Any, handler: Handler, log_name: str, logger: Any, authorize: Authorizer | None = None
+) -> None:
     """Receive one request on a REP socket and send exactly one reply, whatever it held.
 
     Malformed requests get `{RESULT: 1101, COMMENT: why}`; a handler bug gets an INTERNAL
-    failure reply and a logged traceback, and the socket keeps serving either way.
+    failure reply and a logged traceback, and the socket keeps serving either way. With
+    `authorize`, a request its sender may not make gets the authorizer's refusal.
     """
-    frames = sock.recv_multipart()
+    # Zero-copy only to learn the sender (a frame's User-Id): requests are small either way.
+    received = sock.recv_multipart(copy=False) if authorize is not None else None
+    frames = [frame.bytes for frame in received] if received else sock.recv_multipart()
     try:
         request = bsonmsg.decode(frames)
-        reply = handler(request)
+        refusal = None
+        if authorize is not None and received:
+            refusal = authorize(security.principal_of(received[0]), request)
+        reply = handler(request) if refusal is None else refusal
     except ProtocolError as error:
         logger.warning("%s: refused a malformed request: %s", log_name, error)
         reply = bsonmsg.fail(Reason.BAD_REQUEST, str(error))

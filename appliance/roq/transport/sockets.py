@@ -19,6 +19,7 @@ import zmq
 
 from roq import limits
 from roq.errors import PortInUse, TransportError
+from roq.transport import security
 
 Socket = zmq.Socket
 Context = zmq.Context
@@ -54,7 +55,8 @@ def open_socket(
     max_msg_bytes: int = limits.frame_bytes_max,
 ) -> Any:
     """A socket with its bounds set. `max_msg_bytes` makes ZeroMQ drop a peer that sends a
-    frame larger than we would ever accept, before we allocate for it."""
+    frame larger than we would ever accept, before we allocate for it; the handshake bound
+    drops a peer that never finishes the (CURVE) handshake. `bind` and `connect` add CURVE."""
     sock = context.socket(int(kind))
     sock.setsockopt(zmq.SNDHWM, sndhwm)
     sock.setsockopt(zmq.RCVHWM, rcvhwm)
@@ -62,6 +64,7 @@ def open_socket(
     sock.setsockopt(zmq.RCVTIMEO, rcvtimeo_ms)
     sock.setsockopt(zmq.SNDTIMEO, sndtimeo_ms)
     sock.setsockopt(zmq.MAXMSGSIZE, max_msg_bytes)
+    sock.setsockopt(zmq.HANDSHAKE_IVL, limits.handshake_timeout_ms)
     if kind is Kind.SUB:
         sock.setsockopt(zmq.SUBSCRIBE, b"" if subscribe is None else subscribe)
     if kind is Kind.XPUB:
@@ -71,9 +74,11 @@ def open_socket(
     return sock
 
 
-def bind(sock: Any, host: str, port: int) -> str:
-    """Bind to tcp://host:port; a taken port raises PortInUse naming it."""
+def bind(sock: Any, host: str, port: int, access: str = security.ZAP_DOMAIN) -> str:
+    """Bind to tcp://host:port; a taken port raises PortInUse naming it. `access` says who may
+    connect (`security.access_domain`): by default any principal of the cluster."""
     endpoint = f"tcp://{host}:{port}"
+    security.secure_server(sock, endpoint, access)
     try:
         sock.bind(endpoint)
     except zmq.ZMQError as error:
@@ -157,6 +162,7 @@ def disconnect(sock: Any, endpoint: str) -> None:
 
 
 def connect(sock: Any, endpoint: str) -> None:
+    security.secure_client(sock, endpoint)
     try:
         sock.connect(endpoint)
     except zmq.ZMQError as error:
@@ -164,4 +170,5 @@ def connect(sock: Any, endpoint: str) -> None:
 
 
 def new_context() -> Any:
-    return zmq.Context()
+    """Every context comes from here: one that binds gets its ZAP handler (`security`)."""
+    return security.new_context()

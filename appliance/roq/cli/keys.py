@@ -1,0 +1,155 @@
+"""`roq keys create|list|grant|revoke`: the cluster's principals (docs/security.md §5).
+
+They are kept in ZooKeeper, so these commands need the cluster's ZooKeeper credential, which
+the admin credentials hold (admin.json). Every GCM and host watches the table: a grant or a
+revocation takes effect within seconds, without a restart.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from roq.cli.app import app
+from roq.cli.common import errors_to_exit, fail
+from roq.errors import EXIT_NOPERM, EXIT_USAGE, SecurityError
+
+if TYPE_CHECKING:
+    from roq.coordination.principals import PrincipalStore
+
+keys_app = typer.Typer(
+    help="Principals: create keys, list, grant and revoke permissions on queue-name prefixes.",
+    no_args_is_help=True,
+)
+app.add_typer(keys_app, name="keys", rich_help_panel="Clients")
+
+ZK = typer.Option("127.0.0.1:2181", "--zk", help="ZooKeeper connect string of the cluster.")
+NAMESPACE = typer.Option("/roq", "--namespace", help="The cluster's zk.namespace.")
+PERMISSIONS_HELP = "publish, subscribe, consume or admin (several allowed)."
+
+
+def _store(zk: str, namespace: str) -> PrincipalStore:
+    from roq import limits
+    from roq.coordination import session
+    from roq.coordination.principals import PrincipalStore
+    from roq.transport import security
+
+    auth = security.zk_auth()
+    if auth is None:
+        raise SecurityError(
+            "these credentials hold no ZooKeeper credential: use the admin's (admin.json)"
+        )
+    client = session.connect(zk, limits.zk_client_session_ms, connect_timeout_s=5.0, auth=auth)
+    return PrincipalStore(client, namespace)
+
+
+def _close(store: PrincipalStore) -> None:
+    from roq.coordination import session
+
+    session.close(store.client)
+
+
+@keys_app.command("create")
+def create(
+    name: str = typer.Argument(..., help="The new principal's name."),
+    out: Path | None = typer.Option(
+        None, "--out", help="Its credentials file (default: NAME.json here), written mode 0600."
+    ),
+    zk: str = ZK,
+    namespace: str = NAMESPACE,
+) -> None:
+    """Create a principal with a new key pair and no permission (deny by default)."""
+    from roq.protocol.principals import Principal, check_name
+    from roq.transport import security
+
+    with errors_to_exit():
+        check_name(name)
+        path = out or Path(f"{name}.json")
+        keys = security.KeyPair.new()
+        server = security.load_credentials(security.find_credentials(None)).server_public
+        store = _store(zk, namespace)
+        try:
+            if store.get(name) is not None:
+                raise fail(f"principal {name} exists already", EXIT_USAGE)
+            doc = {"principal": name, "public": keys.public, "secret": keys.secret}
+            if not security.write_private(path, {**doc, "server": server}):
+                raise fail(f"{path} exists already: choose another --out", EXIT_USAGE)
+            store.put(Principal(name, keys.public))
+        finally:
+            _close(store)
+        typer.echo(f"principal {name} created; its credentials are in {path} (keep them private)")
+
+
+@keys_app.command("list")
+def list_keys(zk: str = ZK, namespace: str = NAMESPACE) -> None:
+    """Every principal, its key and its grants."""
+    with errors_to_exit():
+        store = _store(zk, namespace)
+        try:
+            table = store.all()
+        finally:
+            _close(store)
+    for principal in table:
+        grants = "; ".join(
+            f"{prefix or '*'}: {','.join(sorted(perms))}"
+            for prefix, perms in sorted(principal.grants.items())
+        )
+        typer.echo(f"{principal.name:20} {principal.key}  {grants or '(no permission)'}")
+
+
+def _change(name: str, prefix: str, permissions: list[str], zk: str, namespace: str,
+            grant: bool) -> None:  # fmt: skip
+    from roq.protocol.principals import parse_permissions
+
+    perms = parse_permissions(permissions)
+    store = _store(zk, namespace)
+    try:
+        principal = store.get(name)
+        if principal is None:
+            raise fail(f"no principal {name}", EXIT_NOPERM)
+        changed = principal.granted(prefix, perms) if grant else principal.revoked(prefix, perms)
+        store.put(changed)
+    finally:
+        _close(store)
+
+
+@keys_app.command("grant")
+def grant(
+    name: str = typer.Argument(..., help="The principal."),
+    prefix: str = typer.Argument(..., help="Queue-name prefix; '' (or '*') for every queue."),
+    permissions: list[str] = typer.Argument(..., help=PERMISSIONS_HELP),
+    zk: str = ZK,
+    namespace: str = NAMESPACE,
+) -> None:
+    """Give permissions on every queue whose name starts with PREFIX."""
+    with errors_to_exit():
+        _change(name, "" if prefix == "*" else prefix, permissions, zk, namespace, grant=True)
+    typer.echo(f"granted {', '.join(permissions)} on '{prefix}' to {name}")
+
+
+@keys_app.command("revoke")
+def revoke(
+    name: str = typer.Argument(..., help="The principal."),
+    prefix: str | None = typer.Argument(None, help="Queue-name prefix; none: the whole key."),
+    permissions: list[str] = typer.Argument(None, help=PERMISSIONS_HELP),
+    zk: str = ZK,
+    namespace: str = NAMESPACE,
+) -> None:
+    """Take permissions away; with no PREFIX, remove the principal: its key is refused at its
+    next connection and request, within seconds."""
+    with errors_to_exit():
+        if prefix is None:
+            store = _store(zk, namespace)
+            try:
+                if not store.remove(name):
+                    raise fail(f"no principal {name}", EXIT_NOPERM)
+            finally:
+                _close(store)
+            typer.echo(f"principal {name} removed: its key is refused from now on")
+            return
+        if not permissions:
+            raise fail("name the permissions to revoke, or no prefix to remove the key", 2)
+        _change(name, "" if prefix == "*" else prefix, permissions, zk, namespace, grant=False)
+    typer.echo(f"revoked {', '.join(permissions)} on '{prefix}' from {name}")

@@ -1,0 +1,125 @@
+"""Principals in ZooKeeper (docs/security.md §5): `<ns>/security/principals/<name>`, one JSON
+principal each (protocol/principals.py), and a watch that hands the whole table to its owner at
+every change.
+
+Every write also sets the data of `<ns>/security/principals` itself (in the same transaction),
+so one data watch on that znode sees grants and revocations as well as new principals; kazoo
+re-registers the watch after a reconnection and a new session, so a change made meanwhile is
+seen once the session is back.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.recipe.watchers import DataWatch
+
+from roq import limits
+from roq.errors import CoordinationError
+from roq.protocol import principals
+from roq.protocol.principals import Principal
+
+log = logging.getLogger(__name__)
+
+
+class PrincipalStore:
+    def __init__(self, client: Any, namespace: str):
+        self.client = client
+        self.root = f"{namespace}/security/principals"
+
+    def _path(self, name: str) -> str:
+        return f"{self.root}/{principals.check_name(name)}"
+
+    def seed(self, seeds: list[Principal]) -> bool:
+        """Write `seeds` (the admin principal of cluster.json) when the cluster has no table yet:
+        its first start. Never again, so a principal revoked later stays revoked."""
+        try:
+            self.client.ensure_path(self.root.rsplit("/", 1)[0])
+            self.client.create(self.root, b"")
+        except NodeExistsError:
+            return False
+        except KazooException as error:
+            raise CoordinationError(f"cannot create the principal table: {error}") from None
+        for principal in seeds:
+            self.put(principal)
+        log.info("principals seeded: %s", ", ".join(p.name for p in seeds))
+        return True
+
+    def put(self, principal: Principal) -> None:
+        try:
+            self.client.ensure_path(self.root)
+            self._write(principal, create=not self.client.exists(self._path(principal.name)))
+        except KazooException as error:
+            raise CoordinationError(f"cannot write principal {principal.name}: {error}") from None
+
+    def _write(self, principal: Principal, *, create: bool) -> None:
+        data = json.dumps(principal.encode()).encode()
+        transaction = self.client.transaction()
+        if create:
+            transaction.create(self._path(principal.name), data)
+        else:
+            transaction.set_data(self._path(principal.name), data)
+        transaction.set_data(self.root, str(time.time()).encode())
+        results = transaction.commit()
+        for result in results:
+            if isinstance(result, NodeExistsError):
+                raise result
+            if isinstance(result, Exception):
+                raise CoordinationError(f"principal {principal.name} not written: {result!r}")
+
+    def remove(self, name: str) -> bool:
+        """Delete a principal; False when there was none."""
+        try:
+            transaction = self.client.transaction()
+            transaction.delete(self._path(name))
+            transaction.set_data(self.root, str(time.time()).encode())
+            results = transaction.commit()
+        except KazooException as error:
+            raise CoordinationError(f"cannot remove principal {name}: {error}") from None
+        return not any(isinstance(result, Exception) for result in results)
+
+    def get(self, name: str) -> Principal | None:
+        try:
+            data, _ = self.client.get(self._path(name))
+        except NoNodeError:
+            return None
+        except KazooException as error:
+            raise CoordinationError(f"cannot read principal {name}: {error}") from None
+        return principals.decode(json.loads(data))
+
+    def all(self) -> list[Principal]:
+        """Every principal that decodes; one that does not is logged and left out (denied)."""
+        try:
+            names = self.client.get_children(self.root)[: limits.principals_max]
+        except NoNodeError:
+            return []
+        except KazooException as error:
+            raise CoordinationError(f"cannot list principals: {error}") from None
+        found = []
+        for name in sorted(names):
+            try:
+                data, _ = self.client.get(f"{self.root}/{name}")
+                found.append(principals.decode(json.loads(data)))
+            except NoNodeError:
+                continue  # removed between the listing and the read
+            except (ValueError, KazooException) as error:
+                log.warning("principal %s left out (denied): %s", name, error)
+        return found
+
+    def watch(self, on_change: Callable[[list[Principal]], None]) -> None:
+        """Call `on_change` with the whole table now and after every change (kazoo's thread)."""
+        self.client.ensure_path(self.root)
+
+        def changed(_data: Any, _stat: Any) -> bool:
+            try:
+                on_change(self.all())
+            except CoordinationError as error:  # the next change or reconnection reads again
+                log.warning("principals not re-read: %s", error)
+            return True
+
+        DataWatch(self.client, self.root, changed)

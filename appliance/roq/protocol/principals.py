@@ -1,0 +1,126 @@
+"""Principals and their permissions (docs/security.md §5): pure data, no sockets, no ZooKeeper.
+
+A principal is a name and a CURVE public key with grants: each grant gives permissions on every
+queue whose name starts with its prefix ("" is every queue). Deny by default: what no grant
+gives is refused. The cluster's own processes hold the cluster key, whose principal (`cluster`)
+may do everything; it is never stored, so it cannot be revoked by mistake.
+
+In ZooKeeper (coordination/principals.py) and in a host's principals file each principal is the
+JSON object `{"name", "key", "grants": {prefix: [permission, ...]}}`; `decode` refuses anything
+else with a ValueError that names what is wrong, so bad input never reaches a decision.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from roq import limits
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+Z85_KEY_CHARS = 40
+CLUSTER = "cluster"
+
+
+class Permission(enum.StrEnum):
+    PUBLISH = "publish"
+    SUBSCRIBE = "subscribe"
+    CONSUME = "consume"  # work queues
+    ADMIN = "admin"
+
+
+ALL = frozenset(Permission)
+
+
+@dataclass(frozen=True)
+class Principal:
+    name: str
+    key: str  # Z85 CURVE public key
+    grants: Mapping[str, frozenset[Permission]] = field(default_factory=dict)
+    superuser: bool = False  # the cluster's own processes
+
+    def allows(self, permission: Permission, queue: str) -> bool:
+        if self.superuser:
+            return True
+        return any(
+            permission in perms and queue.startswith(prefix)
+            for prefix, perms in self.grants.items()
+        )
+
+    def encode(self) -> dict[str, Any]:
+        grants = {prefix: sorted(p.value for p in perms) for prefix, perms in self.grants.items()}
+        return {"name": self.name, "key": self.key, "grants": grants}
+
+    def granted(self, prefix: str, permissions: Iterable[Permission]) -> Principal:
+        """This principal with `permissions` added on `prefix`."""
+        grants = dict(self.grants)
+        grants[prefix] = grants.get(prefix, frozenset()) | frozenset(permissions)
+        return Principal(self.name, self.key, grants)
+
+    def revoked(self, prefix: str, permissions: Iterable[Permission]) -> Principal:
+        """This principal with `permissions` taken away on `prefix` (an emptied grant goes)."""
+        grants = dict(self.grants)
+        left = grants.get(prefix, frozenset()) - frozenset(permissions)
+        if left:
+            grants[prefix] = left
+        else:
+            grants.pop(prefix, None)
+        return Principal(self.name, self.key, grants)
+
+
+def missing(principal: str, permission: Permission, queue: str) -> str:
+    """The refusal every enforcement point gives: it names what is missing."""
+    return f"principal {principal} lacks permission '{permission}' on queue '{queue}'"
+
+
+def check_name(name: str) -> str:
+    if not isinstance(name, str) or not NAME.match(name) or name == CLUSTER:
+        raise ValueError(
+            f"principal name {name!r}: 1 to 64 letters, digits, '.', '_' or '-' "
+            f"(not '{CLUSTER}', the cluster's own)"
+        )
+    return name
+
+
+def parse_permissions(names: Iterable[str]) -> frozenset[Permission]:
+    found = set()
+    for name in names:
+        try:
+            found.add(Permission(name))
+        except ValueError:
+            allowed = ", ".join(p.value for p in Permission)
+            raise ValueError(f"unknown permission {name!r} (one of {allowed})") from None
+    return frozenset(found)
+
+
+def decode(doc: Any) -> Principal:
+    """A principal from its JSON object; ValueError naming the fault."""
+    if not isinstance(doc, dict):
+        raise ValueError("a principal is a JSON object")
+    name = check_name(doc.get("name"))  # type: ignore[arg-type]
+    key = doc.get("key")
+    if not isinstance(key, str) or len(key) != Z85_KEY_CHARS:
+        raise ValueError(f"principal {name}: 'key' is not a 40-character Z85 key")
+    grants = doc.get("grants", {})
+    if not isinstance(grants, dict) or len(grants) > limits.principal_grants_max:
+        raise ValueError(f"principal {name}: 'grants' is not a map of at most "
+                         f"{limits.principal_grants_max} prefixes")  # fmt: skip
+    parsed: dict[str, frozenset[Permission]] = {}
+    for prefix, perms in grants.items():
+        if len(prefix) > limits.queue_name_chars_max or not isinstance(perms, list):
+            raise ValueError(f"principal {name}: grant {prefix!r} is not prefix: [permissions]")
+        parsed[prefix] = parse_permissions(perms)
+    return Principal(name, key, parsed)
+
+
+def refusal(principal: Principal | None, needs: Iterable[Permission], queue: str) -> str | None:
+    """None when `principal` holds one of `needs` on `queue`; else why not, naming the first."""
+    wanted = list(needs)
+    if principal is None:
+        return "this principal's key is no longer known to the cluster (revoked)"
+    if any(principal.allows(permission, queue) for permission in wanted):
+        return None
+    return missing(principal.name, wanted[0], queue)
