@@ -21,7 +21,7 @@ from faultnet import Machine, Network
 from roq.client.admin import AdminClient
 from roq.local.zkserver import classpath
 from roq.system.spawn import child_environment, roq_command
-from roq.testing.cluster import wait_for
+from roq.testing.cluster import act_as_admin, wait_for
 
 ZK_PORT = 2181
 SESSION_MS = 4000  # zk.session.timeout of every roq process here
@@ -85,6 +85,15 @@ class FaultCluster:
     namespace: str = field(default_factory=lambda: f"/roq-faults-{uuid.uuid4().hex[:8]}")
     procs: list[Proc] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        """One cluster key for every machine, as an operator copies cluster.json to each one
+        (docs/security.md); the test acts as the generated admin principal."""
+        act_as_admin(self.security_dir)
+
+    @property
+    def security_dir(self) -> Path:
+        return self.tmp / "security"
+
     @property
     def zk_machines(self) -> list[Machine]:
         return self.net.machines[:3]
@@ -146,6 +155,7 @@ class FaultCluster:
             "zk.namespace": self.namespace,
             "network.interface": machine.address,
             "zk.session.timeout": SESSION_MS,
+            "security.dir": str(self.security_dir),
         }
 
     def _gcm_args(self, machine: Machine) -> list[str]:

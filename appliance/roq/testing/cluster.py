@@ -91,6 +91,23 @@ class Daemon:
             return ""
 
 
+def act_as_admin(security_dir: Path, secure: bool = True) -> None:
+    """This process (a test) and the `roq` commands it runs act as the admin principal of the
+    cluster whose secrets are in `security_dir`, generated there now as a first start would.
+    With `secure` False they talk to a cluster run with security=off instead."""
+    security.reset()
+    if not secure:
+        os.environ[security.SECURITY_ENV] = "off"
+        os.environ.pop(security.CREDENTIALS_ENV, None)
+        security.use_off("a test cluster run with security=off")
+        return
+    os.environ.pop(security.SECURITY_ENV, None)
+    security.generate(security_dir)
+    credentials = security_dir / security.ADMIN_FILE
+    os.environ[security.CREDENTIALS_ENV] = str(credentials)
+    security.use(security.load_credentials(credentials))
+
+
 @dataclass
 class LocalCluster:
     """Owned by one test. `stop()` ends every process it started (and their children)."""
@@ -106,16 +123,7 @@ class LocalCluster:
     def __post_init__(self) -> None:
         """The cluster's keys, as a first `roq up` makes them, and this process (the test) and
         the `roq` commands it runs as the generated admin principal."""
-        security.reset()
-        if not self.secure:
-            os.environ[security.SECURITY_ENV] = "off"
-            os.environ.pop(security.CREDENTIALS_ENV, None)
-            security.use_off("a test cluster run with security=off")
-            return
-        os.environ.pop(security.SECURITY_ENV, None)
-        security.generate(self.security_dir)
-        os.environ[security.CREDENTIALS_ENV] = str(self.credentials)
-        security.use(security.load_credentials(self.credentials))
+        act_as_admin(self.security_dir, self.secure)
 
     @contextlib.contextmanager
     def as_cluster(self) -> Iterator[None]:
