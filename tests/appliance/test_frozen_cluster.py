@@ -60,9 +60,14 @@ def _up_and_serving(log: str) -> bool:
 
 @pytest.fixture
 def frozen_up(
-    frozen_roq: Path, tmp_path: Path, port_blocks: PortBlocks
+    frozen_roq: Path, tmp_path: Path, port_blocks: PortBlocks, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[subprocess.Popen[bytes], str, Path]]:
     args, base = up_arguments(tmp_path, port_blocks)
+    # the frozen commands act as the admin that this `roq up` writes on its first start (not
+    # as a cluster an earlier test of this worker left in the environment)
+    monkeypatch.delenv("ROQ_SECURITY", raising=False)
+    monkeypatch.setenv("ROQ_HOME", str(tmp_path / "data"))
+    monkeypatch.delenv("ROQ_CREDENTIALS", raising=False)
     log_path = tmp_path / "up.log"
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(
@@ -254,11 +259,19 @@ def deny_write_execute() -> None:
 
 
 def test_units_exec_start_report_ready_and_stop(
-    frozen_roq: Path, zookeeper: str, port_blocks: PortBlocks, tmp_path: Path
+    frozen_roq: Path,
+    zookeeper: str,
+    port_blocks: PortBlocks,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     namespace = f"/roq-test-{uuid.uuid4().hex[:10]}"
     base = port_blocks.take(6)
-    common = {"zk.servers": zookeeper, "zk.namespace": namespace, "network.interface": "127.0.0.1"}
+    common = {"zk.servers": zookeeper, "zk.namespace": namespace, "network.interface": "127.0.0.1",
+              "security.dir": tmp_path / "security"}  # fmt: skip
+    # the frozen commands act as the admin the GCM writes there on its first start
+    monkeypatch.delenv("ROQ_SECURITY", raising=False)
+    monkeypatch.setenv("ROQ_CREDENTIALS", str(tmp_path / "security" / "admin.json"))
     gcm_over = {**common, "ports.base": base, "period": 500}
     hcm_over = {
         **common,

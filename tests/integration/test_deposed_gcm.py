@@ -30,7 +30,7 @@ def test_a_gcm_stalled_past_its_session_leaves_the_new_leaders_znode(
     second_admin = endpoint_at("127.0.0.1", int(second.name.split("-")[1]), GcmPort.ADMIN)
 
     def leader() -> str:
-        return leader_admin_endpoint(cluster.zk, cluster.namespace)
+        return leader_admin_endpoint(cluster.zk, cluster.namespace, cluster.zk_auth)
 
     first.process.send_signal(signal.SIGSTOP)
     try:

@@ -299,7 +299,8 @@ def test_reports_whose_addresses_are_not_endpoints_are_refused_and_mislead_nobod
         _report_from(exchange, Back="not-an-endpoint"),  # the real Front, a later Started
         _report_from(exchange, Back=""),
     ]
-    _send_reports(_monitor_reports(cluster, queue), bad)
+    with cluster.as_cluster():  # it plays an exchange: only the cluster's key may report
+        _send_reports(_monitor_reports(cluster, queue), bad)
     assert set(subscriber.exchanges.values()) == {exchange["Id"]}, subscriber.exchanges
     subscriber.close()
     assert sorted(child_pids(host.process.pid)) == children, cluster.logs()
@@ -320,7 +321,8 @@ def test_probes_from_exchanges_that_are_not_assigned_leaders_create_no_copies(
     exchange = _exchange(cluster, queue)
     context = new_context()
     raw = open_socket(context, Kind.DEALER, rcvtimeo_ms=5000)
-    connect(raw, _log_port(exchange))
+    with cluster.as_cluster():  # it plays an exchange: replication is the cluster's alone
+        connect(raw, _log_port(exchange))
     for n in range(300):
         raw.send_multipart([replication.PROBE, b"fz-%d" % n])
     replies = [raw.recv_multipart() for _ in range(300)]

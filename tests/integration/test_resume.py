@@ -55,8 +55,11 @@ def _serves_again(cluster: LocalCluster, gcm: str, since: float, bound_s: float)
 class Up:
     """A `roq up` on its own data directory and ports; `start()` again resumes it."""
 
-    def __init__(self, tmp: Path, ports: PortBlocks):
+    def __init__(self, tmp: Path, ports: PortBlocks, *, as_user: bool = False):
+        """`as_user`: as `make run` does, in `tmp` with the default data directory (roq-data)
+        and the keys it writes there; otherwise the keys of the helper LocalCluster."""
         self.tmp = tmp
+        self.data = tmp / ("roq-data" if as_user else "data")
         self.base = ports.take(6)
         values = {
             "zk.servers": f"127.0.0.1:{ports.take(1)}",  # free: `roq up` starts its ZooKeeper
@@ -70,10 +73,11 @@ class Up:
             "period": 500,
             "heartbeat.period": 200,
             "zk.namespace": f"/roq-test-{uuid.uuid4().hex[:10]}",
-            # the keys of the helper LocalCluster, whose CLI the tests use
-            "security.dir": str(tmp / "security"),
         }
-        self.args = ["up", "--data-dir", str(tmp / "data")]
+        self.args = ["up"]
+        if not as_user:  # the keys of the helper LocalCluster, whose CLI the tests use
+            values["security.dir"] = str(tmp / "security")
+            self.args += ["--data-dir", str(self.data)]
         for key, value in values.items():
             self.args += ["-D", f"{key}={value}"]
         self.process: subprocess.Popen[bytes] | None = None
@@ -96,6 +100,7 @@ class Up:
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                cwd=self.tmp,
             )
         process = self.process
         wait_for(
@@ -109,9 +114,9 @@ class Up:
         assert self.process is not None
         os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(timeout=10)
-        for pid in processes_with(str(self.tmp / "data")):  # ZooKeeper: its own session
+        for pid in processes_with(str(self.data)):  # ZooKeeper: its own session
             os.kill(pid, signal.SIGKILL)
-        wait_for(lambda: not processes_with(str(self.tmp / "data")), 15, "the tree gone")
+        wait_for(lambda: not processes_with(str(self.data)), 15, "the tree gone")
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -120,7 +125,7 @@ class Up:
                 self.process.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 self.kill_tree()
-        for pid in processes_with(str(self.tmp / "data")):
+        for pid in processes_with(str(self.data)):
             os.kill(pid, signal.SIGKILL)
 
 
@@ -259,3 +264,67 @@ def test_stop_start_keeps_the_log_and_delete_removes_it(cluster: LocalCluster) -
     _roq(cluster, "queue", "create", "q1")
     assert _pub(cluster, cluster.gcm, ["fresh"], 30)
     assert _read_all(cluster, cluster.gcm, 1) == ["fresh"]
+
+
+# --- the README's tour ---------------------------------------------------------------------------
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _tour_lines() -> list[str]:
+    """The first code block after "## A two-minute tour", as a user types it."""
+    text = README.read_text().split("## A two-minute tour", 1)[1]
+    block = text.split("```", 2)[1]
+    return [line for line in block.splitlines() if line.strip()]
+
+
+def test_the_readme_tour_runs_as_written_on_a_first_roq_up(
+    tmp_path: Path, port_blocks: PortBlocks
+) -> None:
+    """`make run`'s cluster is secured from its first start, and the tour's commands find the
+    keys it wrote (roq-data/security in the working directory) with nothing set: no
+    ROQ_CREDENTIALS, ROQ_HOME or --credentials. The one change to the lines: `roq` is a wrapper
+    that adds this test's `--gcm` (the default port 5000 may be taken on a test machine)."""
+    up = Up(tmp_path, port_blocks, as_user=True)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    wrapper = bin_dir / "roq"
+    wrapper.write_text(f'#!/bin/sh\nexec {" ".join(roq_command())} "$@" --gcm {up.gcm}\n')
+    wrapper.chmod(0o755)
+    env = {k: v for k, v in child_environment().items() if not k.startswith("ROQ_")}
+    env["PATH"] = f"{bin_dir}:{env.get('PATH', '')}"
+    background: list[subprocess.Popen[str]] = []
+    try:
+        up.start()
+        assert (tmp_path / "roq-data" / "security" / "admin.json").exists(), up.log_text()
+        for line in _tour_lines():
+            command, _, expected = (part.strip() for part in line.partition("#"))
+            if command.endswith("&"):
+                background.append(_in_background(command.rstrip("& "), tmp_path, env))
+                continue
+            if command.startswith("wc "):  # the background reader has all it waits for
+                background[-1].wait(timeout=60)
+            done = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, text=True,
+                                  capture_output=True, timeout=120, check=False)  # fmt: skip
+            assert done.returncode == 0, (line, done.stderr, up.log_text()[-3000:])
+            if command.startswith("wc "):
+                assert done.stdout.split() == expected.split(), (line, done.stdout)
+    finally:
+        for process in background:
+            process.kill()
+            process.wait(10)
+        up.stop()
+
+
+def _in_background(command: str, cwd: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    """A tour line ending in `&`, started once it says it is subscribed (stderr)."""
+    errors = cwd / f"background-{uuid.uuid4().hex[:6]}.err"
+    with errors.open("w") as err:
+        process = subprocess.Popen(["bash", "-c", command], cwd=cwd, env=env, text=True,
+                                   stdin=subprocess.DEVNULL, stderr=err)  # fmt: skip
+    wait_for(
+        lambda: "subscribed" in errors.read_text() or process.poll() is not None,
+        30,
+        f"{command!r} subscribed",
+    )
+    assert process.poll() is None, errors.read_text()
+    return process

@@ -165,6 +165,7 @@ def test_a_client_with_another_clusters_key_gets_a_clear_error_not_a_hang(
     cluster: LocalCluster, tmp_path
 ):
     cluster.start_gcm()
+    cluster.wait_ready(hosts=0)  # the GCM answers its own cluster: any refusal below is the key's
     other = security.generate(tmp_path / "other")
     security.reset()
     security.use(security.load_credentials(tmp_path / "other" / security.ADMIN_FILE))

@@ -26,7 +26,7 @@ import pytest
 from roq import limits
 from roq.client.admin import AdminClient
 from roq.system.spawn import child_environment, roq_command
-from roq.testing.cluster import PortBlocks, child_pids, processes_with, wait_for
+from roq.testing.cluster import PortBlocks, act_as_admin, child_pids, processes_with, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -152,9 +152,12 @@ def conf_copy(
     return conf
 
 
-def settings_for(ports: PortBlocks, zookeeper: str, namespace: str) -> dict[str, dict[str, object]]:
+def settings_for(
+    ports: PortBlocks, zookeeper: str, namespace: str, security_dir: Path
+) -> dict[str, dict[str, object]]:
     base = ports.take(6)
     common = {
+        "security.dir": str(security_dir),
         "zk.servers": zookeeper,
         "zk.namespace": namespace,
         "zk.session.timeout": 4000,
@@ -181,7 +184,9 @@ def supervised(tmp_path: Path, zookeeper: str, port_blocks: PortBlocks) -> Itera
         "supervisord is missing: pip install -e '.[dev]' (or '.[supervisor]')"
     )
     namespace = f"/roq-test-{uuid.uuid4().hex[:10]}"
-    overrides = settings_for(port_blocks, zookeeper, namespace)
+    # the keys a first start writes, made here so that the test acts as their admin
+    act_as_admin(tmp_path / "security")
+    overrides = settings_for(port_blocks, zookeeper, namespace, tmp_path / "security")
     for directory in ("lib/log", "log"):
         (tmp_path / directory).mkdir(parents=True)
     # A short directory for the control socket: a pytest path may pass AF_UNIX's 108 bytes.

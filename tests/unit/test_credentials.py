@@ -43,6 +43,9 @@ def test_clients_look_for_credentials_in_the_documented_order(tmp_path, monkeypa
     assert security.find_credentials(None) == default
     with pytest.raises(SecurityError, match=r"nowhere\.json"):  # explicit: no fallback
         security.find_credentials(tmp_path / "nowhere.json")
+    monkeypatch.setenv(security.CREDENTIALS_ENV, str(tmp_path / "gone.json"))
+    with pytest.raises(SecurityError, match=r"gone\.json"):  # named in the environment: the same
+        security.find_credentials(None)
 
 
 @pytest.mark.parametrize(

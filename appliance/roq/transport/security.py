@@ -232,10 +232,13 @@ def find_credentials(explicit: str | os.PathLike[str] | None) -> Path:
     """A client's credentials file: `explicit` (--credentials), else $ROQ_CREDENTIALS, else
     $ROQ_HOME/security/admin.json, else roq-data/security/admin.json (what `roq up` wrote)."""
     tried: list[Path] = []
-    candidates: list[str | os.PathLike[str] | None] = [explicit, os.environ.get(CREDENTIALS_ENV)]
+    named = [explicit, os.environ.get(CREDENTIALS_ENV)]
     home = os.environ.get(HOME_ENV)
-    candidates.append(Path(home) / "security" / ADMIN_FILE if home else None)
-    candidates.append(Path(limits.security_dir_default) / ADMIN_FILE)
+    candidates: list[str | os.PathLike[str] | None] = [
+        *named,
+        Path(home) / "security" / ADMIN_FILE if home else None,
+        Path(limits.security_dir_default) / ADMIN_FILE,
+    ]
     for candidate in candidates:
         if candidate is None or str(candidate) == "":
             continue
@@ -243,8 +246,8 @@ def find_credentials(explicit: str | os.PathLike[str] | None) -> Path:
         if path.is_file():
             return path
         tried.append(path)
-        if candidate is explicit:
-            break  # an explicit file that is missing is an error, not a hint
+        if candidate in named:
+            break  # a file named by --credentials or ROQ_CREDENTIALS is meant, not a hint
     raise SecurityError(
         "no roq credentials found (looked for "
         + ", ".join(str(p) for p in tried)
