@@ -206,7 +206,8 @@ class Cluster:
         if "http" not in self.modes:
             return []
         where = f"{self.settings.host_interface}:{self.settings.http_port}"
-        return [f"  HTTP        http://{where} (the mq API, docs/http.md)"]
+        scheme = "https" if self.settings.http_tls else "http"
+        return [f"  HTTP        {scheme}://{where} (the mq API, docs/http.md)"]
 
     def _zk_text(self) -> str:
         if self.zookeeper is None:
