@@ -61,7 +61,8 @@ def _soak(cluster: LocalCluster, seconds: float, examples: int) -> int:
     try:
         while time.monotonic() - start < seconds:
             for name, target in fuzzed.targets.items():
-                sent = run_cases(context, target, fuzzed.processes, examples, derandomize=False)
+                with cluster.as_cluster():  # as the test: an insider reaches every parser
+                    sent = run_cases(context, target, fuzzed.processes, examples, derandomize=False)
                 per_socket[name] = per_socket.get(name, 0) + sent
                 cases += sent
             publish_and_replay(cluster, QUEUE)

@@ -6,6 +6,7 @@ security, a key the cluster does not know), and the test watches their handshake
 
 from __future__ import annotations
 
+import re
 import stat
 import subprocess
 import threading
@@ -21,17 +22,18 @@ from kazoo.exceptions import NoAuthError
 from zmq.utils.monitor import parse_monitor_message
 
 from roq import limits
-from roq.client.admin import AdminClient
+from roq.client.admin import AdminClient, AdminError
 from roq.client.locate import locate_monitor
 from roq.client.publisher import Publisher
 from roq.coordination import session
 from roq.coordination.paths import Paths
 from roq.errors import AuthenticationRefused
 from roq.exchange import replication
+from roq.local.zkserver import ZooKeeperServer
 from roq.protocol.commands import ChildCommand, Reason
 from roq.protocol.ports import ExchangePort, GcmPort, MonitorPort, StatPort, port_at, sibling
 from roq.system.spawn import child_environment, roq_command
-from roq.testing.cluster import LOOPBACK, LocalCluster, wait_for
+from roq.testing.cluster import LOOPBACK, LocalCluster, PortBlocks, wait_for
 from roq.transport import new_context, security
 from roq.transport.rpc import Requester
 
@@ -366,3 +368,48 @@ def test_replication_is_refused_to_a_peer_without_the_cluster_role(one_queue: Lo
     finally:
         sock.close(0)
         context.term()
+
+
+def test_a_zookeeper_restart_leaves_every_process_authorised(
+    tmp_path: Path, port_blocks: PortBlocks
+):
+    """kazoo sends the digest credential again on every reconnection (coordination/session.py):
+    after ZooKeeper's restart the GCM still writes a new queue's znodes, the host registers its
+    exchange, the principal watch still fires, and nobody logs an authorisation error. A
+    ZooKeeper of this test's own, so restarting it touches no other test."""
+    server = ZooKeeperServer(tmp_path / "zookeeper", port_blocks.take(1))
+    server.start()
+    cluster = LocalCluster(tmp_path / "cluster", server.connect_string, port_blocks)
+    try:
+        cluster.start_gcm()
+        cluster.start_host("h1")
+        cluster.wait_ready()
+        with cluster.admin() as admin:
+            admin.create_queue("q1")
+        server.stop()
+        # down for half a session (zk.session.timeout 4 s in tests): every process loses its
+        # connection and keeps its session
+        time.sleep(2.0)
+        server.start()
+        with cluster.admin() as admin:
+            wait_for(lambda: _created(admin, "q2"), 30, "q2 created after the restart")
+        for queue in ("q1", "q2"):
+            with Publisher(queue, gcm=cluster.gcm, acks="leader") as publisher:
+                publisher.send(b"after the restart")
+                publisher.flush(timeout_s=20)
+        _principal(cluster, "late")  # the watch on the principal table still fires
+        assert all(d.process.poll() is None for d in cluster.daemons), cluster.logs()
+        for daemon in cluster.daemons:
+            text = daemon.log_text()
+            assert not re.search(r"NoAuth|AuthFailed|not authori[sz]ed", text), text[-3000:]
+    finally:
+        cluster.stop()
+        server.stop()
+
+
+def _created(admin: AdminClient, queue: str) -> bool:
+    try:
+        admin.create_queue(queue)
+    except AdminError:  # the GCM has not reconnected yet
+        return False
+    return admin.queue_exists(queue)
