@@ -207,7 +207,8 @@ class Cluster:
             return []
         where = f"{self.settings.host_interface}:{self.settings.http_port}"
         scheme = "https" if self.settings.http_tls else "http"
-        return [f"  HTTP        {scheme}://{where} (the mq API, docs/http.md)"]
+        token = "; a bearer token: roq keys token" if self.settings.security.enabled else ""
+        return [f"  HTTP        {scheme}://{where} (the mq API, docs/http.md{token})"]
 
     def _zk_text(self) -> str:
         if self.zookeeper is None:
