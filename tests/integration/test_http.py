@@ -32,6 +32,7 @@ from roq.testing.cluster import (
     processes_with,
     wait_for,
 )
+from roq.transport.security import reset as security_reset
 
 pytestmark = pytest.mark.integration
 
@@ -526,3 +527,25 @@ def test_roq_up_serves_the_gateway(tmp_path: Path, port_blocks: PortBlocks) -> N
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(10)
+
+
+def test_with_security_off_no_token_is_asked_and_that_is_logged(
+    tmp_path: Path, zookeeper: str, port_blocks: PortBlocks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # LocalCluster(secure=False) makes this process and its `roq` commands talk without
+    # security: monkeypatch puts the environment back afterwards, reset() the process's state
+    for name in ("ROQ_SECURITY", "ROQ_CREDENTIALS"):
+        monkeypatch.setenv(name, os.environ.get(name, ""))
+    cluster = LocalCluster(tmp_path, zookeeper, port_blocks, secure=False)
+    try:
+        cluster.start_gcm()
+        cluster.start_host()
+        cluster.wait_ready()
+        daemon, api = start_gateway(cluster)  # cluster.token is "": no Authorization header
+        assert "Authorization" not in api.client.headers
+        assert api.v2("topic/register", owner="o", topic="open")[0] == 200
+        assert api.client.get("/metrics").status_code == 200
+        assert "SECURITY IS OFF: no bearer token is asked" in daemon.log_text()
+    finally:
+        cluster.stop()
+        security_reset()
