@@ -1,5 +1,6 @@
 """The HTTP gateway against a Redis-backed model of the same API (docs/benchmarks.md, §HTTP).
 
+    export ROQ_TOKEN=$(roq keys token)   # a secured cluster's gateway asks for a bearer token
     python benchmarks/http_bench.py --roq http://127.0.0.1:8080 --roq-pid PID --redis-port 6399
 
 Each run: publish rate and get+ack rate over HTTP/1.1 keep-alive with 1 and 8 concurrent
@@ -29,6 +30,11 @@ from typing import Any
 import httpx
 
 MESSAGE = "x" * 100
+HEADERS: dict[str, str] = {}  # the Authorization header every client shows (--token), set once
+
+
+def _client(base: str) -> httpx.Client:
+    return httpx.Client(base_url=base, timeout=30, headers=HEADERS)
 
 
 def _redis_app(port: int, max_queue: int) -> Any:
@@ -95,7 +101,7 @@ def _serve_redis_model(http_port: int, redis_port: int) -> None:
 
 
 def _client_publish(base: str, topic: str, count: int, latencies: list[float]) -> None:
-    with httpx.Client(base_url=base, timeout=30) as client:
+    with _client(base) as client:
         for _ in range(count):
             started = time.perf_counter()
             response = client.post(
@@ -106,7 +112,7 @@ def _client_publish(base: str, topic: str, count: int, latencies: list[float]) -
 
 
 def _client_get_ack(base: str, topic: str, count: int) -> None:
-    with httpx.Client(base_url=base, timeout=30) as client:
+    with _client(base) as client:
         for _ in range(count):
             body = {"subscriber": "reader", "topic": topic}
             got = client.post("/v1/message/get", json=body)
@@ -126,7 +132,7 @@ def _run(clients: int, work: Any) -> float:
 
 def rates(base: str, clients: int, count: int, tag: str) -> dict[str, Any]:
     """Publish `count` messages per client, then get+ack them all; each client its own topic."""
-    with httpx.Client(base_url=base, timeout=30) as client:
+    with _client(base) as client:
         for n in range(clients):
             topic = f"{tag}{clients}-{n}"
             client.post("/v1/topic/register", json={"owner": "bench", "topic": topic})
@@ -154,7 +160,7 @@ def rss_mb(pid: int) -> float:
 def memory(base: str, pid: int, topics: int, tag: str, zk_pid: int = 0) -> dict[str, Any]:
     before, zk_before = rss_mb(pid), rss_mb(zk_pid) if zk_pid else 0.0
     started = time.perf_counter()
-    with httpx.Client(base_url=base, timeout=30) as client:
+    with _client(base) as client:
         for n in range(topics):
             client.post("/v1/topic/register", json={"owner": "bench", "topic": f"{tag}{n}"})
             client.post("/v1/topic/subscribe", json={"subscriber": "s", "topic": f"{tag}{n}"})
@@ -171,11 +177,12 @@ def memory(base: str, pid: int, topics: int, tag: str, zk_pid: int = 0) -> dict[
 def zk_acks(servers: str, namespace: str, threads: int, count: int, tag: str) -> dict[str, Any]:
     """What ZooKeeper positions allow: `count` acks per thread through TopicStore.ack (a read
     of the topic, a read and a compare-and-set of the subscriber's znode), no HTTP."""
+    from roq.client import credentials
     from roq.coordination import session
     from roq.coordination.paths import Paths
     from roq.coordination.topics import TopicStore
 
-    client = session.connect(servers, 10_000)
+    client = session.connect(servers, 10_000, auth=credentials.zk_auth())
     try:
         store = TopicStore(client, Paths(namespace))
         store.ensure_root()
@@ -207,7 +214,11 @@ def main() -> None:
     parser.add_argument("--zk-pid", type=int, default=0, help="ZooKeeper's pid: its RSS too")
     parser.add_argument("--zk", default="", help="ZooKeeper servers: measure the ack ceiling")
     parser.add_argument("--namespace", default="/roq", help="the cluster's zk.namespace")
+    parser.add_argument("--token", default=os.environ.get("ROQ_TOKEN", ""),
+                        help="the gateway's bearer token (default $ROQ_TOKEN)")  # fmt: skip
     args = parser.parse_args()
+    if args.token:
+        HEADERS["Authorization"] = f"Bearer {args.token}"
     model = multiprocessing.Process(target=_serve_redis_model,
                                     args=(args.model_port, args.redis_port),
                                     daemon=True)  # fmt: skip

@@ -39,3 +39,47 @@ def cluster(tmp_path: Path, zookeeper: str, port_blocks: PortBlocks) -> Iterator
     local = LocalCluster(tmp_path, zookeeper, port_blocks)
     yield local
     local.stop()
+
+
+@pytest.fixture
+def tls_files(tmp_path: Path) -> dict[str, Path]:
+    """A self-signed certificate for 127.0.0.1 and its key, and another key (not its own), as
+    PEM files: made here with the `cryptography` package (a dev dependency), no CA needed."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key, other = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    files = {"cert": tmp_path / "cert.pem", "key": tmp_path / "key.pem",
+             "other_key": tmp_path / "other.pem"}  # fmt: skip
+    files["cert"].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    for which, private in (("key", key), ("other_key", other)):
+        files[which].write_bytes(
+            private.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+    return files

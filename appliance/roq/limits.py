@@ -355,3 +355,9 @@ principals_poll_s = 0.5  # a monitor or exchange re-reads its host's principals 
 revocation_cut_s = 5.0
 refusal_log_interval_s = 60.0  # a refused key is logged at most this often per socket domain
 refusal_log_keys_max = 1_000  # (key, domain) pairs remembered for that (then forgotten at once)
+# HTTP bearer tokens one principal holds (their SHA-256 digests, in its ZooKeeper record); a new
+# one past this is refused: `roq keys token NAME --revoke-all` drops them.
+principal_tokens_max = 16
+# The longest Authorization header value the gateway hashes; a longer one is no roq token: 401.
+# (roq's tokens are 47 characters; uvicorn's h11 bounds the whole head at 64 KiB anyway.)
+http_authorization_chars_max = 512

@@ -1,6 +1,8 @@
 """The HTTP gateway (`roq http`, roq/http/) against a real cluster, over real HTTP on 127.0.0.1:
 the mq API's table with each status code, the limits at their edge and one past, v2, restarts of
-the gateway and of the exchange, two gateways, README's curl tour and 2,000 malformed requests."""
+the gateway and of the exchange, two gateways, README's curl tour and 2,000 malformed requests;
+bearer tokens (401, 403 by topic prefix, revocation) and HTTPS. The clusters are secured: every
+call shows the admin's token unless a test says otherwise."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import os
 import re
 import shlex
 import signal
+import ssl
 import subprocess
 import threading
 import time
@@ -29,6 +32,7 @@ from roq.testing.cluster import (
     processes_with,
     wait_for,
 )
+from roq.transport.security import reset as security_reset
 
 pytestmark = pytest.mark.integration
 
@@ -39,9 +43,14 @@ LIMITS = {"maxQueueSize": 3, "maxNameLen": 8, "maxMsgSize": 16, "maxTopics": 50,
 
 
 class Api:
-    def __init__(self, port: int):
-        self.base = f"http://127.0.0.1:{port}"
-        self.client = httpx.Client(base_url=self.base, timeout=40)
+    """A client of one gateway, showing `token` (a cluster's admin token, or a principal's)."""
+
+    def __init__(self, port: int, token: str, ca: Path | None = None):
+        self.port, self.token = port, token
+        self.base = f"{'https' if ca else 'http'}://127.0.0.1:{port}"
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=ca) if ca else True
+        self.client = httpx.Client(base_url=self.base, timeout=40, headers=headers, verify=verify)
 
     def post(self, path: str, **body: Any) -> httpx.Response:
         return self.client.post(path, json=body)
@@ -56,14 +65,18 @@ class Api:
 
 
 def start_gateway(cluster: LocalCluster, port: int = 0, **overrides: Any) -> tuple[Any, Api]:
+    """A gateway on `cluster`; its Api shows the admin's token (over HTTPS with the test's
+    certificate as the only CA when `http.tls.cert` is set)."""
     daemon, port = cluster.start_http(port=port, **{**LIMITS, **overrides})
+    cert = overrides.get("http.tls.cert")
+    api = Api(port, cluster.token, Path(cert) if cert else None)
 
     def ready() -> bool:
         assert daemon.process.poll() is None, daemon.log_text()
-        return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).status_code == 200
+        return api.client.get("/metrics", timeout=2).status_code == 200
 
     wait_for(ready, 60, f"the gateway on {port}\n{cluster.logs()}", interval_s=0.2)
-    return daemon, Api(port)
+    return daemon, api
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +157,7 @@ def test_get_ack_eviction_and_no_message(served: tuple[LocalCluster, Api]) -> No
     assert api.v1("message/get", subscriber="late", topic=topic)[0] == 230  # 4 is gone too
     assert api.v1("message/ack", subscriber="late", topic=topic, msgIdx=4)[0] == 200
     assert api.v1("message/get", subscriber="late", topic=topic)[1] == {"msgIdx": 5, "msg": "m5"}
-    assert "roq_http_requests_total" in httpx.get(f"{api.base}/metrics").text
+    assert "roq_http_requests_total" in api.client.get("/metrics").text
 
 
 def test_v2_batch_long_poll_and_problems(served: tuple[LocalCluster, Api]) -> None:
@@ -176,7 +189,7 @@ def test_v2_batch_long_poll_and_problems(served: tuple[LocalCluster, Api]) -> No
     waiter = threading.Thread(target=poll)
     waiter.start()
     time.sleep(0.5)  # the poll is parked (nothing to observe from outside; it only delays)
-    other = Api(int(api.base.rsplit(":", 1)[1]))
+    other = Api(api.port, api.token)
     assert other.v2("message/publish", owner="alice", topic=topic, msg="d")[0] == 200
     published = time.monotonic()
     waiter.join(25)
@@ -195,15 +208,23 @@ def test_v2_batch_long_poll_and_problems(served: tuple[LocalCluster, Api]) -> No
 
 
 def test_readme_curl_tour(served: tuple[LocalCluster, Api]) -> None:
-    """The README's curl lines, run as they are but for the port."""
-    _, api = served
-    port = api.base.rsplit(":", 1)[1]
-    lines = [line for line in README.read_text().splitlines() if line.startswith("curl ")]
-    assert len(lines) >= 5
+    """The README's curl lines, run as they are but for the port and $ROQ_TOKEN, which is the
+    admin's token that the README's `export ROQ_TOKEN=$(roq keys token)` line prints."""
+    cluster, api = served
+    text = README.read_text()
+    exported = re.search(r"^export ROQ_TOKEN=\$\((roq [^)]*)\)(\s+#.*)?$", text, re.MULTILINE)
+    assert exported, "README: the line that sets ROQ_TOKEN"
+    printed = cluster.cli("--credentials", str(cluster.credentials),
+                          *shlex.split(exported.group(1))[1:])  # fmt: skip
+    assert printed.returncode == 0, printed.stderr
+    assert printed.stdout == f"{cluster.token}\n"  # the token alone: $(...) is the token
+    lines = [line for line in text.splitlines() if line.startswith("curl ")]
+    assert len(lines) >= 5 and all("Bearer $ROQ_TOKEN" in line for line in lines)
     outputs = []
     for line in lines:
         command, _, comment = line.partition("  #")
-        args = shlex.split(command.replace("localhost:8080", f"127.0.0.1:{port}"))
+        command = command.replace("$ROQ_TOKEN", cluster.token)
+        args = shlex.split(command.replace("localhost:8080", f"127.0.0.1:{api.port}"))
         done = subprocess.run(args, capture_output=True, text=True, timeout=30, check=False)
         assert done.returncode == 0, (line, done.stderr)
         outputs.append((done.stdout, comment.strip()))
@@ -295,6 +316,130 @@ def test_malformed_requests_are_answered_4xx(served: tuple[LocalCluster, Api]) -
     assert api.v1("message/get", subscriber="after", topic="after")[1] == {"msgIdx": 1, "msg": "ok"}
 
 
+# --- bearer tokens and TLS (docs/http.md §Authentication, docs/security.md §5) --------------
+def keys(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
+    """`roq keys ...` as the cluster's admin (explicitly: another test's cluster may have made
+    itself this process's default since)."""
+    where = ("--zk", cluster.zk, "--namespace", cluster.namespace)
+    done = cluster.cli("--credentials", str(cluster.credentials), "keys", *args, *where)
+    assert done.returncode == 0, (args, done.stdout, done.stderr)
+    return done
+
+
+def principal_with_token(cluster: LocalCluster, name: str, prefix: str, permission: str) -> str:
+    """A principal made as a user would (`roq keys create`, `grant`, `token`); its token."""
+    keys(cluster, "create", name, "--out", str(cluster.tmp / f"{name}.json"))
+    keys(cluster, "grant", name, prefix, permission)
+    issued = keys(cluster, "token", name)
+    token = issued.stdout.strip()
+    assert issued.stdout == f"{token}\n" and token.startswith("roq_"), issued.stdout
+    return token
+
+
+def status_of(api: Api, path: str, **body: Any) -> int:
+    return api.post(path, **body).status_code
+
+
+def test_calls_without_a_valid_token_are_401_and_the_gateway_serves_on(
+    served: tuple[LocalCluster, Api],
+) -> None:
+    cluster, api = served
+    body = {"owner": "alice", "topic": "anon"}
+    for headers in ({}, {"Authorization": f"Bearer {cluster.token}x"},
+                    {"Authorization": "Bearer"}, {"Authorization": f"Basic {cluster.token}"},
+                    {"Authorization": "Bearer roq_" + "x" * 600}):  # fmt: skip
+        anonymous = httpx.Client(base_url=api.base, timeout=10, headers=headers)
+        v1 = anonymous.post("/v1/topic/register", json=body)
+        assert v1.status_code == 401 and "error" in v1.json(), (headers, v1.text)
+        assert v1.headers["www-authenticate"].startswith('Bearer realm="roq"')
+        v2 = anonymous.post("/v2/message/get", json={"subscriber": "s", "topic": "anon"})
+        assert v2.status_code == 401 and v2.headers["content-type"] == "application/problem+json"
+        assert v2.json()["status"] == 401 and v2.json()["detail"]
+        assert v2.headers["www-authenticate"].startswith('Bearer realm="roq"')
+        metrics = anonymous.get("/metrics")
+        assert metrics.status_code == 401 and "www-authenticate" in metrics.headers
+        assert "roq_http" not in metrics.text
+        anonymous.close()
+    assert cluster.token not in (cluster.tmp / f"http-{api.port}.log").read_text()  # never logged
+    assert api.v1("topic/register", **body)[0] == 200  # the admin's token: served on
+    assert api.client.get("/metrics").status_code == 200
+
+
+def test_tokens_act_as_their_principal_per_topic_prefix_until_revoked(
+    served: tuple[LocalCluster, Api],
+) -> None:
+    cluster, admin = served
+    writer = Api(admin.port, principal_with_token(cluster, "newsdesk", "news", "publish"))
+    reader = Api(admin.port, principal_with_token(cluster, "fan", "sport", "subscribe"))
+    # usable once the table reached the gateway (its watch): within seconds
+    wait_for(lambda: status_of(writer, "/v1/topic/register", owner="w", topic="news1") == 200,
+             5, "the new principal's token is usable")  # fmt: skip
+    assert writer.v1("message/publish", owner="w", topic="news1", msg="hi") == (200, {"msgIdx": 1})
+    assert writer.v2("message/publish", owner="w", topic="news1", msgs=["a"])[0] == 200
+    status, body = writer.v1("message/get", subscriber="w", topic="news1")
+    assert status == 403, body
+    assert body["error"] == "principal newsdesk lacks permission 'subscribe' on queue 'news1'"
+    status, body = writer.v2("topic/subscribe", subscriber="w", topic="news1")
+    assert status == 403 and "lacks permission 'subscribe'" in body["detail"]
+    status, body = writer.v1("topic/register", owner="w", topic="sport1")
+    assert status == 403 and "'publish' on queue 'sport1'" in body["error"]
+    # subscribe only, on another prefix: reads and acks, cannot write
+    wait_for(lambda: status_of(reader, "/v1/topic/subscribe", subscriber="f", topic="x") != 401,
+             5, "the reader's token is usable")  # fmt: skip
+    assert admin.v1("topic/register", owner="a", topic="sport1")[0] == 200
+    assert reader.v1("topic/subscribe", subscriber="f", topic="sport1") == (200, {"nextIdx": 1})
+    assert admin.v1("message/publish", owner="a", topic="sport1", msg="goal")[0] == 200
+    assert reader.v2("message/get", subscriber="f", topic="sport1", wait=5)[1] == {
+        "msgIdx": 1, "msg": "goal"}  # fmt: skip
+    assert reader.v1("message/ack", subscriber="f", topic="sport1", msgIdx=1)[0] == 200
+    status, body = reader.v1("message/publish", owner="a", topic="sport1", msg="x")
+    assert status == 403
+    assert body["error"] == "principal fan lacks permission 'publish' on queue 'sport1'"
+    assert reader.v1("message/get", subscriber="f", topic="news1")[0] == 403
+    assert reader.client.get("/metrics").status_code == 200  # any valid token
+    listed = keys(cluster, "list").stdout
+    assert re.search(r"^newsdesk .*tokens: 1$", listed, re.MULTILINE), listed
+    assert re.search(r"^admin .*tokens: 1$", listed, re.MULTILINE), listed
+    # revoked: the principal (with its tokens), and one principal's tokens alone
+    keys(cluster, "revoke", "newsdesk")
+    wait_for(lambda: status_of(writer, "/v1/message/publish", owner="w", topic="news1", msg="x")
+             == 401, 5, "the revoked principal's token refused")  # fmt: skip
+    keys(cluster, "token", "fan", "--revoke-all")
+    wait_for(lambda: status_of(reader, "/v1/message/get", subscriber="f", topic="sport1") == 401,
+             5, "the dropped token refused")  # fmt: skip
+    assert re.search(r"^fan .*tokens: 0$", keys(cluster, "list").stdout, re.MULTILINE)
+    assert admin.v1("message/get", subscriber="f", topic="sport1")[0] == 231  # others go on
+
+
+def test_https_with_the_configured_certificate(
+    served: tuple[LocalCluster, Api], tls_files: dict[str, Path]
+) -> None:
+    cluster, _ = served
+    tls = {"http.tls.cert": str(tls_files["cert"]), "http.tls.key": str(tls_files["key"])}
+    daemon, api = start_gateway(cluster, **tls)  # verifies the certificate (it is the only CA)
+    try:
+        assert api.base.startswith("https://")
+        assert api.v2("topic/register", owner="t", topic="tls")[0] == 200
+        assert api.v2("topic/subscribe", subscriber="s", topic="tls")[0] == 200
+        assert api.v2("message/publish", owner="t", topic="tls", msg="secret")[0] == 200
+        assert api.v2("message/get", subscriber="s", topic="tls", wait=5)[1]["msg"] == "secret"
+        assert f"https://127.0.0.1:{api.port}" in daemon.log_text()
+        with pytest.raises(httpx.TransportError):  # plain HTTP to the TLS port: no answer
+            httpx.get(f"http://127.0.0.1:{api.port}/metrics", timeout=5,
+                      headers={"Authorization": f"Bearer {cluster.token}"})  # fmt: skip
+        with pytest.raises(httpx.ConnectError):  # a client that does not trust it: refused
+            httpx.get(f"{api.base}/metrics", timeout=5)
+        assert api.client.get("/metrics").status_code == 200  # and it serves on
+    finally:
+        cluster.kill(daemon)
+    # a file that is not there, or a key of another certificate: no start, exit 78, named
+    for cert, key, named in ((cluster.tmp / "none.pem", tls_files["key"], "none.pem"),
+                             (tls_files["cert"], tls_files["other_key"], "other.pem")):  # fmt: skip
+        bad, _ = cluster.start_http(**{"http.tls.cert": str(cert), "http.tls.key": str(key)})
+        assert bad.process.wait(30) == 78, bad.log_text()
+        assert "http.tls" in bad.log_text() and named in bad.log_text(), bad.log_text()
+
+
 def exchanges_of(host_pid: int) -> set[int]:
     """The host's exchange processes of the gateway's queue."""
     return {pid for pid in child_pids(host_pid) if pid in processes_with("exchange http-0")}
@@ -362,11 +507,13 @@ def test_roq_up_serves_the_gateway(tmp_path: Path, port_blocks: PortBlocks) -> N
                                    stdout=log_file, stderr=subprocess.STDOUT,
                                    start_new_session=True)  # fmt: skip
     try:
-        api = Api(http_port)
+        admin = tmp_path / "data" / "security" / "admin.json"
+        wait_for(admin.exists, 30, "roq up wrote its credentials")
+        api = Api(http_port, json.loads(admin.read_text())["token"])
 
         def serving() -> bool:
             assert process.poll() is None, log_path.read_text()
-            return httpx.get(f"{api.base}/metrics", timeout=2).status_code == 200
+            return api.client.get("/metrics", timeout=2).status_code == 200
 
         wait_for(serving, 90, "roq up's gateway", interval_s=0.3)
         assert f"http://127.0.0.1:{http_port}" in log_path.read_text()  # the banner says where
@@ -380,3 +527,25 @@ def test_roq_up_serves_the_gateway(tmp_path: Path, port_blocks: PortBlocks) -> N
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(10)
+
+
+def test_with_security_off_no_token_is_asked_and_that_is_logged(
+    tmp_path: Path, zookeeper: str, port_blocks: PortBlocks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # LocalCluster(secure=False) makes this process and its `roq` commands talk without
+    # security: monkeypatch puts the environment back afterwards, reset() the process's state
+    for name in ("ROQ_SECURITY", "ROQ_CREDENTIALS"):
+        monkeypatch.setenv(name, os.environ.get(name, ""))
+    cluster = LocalCluster(tmp_path, zookeeper, port_blocks, secure=False)
+    try:
+        cluster.start_gcm()
+        cluster.start_host()
+        cluster.wait_ready()
+        daemon, api = start_gateway(cluster)  # cluster.token is "": no Authorization header
+        assert "Authorization" not in api.client.headers
+        assert api.v2("topic/register", owner="o", topic="open")[0] == 200
+        assert api.client.get("/metrics").status_code == 200
+        assert "SECURITY IS OFF: no bearer token is asked" in daemon.log_text()
+    finally:
+        cluster.stop()
+        security_reset()

@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import re
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from roq.errors import SecurityError
+from roq.system.spawn import child_environment, roq_command
 from roq.transport import security
 
 
@@ -58,3 +60,28 @@ def test_malformed_credentials_are_refused_with_a_reason(tmp_path: Path, content
     path.write_text(content)
     with pytest.raises(SecurityError, match=re.escape(str(path))):
         security.load_credentials(path)
+
+
+def _roq(*args: str, credentials: Path) -> subprocess.CompletedProcess[str]:
+    env = {**child_environment(), security.CREDENTIALS_ENV: str(credentials)}
+    env.pop(security.SECURITY_ENV, None)
+    return subprocess.run(roq_command(*args), capture_output=True, text=True, timeout=60,
+                          env=env, check=False)  # fmt: skip
+
+
+def test_roq_keys_token_prints_the_credentials_token_alone(tmp_path: Path):
+    """`export ROQ_TOKEN=$(roq keys token)`: the admin's token and nothing else on stdout; the
+    credentials of a cluster from before tokens hold none, and it says what to do."""
+    security.generate(tmp_path / "s")
+    admin = tmp_path / "s" / security.ADMIN_FILE
+    printed = _roq("keys", "token", credentials=admin)
+    assert printed.returncode == 0, printed.stderr
+    assert printed.stdout == json.loads(admin.read_text())["token"] + "\n"
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({k: v for k, v in json.loads(admin.read_text()).items()
+                               if k != "token"}))  # fmt: skip
+    refused = _roq("keys", "token", credentials=old)
+    assert refused.returncode == 77 and not refused.stdout
+    assert str(old) in refused.stderr and "roq keys token NAME" in refused.stderr
+    usage = _roq("keys", "token", "--revoke-all", credentials=admin)
+    assert usage.returncode == 2 and "NAME" in usage.stderr and not usage.stdout

@@ -1,13 +1,26 @@
 """Principals and permissions (issue 23, docs/security.md §5): the pure model, the admin API's
-authorizer and the ZAP gate's decisions per socket domain."""
+authorizer, the ZAP gate's decisions per socket domain, and the HTTP bearer tokens principals
+hold (their digests, the admin's first one)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from roq import limits
+from roq.errors import SecurityError
 from roq.gcm.access import authorize
 from roq.protocol.commands import AdminCommand, Reason
-from roq.protocol.principals import ALL, Permission, Principal, decode, refusal
+from roq.protocol.principals import (
+    ALL,
+    Permission,
+    Principal,
+    decode,
+    new_token,
+    refusal,
+    token_digest,
+)
 from roq.transport import security
 
 KEY = "k" * 40
@@ -85,3 +98,81 @@ def test_the_gate_admits_by_socket_domain():
     gate.replace([])  # revoked: the cluster's own key stays
     assert not gate.callback(subscribe, KEY.encode())
     assert gate.callback(publish, cluster_key.encode())
+
+
+# --- HTTP bearer tokens (docs/http.md §Authentication) ---------------------------------------
+DIGEST = token_digest("roq_a-token")
+
+
+def test_tokens_are_stored_as_digests_and_round_trip():
+    token = new_token()
+    assert token.startswith("roq_") and len(token) >= 40 and new_token() != token
+    digest = token_digest(token)
+    holder = READER.with_token(digest)
+    assert holder.tokens == (digest,) and token not in json.dumps(holder.encode())
+    assert decode(holder.encode()) == holder
+    assert decode(holder.encode()).tokens == (digest,)
+    # a grant or a revocation keeps the tokens; dropping them keeps the grants
+    assert holder.granted("x", [Permission.PUBLISH]).tokens == (digest,)
+    assert holder.revoked("q1", [Permission.SUBSCRIBE]).tokens == (digest,)
+    assert holder.without_tokens() == READER
+    assert "tokens" not in READER.encode()  # a principal without tokens is written as before
+
+
+def test_a_record_from_before_tokens_still_decodes():
+    old = {"name": "reader", "key": KEY, "grants": {"q1": ["subscribe"]}}
+    assert decode(old) == READER and decode(old).tokens == ()
+
+
+def test_a_principal_holds_a_bounded_number_of_tokens():
+    holder = READER
+    for n in range(limits.principal_tokens_max):
+        holder = holder.with_token(token_digest(f"t{n}"))
+    with pytest.raises(ValueError, match="--revoke-all"):
+        holder.with_token(DIGEST)
+    assert decode(holder.encode()) == holder  # at the edge
+    too_many = {**holder.encode(), "tokens": [DIGEST] * (limits.principal_tokens_max + 1)}
+    with pytest.raises(ValueError, match="at most"):
+        decode(too_many)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "fault"),
+    [
+        ("abc", "'tokens' is not a list"),
+        ({"d": DIGEST}, "'tokens' is not a list"),
+        ([None], "not 64 lowercase hex"),
+        ([7], "not 64 lowercase hex"),
+        (["roq_a-token"], "not 64 lowercase hex"),  # a token itself is never stored
+        ([DIGEST.upper()], "not 64 lowercase hex"),
+        ([DIGEST + "0"], "not 64 lowercase hex"),
+        ([DIGEST[:-1]], "not 64 lowercase hex"),
+    ],
+)
+def test_malformed_token_lists_are_refused_with_a_reason(tokens, fault):
+    with pytest.raises(ValueError, match=fault) as refused:
+        decode({"name": "a", "key": KEY, "tokens": tokens})
+    assert "principal a" in str(refused.value)
+
+
+def test_the_first_start_gives_the_admin_a_token_and_old_files_still_load(tmp_path):
+    secrets = security.generate(tmp_path)
+    admin_doc = json.loads((tmp_path / security.ADMIN_FILE).read_text())
+    cluster_doc = json.loads((tmp_path / security.CLUSTER_FILE).read_text())
+    token = admin_doc["token"]
+    (admin,) = secrets.principals
+    assert admin.tokens == (token_digest(token),)
+    assert token not in json.dumps(cluster_doc)  # cluster.json holds only the digest
+    assert security.load_credentials(tmp_path / security.ADMIN_FILE).token == token
+    assert (tmp_path / security.ADMIN_FILE).stat().st_mode & 0o777 == 0o600
+    # files written before tokens: no token, and everything else as before
+    old = tmp_path / "old"
+    old.mkdir()
+    del cluster_doc["tokens"], admin_doc["token"]
+    (old / security.CLUSTER_FILE).write_text(json.dumps(cluster_doc))
+    (old / security.ADMIN_FILE).write_text(json.dumps(admin_doc))
+    assert security.load_cluster(old).principals[0].tokens == ()
+    assert security.load_credentials(old / security.ADMIN_FILE).token == ""
+    (old / security.CLUSTER_FILE).write_text(json.dumps({**cluster_doc, "tokens": {"admin": 1}}))
+    with pytest.raises(SecurityError, match="'tokens'"):
+        security.load_cluster(old)

@@ -130,9 +130,11 @@ def http(
 
     Topics, owners, heads and subscriber positions are in ZooKeeper: gateways agree.
 
+    Every call shows a principal's bearer token (roq keys token); http.tls.cert/key: HTTPS.
+
     Reads HCM.properties: http.*, maxQueueSize, maxNameLen, maxMsgSize, maxTopics, ...
 
-    SIGTERM or Ctrl-C: exit 0. Exit 75: http.port taken; 78: bad configuration;
+    SIGTERM or Ctrl-C: exit 0. Exit 75: http.port taken; 78: bad configuration (TLS files too);
 
     69: ZooKeeper or the GCM unreachable. See docs/http.md.
     """

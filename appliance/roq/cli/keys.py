@@ -1,4 +1,5 @@
-"""`roq keys create|list|grant|revoke`: the cluster's principals (docs/security.md §5).
+"""`roq keys create|list|grant|revoke|token`: the cluster's principals (docs/security.md §5) and
+their HTTP bearer tokens (docs/http.md).
 
 They are kept in ZooKeeper, so these commands need the cluster's ZooKeeper credential, which
 the admin credentials hold (admin.json). Every GCM and host watches the table: a grant or a
@@ -20,7 +21,8 @@ if TYPE_CHECKING:
     from roq.coordination.principals import PrincipalStore
 
 keys_app = typer.Typer(
-    help="Principals: create keys, list, grant and revoke permissions on queue-name prefixes.",
+    help="Principals: create keys, list, grant and revoke permissions on queue-name prefixes; "
+    "HTTP bearer tokens.",
     no_args_is_help=True,
 )
 app.add_typer(keys_app, name="keys", rich_help_panel="Clients")
@@ -84,7 +86,7 @@ def create(
 
 @keys_app.command("list")
 def list_keys(zk: str = ZK, namespace: str = NAMESPACE) -> None:
-    """Every principal, its key and its grants."""
+    """Every principal, its key, its grants and how many HTTP tokens it holds."""
     with errors_to_exit():
         store = _store(zk, namespace)
         try:
@@ -96,7 +98,8 @@ def list_keys(zk: str = ZK, namespace: str = NAMESPACE) -> None:
             f"{prefix or '*'}: {','.join(sorted(perms))}"
             for prefix, perms in sorted(principal.grants.items())
         )
-        typer.echo(f"{principal.name:20} {principal.key}  {grants or '(no permission)'}")
+        tokens = f"tokens: {len(principal.tokens)}"  # never the digests
+        typer.echo(f"{principal.name:20} {principal.key}  {grants or '(no permission)'}  {tokens}")
 
 
 def _change(name: str, prefix: str, permissions: list[str], zk: str, namespace: str,
@@ -147,9 +150,67 @@ def revoke(
                     raise fail(f"no principal {name}", EXIT_NOPERM)
             finally:
                 _close(store)
-            typer.echo(f"principal {name} removed: its key is refused from now on")
+            typer.echo(f"principal {name} removed: its key and tokens are refused from now on")
             return
         if not permissions:
             raise fail("name the permissions to revoke, or no prefix to remove the key", 2)
         _change(name, "" if prefix == "*" else prefix, permissions, zk, namespace, grant=False)
     typer.echo(f"revoked {', '.join(permissions)} on '{prefix}' from {name}")
+
+
+@keys_app.command("token")
+def token(
+    name: str | None = typer.Argument(
+        None, help="The principal; none: print the token of the credentials in use."
+    ),
+    revoke_all: bool = typer.Option(
+        False, "--revoke-all", help="Drop every token of NAME instead (refused from then on)."
+    ),
+    zk: str = ZK,
+    namespace: str = NAMESPACE,
+) -> None:
+    """Issue a new HTTP bearer token for principal NAME and print it, alone on stdout, once:
+    the cluster keeps only its SHA-256. With no NAME, print the token of the credentials in use
+    (admin.json's, made on the cluster's first start): export ROQ_TOKEN=$(roq keys token)."""
+    with errors_to_exit():
+        if name is None:
+            if revoke_all:
+                raise fail("--revoke-all needs the principal's NAME", EXIT_USAGE)
+            typer.echo(_own_token())
+            return
+        issued = _tokens(name, zk, namespace, revoke_all)
+    if issued is None:
+        typer.echo(f"every token of {name} dropped: they are refused from now on")
+        return
+    typer.echo(f"a new token of principal {name}, shown only now:", err=True)
+    typer.echo(issued)
+
+
+def _own_token() -> str:
+    from roq.transport import security
+
+    path = security.find_credentials(None)
+    found = security.load_credentials(path).token
+    if not found:
+        raise fail(f"{path} holds no HTTP token (written before tokens, or by `roq keys "
+                   "create`): issue one with `roq keys token NAME`", EXIT_NOPERM)  # fmt: skip
+    return found
+
+
+def _tokens(name: str, zk: str, namespace: str, revoke_all: bool) -> str | None:
+    """A new token of `name` (its digest stored), or None once every token was dropped."""
+    from roq.protocol.principals import new_token, token_digest
+
+    store = _store(zk, namespace)
+    try:
+        principal = store.get(name)
+        if principal is None:
+            raise fail(f"no principal {name}", EXIT_NOPERM)
+        if revoke_all:
+            store.put(principal.without_tokens())
+            return None
+        issued = new_token()
+        store.put(principal.with_token(token_digest(issued)))
+        return issued
+    finally:
+        _close(store)

@@ -20,6 +20,11 @@ def zk_auth() -> str | None:
     return security.zk_auth()
 
 
+def secured() -> bool:
+    """Whether this process runs with security (the HTTP gateway then asks for tokens)."""
+    return security.enabled()
+
+
 def follow_principals(zk: Any, namespace: str, children_file: Path | None = None) -> None:
     """For a GCM or host: seed the cluster's principal table on its first start, then keep
     this process's gate (and, for a host, its children's file) equal to it at every change.

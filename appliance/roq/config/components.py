@@ -477,6 +477,8 @@ class HttpSettings:
     port: int  # http.port
     queues: tuple[str, ...]  # the roq queues holding the messages (http.queue.prefix, .queues)
     acks: str  # http.acks: leader | all
+    tls_cert: str  # http.tls.cert: a PEM file; empty (with tls_key) is plain HTTP
+    tls_key: str  # http.tls.key
     max_queue_size: int  # maxQueueSize: messages kept per topic
     max_name_len: int  # maxNameLen: characters
     max_msg_size: int  # maxMsgSize: bytes of UTF-8
@@ -496,6 +498,8 @@ class HttpSettings:
             port=settings._int("http.port"),
             queues=tuple(f"{prefix}-{n}" for n in range(settings._int("http.queues"))),
             acks=settings._str("http.acks"),
+            tls_cert=settings._str("http.tls.cert"),
+            tls_key=settings._str("http.tls.key"),
             max_queue_size=settings._int("maxQueueSize"),
             max_name_len=settings._int("maxNameLen"),
             max_msg_size=settings._int("maxMsgSize"),
@@ -519,6 +523,7 @@ class UpSettings:
     security: SecuritySettings  # the GCM's: `roq up` generates the keys its daemons share
     http_enabled: bool  # http.enabled: `roq up` starts `roq http`
     http_port: int
+    http_tls: bool  # http.tls.cert is set: the gateway serves HTTPS
 
     @classmethod
     def from_settings(cls, gcm: Settings, hcm: Settings) -> UpSettings:
@@ -532,4 +537,5 @@ class UpSettings:
             hcm_port=hcm._int("hcm.port"),
             http_enabled=hcm._bool("http.enabled"),
             http_port=hcm._int("http.port"),
+            http_tls=bool(hcm._str("http.tls.cert")),
         )

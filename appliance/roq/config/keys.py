@@ -739,6 +739,21 @@ HCM_KEYS: tuple[Key, ...] = (
         section="HTTP gateway",
     ),
     Key(
+        "http.tls.cert",
+        str,
+        "",
+        "PEM file of the gateway's TLS certificate (its chain after it). With http.tls.key the "
+        "gateway serves HTTPS only; both empty: plain HTTP (then put TLS in front of it).",
+        section="HTTP gateway",
+    ),
+    Key(
+        "http.tls.key",
+        str,
+        "",
+        "PEM file of that certificate's private key, unencrypted (keep it mode 0600).",
+        section="HTTP gateway",
+    ),
+    Key(
         "maxQueueSize",
         int,
         10_000,

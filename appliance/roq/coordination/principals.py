@@ -112,8 +112,10 @@ class PrincipalStore:
         return found
 
     def watch(self, on_change: Callable[[list[Principal]], None]) -> None:
-        """Call `on_change` with the whole table now and after every change (kazoo's thread)."""
-        self.client.ensure_path(self.root)
+        """Call `on_change` with the whole table now and after every change (kazoo's thread).
+        The table's znode is not created here: a follower that is not a GCM or host (the HTTP
+        gateway) must not keep a cluster's first start from seeding it; a watch on a missing
+        znode fires once it is created."""
 
         def changed(_data: Any, _stat: Any) -> bool:
             try:

@@ -2,6 +2,9 @@
 reason), the same under /v2 with batch publish, a long-polling get and errors as
 application/problem+json (RFC 9457), and GET /metrics. docs/http.md documents both.
 
+Every call first shows a bearer token (auth.py): none or an unknown one is a 401 before the body
+is read; a principal without the permission on the topic is a 403 naming it.
+
 Every request body is read in chunks up to `limits.http_body_bytes_max`, parsed as JSON and
 checked field by field before anything else happens; whatever is wrong with it is a 4xx with
 the reason, never an exception that reaches the server.
@@ -15,6 +18,7 @@ import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.applications import Starlette
@@ -27,14 +31,18 @@ from roq import limits
 from roq.config import HttpSettings
 from roq.coordination.topics import TopicRefused
 from roq.errors import CoordinationError
+from roq.http.auth import Access, Refused
 from roq.http.gateway import EVICTED, NO_MESSAGE, OK, Gateway, Unavailable
 from roq.http.metrics import CONTENT_TYPE, Metrics
+from roq.protocol.principals import Permission
 
 Doc = dict[str, Any]
 Answer = tuple[int, Doc]
 PROBLEM = "application/problem+json"
 TITLES = {
     400: "bad request",
+    401: "unauthorized",
+    403: "forbidden",
     404: "not found",
     405: "method not allowed",
     413: "request body too large",
@@ -165,34 +173,52 @@ class Calls:
 
 
 # --- answers ---------------------------------------------------------------------------------
-def answer(v2: bool, status: int, body: Doc, reason: str = "") -> Response:
+def answer(
+    v2: bool, status: int, body: Doc, reason: str = "", headers: dict[str, str] | None = None
+) -> Response:
     if status == OK:
         return JSONResponse(body)
     title = TITLES.get(status, "error")
     if not v2:
-        return JSONResponse({"error": reason or title, **body}, status)
+        return JSONResponse({"error": reason or title, **body}, status, headers)
     slug = title.replace(" ", "-")
     problem = {"type": f"urn:roq:mq:{slug}", "title": title, "status": status, **body}
     if reason:
         problem["detail"] = reason
-    return JSONResponse(problem, status, media_type=PROBLEM)
+    return JSONResponse(problem, status, headers, media_type=PROBLEM)
+
+
+def refused_answer(v2: bool, refused: Refused) -> Response:
+    return answer(v2, refused.status, {}, refused.reason, {"WWW-Authenticate": refused.challenge})
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    name: str  # the path under /v1 or /v2, the metrics' label
+    call: Callable[[Doc, bool], Awaitable[Answer]]
+    needs: Permission  # on the topic
 
 
 def endpoint(
-    name: str, call: Callable[[Doc, bool], Awaitable[Answer]], v2: bool, metrics: Metrics
+    route: Endpoint, v2: bool, access: Access, fields: Fields, metrics: Metrics
 ) -> Callable[[Request], Awaitable[Response]]:
     async def handle(request: Request) -> Response:
         started = time.monotonic()
         try:
-            status, body = await call(await read_json(request), v2)
+            principal = access.caller(request.headers.get("authorization"))
+            doc = await read_json(request)
+            access.check(principal, route.needs, fields.name(doc, "topic"))
+            status, body = await route.call(doc, v2)
             response = answer(v2, status, body)
+        except Refused as refused:
+            response = refused_answer(v2, refused)
         except BadRequest as error:
             response = answer(v2, error.status if v2 else 400, {}, error.reason)
         except TopicRefused as refused:
             response = answer(v2, 400, {}, str(refused))
         except (Unavailable, CoordinationError) as error:
             response = answer(v2, 503, {}, str(error))
-        metrics.observe(name, response.status_code, time.monotonic() - started)
+        metrics.observe(route.name, response.status_code, time.monotonic() - started)
         return response
 
     return handle
@@ -202,22 +228,28 @@ def build(
     gateway: Gateway, settings: HttpSettings, on_ready: Callable[[], object] = lambda: None
 ) -> Starlette:
     metrics = Metrics(gateway.index, lambda: gateway.replaced)
-    calls = Calls(gateway, Fields(settings), metrics)
+    fields, access = Fields(settings), gateway.access
+    calls = Calls(gateway, fields, metrics)
 
-    async def render_metrics(_request: Request) -> Response:
+    async def render_metrics(request: Request) -> Response:
+        try:
+            access.caller(request.headers.get("authorization"))  # Prometheus shows its token
+        except Refused as refused:
+            headers = {"WWW-Authenticate": refused.challenge}
+            return Response(f"{refused.reason}\n", refused.status, headers, "text/plain")
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
     routes = [Route("/metrics", render_metrics, methods=["GET"])]
     for version in ("v1", "v2"):
-        for path, call in (
-            ("topic/register", calls.register),
-            ("message/publish", calls.publish),
-            ("topic/subscribe", calls.subscribe),
-            ("message/get", calls.get),
-            ("message/ack", calls.ack),
+        for route in (
+            Endpoint("topic/register", calls.register, Permission.PUBLISH),
+            Endpoint("message/publish", calls.publish, Permission.PUBLISH),
+            Endpoint("topic/subscribe", calls.subscribe, Permission.SUBSCRIBE),
+            Endpoint("message/get", calls.get, Permission.SUBSCRIBE),
+            Endpoint("message/ack", calls.ack, Permission.SUBSCRIBE),
         ):
-            handle = endpoint(path, call, version == "v2", metrics)
-            routes.append(Route(f"/{version}/{path}", handle, methods=["POST"]))
+            handle = endpoint(route, version == "v2", access, fields, metrics)
+            routes.append(Route(f"/{version}/{route.name}", handle, methods=["POST"]))
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:

@@ -42,6 +42,7 @@ from roq.coordination.paths import Paths
 from roq.coordination.topics import TopicRefused, TopicStore
 from roq.errors import CoordinationError, RoqError
 from roq.http import records
+from roq.http.auth import Access
 from roq.http.consumer import LogConsumer
 from roq.http.index import TopicIndex
 
@@ -79,12 +80,15 @@ class Gateway:
         self.replaced = 0  # failed publishers replaced (GET /metrics)
         self.zk: Any = None
         self.store: TopicStore
+        self.access = Access(credentials.secured())  # who may call (bearer tokens)
 
     # --- life ----------------------------------------------------------------------------------
     def open(self) -> None:
-        """Blocking, before serving: ZooKeeper, the queues (created when missing), publishers."""
+        """Blocking, before serving: ZooKeeper, the callers' tokens, the queues (created when
+        missing), publishers."""
         zk = self.settings.zk
         self.zk = session.connect(zk.servers, zk.session_timeout_ms, auth=credentials.zk_auth())
+        self.access.follow(self.zk, zk.namespace)
         self.store = TopicStore(self.zk, self.paths)
         self.store.ensure_root()
         self._ensure_queues()

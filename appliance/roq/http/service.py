@@ -6,12 +6,18 @@ daemon, instead of uvicorn's exit 1 after the cluster was joined. uvicorn runs t
 `limits.http_requests_max` requests in progress, and on SIGTERM or Ctrl-C stops taking
 requests and gives those in progress `limits.http_shutdown_s`; then the gateway closes (its
 publishers flush, bounded) and the process exits 0.
+
+With `http.tls.cert` and `http.tls.key` uvicorn serves HTTPS (Python's ssl, OpenSSL) on that
+same socket. Both files are checked before anything else, so a missing, unreadable or
+mismatched one is an error naming it and exit 78 (EX_CONFIG: systemd does not restart a unit
+into the same mistake), not a traceback from inside uvicorn after the cluster was joined.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
+import ssl
 from collections.abc import Callable
 
 import uvicorn
@@ -19,7 +25,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from roq import limits
 from roq.config import HttpSettings
-from roq.errors import EXIT_TEMPFAIL, RoqError
+from roq.errors import EXIT_TEMPFAIL, ConfigError, RoqError
 from roq.http import api
 from roq.http.gateway import Gateway
 from roq.system.netaddr import resolve_interface
@@ -45,11 +51,41 @@ def bind(address: str, port: int) -> socket.socket:
     return sock
 
 
+def check_tls(cert: str, key: str) -> bool:
+    """Whether to serve HTTPS; ConfigError naming the key and file when it cannot."""
+    if not cert and not key:
+        return False
+    if not cert or not key:
+        raise ConfigError("http.tls.cert and http.tls.key go together: set both or neither")
+    for name, path in (("http.tls.cert", cert), ("http.tls.key", key)):
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as error:
+            raise ConfigError(f"{name} {path}: cannot read it: {error.strerror}") from None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_verify_locations(cafile=cert)  # parses the certificates alone
+    except ssl.SSLError:
+        raise ConfigError(f"http.tls.cert {cert}: holds no PEM certificate") from None
+    try:
+        # an empty passphrase: an encrypted key fails here instead of prompting on a terminal
+        context.load_cert_chain(cert, key, password=lambda: b"")
+    except ssl.SSLError as error:
+        if error.reason == "KEY_VALUES_MISMATCH":
+            raise ConfigError(
+                f"http.tls.key {key} is not the key of the certificate in http.tls.cert {cert}"
+            ) from None
+        raise ConfigError(f"http.tls.key {key}: holds no unencrypted PEM private key") from None
+    return True
+
+
 def run(settings: HttpSettings, on_ready: Callable[[str], object]) -> None:
     """Serve until SIGTERM or SIGINT (the caller's handlers are called once uvicorn is done)."""
+    tls = check_tls(settings.tls_cert, settings.tls_key)
     address = resolve_interface(settings.interface)
     sock = bind(address, settings.port)
-    where = f"http://{address}:{settings.port}"
+    where = f"{'https' if tls else 'http'}://{address}:{settings.port}"
     gateway = Gateway(settings)
     try:
         gateway.open()
@@ -67,6 +103,8 @@ def run(settings: HttpSettings, on_ready: Callable[[str], object]) -> None:
                 limit_concurrency=limits.http_requests_max,
                 timeout_keep_alive=limits.http_keepalive_s,
                 timeout_graceful_shutdown=limits.http_shutdown_s,
+                ssl_certfile=settings.tls_cert or None,
+                ssl_keyfile=settings.tls_key or None,
             )
         )
         log.info("http: serving the mq API (v1, v2) on %s, messages in %s",

@@ -206,7 +206,9 @@ class Cluster:
         if "http" not in self.modes:
             return []
         where = f"{self.settings.host_interface}:{self.settings.http_port}"
-        return [f"  HTTP        http://{where} (the mq API, docs/http.md)"]
+        scheme = "https" if self.settings.http_tls else "http"
+        token = "; a bearer token: roq keys token" if self.settings.security.enabled else ""
+        return [f"  HTTP        {scheme}://{where} (the mq API, docs/http.md{token})"]
 
     def _zk_text(self) -> str:
         if self.zookeeper is None:

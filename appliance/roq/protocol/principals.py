@@ -5,15 +5,23 @@ queue whose name starts with its prefix ("" is every queue). Deny by default: wh
 gives is refused. The cluster's own processes hold the cluster key, whose principal (`cluster`)
 may do everything; it is never stored, so it cannot be revoked by mistake.
 
+A principal may also hold HTTP bearer tokens (the gateway's callers, docs/http.md): only the
+SHA-256 of each is stored, so the table, ZooKeeper and a host's principals file never hold a
+token itself; `roq keys token` prints a new one once.
+
 In ZooKeeper (coordination/principals.py) and in a host's principals file each principal is the
-JSON object `{"name", "key", "grants": {prefix: [permission, ...]}}`; `decode` refuses anything
-else with a ValueError that names what is wrong, so bad input never reaches a decision.
+JSON object `{"name", "key", "grants": {prefix: [permission, ...]}, "tokens": [sha256 hex, ...]}`
+("tokens" only when it has some); `decode` refuses anything else with a ValueError that names
+what is wrong, so bad input never reaches a decision.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import hashlib
 import re
+import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +31,9 @@ from roq import limits
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 Z85_KEY_CHARS = 40
 CLUSTER = "cluster"
+# says what a leaked secret is (secret scanners key on such prefixes); no secret itself
+TOKEN_PREFIX = "roq_"  # noqa: S105
+DIGEST = re.compile(r"^[0-9a-f]{64}$")  # SHA-256, lowercase hex
 
 
 class Permission(enum.StrEnum):
@@ -41,6 +52,7 @@ class Principal:
     key: str  # Z85 CURVE public key
     grants: Mapping[str, frozenset[Permission]] = field(default_factory=dict)
     superuser: bool = False  # the cluster's own processes
+    tokens: tuple[str, ...] = ()  # SHA-256 hex digests of its HTTP bearer tokens, oldest first
 
     def allows(self, permission: Permission, queue: str) -> bool:
         if self.superuser:
@@ -52,13 +64,16 @@ class Principal:
 
     def encode(self) -> dict[str, Any]:
         grants = {prefix: sorted(p.value for p in perms) for prefix, perms in self.grants.items()}
-        return {"name": self.name, "key": self.key, "grants": grants}
+        doc: dict[str, Any] = {"name": self.name, "key": self.key, "grants": grants}
+        if self.tokens:
+            doc["tokens"] = list(self.tokens)
+        return doc
 
     def granted(self, prefix: str, permissions: Iterable[Permission]) -> Principal:
         """This principal with `permissions` added on `prefix`."""
         grants = dict(self.grants)
         grants[prefix] = grants.get(prefix, frozenset()) | frozenset(permissions)
-        return Principal(self.name, self.key, grants)
+        return dataclasses.replace(self, grants=grants)
 
     def revoked(self, prefix: str, permissions: Iterable[Permission]) -> Principal:
         """This principal with `permissions` taken away on `prefix` (an emptied grant goes)."""
@@ -68,7 +83,35 @@ class Principal:
             grants[prefix] = left
         else:
             grants.pop(prefix, None)
-        return Principal(self.name, self.key, grants)
+        return dataclasses.replace(self, grants=grants)
+
+    def with_token(self, digest: str) -> Principal:
+        """This principal holding one more token (its digest); ValueError past the bound."""
+        if len(self.tokens) >= limits.principal_tokens_max:
+            raise ValueError(
+                f"principal {self.name} holds {limits.principal_tokens_max} tokens already: "
+                "drop them first (roq keys token NAME --revoke-all)"
+            )
+        return dataclasses.replace(self, tokens=(*self.tokens, check_digest(digest)))
+
+    def without_tokens(self) -> Principal:
+        return dataclasses.replace(self, tokens=())
+
+
+def new_token() -> str:
+    """A new bearer token: 256 random bits, URL-safe, with roq's prefix."""
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+def token_digest(token: str) -> str:
+    """What is stored of a token, and what a presented token is looked up by."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def check_digest(digest: Any) -> str:
+    if not isinstance(digest, str) or not DIGEST.match(digest):
+        raise ValueError(f"token digest {str(digest)[:80]!r} is not 64 lowercase hex digits")
+    return digest
 
 
 def missing(principal: str, permission: Permission, queue: str) -> str:
@@ -113,7 +156,19 @@ def decode(doc: Any) -> Principal:
         if len(prefix) > limits.queue_name_chars_max or not isinstance(perms, list):
             raise ValueError(f"principal {name}: grant {prefix!r} is not prefix: [permissions]")
         parsed[prefix] = parse_permissions(perms)
-    return Principal(name, key, parsed)
+    return Principal(name, key, parsed, tokens=decode_tokens(name, doc.get("tokens", [])))
+
+
+def decode_tokens(name: str, tokens: Any) -> tuple[str, ...]:
+    """The `tokens` of principal `name`: a list of digests (a record written before tokens
+    existed has none: decode passes an empty list); ValueError naming the fault."""
+    if not isinstance(tokens, list) or len(tokens) > limits.principal_tokens_max:
+        raise ValueError(f"principal {name}: 'tokens' is not a list of at most "
+                         f"{limits.principal_tokens_max} digests")  # fmt: skip
+    try:
+        return tuple(check_digest(digest) for digest in tokens)
+    except ValueError as error:
+        raise ValueError(f"principal {name}: {error}") from None
 
 
 def refusal(principal: Principal | None, needs: Iterable[Permission], queue: str) -> str | None:

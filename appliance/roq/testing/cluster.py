@@ -150,6 +150,11 @@ class LocalCluster:
         return self.security_dir / security.ADMIN_FILE
 
     @property
+    def token(self) -> str:
+        """The admin's HTTP bearer token (admin.json's; empty with security off: none asked)."""
+        return security.load_credentials(self.credentials).token if self.secure else ""
+
+    @property
     def zk_auth(self) -> str | None:
         """The ZooKeeper digest credential of the cluster's znodes (None with security off)."""
         return security.load_cluster(self.security_dir).zk_auth if self.secure else None

@@ -86,6 +86,7 @@ class Identity:
     server_public: str
     serves: bool = False
     zk_auth: str = ""  # the ZooKeeper digest credential, for those who may read the cluster's state
+    token: str = ""  # an HTTP bearer token of this principal (admin.json's), for `roq keys token`
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,8 @@ class Gate:
         table = {p.key: p for p in principals}
         if self._cluster is not None:
             table[self._cluster.key] = self._cluster
-        shrunk = any(table.get(key) != old for key, old in self._by_key.items())
+        # a token issued or dropped is the HTTP gateway's business, no change of a key's rights
+        shrunk = any(_rights(table.get(key)) != _rights(old) for key, old in self._by_key.items())
         self._by_key = table
         self.generation += 1
         if shrunk:  # a key revoked or a grant narrowed: its open connections must go too
@@ -147,6 +149,10 @@ class Gate:
         if not allowed:
             _log_refusal(key, domain, f"principal {principal.name}")
         return allowed
+
+
+def _rights(principal: Principal | None) -> object:
+    return None if principal is None else (principal.grants, principal.superuser)
 
 
 _refusals_logged: dict[tuple[bytes, str], float] = {}
@@ -290,7 +296,11 @@ def load_credentials(path: Path) -> Identity:
     zk_auth = doc.get("zk_auth", "")
     if not isinstance(zk_auth, str):
         raise SecurityError(f"credentials {path}: 'zk_auth' is not user:password")
-    return Identity(principal, keys, _key(doc, "server", path), zk_auth=zk_auth)
+    token = doc.get("token", "")  # none in files written before HTTP tokens, nor by `roq keys`
+    if not isinstance(token, str):
+        raise SecurityError(f"credentials {path}: 'token' is not a string")
+    server = _key(doc, "server", path)
+    return Identity(principal, keys, server, zk_auth=zk_auth, token=token)
 
 
 def load_cluster(directory: Path) -> ClusterSecrets:
@@ -305,10 +315,22 @@ def load_cluster(directory: Path) -> ClusterSecrets:
         raise SecurityError(f"credentials {path}: 'principals' is not a map of key to name")
     if not isinstance(zk_auth, str) or ":" not in zk_auth:
         raise SecurityError(f"credentials {path}: 'zk_auth' is not user:password")
+    tokens = _seed_tokens(doc, path)
     everything = {"": ALL_PERMISSIONS}
-    return ClusterSecrets(
-        keys, tuple(Principal(n, k, everything) for k, n in seeds.items()), zk_auth
-    )
+    seeded = (Principal(n, k, everything, tokens=tokens.get(n, ())) for k, n in seeds.items())
+    return ClusterSecrets(keys, tuple(seeded), zk_auth)
+
+
+def _seed_tokens(doc: Mapping[str, Any], path: Path) -> dict[str, tuple[str, ...]]:
+    """cluster.json's `tokens`: principal name -> the digests of its HTTP tokens. A file written
+    before HTTP tokens has none: its admin then gets one from `roq keys token admin`."""
+    tokens = doc.get("tokens", {})
+    if not isinstance(tokens, dict):
+        raise SecurityError(f"credentials {path}: 'tokens' is not a map of name to digests")
+    try:
+        return {name: principal_table.decode_tokens(name, value) for name, value in tokens.items()}
+    except ValueError as error:
+        raise SecurityError(f"credentials {path}: 'tokens': {error}") from None
 
 
 def write_private(path: Path, doc: Mapping[str, Any]) -> bool:
@@ -332,24 +354,28 @@ def write_private(path: Path, doc: Mapping[str, Any]) -> bool:
 
 def generate(directory: Path) -> ClusterSecrets:
     """The cluster's secrets under `directory`, created on the first start: the cluster key
-    pair, an admin principal with its own key pair (admin.json, for `roq` commands) and the
-    ZooKeeper digest credential. Files that exist are kept: a second start uses them."""
+    pair, an admin principal with its own key pair and HTTP bearer token (admin.json, for `roq`
+    commands; cluster.json seeds only the token's digest) and the ZooKeeper digest credential.
+    Files that exist are kept: a second start uses them."""
     cluster_path, admin_path = directory / CLUSTER_FILE, directory / ADMIN_FILE
     if not cluster_path.exists():
         cluster, admin = KeyPair.new(), KeyPair.new()
         zk_auth = f"roq:{KeyPair.new().secret}"  # 40 random Z85 characters, ~256 bits
+        token = principal_table.new_token()  # the admin's for the HTTP gateway
         written = write_private(
             cluster_path,
             {
                 "public": cluster.public,
                 "secret": cluster.secret,
                 "principals": {admin.public: ADMIN_PRINCIPAL},
+                "tokens": {ADMIN_PRINCIPAL: [principal_table.token_digest(token)]},
                 "zk_auth": zk_auth,
             },
         )
         if written:
             admin_doc = {"principal": ADMIN_PRINCIPAL, "server": cluster.public}
-            write_private(admin_path, {**admin_doc, **_pair(admin), "zk_auth": zk_auth})
+            admin_doc |= {**_pair(admin), "zk_auth": zk_auth, "token": token}
+            write_private(admin_path, admin_doc)
             log.warning(
                 "generated this cluster's keys in %s (cluster.json: copy it to every GCM and "
                 "host machine; admin.json: the admin credential for roq commands)",

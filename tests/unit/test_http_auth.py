@@ -1,0 +1,98 @@
+"""The HTTP gateway's checks that need no process: which principal a bearer token is, what a
+refusal says (auth.py), and the TLS files it refuses to start with (service.check_tls).
+tests/integration/test_http.py runs both through a real gateway."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from roq import limits
+from roq.errors import ConfigError
+from roq.http.auth import Access, Refused
+from roq.http.service import check_tls
+from roq.protocol.principals import Permission, Principal, new_token, token_digest
+
+TOKEN = new_token()
+WRITER = Principal("writer", "k" * 40, {"news": frozenset({Permission.PUBLISH})}).with_token(
+    token_digest(TOKEN)
+)
+
+
+def _refused(access: Access, header: str | None) -> Refused:
+    with pytest.raises(Refused) as refused:
+        access.caller(header)
+    return refused.value
+
+
+def test_a_token_is_its_principal_until_the_table_drops_it():
+    access = Access(secured=True)
+    access.replace([WRITER])
+    assert access.caller(f"Bearer {TOKEN}") is WRITER
+    assert access.caller(f"bearer  {TOKEN} ") is WRITER  # the scheme is case-insensitive
+    access.replace([WRITER.without_tokens()])
+    refused = _refused(access, f"Bearer {TOKEN}")
+    assert refused.status == 401 and 'error="invalid_token"' in refused.challenge
+
+
+@pytest.mark.parametrize(
+    ("header", "fragment"),
+    [
+        (None, "needs a bearer token"),
+        ("", "not 'Bearer <token>'"),
+        ("Bearer", "not 'Bearer <token>'"),
+        ("Bearer ", "not 'Bearer <token>'"),
+        (f"Basic {TOKEN}", "not 'Bearer <token>'"),
+        ("Bearer " + "x" * limits.http_authorization_chars_max, "not 'Bearer <token>'"),
+        ("Bearer roq_unknown", "not known"),
+        ("Bearer \udc80", "not known"),  # a lone surrogate hashes, and is no token
+        (f"Bearer {token_digest(TOKEN)}", "not known"),  # the digest is not the token
+    ],
+)
+def test_missing_malformed_and_unknown_tokens_are_401_with_a_challenge(header, fragment):
+    access = Access(secured=True)
+    access.replace([WRITER])
+    refused = _refused(access, header)
+    assert refused.status == 401 and fragment in refused.reason
+    assert refused.challenge.startswith('Bearer realm="roq"')
+    assert TOKEN not in refused.reason
+
+
+def test_a_principal_without_the_permission_on_the_topic_is_403_naming_it():
+    Access.check(WRITER, Permission.PUBLISH, "news1")
+    with pytest.raises(Refused) as refused:
+        Access.check(WRITER, Permission.SUBSCRIBE, "news1")
+    assert refused.value.status == 403
+    assert refused.value.reason == "principal writer lacks permission 'subscribe' on queue 'news1'"
+    with pytest.raises(Refused, match="'publish' on queue 'sports'"):
+        Access.check(WRITER, Permission.PUBLISH, "sports")
+
+
+def test_with_security_off_no_token_is_asked():
+    access = Access(secured=False)
+    caller = access.caller(None)
+    assert caller.superuser
+    Access.check(caller, Permission.SUBSCRIBE, "anything")
+
+
+def test_tls_files_are_checked_before_serving(tls_files: dict[str, Path], tmp_path: Path):
+    cert, key, other = (str(tls_files[k]) for k in ("cert", "key", "other_key"))
+    assert check_tls(cert, key) is True
+    assert check_tls("", "") is False
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a certificate\n")
+    for args, fragment in [
+        ((cert, ""), "go together"),
+        (("", key), "go together"),
+        ((str(tmp_path / "none.pem"), key), f"http.tls.cert {tmp_path / 'none.pem'}: cannot read"),
+        ((cert, str(tmp_path)), f"http.tls.key {tmp_path}: cannot read"),
+        ((str(junk), key), f"http.tls.cert {junk}: holds no PEM certificate"),
+        ((key, cert), f"http.tls.cert {key}: holds no PEM certificate"),
+        ((cert, str(junk)), f"http.tls.key {junk}: holds no unencrypted PEM private key"),
+        ((cert, other), f"http.tls.key {other} is not the key of the certificate"),
+    ]:
+        with pytest.raises(ConfigError) as refused:
+            check_tls(*args)
+        assert fragment in str(refused.value), (args, refused.value)
+        assert refused.value.exit_code == 78
