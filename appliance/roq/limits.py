@@ -355,3 +355,12 @@ principals_poll_s = 0.5  # a monitor or exchange re-reads its host's principals 
 revocation_cut_s = 5.0
 refusal_log_interval_s = 60.0  # a refused key is logged at most this often per socket domain
 refusal_log_keys_max = 1_000  # (key, domain) pairs remembered for that (then forgotten at once)
+
+# --- the cluster's secret in AWS Systems Manager Parameter Store (issue 23) --------------------
+# `roq keys ssm-put|ssm-get` (roq.cloud.parameters): the cluster.json an EC2 host fetches at boot.
+ssm_parameter_name_chars_max = 1011  # SSM's own limit on a parameter name, its path included
+ssm_value_bytes_max = 4096  # a Standard-tier parameter's value; a compact cluster.json is ~300 B
+# Connect and each read of one SSM request, per attempt; GetParameter and PutParameter are
+# idempotent, so a failed attempt is retried (botocore's standard mode: throttling, 5xx, timeouts).
+ssm_request_timeout_s = 10.0
+ssm_request_attempts = 3

@@ -197,6 +197,7 @@ def test_the_ec2_provisioner_is_in_the_executable(
         "cloud.image": "ami-1",
         "cloud.region": "eu-west-1",
         "cloud.endpoint": "http://127.0.0.1:1",
+        "cloud.cluster.parameter": "/roq/frozen/cluster",
         "zk.servers": zookeeper,
         "ports.base": str(port_blocks.take(6)),
     }

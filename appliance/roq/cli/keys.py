@@ -153,3 +153,74 @@ def revoke(
             raise fail("name the permissions to revoke, or no prefix to remove the key", 2)
         _change(name, "" if prefix == "*" else prefix, permissions, zk, namespace, grant=False)
     typer.echo(f"revoked {', '.join(permissions)} on '{prefix}' from {name}")
+
+
+# --- the cluster's secret in SSM Parameter Store: how EC2 hosts get it (docs/deploy.md) ----------
+PARAMETER = typer.Argument(..., help="SSM parameter name, e.g. /roq/prod/cluster.")
+SECURITY_DIR = typer.Option(
+    None, "--security-dir", help="Directory of cluster.json (default: roq-data/security)."
+)
+REGION = typer.Option(
+    None, "--region", help="AWS region (default: AWS_REGION, ~/.aws/config, on EC2 its own)."
+)
+ENDPOINT = typer.Option(
+    None, "--endpoint", help="SSM endpoint URL (default: the region's, or AWS_ENDPOINT_URL)."
+)
+
+
+def _security_dir(given: Path | None) -> Path:
+    from roq import limits
+
+    return given if given is not None else Path(limits.security_dir_default)
+
+
+@keys_app.command("ssm-put")
+def ssm_put(
+    parameter: str = PARAMETER,
+    security_dir: Path | None = SECURITY_DIR,
+    region: str | None = REGION,
+    endpoint: str | None = ENDPOINT,
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="Replace the parameter if it exists (a new cluster key)."
+    ),
+    generate: bool = typer.Option(
+        False, "--generate", help="Write new keys (cluster.json, admin.json) first if none."
+    ),
+) -> None:
+    """Upload cluster.json as an encrypted (SecureString) SSM parameter, for EC2 hosts to fetch.
+
+    Credentials: boto3's chain (AWS_PROFILE, the AWS_* variables, ~/.aws, an instance role);
+    they need ssm:PutParameter on the parameter. The secret is never printed."""
+    from roq.cloud import parameters
+    from roq.transport import security
+
+    directory = _security_dir(security_dir)
+    with errors_to_exit():
+        if generate:
+            security.generate(directory)
+        where = parameters.Where(parameter, region, endpoint)
+        version = parameters.put_cluster(where, directory, overwrite=overwrite)
+    typer.echo(f"{directory / security.CLUSTER_FILE} is in SSM parameter {parameter} (v{version})")
+
+
+@keys_app.command("ssm-get")
+def ssm_get(
+    parameter: str = PARAMETER,
+    security_dir: Path | None = SECURITY_DIR,
+    region: str | None = REGION,
+    endpoint: str | None = ENDPOINT,
+) -> None:
+    """Fetch cluster.json from an SSM parameter into the security directory (mode 0600).
+
+    Run by the image's roq-configure on an EC2 host, with the instance role (ssm:GetParameter,
+    kms:Decrypt). Checks the value before writing; never replaces a cluster.json of another
+    cluster (exit 78); the same one there already is exit 0. 77: no credentials or access
+    denied; 69: SSM unreachable."""
+    from roq.cloud import parameters
+
+    directory = _security_dir(security_dir)
+    with errors_to_exit():
+        doc = parameters.fetch_cluster(parameters.Where(parameter, region, endpoint))
+        written = parameters.install_cluster(doc, directory)
+    what = "written" if written else "there already, the same"
+    typer.echo(f"cluster.json from SSM parameter {parameter}: {what} in {directory}")

@@ -270,7 +270,7 @@ def _read_json(path: Path) -> dict[str, Any]:
     return doc
 
 
-def _key(doc: Mapping[str, Any], name: str, path: Path) -> str:
+def _key(doc: Mapping[str, Any], name: str, path: Path | str) -> str:
     value = doc.get(name)
     if not isinstance(value, str) or len(value) != 40:
         raise SecurityError(f"credentials {path}: '{name}' is not a 40-character Z85 key")
@@ -292,7 +292,21 @@ def load_credentials(path: Path) -> Identity:
 
 def load_cluster(directory: Path) -> ClusterSecrets:
     path = directory / CLUSTER_FILE
+    return parse_cluster(_read_json(path), path)
+
+
+def read_cluster_doc(directory: Path) -> dict[str, Any]:
+    """cluster.json under `directory` as its JSON object, checked as `load_cluster` checks it
+    (`roq keys ssm-put` uploads it)."""
+    path = directory / CLUSTER_FILE
     doc = _read_json(path)
+    parse_cluster(doc, path)
+    return doc
+
+
+def parse_cluster(doc: Mapping[str, Any], path: Path | str) -> ClusterSecrets:
+    """The cluster's secrets in a cluster.json's object; SecurityError naming `path` (a file, or
+    where the object came from) when it is not one roq would write."""
     keys = KeyPair(_key(doc, "public", path), _key(doc, "secret", path))
     seeds = doc.get("principals", {})
     zk_auth = doc.get("zk_auth")
