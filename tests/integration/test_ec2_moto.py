@@ -271,6 +271,17 @@ def test_ssm_get_never_replaces_another_clusters_keys(
     assert got.returncode == errors.EXIT_CONFIG, got.stderr
     assert "another cluster's keys" in got.stderr and len(got.stderr.splitlines()) == 1
     assert (tmp_path / "cluster-b" / security.CLUSTER_FILE).read_bytes() == mine
+    # a file there that is no cluster.json at all is not replaced either
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / security.CLUSTER_FILE).write_text("{")
+    broken = _roq("keys", "ssm-get", *_ssm_args(moto_url, tmp_path / "broken"))
+    assert broken.returncode == errors.EXIT_CONFIG and "not replaced" in broken.stderr
+    assert (tmp_path / "broken" / security.CLUSTER_FILE).read_text() == "{"
+    # a directory that cannot be made (a file in its path, which stops root too): exit 73
+    (tmp_path / "a-file").write_text("")
+    unwritable = _roq("keys", "ssm-get", *_ssm_args(moto_url, tmp_path / "a-file" / "security"))
+    assert unwritable.returncode == errors.EXIT_CANTCREAT, unwritable.stderr
+    assert "cannot write" in unwritable.stderr and len(unwritable.stderr.splitlines()) == 1
 
 
 def test_ssm_errors_are_one_line_with_their_exit_code(

@@ -189,8 +189,9 @@ def ssm_put(
 ) -> None:
     """Upload cluster.json as an encrypted (SecureString) SSM parameter, for EC2 hosts to fetch.
 
-    Credentials: boto3's chain (AWS_PROFILE, the AWS_* variables, ~/.aws, an instance role);
-    they need ssm:PutParameter on the parameter. The secret is never printed."""
+    Credentials: boto3's chain (AWS_PROFILE, AWS_* variables, ~/.aws, an instance role).
+
+    They need ssm:PutParameter on the parameter. The secret is never printed."""
     from roq.cloud import parameters
     from roq.transport import security
 
@@ -212,10 +213,13 @@ def ssm_get(
 ) -> None:
     """Fetch cluster.json from an SSM parameter into the security directory (mode 0600).
 
-    Run by the image's roq-configure on an EC2 host, with the instance role (ssm:GetParameter,
-    kms:Decrypt). Checks the value before writing; never replaces a cluster.json of another
-    cluster (exit 78); the same one there already is exit 0. 77: no credentials or access
-    denied; 69: SSM unreachable."""
+    Run by the image's roq-configure on an EC2 host, with its role (ssm:GetParameter, kms:Decrypt).
+
+    The value is checked before it is written; another cluster's cluster.json is never replaced.
+
+    Exit 0: written, or the same one there; 77: no credentials, or denied; 69: SSM unreachable.
+
+    78: no such parameter, not a cluster.json, or another one there; 73: cannot write."""
     from roq.cloud import parameters
 
     directory = _security_dir(security_dir)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 from roq import limits
 from roq.cloud import aws
 from roq.config import api_endpoint, check_parameter_name
-from roq.errors import ConfigError, SecurityError
+from roq.errors import EXIT_CANTCREAT, ConfigError, RoqError, SecurityError
 from roq.transport import security
 
 if TYPE_CHECKING:
@@ -118,19 +118,18 @@ def install_cluster(doc: dict[str, Any], directory: Path) -> bool:
     try:
         written = security.write_private(path, doc)
     except OSError as error:
-        raise ConfigError(f"cannot write {path}: {error.strerror or error}") from None
+        failed = RoqError(f"cannot write {path}: {error.strerror or error}")
+        failed.exit_code = EXIT_CANTCREAT
+        raise failed from None
     if written:
         return True
-    if _existing(path) == doc:
+    try:
+        existing = security.read_cluster_doc(directory)
+    except SecurityError as error:
+        raise ConfigError(f"{error}: left as it is, not replaced") from None
+    if existing == doc:
         return False
     raise ConfigError(
         f"{path} exists and holds another cluster's keys: left as it is. Move it away to take "
         "the parameter's (this machine then leaves its old cluster)"
     )
-
-
-def _existing(path: Path) -> dict[str, Any] | None:
-    try:
-        return security.read_cluster_doc(path.parent)
-    except SecurityError:
-        return None  # unreadable or not a cluster.json: certainly not the same one
