@@ -2,7 +2,7 @@
 of every module (inside functions too; relative imports resolved to absolute names).
 
 - Third-party owners: only roq.transport imports zmq, only roq.coordination kazoo, only
-  roq.analytics pyspark, only roq.gcm boto3 (its provisioner).
+  roq.analytics pyspark, only roq.cloud boto3 (the ec2 provisioner's client, SSM parameters).
 - The pure layers, roq.log and roq.protocol, import the standard library (but not `socket`),
   bson and the roq modules their row allows: no sockets, no ZooKeeper. roq.system imports the
   standard library only.
@@ -24,10 +24,11 @@ OWNERS = {
     "zmq": "transport",
     "kazoo": "coordination",
     "pyspark": "analytics",
-    # the AWS SDK and its stubs: the ec2 provisioner (roq.gcm.provisioning) only
-    "boto3": "gcm",
-    "botocore": "gcm",
-    "mypy_boto3_ec2": "gcm",
+    # the AWS SDK and its stubs: roq.cloud only (the ec2 provisioner's client, SSM parameters)
+    "boto3": "cloud",
+    "botocore": "cloud",
+    "mypy_boto3_ec2": "gcm",  # types only: the provisioner's RunInstances request
+    "mypy_boto3_ssm": "cloud",
 }
 
 # What every part of roq may import: the package itself (its version), the error tree, the bounds.
@@ -53,8 +54,10 @@ MAY_IMPORT: dict[str, set[str] | str] = {
     "coordination": {"protocol"},
     "client": {"protocol", "transport", "coordination", "log", "system"},  # system: bench spawns
     "analytics": {"log", "protocol"},  # Spark executors run without a broker
+    # AWS (boto3): the SSM parameter holding cluster.json is checked as transport reads it
+    "cloud": {"config", "transport"},
     # processes
-    "gcm": DAEMON,
+    "gcm": DAEMON | {"cloud"},  # the ec2 provisioner
     "host": DAEMON,
     "monitor": DAEMON,
     "exchange": DAEMON,

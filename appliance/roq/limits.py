@@ -361,3 +361,12 @@ principal_tokens_max = 16
 # The longest Authorization header value the gateway hashes; a longer one is no roq token: 401.
 # (roq's tokens are 47 characters; uvicorn's h11 bounds the whole head at 64 KiB anyway.)
 http_authorization_chars_max = 512
+
+# --- the cluster's secret in AWS Systems Manager Parameter Store (issue 23) --------------------
+# `roq keys ssm-put|ssm-get` (roq.cloud.parameters): the cluster.json an EC2 host fetches at boot.
+ssm_parameter_name_chars_max = 1011  # SSM's own limit on a parameter name, its path included
+ssm_value_bytes_max = 4096  # a Standard-tier parameter's value; a compact cluster.json is ~300 B
+# Connect and each read of one SSM request, per attempt; GetParameter and PutParameter are
+# idempotent, so a failed attempt is retried (botocore's standard mode: throttling, 5xx, timeouts).
+ssm_request_timeout_s = 10.0
+ssm_request_attempts = 3

@@ -197,6 +197,7 @@ def test_the_ec2_provisioner_is_in_the_executable(
         "cloud.image": "ami-1",
         "cloud.region": "eu-west-1",
         "cloud.endpoint": "http://127.0.0.1:1",
+        "cloud.cluster.parameter": "/roq/frozen/cluster",
         "zk.servers": zookeeper,
         "ports.base": str(port_blocks.take(6)),
     }
@@ -224,3 +225,25 @@ def test_the_ec2_provisioner_is_in_the_executable(
         gcm.terminate()
         gcm.wait(20)
     assert any(wanted in line for line in seen), "".join(seen[-20:])
+
+
+def test_ssm_is_in_the_executable(frozen_roq: Path, tmp_path: Path) -> None:
+    # `roq keys ssm-get` runs on every EC2 host at boot (roq-configure): botocore's SSM model must
+    # be in the executable. Without it the client is refused (exit 78, "Unknown service"); with
+    # it the request reaches the dead loopback endpoint and fails there (exit 69).
+    env = frozen_env() | {
+        "AWS_ACCESS_KEY_ID": "AKIDFROZEN",
+        "AWS_SECRET_ACCESS_KEY": "frozen-secret",
+        "AWS_CONFIG_FILE": str(tmp_path / "none"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    args = ["--security-dir", str(tmp_path / "security"), "--region", "eu-west-1"]
+    result = subprocess.run(
+        [str(frozen_roq), "keys", "ssm-get", "/roq/frozen/cluster", *args,
+         "--endpoint", "http://127.0.0.1:1"],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == errors.EXIT_UNAVAILABLE, result.stderr
+    assert "ssm GetParameter /roq/frozen/cluster failed: Could not connect" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "security").exists()

@@ -50,9 +50,12 @@ def test_template_has_no_plugin_block() -> None:
     assert not re.search(r"^\s*(packer|required_plugins)\s*\{", (ROOT / TEMPLATE).read_text(), re.M)
 
 
-def configure(etc: Path, role_env: str) -> subprocess.CompletedProcess[str]:
+def configure(
+    etc: Path, role_env: str, **more_env: str
+) -> subprocess.CompletedProcess[str]:  # fmt: skip
     (etc / "role.env").write_text(role_env)
     env = {**os.environ, "ROQ_ETC": str(etc), "ROQ_SHIPPED": str(ROOT / "config")}
+    env |= {"ROQ_STATE": str(etc / "state"), **more_env}
     return subprocess.run(
         ["sh", str(CONFIGURE), "--no-start"],
         env=env,
@@ -94,6 +97,9 @@ def test_configure_gcm_role_starts_zookeeper_and_gcm(tmp_path: Path) -> None:
         ("ROQ_ROLE=$(reboot)\n", "unexpected character"),
         ("ROQ_ROLE=host\nROQ_GCM_ADDRESS=a\n", "ROQ_ZK_SERVERS is not set"),
         ("ROQ_ROLE=host\nPATH=/tmp\n", "unknown key 'PATH'"),
+        ("ROQ_ROLE=host\nROQ_CLUSTER_PARAMETER=/roq/$(reboot)\n", "unexpected character"),
+        ("ROQ_ROLE=host\nROQ_CLUSTER_PARAMETER=/roq/a:b\n", "unexpected character"),
+        ("ROQ_ROLE=host\nROQ_GCM_ADDRESS=/roq/a\n", "unexpected character"),  # '/' here only
     ],
 )
 def test_configure_refuses_bad_user_data(tmp_path: Path, role_env: str, reason: str) -> None:
@@ -130,7 +136,80 @@ def test_the_gcm_role_allows_what_the_provisioner_asks_and_no_more() -> None:
         for action in [listed] if isinstance(listed, str) else listed:
             actions[action] = statement
     # RunInstances; CreateTags for its TagSpecifications; PassRole for cloud.instance.profile
-    assert set(actions) == {"ec2:RunInstances", "ec2:CreateTags", "iam:PassRole"}
+    # ... and, for its own keys when its user data names their SSM parameter, the host role's
+    # GetParameter and Decrypt (test_the_host_role_reads_the_clusters_keys_and_nothing_else)
+    ssm = {"ssm:GetParameter", "kms:Decrypt"}
+    assert set(actions) == {"ec2:RunInstances", "ec2:CreateTags", "iam:PassRole"} | ssm
     passing = actions["iam:PassRole"]
     assert passing["Resource"] != "*"
     assert passing["Condition"] == {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}
+
+
+def test_configure_fetches_the_named_keys_before_any_unit_and_passes_the_name_on(
+    tmp_path: Path,
+) -> None:
+    # The fetch itself (roq keys ssm-get against SSM) runs in tests/integration/test_ec2_moto.py;
+    # here a stand-in roq records its arguments, then one that fails stops roq-configure.
+    calls = tmp_path / "calls"
+    fake = tmp_path / "fake-roq"
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
+    fake.chmod(0o755)
+    role = (
+        "ROQ_ROLE=all\nROQ_GCM_ADDRESS=10.0.1.10\nROQ_ZK_SERVERS=10.0.1.10:2181\n"
+        "ROQ_CLUSTER_PARAMETER=/roq/prod/cluster\n"
+    )
+    result = configure(tmp_path, role, ROQ_BIN=str(fake))
+    assert result.returncode == 0, result.stderr
+    secdir = tmp_path / "state" / "roq-data" / "security"
+    assert calls.read_text() == f"keys ssm-get /roq/prod/cluster --security-dir {secdir}\n"
+    gcm = config.load_gcm(tmp_path / "GCM.properties", {})
+    assert gcm.values["cloud.cluster.parameter"] == "/roq/prod/cluster"  # for its provisioner
+    assert gcm.values["security.dir"] == str(secdir)
+    assert config.load_hcm(tmp_path / "HCM.properties", {}).values["security.dir"] == str(secdir)
+
+    failed = configure(tmp_path, role, ROQ_BIN="/bin/false")
+    assert failed.returncode == 78
+    assert "cannot fetch the cluster's keys from SSM parameter /roq/prod/cluster" in failed.stderr
+    assert failed.stdout == ""  # no unit named, none started
+
+
+def test_configure_without_a_parameter_fetches_nothing(tmp_path: Path) -> None:
+    role = "ROQ_ROLE=host\nROQ_GCM_ADDRESS=10.0.1.10\nROQ_ZK_SERVERS=10.0.1.10:2181\n"
+    result = configure(tmp_path, role, ROQ_BIN="/bin/false")  # would fail if it were called
+    assert result.returncode == 0, result.stderr
+    assert config.load_gcm(tmp_path / "GCM.properties", {}).values["cloud.cluster.parameter"] == ""
+
+
+def test_the_user_data_examples_pass_roq_configure(tmp_path: Path) -> None:
+    # ami/user-data/*.yaml are what docs/deploy.md launches: their role.env must be accepted
+    for name in ("gcm", "host"):
+        text = (ROOT / "ami" / "user-data" / f"{name}.yaml").read_text()
+        role = "".join(line.strip() + "\n" for line in text.splitlines() if "ROQ_" in line
+                       and not line.lstrip().startswith("#"))  # fmt: skip
+        assert "ROQ_CLUSTER_PARAMETER=/roq/" in role
+        etc = tmp_path / name
+        etc.mkdir()
+        result = configure(etc, role, ROQ_BIN="/bin/true")
+        assert result.returncode == 0, (name, result.stderr)
+
+
+def test_the_host_role_reads_the_clusters_keys_and_nothing_else() -> None:
+    # docs/deploy.md creates the hosts' role (roq-host) from these two files; the GCM's role
+    # reads the same parameter when its user data names it.
+    trust = json.loads((ROOT / "ami" / "iam" / "host-trust.json").read_text())
+    [assume] = trust["Statement"]
+    assert assume["Principal"] == {"Service": "ec2.amazonaws.com"}
+    assert assume["Action"] == "sts:AssumeRole"
+    for role in ("host", "gcm"):
+        policy = json.loads((ROOT / "ami" / "iam" / f"{role}-policy.json").read_text())
+        actions = {}
+        for statement in policy["Statement"]:
+            assert statement["Effect"] == "Allow"
+            listed = statement["Action"]
+            for action in [listed] if isinstance(listed, str) else listed:
+                actions[action] = statement
+        if role == "host":
+            assert set(actions) == {"ssm:GetParameter", "kms:Decrypt"}
+        assert actions["ssm:GetParameter"]["Resource"] == "arn:aws:ssm:*:*:parameter/roq/*"
+        decrypt = actions["kms:Decrypt"]
+        assert decrypt["Condition"] == {"StringLike": {"kms:ViaService": "ssm.*.amazonaws.com"}}

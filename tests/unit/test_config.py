@@ -104,7 +104,7 @@ def test_every_key_read_is_declared_and_every_declared_key_is_read():
     """Each component's dataclass reads its keys at start: a misspelled one raises here (KeyError
     naming it), and a declared key that nothing reads must be listed in NOT_READ."""
     gcm, gcm_read = _reading(config.GCM_KEYS)
-    ec2_values = {"cloud.image": "ami-1"}
+    ec2_values = {"cloud.image": "ami-1", "cloud.cluster.parameter": "/roq/c"}
     ec2, ec2_read = _reading(config.GCM_KEYS, provisioner="ec2", **ec2_values)
     hcm, hcm_read = _reading(config.HCM_KEYS)
     config.GcmSettings.from_settings(gcm)
@@ -248,3 +248,40 @@ def test_a_cloud_secret_is_refused_in_process_too_and_an_empty_one_ignored(tmp_p
     assert f"{path}:1: key 'cloud.password' is empty and ignored" in caplog.text
     for text in (str(raised.value), str(defined.value), caplog.text):
         assert SECRET not in text
+
+
+def test_an_ec2_gcm_with_security_needs_the_parameter_holding_the_clusters_keys(tmp_path):
+    """A host the ec2 provisioner launches can join only with the cluster's cluster.json, which
+    it fetches from cloud.cluster.parameter: `roq gcm` without it exits 78 saying why, before
+    it starts anything; with security off nothing needs fetching."""
+    ec2 = ["-D", "provisioner=ec2", "-D", "cloud.image=ami-1"]
+    result = subprocess.run(
+        roq_command("gcm", *ec2, "-D", f"security.dir={tmp_path / 'security'}"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=child_environment(),
+        check=False,
+    )
+    assert result.returncode == 78, result.stderr
+    assert "needs key 'cloud.cluster.parameter'" in result.stderr
+    assert "could never join" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "security").exists()  # refused before any key was generated
+    values = {"provisioner": "ec2", "cloud.image": "ami-1"}
+    off = config.GcmSettings.from_settings(config.load_gcm(None, {**values, "security": "off"}))
+    assert off.provisioning.ec2 is not None and off.provisioning.ec2.cluster_parameter == ""
+    named = {**values, "cloud.cluster.parameter": "/roq/prod/cluster"}
+    ec2_config = config.GcmSettings.from_settings(config.load_gcm(None, named)).provisioning.ec2
+    assert ec2_config is not None and ec2_config.cluster_parameter == "/roq/prod/cluster"
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["roq/prod", "/roq/$(reboot)", "/roq/a b", "/roq/a:b", "/" + "a" * 1011, "/roq/é"],
+)
+def test_the_parameter_name_is_one_ssm_and_roq_configure_accept(name):
+    values = {"provisioner": "ec2", "cloud.image": "ami-1", "cloud.cluster.parameter": name}
+    with pytest.raises(ConfigError, match=r"cloud\.cluster\.parameter"):
+        config.GcmSettings.from_settings(config.load_gcm(None, values))
+    assert config.check_parameter_name("/" + "a" * 1010, "x") == "/" + "a" * 1010
+    assert config.check_parameter_name("roq-cluster_1.json", "x") == "roq-cluster_1.json"

@@ -252,6 +252,7 @@ def _ec2(**overrides: str) -> Ec2Config:
         "cloud.subnet": "subnet-9",
         "cloud.instance.profile": "roq-host",
         "cloud.request.timeout.ms": "1000",
+        "cloud.cluster.parameter": "/roq/test/cluster",
         "zk.servers": "10.0.0.5:2181",
         "network.interface": "10.0.0.4",
         **overrides,

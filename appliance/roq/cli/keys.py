@@ -214,3 +214,78 @@ def _tokens(name: str, zk: str, namespace: str, revoke_all: bool) -> str | None:
         return issued
     finally:
         _close(store)
+
+
+# --- the cluster's secret in SSM Parameter Store: how EC2 hosts get it (docs/deploy.md) ----------
+PARAMETER = typer.Argument(..., help="SSM parameter name, e.g. /roq/prod/cluster.")
+SECURITY_DIR = typer.Option(
+    None, "--security-dir", help="Directory of cluster.json (default: roq-data/security)."
+)
+REGION = typer.Option(
+    None, "--region", help="AWS region (default: AWS_REGION, ~/.aws/config, on EC2 its own)."
+)
+ENDPOINT = typer.Option(
+    None, "--endpoint", help="SSM endpoint URL (default: the region's, or AWS_ENDPOINT_URL)."
+)
+
+
+def _security_dir(given: Path | None) -> Path:
+    from roq import limits
+
+    return given if given is not None else Path(limits.security_dir_default)
+
+
+@keys_app.command("ssm-put")
+def ssm_put(
+    parameter: str = PARAMETER,
+    security_dir: Path | None = SECURITY_DIR,
+    region: str | None = REGION,
+    endpoint: str | None = ENDPOINT,
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="Replace the parameter if it exists (a new cluster key)."
+    ),
+    generate: bool = typer.Option(
+        False, "--generate", help="Write new keys (cluster.json, admin.json) first if none."
+    ),
+) -> None:
+    """Upload cluster.json as an encrypted (SecureString) SSM parameter, for EC2 hosts to fetch.
+
+    Credentials: boto3's chain (AWS_PROFILE, AWS_* variables, ~/.aws, an instance role).
+
+    They need ssm:PutParameter on the parameter. The secret is never printed."""
+    from roq.cloud import parameters
+    from roq.transport import security
+
+    directory = _security_dir(security_dir)
+    with errors_to_exit():
+        if generate:
+            security.generate(directory)
+        where = parameters.Where(parameter, region, endpoint)
+        version = parameters.put_cluster(where, directory, overwrite=overwrite)
+    typer.echo(f"{directory / security.CLUSTER_FILE} is in SSM parameter {parameter} (v{version})")
+
+
+@keys_app.command("ssm-get")
+def ssm_get(
+    parameter: str = PARAMETER,
+    security_dir: Path | None = SECURITY_DIR,
+    region: str | None = REGION,
+    endpoint: str | None = ENDPOINT,
+) -> None:
+    """Fetch cluster.json from an SSM parameter into the security directory (mode 0600).
+
+    Run by the image's roq-configure on an EC2 host, with its role (ssm:GetParameter, kms:Decrypt).
+
+    The value is checked before it is written; another cluster's cluster.json is never replaced.
+
+    Exit 0: written, or the same one there; 77: no credentials, or denied; 69: SSM unreachable.
+
+    78: no such parameter, not a cluster.json, or another one there; 73: cannot write."""
+    from roq.cloud import parameters
+
+    directory = _security_dir(security_dir)
+    with errors_to_exit():
+        doc = parameters.fetch_cluster(parameters.Where(parameter, region, endpoint))
+        written = parameters.install_cluster(doc, directory)
+    what = "written" if written else "there already, the same"
+    typer.echo(f"cluster.json from SSM parameter {parameter}: {what} in {directory}")

@@ -26,6 +26,8 @@ from roq.config.components import (
     UpSettings,
     WorkSettings,
     ZooKeeperSettings,
+    api_endpoint,
+    check_parameter_name,
     log_settings,
 )
 from roq.config.keys import GCM_KEYS, HCM_KEYS, NOT_READ, Key, Value, render, render_value
@@ -61,6 +63,8 @@ __all__ = [
     "Value",
     "WorkSettings",
     "ZooKeeperSettings",
+    "api_endpoint",
+    "check_parameter_name",
     "load",
     "load_gcm",
     "load_hcm",

@@ -17,12 +17,15 @@ import re
 import urllib.parse
 from dataclasses import dataclass
 
+from roq import limits
 from roq.config.keys import HCM_KEYS
 from roq.config.loader import Settings
 from roq.errors import ConfigError
 from roq.log import FlushPolicy, LogSettings, Retention
 
 _SAFE = re.compile(r"^[A-Za-z0-9.,:_\-]*$")  # what ami/files/roq-configure accepts in role.env
+# An SSM parameter name (AWS's rule; roq-configure accepts the same for ROQ_CLUSTER_PARAMETER)
+_PARAMETER = re.compile(r"^[A-Za-z0-9_.\-/]+$")
 
 
 # --- shared by several components ------------------------------------------------------------
@@ -108,6 +111,8 @@ class Ec2Config:
     instances_max: int
     cooldown_s: float
     timeout_s: float
+    cluster_parameter: str  # the SSM parameter holding cluster.json; the host fetches it
+    secured: bool  # security: then a host needs the cluster's keys, so the parameter above
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Ec2Config:
@@ -130,6 +135,8 @@ class Ec2Config:
             instances_max=settings._int("cloud.instances.max"),
             cooldown_s=settings._seconds("cloud.provision.cooldown.ms"),
             timeout_s=settings._seconds("cloud.request.timeout.ms"),
+            cluster_parameter=settings._str("cloud.cluster.parameter"),
+            secured=settings._bool("security"),
         )
         config.check(settings.source)
         return config
@@ -139,7 +146,7 @@ class Ec2Config:
         for key, value in (("cloud.image", self.image), ("cloud.region", self.region)):
             if not value:
                 raise ConfigError(f"{where}: provisioner=ec2 needs key '{key}'")
-        if self.endpoint and not _api_endpoint(self.endpoint):
+        if self.endpoint and not api_endpoint(self.endpoint):
             raise ConfigError(
                 f"{where}: key 'cloud.endpoint' has value {self.endpoint!r}: must be empty (the "
                 "region's endpoint), an https:// URL, or http:// on a loopback address (an "
@@ -160,9 +167,34 @@ class Ec2Config:
                     f"{where}: key '{key}' has value {value!r}: a provisioned host needs it, "
                     "made of letters, digits and .:,_- only (the image's roq-configure rule)"
                 )
+        self._check_parameter(where)
+
+    def _check_parameter(self, where: str) -> None:
+        if self.cluster_parameter:
+            check_parameter_name(self.cluster_parameter, f"{where}: key 'cloud.cluster.parameter'")
+        elif self.secured:
+            # without it a launched host generates keys of its own and ZooKeeper refuses it
+            raise ConfigError(
+                f"{where}: provisioner=ec2 with security on needs key 'cloud.cluster.parameter': "
+                "the hosts it launches fetch the cluster's cluster.json from that SSM parameter "
+                "(upload it with `roq keys ssm-put NAME`); without it they could never join"
+            )
 
 
-def _api_endpoint(url: str) -> bool:
+def check_parameter_name(name: str, what: str) -> str:
+    """`name` if it is a name SSM Parameter Store accepts, else ConfigError naming `what`."""
+    if not name or len(name) > limits.ssm_parameter_name_chars_max or not _PARAMETER.match(name):
+        raise ConfigError(
+            f"{what} has value {name[:80]!r}: an SSM parameter name is 1 to "
+            f"{limits.ssm_parameter_name_chars_max} letters, digits and _.-/ "
+            "(e.g. /roq/prod/cluster)"
+        )
+    if "/" in name and not name.startswith("/"):
+        raise ConfigError(f"{what} has value {name[:80]!r}: a name with a path starts with /")
+    return name
+
+
+def api_endpoint(url: str) -> bool:
     """https:// anywhere; plain http:// only to this machine, where nothing can listen in."""
     try:
         parts = urllib.parse.urlsplit(url)

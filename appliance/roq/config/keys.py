@@ -302,6 +302,17 @@ GCM_KEYS: tuple[Key, ...] = (
         (100, 600_000),
         section="Provisioning",
     ),
+    Key(
+        "cloud.cluster.parameter",
+        str,
+        "",
+        "Name of the AWS SSM Parameter Store parameter (SecureString) that holds this cluster's "
+        "cluster.json, e.g. /roq/prod/cluster, uploaded once with `roq keys ssm-put`. The ec2 "
+        "provisioner gives a new host this name, never the secret; the host fetches the file "
+        "with its instance role before it starts (docs/deploy.md). Required by provisioner=ec2 "
+        "with security on: a host without the cluster's keys could never join.",
+        section="Provisioning",
+    ),
 )
 
 HCM_KEYS: tuple[Key, ...] = (

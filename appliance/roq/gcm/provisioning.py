@@ -16,7 +16,9 @@ the instance metadata service), elsewhere the AWS_* environment or ~/.aws. None 
 GCM.properties: the loader refuses `cloud.password` (roq.config.keys.RETIRED), and nothing here
 logs a credential, only where it came from. Called from the GCM's main thread only. The ec2
 settings (`roq.config.Ec2Config`) are read and checked when the GCM starts, and the EC2 client is
-built then, so a region or endpoint boto3 rejects stops the GCM with exit 78.
+built then (roq.cloud.aws), so a region or endpoint boto3 rejects stops the GCM with exit 78.
+With security on, a launched host gets the cluster's keys from the SSM parameter
+`cloud.cluster.parameter` (roq.cloud.parameters); the user data carries only its name.
 """
 
 from __future__ import annotations
@@ -26,10 +28,10 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Protocol, cast
 
-import roq
 from roq import limits
+from roq.cloud import aws
 from roq.config import Ec2Config, ProvisioningSettings
-from roq.errors import ConfigError
+from roq.errors import ConfigError, RoqError, SecurityError
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2.client import EC2Client
@@ -60,7 +62,14 @@ def user_data(config: Ec2Config) -> str:
 
     The image's contract (ami/files/roq-configure): /etc/roq/role.env names the role, the GCM
     address, the ZooKeeper servers and the interface; roq-configure writes HCM.properties from it
-    and starts roq-host.service. Only characters roq-configure accepts are written."""
+    and starts roq-host.service. Only characters roq-configure accepts are written. The cluster's
+    keys are not in it (user data is readable by anyone who can describe the instance): only the
+    name of the SSM parameter the host fetches them from with its instance role."""
+    parameter = (
+        [f"      ROQ_CLUSTER_PARAMETER={config.cluster_parameter}"]
+        if config.cluster_parameter
+        else []
+    )
     return "\n".join(
         [
             "#cloud-config",
@@ -73,6 +82,7 @@ def user_data(config: Ec2Config) -> str:
             f"      ROQ_GCM_ADDRESS={config.join_gcm}",
             f"      ROQ_ZK_SERVERS={config.join_zk}",
             f"      ROQ_INTERFACE={config.join_interface}",
+            *parameter,
             "runcmd:",
             "  - [/opt/roq/bin/roq-configure]",
             "",
@@ -116,32 +126,19 @@ def run_instances_args(config: Ec2Config, client_token: str) -> RunInstancesRequ
 
 def new_client(config: Ec2Config) -> tuple[EC2Client, str]:
     """An EC2 client with the default credential chain, and where its credentials come from
-    ("iam-role", "env", ... or "nowhere"). boto3 is imported here, not at the top: a GCM with
-    provisioner none never loads it (0.4 s and its service models)."""
-    import boto3
-    import botocore.config
-    import botocore.exceptions
-
-    timeouts = botocore.config.Config(
-        connect_timeout=config.timeout_s,
-        read_timeout=config.timeout_s,
-        retries={"total_max_attempts": limits.ec2_request_attempts, "mode": "standard"},
-        user_agent_extra=f"roq/{roq.__version__}",
-    )
-    session = boto3.session.Session()
+    ("iam-role", "env", ... or "nowhere"). boto3 is loaded only then: a GCM with provisioner
+    none never loads it (0.4 s and its service models)."""
     try:
-        client = session.client(
+        client, source = aws.new_client(
             "ec2",
-            region_name=config.region,
-            endpoint_url=config.endpoint or None,
-            config=timeouts,
+            config.region,
+            config.endpoint or None,
+            config.timeout_s,
+            limits.ec2_request_attempts,
         )
-    except (botocore.exceptions.BotoCoreError, ValueError) as error:
-        raise ConfigError(
-            f"keys 'cloud.region' / 'cloud.endpoint': the EC2 client refuses them: {error}"
-        ) from None
-    credentials = session.get_credentials()  # found once when the client was made: cached
-    return client, credentials.method if credentials is not None else "nowhere"
+    except ConfigError as error:
+        raise ConfigError(f"keys 'cloud.region' / 'cloud.endpoint': {error}") from None
+    return cast("EC2Client", client), source
 
 
 class Ec2Provisioner:
@@ -165,6 +162,12 @@ class Ec2Provisioner:
                 "ec2 provisioner: no AWS credentials yet (environment, ~/.aws, instance role); "
                 "give this machine an IAM instance role (docs/deploy.md)"
             )
+        if config.cluster_parameter and not config.instance_profile:
+            log.warning(
+                "ec2 provisioner: cloud.cluster.parameter is set but cloud.instance.profile is "
+                "not: the hosts it starts have no role to read %s with",
+                config.cluster_parameter,
+            )
 
     def provision(self, reason: str) -> str:
         now = time.monotonic()
@@ -183,25 +186,18 @@ class Ec2Provisioner:
 
     def _launch(self) -> str:
         """Start one instance; what happened, in a few words (never raises)."""
-        import botocore.exceptions
-
         try:
             client = self._client if self._client is not None else new_client(self.config)[0]
-            answer = client.run_instances(**run_instances_args(self.config, uuid.uuid4().hex))
-        except botocore.exceptions.NoCredentialsError:
-            self._client = None  # read the chain again next time: a role attached later is found
-            return (
-                "ec2 RunInstances failed: no AWS credentials (environment, ~/.aws, instance "
-                "role): give this machine an IAM instance role"
-            )
-        except (
-            botocore.exceptions.BotoCoreError,
-            botocore.exceptions.ClientError,  # EC2's refusal: its code and message
-            ConfigError,
-            OSError,
-            ValueError,
-        ) as error:
+        except ConfigError as error:
             return f"ec2 RunInstances failed: {error}"
+        try:
+            with aws.translated("ec2 RunInstances"):  # EC2's refusal: its code and message
+                answer = client.run_instances(**run_instances_args(self.config, uuid.uuid4().hex))
+        except SecurityError as error:  # no credentials, or they may not: read the chain again
+            self._client = None  # next time, so a role attached (or changed) later is found
+            return str(error)
+        except RoqError as error:  # unreachable, or EC2 refused the request
+            return str(error)
         self._client = client
         instance = _instance_id(answer)
         self.launched.append(instance)

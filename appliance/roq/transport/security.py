@@ -279,7 +279,7 @@ def _read_json(path: Path) -> dict[str, Any]:
     return doc
 
 
-def _key(doc: Mapping[str, Any], name: str, path: Path) -> str:
+def _key(doc: Mapping[str, Any], name: str, path: Path | str) -> str:
     value = doc.get(name)
     if not isinstance(value, str) or len(value) != 40:
         raise SecurityError(f"credentials {path}: '{name}' is not a 40-character Z85 key")
@@ -305,7 +305,21 @@ def load_credentials(path: Path) -> Identity:
 
 def load_cluster(directory: Path) -> ClusterSecrets:
     path = directory / CLUSTER_FILE
+    return parse_cluster(_read_json(path), path)
+
+
+def read_cluster_doc(directory: Path) -> dict[str, Any]:
+    """cluster.json under `directory` as its JSON object, checked as `load_cluster` checks it
+    (`roq keys ssm-put` uploads it)."""
+    path = directory / CLUSTER_FILE
     doc = _read_json(path)
+    parse_cluster(doc, path)
+    return doc
+
+
+def parse_cluster(doc: Mapping[str, Any], path: Path | str) -> ClusterSecrets:
+    """The cluster's secrets in a cluster.json's object; SecurityError naming `path` (a file, or
+    where the object came from) when it is not one roq would write."""
     keys = KeyPair(_key(doc, "public", path), _key(doc, "secret", path))
     seeds = doc.get("principals", {})
     zk_auth = doc.get("zk_auth")
@@ -321,7 +335,7 @@ def load_cluster(directory: Path) -> ClusterSecrets:
     return ClusterSecrets(keys, tuple(seeded), zk_auth)
 
 
-def _seed_tokens(doc: Mapping[str, Any], path: Path) -> dict[str, tuple[str, ...]]:
+def _seed_tokens(doc: Mapping[str, Any], path: Path | str) -> dict[str, tuple[str, ...]]:
     """cluster.json's `tokens`: principal name -> the digests of its HTTP tokens. A file written
     before HTTP tokens has none: its admin then gets one from `roq keys token admin`."""
     tokens = doc.get("tokens", {})
