@@ -353,6 +353,7 @@ principals_poll_s = 0.5  # a monitor or exchange re-reads its host's principals 
 # A revoked key's open connections are cut within this (ZooKeeper's watch, the host's file, a
 # child's poll, the cutter's poll): the bound is 5 s.
 revocation_cut_s = 5.0
+principal_cas_attempts_max = 20  # compare-and-set attempts of one `roq keys` change
 refusal_log_interval_s = 60.0  # a refused key is logged at most this often per socket domain
 refusal_log_keys_max = 1_000  # (key, domain) pairs remembered for that (then forgotten at once)
 # HTTP bearer tokens one principal holds (their SHA-256 digests, in its ZooKeeper record); a new

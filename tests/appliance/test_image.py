@@ -100,6 +100,7 @@ def test_configure_gcm_role_starts_zookeeper_and_gcm(tmp_path: Path) -> None:
         ("ROQ_ROLE=host\nROQ_CLUSTER_PARAMETER=/roq/$(reboot)\n", "unexpected character"),
         ("ROQ_ROLE=host\nROQ_CLUSTER_PARAMETER=/roq/a:b\n", "unexpected character"),
         ("ROQ_ROLE=host\nROQ_GCM_ADDRESS=/roq/a\n", "unexpected character"),  # '/' here only
+        ("ROQ_ROLE=host\nROQ_SECURITY=no\n", "must be on or off"),
     ],
 )
 def test_configure_refuses_bad_user_data(tmp_path: Path, role_env: str, reason: str) -> None:
@@ -171,6 +172,17 @@ def test_configure_fetches_the_named_keys_before_any_unit_and_passes_the_name_on
     assert failed.returncode == 78
     assert "cannot fetch the cluster's keys from SSM parameter /roq/prod/cluster" in failed.stderr
     assert failed.stdout == ""  # no unit named, none started
+
+
+def test_a_cluster_without_security_configures_its_hosts_without_it(tmp_path: Path) -> None:
+    """What a GCM run with security=off writes into its hosts' user data (provisioning.py)."""
+    role = "ROQ_ROLE=host\nROQ_GCM_ADDRESS=10.0.1.10\nROQ_ZK_SERVERS=10.0.1.10:2181\n"
+    assert configure(tmp_path, role).returncode == 0
+    assert config.load_hcm(tmp_path / "HCM.properties", {}).values["security"] is True
+    result = configure(tmp_path, role + "ROQ_SECURITY=off\n")
+    assert result.returncode == 0, result.stderr
+    for load, name in ((config.load_hcm, "HCM"), (config.load_gcm, "GCM")):
+        assert load(tmp_path / f"{name}.properties", {}).values["security"] is False
 
 
 def test_configure_without_a_parameter_fetches_nothing(tmp_path: Path) -> None:

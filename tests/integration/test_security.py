@@ -11,6 +11,7 @@ import stat
 import subprocess
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,11 +28,13 @@ from roq.client.locate import locate_monitor
 from roq.client.publisher import Publisher
 from roq.coordination import session
 from roq.coordination.paths import Paths
+from roq.coordination.principals import PrincipalStore
 from roq.errors import AuthenticationRefused
 from roq.exchange import replication
 from roq.local.zkserver import ZooKeeperServer
 from roq.protocol.commands import ChildCommand, Reason
 from roq.protocol.ports import ExchangePort, GcmPort, MonitorPort, StatPort, port_at, sibling
+from roq.protocol.principals import Permission, Principal
 from roq.system.spawn import child_environment, roq_command
 from roq.testing.cluster import LOOPBACK, LocalCluster, PortBlocks, wait_for
 from roq.transport import new_context, security
@@ -414,3 +417,29 @@ def _created(admin: AdminClient, queue: str) -> bool:
     except AdminError:  # the GCM has not reconnected yet
         return False
     return admin.queue_exists(queue)
+
+
+def test_two_changes_of_one_principal_at_once_both_take_effect(zookeeper: str) -> None:
+    """`roq keys grant` reads a principal and writes it back by compare-and-set: a change that
+    lands between the read and the write makes the first read again instead of undoing it."""
+    namespace = f"/roq-test-{uuid.uuid4().hex[:10]}"
+    first, second = (session.connect(zookeeper, 4000) for _ in range(2))
+    try:
+        store, other = PrincipalStore(first, namespace), PrincipalStore(second, namespace)
+        store.put(Principal("p", "k" * 40))
+        raced = []
+
+        def grant_publish(p: Principal) -> Principal:
+            if not raced:  # the other command's grant lands after this read
+                raced.append(other.update("p", lambda q: q.granted("b", [Permission.SUBSCRIBE])))
+            return p.granted("a", [Permission.PUBLISH])
+
+        store.update("p", grant_publish)
+        final = store.get("p")
+        assert final is not None and raced[0] is not None
+        assert final.allows(Permission.PUBLISH, "a1") and final.allows(Permission.SUBSCRIBE, "b1")
+        assert store.update("nobody", lambda q: q) is None
+    finally:
+        first.delete(namespace, recursive=True)
+        for client in (first, second):
+            session.close(client)

@@ -298,6 +298,9 @@ def test_run_instances_args_are_complete():
     bare = run_instances_args(_ec2(**{"cloud.instance.profile": arn, **unset}), "token-2")
     assert bare["IamInstanceProfile"] == {"Arn": arn}
     assert not {"KeyName", "SubnetId", "SecurityGroupIds"} & set(bare)
+    assert "ROQ_SECURITY" not in script  # secured: the hosts are too, by default
+    open_cluster = _ec2(**{"security": "off", "cloud.cluster.parameter": ""})
+    assert "      ROQ_SECURITY=off" in user_data(open_cluster).splitlines()
     assert "IamInstanceProfile" not in run_instances_args(
         _ec2(**{"cloud.instance.profile": ""}), "t"
     )

@@ -109,13 +109,13 @@ def _change(name: str, prefix: str, permissions: list[str], zk: str, namespace: 
     perms = parse_permissions(permissions)
     store = _store(zk, namespace)
     try:
-        principal = store.get(name)
-        if principal is None:
-            raise fail(f"no principal {name}", EXIT_NOPERM)
-        changed = principal.granted(prefix, perms) if grant else principal.revoked(prefix, perms)
-        store.put(changed)
+        changed = store.update(
+            name, lambda p: p.granted(prefix, perms) if grant else p.revoked(prefix, perms)
+        )
     finally:
         _close(store)
+    if changed is None:
+        raise fail(f"no principal {name}", EXIT_NOPERM)
 
 
 @keys_app.command("grant")
@@ -201,19 +201,18 @@ def _tokens(name: str, zk: str, namespace: str, revoke_all: bool) -> str | None:
     """A new token of `name` (its digest stored), or None once every token was dropped."""
     from roq.protocol.principals import new_token, token_digest
 
+    issued = new_token()
     store = _store(zk, namespace)
     try:
-        principal = store.get(name)
-        if principal is None:
-            raise fail(f"no principal {name}", EXIT_NOPERM)
-        if revoke_all:
-            store.put(principal.without_tokens())
-            return None
-        issued = new_token()
-        store.put(principal.with_token(token_digest(issued)))
-        return issued
+        changed = store.update(
+            name,
+            lambda p: p.without_tokens() if revoke_all else p.with_token(token_digest(issued)),
+        )
     finally:
         _close(store)
+    if changed is None:
+        raise fail(f"no principal {name}", EXIT_NOPERM)
+    return None if revoke_all else issued
 
 
 # --- the cluster's secret in SSM Parameter Store: how EC2 hosts get it (docs/deploy.md) ----------

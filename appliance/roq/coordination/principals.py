@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 from kazoo.recipe.watchers import DataWatch
 
 from roq import limits
@@ -57,20 +57,38 @@ class PrincipalStore:
         except KazooException as error:
             raise CoordinationError(f"cannot write principal {principal.name}: {error}") from None
 
-    def _write(self, principal: Principal, *, create: bool) -> None:
+    def _write(self, principal: Principal, *, create: bool, version: int = -1) -> None:
         data = json.dumps(principal.encode()).encode()
         transaction = self.client.transaction()
         if create:
             transaction.create(self._path(principal.name), data)
         else:
-            transaction.set_data(self._path(principal.name), data)
+            transaction.set_data(self._path(principal.name), data, version)
         transaction.set_data(self.root, str(time.time()).encode())
         results = transaction.commit()
         for result in results:
-            if isinstance(result, NodeExistsError):
+            if isinstance(result, NodeExistsError | BadVersionError):
                 raise result
             if isinstance(result, Exception):
                 raise CoordinationError(f"principal {principal.name} not written: {result!r}")
+
+    def update(self, name: str, change: Callable[[Principal], Principal]) -> Principal | None:
+        """Apply `change` to principal `name` by compare-and-set: two `roq keys` commands on one
+        principal at once both take effect (the loser reads again). None: no such principal."""
+        for _ in range(limits.principal_cas_attempts_max):
+            try:
+                data, stat = self.client.get(self._path(name))
+                changed = change(principals.decode(json.loads(data)))
+                self._write(changed, create=False, version=stat.version)
+                return changed
+            except NoNodeError:
+                return None
+            except BadVersionError:
+                continue  # changed since it was read: read it again
+            except KazooException as error:
+                raise CoordinationError(f"cannot change principal {name}: {error}") from None
+        raise CoordinationError(f"principal {name} changed under every one of "
+                                f"{limits.principal_cas_attempts_max} attempts")  # fmt: skip
 
     def remove(self, name: str) -> bool:
         """Delete a principal; False when there was none."""

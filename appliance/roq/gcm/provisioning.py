@@ -70,6 +70,10 @@ def user_data(config: Ec2Config) -> str:
         if config.cluster_parameter
         else []
     )
+    # a cluster run with security=off launches hosts without it: a secured host could not
+    # talk to it (CURVE against NULL), and would not know it is meant to be open
+    if not config.secured:
+        parameter.append("      ROQ_SECURITY=off")
     return "\n".join(
         [
             "#cloud-config",
