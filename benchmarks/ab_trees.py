@@ -15,111 +15,43 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-PYTHON = sys.executable
-READY_TIMEOUT_S = 60.0
-RUN_TIMEOUT_S = 180.0
-STOP_TIMEOUT_S = 20.0
+from upcluster import UpCluster
 
 
-def env_for(tree: Path) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(tree.resolve() / "appliance")}
+def start_cluster(tree: Path, base: int, name: str, args: argparse.Namespace) -> UpCluster:
+    defines = [f"zk.namespace=/roq-ab-{name}", f"zk.servers=127.0.0.1:{args.zk_port}"]
+    return UpCluster.start(tree, base, f"ab-{name}", [*defines, *args.define])
 
 
-def cluster_args(base: int, namespace: str, zk_port: int, extra: list[str]) -> list[str]:
-    ports = {
-        "ports.base": base,
-        "hcm.port": base + 100,
-        "monitor.base.port": base + 500,
-        "statmonitor.base.port": base + 800,
-        "exchange.base.port": base + 1000,
-    }
-    defines = [f"{k}={v}" for k, v in ports.items()]
-    defines += [f"zk.namespace={namespace}", f"zk.servers=127.0.0.1:{zk_port}", *extra]
-    return [arg for define in defines for arg in ("-D", define)]
-
-
-def start_cluster(
-    tree: Path, base: int, name: str, args: argparse.Namespace
-) -> subprocess.Popen[bytes]:
-    data = Path(tempfile.mkdtemp(prefix=f"ab-{name}-"))
-    command = [PYTHON, "-m", "roq", "up", "--data-dir", str(data)]
-    command += cluster_args(base, f"/roq-ab-{name}", args.zk_port, args.define)
-    log = (data / "up.log").open("wb")
-    process = subprocess.Popen(
-        command, env=env_for(tree), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
-    wait_ready(tree, base, process)
-    return process
-
-
-def wait_ready(tree: Path, base: int, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"roq up for {tree} exited with {process.returncode}")
-        probe = subprocess.run(
-            [PYTHON, "-m", "roq", "status", "--gcm", f"127.0.0.1:{base}"],
-            env=env_for(tree),
-            capture_output=True,
-            timeout=30,
-            check=False,
-        )
-        if probe.returncode == 0 and b"host" in probe.stdout.lower():
-            return
-        time.sleep(0.5)
-    raise SystemExit(f"the cluster of {tree} was not ready within {READY_TIMEOUT_S} s")
-
-
-def stop_cluster(process: subprocess.Popen[bytes]) -> None:
-    os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(STOP_TIMEOUT_S)
-
-
-def bench(tree: Path, base: int, args: argparse.Namespace) -> dict[str, Any]:
-    command = [PYTHON, "-m", "roq", "bench", "--gcm", f"127.0.0.1:{base}"]
-    command += ["--seconds", str(args.seconds), "--payload", str(args.payload), *args.bench]
-    done = subprocess.run(
-        command, env=env_for(tree), capture_output=True, timeout=RUN_TIMEOUT_S, check=False
-    )
-    lines = [line for line in done.stdout.decode().splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        raise SystemExit(f"bench on {tree} failed ({done.returncode}): {done.stderr[-2000:]!r}")
-    result: dict[str, Any] = json.loads(lines[-1])
-    return result
+def bench(cluster: UpCluster, args: argparse.Namespace) -> dict[str, Any]:
+    return cluster.bench(["--seconds", str(args.seconds), "--payload", str(args.payload),
+                          *args.bench])  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> None:
     trees = {"a": Path(args.a), "b": Path(args.b)}
     bases = {"a": args.base, "b": args.base + args.b_offset}
-    clusters = {}
+    clusters: dict[str, UpCluster] = {}
     try:
         for side in ("a", "b"):
             clusters[side] = start_cluster(trees[side], bases[side], side, args)
         with Path(args.out).open("a") as out:
             for pair in range(args.pairs):
                 for side in ("a", "b") if pair % 2 == 0 else ("b", "a"):
-                    result = bench(trees[side], bases[side], args)
+                    result = bench(clusters[side], args)
                     line = {"side": side, "tree": str(trees[side]), "pair": pair, **result}
                     line["load1"] = os.getloadavg()[0]
                     out.write(json.dumps(line) + "\n")
                     out.flush()
                     print(side, pair, result.get("delivered_msg_s"), file=sys.stderr)
     finally:
-        for process in clusters.values():
-            stop_cluster(process)
+        for cluster in clusters.values():
+            cluster.stop()
 
 
 def summarize(path: Path) -> None:

@@ -16,20 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-PYTHON = sys.executable
+from upcluster import UpCluster
+
 TREE = Path(__file__).resolve().parent.parent
-READY_TIMEOUT_S = 60.0
-RUN_TIMEOUT_S = 180.0
-STOP_TIMEOUT_S = 20.0
 CASES = {
     "batched": ["--linger-ms", "2"],
     "unbatched": ["--linger-ms", "0", "--batch-bytes", "1"],
@@ -37,86 +31,25 @@ CASES = {
 }
 
 
-def env_for(side: str, data: Path) -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": str(TREE / "appliance")}
-    env.pop("ROQ_CREDENTIALS", None)
-    if side == "on":
-        env["ROQ_HOME"] = str(data)
-        env.pop("ROQ_SECURITY", None)
-    else:
-        env["ROQ_SECURITY"] = "off"
-    return env
-
-
-def cluster_args(base: int, side: str, zk_port: int) -> list[str]:
+def start_cluster(side: str, base: int, zk_port: int) -> UpCluster:
     defines = {
-        "ports.base": base,
-        "hcm.port": base + 100,
-        "monitor.base.port": base + 500,
-        "statmonitor.base.port": base + 800,
-        "exchange.base.port": base + 1000,
         "zk.namespace": f"/roq-sec-ab-{side}-{os.getpid()}",
         "zk.servers": f"127.0.0.1:{zk_port}",
         "security": "true" if side == "on" else "false",
         "http.enabled": "false",  # its queue would take one of the host's exchange slots
         "exchange.max.perhost": 8,  # one queue per case
     }
-    return [arg for key, value in defines.items() for arg in ("-D", f"{key}={value}")]
+    return UpCluster.start(TREE, base, f"sec-ab-{side}", [f"{k}={v}" for k, v in defines.items()])
 
 
-def start_cluster(side: str, base: int, zk_port: int) -> tuple[subprocess.Popen[bytes], Path]:
-    data = Path(tempfile.mkdtemp(prefix=f"sec-ab-{side}-"))
-    command = [PYTHON, "-m", "roq", "up", "--data-dir", str(data)]
-    log = (data / "up.log").open("wb")
-    process = subprocess.Popen(
-        command + cluster_args(base, side, zk_port),
-        env=env_for(side, data),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"roq up ({side}) exited with {process.returncode}: see {data}")
-        probe = subprocess.run(
-            [PYTHON, "-m", "roq", "status", "--gcm", f"127.0.0.1:{base}"],
-            env=env_for(side, data),
-            capture_output=True,
-            timeout=30,
-            check=False,
-        )
-        if probe.returncode == 0 and b"host" in probe.stdout.lower():
-            return process, data
-        time.sleep(0.5)
-    raise SystemExit(f"the {side} cluster was not ready within {READY_TIMEOUT_S} s")
-
-
-def stop_cluster(process: subprocess.Popen[bytes]) -> None:
-    os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(STOP_TIMEOUT_S)
-
-
-def bench(side: str, data: Path, base: int, case: str, seconds: float) -> dict[str, Any]:
-    command = [PYTHON, "-m", "roq", "bench", "--gcm", f"127.0.0.1:{base}", "--queue", case]
-    command += ["--seconds", str(seconds), "--payload", "100", *CASES[case]]
-    done = subprocess.run(
-        command, env=env_for(side, data), capture_output=True, timeout=RUN_TIMEOUT_S, check=False
-    )
-    lines = [line for line in done.stdout.decode().splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        raise SystemExit(f"bench {case} ({side}) failed: {done.stderr[-2000:]!r}")
-    result: dict[str, Any] = json.loads(lines[-1])
-    return result
+def bench(cluster: UpCluster, case: str, seconds: float) -> dict[str, Any]:
+    return cluster.bench(["--queue", case, "--seconds", str(seconds), "--payload", "100",
+                          *CASES[case]])  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> None:
     bases = {"on": args.base, "off": args.base + args.off_offset}
-    clusters: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
+    clusters: dict[str, UpCluster] = {}
     try:
         for side in ("on", "off"):
             clusters[side] = start_cluster(side, bases[side], args.zk_port)
@@ -124,15 +57,15 @@ def run(args: argparse.Namespace) -> None:
             for pair in range(args.pairs):
                 for case in CASES:
                     for side in ("on", "off") if pair % 2 == 0 else ("off", "on"):
-                        result = bench(side, clusters[side][1], bases[side], case, args.seconds)
+                        result = bench(clusters[side], case, args.seconds)
                         line = {"side": side, "case": case, "pair": pair, **result}
                         line["load1"] = os.getloadavg()[0]
                         out.write(json.dumps(line) + "\n")
                         out.flush()
                         print(side, case, pair, result.get("delivered_msg_s"), file=sys.stderr)
     finally:
-        for process, _ in clusters.values():
-            stop_cluster(process)
+        for cluster in clusters.values():
+            cluster.stop()
 
 
 def summarize(path: Path) -> None:
