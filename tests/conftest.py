@@ -83,3 +83,27 @@ def tls_files(tmp_path: Path) -> dict[str, Path]:
             )
         )
     return files
+
+
+# --- nothing a test starts may write into the checkout ------------------------------------------
+# A daemon started without `security.dir` writes the cluster's keys to roq-data/security in its
+# working directory: in the checkout, where a later `roq` command (or test) would find and use
+# them. Found twice (the supervisor and frozen-binary tests); now a run that leaves roq-data/
+# behind, where there was none, fails.
+CHECKOUT_DATA = Path(__file__).resolve().parents[1] / "roq-data"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_DATA_BEFORE] = CHECKOUT_DATA.exists()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if hasattr(session.config, "workerinput"):  # an xdist worker: the controller checks once
+        return
+    if not session.config.stash.get(_DATA_BEFORE, True) and CHECKOUT_DATA.exists():
+        print(f"\nFAILED: a test wrote {CHECKOUT_DATA} (give its daemons a security.dir "
+              "and a log directory of their own)")  # fmt: skip
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_DATA_BEFORE = pytest.StashKey[bool]()

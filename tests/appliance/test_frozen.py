@@ -47,6 +47,11 @@ def test_every_mode_is_in_the_executable(frozen_roq: Path, mode: str) -> None:
     assert "Usage: roq " + mode in " ".join(result.stdout.split())
 
 
+def _own_keys(tmp_path: Path) -> list[str]:
+    """A daemon's first start writes the cluster's keys: here, not in the checkout's roq-data."""
+    return ["-D", f"security.dir={tmp_path / 'security'}"]
+
+
 @pytest.mark.parametrize(
     ("content", "reason"),
     [
@@ -74,7 +79,7 @@ def test_missing_config_file_exits_78(frozen_roq: Path, tmp_path: Path) -> None:
 
 
 def test_unreachable_zookeeper_exits_69_within_bound(
-    frozen_roq: Path, port_blocks: PortBlocks
+    frozen_roq: Path, port_blocks: PortBlocks, tmp_path: Path
 ) -> None:
     # A port bound but not listening refuses connections, and no other process (another
     # test's ZooKeeper) can take it meanwhile.
@@ -92,6 +97,7 @@ def test_unreachable_zookeeper_exits_69_within_bound(
             f"zk.servers=127.0.0.1:{dead}",
             "-D",
             f"ports.base={port_blocks.take(6)}",
+            *_own_keys(tmp_path),
             timeout_s=40,
         )
     assert result.returncode == errors.EXIT_UNAVAILABLE
@@ -104,7 +110,7 @@ def test_unwritable_log_directory_exits_73(frozen_roq: Path, tmp_path: Path) -> 
     # The tests may run as root, which ignores permissions: a path through a file fails for all.
     blocker = tmp_path / "file"
     blocker.write_text("")
-    result = run_frozen(frozen_roq, "host", "-D", f"directory={blocker}/log")
+    result = run_frozen(frozen_roq, "host", "-D", f"directory={blocker}/log", *_own_keys(tmp_path))
     assert result.returncode == errors.EXIT_CANTCREAT
     assert (
         result.stderr.strip()
@@ -112,7 +118,9 @@ def test_unwritable_log_directory_exits_73(frozen_roq: Path, tmp_path: Path) -> 
     )
 
 
-def test_port_taken_exits_75(frozen_roq: Path, zookeeper: str, port_blocks: PortBlocks) -> None:
+def test_port_taken_exits_75(
+    frozen_roq: Path, zookeeper: str, port_blocks: PortBlocks, tmp_path: Path
+) -> None:
     base = port_blocks.take(6)
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", base))
@@ -126,6 +134,7 @@ def test_port_taken_exits_75(frozen_roq: Path, zookeeper: str, port_blocks: Port
             f"zk.servers={zookeeper}",
             "-D",
             "zk.namespace=/roq-test-port-taken",
+            *_own_keys(tmp_path),
             timeout_s=40,
         )
     assert result.returncode == errors.EXIT_TEMPFAIL, result.stderr
@@ -151,6 +160,7 @@ def test_host_port_taken_exits_75(
             "zk.namespace=/roq-test-port-taken",
             "-D",
             f"directory={tmp_path}/log",
+            *_own_keys(tmp_path),
             timeout_s=40,
         )
     assert result.returncode == errors.EXIT_TEMPFAIL, result.stderr
