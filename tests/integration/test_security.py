@@ -443,3 +443,26 @@ def test_two_changes_of_one_principal_at_once_both_take_effect(zookeeper: str) -
         first.delete(namespace, recursive=True)
         for client in (first, second):
             session.close(client)
+
+
+def test_a_rotated_key_is_refused_and_the_new_one_keeps_the_grants(one_queue: LocalCluster):
+    cluster = one_queue
+    gcm = ["--gcm", cluster.gcm]
+    old = _principal(cluster, "rotating", "q1", "publish")
+    assert _as(cluster, old, "pub", "q1", "--count", "1", "--acks", "leader", *gcm).returncode == 0
+    new = cluster.tmp / "rotating-2.json"
+    where = ["--zk", cluster.zk, "--namespace", cluster.namespace]
+    rotated = cluster.cli("keys", "rotate", "rotating", "--out", str(new), *where)
+    assert rotated.returncode == 0, rotated.stderr
+    assert stat.S_IMODE(new.stat().st_mode) == 0o600
+
+    def publishes(credentials: Path) -> int:
+        return int(_as(cluster, credentials, "pub", "q1", "--count", "1", "--acks", "leader",
+                       *gcm, timeout_s=30).returncode)  # fmt: skip
+
+    wait_for(lambda: publishes(old) == 77, 15, "the old key refused")
+    wait_for(lambda: publishes(new) == 0, 15, "the new key publishing, with the old grant")
+    missing = cluster.cli("keys", "rotate", "nobody-here", "--out", str(cluster.tmp / "n.json"),
+                          *where)  # fmt: skip
+    assert missing.returncode != 0 and "no principal nobody-here" in missing.stderr
+    assert not (cluster.tmp / "n.json").exists()

@@ -84,6 +84,51 @@ def create(
         typer.echo(f"principal {name} created; its credentials are in {path} (keep them private)")
 
 
+@keys_app.command("rotate")
+def rotate(
+    name: str = typer.Argument(..., help="The principal whose key pair is replaced."),
+    out: Path | None = typer.Option(
+        None, "--out", help="Its new credentials file (default: NAME.json here), mode 0600."
+    ),
+    zk: str = ZK,
+    namespace: str = NAMESPACE,
+) -> None:
+    """Give principal NAME a new key pair, keeping its grants and HTTP tokens. Its new
+    credentials go to OUT; the old key is refused at its next handshake and request, and its
+    open connections are cut within seconds. Rotating the principal of the credentials in use
+    (admin) carries their ZooKeeper credential and token into the new file."""
+    from dataclasses import replace
+
+    from roq.protocol.principals import check_name
+    from roq.transport import security
+
+    with errors_to_exit():
+        check_name(name)
+        path = out or Path(f"{name}.json")
+        keys = security.KeyPair.new()
+        current = security.load_credentials(security.find_credentials(None))
+        doc = {"principal": name, "public": keys.public, "secret": keys.secret,
+               "server": current.server_public}  # fmt: skip
+        if current.principal == name:  # the new file must do all the old one did
+            doc.update({k: v for k, v in (("zk_auth", current.zk_auth),
+                                          ("token", current.token)) if v})  # fmt: skip
+        if not security.write_private(path, doc):
+            raise fail(f"{path} exists already: choose another --out", EXIT_USAGE)
+        store = _store(zk, namespace)
+        try:
+            changed = store.update(name, lambda p: replace(p, key=keys.public))
+        except BaseException:
+            path.unlink(missing_ok=True)  # the key it holds was never granted anything
+            raise
+        finally:
+            _close(store)
+        if changed is None:
+            path.unlink(missing_ok=True)
+            raise fail(f"no principal {name}", EXIT_NOPERM)
+    typer.echo(f"principal {name} has a new key; its credentials are in {path} (the old key "
+               "is refused from now on)")  # fmt: skip
+
+
 @keys_app.command("list")
 def list_keys(zk: str = ZK, namespace: str = NAMESPACE) -> None:
     """Every principal, its key, its grants and how many HTTP tokens it holds."""
