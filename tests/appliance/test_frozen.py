@@ -13,6 +13,7 @@ from appliance_support import ROOT, frozen_env, last_line, run_frozen
 
 from roq import errors
 from roq.testing.cluster import PortBlocks
+from roq.transport import security
 
 pytestmark = pytest.mark.e2e
 
@@ -176,14 +177,19 @@ def test_analytics_dependencies_stay_out(frozen_roq: Path) -> None:
     assert sum(f.stat().st_size for f in frozen_roq.parent.rglob("*") if f.is_file()) < 100e6
 
 
-def test_http_port_taken_exits_75(frozen_roq: Path, port_blocks: PortBlocks) -> None:
+def test_http_port_taken_exits_75(
+    frozen_roq: Path, port_blocks: PortBlocks, tmp_path: Path
+) -> None:
     """`roq http` imports its server (uvicorn, starlette: hidden imports of the spec) before it
     binds: a taken port proves they are in the executable and gives the daemons' exit 75."""
     port = port_blocks.take(1)
+    security.generate(tmp_path / "security")  # a gateway reads the keys its cluster wrote
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", port))
         squatter.listen()
-        result = run_frozen(frozen_roq, "http", "-D", f"http.port={port}", timeout_s=40)
+        result = run_frozen(
+            frozen_roq, "http", "-D", f"http.port={port}", *_own_keys(tmp_path), timeout_s=40
+        )
     assert result.returncode == errors.EXIT_TEMPFAIL, result.stderr
     assert str(port) in last_line(result.stderr)
     assert "Traceback" not in result.stderr
@@ -210,6 +216,7 @@ def test_the_ec2_provisioner_is_in_the_executable(
         "cloud.cluster.parameter": "/roq/frozen/cluster",
         "zk.servers": zookeeper,
         "ports.base": str(port_blocks.take(6)),
+        "security.dir": str(tmp_path / "security"),
     }
     args = [arg for name, value in defines.items() for arg in ("-D", f"{name}={value}")]
     wanted = (

@@ -67,11 +67,7 @@ def _queue(cluster: LocalCluster, name: str = "q1") -> dict[str, Any]:
 def _processes_of(cluster: LocalCluster, host: str, queue: str = "q1") -> list[int]:
     """The queue's monitor and exchange processes that `host` started (its -D directory)."""
     marker = str(cluster.tmp / host / "log")
-    return [
-        pid
-        for pid in processes_with(f" {queue} --bind ")
-        if marker in Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
-    ]
+    return processes_with(f" {queue} --bind ", marker)
 
 
 def _two_hosts(cluster: LocalCluster, **host: Any) -> tuple[Daemon, Daemon]:

@@ -33,11 +33,7 @@ def _status(cluster: LocalCluster) -> dict[str, Any]:
 
 def _queue_processes(cluster: LocalCluster, queue: str) -> list[int]:
     marker = f"{cluster.tmp}"  # children carry the host's -D directory=<tmp>/… override
-    return [
-        pid
-        for pid in processes_with(f" {queue} --bind ")
-        if marker in open(f"/proc/{pid}/cmdline").read().replace("\0", " ")
-    ]
+    return processes_with(f" {queue} --bind ", marker)
 
 
 @pytest.fixture

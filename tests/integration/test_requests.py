@@ -277,11 +277,7 @@ def test_a_request_without_result_expires_and_its_late_result_is_never_handed_ou
 
 def _pids(cluster: LocalCluster, fragment: str) -> list[int]:
     marker = str(cluster.tmp)
-    return [
-        pid
-        for pid in processes_with(fragment)
-        if marker in Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
-    ]
+    return processes_with(fragment, marker)
 
 
 def _restart(cluster: LocalCluster, fragment: str) -> None:

@@ -139,11 +139,7 @@ def _pids(cluster: LocalCluster, fragment: str) -> list[int]:
     """This cluster's processes whose command line holds `fragment` (other tests on the machine
     run queues named q1 too: the cluster's own log directory tells them apart)."""
     marker = str(cluster.tmp)
-    return [
-        pid
-        for pid in processes_with(fragment)
-        if marker in Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
-    ]
+    return processes_with(fragment, marker)
 
 
 def _restart(cluster: LocalCluster, fragment: str) -> None:

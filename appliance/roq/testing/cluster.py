@@ -319,8 +319,9 @@ def child_pids(pid: int) -> list[int]:
     return found
 
 
-def processes_with(fragment: str) -> list[int]:
-    """PIDs whose command line contains `fragment` (to prove processes exist or are gone)."""
+def processes_with(fragment: str, *more: str) -> list[int]:
+    """PIDs whose command line contains `fragment` and each of `more` (to prove processes exist
+    or are gone), read once each: a process that exits meanwhile is simply not listed."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -329,6 +330,6 @@ def processes_with(fragment: str) -> list[int]:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if fragment in cmdline:
+        if all(part in cmdline for part in (fragment, *more)):
             pids.append(int(entry.name))
     return pids
