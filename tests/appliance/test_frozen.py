@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -49,7 +50,8 @@ def test_every_mode_is_in_the_executable(frozen_roq: Path, mode: str) -> None:
 
 
 def _own_keys(tmp_path: Path) -> list[str]:
-    """A daemon's first start writes the cluster's keys: here, not in the checkout's roq-data."""
+    """A daemon's first start writes the cluster's keys: here, not in the checkout's roq-data.
+    Keys of its own need a namespace of its own: znodes carry the digest ACL of their writer."""
     return ["-D", f"security.dir={tmp_path / 'security'}"]
 
 
@@ -134,7 +136,7 @@ def test_port_taken_exits_75(
             "-D",
             f"zk.servers={zookeeper}",
             "-D",
-            "zk.namespace=/roq-test-port-taken",
+            f"zk.namespace=/roq-test-port-taken-{uuid.uuid4().hex[:8]}",
             *_own_keys(tmp_path),
             timeout_s=40,
         )
@@ -158,7 +160,7 @@ def test_host_port_taken_exits_75(
             "-D",
             f"zk.servers={zookeeper}",
             "-D",
-            "zk.namespace=/roq-test-port-taken",
+            f"zk.namespace=/roq-test-port-taken-{uuid.uuid4().hex[:8]}",
             "-D",
             f"directory={tmp_path}/log",
             *_own_keys(tmp_path),
@@ -195,19 +197,24 @@ def test_http_port_taken_exits_75(
     assert "Traceback" not in result.stderr
 
 
-def test_the_ec2_provisioner_is_in_the_executable(
-    frozen_roq: Path, zookeeper: str, port_blocks: PortBlocks, tmp_path: Path
-) -> None:
-    # A GCM with provisioner=ec2 builds its EC2 client at start: boto3, botocore's EC2 model and
-    # endpoint data must be in the executable (the spec keeps only some of botocore's models).
-    # Credentials come from the environment; the endpoint is a dead loopback port.
-    env = frozen_env() | {
+def _aws_env(tmp_path: Path) -> dict[str, str]:
+    """boto3's chain holding only a made-up key from the environment: no files, no metadata."""
+    return frozen_env() | {
         "AWS_ACCESS_KEY_ID": "AKIDFROZEN",
         "AWS_SECRET_ACCESS_KEY": "frozen-secret",
         "AWS_CONFIG_FILE": str(tmp_path / "none"),
         "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
         "AWS_EC2_METADATA_DISABLED": "true",
     }
+
+
+def test_the_ec2_provisioner_is_in_the_executable(
+    frozen_roq: Path, zookeeper: str, port_blocks: PortBlocks, tmp_path: Path
+) -> None:
+    # A GCM with provisioner=ec2 builds its EC2 client at start: boto3, botocore's EC2 model and
+    # endpoint data must be in the executable (the spec keeps only some of botocore's models).
+    # Credentials come from the environment; the endpoint is a dead loopback port.
+    env = _aws_env(tmp_path)
     defines = {
         "provisioner": "ec2",
         "cloud.image": "ami-1",
@@ -248,13 +255,7 @@ def test_ssm_is_in_the_executable(frozen_roq: Path, tmp_path: Path) -> None:
     # `roq keys ssm-get` runs on every EC2 host at boot (roq-configure): botocore's SSM model must
     # be in the executable. Without it the client is refused (exit 78, "Unknown service"); with
     # it the request reaches the dead loopback endpoint and fails there (exit 69).
-    env = frozen_env() | {
-        "AWS_ACCESS_KEY_ID": "AKIDFROZEN",
-        "AWS_SECRET_ACCESS_KEY": "frozen-secret",
-        "AWS_CONFIG_FILE": str(tmp_path / "none"),
-        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }
+    env = _aws_env(tmp_path)
     args = ["--security-dir", str(tmp_path / "security"), "--region", "eu-west-1"]
     result = subprocess.run(
         [str(frozen_roq), "keys", "ssm-get", "/roq/frozen/cluster", *args,

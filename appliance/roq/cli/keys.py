@@ -64,24 +64,38 @@ def create(
 ) -> None:
     """Create a principal with a new key pair and no permission (deny by default)."""
     from roq.protocol.principals import Principal, check_name
-    from roq.transport import security
 
     with errors_to_exit():
         check_name(name)
-        path = out or Path(f"{name}.json")
-        keys = security.KeyPair.new()
-        server = security.load_credentials(security.find_credentials(None)).server_public
         store = _store(zk, namespace)
         try:
             if store.get(name) is not None:
                 raise fail(f"principal {name} exists already", EXIT_USAGE)
-            doc = {"principal": name, "public": keys.public, "secret": keys.secret}
-            if not security.write_private(path, {**doc, "server": server}):
-                raise fail(f"{path} exists already: choose another --out", EXIT_USAGE)
-            store.put(Principal(name, keys.public))
+            path, public = _new_credentials(name, out)
+            store.put(Principal(name, public))
         finally:
             _close(store)
         typer.echo(f"principal {name} created; its credentials are in {path} (keep them private)")
+
+
+def _new_credentials(name: str, out: Path | None) -> tuple[Path, str]:
+    """A new key pair for principal `name` in its credentials file (OUT, default NAME.json;
+    mode 0600, never over an existing file), with the server key of the credentials in use, and
+    their ZooKeeper credential and token when they are `name`'s own (a rotation of the admin's
+    key: the new file must do all the old one did). Returns the file and the new public key."""
+    from roq.transport import security
+
+    path = out or Path(f"{name}.json")
+    keys = security.KeyPair.new()
+    current = security.load_credentials(security.find_credentials(None))
+    doc = {"principal": name, "public": keys.public, "secret": keys.secret,
+           "server": current.server_public}  # fmt: skip
+    if current.principal == name:
+        doc.update({k: v for k, v in (("zk_auth", current.zk_auth),
+                                      ("token", current.token)) if v})  # fmt: skip
+    if not security.write_private(path, doc):
+        raise fail(f"{path} exists already: choose another --out", EXIT_USAGE)
+    return path, keys.public
 
 
 @keys_app.command("rotate")
@@ -100,23 +114,13 @@ def rotate(
     from dataclasses import replace
 
     from roq.protocol.principals import check_name
-    from roq.transport import security
 
     with errors_to_exit():
         check_name(name)
-        path = out or Path(f"{name}.json")
-        keys = security.KeyPair.new()
-        current = security.load_credentials(security.find_credentials(None))
-        doc = {"principal": name, "public": keys.public, "secret": keys.secret,
-               "server": current.server_public}  # fmt: skip
-        if current.principal == name:  # the new file must do all the old one did
-            doc.update({k: v for k, v in (("zk_auth", current.zk_auth),
-                                          ("token", current.token)) if v})  # fmt: skip
-        if not security.write_private(path, doc):
-            raise fail(f"{path} exists already: choose another --out", EXIT_USAGE)
+        path, public = _new_credentials(name, out)
         store = _store(zk, namespace)
         try:
-            changed = store.update(name, lambda p: replace(p, key=keys.public))
+            changed = store.update(name, lambda p: replace(p, key=public))
         except BaseException:
             path.unlink(missing_ok=True)  # the key it holds was never granted anything
             raise
