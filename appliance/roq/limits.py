@@ -335,6 +335,16 @@ task_poll_ms = 10  # how often Task.result() asks for the state while it waits
 task_lease_renew_share = 1 / 3
 task_lease_renew_min_ms = 50
 task_records_max = 1_000_000  # task records one queue keeps (a submit past it is refused)
+# The monitor owns every write to its queue's task records, so it answers from a cache of those
+# it read or wrote (an LRU, bounded by count and by the bytes of the results it holds; ZooKeeper
+# stays the truth: a monitor started or re-placed begins empty and reads it there).
+task_cache_records_max = 10_000
+task_cache_bytes_max = 64 * 1024 * 1024
+# A TASK_GET may wait (a long poll) until its task is final: at most this long (well within the
+# client's request timeout, work_request_timeout_ms), and at most this many waiting at once per
+# monitor (past it, a TASK_GET is answered at once and its client polls every task_poll_ms).
+task_wait_max_ms = 1_000
+task_waiters_max = 10_000
 
 # --- security (CurveZMQ, issue 23) ------------------------------------------------------------
 # A CURVE handshake not finished within this is dropped by either side, so a refused or

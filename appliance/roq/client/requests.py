@@ -152,8 +152,11 @@ class Task:
     def status(self) -> str:
         return self.refresh().state
 
-    def refresh(self) -> TaskView:
-        self._view = self._link.view(TaskRef(MonitorCommand.TASK_GET, self.id).encode())
+    def refresh(self, wait_ms: int = 0) -> TaskView:
+        """Ask the task's state; with `wait_ms`, the monitor answers once it is final (or after
+        that long, at most `limits.task_wait_max_ms`: a long poll)."""
+        ask = TaskRef(MonitorCommand.TASK_GET, self.id, wait_ms)
+        self._view = self._link.view(ask.encode())
         return self._view
 
     def result(self, timeout_s: float | None = None, *, ack: bool = True) -> bytes:
@@ -161,10 +164,19 @@ class Task:
         False); TaskFailed (TaskExpired, NoWorker) if it ended without one; TaskTimeout after
         `timeout_s` (None: until a deadline of the queue ends it)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while self.refresh().state not in FINAL:
+        while True:
+            wait_ms = limits.task_wait_max_ms
+            if deadline is not None:
+                wait_ms = min(wait_ms, int((deadline - time.monotonic()) * 1000))
+            asked = time.monotonic()
+            if self.refresh(max(wait_ms, 0)).state in FINAL:
+                break
             if deadline is not None and time.monotonic() >= deadline:
                 raise TaskTimeout(f"task {self.id} is {self._view.state} after {timeout_s} s")
-            time.sleep(limits.task_poll_ms / 1000)
+            if time.monotonic() - asked < wait_ms / 2000:
+                # answered well before its wait: a monitor that holds no more requests (or of
+                # an older version): poll instead
+                time.sleep(limits.task_poll_ms / 1000)
         view = self._view
         if view.state == "done":
             if ack:

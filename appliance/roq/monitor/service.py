@@ -3,8 +3,9 @@
 Ports (B = the monitor port the host allocated, 6 in all; S = its stat port, 2):
 
     B+0  SUB   exchange reports (heartbeat + load, `MonitorCommand.EXCHANGE_REPORT`/`LEAVING`)
-    B+1  REP   placement: SUBSCRIBER_INIT → every exchange's back address;
-               PUBLISHER_INIT / PUBLISHER_PANIC → the least-loaded exchange's front address
+    B+1  ROUTER placement, for REQ peers: SUBSCRIBER_INIT → every exchange's back address;
+               PUBLISHER_INIT / PUBLISHER_PANIC → the least-loaded exchange's front address;
+               group (20–26) and task (40–45) commands; a TASK_GET may be held, answered later
     B+2  PUB   to publishers: [producer id hex | b"*"][BSON RELOCATE / EXCHANGE_LOST]
     B+3  PUB   to subscribers: NEW_EXCHANGE, and the full EXCHANGE_LIST every monitor.list.period
     B+4  PULL  scaling rules pushed by the GCM (admin 2008; RoQ's scaling process used S+2)
@@ -99,7 +100,7 @@ from roq.transport import (
     send_nowait,
 )
 from roq.transport.control import ControlServer
-from roq.transport.rpc import answer
+from roq.transport.rpc import Envelope, answer_routed, send_routed
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +145,7 @@ class Monitor:
             emit=lambda event: self._send(self.kpi_out, [bsonmsg.encode(event.encode())]),
         )  # fmt: skip
         self.groups = GroupManager(queue, settings, self._readable)  # work queues
-        self.tasks = TaskManager(queue, settings, self._live_consumers)  # request/response
+        self.tasks = TaskManager(queue, settings, self._live_consumers, self._reply_later)
 
     def _open_sockets(self, context: Any) -> None:
         # Who may connect to each socket (docs/security.md §5): placement is open to every
@@ -164,7 +165,9 @@ class Monitor:
         self.reports = bound(
             Kind.SUB, at(MonitorPort.REPORTS), cluster, rcvhwm=10_000, subscribe=b""
         )
-        self.requests = bound(Kind.REP, at(MonitorPort.PLACEMENT), security.ZAP_DOMAIN)
+        # ROUTER, not REP: a request may be held (a TASK_GET's long poll) while others are
+        # answered; every peer is a REQ socket and still gets exactly one reply per request
+        self.requests = bound(Kind.ROUTER, at(MonitorPort.PLACEMENT), security.ZAP_DOMAIN)
         self.to_publishers = bound(Kind.PUB, at(MonitorPort.TO_PUBLISHERS), publish, sndhwm=10_000)
         self.to_subscribers = bound(
             Kind.PUB, at(MonitorPort.TO_SUBSCRIBERS), subscribe, sndhwm=10_000
@@ -182,7 +185,7 @@ class Monitor:
         poller = Poller()
         handlers = {
             self.reports: self._pump_reports,
-            self.requests: lambda: answer(
+            self.requests: lambda: answer_routed(
                 self.requests, self._answer, self.name, log, self._authorize
             ),
             self.stat_in: self._pump_stats,
@@ -202,6 +205,7 @@ class Monitor:
             self._check_fence(time.monotonic())  # before the requests that came in are answered
             for sock, _ in ready:
                 handlers[sock]()
+            self.tasks.expire_waits()
             now = time.monotonic()
             if not self._acting:
                 continue  # fenced: no reaping, scaling, lists or replica assignments
@@ -226,6 +230,8 @@ class Monitor:
         sends no notice; another monitor may already serve the queue. Back under a lease, the
         exchanges' silence while it was not listening is not held against them."""
         acting = self.fence.acting(now)
+        if self._acting and not acting:
+            self.tasks.release(self._fenced())
         if acting and not self._acting:
             for view in self.exchanges.values():
                 view.last_seen = now
@@ -413,15 +419,23 @@ class Monitor:
         reply[EPOCH] = self.epoch
         return reply
 
-    def _answer(self, request: dict[str, Any]) -> dict[str, Any]:
+    def _answer(self, request: dict[str, Any], envelope: Envelope) -> dict[str, Any] | None:
         """Every placement reply, refusals included, carries the monitor's epoch."""
-        reply = self._placement(request)
-        reply[EPOCH] = self.epoch
+        reply = self._placement(request, envelope)
+        if reply is not None:
+            reply[EPOCH] = self.epoch
         return reply
 
-    def _placement(self, request: dict[str, Any]) -> dict[str, Any]:
+    def _reply_later(self, envelope: Envelope, reply: dict[str, Any]) -> None:
+        """The answer to a request held before (tasks.py)."""
+        send_routed(self.requests, envelope, {**reply, EPOCH: self.epoch})
+
+    def _fenced(self) -> dict[str, Any]:
+        return bsonmsg.fail(Reason.FENCED, f"{self.name} is fenced: its host lost its lease")
+
+    def _placement(self, request: dict[str, Any], envelope: Envelope) -> dict[str, Any] | None:
         if not self._acting:
-            return bsonmsg.fail(Reason.FENCED, f"{self.name} is fenced: its host lost its lease")
+            return self._fenced()
         command = request["CMD"]
         if command == MonitorCommand.SUBSCRIBER_INIT:
             return self._listing().reply()
@@ -430,7 +444,7 @@ class Monitor:
         if command in GROUP_COMMANDS:
             return self.groups.handle(request)
         if command in TASK_COMMANDS:
-            return self.tasks.handle(request)
+            return self.tasks.handle(request, envelope)
         return bsonmsg.fail(Reason.UNKNOWN_COMMAND, f"unknown command {command}")
 
     def _place(self, request: PublisherInit) -> dict[str, Any]:

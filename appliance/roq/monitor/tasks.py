@@ -12,15 +12,25 @@ result of the current attempt is: exactly-once results).
 Deadlines (input and result time-to-live, "no worker") are applied on every read of a record,
 so a client asking is told at once; a collector also visits the records, a bounded batch per
 pass, so that what nobody asks about is collected too.
+
+Reads come from a cache: this monitor makes every write to its queue's records (another monitor
+serves the queue only once this one is fenced or gone), so what it read or wrote last is what
+ZooKeeper holds. A write that fails drops the record from the cache (the next read goes to
+ZooKeeper); a monitor started or re-placed begins with an empty cache. A TASK_GET with `Wait`
+is held (a long poll) until a write makes its task final or removes it, or its wait ends: the
+requester hears its result as soon as it is stored instead of polling for it.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import re
 import time
+from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import bson
@@ -43,6 +53,9 @@ from roq.protocol.messages.tasks import (
     service_group,
 )
 from roq.transport import security
+from roq.transport.rpc import Envelope
+
+Reply = Callable[[Envelope, Document], None]  # answers a held request (service.py)
 
 log = logging.getLogger(__name__)
 
@@ -100,8 +113,64 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _view_of(task: str, record: Record | None) -> Document:
+    """A task's answer to a TASK_GET; a record that is gone answers expired."""
+    if record is None:
+        return TaskView(task, "unknown", "expired", error=GONE).reply()
+    return record.view(_now_ms()).reply()
+
+
+def _cost(record: Record) -> int:
+    """What a cached record holds, roughly, in bytes (its result and error dominate)."""
+    return len(record.result) + len(record.error) + 256
+
+
+class TaskCache:
+    """The records this monitor read or wrote last, with their versions: an LRU bounded by
+    `limits.task_cache_records_max` records and `limits.task_cache_bytes_max` bytes. It hands
+    out copies, so a change made before its write is never seen by another request."""
+
+    def __init__(self) -> None:
+        self._records: OrderedDict[str, tuple[Record, int]] = OrderedDict()
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def get(self, task: str) -> tuple[Record, int] | None:
+        found = self._records.get(task)
+        if found is None:
+            return None
+        self._records.move_to_end(task)
+        return replace(found[0]), found[1]
+
+    def put(self, task: str, record: Record, version: int) -> None:
+        self.drop(task)
+        self._records[task] = (replace(record), version)
+        self.bytes += _cost(record)
+        while self._records and (len(self._records) > limits.task_cache_records_max
+                                 or self.bytes > limits.task_cache_bytes_max):  # fmt: skip
+            _, (old, _) = self._records.popitem(last=False)
+            self.bytes -= _cost(old)
+
+    def drop(self, task: str) -> None:
+        found = self._records.pop(task, None)
+        if found is not None:
+            self.bytes -= _cost(found[0])
+
+    def clear(self) -> None:
+        self._records.clear()
+        self.bytes = 0
+
+
 class TaskManager:
-    def __init__(self, queue: str, settings: MonitorSettings, live_workers: Callable[[str], int]):
+    def __init__(
+        self,
+        queue: str,
+        settings: MonitorSettings,
+        live_workers: Callable[[str], int],
+        reply: Reply | None = None,
+    ):
         self.queue, self.name = queue, f"monitor {queue}"
         zk = settings.zk
         self.store = TaskStore(
@@ -114,9 +183,23 @@ class TaskManager:
         self._gc_ids: list[str] = []
         self._next_gc = 0.0
         self.collected = 0
+        self.cache = TaskCache()
+        self._reply = reply  # None: no TASK_GET is held (answered at once)
+        # held TASK_GETs: task → {number: envelope}, and (deadline, number, task) by deadline
+        self._waiters: dict[str, dict[int, Envelope]] = {}
+        self._deadlines: list[tuple[float, int, str]] = []
+        self._numbers = itertools.count()
+        self.waiting = 0
 
     # --- requests -----------------------------------------------------------------------------
-    def handle(self, request: dict[str, Any]) -> Document:
+    def handle(self, request: dict[str, Any], envelope: Envelope | None = None) -> Document | None:
+        """The reply; None when a TASK_GET is held (answered later through `reply`)."""
+        if request["CMD"] == MonitorCommand.TASK_GET and envelope is not None:
+            try:
+                self._load_settings()
+                return self._get_or_hold(TaskRef.decode(request), envelope)
+            except CoordinationError as error:
+                return bsonmsg.fail(Reason.BUSY, f"tasks: ZooKeeper: {error}")
         handlers: dict[int, Callable[[dict[str, Any]], Document]] = {
             MonitorCommand.TASK_SUBMIT: self._submit,
             MonitorCommand.TASK_START: self._start,
@@ -142,24 +225,58 @@ class TaskManager:
 
     def _read(self, task: str) -> tuple[Record, int] | None:
         """The task's record with its deadlines applied (and written, when they changed it)."""
+        found = self.cache.get(task) or self._load(task)
+        if found is None:
+            return None
+        record, version = found
+        if self._apply_deadlines(record, _now_ms()):
+            version = self._put(task, record, version)
+        return record, version
+
+    def _load(self, task: str) -> tuple[Record, int] | None:
         found = self.store.get(task)
         if found is None:
             return None
         record = Record.decode(found[0])
         if record is None:
-            self.store.delete(task, found[1])
+            self._delete(task, found[1])
             return None
-        version = found[1]
-        if self._apply_deadlines(record, _now_ms()):
+        self.cache.put(task, record, found[1])
+        return record, found[1]
+
+    # Every write goes through these three: the cache follows what ZooKeeper took, and the
+    # requests held for a task are answered once it is final or gone.
+    def _claim(self, task: str, record: Record) -> bool:
+        if not self.store.claim(task, record.encode()):
+            self.cache.drop(task)  # someone else's: read it from ZooKeeper
+            return False
+        self.cache.put(task, record, 0)
+        return True
+
+    def _put(self, task: str, record: Record, version: int) -> int:
+        try:
             version = self.store.put(task, record.encode(), version)
-        return record, version
+        except CoordinationError:  # StaleWrite too: ZooKeeper's copy is read again
+            self.cache.drop(task)
+            raise
+        self.cache.put(task, record, version)
+        if record.state in FINAL:
+            self._wake(task, record)
+        return version
+
+    def _delete(self, task: str, version: int = -1) -> bool:
+        self.cache.drop(task)
+        deleted = self.store.delete(task, version)
+        if deleted:
+            self._wake(task, None)
+        return deleted
 
     def _submit(self, request: dict[str, Any]) -> Document:
         ask = TaskSubmit.decode(request)
         now = _now_ms()
         for _ in range(2):  # a record deleted between our claim and our read: claim again
             record = Record(ask.task, ask.service, accepted_ms=now, changed_ms=now)
-            if self.store.claim(ask.task, record.encode()):
+            if self._claim(ask.task, record):
                 return record.view(now, created=True).reply()
             found = self._read(ask.task)
             if found is not None:
@@ -187,7 +304,7 @@ class TaskManager:
             record.become("in_progress", now)
             record.runs += 1
             record.probes += 1
-        self.store.put(ask.task, record.encode(), version)
+        self._put(ask.task, record, version)
         return record.view(now, run=record.state == "in_progress").reply()
 
     def _finish(self, request: dict[str, Any]) -> Document:
@@ -200,7 +317,7 @@ class TaskManager:
         if record.state == "expired" and not record.late and not record.collected:
             record.late = True  # stored once, for `roq task show`; never handed to the client
             record.result = ask.result if ask.ok else ask.error.encode()
-            self.store.put(ask.task, record.encode(), version)
+            self._put(ask.task, record, version)
             return record.view(now).reply()
         if record.state in FINAL or ask.attempt != record.attempt:
             return record.view(now).reply()  # a second result: the first one stands
@@ -215,7 +332,7 @@ class TaskManager:
             record.become("done", now)
         else:
             record.become("failed", now, ask.error or "the worker failed")
-        self.store.put(ask.task, record.encode(), version)
+        self._put(ask.task, record, version)
         return record.view(now, retry=retry).reply()
 
     def _retried(self, record: Record, error: str) -> bool:
@@ -226,11 +343,66 @@ class TaskManager:
         return re.search(pattern, error[: limits.task_error_chars_max]) is not None
 
     def _get(self, request: dict[str, Any]) -> Document:
-        ask = TaskRef.decode(request)
+        return self._answer(TaskRef.decode(request).task)
+
+    def _answer(self, task: str) -> Document:
+        found = self._read(task)
+        return _view_of(task, None if found is None else found[0])
+
+    # --- long polls ---------------------------------------------------------------------------
+    def _get_or_hold(self, ask: TaskRef, envelope: Envelope) -> Document | None:
         found = self._read(ask.task)
-        if found is None:
-            return TaskView(ask.task, "unknown", "expired", error=GONE).reply()
-        return found[0].view(_now_ms()).reply()
+        record = None if found is None else found[0]
+        if (record is None or record.state in FINAL or ask.wait_ms <= 0 or self._reply is None
+                or self.waiting >= limits.task_waiters_max):  # fmt: skip
+            return _view_of(ask.task, record)
+        number = next(self._numbers)
+        self._waiters.setdefault(ask.task, {})[number] = envelope
+        heapq.heappush(self._deadlines, (time.monotonic() + ask.wait_ms / 1000, number, ask.task))
+        self.waiting += 1
+        return None
+
+    def _wake(self, task: str, record: Record | None) -> None:
+        """Answer every request held for `task` (final now, or gone: None)."""
+        held = self._waiters.pop(task, None)
+        if not held or self._reply is None:
+            return
+        self.waiting -= len(held)
+        reply = _view_of(task, record)
+        for envelope in held.values():
+            self._reply(envelope, reply)
+
+    def expire_waits(self) -> None:
+        """Answer the held requests whose wait ended, with the task as it is now (a deadline
+        that passed meanwhile is applied by the read): the client asks again."""
+        now = time.monotonic()
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, number, task = heapq.heappop(self._deadlines)
+            held = self._waiters.get(task)
+            envelope = None if held is None else held.pop(number, None)
+            if envelope is None:
+                continue  # answered already
+            if not held:
+                del self._waiters[task]
+            self.waiting -= 1
+            try:
+                reply = self._answer(task)
+            except CoordinationError as error:
+                reply = bsonmsg.fail(Reason.BUSY, f"tasks: ZooKeeper: {error}")
+            if self._reply is not None:
+                self._reply(envelope, reply)
+
+    def release(self, reply: Document) -> None:
+        """Answer every held request with `reply` (the monitor is fenced), and forget the
+        cache: while it did not act, another monitor may have written."""
+        held = [e for waiters in self._waiters.values() for e in waiters.values()]
+        self._waiters.clear()
+        self._deadlines.clear()
+        self.waiting = 0
+        self.cache.clear()
+        if self._reply is not None:
+            for envelope in held:
+                self._reply(envelope, reply)
 
     def _ack(self, request: dict[str, Any]) -> Document:
         """The client has the outcome: the record goes (a task still running stays)."""
@@ -241,7 +413,7 @@ class TaskManager:
         record, version = found
         if record.state not in FINAL:
             return bsonmsg.fail(Reason.BAD_REQUEST, f"task {ask.task} is {record.state}")
-        if not self.store.delete(ask.task, version):
+        if not self._delete(ask.task, version):
             return bsonmsg.fail(Reason.BUSY, f"task {ask.task} changed; acknowledge again")
         return bsonmsg.ok("removed")
 
@@ -317,7 +489,7 @@ class TaskManager:
             return
         record, version = found
         old = _now_ms() - record.changed_ms > limits.task_tombstone_s * 1000
-        if record.collected and old and self.store.delete(task, version):
+        if record.collected and old and self._delete(task, version):
             self.collected += 1
 
     def close(self) -> None:

@@ -141,3 +141,70 @@ def answer(
         logger.exception("%s: request handler failed", log_name)
         reply = bsonmsg.fail(Reason.INTERNAL, f"internal error: {type(error).__name__}: {error}")
     sock.send(bsonmsg.encode(reply))
+
+
+# A routed request's return address: the ROUTER's identity frame(s) and the empty delimiter a
+# REQ peer puts before its body. Kept by a server that answers later (a parked request).
+Envelope = tuple[bytes, ...]
+# Given a request and its envelope: the reply, or None when the handler keeps the envelope and
+# answers later with `send_routed` (exactly once: the REQ peer waits for one reply).
+RoutedHandler = Callable[[dict[str, Any], Envelope], dict[str, Any] | None]
+
+
+def answer_routed(
+    sock: Any,
+    handler: RoutedHandler,
+    log_name: str,
+    logger: Any,
+    authorize: Authorizer | None = None,
+    burst: int = limits.monitor_burst_messages,
+) -> None:
+    """`answer` for a ROUTER socket serving REQ peers, for at most `burst` requests: the same
+    one-reply-per-request promise, except that a handler may hold a request and answer it
+    later, so a request that waits (a long poll) never blocks the peers behind it (a REP
+    socket answers in order, one at a time)."""
+    for _ in range(burst):
+        try:
+            received = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            return
+        cut = next((i for i, f in enumerate(received) if not f.bytes), -1)
+        if cut < 1 or cut != len(received) - 2:  # not a REQ peer's [id, "", body]: no reply
+            logger.warning("%s: dropped a request of %d frames without its envelope",
+                           log_name, len(received))  # fmt: skip
+            continue
+        envelope = tuple(f.bytes for f in received[: cut + 1])
+        reply = _routed_reply(received[-1], envelope, handler, log_name, logger, authorize)
+        if reply is not None:
+            send_routed(sock, envelope, reply)
+
+
+def _routed_reply(
+    body: Any,
+    envelope: Envelope,
+    handler: RoutedHandler,
+    log_name: str,
+    logger: Any,
+    authorize: Authorizer | None,
+) -> dict[str, Any] | None:
+    try:
+        request = bsonmsg.decode([body.bytes])
+        refusal = None
+        if authorize is not None:
+            refusal = authorize(security.principal_of(body), request)
+        return handler(request, envelope) if refusal is None else refusal
+    except ProtocolError as error:
+        logger.warning("%s: refused a malformed request: %s", log_name, error)
+        return bsonmsg.fail(Reason.BAD_REQUEST, str(error))
+    except Exception as error:  # a bug must not leave the peer without a reply
+        logger.exception("%s: request handler failed", log_name)
+        return bsonmsg.fail(Reason.INTERNAL, f"internal error: {type(error).__name__}: {error}")
+
+
+def send_routed(sock: Any, envelope: Envelope, reply: dict[str, Any]) -> None:
+    """The reply to a routed request. Never blocks: a peer gone (or too slow to read) loses
+    it, and its REQ side times out and asks again, as after any lost reply."""
+    try:
+        sock.send_multipart([*envelope, bsonmsg.encode(reply)], zmq.NOBLOCK)
+    except zmq.ZMQError:  # Again (its queue is full), or the peer is gone
+        pass

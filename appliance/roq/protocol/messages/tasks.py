@@ -135,17 +135,24 @@ class TaskFinish:
 
 @dataclass(frozen=True)
 class TaskRef:
-    """43 (TASK_GET) and 44 (TASK_ACK): one task by id."""
+    """43 (TASK_GET) and 44 (TASK_ACK): one task by id. A TASK_GET with `Wait` (ms, a long
+    poll) is answered once the task is final or gone, or after that long (at most
+    `limits.task_wait_max_ms`), whichever comes first; without it, at once."""
 
     command: int
     task: str
+    wait_ms: int = 0
 
     def encode(self) -> Document:
-        return {"CMD": self.command, "Task": self.task}
+        doc: Document = {"CMD": self.command, "Task": self.task}
+        if self.wait_ms > 0:  # absent otherwise: a monitor of an older version answers at once
+            doc["Wait"] = self.wait_ms
+        return doc
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
-        return cls(bsonmsg.command(doc), _task(doc))
+        wait_ms = field_int(doc, "Wait", default=0)
+        return cls(bsonmsg.command(doc), _task(doc), min(wait_ms, limits.task_wait_max_ms))
 
 
 @dataclass(frozen=True)
