@@ -345,6 +345,11 @@ task_cache_bytes_max = 64 * 1024 * 1024
 # monitor (past it, a TASK_GET is answered at once and its client polls every task_poll_ms).
 task_wait_max_ms = 1_000
 task_waiters_max = 10_000
+# The task writes of one monitor loop turn go to ZooKeeper as one multi (one round trip, one
+# fsync), at most this many per multi; a multi with a failed write is sent again without it, at
+# most this many times in a row (each time one write fewer at least).
+task_writes_per_commit_max = 256
+task_commit_rounds_max = 8
 
 # --- security (CurveZMQ, issue 23) ------------------------------------------------------------
 # A CURVE handshake not finished within this is dropped by either side, so a refused or

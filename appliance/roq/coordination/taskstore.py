@@ -13,15 +13,44 @@ two writers never overwrite each other's state change (`StaleWrite`).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
-from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import (
+    BadVersionError,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+    RuntimeInconsistency,
+)
 
 from roq.coordination import session
 from roq.coordination.groupstore import StaleWrite
 from roq.errors import CoordinationError
 
-__all__ = ["StaleWrite", "TaskStore"]
+__all__ = ["Exists", "RolledBack", "StaleWrite", "TaskStore", "TaskWrite"]
+
+
+class Exists(CoordinationError):
+    """A claim (create) of a task that exists."""
+
+
+class RolledBack(CoordinationError):
+    """Not made: another write of the same multi failed (the caller sends it again)."""
+
+
+@dataclass(frozen=True)
+class TaskWrite:
+    """One write of a multi: create the task's znode (`version` -1: the claim), replace the
+    record read at `version`, or (`record` None) delete it at `version`."""
+
+    task: str
+    record: bytes | None
+    version: int
+
+
+Outcome = int | CoordinationError  # the new version (-1: deleted), or why it was not made
 
 
 class TaskStore:
@@ -38,6 +67,7 @@ class TaskStore:
         self.root = f"{namespace}/tasks/{queue}"
         self._servers, self._timeout_ms, self._auth = servers, session_timeout_ms, auth
         self._client: Any = None
+        self._rooted = False
 
     def _zk(self) -> Any:
         if self._client is None:
@@ -87,6 +117,29 @@ class TaskStore:
             raise CoordinationError(f"deleting {path}: {error!r}") from None
         return True
 
+    def commit(self, writes: list[TaskWrite]) -> list[Outcome]:
+        """The writes of one monitor turn as one multi: one round trip and one ZooKeeper log
+        write (fsync) for all of them. A multi is all or none: when one write fails (Exists,
+        StaleWrite), the others come back RolledBack, and the caller sends them again."""
+        try:
+            zk = self._zk()
+            if not self._rooted:  # once: a multi's create does not make its parents
+                zk.ensure_path(self.root)
+                self._rooted = True
+            transaction = zk.transaction()
+            for write in writes:
+                path = f"{self.root}/{write.task}"
+                if write.record is None:
+                    transaction.delete(path, version=write.version)
+                elif write.version < 0:
+                    transaction.create(path, write.record)
+                else:
+                    transaction.set_data(path, write.record, version=write.version)
+            results = transaction.commit()
+        except KazooException as error:
+            raise CoordinationError(f"writing {self.root}: {error!r}") from None
+        return [_outcome(w, r) for w, r in zip(writes, results, strict=True)]
+
     def tasks(self) -> list[str]:
         """The ids of every stored task (the collector visits them a batch at a time)."""
         try:
@@ -124,3 +177,18 @@ class TaskStore:
         if self._client is not None:
             session.close(self._client)
             self._client = None
+
+
+def _outcome(write: TaskWrite, result: Any) -> Outcome:
+    path = f"{write.task} ({'delete' if write.record is None else 'write'})"
+    if isinstance(result, NodeExistsError):
+        return Exists(f"{path}: exists")
+    if isinstance(result, BadVersionError | NoNodeError):
+        return StaleWrite(f"{path} changed ({type(result).__name__})")
+    if isinstance(result, RolledBackError | RuntimeInconsistency):
+        return RolledBack(f"{path}: rolled back")
+    if isinstance(result, Exception):
+        return CoordinationError(f"{path}: {result!r}")
+    if write.record is None:
+        return -1
+    return 0 if write.version < 0 else int(result.version)

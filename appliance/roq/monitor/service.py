@@ -205,6 +205,7 @@ class Monitor:
             self._check_fence(time.monotonic())  # before the requests that came in are answered
             for sock, _ in ready:
                 handlers[sock]()
+            self.tasks.flush()  # this turn's task writes, one multi, then their replies
             self.tasks.expire_waits()
             now = time.monotonic()
             if not self._acting:

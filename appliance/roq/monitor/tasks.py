@@ -37,7 +37,7 @@ import bson
 
 from roq import limits
 from roq.config.components import MonitorSettings, RequestSettings
-from roq.coordination.taskstore import StaleWrite, TaskStore
+from roq.coordination.taskstore import RolledBack, StaleWrite, TaskStore, TaskWrite
 from roq.errors import ConfigError, CoordinationError
 from roq.protocol import bsonmsg
 from roq.protocol.bsonmsg import Document
@@ -120,6 +120,18 @@ def _view_of(task: str, record: Record | None) -> Document:
     return record.view(_now_ms()).reply()
 
 
+@dataclass
+class _Staged:
+    """A request's write, made with the others of the monitor's turn (one multi), and its
+    reply: sent once the write is in ZooKeeper, never before."""
+
+    write: TaskWrite
+    record: Record | None  # None: a deletion
+    envelope: Envelope
+    reply: Document | None = None
+    redo: Callable[[], Document] | None = None  # the request again, unstaged, if it failed
+
+
 def _cost(record: Record) -> int:
     """What a cached record holds, roughly, in bytes (its result and error dominate)."""
     return len(record.result) + len(record.error) + 256
@@ -136,6 +148,9 @@ class TaskCache:
 
     def __len__(self) -> int:
         return len(self._records)
+
+    def __contains__(self, task: str) -> bool:
+        return task in self._records
 
     def get(self, task: str) -> tuple[Record, int] | None:
         found = self._records.get(task)
@@ -190,6 +205,11 @@ class TaskManager:
         self._deadlines: list[tuple[float, int, str]] = []
         self._numbers = itertools.count()
         self.waiting = 0
+        # the writes of this turn's requests, committed by `flush` (one multi) before replying
+        self._staging: Envelope | None = None  # the request being handled may stage its write
+        self._staged: list[_Staged] = []
+        self._staged_tasks: set[str] = set()
+        self.commits = 0
 
     # --- requests -----------------------------------------------------------------------------
     def handle(self, request: dict[str, Any], envelope: Envelope | None = None) -> Document | None:
@@ -200,6 +220,9 @@ class TaskManager:
                 return self._get_or_hold(TaskRef.decode(request), envelope)
             except CoordinationError as error:
                 return bsonmsg.fail(Reason.BUSY, f"tasks: ZooKeeper: {error}")
+        task = request.get("Task")
+        if isinstance(task, str) and task in self._staged_tasks:
+            self.flush()  # a request about a task written this turn sees that write's outcome
         handlers: dict[int, Callable[[dict[str, Any]], Document]] = {
             MonitorCommand.TASK_SUBMIT: self._submit,
             MonitorCommand.TASK_START: self._start,
@@ -208,11 +231,88 @@ class TaskManager:
             MonitorCommand.TASK_ACK: self._ack,
             MonitorCommand.TASK_CONFIG: self._config,
         }
+        handler = handlers[request["CMD"]]
+        staged = len(self._staged)
+        self._staging = envelope if self._reply is not None else None
         try:
             self._load_settings()
-            return handlers[request["CMD"]](request)
+            reply = handler(request)
         except CoordinationError as error:  # StaleWrite too: the client asks again
             return bsonmsg.fail(Reason.BUSY, f"tasks: ZooKeeper: {error}")
+        finally:
+            self._staging = None
+        if len(self._staged) == staged:
+            return reply
+        self._staged[-1].reply, self._staged[-1].redo = reply, lambda: handler(request)
+        if len(self._staged) >= limits.task_writes_per_commit_max:
+            self.flush()
+        return None
+
+    # --- group commit -------------------------------------------------------------------------
+    # The writes of a request (a claim, a state change, an acknowledgement's deletion) are not
+    # made one by one, each its own ZooKeeper round trip and fsync with the monitor's loop
+    # waiting: each request's write is staged, and at the end of the loop's turn `flush` makes
+    # all of them in one multi, then sends their replies. A reply is never sent before its
+    # write is in ZooKeeper; a write that fails (the record changed, or a claimed id exists)
+    # has its request handled again, unstaged, against what ZooKeeper holds.
+    def _stage(self, task: str, record: Record | None, version: int) -> bool:
+        """Stage the write if the request being handled may (True), else make it now."""
+        if self._staging is None:
+            return False
+        data = None if record is None else record.encode()
+        self._staged.append(_Staged(TaskWrite(task, data, version), record, self._staging))
+        self._staged_tasks.add(task)
+        return True
+
+    def flush(self) -> None:
+        """Make the staged writes (one multi, again without any that failed) and reply."""
+        pending, self._staged = self._staged, []
+        self._staged_tasks.clear()
+        for _ in range(limits.task_commit_rounds_max):
+            if not pending:
+                return
+            try:
+                outcomes = self.store.commit([item.write for item in pending])
+            except CoordinationError as error:
+                self._refuse(pending, error)
+                return
+            self.commits += 1
+            again = []
+            for item, outcome in zip(pending, outcomes, strict=True):
+                if isinstance(outcome, RolledBack):
+                    again.append(item)
+                else:
+                    self._settle(item, outcome)
+            pending = again
+        self._refuse(pending, CoordinationError("too many failed multis in a row"))
+
+    def _settle(self, item: _Staged, outcome: int | CoordinationError) -> None:
+        task = item.write.task
+        if isinstance(outcome, CoordinationError):
+            self.cache.drop(task)
+            try:  # as before staging: read, decide and write again, now
+                reply = item.redo() if item.redo is not None else bsonmsg.fail(Reason.BUSY, "")
+            except CoordinationError as error:
+                reply = bsonmsg.fail(Reason.BUSY, f"tasks: ZooKeeper: {error}")
+        else:
+            reply = item.reply or bsonmsg.ok()
+            if item.record is None:
+                self.cache.drop(task)
+                self._wake(task, None)
+            else:
+                self.cache.put(task, item.record, outcome)
+                if item.record.state in FINAL:
+                    self._wake(task, item.record)
+        if self._reply is not None:
+            self._reply(item.envelope, reply)
+
+    def _refuse(self, pending: list[_Staged], error: CoordinationError) -> None:
+        """Not known to be written (a lost connection may have made them): the clients ask
+        again, and the cache forgets those tasks (ZooKeeper's copy is read again)."""
+        for item in pending:
+            self.cache.drop(item.write.task)
+            if self._reply is not None:
+                self._reply(item.envelope, bsonmsg.fail(Reason.BUSY, f"tasks: ZooKeeper: {error}"))
 
     def _load_settings(self) -> None:
         if self._overrides is None:
@@ -246,14 +346,20 @@ class TaskManager:
 
     # Every write goes through these three: the cache follows what ZooKeeper took, and the
     # requests held for a task are answered once it is final or gone.
-    def _claim(self, task: str, record: Record) -> bool:
+    def _claim(self, task: str, record: Record, staged: bool = False) -> bool:
+        if task in self.cache:
+            return False  # it exists: the cache holds what ZooKeeper does
+        if staged and self._stage(task, record, -1):
+            return True  # its reply waits for the create (the redo reads an existing record)
         if not self.store.claim(task, record.encode()):
             self.cache.drop(task)  # someone else's: read it from ZooKeeper
             return False
         self.cache.put(task, record, 0)
         return True
 
-    def _put(self, task: str, record: Record, version: int) -> int:
+    def _put(self, task: str, record: Record, version: int, staged: bool = False) -> int:
+        if staged and self._stage(task, replace(record), version):
+            return version  # unused: the request's handling ends with this write
         try:
             version = self.store.put(task, record.encode(), version)
         except CoordinationError:  # StaleWrite too: ZooKeeper's copy is read again
@@ -264,7 +370,9 @@ class TaskManager:
             self._wake(task, record)
         return version
 
-    def _delete(self, task: str, version: int = -1) -> bool:
+    def _delete(self, task: str, version: int = -1, staged: bool = False) -> bool:
+        if staged and self._stage(task, None, version):
+            return True
         self.cache.drop(task)
         deleted = self.store.delete(task, version)
         if deleted:
@@ -276,7 +384,7 @@ class TaskManager:
         now = _now_ms()
         for _ in range(2):  # a record deleted between our claim and our read: claim again
             record = Record(ask.task, ask.service, accepted_ms=now, changed_ms=now)
-            if self._claim(ask.task, record):
+            if self._claim(ask.task, record, staged=True):
                 return record.view(now, created=True).reply()
             found = self._read(ask.task)
             if found is not None:
@@ -304,7 +412,7 @@ class TaskManager:
             record.become("in_progress", now)
             record.runs += 1
             record.probes += 1
-        self._put(ask.task, record, version)
+        self._put(ask.task, record, version, staged=True)
         return record.view(now, run=record.state == "in_progress").reply()
 
     def _finish(self, request: dict[str, Any]) -> Document:
@@ -332,7 +440,7 @@ class TaskManager:
             record.become("done", now)
         else:
             record.become("failed", now, ask.error or "the worker failed")
-        self._put(ask.task, record, version)
+        self._put(ask.task, record, version, staged=True)
         return record.view(now, retry=retry).reply()
 
     def _retried(self, record: Record, error: str) -> bool:
@@ -413,7 +521,7 @@ class TaskManager:
         record, version = found
         if record.state not in FINAL:
             return bsonmsg.fail(Reason.BAD_REQUEST, f"task {ask.task} is {record.state}")
-        if not self._delete(ask.task, version):
+        if not self._delete(ask.task, version, staged=True):
             return bsonmsg.fail(Reason.BUSY, f"task {ask.task} changed; acknowledge again")
         return bsonmsg.ok("removed")
 
