@@ -1,0 +1,152 @@
+"""The requester's wait for a result on a real cluster (docs/requests.md, "Hand out"): the monitor
+holds a TASK_GET until its task is final (a long poll) instead of being asked every 10 ms, and a
+monitor killed while a requester waits still yields the result, once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from roq import limits
+from roq.client.requests import Requester, Task, TaskExpired, Worker
+from roq.testing.cluster import LocalCluster, processes_with, wait_for
+
+pytestmark = pytest.mark.integration
+
+HOST = {"work.slot.messages": 100, "work.slot.ms": 100, "work.lease.ms": 2000}
+
+
+def _start(cluster: LocalCluster) -> None:
+    cluster.start_gcm()
+    cluster.start_host("h1", **HOST)
+    cluster.wait_ready(1)
+    with cluster.admin() as admin:
+        admin.create_queue("q1", host="h1")
+
+
+@contextmanager
+def _worker(cluster: LocalCluster, handler: Callable[[bytes], bytes]) -> Iterator[Worker]:
+    """A Worker of service `echo` on a thread of its own (its sockets are that thread's)."""
+    stop, made = threading.Event(), threading.Event()
+    holder: list[Worker] = []
+
+    def run() -> None:
+        with Worker("q1", "echo", handler, gcm=cluster.gcm) as worker:
+            holder.append(worker)
+            made.set()
+            worker.run(stop)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert made.wait(30), "the worker joined"
+    try:
+        yield holder[0]
+    finally:
+        stop.set()
+        thread.join(30)
+
+
+def _counting(task: Task) -> list[int]:
+    """How often `task` asks the monitor for its state (a wrapper of the client's own method)."""
+    asked = [0]
+    refresh = task.refresh
+
+    def counted(wait_ms: int = 0) -> object:
+        asked[0] += 1
+        return refresh(wait_ms)
+
+    task.refresh = counted  # type: ignore[method-assign]
+    return asked
+
+
+def test_a_waiting_requester_is_answered_when_its_result_is_stored_not_by_polling(
+    cluster: LocalCluster,
+):
+    """Each handler runs 1.5 s. Polled every 10 ms, a result would cost ~150 asks; held, ~2
+    (the first wait ends after `task_wait_max_ms` with the task still running, the second is
+    answered when the result is stored). And the answer comes as the result is stored, not
+    when the held request's wait ends (that would be ~0.5 s after the handler returned)."""
+    _start(cluster)
+    run_s = 1.5
+    returned: list[float] = []
+
+    def handler(payload: bytes) -> bytes:
+        time.sleep(run_s)
+        returned.append(time.monotonic())
+        return payload.upper()
+
+    gaps, asks = [], []
+    with _worker(cluster, handler), Requester("q1", gcm=cluster.gcm) as requester:
+        for n in range(5):
+            task = requester.submit("echo", f"r{n}".encode())
+            asked = _counting(task)
+            assert task.result(30) == f"R{n}".encode()
+            gaps.append(time.monotonic() - returned[-1])
+            asks.append(asked[0])
+    held = -(-int(run_s * 1000) // limits.task_wait_max_ms)  # waits that end unanswered
+    assert max(asks) <= held + 2, asks
+    assert statistics.median(gaps) < 0.3, (gaps, cluster.logs())
+
+
+def test_a_held_wait_ends_with_the_task_still_running(cluster: LocalCluster):
+    """A held TASK_GET is answered when its wait ends, with the task as it is then."""
+    _start(cluster)
+    release = threading.Event()
+
+    def handler(payload: bytes) -> bytes:
+        release.wait(30)
+        return payload
+
+    with _worker(cluster, handler), Requester("q1", gcm=cluster.gcm) as requester:
+        task = requester.submit("echo", b"held")
+        wait_for(lambda: task.status == "in_progress", 30, "the worker took it\n" + cluster.logs())
+        started = time.monotonic()
+        view = task.refresh(wait_ms=500)
+        waited = time.monotonic() - started
+        assert view.state == "in_progress"
+        assert 0.45 <= waited < 0.5 + limits.work_request_timeout_ms / 1000, waited
+        release.set()
+        assert task.result(30) == b"held"
+
+
+def test_the_monitor_killed_while_a_requester_waits_the_result_comes_once(
+    cluster: LocalCluster,
+):
+    """kill -9 of the monitor holding a requester's TASK_GET: the host starts it again (an
+    empty cache: ZooKeeper is read), the worker's result is stored there, and the requester,
+    asking again, gets it once; the task is gone after."""
+    _start(cluster)
+    release, runs = threading.Event(), []
+
+    def handler(payload: bytes) -> bytes:
+        runs.append(payload)
+        release.wait(60)
+        return payload[::-1]
+
+    got: list[bytes] = []
+    with _worker(cluster, handler), Requester("q1", gcm=cluster.gcm) as requester:
+        task = requester.submit("echo", b"kept")
+        wait_for(lambda: runs, 30, "the worker took it\n" + cluster.logs())
+        asked = _counting(task)
+        waiter = threading.Thread(target=lambda: got.append(task.result(90)), daemon=True)
+        waiter.start()  # the requester's link is the waiter's until it is joined
+        wait_for(lambda: asked[0] >= 1, 10, "the requester asked (held by the monitor)")
+        [pid] = processes_with("monitor q1 --bind", str(cluster.tmp))
+        os.kill(pid, signal.SIGKILL)
+        wait_for(
+            lambda: processes_with("monitor q1 --bind", str(cluster.tmp)) not in ([], [pid]),
+            20, "the monitor restarted",
+        )  # fmt: skip
+        release.set()
+        waiter.join(90)
+        assert got == [b"tpek"], cluster.logs()
+        with pytest.raises(TaskExpired, match="no such task"):
+            requester.task(task.id).result(5)
+    assert runs == [b"kept"], "run once"
