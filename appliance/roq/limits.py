@@ -328,7 +328,7 @@ task_pattern_chars_max = 500  # exceptionStringToRepeat, a regular expression
 task_gc_batch = 200  # task records the monitor's collector reads per pass (bounded work per tick)
 task_gc_period_s = 0.5  # how often the collector runs a pass
 task_tombstone_s = 3_600.0  # a collected task answers "expired" this long, then is deleted
-task_poll_ms = 10  # how often Task.result() asks for the state while it waits
+task_poll_ms = 10  # how often Task.result() asks while it waits, when its monitor holds no wait
 # A Worker renews its delivery's lease while the handler runs, this share of work.lease.ms apart
 # (three renewals per lease: one lost or late request does not lose it), never more often than
 # the floor; at each renewal it asks the task's state, and stops renewing once the task is final.
