@@ -297,6 +297,11 @@ work_items_per_request_max = 10_000  # indices in one request's list (give, ack,
 work_reason_chars_max = 200  # a nack's or reject's reason, as kept and sent to dead letters
 work_backoff_max_s = 60.0  # the redelivery back-off never exceeds this
 work_poll_ms = 25  # a consumer with nothing to do asks its monitor again at most this late
+# A request/response Worker's consumer with nothing to do asks with a LEASE the monitor may hold
+# (at most this long: work_poll_ms, so never later than a polling consumer) until a requester's
+# TASK_GET says a request of its service was just published; at most this many held at once.
+work_lease_wait_max_ms = 25
+work_lease_waiters_max = 1_000
 work_poll_min_ms = 5  # ... and first this soon, twice as late at each empty answer (to poll_ms)
 work_share_lead_slots = 2  # ... and none takes this many slots more than one that asked within
 work_share_lead_window_ms = 300  # ... this window (bytes leased; monitor/slots.py, _too_far_ahead)

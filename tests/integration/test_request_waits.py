@@ -95,6 +95,24 @@ def test_a_waiting_requester_is_answered_when_its_result_is_stored_not_by_pollin
     assert statistics.median(gaps) < 0.3, (gaps, cluster.logs())
 
 
+def test_an_idle_worker_is_woken_by_the_requesters_wait_not_its_next_poll(
+    cluster: LocalCluster,
+):
+    """An idle Worker's consumer asks with a LEASE the monitor holds (work_poll_ms); the
+    requester's first TASK_GET, right after its request is on the log, wakes it (`Woken`), so
+    it reads the log's end at once. A request published while the worker was between two
+    held LEASEs is found by the worker itself: most, not all, are woken."""
+    _start(cluster)
+    with _worker(cluster, lambda p: p) as worker, Requester("q1", gcm=cluster.gcm) as requester:
+        stats = worker.consumer.stats
+        wait_for(lambda: stats["held"] >= 2, 30, "the idle worker's LEASE is held")
+        for n in range(10):
+            held = stats["held"]
+            assert requester.call("echo", f"w{n}".encode(), timeout_s=30) == f"w{n}".encode()
+            wait_for(lambda held=held: stats["held"] > held + 1, 30, "the worker idles again")
+        assert stats["woken"] >= 5, dict(stats)
+
+
 def test_a_held_wait_ends_with_the_task_still_running(cluster: LocalCluster):
     """A held TASK_GET is answered when its wait ends, with the task as it is then."""
     _start(cluster)

@@ -158,8 +158,12 @@ class Consumer:
         ordered: bool = False,
         inflight: int | None = None,
         prefix: bytes = b"",
+        held: bool = False,
     ):
         self.queue, self.group = queue, group
+        # idle, ask with a LEASE the monitor may hold instead of sleeping (a request/response
+        # Worker: a requester's wait wakes it as soon as a request is published)
+        self._held = held
         self.consumer_id = uuid.uuid4().hex
         self.name = f"consumer {self.consumer_id[:8]} of {queue}/{group}"
         self._locate = (gcm, zk, namespace)
@@ -254,6 +258,9 @@ class Consumer:
                 continue
             if deadline is not None and time.monotonic() >= deadline:
                 return None
+            # held: read where an answer named at once, or ask again after the monitor held it
+            if self._held and self._slot is None and (self._tails or self._wait_held(deadline)):
+                continue
             # An idle consumer asks again soon, then less often (bounded): it picks up a slot
             # cut for it within a few ms, and a crowd of idle ones costs the monitor little.
             time.sleep(pause)
@@ -262,6 +269,23 @@ class Consumer:
         delivery._consumer = self
         self.stats["received"] += 1
         return delivery
+
+    def _wait_held(self, deadline: float | None) -> bool:
+        """Instead of the idle sleep: a LEASE the monitor holds for up to work_poll_ms. True
+        if it was held (`Held`: its wait ended, or a requester's wait woke it) or brought a
+        slot; False if answered at once (a monitor of an older version, or at its bound of
+        held LEASEs): then the caller sleeps as before."""
+        wait_ms = limits.work_lease_wait_max_ms
+        if deadline is not None:
+            wait_ms = min(wait_ms, int((deadline - time.monotonic()) * 1000))
+        if wait_ms <= 0:
+            return False
+        request = ConsumerRequest(MonitorCommand.GROUP_LEASE, self.group, self.consumer_id,
+                                  give=self._window(), wait_ms=wait_ms).encode()  # fmt: skip
+        reply = self._ask(request)
+        self.stats["held"] += 1
+        self.stats["woken"] += reply.get("Woken") is True
+        return self._open(reply) or reply.get("Held") is True
 
     def run(self, callback: Callable[[Delivery], None], stop: threading.Event) -> None:
         """Call `callback` per message until `stop` is set: ack when it returns, nack (with the

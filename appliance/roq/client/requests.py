@@ -306,7 +306,7 @@ class Worker:
         self._locate = (gcm, zk, namespace)
         self.consumer = Consumer(
             queue, service_group(service), gcm=gcm, zk=zk, namespace=namespace,
-            prefix=service_key(service),
+            prefix=service_key(service), held=True,
         )  # fmt: skip
         self.name = f"worker {self.consumer.consumer_id[:8]} of {queue}/{service}"
         self._link = _Link(queue, self._locate)

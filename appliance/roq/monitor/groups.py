@@ -19,7 +19,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from roq import limits
@@ -48,6 +48,7 @@ from roq.protocol.messages.groups import (
     ranges,
 )
 from roq.transport import security
+from roq.transport.rpc import Envelope
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +61,23 @@ _SYNC_COMMANDS = frozenset((MonitorCommand.GROUP_JOIN, MonitorCommand.GROUP_RELE
 Readable = Mapping[str, tuple[str, str, int]]
 
 
+@dataclass
+class _Held:
+    """A LEASE held (its `Wait`): answered at `deadline` or when woken, as any LEASE."""
+
+    request: dict[str, Any]
+    envelope: Envelope
+    deadline: float
+
+
 class GroupManager:
-    def __init__(self, queue: str, settings: MonitorSettings, readable: Callable[[], Readable]):
+    def __init__(
+        self,
+        queue: str,
+        settings: MonitorSettings,
+        readable: Callable[[], Readable],
+        reply: Callable[[Envelope, Document], None] | None = None,
+    ):
         work = settings.work
         self.queue, self.name = queue, f"monitor {queue}"
         self.rules = Rules(work.lease_s, work.inflight, work.backoff_s, work.max_deliveries)
@@ -84,6 +100,9 @@ class GroupManager:
         self._in_commit: list[tuple[Write, Group, Slot | None]] = []
         self._seqs: list[tuple[Member, int]] = []
         self._failed_at = 0.0
+        self._reply = reply  # None: no LEASE is held
+        self._held: dict[str, list[_Held]] = {}  # group → its held LEASEs, oldest first
+        self.holding = 0
 
     # --- durable state ------------------------------------------------------------------------
     def _ensure_loaded(self) -> bool:
@@ -231,10 +250,15 @@ class GroupManager:
                 group.dirty = True
 
     # --- requests -----------------------------------------------------------------------------
-    def handle(self, request: dict[str, Any]) -> Document:
+    def handle(self, request: dict[str, Any], envelope: Envelope | None = None) -> Document | None:
+        """The reply; None when a LEASE with `Wait` found no slot and is held."""
         if not self._ensure_loaded():
             return bsonmsg.fail(Reason.BUSY, "consumer groups: ZooKeeper is not reachable yet")
         command = request["CMD"]
+        if command == MonitorCommand.GROUP_LEASE and envelope is not None:
+            reply = self._lease(request)
+            self.pump()
+            return None if self._hold(request, reply, envelope) else reply
         handlers: dict[int, Callable[[dict[str, Any]], Document]] = {
             MonitorCommand.GROUP_JOIN: self._join,
             MonitorCommand.GROUP_LEASE: self._lease,
@@ -255,6 +279,69 @@ class GroupManager:
         else:
             self.pump()
         return reply
+
+    # --- held LEASEs (request/response workers, docs/requests.md) -----------------------------
+    # An idle Worker's consumer asks with a LEASE it lets the monitor hold for work_poll_ms
+    # (its idle poll): a requester's first TASK_GET, right after its request was published,
+    # wakes one held consumer of the service's group, which reads the log's end at once,
+    # instead of at its next poll.
+    def _hold(self, request: dict[str, Any], reply: Document, envelope: Envelope) -> bool:
+        wait_ms = ConsumerRequest.decode(request).wait_ms
+        if wait_ms <= 0 or reply.get("Slot") != "" or self._reply is None:
+            return False
+        if self.holding >= limits.work_lease_waiters_max:
+            return False  # answered at once: its consumer sleeps instead
+        deadline = time.monotonic() + wait_ms / 1000
+        self._held.setdefault(str(request.get("Group")), []).append(
+            _Held(request, envelope, deadline)
+        )
+        self.holding += 1
+        return True
+
+    def wake(self, group_name: str) -> None:
+        """A request of the group's service was published: answer its oldest held LEASE."""
+        held = self._held.get(group_name)
+        if held:
+            self._answer_held(group_name, held.pop(0), woken=True)
+
+    def next_deadline(self) -> float | None:
+        """When the first held LEASE's wait ends (monotonic), if one is held."""
+        if not self.holding:
+            return None
+        return min(held[0].deadline for held in self._held.values() if held)
+
+    def expire_waits(self) -> None:
+        """Answer the held LEASEs whose wait ended (as any LEASE: a slot cut meanwhile, or
+        where the logs may have grown)."""
+        if not self.holding:
+            return
+        now = time.monotonic()
+        for group_name, held in list(self._held.items()):
+            while held and held[0].deadline <= now:
+                self._answer_held(group_name, held.pop(0))
+
+    def release_waits(self, reply: Document) -> None:
+        """Answer every held LEASE with `reply` (the monitor is fenced)."""
+        held = [h for waiting in self._held.values() for h in waiting]
+        self._held.clear()
+        self.holding = 0
+        if self._reply is not None:
+            for item in held:
+                self._reply(item.envelope, reply)
+
+    def _answer_held(self, group_name: str, item: _Held, woken: bool = False) -> None:
+        self.holding -= 1
+        if not self._held.get(group_name):
+            self._held.pop(group_name, None)
+        try:
+            reply = self._lease(item.request)
+        except Exception as error:  # the request decoded when it came; answer it whatever
+            log.exception("%s: a held LEASE failed", self.name)
+            reply = bsonmsg.fail(Reason.INTERNAL, f"internal error: {error!r}")
+        reply["Held"] = True  # its consumer asks again at once (it did wait)
+        reply["Woken"] = woken  # by a requester's wait (else its wait ended)
+        if self._reply is not None:
+            self._reply(item.envelope, reply)
 
     def _written(self, request: dict[str, Any]) -> int:
         group = self.groups.get(str(request.get("Group")))

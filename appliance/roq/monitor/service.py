@@ -144,8 +144,10 @@ class Monitor:
             context, queue, settings, address, port_at(port, MonitorPort.RULES),
             emit=lambda event: self._send(self.kpi_out, [bsonmsg.encode(event.encode())]),
         )  # fmt: skip
-        self.groups = GroupManager(queue, settings, self._readable)  # work queues
-        self.tasks = TaskManager(queue, settings, self._live_consumers, self._reply_later)
+        self.groups = GroupManager(queue, settings, self._readable, self._reply_later)
+        self.tasks = TaskManager(
+            queue, settings, self._live_consumers, self._reply_later, self.groups.wake
+        )  # request/response
 
     def _open_sockets(self, context: Any) -> None:
         # Who may connect to each socket (docs/security.md §5): placement is open to every
@@ -202,12 +204,13 @@ class Monitor:
         log.info("%s: placing publishers on tcp://%s:%d (epoch %d)", self.name, self.address,
                  placement, self.epoch)  # fmt: skip
         while not (stop.is_set() or self.control.stop_requested):
-            ready = poller.poll(limits.poll_interval_ms)
+            ready = poller.poll(self._poll_ms())
             self._check_fence(time.monotonic())  # before the requests that came in are answered
             for sock, _ in ready:
                 handlers[sock]()
             self.tasks.pump()  # the task writes staged: one multi at a time, then their replies
             self.tasks.expire_waits()
+            self.groups.expire_waits()
             now = time.monotonic()
             if not self._acting:
                 continue  # fenced: no reaping, scaling, lists or replica assignments
@@ -227,6 +230,14 @@ class Monitor:
                 next_kpi = now + self.kpi_period_s
         log.info("%s: stopping", self.name)
 
+    def _poll_ms(self) -> int:
+        """The loop's next wait: its timer period, or less when a held request's wait ends
+        sooner (a held LEASE waits 25 ms: answered late, its consumer would idle longer)."""
+        due = self.groups.next_deadline()
+        if due is None:
+            return limits.poll_interval_ms
+        return max(0, min(limits.poll_interval_ms, int((due - time.monotonic()) * 1000) + 1))
+
     def _check_fence(self, now: float) -> None:
         """Fenced (its host's lease ran out), the monitor answers placements with a refusal and
         sends no notice; another monitor may already serve the queue. Back under a lease, the
@@ -234,6 +245,7 @@ class Monitor:
         acting = self.fence.acting(now)
         if self._acting and not acting:
             self.tasks.release(self._fenced())
+            self.groups.release_waits(self._fenced())
         if acting and not self._acting:
             for view in self.exchanges.values():
                 view.last_seen = now
@@ -444,7 +456,7 @@ class Monitor:
         if command in (MonitorCommand.PUBLISHER_INIT, MonitorCommand.PUBLISHER_PANIC):
             return self._place(PublisherInit.decode(request))
         if command in GROUP_COMMANDS:
-            return self.groups.handle(request)
+            return self.groups.handle(request, envelope)
         if command in TASK_COMMANDS:
             return self.tasks.handle(request, envelope)
         return bsonmsg.fail(Reason.UNKNOWN_COMMAND, f"unknown command {command}")

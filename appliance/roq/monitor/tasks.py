@@ -190,6 +190,7 @@ class TaskManager:
         settings: MonitorSettings,
         live_workers: Callable[[str], int],
         reply: Reply | None = None,
+        published: Callable[[str], None] | None = None,
     ):
         self.queue, self.name = queue, f"monitor {queue}"
         zk = settings.zk
@@ -205,6 +206,8 @@ class TaskManager:
         self.collected = 0
         self.cache = TaskCache()
         self._reply = reply  # None: no TASK_GET is held (answered at once)
+        # a requester waits for an accepted task: its request is on the log (service's group)
+        self._published = published
         # held TASK_GETs: task → {number: envelope}, and (deadline, number, task) by deadline
         self._waiters: dict[str, dict[int, Envelope]] = {}
         self._deadlines: list[tuple[float, int, str]] = []
@@ -526,6 +529,8 @@ class TaskManager:
         if (record is None or record.state in FINAL or ask.wait_ms <= 0 or self._reply is None
                 or self.waiting >= limits.task_waiters_max):  # fmt: skip
             return _view_of(ask.task, record)
+        if record.state == "accepted" and self._published is not None:
+            self._published(service_group(record.service))  # a worker may take it now
         number = next(self._numbers)
         self._waiters.setdefault(ask.task, {})[number] = envelope
         heapq.heappush(self._deadlines, (time.monotonic() + ask.wait_ms / 1000, number, ask.task))

@@ -173,7 +173,10 @@ class ConsumerRequest:
     """21 GROUP_LEASE, 23 GROUP_RELEASE (of `Slot`), 24 GROUP_LEAVE: who asks, and of what.
     A LEASE may ask for the first `Give` messages of the slot in the same answer (its
     `Window`), and tell in `Seen` where the consumer found an exchange's log to end (it read
-    it after a `Tails` answer): the monitor cuts the open range there for it."""
+    it after a `Tails` answer): the monitor cuts the open range there for it. A LEASE with
+    `Wait` (ms, at most `limits.work_lease_wait_max_ms`) that finds no slot may be held until
+    the monitor learns that a request of the group's service was published (a requester's
+    TASK_GET), or a report cut a slot, or `Wait` ends: then it is answered as any LEASE."""
 
     command: MonitorCommand
     group: str
@@ -181,18 +184,24 @@ class ConsumerRequest:
     slot: str = ""
     give: int = 0
     seen: tuple[Tail, ...] = ()
+    wait_ms: int = 0
 
     def encode(self) -> Document:
-        return {"CMD": int(self.command), "Group": self.group, "Consumer": self.consumer,
-                "Slot": self.slot, "Give": self.give,
-                "Seen": [t.fields() for t in self.seen]}  # fmt: skip
+        doc: Document = {"CMD": int(self.command), "Group": self.group,
+                         "Consumer": self.consumer, "Slot": self.slot, "Give": self.give,
+                         "Seen": [t.fields() for t in self.seen]}  # fmt: skip
+        if self.wait_ms > 0:  # absent otherwise: a monitor of an older version answers at once
+            doc["Wait"] = self.wait_ms
+        return doc
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
         command = MonitorCommand(bsonmsg.command(doc))
         slot = field_str(doc, "Slot", empty_ok=True, default="", max_chars=_SLOT_ID_CHARS)
         give = field_int(doc, "Give", hi=_ITEMS, default=0)
-        return cls(command, _group(doc), _consumer(doc), slot, give, field_tails(doc, "Seen"))
+        wait_ms = min(field_int(doc, "Wait", default=0), limits.work_lease_wait_max_ms)
+        return cls(command, _group(doc), _consumer(doc), slot, give, field_tails(doc, "Seen"),
+                   wait_ms)  # fmt: skip
 
 
 @dataclass(frozen=True)
