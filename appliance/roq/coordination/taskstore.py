@@ -13,7 +13,6 @@ two writers never overwrite each other's state change (`StaleWrite`).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,12 +25,11 @@ from kazoo.exceptions import (
     RuntimeInconsistency,
 )
 
-from roq import limits
 from roq.coordination import session
 from roq.coordination.groupstore import StaleWrite
 from roq.errors import CoordinationError
 
-__all__ = ["Exists", "Pending", "RolledBack", "StaleWrite", "TaskStore", "TaskWrite"]
+__all__ = ["Exists", "RolledBack", "StaleWrite", "TaskStore", "TaskWrite"]
 
 
 class Exists(CoordinationError):
@@ -119,10 +117,10 @@ class TaskStore:
             raise CoordinationError(f"deleting {path}: {error!r}") from None
         return True
 
-    def commit(self, writes: list[TaskWrite]) -> Pending:
-        """Start the writes as one multi: one round trip and one ZooKeeper log write (fsync)
-        for all of them. A multi is all or none: when one write fails (Exists, StaleWrite), the
-        others come back RolledBack, and the caller sends them again."""
+    def commit(self, writes: list[TaskWrite]) -> list[Outcome]:
+        """The writes of one monitor turn as one multi: one round trip and one ZooKeeper log
+        write (fsync) for all of them. A multi is all or none: when one write fails (Exists,
+        StaleWrite), the others come back RolledBack, and the caller sends them again."""
         try:
             zk = self._zk()
             if not self._rooted:  # once: a multi's create does not make its parents
@@ -137,9 +135,10 @@ class TaskStore:
                     transaction.create(path, write.record)
                 else:
                     transaction.set_data(path, write.record, version=write.version)
-            return Pending(transaction.commit_async(), writes, self.root)
+            results = transaction.commit()
         except KazooException as error:
             raise CoordinationError(f"writing {self.root}: {error!r}") from None
+        return [_outcome(w, r) for w, r in zip(writes, results, strict=True)]
 
     def tasks(self) -> list[str]:
         """The ids of every stored task (the collector visits them a batch at a time)."""
@@ -178,32 +177,6 @@ class TaskStore:
         if self._client is not None:
             session.close(self._client)
             self._client = None
-
-
-class Pending:
-    """A multi in flight: `ready()` once it ended, `outcomes()` then (each write's)."""
-
-    def __init__(self, result: Any, writes: list[TaskWrite], root: str):
-        self._result, self.writes, self._root = result, writes, root
-
-    def ready(self) -> bool:
-        return bool(self._result.ready())
-
-    def wait(self, timeout_s: float) -> None:
-        self._result.wait(timeout_s)
-
-    def on_end(self, callback: Callable[[], None]) -> None:
-        """Call `callback` (from kazoo's thread) once it ended."""
-        self._result.rawlink(lambda _: callback())
-
-    def outcomes(self) -> list[Outcome]:
-        """Each write's outcome; CoordinationError if the multi itself did not end (a lost
-        connection, or not within `limits.zk_request_timeout_s`)."""
-        try:
-            results = self._result.get(timeout=limits.zk_request_timeout_s)
-        except KazooException as error:
-            raise CoordinationError(f"writing {self._root}: {error!r}") from None
-        return [_outcome(w, r) for w, r in zip(self.writes, results, strict=True)]
 
 
 def _outcome(write: TaskWrite, result: Any) -> Outcome:

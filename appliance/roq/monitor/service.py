@@ -193,7 +193,6 @@ class Monitor:
             self.stat_in: self._pump_stats,
             self.control.sock: self.control.handle,
             self.scaler.sock: self.scaler.pump_rules,
-            self.tasks.wake_fd: self.tasks.pump,  # a multi of task writes ended
         }
         for sock in handlers:
             poller.register(sock, READABLE)
@@ -208,7 +207,7 @@ class Monitor:
             self._check_fence(time.monotonic())  # before the requests that came in are answered
             for sock, _ in ready:
                 handlers[sock]()
-            self.tasks.pump()  # the task writes staged: one multi at a time, then their replies
+            self.tasks.flush()  # this turn's task writes, one multi, then their replies
             self.tasks.expire_waits()
             self.groups.expire_waits()
             now = time.monotonic()

@@ -26,7 +26,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-import os
 import re
 import time
 from collections import OrderedDict
@@ -38,7 +37,7 @@ import bson
 
 from roq import limits
 from roq.config.components import MonitorSettings, RequestSettings
-from roq.coordination.taskstore import Pending, RolledBack, StaleWrite, TaskStore, TaskWrite
+from roq.coordination.taskstore import RolledBack, StaleWrite, TaskStore, TaskWrite
 from roq.errors import ConfigError, CoordinationError
 from roq.protocol import bsonmsg
 from roq.protocol.bsonmsg import Document
@@ -61,9 +60,6 @@ Reply = Callable[[Envelope, Document], None]  # answers a held request (service.
 log = logging.getLogger(__name__)
 
 TASK_COMMANDS = frozenset(range(MonitorCommand.TASK_SUBMIT, MonitorCommand.TASK_CONFIG + 1))
-# the commands that may write a task's record (staged: `pump`)
-_WRITERS = frozenset((MonitorCommand.TASK_SUBMIT, MonitorCommand.TASK_START,
-                      MonitorCommand.TASK_FINISH, MonitorCommand.TASK_ACK))  # fmt: skip
 GONE = "no such task: never submitted, acknowledged, or collected"
 
 
@@ -134,7 +130,6 @@ class _Staged:
     envelope: Envelope
     reply: Document | None = None
     redo: Callable[[], Document] | None = None  # the request again, unstaged, if it failed
-    rounds: int = 0  # multis it was rolled back in (another write of theirs failed)
 
 
 def _cost(record: Record) -> int:
@@ -213,17 +208,11 @@ class TaskManager:
         self._deadlines: list[tuple[float, int, str]] = []
         self._numbers = itertools.count()
         self.waiting = 0
-        # the requests' writes, made by `pump` (one multi at a time) before their replies
+        # the writes of this turn's requests, committed by `flush` (one multi) before replying
         self._staging: Envelope | None = None  # the request being handled may stage its write
         self._staged: list[_Staged] = []
-        self._pending: Pending | None = None  # the multi in flight
-        self._in_flight: list[_Staged] = []
-        self._writing: set[str] = set()  # tasks with a write staged or in flight
+        self._staged_tasks: set[str] = set()
         self.commits = 0
-        # kazoo's thread writes a byte here when a multi ends: the monitor's poll wakes for it
-        self.wake_fd, self._wake_w = os.pipe()
-        os.set_blocking(self.wake_fd, False)
-        os.set_blocking(self._wake_w, False)
 
     # --- requests -----------------------------------------------------------------------------
     def handle(self, request: dict[str, Any], envelope: Envelope | None = None) -> Document | None:
@@ -235,8 +224,8 @@ class TaskManager:
             except CoordinationError as error:
                 return bsonmsg.fail(Reason.BUSY, f"tasks: ZooKeeper: {error}")
         task = request.get("Task")
-        if isinstance(task, str) and task in self._writing and request["CMD"] in _WRITERS:
-            self.sync()  # a request that may write a task decides on its last write's outcome
+        if isinstance(task, str) and task in self._staged_tasks:
+            self.flush()  # a request about a task written this turn sees that write's outcome
         handlers: dict[int, Callable[[dict[str, Any]], Document]] = {
             MonitorCommand.TASK_SUBMIT: self._submit,
             MonitorCommand.TASK_START: self._start,
@@ -258,95 +247,50 @@ class TaskManager:
         if len(self._staged) == staged:
             return reply
         self._staged[-1].reply, self._staged[-1].redo = reply, lambda: handler(request)
+        if len(self._staged) >= limits.task_writes_per_commit_max:
+            self.flush()
         return None
 
     # --- group commit -------------------------------------------------------------------------
     # The writes of a request (a claim, a state change, an acknowledgement's deletion) are not
     # made one by one, each its own ZooKeeper round trip and fsync with the monitor's loop
-    # waiting: each request's write is staged, and `pump` makes what was staged in one multi,
-    # off the loop (kazoo's thread wakes the loop when it ends), then sends their replies; the
-    # loop serves other requests meanwhile, and their writes go in the next multi. A reply is
-    # never sent before its write is in ZooKeeper; a write that fails (the record changed, or
-    # a claimed id exists) has its request handled again, unstaged, against ZooKeeper's copy.
+    # waiting: each request's write is staged, and at the end of the loop's turn `flush` makes
+    # all of them in one multi, then sends their replies. A reply is never sent before its
+    # write is in ZooKeeper; a write that fails (the record changed, or a claimed id exists)
+    # has its request handled again, unstaged, against what ZooKeeper holds.
     def _stage(self, task: str, record: Record | None, version: int) -> bool:
         """Stage the write if the request being handled may (True), else make it now."""
         if self._staging is None:
             return False
         data = None if record is None else record.encode()
         self._staged.append(_Staged(TaskWrite(task, data, version), record, self._staging))
-        self._writing.add(task)
+        self._staged_tasks.add(task)
         return True
 
-    def pump(self) -> None:
-        """End the multi in flight if it ended; start the next one if writes wait."""
-        self._drain_wake()
-        if self._pending is not None:
-            if not self._pending.ready():
+    def flush(self) -> None:
+        """Make the staged writes (one multi, again without any that failed) and reply."""
+        pending, self._staged = self._staged, []
+        self._staged_tasks.clear()
+        for _ in range(limits.task_commit_rounds_max):
+            if not pending:
                 return
-            self._end_commit()
-        if self._staged:
-            self._start_commit()
-
-    def sync(self) -> None:
-        """Every staged write made (or refused), waiting for ZooKeeper (each wait bounded)."""
-        for _ in range(2 * limits.task_commit_rounds_max):
-            if self._pending is not None:
-                self._pending.wait(limits.zk_request_timeout_s)
-                self._end_commit()
-            if not self._staged:
+            try:
+                outcomes = self.store.commit([item.write for item in pending])
+            except CoordinationError as error:
+                self._refuse(pending, error)
                 return
-            self._start_commit()
-        items, self._staged = self._staged, []
-        self._refuse(items, CoordinationError("too many failed multis in a row"))
-
-    def _start_commit(self) -> None:
-        cut = limits.task_writes_per_commit_max
-        items, self._staged = self._staged[:cut], self._staged[cut:]
-        try:
-            self._pending = self.store.commit([item.write for item in items])
-        except CoordinationError as error:
-            self._refuse(items, error)
-            return
-        self._in_flight = items
-        self._pending.on_end(self._wake_loop)
-
-    def _end_commit(self) -> None:
-        pending, items = self._pending, self._in_flight
-        self._pending, self._in_flight = None, []
-        assert pending is not None
-        self.commits += 1
-        try:
-            outcomes = pending.outcomes()
-        except CoordinationError as error:
-            self._refuse(items, error)
-            return
-        again = []
-        for item, outcome in zip(items, outcomes, strict=True):
-            if not isinstance(outcome, RolledBack):
-                self._settle(item, outcome)
-            elif item.rounds < limits.task_commit_rounds_max:
-                item.rounds += 1
-                again.append(item)
-            else:
-                self._refuse([item], outcome)
-        self._staged[:0] = again  # first in the next multi, in their order
-
-    def _wake_loop(self) -> None:
-        try:
-            os.write(self._wake_w, b"w")
-        except OSError:  # the pipe is full (the loop wakes anyway) or closed (shutting down)
-            pass
-
-    def _drain_wake(self) -> None:
-        try:
-            while os.read(self.wake_fd, 4096):
-                pass
-        except OSError:  # BlockingIOError: drained
-            pass
+            self.commits += 1
+            again = []
+            for item, outcome in zip(pending, outcomes, strict=True):
+                if isinstance(outcome, RolledBack):
+                    again.append(item)
+                else:
+                    self._settle(item, outcome)
+            pending = again
+        self._refuse(pending, CoordinationError("too many failed multis in a row"))
 
     def _settle(self, item: _Staged, outcome: int | CoordinationError) -> None:
         task = item.write.task
-        self._done_writing(task)
         if isinstance(outcome, CoordinationError):
             self.cache.drop(task)
             try:  # as before staging: read, decide and write again, now
@@ -370,7 +314,6 @@ class TaskManager:
         again, and the cache forgets those tasks (ZooKeeper's copy is read again)."""
         for item in pending:
             self.cache.drop(item.write.task)
-            self._done_writing(item.write.task)
             if self._reply is not None:
                 self._reply(item.envelope, bsonmsg.fail(Reason.BUSY, f"tasks: ZooKeeper: {error}"))
 
@@ -403,11 +346,6 @@ class TaskManager:
             return None
         self.cache.put(task, record, found[1])
         return record, found[1]
-
-    def _done_writing(self, task: str) -> None:
-        busy = any(i.write.task == task for i in (*self._staged, *self._in_flight))
-        if not busy:
-            self._writing.discard(task)
 
     # Every write goes through these three: the cache follows what ZooKeeper took, and the
     # requests held for a task are answered once it is final or gone.
@@ -668,7 +606,4 @@ class TaskManager:
             self.collected += 1
 
     def close(self) -> None:
-        self.sync()  # what was staged is written and answered (or refused) before the exit
         self.store.close()
-        for fd in (self.wake_fd, self._wake_w):
-            os.close(fd)
