@@ -130,6 +130,7 @@ cluster_queues_max = 100_000  # queues in one reply (2, 2012, 2013) or config br
 
 # --- control plane: GCM ----------------------------------------------------------------------
 rules_listeners_max = 16  # rules listeners (2008) kept per queue; the oldest is dropped
+listener_hwm = 16  # notices queued for one registered listener (PUSH, never waited on)
 ec2_request_attempts = 2  # one retry, with the same client token: still one instance at most
 
 # --- data plane: publishers -------------------------------------------------------------
@@ -174,6 +175,15 @@ exchange_leave_quiet_s = 0.5  # after leaving, exit once publishers were silent 
 exchange_leave_max_s = 3.0  # ... or after this long in any case (the host waits 5 s: SIGTERM)
 exchange_producers_tracked_max = 100_000  # beyond this, a period's extra producers count as one
 log_server_burst_requests = 64  # log reads and replication writes answered per wake-up (F+3)
+# Log reads and replication writes queued per peer on the log port (F+3), each way. A reader has
+# one read in flight and a leader's answers are cumulative (the next supersedes a lost one); a
+# peer that sends more without reading loses answers past it (a ROUTER drops them).
+log_server_hwm_messages = 100
+# Reports and KPI samples an exchange queues for its monitor: the next supersedes each one.
+exchange_reports_hwm = 100
+exchange_kpi_hwm = 100
+exchange_pulse_hwm = 10  # liveness pulses queued: only the latest matters
+replication_link_hwm = 10_000  # writes (each ≤ the back-fill read) and probes queued per replica
 log_seek_reads_max = 100_000  # reads a time seek may take (each ≤ dataplane.READ_BYTES_MAX)
 # How often a replicating leader notes its log's end, for the in-sync rule (the notes kept are
 # bounded by the replica lag over this).

@@ -3,13 +3,11 @@ first message, so its host's death loses none of it (docs/guarantees.md §2)."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
 
 from roq.client.locate import MonitorAddress
-from roq.client.publisher import Publisher
 from roq.client.subscriber import Subscriber
 from roq.protocol.commands import ChildCommand
 from roq.protocol.ports import MonitorPort
@@ -33,21 +31,6 @@ def _monitor_status(queue: dict[str, Any]) -> dict[str, Any]:
         context.term()
 
 
-def _publisher_on(cluster: LocalCluster, front: str) -> Publisher:
-    spare: list[Publisher] = []
-    try:
-        for _ in range(10):
-            publisher = Publisher("q1", gcm=cluster.gcm, acks="all", linger_ms=1)
-            if publisher.exchange == front:
-                return publisher
-            spare.append(publisher)
-            time.sleep(0.3)  # past the new exchange's warm-up
-        raise AssertionError(f"no publisher was placed on {front}")
-    finally:
-        for publisher in spare:
-            publisher.close()
-
-
 def test_acks_all_on_a_newly_joined_exchange_survives_its_hosts_death(cluster: LocalCluster):
     # The monitor republishes its list (and used to assign replicas) only every 30 s here: the
     # exchange that joins must be given its replica when it joins, not at the next period.
@@ -62,7 +45,7 @@ def test_acks_all_on_a_newly_joined_exchange_survives_its_hosts_death(cluster: L
     with cluster.admin() as admin:
         joined = admin.create_exchange("q1", "tx-h2", host="h2").exchange.fields()
         [queue] = admin.status().queues
-    publisher = _publisher_on(cluster, joined["Front"])
+    publisher, _ = cluster.publisher_on({joined["Front"]}, keep_others=False)
     try:
         for n in range(COUNT):
             publisher.send(f"m{n}".encode())

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from roq.client.publisher import Publisher, PublishError
-from roq.testing.cluster import Daemon, LocalCluster, processes_with, wait_for
+from roq.testing.cluster import Daemon, LocalCluster, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -166,9 +166,6 @@ def test_a_full_log_disk_moves_publishers_to_an_exchange_that_can_append(
 
 
 # --- the monitor's host and the leading GCM killed together ------------------------------------
-def _processes_of(cluster: LocalCluster, host: str) -> list[int]:
-    marker = str(cluster.tmp / host / "log")
-    return processes_with(" q1 --bind ", marker)
 
 
 def test_publishers_of_a_killed_monitors_host_are_acknowledged_again_within_the_bound(
@@ -193,7 +190,9 @@ def test_publishers_of_a_killed_monitors_host_are_acknowledged_again_within_the_
         cluster.kill(h1)
         cluster.kill(leader)
         killed = time.monotonic()
-        wait_for(lambda: not _processes_of(cluster, "h1"), 10, "h1's monitor and exchange gone")
+        wait_for(
+            lambda: not cluster.queue_processes(host="h1"), 10, "h1's monitor and exchange gone"
+        )
         victim.send(b"after")
         victim.flush(timeout_s=RESUME_BOUND_S + 20)
         took_s = time.monotonic() - killed

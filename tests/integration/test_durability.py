@@ -260,23 +260,6 @@ def _two_hosts(
     return exchange, queue.fields(), h2
 
 
-def _publisher_on(cluster: LocalCluster, front: str) -> Publisher:
-    """An acks=all publisher that the monitor placed on the exchange at `front` (placement
-    spreads new publishers by count, so a few tries suffice)."""
-    spare: list[Publisher] = []
-    try:
-        for _ in range(6):
-            publisher = Publisher("q1", gcm=cluster.gcm, acks="all", linger_ms=1)
-            if publisher.exchange == front:
-                return publisher
-            spare.append(publisher)
-            time.sleep(0.3)  # past the new exchange's warm-up
-        raise AssertionError(f"no publisher was placed on {front}")
-    finally:
-        for publisher in spare:
-            publisher.close()
-
-
 def _fully_replicated(exchange: dict[str, Any]) -> bool:
     status = _status_of(sibling(exchange["Front"], ExchangePort.FRONT, ExchangePort.CONTROL))
     replicas = status["Replicas"]
@@ -309,7 +292,7 @@ def _stream(records: list[Any]) -> list[tuple[bytes, int, bytes]]:
 
 def test_a_dead_exchanges_log_is_replayed_from_its_replica(cluster: LocalCluster):
     exchange, queue, h2 = _two_hosts(cluster)
-    publisher = _publisher_on(cluster, exchange["Front"])
+    publisher, _ = cluster.publisher_on({exchange["Front"]}, keep_others=False)
     for n in range(300):
         publisher.send(f"m{n}".encode())
     publisher.flush()  # acks=all: on the replica too
@@ -339,7 +322,7 @@ def test_an_offsets_file_resumes_on_the_copy_of_a_dead_exchange(
 ):
     exchange, queue, h2 = _two_hosts(cluster)
     offsets = tmp_path / "sub.offsets"
-    publisher = _publisher_on(cluster, exchange["Front"])
+    publisher, _ = cluster.publisher_on({exchange["Front"]}, keep_others=False)
     with Subscriber("q1", gcm=cluster.gcm, start="beginning", offsets_file=offsets) as first:
         wait_for(lambda: len(first.feeds) == 2, 10, "the subscriber on both exchanges")
         for n in range(300):
@@ -366,7 +349,7 @@ def test_a_read_in_flight_moves_to_the_copy_when_the_owner_is_declared_dead(
     # The monitor takes 3 s (15 heartbeats) to declare the exchange dead, so the subscriber
     # joins it as live, reads its dead log server, and moves to the copy on the next list.
     exchange, _, h2 = _two_hosts(cluster, **{"monitor.dead.heartbeats": 15})
-    publisher = _publisher_on(cluster, exchange["Front"])
+    publisher, _ = cluster.publisher_on({exchange["Front"]}, keep_others=False)
     for n in range(600):
         publisher.send(f"m{n}".encode())
     publisher.flush()

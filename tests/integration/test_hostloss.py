@@ -48,7 +48,7 @@ from roq.protocol.messages.monitor import (
     decode_subscriber_notice,
 )
 from roq.protocol.ports import ExchangePort, MonitorPort, sibling
-from roq.testing.cluster import Daemon, LocalCluster, processes_with, wait_for
+from roq.testing.cluster import Daemon, LocalCluster, wait_for
 from roq.transport import Kind, connect, new_context, open_socket, recv_nowait
 from roq.transport.rpc import Requester
 from roq.transport.sockets import wait_readable
@@ -70,12 +70,6 @@ def _queue(cluster: LocalCluster, name: str = "q1") -> dict[str, Any]:
     return next(q for q in _status(cluster)["Queues"] if q["Name"] == name)
 
 
-def _processes_of(cluster: LocalCluster, host: str, queue: str = "q1") -> list[int]:
-    """The queue's monitor and exchange processes that `host` started (its -D directory)."""
-    marker = str(cluster.tmp / host / "log")
-    return processes_with(f" {queue} --bind ", marker)
-
-
 def _two_hosts(cluster: LocalCluster, **host: Any) -> tuple[Daemon, Daemon]:
     """q1's monitor and first exchange on h1, a second exchange on h2 (R=2: each log is copied
     on the other exchange)."""
@@ -87,7 +81,7 @@ def _two_hosts(cluster: LocalCluster, **host: Any) -> tuple[Daemon, Daemon]:
     with cluster.admin() as admin:
         admin.create_queue("q1", "h1")
         admin.create_exchange("q1", "hostloss-tx-h2", host="h2")
-    wait_for(lambda: len(_processes_of(cluster, "h2")) == 1, 15, "q1's exchange on h2")
+    wait_for(lambda: len(cluster.queue_processes(host="h2")) == 1, 15, "q1's exchange on h2")
     time.sleep(1.5)  # past exchange.warmup: both exchanges take publishers
     return h1, h2
 
@@ -129,7 +123,7 @@ def test_the_monitors_host_killed_publishers_move_and_a_subscriber_joins(
     lost_front = victim.exchange
     cluster.kill(h1)  # its process group: the monitor and the exchange die with it
     killed = time.monotonic()
-    wait_for(lambda: not _processes_of(cluster, "h1"), 10, "h1's monitor and exchange gone")
+    wait_for(lambda: not cluster.queue_processes(host="h1"), 10, "h1's monitor and exchange gone")
 
     # The publisher of the lost exchange: its confirmations stop, it asks the GCM, follows the
     # re-placed monitor to a live exchange and sends its unconfirmed batches again.
@@ -193,7 +187,7 @@ def test_a_host_back_after_its_work_moved_starts_nothing_stale(cluster: LocalClu
     cluster.wait_ready(hosts=2)
     wait_for(lambda: back.log_text().count("serving on") == 2, 15, "h1 serving again")
     time.sleep(1.0)  # what it would adopt, it adopts before serving
-    assert _processes_of(cluster, "h1") == [], back.log_text()[-3000:]
+    assert cluster.queue_processes(host="h1") == [], back.log_text()[-3000:]
     assert back.log_text().count("re-adopted queue q1") == 0
     assert (cluster.tmp / "h1" / "log" / "q1" / lost_id).is_dir()  # its old log stays
     queue = _queue(cluster)
@@ -203,7 +197,7 @@ def test_a_host_back_after_its_work_moved_starts_nothing_stale(cluster: LocalClu
 
 def test_a_host_stalled_past_its_session_stops_what_was_re_placed(cluster: LocalCluster) -> None:
     h1, _ = _two_hosts(cluster)
-    stale = _processes_of(cluster, "h1")
+    stale = cluster.queue_processes(host="h1")
     assert len(stale) == 2  # the monitor and an exchange
     # SIGSTOP the host only: its children keep running, as on a host cut off from ZooKeeper.
     h1.process.send_signal(signal.SIGSTOP)
@@ -220,7 +214,7 @@ def test_a_host_stalled_past_its_session_stops_what_was_re_placed(cluster: Local
         20,
         "h1 registered again",
     )
-    wait_for(lambda: not _processes_of(cluster, "h1"), 20, f"h1's stale children stopped\n"
+    wait_for(lambda: not cluster.queue_processes(host="h1"), 20, f"h1's stale children stopped\n"
              f"{h1.log_text()[-3000:]}")  # fmt: skip
     assert "was re-placed while this host was gone" in h1.log_text()
 
@@ -291,7 +285,9 @@ def test_a_lost_log_is_copied_again_and_survives_a_second_host_loss(
         admin.create_exchange("q1", "recopy-tx-h2", host="h2")
         admin.create_exchange("q1", "recopy-tx-h3", host="h3")
     for name in ("h2", "h3"):
-        wait_for(lambda n=name: len(_processes_of(cluster, n)) == 1, 15, f"q1's exchange on {name}")
+        wait_for(
+            lambda n=name: len(cluster.queue_processes(host=n)) == 1, 15, f"q1's exchange on {name}"
+        )
     time.sleep(1.5)  # past exchange.warmup: every exchange takes publishers
     lost_id = next(x["Id"] for x in _queue(cluster)["Exchanges"] if x["Host"] == "h1")
     victim, others = _publisher_on(cluster, "h1")
@@ -366,7 +362,7 @@ def test_admin_is_answered_while_a_host_misses_monitor_moved_and_it_is_told_agai
     with cluster.admin() as admin:
         admin.create_queue("q1", "h1")
         admin.create_exchange("q1", "hostloss-tx-h2", host="h2")
-    wait_for(lambda: len(_processes_of(cluster, "h2")) == 1, 15, "q1's exchange on h2")
+    wait_for(lambda: len(cluster.queue_processes(host="h2")) == 1, 15, "q1's exchange on h2")
     gcm = cluster.daemons[0]
     h2.process.send_signal(signal.SIGSTOP)  # its exchange runs on; the host cannot answer
     try:
@@ -553,7 +549,7 @@ def test_a_host_and_its_children_stopped_past_the_session_come_back_fenced(
     answer = _placement_answer(old_placement, timeout_ms=1000)  # woken: fenced, or stopped
     assert answer is None or (not answer.ok and answer.error == "fenced"), answer
     wait_for(lambda: "monitor q1: fenced" in h1.log_text(), 10, "the old monitor fenced")
-    wait_for(lambda: not _processes_of(cluster, "h1"), 20, f"h1's stale children stopped\n"
+    wait_for(lambda: not cluster.queue_processes(host="h1"), 20, f"h1's stale children stopped\n"
              f"{h1.log_text()[-3000:]}")  # fmt: skip
     assert "monitor q1: lease renewed" not in h1.log_text()  # never acted again
     time.sleep(0.5)
@@ -703,7 +699,7 @@ def test_a_lost_host_back_before_its_monitors_move_is_recorded_keeps_its_monitor
              f"the GCM's write refused\n{cluster.logs()}")  # fmt: skip
     record = _record(cluster)
     assert (record.host, record.epoch, record.monitor) == ("h1", 1, old.base), record
-    wait_for(lambda: not _processes_of(cluster, "h3"), 15, f"h3 withdrew its monitor of q1\n"
+    wait_for(lambda: not cluster.queue_processes(host="h3"), 15, f"h3 withdrew its monitor of q1\n"
              f"{h3.log_text()[-3000:]}")  # fmt: skip
     assert "monitor re-placed on" not in gcm.log_text()
     wait_for(lambda: "monitor q1: lease renewed" in h1.log_text(), 10, "h1's monitor acting")

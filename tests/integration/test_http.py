@@ -485,6 +485,49 @@ def test_restarts_of_gateway_and_exchange_keep_everything(cluster: LocalCluster)
     assert daemon.process.wait(30) == 0, daemon.log_text()[-3000:]
 
 
+def test_a_publisher_that_failed_with_its_queue_stopped_is_replaced_once_it_runs_again(
+    cluster: LocalCluster,
+) -> None:
+    """The gateway's queue stopped under it: publishes answer 503 naming why, the gateway serves
+    on, and its publisher fails for good once it has waited its bound for an exchange; the
+    queue started again, a publish gets a new publisher, is stored and read back, and /metrics
+    counts the replacement."""
+    cluster.start_gcm()
+    cluster.start_host()
+    cluster.wait_ready()
+    daemon, api = start_gateway(cluster, maxQueueSize=100)  # no refused publish evicts one
+    assert api.v1("topic/register", owner="o", topic="t")[0] == 200
+    assert api.v1("topic/subscribe", subscriber="s", topic="t")[0] == 200
+    assert api.v1("message/publish", owner="o", topic="t", msg="before")[0] == 200
+    cluster.cli("queue", "stop", "http-0", "--gcm", cluster.gcm, timeout_s=60).check_returncode()
+    refused: list[int] = []
+
+    def refused_now() -> bool:
+        status, body = api.v1("message/publish", owner="o", topic="t", msg="while-stopped")
+        refused.append(status)
+        return status == 503 and "not stored" in body["error"]
+
+    wait_for(refused_now, 60, f"a publish refused while http-0 is stopped: {refused}")
+    assert api.client.get("/metrics", timeout=5).status_code == 200  # it serves on
+    # the publisher waits for an exchange for limits.placement_timeout_ms, then fails for good
+    wait_for(lambda: "I/O thread failed" in daemon.log_text(), 60, "the gateway's publisher failed")
+    cluster.cli("queue", "start", "http-0", "--gcm", cluster.gcm, timeout_s=60).check_returncode()
+    wait_for(lambda: api.v1("message/publish", owner="o", topic="t", msg="after")[0] == 200, 60,
+             f"a publish once http-0 runs again\n{cluster.logs()}")  # fmt: skip
+    assert "replacing it" in daemon.log_text()
+    replaced = re.search(r"^roq_http_publishers_replaced (\S+)$",
+                         api.client.get("/metrics", timeout=5).text, re.M)  # fmt: skip
+    assert replaced is not None and float(replaced.group(1)) >= 1
+    # what the stopped queue refused was never stored: read as evicted, between the two
+    read: list[str] = []
+    while "after" not in read and len(read) < 100:
+        got = api.v1("message/get", subscriber="s", topic="t")[1]
+        read.append(got.get("msg", got.get("error", "")))
+        assert api.v1("message/ack", subscriber="s", topic="t", msgIdx=got["msgIdx"])[0] == 200
+    assert read[0] == "before" and read[-1] == "after", read
+    assert set(read[1:-1]) <= {"message evicted"}, read
+
+
 def test_roq_up_serves_the_gateway(tmp_path: Path, port_blocks: PortBlocks) -> None:
     """`roq up` starts `roq http` once its host is up; SIGTERM stops all of it with exit 0."""
     http_port = port_blocks.take(1)

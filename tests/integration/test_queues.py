@@ -16,7 +16,7 @@ from roq.coordination import session
 from roq.coordination.paths import Paths
 from roq.coordination.registry import Registry
 from roq.protocol.ports import EXCHANGE_WIDTH, ExchangePort, MonitorPort, port_at
-from roq.testing.cluster import LocalCluster, processes_with, wait_for
+from roq.testing.cluster import LocalCluster, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -31,11 +31,6 @@ def _status(cluster: LocalCluster) -> dict[str, Any]:
     return dict(json.loads(_roq(cluster, "status", "--json")))
 
 
-def _queue_processes(cluster: LocalCluster, queue: str) -> list[int]:
-    marker = f"{cluster.tmp}"  # children carry the host's -D directory=<tmp>/… override
-    return processes_with(f" {queue} --bind ", marker)
-
-
 @pytest.fixture
 def running(cluster: LocalCluster) -> LocalCluster:
     cluster.start_gcm()
@@ -46,20 +41,20 @@ def running(cluster: LocalCluster) -> LocalCluster:
 
 def test_create_list_stop_start_delete_round_trip(running: LocalCluster):
     _roq(running, "queue", "create", "orders")
-    assert len(_queue_processes(running, "orders")) == 2  # its monitor and first exchange
+    assert len(running.queue_processes("orders")) == 2  # its monitor and first exchange
     [queue] = json.loads(_roq(running, "queue", "list", "--json"))
     assert (queue["Name"], queue["State"], queue["Host"]) == ("orders", "RUNNING", "h1")
 
     _roq(running, "queue", "stop", "orders")
-    wait_for(lambda: not _queue_processes(running, "orders"), 10, "processes gone after stop")
+    wait_for(lambda: not running.queue_processes("orders"), 10, "processes gone after stop")
     assert json.loads(_roq(running, "queue", "list", "--json"))[0]["State"] == "STOPPED"
 
     _roq(running, "queue", "start", "orders")
-    assert len(_queue_processes(running, "orders")) == 2
+    assert len(running.queue_processes("orders")) == 2
     assert json.loads(_roq(running, "queue", "list", "--json"))[0]["State"] == "RUNNING"
 
     _roq(running, "queue", "delete", "orders")
-    wait_for(lambda: not _queue_processes(running, "orders"), 10, "processes gone after delete")
+    wait_for(lambda: not running.queue_processes("orders"), 10, "processes gone after delete")
     assert json.loads(_roq(running, "queue", "list", "--json")) == []
 
 
@@ -165,7 +160,7 @@ def test_a_second_host_with_a_live_name_exits_75_and_leaves_the_claims(running: 
     [host] = _status(running)["Hosts"]
     assert host["Name"] == "h1"  # the live host's record survived the twin's exit
     _roq(running, "queue", "create", "q2")  # and it still serves
-    assert len(_queue_processes(running, "q1")) == 2
+    assert len(running.queue_processes("q1")) == 2
 
 
 def test_a_host_restarted_after_kill_9_releases_its_old_claims(running: LocalCluster):
@@ -221,9 +216,9 @@ def test_a_create_whose_exchange_cannot_bind_leaves_nothing_behind(cluster: Loca
                 admin.create_queue("q1")
             assert raised.value.reason == "host_failed"
             assert admin.list_queues() == []
-        assert not _queue_processes(cluster, "q1"), "the monitor started for q1 was stopped"
+        assert not cluster.queue_processes("q1"), "the monitor started for q1 was stopped"
         assert _port_claims(cluster, "h1") == {}
     finally:
         blocker.close()
     _roq(cluster, "queue", "create", "q1")
-    assert len(_queue_processes(cluster, "q1")) == 2
+    assert len(cluster.queue_processes("q1")) == 2

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from roq import limits
 from roq.protocol import bsonmsg
 from roq.protocol.messages.monitor import ExchangePulse
 from roq.transport import Kind, connect, disconnect, open_socket, send_nowait
@@ -48,7 +49,7 @@ class Pulse(threading.Thread):
         self._stop_event = threading.Event()
 
     def run(self) -> None:
-        sock = open_socket(self._context, Kind.PUB, sndhwm=10)
+        sock = open_socket(self._context, Kind.PUB, sndhwm=limits.exchange_pulse_hwm)
         try:
             connect(sock, self._monitor)
             while not self._stop_event.wait(self._period_s):

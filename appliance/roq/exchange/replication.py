@@ -295,7 +295,8 @@ class Replicator:
                 self._link(replica_id, endpoint)
 
     def _link(self, replica_id: str, endpoint: str) -> None:
-        sock = open_socket(self.context, Kind.DEALER, sndhwm=10_000, rcvhwm=10_000)
+        hwm = limits.replication_link_hwm
+        sock = open_socket(self.context, Kind.DEALER, sndhwm=hwm, rcvhwm=hwm)
         connect(sock, endpoint)
         self.links[replica_id] = ReplicaLink(replica_id, endpoint, sock, linked_at=time.monotonic())
         self._probe(self.links[replica_id])
@@ -306,8 +307,9 @@ class Replicator:
 
     # --- sending ----------------------------------------------------------------------------
     def _probe(self, link: ReplicaLink) -> None:
-        """Ask the replica where its copy ends. Sent on a link with room for 10,000 messages,
-        one probe at a time: a full queue here is a broken link, and raises."""
+        """Ask the replica where its copy ends. Sent on a link with room for
+        `limits.replication_link_hwm` messages, one probe at a time: a full queue here is a
+        broken link, and raises."""
         if not send_nowait(link.sock, [PROBE, self._id]):
             raise TransportError(f"{self.name}: the link to {link.replica_id} is full")
 

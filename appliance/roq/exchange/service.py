@@ -286,16 +286,17 @@ class Exchange:
             linger_ms=limits.data_linger_ms,
         )
         bind(self.back, spec.address, port_at(spec.port, ExchangePort.BACK), subscribe)
-        self.replay = open_socket(context, Kind.ROUTER, sndhwm=100, rcvhwm=100)
+        hwm = limits.log_server_hwm_messages
+        self.replay = open_socket(context, Kind.ROUTER, sndhwm=hwm, rcvhwm=hwm)
         bind(self.replay, spec.address, port_at(spec.port, ExchangePort.LOG), reader)
         control = port_at(spec.port, ExchangePort.CONTROL)
         self.control = ControlServer(context, spec.address, control, spec.name)
         self.control.status = self.status
         # an XPUB, so that a monitor's subscription (it started, or this exchange was pointed at
         # a new one) is seen and answered with a report at once
-        self.reports = open_socket(context, Kind.XPUB, sndhwm=100)
+        self.reports = open_socket(context, Kind.XPUB, sndhwm=limits.exchange_reports_hwm)
         connect(self.reports, spec.monitor)
-        self.kpi = open_socket(context, Kind.PUB, sndhwm=100)
+        self.kpi = open_socket(context, Kind.PUB, sndhwm=limits.exchange_kpi_hwm)
         connect(self.kpi, spec.stat)
         identity = ExchangePulse(spec.exchange_id, spec.front, self.started, loop_age_s=0.0)
         self.pulse = Pulse(

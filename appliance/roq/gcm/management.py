@@ -656,7 +656,7 @@ class Management:
         return bsonmsg.ok(f"Registrated on {address}")
 
     def _open_listener(self, address: str) -> Any:
-        sock = open_socket(self.context, Kind.PUSH, sndhwm=16, sndtimeo_ms=0)
+        sock = open_socket(self.context, Kind.PUSH, sndhwm=limits.listener_hwm, sndtimeo_ms=0)
         try:
             connect(sock, address)
         except TransportError as error:

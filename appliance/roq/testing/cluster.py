@@ -11,12 +11,13 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from roq.client.admin import AdminClient
+from roq.client.publisher import Publisher
 from roq.protocol.ports import EXCHANGE_WIDTH, GCM_WIDTH, MONITOR_WIDTH, STAT_WIDTH
 from roq.system.spawn import child_environment, roq_command
 from roq.transport import security
@@ -268,6 +269,37 @@ class LocalCluster:
             input=input_text,
             check=False,
         )
+
+    def queue_processes(self, queue: str = "q1", host: str = "") -> list[int]:
+        """The queue's monitor and exchange processes of this cluster, or of its host `host`
+        (a child's command line carries its host's -D directory; other tests on the machine
+        run queues of the same name)."""
+        marker = str(self.tmp / host / "log") if host else str(self.tmp)
+        return processes_with(f" {queue} --bind ", marker)
+
+    def publisher_on(
+        self, fronts: Collection[str], acks: str = "all", *, keep_others: bool = True
+    ) -> tuple[Publisher, list[Publisher]]:
+        """A publisher of q1 the monitor placed on one of the exchanges at `fronts` (placement
+        spreads new publishers by count, so a few tries suffice), and the others made on the
+        way: kept open for the caller (they weigh on the placement), or closed."""
+        others: list[Publisher] = []
+        found = None
+        try:
+            for _ in range(8):
+                publisher = Publisher("q1", gcm=self.gcm, acks=acks, linger_ms=1)
+                if publisher.exchange in fronts:
+                    found = publisher
+                    break
+                others.append(publisher)
+                time.sleep(0.3)  # past a new exchange's warm-up
+        finally:
+            if found is None or not keep_others:
+                for other in others:
+                    other.close()
+        if found is None:
+            raise AssertionError(f"no publisher was placed on {sorted(fronts)}")
+        return found, others if keep_others else []
 
     def kill(self, daemon: Daemon, sig: int = signal.SIGKILL) -> None:
         os.killpg(daemon.process.pid, sig)
