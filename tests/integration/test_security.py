@@ -84,7 +84,7 @@ def servers(cluster: LocalCluster) -> Iterator[list[Server]]:
     ]
     host = [Server("host", "REP", h.hcm) for h in status.hosts]
     monitor = locate_monitor("q1", gcm=cluster.gcm)
-    kinds = ("SUB", "REP", "PUB", "PUB", "PULL", "REP")
+    kinds = ("SUB", "ROUTER", "PUB", "PUB", "PULL", "REP")
     monitors = [
         Server(f"monitor {o.name}", k, monitor.at(o))
         for o, k in zip(MonitorPort, kinds, strict=True)
