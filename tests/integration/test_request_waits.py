@@ -9,48 +9,16 @@ import signal
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 
 import pytest
 
 from roq import limits
-from roq.client.requests import Requester, Task, TaskExpired, Worker
+from roq.client.requests import Requester, Task, TaskExpired
 from roq.testing.cluster import LocalCluster, processes_with, wait_for
 
 pytestmark = pytest.mark.integration
 
 HOST = {"work.slot.messages": 100, "work.slot.ms": 100, "work.lease.ms": 2000}
-
-
-def _start(cluster: LocalCluster) -> None:
-    cluster.start_gcm()
-    cluster.start_host("h1", **HOST)
-    cluster.wait_ready(1)
-    with cluster.admin() as admin:
-        admin.create_queue("q1", host="h1")
-
-
-@contextmanager
-def _worker(cluster: LocalCluster, handler: Callable[[bytes], bytes]) -> Iterator[Worker]:
-    """A Worker of service `echo` on a thread of its own (its sockets are that thread's)."""
-    stop, made = threading.Event(), threading.Event()
-    holder: list[Worker] = []
-
-    def run() -> None:
-        with Worker("q1", "echo", handler, gcm=cluster.gcm) as worker:
-            holder.append(worker)
-            made.set()
-            worker.run(stop)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    assert made.wait(30), "the worker joined"
-    try:
-        yield holder[0]
-    finally:
-        stop.set()
-        thread.join(30)
 
 
 def _counting(task: Task) -> list[int]:
@@ -73,7 +41,7 @@ def test_a_waiting_requester_is_answered_when_its_result_is_stored_not_by_pollin
     (the first wait ends after `task_wait_max_ms` with the task still running, the second is
     answered when the result is stored). And the answer comes as the result is stored, not
     when the held request's wait ends (that would be ~0.5 s after the handler returned)."""
-    _start(cluster)
+    cluster.start_with_queue(**HOST)
     run_s = 1.5
     returned: list[float] = []
 
@@ -83,7 +51,7 @@ def test_a_waiting_requester_is_answered_when_its_result_is_stored_not_by_pollin
         return payload.upper()
 
     gaps, asks = [], []
-    with _worker(cluster, handler), Requester("q1", gcm=cluster.gcm) as requester:
+    with cluster.worker("echo", handler), Requester("q1", gcm=cluster.gcm) as requester:
         for n in range(5):
             task = requester.submit("echo", f"r{n}".encode())
             asked = _counting(task)
@@ -102,8 +70,11 @@ def test_an_idle_worker_is_woken_by_the_requesters_wait_not_its_next_poll(
     requester's first TASK_GET, right after its request is on the log, wakes it (`Woken`), so
     it reads the log's end at once. A request published while the worker was between two
     held LEASEs is found by the worker itself: most, not all, are woken."""
-    _start(cluster)
-    with _worker(cluster, lambda p: p) as worker, Requester("q1", gcm=cluster.gcm) as requester:
+    cluster.start_with_queue(**HOST)
+    with (
+        cluster.worker("echo", lambda p: p) as worker,
+        Requester("q1", gcm=cluster.gcm) as requester,
+    ):
         stats = worker.consumer.stats
         wait_for(lambda: stats["held"] >= 2, 30, "the idle worker's LEASE is held")
         for n in range(10):
@@ -115,14 +86,14 @@ def test_an_idle_worker_is_woken_by_the_requesters_wait_not_its_next_poll(
 
 def test_a_held_wait_ends_with_the_task_still_running(cluster: LocalCluster):
     """A held TASK_GET is answered when its wait ends, with the task as it is then."""
-    _start(cluster)
+    cluster.start_with_queue(**HOST)
     release = threading.Event()
 
     def handler(payload: bytes) -> bytes:
         release.wait(30)
         return payload
 
-    with _worker(cluster, handler), Requester("q1", gcm=cluster.gcm) as requester:
+    with cluster.worker("echo", handler), Requester("q1", gcm=cluster.gcm) as requester:
         task = requester.submit("echo", b"held")
         wait_for(lambda: task.status == "in_progress", 30, "the worker took it\n" + cluster.logs())
         started = time.monotonic()
@@ -140,7 +111,7 @@ def test_the_monitor_killed_while_a_requester_waits_the_result_comes_once(
     """kill -9 of the monitor holding a requester's TASK_GET: the host starts it again (an
     empty cache: ZooKeeper is read), the worker's result is stored there, and the requester,
     asking again, gets it once; the task is gone after."""
-    _start(cluster)
+    cluster.start_with_queue(**HOST)
     release, runs = threading.Event(), []
 
     def handler(payload: bytes) -> bytes:
@@ -149,7 +120,7 @@ def test_the_monitor_killed_while_a_requester_waits_the_result_comes_once(
         return payload[::-1]
 
     got: list[bytes] = []
-    with _worker(cluster, handler), Requester("q1", gcm=cluster.gcm) as requester:
+    with cluster.worker("echo", handler), Requester("q1", gcm=cluster.gcm) as requester:
         task = requester.submit("echo", b"kept")
         wait_for(lambda: runs, 30, "the worker took it\n" + cluster.logs())
         asked = _counting(task)

@@ -10,14 +10,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from roq.client.requests import NoWorker, Requester, TaskExpired, TaskFailed, Worker
+from roq.client.requests import NoWorker, Requester, TaskExpired, TaskFailed
 from roq.system.spawn import child_environment, roq_command
 from roq.testing.cluster import LocalCluster, processes_with, wait_for
 
@@ -27,41 +24,8 @@ LEASE_S = 2.0
 HOST = {"work.slot.messages": 100, "work.slot.ms": 100, "work.lease.ms": int(LEASE_S * 1000)}
 
 
-def _start(cluster: LocalCluster, hosts: int = 1, **overrides: Any) -> None:
-    cluster.start_gcm()
-    for n in range(hosts):
-        cluster.start_host(f"h{n + 1}", **{**HOST, **overrides})
-    cluster.wait_ready(hosts)
-    with cluster.admin() as admin:
-        admin.create_queue("q1", host="h1")
-
-
 def _requester(cluster: LocalCluster) -> Requester:
     return Requester("q1", gcm=cluster.gcm)
-
-
-@contextmanager
-def _worker(
-    cluster: LocalCluster, service: str, handler: Callable[[bytes], bytes]
-) -> Iterator[Worker]:
-    """A Worker on a thread of its own (its sockets are that thread's)."""
-    stop, made = threading.Event(), threading.Event()
-    holder: list[Worker] = []
-
-    def run() -> None:
-        with Worker("q1", service, handler, gcm=cluster.gcm) as worker:
-            holder.append(worker)
-            made.set()
-            worker.run(stop)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    assert made.wait(30), "the worker joined"
-    try:
-        yield holder[0]
-    finally:
-        stop.set()
-        thread.join(30)
 
 
 def _serve(cluster: LocalCluster, tmp: Path, name: str, command: str) -> subprocess.Popen[bytes]:
@@ -81,7 +45,7 @@ def _settings(cluster: LocalCluster, **values: str) -> None:
 def test_call_and_serve_round_trip_and_the_result_is_removed_once_acknowledged(
     cluster: LocalCluster, tmp_path: Path
 ):
-    _start(cluster)
+    cluster.start_with_queue(**HOST)
     worker = _serve(cluster, tmp_path, "w", "tr a-z A-Z")
     try:
         done = cluster.cli("call", "q1", "echo", "--gcm", cluster.gcm, "--timeout", "30",
@@ -98,7 +62,7 @@ def test_call_and_serve_round_trip_and_the_result_is_removed_once_acknowledged(
 
 
 def test_a_killed_requesters_task_is_fetched_by_id_by_another(cluster: LocalCluster):
-    _start(cluster)
+    cluster.start_with_queue(**HOST)
     code = (
         "import sys, time\n"
         "from roq.client.requests import Requester\n"
@@ -113,14 +77,14 @@ def test_a_killed_requesters_task_is_fetched_by_id_by_another(cluster: LocalClus
     os.killpg(child.pid, signal.SIGKILL)
     child.wait(10)
     assert task_id, cluster.logs()
-    with _worker(cluster, "echo", lambda payload: payload + b"!"), _requester(cluster) as fresh:
+    with cluster.worker("echo", lambda payload: payload + b"!"), _requester(cluster) as fresh:
         assert fresh.task(task_id).result(30) == b"kept!"
 
 
 def test_a_worker_killed_mid_task_its_task_runs_elsewhere_and_its_result_comes_once(
     cluster: LocalCluster, tmp_path: Path
 ):
-    _start(cluster)
+    cluster.start_with_queue(**HOST)
     holder = _serve(cluster, tmp_path, "holder", "sleep 600")
     with _requester(cluster) as requester:
         task = requester.submit("echo", b"again")
@@ -133,7 +97,7 @@ def test_a_worker_killed_mid_task_its_task_runs_elsewhere_and_its_result_comes_o
             runs.append(payload)
             return payload.upper()
 
-        with _worker(cluster, "echo", handler):
+        with cluster.worker("echo", handler):
             assert task.result(LEASE_S + 30) == b"AGAIN"
             time.sleep(LEASE_S + 1)  # a second delivery would have come by now
         assert runs == [b"again"]
@@ -144,7 +108,7 @@ def test_a_worker_killed_mid_task_its_task_runs_elsewhere_and_its_result_comes_o
 def test_a_handler_running_three_leases_keeps_its_request_runs_once_and_its_result_comes_once(
     cluster: LocalCluster, tmp_path: Path
 ):
-    _start(cluster)
+    cluster.start_with_queue(**HOST)
     runs = tmp_path / "runs"
     # Two worker processes: had the lease lapsed, the idle one would have taken the request.
     command = f"echo run >> {runs}; sleep {3 * LEASE_S:g}; tr a-z A-Z"
@@ -166,7 +130,7 @@ def test_a_handler_running_three_leases_keeps_its_request_runs_once_and_its_resu
 
 
 def test_a_thousand_submissions_of_one_request_id_run_once(cluster: LocalCluster):
-    _start(cluster)
+    cluster.start_with_queue(**HOST)
     runs: list[bytes] = []
     tasks: list[tuple[str, bool]] = []
     lock = threading.Lock()
@@ -182,7 +146,7 @@ def test_a_thousand_submissions_of_one_request_id_run_once(cluster: LocalCluster
         runs.append(payload)
         return b"ran"
 
-    with _worker(cluster, "echo", handler):
+    with cluster.worker("echo", handler):
         threads = [threading.Thread(target=submit_many) for _ in range(8)]
         for thread in threads:
             thread.start()
@@ -202,7 +166,7 @@ def test_a_thousand_submissions_of_one_request_id_run_once(cluster: LocalCluster
 def test_a_matching_error_is_retried_up_to_the_limit_and_another_not_at_all(
     cluster: LocalCluster,
 ):
-    _start(cluster)
+    cluster.start_with_queue(**HOST)
     _settings(cluster, request_retry_pattern="Transient|Timeout", request_retry_max="2")
     runs: list[bytes] = []
 
@@ -212,7 +176,7 @@ def test_a_matching_error_is_retried_up_to_the_limit_and_another_not_at_all(
             raise RuntimeError("Transient backend failure")
         raise ValueError("bad input")
 
-    with _worker(cluster, "echo", handler), _requester(cluster) as requester:
+    with cluster.worker("echo", handler), _requester(cluster) as requester:
         with pytest.raises(TaskFailed, match="Transient backend failure") as flaky:
             requester.call("echo", b"flaky", timeout_s=30)
         assert flaky.value.state == "failed"
@@ -223,7 +187,7 @@ def test_a_matching_error_is_retried_up_to_the_limit_and_another_not_at_all(
 
 
 def test_no_worker_ends_the_task_after_the_delegators_repeats(cluster: LocalCluster):
-    _start(cluster)
+    cluster.start_with_queue(**HOST)
     _settings(cluster, request_delegator_repeats="3", request_delegator_wait_ms="400")
     with _requester(cluster) as requester:
         started = time.monotonic()  # the task is accepted within submit()
@@ -235,9 +199,9 @@ def test_no_worker_ends_the_task_after_the_delegators_repeats(cluster: LocalClus
 
 
 def test_an_unfetched_result_expires_and_is_collected(cluster: LocalCluster):
-    _start(cluster)
+    cluster.start_with_queue(**HOST)
     _settings(cluster, request_result_ttl_ms="1000")
-    with _worker(cluster, "echo", lambda p: p), _requester(cluster) as requester:
+    with cluster.worker("echo", lambda p: p), _requester(cluster) as requester:
         task = requester.submit("echo", b"forgotten")
         wait_for(lambda: task.status == "done", 30, "it ran")
         assert task.view.result == b"forgotten"
@@ -254,7 +218,7 @@ def test_an_unfetched_result_expires_and_is_collected(cluster: LocalCluster):
 def test_a_request_without_result_expires_and_its_late_result_is_never_handed_out(
     cluster: LocalCluster,
 ):
-    _start(cluster)
+    cluster.start_with_queue(**HOST)
     _settings(cluster, request_input_ttl_ms="1500")
     finished = threading.Event()
 
@@ -263,7 +227,7 @@ def test_a_request_without_result_expires_and_its_late_result_is_never_handed_ou
         finished.set()
         return b"late"
 
-    with _worker(cluster, "echo", slow), _requester(cluster) as requester:
+    with cluster.worker("echo", slow), _requester(cluster) as requester:
         task = requester.submit("echo", b"x")
         started = time.monotonic()
         with pytest.raises(TaskExpired, match="no result within"):
@@ -289,7 +253,7 @@ def _restart(cluster: LocalCluster, fragment: str) -> None:
 def test_kill_9_of_the_monitor_and_an_exchange_loses_no_task_and_no_result_twice(
     cluster: LocalCluster,
 ):
-    _start(cluster, hosts=2, replicationFactor=2, **{"exchange.max.perhost": 4})
+    cluster.start_with_queue(2, **HOST, replicationFactor=2, **{"exchange.max.perhost": 4})
     with cluster.admin() as admin:
         admin.create_exchange("q1", "rpc-tx-h2", host="h2")
         [queue] = admin.status().queues
@@ -301,7 +265,7 @@ def test_kill_9_of_the_monitor_and_an_exchange_loses_no_task_and_no_result_twice
         return payload[::-1]
 
     results: dict[str, bytes] = {}
-    with _worker(cluster, "echo", handler), _requester(cluster) as requester:
+    with cluster.worker("echo", handler), _requester(cluster) as requester:
         tasks = [requester.submit("echo", f"t{n}".encode()) for n in range(100)]
         _restart(cluster, "monitor q1 --bind")
         tasks += [requester.submit("echo", f"t{n}".encode()) for n in range(100, 200)]
@@ -320,11 +284,11 @@ def test_kill_9_of_the_monitor_and_an_exchange_loses_no_task_and_no_result_twice
 def test_delay_before_processing_and_send_probes_end_a_task_that_kills_its_workers(
     cluster: LocalCluster, tmp_path: Path
 ):
-    _start(cluster)
+    cluster.start_with_queue(**HOST)
     _settings(cluster, request_delay_ms="1500", request_send_probes="1")
     with _requester(cluster) as requester:
         started = time.monotonic()
-        with _worker(cluster, "echo", lambda p: p):
+        with cluster.worker("echo", lambda p: p):
             assert requester.call("echo", b"later", timeout_s=30) == b"later"
         assert time.monotonic() - started >= 1.5, "ran before delaySendProcessTaskToExecute"
         holder = _serve(cluster, tmp_path, "holder", "sleep 600")
@@ -333,5 +297,5 @@ def test_delay_before_processing_and_send_probes_end_a_task_that_kills_its_worke
         os.killpg(holder.pid, signal.SIGKILL)
         holder.wait(10)
         # handed out a second time: over the probes, so it ends without a run
-        with _worker(cluster, "echo", lambda p: p), pytest.raises(TaskFailed, match="maxSend"):
+        with cluster.worker("echo", lambda p: p), pytest.raises(TaskFailed, match="maxSend"):
             task.result(LEASE_S + 30)

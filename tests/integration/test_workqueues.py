@@ -11,7 +11,6 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import bson
 import pytest
@@ -27,15 +26,6 @@ pytestmark = pytest.mark.integration
 
 LEASE_S = 2.0
 WORK = {"work.slot.messages": 100, "work.slot.ms": 200, "work.lease.ms": int(LEASE_S * 1000)}
-
-
-def _start(cluster: LocalCluster, hosts: int = 1, **overrides: Any) -> None:
-    cluster.start_gcm()
-    for n in range(hosts):
-        cluster.start_host(f"h{n + 1}", **{**WORK, **overrides})
-    cluster.wait_ready(hosts)
-    with cluster.admin() as admin:
-        admin.create_queue("q1", host="h1")
 
 
 def _publish(cluster: LocalCluster, count: int, prefix: str = "m", key: bytes = b"") -> list[str]:
@@ -65,7 +55,7 @@ def _consumers(cluster: LocalCluster, group: str = "g") -> int:
 def test_four_consumers_share_the_messages_each_acked_exactly_once(
     cluster: LocalCluster, tmp_path: Path
 ):
-    _start(cluster)
+    cluster.start_with_queue(**WORK)
     workers = [_worker(cluster, tmp_path, f"w{n}", "--timeout", "8") for n in range(4)]
     wait_for(lambda: _consumers(cluster) == 4, 30, "four consumers joined\n" + cluster.logs())
     sent = _publish(cluster, 10_000)
@@ -84,7 +74,7 @@ def test_four_consumers_share_the_messages_each_acked_exactly_once(
 def test_a_killed_consumers_messages_go_to_another_within_the_lease(
     cluster: LocalCluster, tmp_path: Path
 ):
-    _start(cluster)
+    cluster.start_with_queue(**WORK)
     holder = _worker(cluster, tmp_path, "holder", "--exec", "sleep 600")
     wait_for(lambda: _consumers(cluster) == 1, 30, "the holder joined\n" + cluster.logs())
     sent = _publish(cluster, 20)
@@ -111,7 +101,7 @@ def test_a_killed_consumers_messages_go_to_another_within_the_lease(
 def test_a_poison_message_reaches_the_dead_letters_after_max_deliveries(
     cluster: LocalCluster, tmp_path: Path
 ):
-    _start(cluster)
+    cluster.start_with_queue(**WORK)
     _publish(cluster, 1, prefix="poison")
     _publish(cluster, 3, prefix="fine")
     # The worker dies (kill -9 of itself) on the poison message, every time it gets it.
@@ -152,7 +142,7 @@ def _restart(cluster: LocalCluster, fragment: str) -> None:
 def test_kill_9_of_the_monitor_and_an_exchange_loses_nothing_and_repeats_no_ack(
     cluster: LocalCluster,
 ):
-    _start(cluster, hosts=2, **{"exchange.max.perhost": 4})
+    cluster.start_with_queue(2, **WORK, **{"exchange.max.perhost": 4})
     with cluster.admin() as admin:
         second = admin.create_exchange("q1", "work-tx-h2", host="h2").exchange.fields()
     first = next(x for x in _status_exchanges(cluster) if x != second["Id"])
@@ -184,7 +174,7 @@ def _status_exchanges(cluster: LocalCluster) -> list[str]:
 
 
 def test_ordered_mode_keeps_each_key_in_order_on_one_consumer_at_a_time(cluster: LocalCluster):
-    _start(cluster)
+    cluster.start_with_queue(**WORK)
     events: list[tuple[str, str, int, float, float]] = []  # consumer, key, n, got, acked
     lock = threading.Lock()
     first_in = threading.Event()
@@ -230,7 +220,7 @@ def test_ordered_mode_keeps_each_key_in_order_on_one_consumer_at_a_time(cluster:
 
 
 def test_an_exchange_added_during_consumption_is_consumed_too(cluster: LocalCluster):
-    _start(cluster, hosts=2, **{"exchange.max.perhost": 4, "exchange.warmup": 200})
+    cluster.start_with_queue(2, **WORK, **{"exchange.max.perhost": 4, "exchange.warmup": 200})
     sent = _publish(cluster, 500, prefix="old")
     taken: dict[str, str] = {}
     with Consumer("q1", "g", gcm=cluster.gcm) as consumer:
@@ -254,7 +244,7 @@ def test_an_exchange_added_during_consumption_is_consumed_too(cluster: LocalClus
 def test_a_group_with_a_key_prefix_gets_only_those_keys_and_the_rest_counts_as_settled(
     cluster: LocalCluster,
 ):
-    _start(cluster)
+    cluster.start_with_queue(**WORK)
     with Publisher("q1", gcm=cluster.gcm, acks="leader", batch_bytes=512) as publisher:
         for n in range(600):
             key = (b"eu.", b"us.", b"eu")[n % 3] + str(n % 7).encode()

@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Callable, Collection, Iterator
@@ -18,6 +19,7 @@ from typing import Any, TypeVar
 
 from roq.client.admin import AdminClient
 from roq.client.publisher import Publisher
+from roq.client.requests import Worker
 from roq.protocol.ports import EXCHANGE_WIDTH, GCM_WIDTH, MONITOR_WIDTH, STAT_WIDTH
 from roq.system.spawn import child_environment, roq_command
 from roq.transport import security
@@ -269,6 +271,37 @@ class LocalCluster:
             input=input_text,
             check=False,
         )
+
+    def start_with_queue(self, hosts: int = 1, **host_settings: Any) -> None:
+        """A GCM, hosts h1..h<hosts> with `host_settings`, and queue q1 placed on h1."""
+        self.start_gcm()
+        for n in range(hosts):
+            self.start_host(f"h{n + 1}", **host_settings)
+        self.wait_ready(hosts)
+        with self.admin() as admin:
+            admin.create_queue("q1", host="h1")
+
+    @contextlib.contextmanager
+    def worker(self, service: str, handler: Callable[[bytes], bytes]) -> Iterator[Worker]:
+        """A request/response Worker of q1's `service` on a thread of its own (its sockets are
+        that thread's), stopped and joined on the way out."""
+        stop, made = threading.Event(), threading.Event()
+        holder: list[Worker] = []
+
+        def run() -> None:
+            with Worker("q1", service, handler, gcm=self.gcm) as worker:
+                holder.append(worker)
+                made.set()
+                worker.run(stop)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        assert made.wait(30), "the worker joined"
+        try:
+            yield holder[0]
+        finally:
+            stop.set()
+            thread.join(30)
 
     def queue_processes(self, queue: str = "q1", host: str = "") -> list[int]:
         """The queue's monitor and exchange processes of this cluster, or of its host `host`
