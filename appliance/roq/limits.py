@@ -131,6 +131,7 @@ cluster_queues_max = 100_000  # queues in one reply (2, 2012, 2013) or config br
 # --- control plane: GCM ----------------------------------------------------------------------
 rules_listeners_max = 16  # rules listeners (2008) kept per queue; the oldest is dropped
 listener_hwm = 16  # notices queued for one registered listener (PUSH, never waited on)
+rules_updates_hwm = 16  # rule changes (from the GCM) a monitor's scaler queues unread
 ec2_request_attempts = 2  # one retry, with the same client token: still one instance at most
 
 # --- data plane: publishers -------------------------------------------------------------
@@ -183,6 +184,13 @@ log_server_hwm_messages = 100
 exchange_reports_hwm = 100
 exchange_kpi_hwm = 100
 exchange_pulse_hwm = 10  # liveness pulses queued: only the latest matters
+# A monitor's report and KPI inputs (from every exchange and subscriber of the queue) and its
+# notices to publishers, subscribers and KPI readers: each is superseded by the next or asked
+# again (a client that missed a notice learns it at its next request), so past this ZeroMQ drops.
+monitor_stream_hwm = 10_000
+monitor_control_hwm = 10  # requests (1030, 1031) queued to one exchange's control port
+log_reader_hwm = 10  # a log reader (subscriber feed, consumer) has one read in flight
+subscriber_stat_hwm = 100  # a subscriber's KPI samples queued for its monitor
 replication_link_hwm = 10_000  # writes (each ≤ the back-fill read) and probes queued per replica
 log_seek_reads_max = 100_000  # reads a time seek may take (each ≤ dataplane.READ_BYTES_MAX)
 # How often a replicating leader notes its log's end, for the in-sync rule (the notes kept are

@@ -410,7 +410,12 @@ class Consumer:
         if reader is None:
             if len(self._readers) >= limits.work_tail_exchanges_max:
                 self._close_readers()
-            reader = open_socket(self._context, Kind.DEALER, sndhwm=10, rcvhwm=10)
+            reader = open_socket(
+                self._context,
+                Kind.DEALER,
+                sndhwm=limits.log_reader_hwm,
+                rcvhwm=limits.log_reader_hwm,
+            )
             connect(reader, endpoint)
             self._readers[endpoint] = reader
         return reader

@@ -196,7 +196,12 @@ class Feed:
     def _request(self, frames: list[bytes]) -> None:
         """Send one log request (to a copy, with the owner's id, when the owner is dead)."""
         if self.reader is None:
-            self.reader = open_socket(self._context, Kind.DEALER, sndhwm=10, rcvhwm=10)
+            self.reader = open_socket(
+                self._context,
+                Kind.DEALER,
+                sndhwm=limits.log_reader_hwm,
+                rcvhwm=limits.log_reader_hwm,
+            )
             connect(self.reader, self._log_endpoint())
         self._last_request = frames
         leader = [self.exchange_id.encode()] if self.copies else []

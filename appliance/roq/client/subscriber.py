@@ -144,7 +144,7 @@ class Subscriber:
         return {back: feed.exchange_id for back, feed in self.feeds.items()}
 
     def _stat_socket(self) -> Any:
-        sock = open_socket(self._context, Kind.PUB, sndhwm=100)
+        sock = open_socket(self._context, Kind.PUB, sndhwm=limits.subscriber_stat_hwm)
         if self.monitor.stat_in:
             connect(sock, self.monitor.stat_in)
         return sock

@@ -70,7 +70,7 @@ class Scaler:
         # how long a new exchange waits for load to move onto it before it is left to placement
         self._rebalance_for_s = max(3.0, 2 * self.config.window_s)
         self._emit = emit
-        self.sock = open_socket(context, Kind.PULL, rcvhwm=16)
+        self.sock = open_socket(context, Kind.PULL, rcvhwm=limits.rules_updates_hwm)
         bind(self.sock, address, listen_port, security.access_domain(cluster=True))  # the GCM
         self.actuator = Actuator(
             queue, settings.zk, self.config.rules_refresh_s, f"tcp://{address}:{listen_port}"
@@ -96,7 +96,7 @@ class Scaler:
 
     def pump_rules(self) -> None:
         """Rule updates pushed by the GCM (2008)."""
-        for frames in drained(self.sock, 16):
+        for frames in drained(self.sock, limits.rules_updates_hwm):
             try:
                 update = RulesUpdate.decode(bsonmsg.decode(frames))
             except ProtocolError as error:

@@ -165,20 +165,32 @@ class Monitor:
             return port_at(self.port, offset)
 
         self.reports = bound(
-            Kind.SUB, at(MonitorPort.REPORTS), cluster, rcvhwm=10_000, subscribe=b""
+            Kind.SUB,
+            at(MonitorPort.REPORTS),
+            cluster,
+            rcvhwm=limits.monitor_stream_hwm,
+            subscribe=b"",
         )
         # ROUTER, not REP: a request may be held (a TASK_GET's long poll) while others are
         # answered; every peer is a REQ socket and still gets exactly one reply per request
         self.requests = bound(Kind.ROUTER, at(MonitorPort.PLACEMENT), security.ZAP_DOMAIN)
-        self.to_publishers = bound(Kind.PUB, at(MonitorPort.TO_PUBLISHERS), publish, sndhwm=10_000)
+        self.to_publishers = bound(
+            Kind.PUB, at(MonitorPort.TO_PUBLISHERS), publish, sndhwm=limits.monitor_stream_hwm
+        )
         self.to_subscribers = bound(
-            Kind.PUB, at(MonitorPort.TO_SUBSCRIBERS), subscribe, sndhwm=10_000
+            Kind.PUB, at(MonitorPort.TO_SUBSCRIBERS), subscribe, sndhwm=limits.monitor_stream_hwm
         )
         s = self.stat_port
         self.stat_in = bound(
-            Kind.SUB, port_at(s, StatPort.IN), security.ZAP_DOMAIN, rcvhwm=10_000, subscribe=b""
+            Kind.SUB,
+            port_at(s, StatPort.IN),
+            security.ZAP_DOMAIN,
+            rcvhwm=limits.monitor_stream_hwm,
+            subscribe=b"",
         )
-        self.kpi_out = bound(Kind.PUB, port_at(s, StatPort.KPI), subscribe, sndhwm=10_000)
+        self.kpi_out = bound(
+            Kind.PUB, port_at(s, StatPort.KPI), subscribe, sndhwm=limits.monitor_stream_hwm
+        )
         self.control = ControlServer(context, self.address, at(MonitorPort.CONTROL), self.name)
         self.control.status = self.status
 
@@ -698,7 +710,9 @@ class Monitor:
             return
         sock = self._controls.get(view.front)
         if sock is None:
-            sock = self._controls[view.front] = open_socket(self._context, Kind.DEALER, sndhwm=10)
+            sock = self._controls[view.front] = open_socket(
+                self._context, Kind.DEALER, sndhwm=limits.monitor_control_hwm
+            )
             connect(sock, sibling(view.front, ExchangePort.FRONT, ExchangePort.CONTROL))
         for _ in drained(sock, limits.control_hwm_messages):  # its high-water mark
             pass  # replies carry nothing we need: discard them
