@@ -358,6 +358,7 @@ task_poll_ms = 10  # how often Task.result() asks while it waits, when its monit
 task_lease_renew_share = 1 / 3
 task_lease_renew_min_ms = 50
 task_records_max = 1_000_000  # task records one queue keeps (a submit past it is refused)
+task_claim_chars_max = 64  # a submit() call's claim token (TaskSubmit, monitor/tasks.py)
 # The monitor owns every write to its queue's task records, so it answers from a cache of those
 # it read or wrote (an LRU, bounded by count and by the bytes of the results it holds; ZooKeeper
 # stays the truth: a monitor started or re-placed begins empty and reads it there).

@@ -11,12 +11,19 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from roq import limits
+from roq.client.locate import locate_monitor
 from roq.client.requests import NoWorker, Requester, TaskExpired, TaskFailed
+from roq.protocol.messages.tasks import TaskSubmit, TaskView
+from roq.protocol.ports import MonitorPort
 from roq.system.spawn import child_environment, roq_command
 from roq.testing.cluster import LocalCluster, processes_with, wait_for
+from roq.transport import new_context
+from roq.transport.rpc import Requester as RpcRequester
 
 pytestmark = pytest.mark.integration
 
@@ -161,6 +168,71 @@ def test_a_thousand_submissions_of_one_request_id_run_once(cluster: LocalCluster
     assert {t for t, _ in tasks} == {"order-42"}
     assert sum(created for _, created in tasks) == 1
     assert runs == [b"once"]
+
+
+def _submit_raw(cluster: LocalCluster, task: str, claim: str) -> TaskView:
+    """TASK_SUBMIT as a requester sends it, on a socket of its own (no request published)."""
+    context = new_context()
+    endpoint = locate_monitor("q1", gcm=cluster.gcm).at(MonitorPort.PLACEMENT)
+    rpc = RpcRequester(context, endpoint, limits.work_request_timeout_ms)
+    try:
+        return TaskView.decode(rpc.request(TaskSubmit(task, "echo", claim).encode()))
+    finally:
+        rpc.close()
+        context.term()
+
+
+def test_a_submit_asked_again_with_its_claim_is_its_makers_and_no_other_is(
+    cluster: LocalCluster,
+) -> None:
+    """The answer to a submit lost or late, submit() asks again with the same call's claim: the
+    monitor answers Created again while the task is accepted, so the request is published (the
+    second ask used to be told the id was taken: nothing published, the task expired). Another
+    claim, or none, is told Created false, and so is the same claim once the task has run."""
+    cluster.start_with_queue(**HOST)
+    assert _submit_raw(cluster, "t-1", "call-a").created
+    assert _submit_raw(cluster, "t-1", "call-a").created  # asked again: still its maker's
+    assert not _submit_raw(cluster, "t-1", "call-b").created
+    assert not _submit_raw(cluster, "t-1", "").created
+    with cluster.worker("echo", lambda payload: payload), _requester(cluster) as requester:
+        task = requester.submit("echo", b"x", request_id="t-2")
+        assert task.result(30, ack=False) == b"x"
+        assert not _submit_raw(cluster, "t-2", "call-a").created
+
+
+def test_a_submit_whose_answer_the_stopped_monitor_never_sent_runs_once(
+    cluster: LocalCluster,
+) -> None:
+    """The monitor stopped (SIGSTOP) for two request timeouts under a submit: the requester asks
+    again on new sockets; woken, the monitor claims the task for the first ask it reads and
+    knows the others for the same call's, so the request is published and runs, once. (When it
+    reads the newest ask first, the claim answers the live socket and the bug above never
+    shows; the test above is the one that fails without the claim.)"""
+    cluster.start_with_queue(**HOST)
+    [monitor] = processes_with(" monitor q1 --bind ", str(cluster.tmp))
+    runs: list[bytes] = []
+    submitted: list[Any] = []
+
+    def handler(payload: bytes) -> bytes:
+        runs.append(payload)
+        return b"ran"
+
+    with cluster.worker("echo", handler), _requester(cluster) as requester:
+        requester.submit("echo", b"warm").result(30)  # the requester's monitor link is open
+        os.kill(monitor, signal.SIGSTOP)
+        try:
+            thread = threading.Thread(
+                target=lambda: submitted.append(requester.submit("echo", b"once", "lost-1"))
+            )
+            thread.start()
+            time.sleep(2.5 * limits.work_request_timeout_ms / 1000)  # the fault's length
+        finally:
+            os.kill(monitor, signal.SIGCONT)
+        thread.join(60)
+        assert submitted, "submit() returned"
+        assert submitted[0].result(30) == b"ran"
+        time.sleep(1)  # a second request message would have run by now
+    assert runs == [b"warm", b"once"]
 
 
 def test_a_matching_error_is_retried_up_to_the_limit_and_another_not_at_all(

@@ -240,7 +240,10 @@ class Requester:
         if len(payload) > limits.task_payload_bytes_max:
             raise RoqError(f"a request's payload is at most {limits.task_payload_bytes_max} bytes")
         task_id = check_task_id(request_id) if request_id else uuid.uuid4().hex
-        view = self._link.view(TaskSubmit(task_id, service).encode())
+        # This call's token: asked again after a lost or late answer, the monitor knows it
+        # for this call's own claim (Created), where another submit of the id is not.
+        claim = uuid.uuid4().hex
+        view = self._link.view(TaskSubmit(task_id, service, claim).encode())
         if view.created:
             # The claim came first: of concurrent submissions of one id only its maker
             # publishes. Dying between the two leaves a task without a request, which ends

@@ -78,6 +78,7 @@ class Record:
     error: str = ""
     runs: int = 0  # executions started (TASK_START answered Run)
     probes: int = 0  # executions started of the current attempt (maxSendProbeAmount)
+    claim: str = ""  # the token of the submit() call that created it (TaskSubmit)
     retries: int = 0  # runs again after an error matching exceptionStringToRepeat
     late: bool = False  # a result arrived after the task expired (stored, never handed out)
     collected: bool = False  # its result (or error) was dropped: a tombstone answering expired
@@ -387,11 +388,14 @@ class TaskManager:
         now = _now_ms()
         for _ in range(2):  # a record deleted between our claim and our read: claim again
             record = Record(ask.task, ask.service, accepted_ms=now, changed_ms=now)
+            record.claim = ask.claim
             if self._claim(ask.task, record, staged=True):
                 return record.view(now, created=True).reply()
             found = self._read(ask.task)
             if found is not None:
-                return found[0].view(now).reply()
+                mine = bool(ask.claim) and found[0].claim == ask.claim
+                again = mine and found[0].state == "accepted"  # its first answer was lost
+                return found[0].view(now, created=again).reply()
         return bsonmsg.fail(Reason.BUSY, f"task {ask.task} is being removed; submit again")
 
     def _start(self, request: dict[str, Any]) -> Document:

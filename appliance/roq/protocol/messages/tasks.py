@@ -69,17 +69,24 @@ def _bytes(doc: Mapping[str, Any], name: str, max_bytes: int) -> bytes:
 @dataclass(frozen=True)
 class TaskSubmit:
     """40: claim `Task` for `Service`. The claim is the task's record: a second submit of the
-    same id finds it and is answered with the existing task (`Created` false)."""
+    same id finds it and is answered with the existing task (`Created` false) — unless it
+    carries the same `Claim` (one submit() call's token) while the task is still accepted:
+    that is the same submission asked again because its answer was lost or late, and it is
+    answered `Created` true, so that its maker publishes the request (once: the claim is
+    answered before the publish, and a submit() that got its answer does not ask again)."""
 
     task: str
     service: str
+    claim: str = ""
 
     def encode(self) -> Document:
-        return {"CMD": int(MonitorCommand.TASK_SUBMIT), "Task": self.task, "Service": self.service}
+        doc = {"CMD": int(MonitorCommand.TASK_SUBMIT), "Task": self.task, "Service": self.service}
+        return {**doc, "Claim": self.claim} if self.claim else doc
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
-        return cls(_task(doc), _service(doc))
+        claim = field_str(doc, "Claim", max_chars=limits.task_claim_chars_max, default="")
+        return cls(_task(doc), _service(doc), claim)
 
 
 @dataclass(frozen=True)
