@@ -3,9 +3,13 @@ and pyzmq's errors reach callers as TransportError."""
 
 from __future__ import annotations
 
+import logging
+import time
+
 import pytest
 
 from roq.errors import TransportError
+from roq.protocol import bsonmsg
 from roq.transport import (
     READABLE,
     Kind,
@@ -17,6 +21,7 @@ from roq.transport import (
     send_nowait,
     wait_readable,
 )
+from roq.transport.rpc import answer_routed, send_routed
 
 
 @pytest.fixture
@@ -63,3 +68,72 @@ def test_zeromq_errors_become_transport_errors(pair):
         list(drained(a, 1))
     with pytest.raises(TransportError):
         wait_readable(a, 0)
+
+
+# --- answer_routed: a ROUTER serving REQ peers, one reply per request --------------------------
+@pytest.fixture
+def routed():
+    context = new_context()
+    server = open_socket(context, Kind.ROUTER)
+    server.bind("inproc://test-routed")
+    peers = []
+
+    def peer():
+        sock = open_socket(context, Kind.REQ, rcvtimeo_ms=2000)
+        sock.connect("inproc://test-routed")
+        peers.append(sock)
+        return sock
+
+    yield server, peer
+    for sock in [server, *peers]:
+        sock.close(0)
+    context.term()
+
+
+def _serve_until_answered(server, handler, peer) -> None:
+    """answer_routed until `peer` has its reply to read (bounded: 2 s)."""
+    deadline = time.monotonic() + 2
+    while not wait_readable(peer, 0) and time.monotonic() < deadline:
+        if wait_readable(server, 50):
+            answer_routed(server, handler, "test", logging.getLogger("test"))
+
+
+def test_a_held_request_blocks_no_other_peer_and_is_answered_once(routed):
+    server, peer = routed
+    held: list[tuple[bytes, ...]] = []
+
+    def handler(request, envelope):
+        if request["CMD"] == 1:
+            held.append(envelope)
+            return None  # answered later
+        return bsonmsg.ok(f"cmd {request['CMD']}")
+
+    slow, fast = peer(), peer()
+    slow.send(bsonmsg.encode({"CMD": 1}))
+    fast.send(bsonmsg.encode({"CMD": 2}))
+    _serve_until_answered(server, handler, fast)
+    assert len(held) == 1
+    assert bsonmsg.decode_reply(fast.recv())["COMMENT"] == "cmd 2"  # not behind the held one
+    send_routed(server, held[0], bsonmsg.ok("later"))
+    assert bsonmsg.decode_reply(slow.recv())["COMMENT"] == "later"
+
+
+def test_malformed_and_failing_requests_are_answered_and_the_socket_serves_on(routed):
+    server, peer = routed
+
+    def handler(request, envelope):
+        if request["CMD"] == 3:
+            raise ValueError("a bug")
+        return bsonmsg.ok("fine")
+
+    sock = peer()
+    for frames, expected in (
+        ([b"\x32\x00\x00\x00\x10", b"\xca\xd5"], "expected 1 frame"),  # the fuzzer's case
+        ([b"not bson"], "not a BSON document"),
+        ([bsonmsg.encode({"CMD": 3})], "internal error: ValueError"),
+        ([bsonmsg.encode({"CMD": 4})], "fine"),
+    ):
+        sock.send_multipart(frames)
+        _serve_until_answered(server, handler, sock)
+        reply = bsonmsg.decode_reply(sock.recv())
+        assert expected in reply["COMMENT"], reply

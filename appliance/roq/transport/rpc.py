@@ -169,18 +169,19 @@ def answer_routed(
         except zmq.Again:
             return
         cut = next((i for i, f in enumerate(received) if not f.bytes), -1)
-        if cut < 1 or cut != len(received) - 2:  # not a REQ peer's [id, "", body]: no reply
+        if cut < 1:  # not a REQ peer's [id, "", body...]: there is no return address
             logger.warning("%s: dropped a request of %d frames without its envelope",
                            log_name, len(received))  # fmt: skip
             continue
         envelope = tuple(f.bytes for f in received[: cut + 1])
-        reply = _routed_reply(received[-1], envelope, handler, log_name, logger, authorize)
+        body = received[cut + 1 :]  # not one frame: answered as malformed, as `answer` does
+        reply = _routed_reply(body, envelope, handler, log_name, logger, authorize)
         if reply is not None:
             send_routed(sock, envelope, reply)
 
 
 def _routed_reply(
-    body: Any,
+    body: list[Any],
     envelope: Envelope,
     handler: RoutedHandler,
     log_name: str,
@@ -188,10 +189,10 @@ def _routed_reply(
     authorize: Authorizer | None,
 ) -> dict[str, Any] | None:
     try:
-        request = bsonmsg.decode([body.bytes])
+        request = bsonmsg.decode([frame.bytes for frame in body])
         refusal = None
-        if authorize is not None:
-            refusal = authorize(security.principal_of(body), request)
+        if authorize is not None:  # one frame (decode checked it): it shows the sender
+            refusal = authorize(security.principal_of(body[0]), request)
         return handler(request, envelope) if refusal is None else refusal
     except ProtocolError as error:
         logger.warning("%s: refused a malformed request: %s", log_name, error)
