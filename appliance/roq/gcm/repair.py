@@ -20,9 +20,7 @@ watch), when this GCM takes the lead, and when a gone host's grace ends; and at 
    transaction id `replace-<lost id>` (idempotent, on the least loaded host; none free: the
    provisioner is asked, as scale-out does). The lost exchange's record stays, marked `lost`:
    its log's copies on surviving exchanges stay readable through the monitor's list of dead
-   logs, and a host that comes back never starts it again (host/adoption.py). The mark is
-   written only while the host is still unregistered: with the monitor's move in step 1 (one
-   transaction), else on its own; a host that registered first keeps its exchange.
+   logs, and a host that comes back never starts it again (host/adoption.py).
 
 What cannot be done now (no host with a free slot, a host that does not answer) is kept as a
 pending repair, shown by `roq status`, and tried again at the next check. When a host was first
@@ -56,7 +54,7 @@ from roq.coordination.registry import (
     QueueState,
     Registry,
 )
-from roq.errors import AdminError, CoordinationError, HostRegistered, NotLeader
+from roq.errors import AdminError, CoordinationError, NotLeader
 from roq.gcm.management import HostBack, Management, Refused, _address_of
 from roq.protocol.bsonmsg import Reply
 from roq.protocol.commands import Reason
@@ -230,36 +228,22 @@ class HostLossRepair:
         before = self.registry.exchanges(queue)
         lost = [x for x in before if x.host in gone and not x.lost]
         spare = 0
-        marked: set[str] = set()  # hosts whose exchanges the monitor's move marked lost
         if got[0].host in gone:
             log.warning("queue %s: its monitor's host %s is lost; re-placing it", queue,
                         got[0].host)  # fmt: skip
             known = {x.id for x in before}
             self._move_monitor(queue, fence, got[0].host)
-            marked.add(got[0].host)
             spare = sum(1 for x in self.registry.exchanges(queue) if x.id not in known)
         for exchange in lost:
             if spare > 0:
                 spare -= 1  # the monitor's new host started an exchange: it takes this one's place
             else:
                 self._replace_exchange(exchange, fence)
-            if exchange.host not in marked and not self._mark_lost(exchange, fence):
-                continue
+            exchange.lost = True
+            self._check_lead()
+            self.registry.update_exchange(fence, exchange)
             log.warning("queue %s: exchange %s on lost host %s replaced", queue, exchange.id,
                         exchange.host)  # fmt: skip
-
-    def _mark_lost(self, exchange: ExchangeRecord, fence: Fence) -> bool:
-        """Mark a gone host's exchange lost, only while that host is still unregistered: one
-        that registered meanwhile keeps it running (its replacement stays as spare capacity)."""
-        exchange.lost = True
-        self._check_lead()
-        try:
-            self.registry.update_exchange(fence, exchange, absent_host=exchange.host)
-        except HostRegistered:
-            log.warning("queue %s: host %s registered again: its exchange %s stays",
-                        exchange.queue, exchange.host, exchange.id)  # fmt: skip
-            return False
-        return True
 
     def _move_monitor(self, queue: str, fence: Fence, lost: str) -> None:
         refusals = []
