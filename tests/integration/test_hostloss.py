@@ -196,8 +196,13 @@ def test_a_host_stalled_past_its_session_stops_what_was_re_placed(cluster: Local
     # SIGSTOP the host only: its children keep running, as on a host cut off from ZooKeeper.
     h1.process.send_signal(signal.SIGSTOP)
     try:
+        # woken once the repair is whole: monitor moved and exchange marked lost (a host back
+        # between the two keeps its exchange: guarantees §10, the exchanges' side of the race)
         wait_for(
-            lambda: _queue(cluster)["Host"] == "h2",
+            lambda: (
+                _queue(cluster)["Host"] == "h2"
+                and any(x["Lost"] for x in _queue(cluster)["Exchanges"])
+            ),
             SESSION_S + 15,
             f"q1 re-placed on h2\n{cluster.logs()}",
         )
