@@ -181,7 +181,11 @@ def test_a_host_back_after_its_work_moved_starts_nothing_stale(cluster: LocalClu
     cluster.wait_ready(hosts=2)
     wait_for(lambda: back.log_text().count("serving on") == 2, 15, "h1 serving again")
     time.sleep(1.0)  # what it would adopt, it adopts before serving
-    assert cluster.queue_processes(host="h1") == [], back.log_text()[-3000:]
+    # nothing but the keeper of its lost exchange's log (host/keepers.py): no monitor, no
+    # exchange taking publishers
+    running = [_cmdline(pid) for pid in cluster.queue_processes(host="h1")]
+    assert len(running) == 1 and "--keeper" in running[0], (running, back.log_text()[-3000:])
+    assert f"--id {lost_id}" in running[0]
     assert back.log_text().count("re-adopted queue q1") == 0
     assert (cluster.tmp / "h1" / "log" / "q1" / lost_id).is_dir()  # its old log stays
     queue = _queue(cluster)
@@ -219,6 +223,61 @@ def test_a_host_stalled_past_its_session_stops_what_was_re_placed(cluster: Local
 
 
 # --- a lost log gets replicationFactor copies again ----------------------------------------
+def _cmdline(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+
+
+@pytest.mark.timeout(240)
+def test_a_returning_host_serves_its_lost_exchanges_logs_and_copies_them_on(
+    cluster: LocalCluster,
+) -> None:
+    """Issue 30 item 0, the fault harness's rolling restart made certain: h2's exchange is lost
+    and replaced while h2 restarts; h1, whose exchange holds the only copy of h2's log, is
+    killed before that copy is sent on (the re-copy waits 5 s); then h2 comes back. Both logs
+    are on h2's disk only (its own, and its copy of h1's), so without a keeper there the
+    messages h1's and h2's publishers had acknowledged with acks=all are read by nobody."""
+    h1, h2 = _two_hosts(cluster)
+    settings = {"exchange.max.perhost": 4, "exchange.warmup": 500}
+    cluster.start_host("h3", **settings)
+    cluster.wait_ready(hosts=3)
+    ids = {x["Host"]: x["Id"] for x in _queue(cluster)["Exchanges"]}
+    one, others = _publisher_on(cluster, "h1")
+    two, more = _publisher_on(cluster, "h2")
+    acknowledged = {
+        "one": _send_acknowledged(one, "one", 300, 20),
+        "two": _send_acknowledged(two, "two", 300, 20),
+    }
+    for pub in [one, two, *others, *more]:
+        pub.close(timeout_s=5)
+
+    def lost(host: str) -> bool:
+        return any(x["Id"] == ids[host] and x["Lost"] for x in _queue(cluster)["Exchanges"])
+
+    cluster.kill(h2, signal.SIGTERM)  # a clean stop: its session ends at once
+    wait_for(lambda: lost("h2"), SESSION_S + 15, f"h2's exchange lost\n{cluster.logs()}")
+    cluster.kill(h1)  # at once: the copy of h2's log on h1 was not sent on yet
+    back = cluster.start_host("h2", **settings)
+    wait_for(lambda: lost("h1"), SESSION_S + 20, f"h1's exchange lost\n{cluster.logs()}")
+    keepers = [_cmdline(p) for p in cluster.queue_processes(host="h2")]
+    assert any(f"--id {ids['h2']}" in c and "--keeper" in c for c in keepers), keepers
+    _read_acknowledged(cluster, acknowledged, 60)
+
+    # The keeper sends what it holds on: each lost log reaches two complete copies on live
+    # exchanges (no log short of copies), so the keeper's host is no longer needed for it.
+    def copied() -> bool:
+        status = _live(cluster)
+        live = {x["Id"] for x in status["Exchanges"]}
+        for leader in ids.values():
+            ends = _copies_of(cluster, leader)
+            full = [x for x, end in ends.items() if x in live and end == max(ends.values())]
+            if len(full) < 2:
+                return False
+        return not status["ShortLogs"]
+
+    wait_for(copied, 60, f"two live copies of each lost log\n{cluster.logs()}", 1.0)
+    assert "keeps the log of lost exchange" in back.log_text()
+
+
 def _live(cluster: LocalCluster) -> dict[str, Any]:
     """q1's STATUS as its monitor answers it (through `roq status --json`)."""
     live = _queue(cluster).get("Live")

@@ -88,3 +88,30 @@ def test_leaving_and_unlogged_exchanges_neither_send_nor_receive():
 def test_the_only_other_exchange_on_the_same_host_is_taken_when_there_is_no_other():
     views = [_view("a", "h1", {"g": 10}), _view("b", "h1")]
     assert plan_copies(views, 2, {"g"}, {})["g"].targets == ("b",)
+
+
+def _keeper(name: str, host: str, copies: dict[str, int]) -> ExchangeView:
+    view = _view(name, host, copies)
+    view.keeper = True
+    return view
+
+
+def test_a_keeper_is_a_source_and_never_counts_as_a_copy_kept():
+    """A returning host's keeper of lost exchange `k` (host/keepers.py) holds `k`'s log, the
+    longest copy of `g`'s, and a short copy of `h`'s: it sends `k` and `g` to live exchanges
+    until two of them hold each in full; `h` is sent from the live exchange with all of it."""
+    views = [_view("a", "h1", {"h": 80}), _view("b", "h2", {"g": 100})]
+    keeper = _keeper("k", "h3", {"k": 700, "g": 300, "h": 50})
+    plans = plan_copies(views, 2, {"k", "g", "h"}, {}, [keeper])
+    assert plans["k"] == CopyPlan("k", 700, (), "k", ("a", "b"))
+    assert plans["g"] == CopyPlan("g", 300, (), "k", ("b", "a"))  # b's shorter copy topped up
+    assert plans["h"] == CopyPlan("h", 80, ("a",), "a", ("b",))
+
+
+def test_a_log_kept_by_a_keeper_and_copied_in_full_on_live_exchanges_needs_no_plan():
+    views = [_view("a", "h1", {"k": 700}), _view("b", "h2", {"k": 700})]
+    assert plan_copies(views, 2, {"k"}, {}, [_keeper("k", "h3", {"k": 700})]) == {}
+    # a keeper that leaves (its queue stops) is no source
+    leaving = _keeper("k", "h3", {"k": 700})
+    leaving.leaving = True
+    assert plan_copies(views[:1], 2, {"k"}, {}, [leaving])["k"].source == "a"

@@ -233,12 +233,19 @@ def exchange(
     monitor_endpoint: str = typer.Option(..., "--monitor", help="tcp://IP:B of the monitor."),
     stat: str = typer.Option(..., "--stat", help="tcp://IP:S of the stat monitor."),
     exchange_id: str = typer.Option(..., "--id", help="Exchange id (unique in the cluster)."),
+    keeper: bool = typer.Option(
+        False,
+        "--keeper",
+        help="Keep the log of this lost exchange for reads and re-copying; take no publishers.",
+    ),
     lease: str = LEASE_OPTION,
     epoch: int = EPOCH_OPTION,
     config_file: Path | None = CONFIG_OPTION,
     define: list[str] = DEFINE_OPTION,
 ) -> None:
-    """Run an exchange: receives publishers' batches and fans them out to subscribers."""
+    """Run an exchange: receives publishers' batches and fans them out to subscribers. With
+    --keeper, the log keeper of an exchange lost with its host, started by that host when it
+    returns: it serves reads of the log and its copies until live exchanges hold them."""
     setup_logging()
     with errors_to_exit():
         settings = config.ExchangeSettings.from_settings(
@@ -248,7 +255,9 @@ def exchange(
         from roq.exchange.service import Exchange, ExchangeSpec
         from roq.transport import new_context
 
-        spec = ExchangeSpec(queue, exchange_id, bind, port, monitor_endpoint, stat, lease, epoch)
+        spec = ExchangeSpec(
+            queue, exchange_id, bind, port, monitor_endpoint, stat, lease, epoch, keeper
+        )
         context = new_context()
         server = Exchange(context, spec, settings)
         try:

@@ -468,8 +468,10 @@ class CopySender:
     to a gone leader's copy, so the target's copy is complete once it ends where this one
     does; the monitor sees that in the target's report and stops naming it. Main thread only."""
 
-    def __init__(self, context: Any, store: ReplicaStore, name: str):
-        self.context, self.store, self.name = context, store, name
+    def __init__(self, context: Any, store: ReplicaStore, name: str, own: Log | None = None):
+        """`own`: a keeper's own log (the lost exchange's), sent like the copies it holds; an
+        exchange never sends its own log this way (its replicas have it)."""
+        self.context, self.store, self.name, self.own = context, store, name, own
         self.senders: dict[str, Replicator] = {}  # gone leader id → its sender
         self._told_complete: set[tuple[str, str]] = set()  # (leader, target) logged as done
 
@@ -477,8 +479,9 @@ class CopySender:
         """Replace what is sent with [(gone leader id, target id, tcp://ip:F+3)], at most
         `limits.recopy_targets_max` of them (the monitor names the rest again later)."""
         wanted: dict[str, list[tuple[str, str]]] = {}
+        own_id = self.store.own_id
         for leader_id, target_id, endpoint in sources[: limits.recopy_targets_max]:
-            if self.store.own_id not in (leader_id, target_id):
+            if target_id != own_id and (leader_id != own_id or self.own is not None):
                 wanted.setdefault(leader_id, []).append((target_id, endpoint))
         for leader_id in [x for x in self.senders if x not in wanted]:
             self.senders.pop(leader_id).close()
@@ -490,7 +493,8 @@ class CopySender:
 
     def _sender(self, leader_id: str) -> Replicator | None:
         try:
-            copy = self.store.copy(leader_id)
+            copy = self.own if self.own and leader_id == self.store.own_id else None
+            copy = copy or self.store.copy(leader_id)
         except (InvalidOffset, LogError) as error:
             log.warning("%s: cannot send its copy of %s's log: %s", self.name, leader_id, error)
             return None

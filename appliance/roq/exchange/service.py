@@ -114,6 +114,9 @@ class ExchangeSpec:
     stat: str  # tcp://ip:S, the stat monitor's input
     lease: str = ""  # its host's lease file (fencing, system/lease.py); "": always acts
     epoch: int = 0  # its monitor's assignment epoch when started (protocol/epoch.py)
+    # A keeper of a lost exchange's log (host/keepers.py): it binds only F+2 and F+3, serves
+    # reads of the log and its copies, and sends them to the exchanges the monitor names
+    keeper: bool = False
 
     @property
     def front(self) -> str:
@@ -125,7 +128,8 @@ class ExchangeSpec:
 
     @property
     def name(self) -> str:
-        return f"exchange {self.queue}/{self.exchange_id}"
+        role = "log keeper" if self.keeper else "exchange"
+        return f"{role} {self.queue}/{self.exchange_id}"
 
 
 @dataclass(frozen=True)
@@ -236,6 +240,8 @@ class Exchange:
         self._cpu = procstat.CpuMeter()
         self._kpi_cpu = procstat.CpuMeter()
         self.log: Log | None = None
+        if spec.keeper and not settings.use_log:
+            raise LogUnavailable(f"{spec.name}: a log keeper needs useLog=true")
         if settings.use_log:
             directory = log_directory(settings.log_root, spec.queue, spec.exchange_id)
             self.log = Log.open(
@@ -260,7 +266,8 @@ class Exchange:
             copies = ReplicaStore(settings.log_root, spec.queue, spec.exchange_id, settings.log)
             self.log_server = LogServer(self.replay, self.log, spec.name, copies)
             self.replicator = Replicator(context, spec.exchange_id, self.log, spec.name)
-            self.copy_sender = CopySender(context, copies, spec.name)
+            own = self.log if spec.keeper else None
+            self.copy_sender = CopySender(context, copies, spec.name, own)
         self.control.handler = self._control_command
 
     def _open_sockets(self, context: Any) -> None:
@@ -278,14 +285,16 @@ class Exchange:
         subscribe = security.access_domain(Permission.SUBSCRIBE, queue=spec.queue)
         # log reads: subscribers, and work-queue consumers reading their slots
         reader = security.access_domain(Permission.SUBSCRIBE, Permission.CONSUME, queue=spec.queue)
-        bind(self.front, spec.address, port_at(spec.port, ExchangePort.FRONT), publish)
+        if not spec.keeper:  # a keeper takes no publishers, even one that kept its address
+            bind(self.front, spec.address, port_at(spec.port, ExchangePort.FRONT), publish)
         self.back = open_socket(
             context,
             Kind.XPUB,
             sndhwm=self.settings.subscriber_hwm_batches,
             linger_ms=limits.data_linger_ms,
         )
-        bind(self.back, spec.address, port_at(spec.port, ExchangePort.BACK), subscribe)
+        if not spec.keeper:
+            bind(self.back, spec.address, port_at(spec.port, ExchangePort.BACK), subscribe)
         hwm = limits.log_server_hwm_messages
         self.replay = open_socket(context, Kind.ROUTER, sndhwm=hwm, rcvhwm=hwm)
         bind(self.replay, spec.address, port_at(spec.port, ExchangePort.LOG), reader)
@@ -325,7 +334,7 @@ class Exchange:
         poller = self._poller()
         self._last_report = self._last_kpi = time.monotonic()
         self._next_report, self._next_kpi = self._last_report, self._last_kpi
-        log.info("%s: serving publishers on %s, subscribers on %s", *self._where())
+        self._log_serving()
         self.pulse.start()
         while not self._finished():
             self._loop_turned = time.monotonic()
@@ -358,6 +367,13 @@ class Exchange:
                     poller = self._poller()  # the monitor changed the replica set
             self._send_replies()
             self._timers()
+
+    def _log_serving(self) -> None:
+        if self.spec.keeper:
+            log.info("%s: serving reads of its log and copies on %s", self.spec.name,
+                     endpoint_at(self.spec.address, self.spec.port, ExchangePort.LOG))  # fmt: skip
+        else:
+            log.info("%s: serving publishers on %s, subscribers on %s", *self._where())
 
     def _send_replies(self) -> None:
         for frames in self.replies:
@@ -618,6 +634,8 @@ class Exchange:
         if self.log_server is None:
             return ()
         ends = self.log_server.copies.ends()
+        if self.spec.keeper:  # a keeper's own log is a copy of a lost exchange's, to be read
+            ends[self.spec.exchange_id] = self.log_server.log.end_offset
         return tuple(CopyEnd(leader, end) for leader, end in sorted(ends.items()))
 
     def _identity(self) -> ExchangeIdentity:
@@ -630,6 +648,7 @@ class Exchange:
             started=self.started,
             logged=self.log is not None,
             host=self.settings.host_name or self.spec.address,
+            keeper=self.spec.keeper,
         )
 
     def _send_report(self, report: ExchangeReport | ExchangeSubscriptions) -> None:

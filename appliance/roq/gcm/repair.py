@@ -280,9 +280,10 @@ class HostLossRepair:
         return sorted(free, key=lambda h: (used[h.name] - h.max_exchanges, h.name))
 
     def _tell_exchanges(self, queue: str) -> None:
-        """Every live host with exchanges of the queue: they report to the new monitor. One
-        that does not answer is asked again later (`_tell_again`)."""
-        hosts = {x.host for x in self.registry.exchanges(queue) if not x.lost}
+        """Every live host with exchanges of the queue, or lost ones (it may run their log
+        keepers, host/keepers.py): they report to the new monitor. One that does not answer is
+        asked again later (`_tell_again`)."""
+        hosts = {x.host for x in self.registry.exchanges(queue)}
         for host in self.registry.hosts():
             if host.name in hosts:
                 self._tell(queue, host, _Untold(self._now, limits.monitor_moved_retry_first_s))
@@ -315,14 +316,14 @@ class HostLossRepair:
 
     def _tell_again(self, live: set[str], now: float) -> None:
         """The hosts that missed 1013 and are due: asked again while they are registered and
-        still run an exchange of a RUNNING queue (a lost host's exchanges are replaced)."""
+        still have an exchange of a RUNNING queue recorded (a lost one's log keeper)."""
         for (queue, name), last in sorted(self.untold.items()):
             got = self.registry.queue(queue)
             exchanges = self.registry.exchanges(queue) if got is not None else []
             if (
                 got is None
                 or got[0].state != QueueState.RUNNING
-                or not any(x.host == name and not x.lost for x in exchanges)
+                or not any(x.host == name for x in exchanges)
             ):
                 with self._lock:
                     self.untold.pop((queue, name), None)

@@ -13,8 +13,9 @@ the monitor, and the exchange records of the lost host are marked `lost`. A host
 adopts only what ZooKeeper still assigns to it, so nothing stale starts; one whose session
 expired while its children kept running (a stall, a partition) stops the children whose
 assignment moved when it registers again (`moved_children`). Their log directories stay as they
-are on disk: the logs of lost exchanges are not adopted, copied or deleted by the host (a queue
-delete removes them with the rest of the queue's files).
+are on disk: the log of a lost exchange is never written again, but a keeper serves it and
+sends it to live exchanges (host/keepers.py); a queue delete removes it with the rest of the
+queue's files.
 
 Read-only helpers here; the host's loop (`service.py`) starts the processes.
 """
@@ -84,7 +85,10 @@ def moved_children(registry: Registry, host: str, children: Sequence[Child]) -> 
                 moved.append(child)
             continue
         record = registry.exchange(child.queue, child.id)
-        if record is not None and (record[0].lost or record[0].host != host):
+        if child.role == "keeper":  # kept while its exchange stays lost and this host's
+            if record is None or not record[0].lost or record[0].host != host:
+                moved.append(child)
+        elif record is not None and (record[0].lost or record[0].host != host):
             moved.append(child)
     return moved
 

@@ -26,7 +26,7 @@ from roq.coordination import session
 from roq.coordination.paths import Paths
 from roq.coordination.registry import ChildState, HostRecord, QueueRecord, Registry
 from roq.errors import DecodeError, NameTaken, PortInUse, RoqError
-from roq.host import adoption, supervision
+from roq.host import adoption, keepers, supervision
 from roq.host.fencing import LeaseKeeper, lease_path, lease_seconds
 from roq.host.ports import PortAllocator
 from roq.host.supervision import Child
@@ -212,6 +212,7 @@ class HostConfigManager:
         self._session_lost.clear()
         log.warning("host %s: registered again after its ZooKeeper session expired", self.name)
         self._stop_moved()
+        self._keep_lost_logs()
         # What still runs here is still assigned here: its lease is renewed on this session.
         if self.lease.confirm():
             log.warning("host %s: the lease of its children is renewed", self.name)
@@ -282,6 +283,7 @@ class HostConfigManager:
             try:
                 # `roq queue start`: the exchanges recorded here start again on their logs
                 self._start_recorded_exchanges(queue, monitor)
+                self._keep_lost_logs(queue)
                 if not self._of(queue, "exchange") and not adoption.served_elsewhere(
                     self.registry, queue, self.name
                 ):
@@ -335,6 +337,35 @@ class HostConfigManager:
                 self._adopt_queue(record, version)
             except RoqError as error:
                 log.error("host %s: could not re-adopt queue %s: %s", self.name, record.name, error)
+        self._keep_lost_logs()
+
+    def _keep_lost_logs(self, only: str = "") -> None:
+        """A keeper for each lost exchange of a RUNNING queue whose log (or copies) this host
+        holds and that has none running yet (host/keepers.py): it serves and re-copies them.
+        A keeper that cannot start is logged and left: the host serves the rest."""
+        root = self.settings.log_root
+        if not self.settings.use_log:
+            return
+        for record in keepers.lost_logs(self.registry, self.name, root):
+            queue = record.queue
+            running = {c.id for c in self._of(queue, "keeper")}
+            if (only and queue != only) or record.id in running:
+                continue
+            got = self.registry.queue(queue)
+            if got is None:
+                continue
+            try:
+                self._start_exchange(
+                    queue, got[0].monitor_port, got[0].stat_port, record.txid,
+                    adoption.address_of(got[0].monitor), recorded=(record.id, record.port),
+                    epoch=got[0].epoch, keeper=True,
+                )  # fmt: skip
+            except RoqError as error:
+                log.error("host %s: no keeper for the log of lost exchange %s/%s: %s",
+                          self.name, queue, record.id, error)  # fmt: skip
+                continue
+            log.warning("host %s: keeps the log of lost exchange %s/%s for reads and copies",
+                        self.name, queue, record.id)  # fmt: skip
 
     def _adopt_queue(self, record: QueueRecord, version: int) -> None:
         queue = record.name
@@ -398,7 +429,7 @@ class HostConfigManager:
         stat = endpoint_at(address, stat_port, StatPort.IN)
         notice = MonitorMoved(monitor, stat, epoch).encode()
         told = 0
-        for child in self._of(queue, "exchange"):
+        for child in self._of(queue, "exchange") + self._of(queue, "keeper"):
             argv = _with_option(child.argv, "--monitor", monitor)
             argv = _with_option(argv, "--stat", stat)
             child.argv = _with_option(argv, "--epoch", str(epoch))
@@ -477,9 +508,12 @@ class HostConfigManager:
         monitor_address: str | None = None,
         recorded: tuple[str, int] = ("", 0),
         epoch: int = 0,
+        keeper: bool = False,
     ) -> Child:
         """A new exchange, or with `recorded` (its id and port) one started again on its log;
-        `epoch`: its monitor's, the oldest it takes a monitor's word from."""
+        `epoch`: its monitor's, the oldest it takes a monitor's word from; `keeper`: the log
+        keeper of the recorded exchange, which was lost (host/keepers.py)."""
+        role = "keeper" if keeper else "exchange"
         monitor_address = monitor_address or self.address
         for attempt in range(limits.child_bind_attempts):
             owner = {"queue": queue, "txid": txid}
@@ -488,8 +522,8 @@ class HostConfigManager:
                 recorded[0] or f"{self.name.replace(':', '_')}-{port}-{uuid.uuid4().hex[:6]}"
             )
             child = Child(
-                name=f"exchange {queue}/{exchange_id}",
-                role="exchange",
+                name=f"{'log keeper' if keeper else 'exchange'} {queue}/{exchange_id}",
+                role=role,
                 queue=queue,
                 port=port,
                 control=endpoint_at(self.address, port, ExchangePort.CONTROL),
@@ -512,6 +546,7 @@ class HostConfigManager:
                     str(self.lease.path),
                     "--epoch",
                     str(epoch),
+                    *(["--keeper"] if keeper else []),
                     *self._overrides(),
                 ),
             )
@@ -587,7 +622,9 @@ class HostConfigManager:
 
     def _stop_queue_children(self, queue: str) -> None:
         # Exchanges first, so they can still tell their monitor they are leaving.
-        for child in self._of(queue, "exchange") + self._of(queue, "monitor"):
+        for child in self._of(queue, "exchange") + self._of(queue, "keeper"):
+            self._stop_child(child)
+        for child in self._of(queue, "monitor"):
             self._stop_child(child)
 
     def _delete_queue_files(self, queue: str) -> None:

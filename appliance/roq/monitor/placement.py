@@ -39,6 +39,7 @@ class ExchangeView:
     cpu: float = 0.0
     rss: int = 0
     placed_at: list[float] = field(default_factory=list)  # recent placements (monotonic s)
+    keeper: bool = False  # a log keeper of a lost exchange (host/keepers.py), not an exchange
 
     def publishers(self, now: float) -> int:
         """Publishers as far as anyone knows: the exchange counts only those that sent in its
@@ -217,7 +218,7 @@ class CopyPlan:
     leader_id: str
     end: int  # where the longest copy ends
     complete: tuple[str, ...]  # live exchanges whose copy ends at `end`
-    source: str  # one of `complete`
+    source: str  # a live exchange or a log keeper whose copy ends at `end`
     targets: tuple[str, ...]  # exchanges that get a copy (may hold a shorter one already)
 
 
@@ -226,25 +227,31 @@ def plan_copies(
     factor: int,
     gone: set[str],
     current: dict[str, CopyPlan],
+    keepers: list[ExchangeView] | None = None,
 ) -> dict[str, CopyPlan]:
     """A plan for each log in `gone` (ids of exchanges gone long enough) that a live exchange
-    holds a copy of and that has fewer than `factor` complete copies. Targets are those on a
-    host without a complete copy first, then those holding part of it already, then those
-    holding the fewest copies; a plan still under way keeps its source and targets while they
-    are live, so a copy is not started again elsewhere every period."""
+    or a log keeper holds a copy of and that has fewer than `factor` complete copies on live
+    exchanges (a keeper's copies are sources, never counted as kept: it goes once they are).
+    Targets are live exchanges on a host without a complete copy first, then those holding part
+    of it already, then those holding the fewest copies; a plan still under way keeps its
+    source and targets while they are there, so a copy is not started again elsewhere every
+    period."""
     live = sorted((x for x in exchanges if x.logged and not x.leaving), key=lambda x: x.exchange_id)
+    kept = sorted((x for x in keepers or () if not x.leaving), key=lambda x: x.exchange_id)
     load = {x.exchange_id: len(x.copies) for x in live}
     plans: dict[str, CopyPlan] = {}
     for leader_id in sorted(gone):
         holders = {x.exchange_id: x.copies[leader_id] for x in live if leader_id in x.copies}
-        if not holders:
+        in_keepers = {x.exchange_id: x.copies[leader_id] for x in kept if leader_id in x.copies}
+        if not holders and not in_keepers:
             continue  # no copy left to copy from
-        end = max(holders.values())
+        end = max([*holders.values(), *in_keepers.values()])
         complete = tuple(sorted(i for i, e in holders.items() if e == end))
         if len(complete) >= factor:
             continue
+        able = complete + tuple(sorted(i for i, e in in_keepers.items() if e == end))
         before = current.get(leader_id)
-        source = before.source if before and before.source in complete else complete[0]
+        source = before.source if before and before.source in able else able[0]
         targets = _copy_targets(live, holders, complete, factor, before, load)
         for target in targets:
             load[target] += 1

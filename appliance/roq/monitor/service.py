@@ -76,6 +76,7 @@ from roq.protocol.messages.monitor import (
     ExchangeLost,
     ExchangeMessage,
     ExchangePulse,
+    ExchangeReport,
     ExchangeSubscriptions,
     NewExchange,
     Placed,
@@ -129,6 +130,9 @@ class Monitor:
         self.list_period_s = settings.list_period_s
         self.kpi_period_s = settings.stat_period_s
         self.exchanges: dict[str, ExchangeView] = {}  # by front address
+        # Log keepers (host/keepers.py): a returning host's lost exchanges, read-only; by
+        # front address. Never placed on, never a replica: sources of copies and of reads.
+        self.keepers: dict[str, ExchangeView] = {}
         self.bad_frames = 0
         self.relocations = 0
         self.replication_factor = settings.replication_factor
@@ -258,7 +262,7 @@ class Monitor:
             self.tasks.release(self._fenced())
             self.groups.release_waits(self._fenced())
         if acting and not self._acting:
-            for view in self.exchanges.values():
+            for view in [*self.exchanges.values(), *self.keepers.values()]:
                 view.last_seen = now
         self._acting = acting
 
@@ -278,12 +282,16 @@ class Monitor:
             return  # read (the socket must not fill) and left: no relocation, no notice
         now = time.monotonic()
         if isinstance(message, ExchangePulse):
-            self._on_pulse(self.exchanges.get(message.front), message, now)
+            front = message.front
+            self._on_pulse(self.exchanges.get(front) or self.keepers.get(front), message, now)
             return
         if isinstance(message, ExchangeSubscriptions):
             self._on_subscriptions(self.exchanges.get(message.identity.front), message)
             return
         identity = message.identity
+        if identity.keeper:
+            self._on_keeper(message, now)
+            return
         view = self.exchanges.get(identity.front)
         if view is not None and view.started != identity.started:
             self._forget(view, now, "restarted")  # its memory (and what it held) is gone
@@ -309,6 +317,36 @@ class Monitor:
             self.groups.observe(view.exchange_id, message.load.end, message.load.cuts)
         self.scaler.observe(view.exchange_id, message.load, now)
         self._relocate(view, now)
+
+    def _on_keeper(self, report: ExchangeReport, now: float) -> None:
+        """A log keeper's report: the logs it holds are read from it and copied from it to
+        live exchanges (`_plan_copies`) until they have replicationFactor copies."""
+        identity = report.identity
+        view = self.keepers.get(identity.front)
+        if view is None or view.started != identity.started:
+            if view is None and len(self.keepers) >= limits.monitor_exchanges_max:
+                log.warning("%s: log keeper %s not tracked: already %d keepers known",
+                            self.name, identity.exchange_id, len(self.keepers))  # fmt: skip
+                return
+            view = ExchangeView(
+                exchange_id=identity.exchange_id, front=identity.front, back=identity.back,
+                first_seen=now, last_seen=now, period_s=identity.period_s,
+                started=identity.started, logged=True, keeper=True,
+            )  # fmt: skip
+            view.host = identity.host
+            self.keepers[view.front] = view
+            log.warning("%s: log keeper of lost exchange %s joined (%s)", self.name,
+                        view.exchange_id, view.front)  # fmt: skip
+        view.last_seen, view.period_s = now, identity.period_s
+        if report.leaving or report.load is None:
+            del self.keepers[view.front]
+            log.info("%s: log keeper %s left", self.name, view.exchange_id)
+        else:
+            copies = {c.leader_id: c.end for c in report.load.copies}
+            if copies == view.copies:
+                return
+            view.copies = copies
+        self._assign_replicas()  # what it holds changed: the copy plans may change
 
     def _on_pulse(self, view: ExchangeView | None, pulse: ExchangePulse, now: float) -> None:
         """The process is up: it counts as a heartbeat while its loop still turns (a loop
@@ -401,10 +439,12 @@ class Monitor:
             Relocate(move.producer, target.exchange_id, target.front, source.front, self.epoch)
         )
 
+    def _dead_s(self, view: ExchangeView) -> float:
+        return self.dead_after * view.period_s
+
     def _silent(self, now: float) -> list[ExchangeView]:
-        return [
-            v for v in self.exchanges.values() if now - v.last_seen > self.dead_after * v.period_s
-        ]
+        views = [*self.exchanges.values(), *self.keepers.values()]
+        return [v for v in views if now - v.last_seen > self._dead_s(v)]
 
     def _reap(self, now: float) -> None:
         if not self._silent(now):
@@ -413,7 +453,11 @@ class Monitor:
         self._pump_reports()
         dead = self._silent(now)
         for view in dead:
-            self._forget(view, now, f"silent for {now - view.last_seen:.1f} s")
+            if view.keeper:
+                log.warning("%s: log keeper %s silent: forgotten", self.name, view.exchange_id)
+                del self.keepers[view.front]
+            else:
+                self._forget(view, now, f"silent for {now - view.last_seen:.1f} s")
         if dead:
             self._publish_list()
             self._assign_replicas()  # the dead one's leaders get other replicas at once
@@ -489,10 +533,11 @@ class Monitor:
     def _copy_list(self) -> tuple[DeadLog, ...]:
         """The logs of exchanges that are gone (dead or retired) but copied on a live one, each
         with the live exchanges that hold a copy, the longest copy first. Built from the
-        exchanges' own reports, so it holds for as long as a copy is there to be read."""
+        exchanges' own reports (and the log keepers'), so it holds for as long as a copy is
+        there to be read."""
         live = {x.exchange_id for x in self.exchanges.values()}
         holders: dict[str, list[ReplicaCopy]] = {}
-        for view in self.exchanges.values():
+        for view in [*self.exchanges.values(), *self.keepers.values()]:
             for leader_id, end in view.copies.items():
                 if leader_id not in live and not view.leaving:
                     entry = ReplicaCopy(view.exchange_id, _log_endpoint(view.front), end)
@@ -645,7 +690,8 @@ class Monitor:
         for leader_id, replica_ids in plan.items():
             for replica_id in replica_ids:
                 copied[replica_id].append(leader_id)
-        sources: dict[str, list[CopySource]] = {x.exchange_id: [] for x in views}
+        keepers = list(self.keepers.values())
+        sources: dict[str, list[CopySource]] = {x.exchange_id: [] for x in views + keepers}
         for copy in self._plan_copies(time.monotonic()).values():
             for target in copy.targets:
                 copied[target].append(copy.leader_id)  # it takes the copy's writes
@@ -666,21 +712,29 @@ class Monitor:
                 tuple(replicas), tuple(copied[leader_id]), tuple(sources[leader_id]), self.epoch
             )
             self._tell_exchange(leader, assignment.encode())
+        for keeper in keepers:  # copies no log and is copied by nobody: it sends, at most
+            sent = Replicas((), (), tuple(sources[keeper.exchange_id]), self.epoch)
+            self._tell_exchange(keeper, sent.encode())
 
     def _plan_copies(self, now: float) -> dict[str, CopyPlan]:
         """Plans to copy again each log whose exchange has been gone `limits.recopy_grace_s`
         (dead, lost with its host, or retired) until it has replicationFactor complete copies
         on live exchanges (docs/architecture.md §7, "Copying a gone log again")."""
         live = {x.exchange_id for x in self.exchanges.values()}
-        reported = {c for x in self.exchanges.values() if not x.leaving for c in x.copies}
+        keepers = list(self.keepers.values())
+        reported = {
+            c for x in [*self.exchanges.values(), *keepers] if not x.leaving for c in x.copies
+        }
         held = reported - live
         for leader_id in [x for x in self._gone_since if x not in held]:
             del self._gone_since[leader_id]
         for leader_id in held:
             self._gone_since.setdefault(leader_id, now)
         gone = {x for x, since in self._gone_since.items() if now - since >= limits.recopy_grace_s}
+        # A log kept by its keeper is its lost exchange's, which never comes back: no grace
+        gone |= {x.exchange_id for x in keepers} & held
         views = list(self.exchanges.values())
-        plans = plan_copies(views, self.replication_factor, gone, self.copy_plans)
+        plans = plan_copies(views, self.replication_factor, gone, self.copy_plans, keepers)
         self._log_copy_plans(plans, reported | live)
         self.copy_plans = plans
         return plans

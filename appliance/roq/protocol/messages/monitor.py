@@ -51,12 +51,15 @@ class ExchangeIdentity:
     started: float  # Started: the process's start time, epoch seconds
     logged: bool  # Log: it keeps a message log subscribers can read on F+3
     host: str  # Host: host.name, or its address
+    # Keeper: a keeper of a lost exchange's log (host/keepers.py), not an exchange: it serves
+    # reads of its log and copies and sends them to live exchanges, and takes no publishers
+    keeper: bool = False
 
     def fields(self) -> Document:
         return {
             "QName": self.queue, "Id": self.exchange_id, "Front": self.front, "Back": self.back,
             "Period": self.period_s, "Started": self.started, "Log": self.logged,
-            "Host": self.host,
+            "Host": self.host, "Keeper": self.keeper,
         }  # fmt: skip
 
     @classmethod
@@ -70,6 +73,7 @@ class ExchangeIdentity:
             started=field_float(doc, "Started", lo=0.0),
             logged=field_bool(doc, "Log"),
             host=field_str(doc, "Host"),
+            keeper=field_bool(doc, "Keeper", default=False),
         )
 
 
