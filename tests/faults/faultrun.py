@@ -14,6 +14,7 @@ from checker import Report, check, load
 from faultcluster import SESSION_MS, FaultCluster
 from faultnet import Network
 
+from roq.client.live import monitor_status
 from roq.system.spawn import child_environment
 from roq.testing.cluster import wait_for
 
@@ -103,6 +104,34 @@ class FaultRun:
             raise AssertionError(f"the workload did not finish\n{self.diagnostics()}") from None
         assert self.workload.returncode == 0, self.diagnostics()
         return check(load(self.history, self.nemesis_log))
+
+    def unserved_lost_logs(self, timeout_s: float = 30.0) -> list[str]:
+        """q1's lost exchanges whose log is on the disk of their host, back and registered,
+        that q1's monitor does not list as readable (its copies, or the keeper the host started
+        for it) within `timeout_s`: [] when every one is. Such a log is exactly the cause of the
+        rolling restart's loss (issue 30 item 0), whether or not the final read needed it, so
+        this fails every run the cause is present, not only the runs it cost messages."""
+        missing: list[str] = []
+
+        def served() -> bool:
+            missing.clear()
+            with self.cluster.admin() as admin:
+                status = admin.status()
+            queue = next(q for q in status.queues if q.info.name == "q1")
+            live = monitor_status(queue.info.monitor_host)
+            listed = {c.leader_id for c in live.copies if c.replicas} if live else set()
+            hosts = {h.name for h in status.hosts}
+            for x in queue.exchanges:
+                on_disk = self.tmp / x.host / "log" / "q1" / x.exchange_id
+                if x.lost and x.host in hosts and on_disk.is_dir() and x.exchange_id not in listed:
+                    missing.append(f"{x.exchange_id} (on {x.host})")
+            return not missing
+
+        try:
+            wait_for(served, timeout_s, "every lost log readable", 1.0)
+        except TimeoutError:
+            return missing
+        return []
 
     def diagnostics(self) -> str:
         try:

@@ -38,6 +38,8 @@ def _assert_passes(run: FaultRun, report: Report, acks_all: bool = True) -> None
     assert report.counts.get("ok", 0) > 0 and report.faults, detail
     for fault in report.faults:
         assert fault.resume_s <= RESUME_BOUND_S, f"{fault.name} resumed late\n{detail}"
+    unserved = run.unserved_lost_logs()
+    assert unserved == [], f"lost logs nobody serves: {unserved}\n{detail}"
 
 
 def _heal_and_settle(run: FaultRun, name: str, from_heal: bool = False) -> None:

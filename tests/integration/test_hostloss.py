@@ -21,7 +21,13 @@ from roq.client.publisher import Publisher, PublishTimeout
 from roq.client.subscriber import Subscriber
 from roq.coordination import session
 from roq.coordination.paths import Paths
-from roq.coordination.registry import HostRecord, QueueRecord, QueueState, Registry
+from roq.coordination.registry import (
+    ExchangeRecord,
+    HostRecord,
+    QueueRecord,
+    QueueState,
+    Registry,
+)
 from roq.errors import HostRegistered, RoqError
 from roq.protocol import bsonmsg
 from roq.protocol.bsonmsg import Reply
@@ -217,9 +223,12 @@ def test_a_host_stalled_past_its_session_stops_what_was_re_placed(cluster: Local
         20,
         "h1 registered again",
     )
-    wait_for(lambda: not cluster.queue_processes(host="h1"), 20, f"h1's stale children stopped\n"
-             f"{h1.log_text()[-3000:]}")  # fmt: skip
+    wait_for(lambda: not set(stale) & set(cluster.queue_processes(host="h1")), 20,
+             f"h1's stale children stopped\n{h1.log_text()[-3000:]}")  # fmt: skip
     assert "was re-placed while this host was gone" in h1.log_text()
+    # what runs there now is the keeper of its lost exchange's log (host/keepers.py), only
+    running = [_cmdline(pid) for pid in cluster.queue_processes(host="h1")]
+    assert all("--keeper" in c for c in running), running
 
 
 # --- a lost log gets replicationFactor copies again ----------------------------------------
@@ -769,13 +778,16 @@ def test_a_lost_host_back_before_its_monitors_move_is_recorded_keeps_its_monitor
 def test_the_monitors_record_write_fails_while_the_lost_host_is_registered(zookeeper: str) -> None:
     """The registry's host-absent condition against a real ZooKeeper: the re-placement's write
     fails while the host's ephemeral registration exists (and leaves it as it was), and
-    succeeds, leaving no trace, once the host's session is gone. A record written before
-    epochs existed reads as epoch 0."""
+    succeeds, leaving no trace, once the host's session is gone, marking that host's exchanges
+    of the queue lost in the same write. The exchange-only mark has the same condition. A
+    record written before epochs existed reads as epoch 0."""
     namespace = f"/roq-test-race-{os.getpid()}"
     with _registry(zookeeper, namespace) as leader, _registry(zookeeper, namespace) as host:
         leader.ensure_roots()
         fence = leader.bump_epoch()
         leader.create_queue(fence, QueueRecord("q1", QueueState.RUNNING, "h1", epoch=3))
+        for exchange_id, on in (("x1", "h1"), ("x2", "h1"), ("x3", "h2")):
+            leader.put_exchange(fence, ExchangeRecord(exchange_id, "q1", on, "tcp://a:1", "b"))
         host.register_host(HostRecord("h1", "127.0.0.1", "tcp://127.0.0.1:5100", 4))
         found = leader.queue("q1")
         assert found is not None
@@ -785,14 +797,23 @@ def test_the_monitors_record_write_fails_while_the_lost_host_is_registered(zooke
             leader.update_queue(fence, moved, version, absent_host="h1")
         kept = leader.queue("q1")
         assert kept is not None and (kept[0].host, kept[0].epoch, kept[1]) == ("h1", 3, version)
+        lost = {x.id for x in leader.exchanges("q1") if x.lost}
+        assert lost == set()
+        x1 = leader.exchanges("q1")[0]
+        x1.lost = True
+        with pytest.raises(HostRegistered):
+            leader.update_exchange(fence, x1, absent_host="h1")
+        assert not any(x.lost for x in leader.exchanges("q1"))
         registered = leader.host("h1")
         assert registered is not None and registered.hcm == "tcp://127.0.0.1:5100"
         leader.update_queue(fence, moved, version, absent_host="h2")  # another host's absence
+        assert {x.id for x in leader.exchanges("q1") if x.lost} == {"x3"}  # h2's, with it
         moved.host = "h3"
         host.unregister_host("h1")  # its session's registration gone, as after an expiry
         leader.update_queue(fence, moved, version + 1, absent_host="h1")
         written = leader.queue("q1")
         assert written is not None and (written[0].host, written[0].epoch) == ("h3", 4)
+        assert {x.id for x in leader.exchanges("q1") if x.lost} == {"x1", "x2", "x3"}
         assert leader.host("h1") is None and leader.hosts() == []  # the probe left nothing
         old = {"name": "q0", "state": "RUNNING", "host": "h1", "monitor": "", "stat": "",
                "monitor_port": 0, "stat_port": 0}  # fmt: skip

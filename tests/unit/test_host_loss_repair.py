@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from roq.cli.queues import _render_status
@@ -15,7 +16,7 @@ from roq.coordination.registry import (
     QueueRecord,
     QueueState,
 )
-from roq.errors import NotLeader
+from roq.errors import HostRegistered, NotLeader
 from roq.gcm.management import HostBack, HostSilent, QueueClaims
 from roq.gcm.repair import HostLossRepair
 from roq.host import adoption
@@ -63,7 +64,11 @@ class FakeRegistry:
         found = self.xs.get(exchange_id)
         return None if found is None else (found, 1)
 
-    def update_exchange(self, fence: Fence, record: ExchangeRecord) -> None:
+    def update_exchange(
+        self, fence: Fence, record: ExchangeRecord, *, absent_host: str = ""
+    ) -> None:
+        if absent_host in self.live:
+            raise HostRegistered(f"host {absent_host} is registered (again): nothing written")
         self.xs[record.id] = dataclasses.replace(record)
 
     def host(self, name: str) -> HostRecord | None:
@@ -90,6 +95,7 @@ class FakeManagement:
         self.silent: set[str] = set()  # hosts whose requests time out
         self.replacing: list[str] = []  # the lost host each placement was conditioned on
         self.host_back = False  # the registry's host-absent condition fails (the host is back)
+        self.on_create: Callable[[], object] = lambda: None  # what happens meanwhile
 
     def _start_on_host(
         self, queue: str, host: HostRecord, fence: Fence, replacing: str = ""
@@ -102,6 +108,8 @@ class FakeManagement:
         record.host, record.monitor = host.name, "tcp://127.0.0.1:17500"
         record.monitor_port, record.stat_port = 17500, 17800
         record.epoch += 1
+        for exchange in self.registry.xs.values():  # in the same transaction, as Registry's
+            exchange.lost = exchange.lost or (exchange.queue, exchange.host) == (queue, replacing)
 
     def _call_host(self, host: HostRecord, request: Any, decode: Any) -> Any:
         self.calls.append(("host", (host.name, request)))
@@ -113,6 +121,7 @@ class FakeManagement:
         wanted = CreateExchange.decode(request)
         self.calls.append(("2004", wanted.txid))
         self.registry.xs["x3"] = ExchangeRecord("x3", wanted.queue, "h2", "tcp://a:1", "tcp://a:2")
+        self.on_create()
         return bsonmsg.ok("created")
 
 
@@ -207,6 +216,22 @@ def test_a_host_back_drops_its_gone_record():
     assert registry.gone == {} and repair.gone == {}
 
 
+def test_an_exchange_whose_host_registers_before_it_is_marked_lost_stays_its_hosts():
+    """The monitor was elsewhere: h1's exchange is replaced, and h1 registers again before
+    the mark is written; the mark requires h1's absence, so x1 stays h1's (h1 checked its
+    assignments when it registered: it keeps x1 running), the replacement stays too."""
+    registry, management, repair = _cluster()
+    registry.records["q1"].host = "h2"
+    repair.tick(FENCE, 100.0)
+    h1 = registry.live.pop("h1")
+    repair.tick(FENCE, 101.0)
+    management.on_create = lambda: registry.live.setdefault("h1", h1)
+    repair.tick(FENCE, 106.5)
+    assert ("2004", "replace-x1") in management.calls
+    assert not registry.xs["x1"].lost and "x3" in registry.xs
+    assert management.replacing == []  # the monitor did not move
+
+
 def test_a_host_that_missed_monitor_moved_is_asked_again_with_back_off():
     registry, management, repair = _cluster()
     registry.live["h3"] = HostRecord("h3", "127.0.0.1", "tcp://127.0.0.1:5200", 4, pid=1)
@@ -238,7 +263,8 @@ def test_a_host_that_missed_monitor_moved_and_then_was_lost_is_not_asked_again()
     repair.tick(FENCE, 101.0)
     repair.tick(FENCE, 106.5)
     assert ("q1", "h2") in repair.untold
-    for exchange in registry.xs.values():  # h2 lost in turn: its exchanges replaced
+    del registry.live["h2"]  # h2 lost in turn: its exchanges replaced
+    for exchange in registry.xs.values():
         exchange.lost = exchange.lost or exchange.host == "h2"
     repair.tick(FENCE, 120.0)
     assert repair.untold == {}

@@ -459,11 +459,27 @@ class Registry:
         self, fence: Fence, record: QueueRecord, version: int, *, absent_host: str = ""
     ) -> None:
         """With `absent_host` (the lost host whose monitor is re-placed), only while that host
-        has no registration; HostRegistered otherwise. A host that registers again checks its
-        assignments after registering (host/service.py), so either it sees this write or this
-        write fails: the two cannot both go on as the queue's monitor."""
-        path = self.paths.queue(record.name)
-        self._commit(fence, [("set", path, (_dump(record), version))], absent_host)
+        has no registration, and that host's exchanges of the queue are marked lost in the same
+        transaction; HostRegistered otherwise. A host that registers again checks its
+        assignments after registering (host/service.py), so either it sees this write, monitor
+        and exchanges at once, or this write fails: the two cannot both go on for the queue."""
+        ops: list[tuple[str, str, Any]] = [
+            ("set", self.paths.queue(record.name), (_dump(record), version))
+        ]
+        if absent_host:
+            ops += self._mark_lost_ops(record.name, absent_host)
+        self._commit(fence, ops, absent_host)
+
+    def _mark_lost_ops(self, queue: str, host: str) -> list[tuple[str, str, Any]]:
+        """Set-ops marking `host`'s exchanges of `queue` lost, each on the version read."""
+        ops: list[tuple[str, str, Any]] = []
+        for exchange_id in self._children(self.paths.exchanges(queue)):
+            got = self.exchange(queue, exchange_id)
+            if got is None or got[0].host != host or got[0].lost:
+                continue
+            got[0].lost = True
+            ops.append(("set", self.paths.exchange(queue, exchange_id), (_dump(got[0]), got[1])))
+        return ops
 
     def delete_queue(self, fence: Fence, name: str) -> None:
         ops: list[tuple[str, str, Any]] = []
@@ -483,10 +499,14 @@ class Registry:
         path = self.paths.exchange(record.queue, record.id)
         self._commit(fence, [("create", path, _dump(record))])
 
-    def update_exchange(self, fence: Fence, record: ExchangeRecord) -> None:
-        """An exchange started again under its id (stop/start) may have new ports."""
+    def update_exchange(
+        self, fence: Fence, record: ExchangeRecord, *, absent_host: str = ""
+    ) -> None:
+        """An exchange started again under its id (stop/start) may have new ports. With
+        `absent_host` (marking a lost host's exchange lost), only while that host has no
+        registration: HostRegistered otherwise (the host kept it; see update_queue)."""
         path = self.paths.exchange(record.queue, record.id)
-        self._commit(fence, [("set", path, (_dump(record), -1))])
+        self._commit(fence, [("set", path, (_dump(record), -1))], absent_host)
 
     def delete_exchange(self, fence: Fence, queue: str, exchange_id: str) -> None:
         self._commit(fence, [("delete", self.paths.exchange(queue, exchange_id), None)])

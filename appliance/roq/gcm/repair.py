@@ -20,7 +20,9 @@ watch), when this GCM takes the lead, and when a gone host's grace ends; and at 
    transaction id `replace-<lost id>` (idempotent, on the least loaded host; none free: the
    provisioner is asked, as scale-out does). The lost exchange's record stays, marked `lost`:
    its log's copies on surviving exchanges stay readable through the monitor's list of dead
-   logs, and a host that comes back never starts it again (host/adoption.py).
+   logs, and a host that comes back never starts it again (host/adoption.py). The mark is
+   written only while the host is still unregistered: with the monitor's move in step 1 (one
+   transaction), else on its own; a host that registered first keeps its exchange.
 
 What cannot be done now (no host with a free slot, a host that does not answer) is kept as a
 pending repair, shown by `roq status`, and tried again at the next check. When a host was first
@@ -54,7 +56,7 @@ from roq.coordination.registry import (
     QueueState,
     Registry,
 )
-from roq.errors import AdminError, CoordinationError, NotLeader
+from roq.errors import AdminError, CoordinationError, HostRegistered, NotLeader
 from roq.gcm.management import HostBack, Management, Refused, _address_of
 from roq.protocol.bsonmsg import Reply
 from roq.protocol.commands import Reason
@@ -228,22 +230,36 @@ class HostLossRepair:
         before = self.registry.exchanges(queue)
         lost = [x for x in before if x.host in gone and not x.lost]
         spare = 0
+        marked: set[str] = set()  # hosts whose exchanges the monitor's move marked lost
         if got[0].host in gone:
             log.warning("queue %s: its monitor's host %s is lost; re-placing it", queue,
                         got[0].host)  # fmt: skip
             known = {x.id for x in before}
             self._move_monitor(queue, fence, got[0].host)
+            marked.add(got[0].host)
             spare = sum(1 for x in self.registry.exchanges(queue) if x.id not in known)
         for exchange in lost:
             if spare > 0:
                 spare -= 1  # the monitor's new host started an exchange: it takes this one's place
             else:
                 self._replace_exchange(exchange, fence)
-            exchange.lost = True
-            self._check_lead()
-            self.registry.update_exchange(fence, exchange)
+            if exchange.host not in marked and not self._mark_lost(exchange, fence):
+                continue
             log.warning("queue %s: exchange %s on lost host %s replaced", queue, exchange.id,
                         exchange.host)  # fmt: skip
+
+    def _mark_lost(self, exchange: ExchangeRecord, fence: Fence) -> bool:
+        """Mark a gone host's exchange lost, only while that host is still unregistered: one
+        that registered meanwhile keeps it running (its replacement stays as spare capacity)."""
+        exchange.lost = True
+        self._check_lead()
+        try:
+            self.registry.update_exchange(fence, exchange, absent_host=exchange.host)
+        except HostRegistered:
+            log.warning("queue %s: host %s registered again: its exchange %s stays",
+                        exchange.queue, exchange.host, exchange.id)  # fmt: skip
+            return False
+        return True
 
     def _move_monitor(self, queue: str, fence: Fence, lost: str) -> None:
         refusals = []
@@ -316,14 +332,17 @@ class HostLossRepair:
 
     def _tell_again(self, live: set[str], now: float) -> None:
         """The hosts that missed 1013 and are due: asked again while they are registered and
-        still have an exchange of a RUNNING queue recorded (a lost one's log keeper)."""
+        still have an exchange of a RUNNING queue recorded (a lost one's log keeper). A gone
+        host whose exchanges of the queue are all lost is not: when it is back, it stops them
+        and starts their keepers with the queue record's monitor (host/keepers.py)."""
         for (queue, name), last in sorted(self.untold.items()):
             got = self.registry.queue(queue)
-            exchanges = self.registry.exchanges(queue) if got is not None else []
+            exchanges = [x for x in self.registry.exchanges(queue) if x.host == name] if got else []
             if (
                 got is None
                 or got[0].state != QueueState.RUNNING
-                or not any(x.host == name for x in exchanges)
+                or not exchanges
+                or (name not in live and all(x.lost for x in exchanges))
             ):
                 with self._lock:
                     self.untold.pop((queue, name), None)
