@@ -75,6 +75,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from roq import limits
+from roq.backoff import Backoff
 from roq.client.locate import (
     MonitorAddress,
     MonitorLocator,
@@ -610,7 +611,10 @@ class _PublisherIO(threading.Thread):
         self.progress = time.monotonic()
         self.next_monitor_check = 0.0
         self.stall_from = -1.0  # the `progress` of the stall being checked (-1: none yet)
-        self.check_wait_s = limits.publisher_monitor_check_first_ms / 1000
+        self.checks = Backoff(  # the wait before the stall's next question
+            limits.publisher_monitor_check_first_ms / 1000,
+            limits.publisher_monitor_check_max_ms / 1000,
+        )
         self.locator: MonitorLocator | None = None
         if locate is not None:
             self.locator = MonitorLocator(queue, locate, shared.producer_id.hex()[:8])
@@ -688,7 +692,7 @@ class _PublisherIO(threading.Thread):
         meanwhile, and an answer naming another monitor is taken before the next attempt."""
         request = PublisherInit(self.shared.producer_id.hex(), lost, panic=bool(lost)).encode()
         deadline = time.monotonic() + limits.placement_timeout_ms / 1000
-        retry_s = limits.placement_retry_first_ms / 1000
+        retry = Backoff(limits.placement_retry_first_ms / 1000, limits.placement_retry_ms / 1000)
         while True:
             found = self.locator.take() if self.locator is not None else None
             if found is not None:
@@ -717,8 +721,7 @@ class _PublisherIO(threading.Thread):
             if time.monotonic() > deadline or self.shared.is_closing():
                 raise PublishError(f"no exchange for queue {self.queue}: {reason}")
             log.info("%s: waiting for an exchange (%s)", self.pub_name, reason)
-            time.sleep(retry_s)
-            retry_s = min(retry_s * 2, limits.placement_retry_ms / 1000)
+            time.sleep(retry.next_s())
 
     def _monitor_moved_while_stalled(self) -> bool:
         """Confirmations stopped: ask the GCM where the monitor is (in the locator's thread),
@@ -731,13 +734,10 @@ class _PublisherIO(threading.Thread):
         now = time.monotonic()
         if self.stall_from != self.progress:  # a new stall: the first question comes soon
             self.stall_from = self.progress
-            self.check_wait_s = limits.publisher_monitor_check_first_ms / 1000
-            self.next_monitor_check = self.progress + self.check_wait_s
+            self.checks.reset()
+            self.next_monitor_check = self.progress + self.checks.next_s()
         if now >= self.next_monitor_check and self.locator.ask():
-            self.check_wait_s = min(
-                self.check_wait_s * 2, limits.publisher_monitor_check_max_ms / 1000
-            )
-            self.next_monitor_check = now + self.check_wait_s
+            self.next_monitor_check = now + self.checks.next_s()
         return False
 
     def _follow_monitor(self) -> bool:
