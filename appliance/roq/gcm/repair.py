@@ -380,7 +380,7 @@ class RepairThread(threading.Thread):
         super().__init__(name="gcm-repair", daemon=True)
         self.repair = repair
         self._fence_of = fence_of
-        self._stopping = False
+        self._stopping = False  # set by the GCM's main thread (`stop`), read here: a bool
         self._wake = threading.Event()  # a host registered or vanished, or the GCM is stopping
         self._watching = False
         self._watch_failed = False  # logged once
