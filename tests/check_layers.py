@@ -31,8 +31,9 @@ OWNERS = {
     "mypy_boto3_ssm": "cloud",
 }
 
-# What every part of roq may import: the package itself (its version), the error tree, the bounds.
-BASE = {"roq", "errors", "limits"}
+# What every part of roq may import: the package itself (its version), the error tree, the bounds
+# and the back-off that grows a retry's wait within them.
+BASE = {"roq", "errors", "limits", "backoff"}
 # A daemon (one package per process; `roq up` is local) uses the client API (the monitor's scaling
 # actuator calls the admin API, `roq up` waits for its GCM with it), the pure layers, sockets,
 # ZooKeeper and the OS helpers, never another daemon's code: what two processes share lives in a
@@ -44,6 +45,7 @@ MAY_IMPORT: dict[str, set[str] | str] = {
     # top-level modules
     "errors": set(),
     "limits": set(),
+    "backoff": set(),
     "config": {"log"},  # the key tables and typed settings; components.py builds LogSettings
     "__main__": {"cli"},
     # layers

@@ -25,7 +25,10 @@ request_timeout_ms = 5_000  # a REQ waits this long for its reply
 admin_request_timeout_ms = 30_000  # creating a queue starts processes: allow more
 child_ready_timeout_ms = 15_000  # a spawned monitor/exchange must answer PING within this
 client_retry_max = 10  # attempts to reach the GCM leader (RoQ: 10)
+# the wait before attempt n + 1 grows by the first each time (0.3 s x n, backoff.py), up to the
+# max, which the 10 attempts never reach
 client_retry_backoff_ms = 300
+client_retry_backoff_ms_max = 3_000
 
 # --- host loss (gcm/repair.py) -----------------------------------------------------------
 host_loss_check_s = 1.0  # the leading GCM looks for lost hosts this often

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from roq import limits
+from roq.backoff import backoff_s
 from roq.errors import AdminError, AuthenticationRefused, RequestTimeout, TransportError
 from roq.protocol.bsonmsg import Document, Reply
 from roq.protocol.commands import AdminCommand, Reason, Result
@@ -124,7 +125,9 @@ class AdminClient:
                 last_error = str(error)
                 self._endpoint = None
                 if attempt + 1 < self.retries:  # no wait after the last attempt
-                    time.sleep(limits.client_retry_backoff_ms / 1000 * (attempt + 1))
+                    first_s = limits.client_retry_backoff_ms / 1000
+                    most_s = limits.client_retry_backoff_ms_max / 1000
+                    time.sleep(backoff_s(attempt + 1, first_s, most_s, linear=True))
                 continue
             finally:
                 requester.close()

@@ -104,7 +104,7 @@ class Worker:
             stdout=subprocess.PIPE,
             text=True,
         )
-        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader = threading.Thread(target=self._read, name=f"roq-bench-{role}", daemon=True)
         self._reader.start()
 
     def _read(self) -> None:

@@ -42,6 +42,7 @@ from typing import Any
 import bson
 
 from roq import limits
+from roq.backoff import Backoff
 from roq.client.admin import AdminClient, AdminRefused
 from roq.client.locate import MonitorAddress, locate_monitor
 from roq.client.publisher import Publisher
@@ -251,10 +252,10 @@ class Consumer:
     def next(self, timeout_s: float | None = None) -> Delivery | None:
         """The next message, or None after `timeout_s` (None: wait as long as it takes)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        pause = limits.work_poll_min_ms / 1000
+        pause = Backoff(limits.work_poll_min_ms / 1000, limits.work_poll_ms / 1000)
         while not self._ready:
             if self._step():
-                pause = limits.work_poll_min_ms / 1000
+                pause.reset()
                 continue
             if deadline is not None and time.monotonic() >= deadline:
                 return None
@@ -263,8 +264,7 @@ class Consumer:
                 continue
             # An idle consumer asks again soon, then less often (bounded): it picks up a slot
             # cut for it within a few ms, and a crowd of idle ones costs the monitor little.
-            time.sleep(pause)
-            pause = min(pause * 2, limits.work_poll_ms / 1000)
+            time.sleep(pause.next_s())
         delivery = self._ready.popleft()
         delivery._consumer = self
         self.stats["received"] += 1

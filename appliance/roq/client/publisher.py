@@ -5,9 +5,13 @@
         pub.flush()                     # everything sent so far has reached an exchange
 
 Threads. The caller's threads call `send`, `flush` and `close`; under one lock they touch Python
-buffers and send a wake-up on the caller's end of an inproc PAIR (the only socket they use). One
-I/O thread, started by the constructor, owns every other ZeroMQ socket: the DEALER to the current
-exchange, the REQ and SUB to the queue's monitor, and its end of the inproc wake-up pair.
+buffers and send a wake-up on the caller's end of an inproc PAIR (the only socket they use). The
+buffers, the sealed batches waiting for the socket and the flushes waiting for an answer are a
+`_Handover`: the lock and the fields it guards, read and written only through its methods. One
+I/O thread (`_PublisherIO`, `roq-pub-…`), started by the constructor, owns every other ZeroMQ
+socket: the DEALER to the current exchange, the REQ and SUB to the queue's monitor, and its end
+of the inproc wake-up pair; and the state of the exchange and monitor it talks to (the current
+addresses, the epochs, the unconfirmed batches), which the caller's threads only read.
 
 Batching. Messages for one routing key accumulate until their payloads reach `batch_bytes`
 or the oldest has waited `linger_ms`; then they are encoded once, in the log's record-batch
@@ -71,6 +75,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from roq import limits
+from roq.backoff import Backoff
 from roq.client.locate import (
     MonitorAddress,
     MonitorLocator,
@@ -148,7 +153,13 @@ class _Outbound:
 
 
 class Publisher:
-    """A producer on one queue. Thread-safe: any thread may call send/flush/close."""
+    """A producer on one queue. Thread-safe: any thread may call send/flush/close.
+
+    Ownership (docs/architecture.md §8). The settings below are written once, before the I/O
+    thread starts, and only read after. What the caller's threads hand the I/O thread (buffers,
+    sealed batches, flush barriers, the closing flag, the I/O thread's failure) lives in one
+    `_Handover` with the lock that guards it. Sockets, the current exchange and monitor, and the
+    confirmations belong to the I/O thread (`_PublisherIO`); the properties below read them."""
 
     def __init__(
         self,
@@ -170,44 +181,31 @@ class Publisher:
         self.queue = queue
         self.producer_id = uuid.uuid4().bytes
         self.name = f"publisher {self.producer_id.hex()} on {queue}"
-        self.batch_bytes = max(1, min(batch_bytes, limits.batch_bytes_max // 2))
-        self.linger_s = linger_ms / 1000
-        self.buffer_bytes, self.on_full, self.block_s = buffer_bytes, on_full, block_ms / 1000
+        self.on_full = on_full
         self.acks = acks
-        self.monitor = (
-            MonitorAddress(monitor) if monitor else locate_monitor(queue, gcm, zk, namespace)
+        where = MonitorAddress(monitor) if monitor else locate_monitor(queue, gcm, zk, namespace)
+        self._context = _new_context()
+        self._shared = _Handover(
+            self.name,
+            self.producer_id,
+            batch_bytes=max(1, min(batch_bytes, limits.batch_bytes_max // 2)),
+            linger_s=linger_ms / 1000,
+            buffer_bytes=buffer_bytes,
+            block_s=block_ms / 1000 if on_full == "block" else None,
         )
         # how to ask the GCM again where the monitor is (None: the caller named the monitor)
-        self._locate = None if monitor else (gcm, zk, namespace)
-        # the queue's highest assignment epoch seen (the I/O thread's): a monitor's reply or
-        # notice of an older one is refused (`epochs.refused` counts them)
-        self.epochs = EpochWatch(self.name, self.monitor.epoch)
-        self._lock = threading.Lock()
-        self._space = threading.Condition(self._lock)
-        self._buffers: dict[bytes, _KeyBuffer] = {}
-        self._seq: dict[bytes, int] = {}
-        self._outq: collections.deque[_Outbound] = collections.deque()
-        self._outq_bytes = 0
-        self._tokens = itertools.count(1)
-        self._barriers: dict[int, threading.Event] = {}
-        self._closing = False
-        self._error: BaseException | None = None
-        self.refused: list[str] = []  # reasons the exchange gave for refused batches
-        self._refused_seen = 0
-        self.sent_messages = self.sent_batches = self.confirmed_batches = 0
-        self.exchange: str | None = None  # the current exchange's front address
-        self.moves = 0
-        self._context = _new_context()
-        self._wake_endpoint = f"inproc://wake-{self.producer_id.hex()}"
-        self._io = _PublisherIO(self)
-        self._wake = open_socket(self._context, Kind.PAIR)
-        connect(self._wake, self._wake_endpoint)
-        self._placed = threading.Event()
+        locate = None if monitor else (gcm, zk, namespace)
+        wake_endpoint = f"inproc://wake-{self.producer_id.hex()}"
+        self._io = _PublisherIO(
+            self._shared, queue, acks, self._context, where, locate, wake_endpoint
+        )
+        self._shared.wake = open_socket(self._context, Kind.PAIR)
+        connect(self._shared.wake, wake_endpoint)
         self._io.start()
-        self._placed.wait(limits.placement_timeout_ms / 1000 + 5)
-        if self._error is not None or self.exchange is None:
+        self._io.placed.wait(limits.placement_timeout_ms / 1000 + 5)
+        if self.failure is not None or self.exchange is None:
             self.close(timeout_s=0.1)
-            raise PublishError(f"{self.name}: no exchange: {self._error or 'timed out'}")
+            raise PublishError(f"{self.name}: no exchange: {self.failure or 'timed out'}")
 
     # --- caller side ---------------------------------------------------------------------------
     def send(self, payload: bytes, key: bytes = b"") -> None:
@@ -216,10 +214,11 @@ class Publisher:
         A full buffer blocks or raises *before* the message is queued: when `send` raises,
         the message was not taken."""
         _check_size(payload)
-        with self._lock:
-            self._check_usable()
-            self._wait_for_space()
-            self._append(key, payload, time.time_ns() // 1000)
+        shared = self._shared
+        with shared.lock:
+            shared.check_usable()
+            shared.wait_for_space()
+            shared.append(key, payload, time.time_ns() // 1000)
 
     def send_many(self, payloads: Sequence[bytes], key: bytes = b"") -> None:
         """Queue several messages for one key under one lock and one timestamp: the fast path
@@ -231,21 +230,22 @@ class Publisher:
         biggest = max(sizes)
         if biggest > limits.message_bytes_max:
             _check_size(payloads[sizes.index(biggest)])
+        shared = self._shared
         taken = 0
-        with self._lock:
+        with shared.lock:
             stamp = time.time_ns() // 1000  # under the lock: threads' stamps in append order
-            self._check_usable()
+            shared.check_usable()
             try:
-                if self.batch_bytes + biggest + 512 > limits.batch_bytes_max:
+                if shared.batch_bytes + biggest + 512 > limits.batch_bytes_max:
                     for payload in payloads:  # a message may not fit beside others: one by one
-                        self._wait_for_space()
-                        self._append(key, payload, stamp)
+                        shared.wait_for_space()
+                        shared.append(key, payload, stamp)
                         taken += 1
                     return
                 ends = list(itertools.accumulate(size + batchfmt.RECORD_BYTES for size in sizes))
                 while taken < len(sizes):
-                    self._wait_for_space()
-                    taken = self._append_run(key, payloads, ends, taken, stamp)
+                    shared.wait_for_space()
+                    taken = shared.append_run(key, payloads, ends, taken, stamp)
             except PublishError as error:
                 error.taken = taken
                 raise
@@ -253,40 +253,71 @@ class Publisher:
     def flush(self, timeout_s: float = limits.drain_timeout_ms / 1000) -> None:
         """Return once every message sent before the call has reached an exchange (and, with
         acks, been confirmed); raise PublishTimeout if that takes longer than `timeout_s`."""
-        with self._lock:
-            self._check_usable()
-            for key, buffer in list(self._buffers.items()):
-                self._seal(key, buffer)
-            token = next(self._tokens)
-            done = self._barriers[token] = threading.Event()
-            self._outq.append(_Outbound(token, None))
-            self._poke()
+        done = self._shared.barrier()
         if not done.wait(timeout_s):
             raise PublishTimeout(f"{self.name}: flush not confirmed within {timeout_s:.1f} s")
-        with self._lock:
-            self._check_usable()
-            fresh, self._refused_seen = self.refused[self._refused_seen :], len(self.refused)
+        fresh = self._shared.fresh_refusals()
         if fresh:
             raise PublishError(f"{self.name}: {len(fresh)} batch(es) refused: {fresh[0]}")
 
     def close(self, timeout_s: float = limits.drain_timeout_ms / 1000) -> None:
         """Flush (bounded), then stop the I/O thread and close every socket."""
         try:
-            if self._error is None and not self._closing and self.exchange is not None:
+            if self._shared.running() and self.exchange is not None:
                 self.flush(timeout_s)
         finally:
-            with self._lock:
-                self._closing = True
-                self._poke()
+            self._shared.close()
             self._io.join(timeout_s + 1)
-            self._wake.close(0)
+            self._shared.wake.close(0)
             self._context.term() if not self._io.is_alive() else None
 
+    # --- what the I/O thread owns, read from any thread (each a snapshot) -----------------------
     @property
     def failure(self) -> BaseException | None:
         """Why the I/O thread stopped (None while it runs): a failed publisher refuses every
         call for good, and its owner replaces it."""
-        return self._error
+        with self._shared.lock:
+            return self._shared.error
+
+    @property
+    def exchange(self) -> str | None:
+        """The current exchange's front address (None before the first placement)."""
+        return self._io.exchange
+
+    @property
+    def monitor(self) -> MonitorAddress:
+        """The queue's monitor this publisher listens to (it follows a moved monitor)."""
+        return self._io.monitor
+
+    @property
+    def epochs(self) -> EpochWatch:
+        """The queue's highest assignment epoch seen, and the stale replies refused."""
+        return self._io.epochs
+
+    @property
+    def moves(self) -> int:
+        """How many times the publisher left an exchange for another."""
+        return self._io.moves
+
+    @property
+    def confirmed_batches(self) -> int:
+        return self._io.confirmed_batches
+
+    @property
+    def sent_batches(self) -> int:
+        with self._shared.lock:
+            return self._shared.sent_batches
+
+    @property
+    def sent_messages(self) -> int:
+        with self._shared.lock:
+            return self._shared.sent_messages
+
+    @property
+    def refused(self) -> list[str]:
+        """The reasons the exchange gave for refused batches (a copy; at most 10,000)."""
+        with self._shared.lock:
+            return list(self._shared.refused)
 
     def __enter__(self) -> Publisher:
         return self
@@ -294,15 +325,55 @@ class Publisher:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # --- helpers (lock held) -------------------------------------------------------------------
-    def _check_usable(self) -> None:
-        if self._error is not None:
-            raise PublishError(f"{self.name}: {self._error}") from self._error
-        if self._closing:
+
+class _Handover:
+    """What the caller's threads hand the I/O thread, and the one lock that guards it.
+
+    Every field below `lock` is read and written only under it. The caller's side (`append`,
+    `append_run`, `wait_for_space`, `check_usable`) expects the lock held, so that `send` takes
+    it once; every other method takes it itself. `wake` is the caller's end of the inproc PAIR
+    that wakes the I/O thread: the one socket not used by the thread that opened it, used only
+    under the lock (ZeroMQ sockets are not thread-safe, the lock makes them one at a time)."""
+
+    def __init__(
+        self,
+        name: str,
+        producer_id: bytes,
+        *,
+        batch_bytes: int,
+        linger_s: float,
+        buffer_bytes: int,
+        block_s: float | None,
+    ):
+        # settings: written here, only read after
+        self.name, self.producer_id = name, producer_id
+        self.batch_bytes, self.linger_s = batch_bytes, linger_s
+        self.buffer_bytes = buffer_bytes
+        self.block_s = block_s  # None: a full buffer raises BufferFull at once
+        self.wake: Any = None  # set by the Publisher before the I/O thread starts
+        self.lock = threading.Lock()
+        self.space = threading.Condition(self.lock)  # notified when batches leave or it fails
+        self.buffers: dict[bytes, _KeyBuffer] = {}  # per key: messages not yet sealed
+        self.seq: dict[bytes, int] = {}  # per key: the next sequence number to seal
+        self.outq: collections.deque[_Outbound] = collections.deque()  # sealed, not yet sent
+        self.outq_bytes = 0
+        self.tokens = itertools.count(1)
+        self.barriers: dict[int, threading.Event] = {}  # flushes not yet confirmed
+        self.closing = False
+        self.error: BaseException | None = None  # why the I/O thread stopped
+        self.refused: list[str] = []  # reasons the exchange gave for refused batches
+        self.refused_seen = 0  # how many of them a flush has raised already
+        self.sent_messages = self.sent_batches = 0
+
+    # --- caller side (lock held) ---------------------------------------------------------------
+    def check_usable(self) -> None:
+        if self.error is not None:
+            raise PublishError(f"{self.name}: {self.error}") from self.error
+        if self.closing:
             raise PublishError(f"{self.name} is closed")
 
-    def _append(self, key: bytes, payload: bytes, stamp: int) -> None:
-        buffer = self._buffers.get(key)
+    def append(self, key: bytes, payload: bytes, stamp: int) -> None:
+        buffer = self.buffers.get(key)
         if buffer is None:
             buffer = self._new_buffer(key)
         elif buffer.size + len(payload) + 512 > limits.batch_bytes_max:
@@ -314,13 +385,13 @@ class Publisher:
         if buffer.size >= self.batch_bytes:
             self._seal(key, buffer)
 
-    def _append_run(
+    def append_run(
         self, key: bytes, payloads: Sequence[bytes], ends: list[int], start: int, stamp: int
     ) -> int:
         """Append payloads[start:] up to the one that fills the key's batch (`ends` holds the
         running total of record sizes); returns where the next run starts. One list extend per
         batch instead of one append per message: send_many's speed is the publisher's."""
-        buffer = self._buffers.get(key) or self._new_buffer(key)
+        buffer = self.buffers.get(key) or self._new_buffer(key)
         before = ends[start - 1] if start else 0
         # the first record whose running total reaches batch_bytes closes the batch
         stop = min(bisect.bisect_left(ends, before + self.batch_bytes - buffer.size, start) + 1,
@@ -333,19 +404,19 @@ class Publisher:
         return stop
 
     def _new_buffer(self, key: bytes) -> _KeyBuffer:
-        if key not in self._seq:
+        if key not in self.seq:
             if len(key) > limits.key_bytes_max:
                 raise PublishError(
                     f"routing key of {len(key)} bytes exceeds {limits.key_bytes_max}"
                 )
-            if len(self._seq) >= limits.publisher_keys_max:
+            if len(self.seq) >= limits.publisher_keys_max:
                 raise PublishError(f"more than {limits.publisher_keys_max} routing keys")
-            self._seq[key] = 0
-        if not self._buffers:
+            self.seq[key] = 0
+        if not self.buffers:
             # The idle I/O thread sleeps up to 100 ms: it must time this linger, or (linger 0)
             # take this message now. One wake-up per batch, not per message.
             self._poke()
-        buffer = self._buffers[key] = _KeyBuffer(since=time.monotonic())
+        buffer = self.buffers[key] = _KeyBuffer(since=time.monotonic())
         return buffer
 
     def _seal(self, key: bytes, buffer: _KeyBuffer, poke: bool = True) -> None:
@@ -353,7 +424,7 @@ class Publisher:
         (which needs no wake-up when it is the caller: `poke=False`)."""
         if not buffer.payloads:
             return
-        first, stamps = self._seq[key], buffer.stamps
+        first, stamps = self.seq[key], buffer.stamps
         if min(stamps) < stamps[0]:
             # The format stores each record's time as an unsigned delta from record 0's. A
             # message may be stamped before the batch's first: the wall clock stepped back, or
@@ -363,69 +434,128 @@ class Publisher:
             stamps = [max(stamp, stamps[0]) for stamp in stamps]
         batch = batchfmt.encode_batch(self.producer_id, first, key, buffer.payloads, stamps)
         count = len(buffer.payloads)
-        self._seq[key] = first + count
-        del self._buffers[key]
-        self._outq.append(_Outbound(next(self._tokens), batch, count))
-        self._outq_bytes += len(batch)
-        if poke and len(self._outq) == 1:
+        self.seq[key] = first + count
+        del self.buffers[key]
+        self.outq.append(_Outbound(next(self.tokens), batch, count))
+        self.outq_bytes += len(batch)
+        if poke and len(self.outq) == 1:
             self._poke()
 
     def _poke(self) -> None:
-        send_nowait(self._wake, [b""])  # not taken: a wake-up is already pending
+        send_nowait(self.wake, [b""])  # not taken: a wake-up is already pending
 
     def _full(self) -> bool:
         return (
-            self._outq_bytes > self.buffer_bytes
-            or len(self._outq) >= limits.publisher_pending_batches_max
+            self.outq_bytes > self.buffer_bytes
+            or len(self.outq) >= limits.publisher_pending_batches_max
         )
 
-    def _wait_for_space(self) -> None:
+    def wait_for_space(self) -> None:
         if not self._full():
             return
-        if self.on_full == "raise":
+        if self.block_s is None:
             raise BufferFull(
-                f"{self.name}: {len(self._outq)} batches ({self._outq_bytes} bytes) wait for "
+                f"{self.name}: {len(self.outq)} batches ({self.outq_bytes} bytes) wait for "
                 "the exchange"
             )
         deadline = time.monotonic() + self.block_s
         while self._full():
-            self._check_usable()
+            self.check_usable()
             left = deadline - time.monotonic()
             if left <= 0:
                 raise PublishTimeout(
                     f"{self.name}: exchange did not take data for {self.block_s} s"
                 )
-            self._space.wait(min(left, 0.1))
+            self.space.wait(min(left, 0.1))
+
+    # --- caller side (lock taken inside) -------------------------------------------------------
+    def barrier(self) -> threading.Event:
+        """Seal every key's messages and queue a flush barrier behind them: the event is set
+        when the I/O thread saw it drained (and, with acks, everything before it confirmed)."""
+        with self.lock:
+            self.check_usable()
+            for key, buffer in list(self.buffers.items()):
+                self._seal(key, buffer)
+            token = next(self.tokens)
+            done = self.barriers[token] = threading.Event()
+            self.outq.append(_Outbound(token, None))
+            self._poke()
+        return done
+
+    def fresh_refusals(self) -> list[str]:
+        """The refusals no flush has raised yet (raises if the publisher failed meanwhile)."""
+        with self.lock:
+            self.check_usable()
+            fresh, self.refused_seen = self.refused[self.refused_seen :], len(self.refused)
+        return fresh
+
+    def running(self) -> bool:
+        with self.lock:
+            return self.error is None and not self.closing
+
+    def close(self) -> None:
+        with self.lock:
+            self.closing = True
+            self._poke()
 
     # --- I/O thread side (lock taken inside) ---------------------------------------------------
-    def _take_stale(self) -> None:
-        with self._lock:
+    def take_stale(self) -> tuple[bool, int, bool]:
+        """Seal what has lingered long enough. Returns, as the lock saw them: whether messages
+        still linger (the I/O thread then polls for a fraction of the linger, not its idle
+        100 ms), how many flushes wait for an answer, and whether the publisher is closing."""
+        with self.lock:
             # the clock is read under the lock: read before it, a message the caller added
             # meanwhile looks younger than linger 0 and waits for the next poll timeout (1 ms),
             # its wake-up already spent (a p90 of 1.1 ms at 5,000 msg/s, docs/benchmarks.md §2)
             now = time.monotonic()
-            for key, buffer in list(self._buffers.items()):
+            for key, buffer in list(self.buffers.items()):
                 if now - buffer.since >= self.linger_s:
                     self._seal(key, buffer, poke=False)
+            return bool(self.buffers), len(self.barriers), self.closing
 
-    def _next_outbound(self) -> _Outbound | None:
-        with self._lock:
-            return self._outq[0] if self._outq else None
+    def next_outbound(self) -> _Outbound | None:
+        with self.lock:
+            return self.outq[0] if self.outq else None
 
-    def _sent(self, item: _Outbound) -> None:
-        with self._lock:
-            self._outq.popleft()
+    def is_closing(self) -> bool:
+        with self.lock:
+            return self.closing
+
+    def sent(self, item: _Outbound) -> None:
+        with self.lock:
+            self.outq.popleft()
             if item.batch is not None:
-                self._outq_bytes -= len(item.batch)
+                self.outq_bytes -= len(item.batch)
                 self.sent_batches += 1
                 self.sent_messages += item.count
-                self._space.notify_all()
+                self.space.notify_all()
 
-    def _fail(self, error: BaseException) -> None:
-        with self._lock:
-            self._error = error
-            self._space.notify_all()
-            events = list(self._barriers.values())
+    def flushes(self) -> list[int]:
+        """The tokens of the flushes not yet confirmed."""
+        with self.lock:
+            return list(self.barriers)
+
+    def flushes_waiting(self) -> int:
+        with self.lock:
+            return len(self.barriers)
+
+    def confirm_flushes(self, tokens: list[int]) -> None:
+        with self.lock:
+            events = [self.barriers.pop(token, None) for token in tokens]
+        for event in events:
+            if event is not None:
+                event.set()
+
+    def refuse(self, reason: str) -> None:
+        with self.lock:
+            if len(self.refused) < 10_000:
+                self.refused.append(reason)
+
+    def fail(self, error: BaseException) -> None:
+        with self.lock:
+            self.error = error
+            self.space.notify_all()
+            events = list(self.barriers.values())
         for event in events:
             event.set()
 
@@ -436,20 +566,40 @@ _PROBE = (1 << 64) - 1
 
 
 class _PublisherIO(threading.Thread):
-    """The thread that owns the publisher's sockets (see the module docstring)."""
+    """The thread that owns the publisher's sockets (see the module docstring).
 
-    def __init__(self, owner: Publisher):
-        super().__init__(name=f"roq-pub-{owner.producer_id.hex()[:8]}", daemon=True)
-        self.p = owner
-        ctx = owner._context
-        self.wake = open_socket(ctx, Kind.PAIR)
-        self.wake.bind(owner._wake_endpoint)
-        topics = owner.producer_id.hex().encode()
-        self.notices = open_socket(ctx, Kind.SUB, subscribe=topics)
+    Every field is this thread's: it alone writes them, and it reads the callers' hand-over only
+    through `shared`'s methods. The Publisher's properties read `exchange`, `monitor`, `epochs`,
+    `moves` and `confirmed_batches` from other threads, each one reference (a snapshot)."""
+
+    def __init__(
+        self,
+        shared: _Handover,
+        queue: str,
+        acks: str,
+        context: Any,
+        monitor: MonitorAddress,
+        locate: tuple[str | None, str | None, str] | None,
+        wake_endpoint: str,
+    ):
+        super().__init__(name=f"roq-pub-{shared.producer_id.hex()[:8]}", daemon=True)
+        self.shared, self.pub_name, self.queue, self.acks = shared, shared.name, queue, acks
+        self.context, self.monitor, self.locate = context, monitor, locate
+        # the queue's highest assignment epoch seen: a monitor's reply or notice of an older
+        # one is refused (`epochs.refused` counts them)
+        self.epochs = EpochWatch(shared.name, monitor.epoch)
+        self.exchange: str | None = None  # the current exchange's front address
+        self.moves = 0
+        self.confirmed_batches = 0
+        self.placed = threading.Event()  # set once placed, or failed
+        self.wake = open_socket(context, Kind.PAIR)
+        self.wake.bind(wake_endpoint)
+        topics = shared.producer_id.hex().encode()
+        self.notices = open_socket(context, Kind.SUB, subscribe=topics)
         subscribe(self.notices, EVERY_PUBLISHER)
-        connect(self.notices, owner.monitor.at(MonitorPort.TO_PUBLISHERS))
+        connect(self.notices, monitor.at(MonitorPort.TO_PUBLISHERS))
         self.placement = Requester(
-            ctx, owner.monitor.at(MonitorPort.PLACEMENT), limits.placement_request_timeout_ms
+            context, monitor.at(MonitorPort.PLACEMENT), limits.placement_request_timeout_ms
         )
         self.dealer: Any = None
         self.unconfirmed: dict[int, _Outbound] = {}  # sent batches the exchange must confirm
@@ -461,10 +611,13 @@ class _PublisherIO(threading.Thread):
         self.progress = time.monotonic()
         self.next_monitor_check = 0.0
         self.stall_from = -1.0  # the `progress` of the stall being checked (-1: none yet)
-        self.check_wait_s = limits.publisher_monitor_check_first_ms / 1000
+        self.checks = Backoff(  # the wait before the stall's next question
+            limits.publisher_monitor_check_first_ms / 1000,
+            limits.publisher_monitor_check_max_ms / 1000,
+        )
         self.locator: MonitorLocator | None = None
-        if owner._locate is not None:
-            self.locator = MonitorLocator(owner.queue, owner._locate, owner.producer_id.hex()[:8])
+        if locate is not None:
+            self.locator = MonitorLocator(queue, locate, shared.producer_id.hex()[:8])
         # acks="none": a probe is out (no answer yet), batches were sent since the last one
         self.probing = False
         self.sent_since_probe = False
@@ -474,9 +627,9 @@ class _PublisherIO(threading.Thread):
         try:
             self._loop()
         except BaseException as error:  # the caller learns it on its next call
-            log.error("%s: I/O thread failed: %s", self.p.name, error)
-            self.p._fail(error)
-            self.p._placed.set()
+            log.error("%s: I/O thread failed: %s", self.pub_name, error)
+            self.shared.fail(error)
+            self.placed.set()
         finally:
             self._close()
 
@@ -485,10 +638,14 @@ class _PublisherIO(threading.Thread):
         poller.register(self.wake, READABLE)
         poller.register(self.notices, READABLE)
         self._place(lost="")
-        self.p._placed.set()
+        self.placed.set()
         poller.register(self.dealer, READABLE)
-        while not (self.p._closing and self.p._next_outbound() is None):
-            wait_ms = max(1, int(self.p.linger_s * 500)) if self.p._buffers else 100
+        # what the last turn's `take_stale` saw: messages lingering in the callers' buffers,
+        # flushes waiting for an answer, the publisher closing (one lock per turn for all three)
+        lingering, flushes, closing = False, 0, False
+        finished = False
+        while not finished:
+            wait_ms = max(1, int(self.shared.linger_s * 500)) if lingering else 100
             events = dict(poller.poll(wait_ms))
             if self.wake in events:
                 self._drain_wake()
@@ -500,22 +657,22 @@ class _PublisherIO(threading.Thread):
                     poller.register(self.dealer, READABLE)
             if self.dealer in events:
                 self._replies()
-            if self.p.acks == "none":
-                self._probe()
+            lingering, flushes, closing = self.shared.take_stale()
+            if self.acks == "none":
+                self._probe(flushes)
             # confirmations, a flush's drain or a probe's
-            waiting = self.unconfirmed or self.p._barriers or self.probing
+            waiting = self.unconfirmed or flushes or self.probing
             if waiting and self._monitor_moved_while_stalled():
                 poller.unregister(self.dealer)
                 self._move("", alive=False)
                 poller.register(self.dealer, READABLE)
-            self.p._take_stale()
-            self._pump()
+            finished = self._pump() and closing
 
     def _drain_wake(self) -> None:
         for _ in drained(self.wake, limits.control_hwm_messages):  # its high-water mark
             pass
 
-    def _probe(self) -> None:
+    def _probe(self, flushes: int) -> None:
         """acks="none": a drain request now and then, while batches go out, so that a lost
         exchange (and monitor) is noticed without a flush."""
         now = time.monotonic()
@@ -523,7 +680,7 @@ class _PublisherIO(threading.Thread):
             return
         self.next_probe = now + limits.publisher_monitor_check_ms / 1000
         self.sent_since_probe = False
-        if not self.unconfirmed and not self.p._barriers:
+        if not self.unconfirmed and not flushes:
             self.progress = now
         self.probing = True  # not sent (the socket is full): counted as unanswered too
         send_nowait(self.dealer, [dataplane.DRAIN, dataplane.TOKEN.pack(_PROBE)])
@@ -533,9 +690,9 @@ class _PublisherIO(threading.Thread):
         """Ask the monitor for an exchange until it names one (bounded) and connect to it. A
         monitor that does not answer, or is fenced, may have moved: the locator asks the GCM
         meanwhile, and an answer naming another monitor is taken before the next attempt."""
-        request = PublisherInit(self.p.producer_id.hex(), lost, panic=bool(lost)).encode()
+        request = PublisherInit(self.shared.producer_id.hex(), lost, panic=bool(lost)).encode()
         deadline = time.monotonic() + limits.placement_timeout_ms / 1000
-        retry_s = limits.placement_retry_first_ms / 1000
+        retry = Backoff(limits.placement_retry_first_ms / 1000, limits.placement_retry_ms / 1000)
         while True:
             found = self.locator.take() if self.locator is not None else None
             if found is not None:
@@ -554,18 +711,17 @@ class _PublisherIO(threading.Thread):
                 if envelope.error == Reason.FENCED and self.locator is not None:
                     self.locator.ask()  # its host lost its lease: the GCM may name another
             except AuthenticationRefused as error:  # asking again would be refused again
-                raise PublishError(f"queue {self.p.queue}: {error}") from None
+                raise PublishError(f"queue {self.queue}: {error}") from None
             except RoqError as error:
                 reason = str(error)
                 if self.locator is not None:
                     self.locator.ask()  # it did not answer: it may have moved
             if forbidden:
-                raise PublishError(f"queue {self.p.queue}: refused: {reason}")
-            if time.monotonic() > deadline or self.p._closing:
-                raise PublishError(f"no exchange for queue {self.p.queue}: {reason}")
-            log.info("%s: waiting for an exchange (%s)", self.p.name, reason)
-            time.sleep(retry_s)
-            retry_s = min(retry_s * 2, limits.placement_retry_ms / 1000)
+                raise PublishError(f"queue {self.queue}: refused: {reason}")
+            if time.monotonic() > deadline or self.shared.is_closing():
+                raise PublishError(f"no exchange for queue {self.queue}: {reason}")
+            log.info("%s: waiting for an exchange (%s)", self.pub_name, reason)
+            time.sleep(retry.next_s())
 
     def _monitor_moved_while_stalled(self) -> bool:
         """Confirmations stopped: ask the GCM where the monitor is (in the locator's thread),
@@ -578,63 +734,60 @@ class _PublisherIO(threading.Thread):
         now = time.monotonic()
         if self.stall_from != self.progress:  # a new stall: the first question comes soon
             self.stall_from = self.progress
-            self.check_wait_s = limits.publisher_monitor_check_first_ms / 1000
-            self.next_monitor_check = self.progress + self.check_wait_s
+            self.checks.reset()
+            self.next_monitor_check = self.progress + self.checks.next_s()
         if now >= self.next_monitor_check and self.locator.ask():
-            self.check_wait_s = min(
-                self.check_wait_s * 2, limits.publisher_monitor_check_max_ms / 1000
-            )
-            self.next_monitor_check = now + self.check_wait_s
+            self.next_monitor_check = now + self.checks.next_s()
         return False
 
     def _follow_monitor(self) -> bool:
         """Ask the GCM where the queue's monitor is (one bounded attempt, waited for: the
         caller has nothing else to do meanwhile); if it moved (its host was lost and the GCM
         re-placed it), listen to and ask the new one. True if so."""
-        if self.p._locate is None:
+        if self.locate is None:
             return False
         try:
-            found = locate_monitor(self.p.queue, *self.p._locate, quick=True)
+            found = locate_monitor(self.queue, *self.locate, quick=True)
         except RoqError as error:
-            log.info("%s: where is the monitor? %s", self.p.name, error)
+            log.info("%s: where is the monitor? %s", self.pub_name, error)
             return False
         return self._switch_monitor(found)
 
     def _switch_monitor(self, found: MonitorAddress) -> bool:
         """Listen to and ask `found` if it is another monitor than ours and not older (an
         answer the locator had before an earlier move is stale). True if switched."""
-        if 0 < found.epoch < self.p.epochs.highest:
+        if 0 < found.epoch < self.epochs.highest:
             return False
-        self.p.epochs.note(found.epoch)
-        if found.base == self.p.monitor.base:
+        self.epochs.note(found.epoch)
+        if found.base == self.monitor.base:
             return False
-        log.warning("%s: the monitor moved from %s to %s (epoch %d)", self.p.name,
-                    self.p.monitor.base, found.base, found.epoch)  # fmt: skip
-        disconnect(self.notices, self.p.monitor.at(MonitorPort.TO_PUBLISHERS))
+        log.warning("%s: the monitor moved from %s to %s (epoch %d)", self.pub_name,
+                    self.monitor.base, found.base, found.epoch)  # fmt: skip
+        disconnect(self.notices, self.monitor.at(MonitorPort.TO_PUBLISHERS))
         connect(self.notices, found.at(MonitorPort.TO_PUBLISHERS))
         self.placement.close()
         self.placement = Requester(
-            self.p._context, found.at(MonitorPort.PLACEMENT), limits.placement_request_timeout_ms
+            self.context, found.at(MonitorPort.PLACEMENT), limits.placement_request_timeout_ms
         )
-        self.p.monitor = found
+        self.monitor = found
         return True
 
     def _heard(self, epoch: int) -> bool:
         """Whether a reply or notice of `epoch` from the monitor may act: not if it is older
         than one seen (refused, counted), nor if it is newer and the GCM then names another
         monitor (followed: ask that one)."""
-        verdict = self.p.epochs.judge(epoch, self.p.monitor.base)
+        verdict = self.epochs.judge(epoch, self.monitor.base)
         if verdict is Verdict.NEWER and self._follow_monitor():
             return False
         return verdict is not Verdict.STALE
 
     def _connect(self, front: str) -> None:
         self.dealer = open_socket(
-            self.p._context, Kind.DEALER, sndhwm=limits.data_hwm_messages, rcvhwm=100_000
+            self.context, Kind.DEALER, sndhwm=limits.data_hwm_messages, rcvhwm=100_000
         )
         connect(self.dealer, front)
-        self.p.exchange = front
-        log.info("%s: sending to %s", self.p.name, front)
+        self.exchange = front
+        log.info("%s: sending to %s", self.pub_name, front)
         # acks: batches the previous exchange never confirmed go first, in their order; _pump
         # sends them as the socket takes them (more than its high-water mark may be waiting).
         self.resend = collections.deque(sorted(self.unconfirmed.values(), key=lambda i: i.token))
@@ -648,25 +801,25 @@ class _PublisherIO(threading.Thread):
         try:
             notice = decode_publisher_notice(bsonmsg.decode(frames[1:]))
         except ProtocolError as error:
-            log.warning("%s: ignored a bad notice from the monitor: %s", self.p.name, error)
+            log.warning("%s: ignored a bad notice from the monitor: %s", self.pub_name, error)
             return None
         if not self._heard(notice.epoch):
             return None
         if isinstance(notice, ExchangeLost):
-            if notice.front != self.p.exchange:
+            if notice.front != self.exchange:
                 return None
             state = "is leaving"
             if notice.dead or notice.why:
                 state = "died" if notice.dead else f"refuses appends ({notice.why})"
-            log.warning("%s: exchange %s %s; failing over", self.p.name, notice.front, state)
+            log.warning("%s: exchange %s %s; failing over", self.pub_name, notice.front, state)
             return "", not notice.dead
-        if notice.producer == self.p.producer_id.hex() and notice.front != self.p.exchange:
-            log.info("%s: re-allocated by the monitor to %s", self.p.name, notice.front)
+        if notice.producer == self.shared.producer_id.hex() and notice.front != self.exchange:
+            log.info("%s: re-allocated by the monitor to %s", self.pub_name, notice.front)
             return notice.front, True
         return None
 
     def _move(self, target: str, alive: bool) -> None:
-        old = self.p.exchange or ""
+        old = self.exchange or ""
         # Even an exchange declared dead gets a short drain: one that was only slow (a starved
         # CPU, a throttled disk) then loses nothing of what it was sent.
         drained = self._drain_old(
@@ -674,7 +827,7 @@ class _PublisherIO(threading.Thread):
         )
         self.dealer.close(0)
         self.probing = False  # the new exchange is probed once batches go to it
-        self.p.moves += 1
+        self.moves += 1
         if drained:
             self._release_barriers()
         if target:
@@ -697,37 +850,39 @@ class _PublisherIO(threading.Thread):
                 return True
             self._reply(frames)
         log.warning("%s: old exchange did not confirm the drain within %d ms",
-                    self.p.name, timeout_ms)  # fmt: skip
+                    self.pub_name, timeout_ms)  # fmt: skip
         return False
 
     # --- sending and replies -------------------------------------------------------------------
-    def _pump(self) -> None:
+    def _pump(self) -> bool:
+        """Send what the socket takes; True if nothing sealed is left to send."""
         while self.resend:
             if self.resend[0].token in self.unconfirmed and not self._send(self.resend[0]):
-                return
+                return False
             self.resend.popleft()
-        while (item := self.p._next_outbound()) is not None:
+        while (item := self.shared.next_outbound()) is not None:
             if len(self.unconfirmed) >= limits.unconfirmed_batches_max:
-                return  # wait for confirmations: the caller feels it as a full buffer
+                return False  # wait for confirmations: the caller feels it as a full buffer
             if not self._send(item):
-                return
-            if item.batch is not None and self.p.acks != "none":
+                return False
+            if item.batch is not None and self.acks != "none":
                 if not self.unconfirmed:
                     self.progress = time.monotonic()
                 self.unconfirmed[item.token] = item
             elif item.batch is not None:
                 self.sent_since_probe = True
-            self.p._sent(item)
+            self.shared.sent(item)
+        return True
 
     def _send(self, item: _Outbound) -> bool:
         token = dataplane.TOKEN.pack(item.token)
         if item.batch is None:
-            if not self.unconfirmed and len(self.p._barriers) <= 1:
+            if not self.unconfirmed and self.shared.flushes_waiting() <= 1:
                 self.progress = time.monotonic()  # the first thing now awaiting an answer
             frames = [dataplane.DRAIN, token]
-        elif self.p.acks == "none":
+        elif self.acks == "none":
             frames = [dataplane.BATCH, item.batch]
-        elif self.p.acks == "leader":
+        elif self.acks == "leader":
             frames = [dataplane.CONFIRMED_BATCH, token, item.batch]
         else:
             frames = [dataplane.COMMITTED_BATCH, token, item.batch]
@@ -752,15 +907,13 @@ class _PublisherIO(threading.Thread):
         elif kind == dataplane.ACK:
             if self.unconfirmed.pop(token, None) is not None:
                 self.progress = time.monotonic()
-                self.p.confirmed_batches += 1
+                self.confirmed_batches += 1
                 self._settle()
         elif kind in (dataplane.NACK, dataplane.REFUSED):
             reason = frames[-1].decode(errors="replace")
-            log.error("%s: exchange refused a batch: %s", self.p.name, reason)
+            log.error("%s: exchange refused a batch: %s", self.pub_name, reason)
             self.unconfirmed.pop(token, None)
-            with self.p._lock:
-                if len(self.p.refused) < 10_000:
-                    self.p.refused.append(reason)
+            self.shared.refuse(reason)
 
     def _settle(self) -> None:
         """A flush completes when its drain came back and every batch before it is confirmed."""
@@ -768,22 +921,16 @@ class _PublisherIO(threading.Thread):
             return
         oldest = min(self.unconfirmed, default=None)
         done = [t for t in self.drained if oldest is None or t < oldest]
-        with self.p._lock:
-            events = [self.p._barriers.pop(t, None) for t in done]
         self.drained.difference_update(done)
-        for event in events:
-            if event is not None:
-                event.set()
+        self.shared.confirm_flushes(done)
 
     def _release_barriers(self) -> None:
         """A confirmed drain covers every flush sent to the old exchange."""
-        with self.p._lock:
-            self.drained.update(self.p._barriers)
+        self.drained.update(self.shared.flushes())
         self._settle()
 
     def _resend_barriers(self) -> None:
-        with self.p._lock:
-            tokens = sorted(t for t in self.p._barriers if t not in self.drained)
+        tokens = sorted(t for t in self.shared.flushes() if t not in self.drained)
         for token in tokens:
             self._send(_Outbound(token, None))
 

@@ -193,9 +193,12 @@ class Task:
         """Call `callback(task, result, None)` or `callback(task, None, failure)` from a thread
         of its own once the task ends (the result is acknowledged first)."""
 
+        # read here, in the Task's thread: the new thread touches nothing of this Task
+        queue, view, locate = self._link.queue, self._view, self._locate
+
         def wait() -> None:
-            link = _Link(self._link.queue, self._locate)
-            task = Task(link, self._view, self._locate)
+            link = _Link(queue, locate)
+            task = Task(link, view, locate)
             try:
                 result = task.result(timeout_s)
             except TaskFailed as failure:

@@ -33,6 +33,8 @@ class Leadership:
     ):
         self.registry = registry
         self.identity = identity
+        # the current term (None: not leading), one reference: set by `gcm-election`, cleared by
+        # it and by kazoo's state listener; read by the main loop and `gcm-repair`
         self.fence: Fence | None = None
         self._on_elected = on_elected
         self._stop = threading.Event()

@@ -48,6 +48,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from roq import limits
+from roq.backoff import backoff_s
 from roq.coordination.registry import (
     ExchangeRecord,
     Fence,
@@ -68,10 +69,11 @@ log = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class _Untold:
-    """A host that missed "monitor moved" (1013) for a queue: asked again at `at`."""
+    """A host that missed "monitor moved" (1013) for a queue: asked again at `at`, after
+    `failures` requests it did not answer (the back-off's count)."""
 
     at: float
-    wait_s: float
+    failures: int
 
 
 class HostLossRepair:
@@ -302,7 +304,7 @@ class HostLossRepair:
         hosts = {x.host for x in self.registry.exchanges(queue)}
         for host in self.registry.hosts():
             if host.name in hosts:
-                self._tell(queue, host, _Untold(self._now, limits.monitor_moved_retry_first_s))
+                self._tell(queue, host, _Untold(self._now, 0))
 
     def _tell(self, queue: str, host: HostRecord, last: _Untold) -> None:
         got = self.registry.queue(queue)
@@ -316,14 +318,17 @@ class HostLossRepair:
         try:
             self.management._call_host(host, request, Reply.decode)
         except Refused as error:  # its exchanges keep reporting to the old address meanwhile
-            wait_s = min(last.wait_s * 2, limits.monitor_moved_retry_max_s)
+            failures = last.failures + 1
+            wait_s = backoff_s(
+                failures, limits.monitor_moved_retry_first_s, limits.monitor_moved_retry_max_s
+            )
             log.error("queue %s: host %s not told of the new monitor (asked again in %.0f s): "
-                      "%s", queue, host.name, last.wait_s, error)  # fmt: skip
+                      "%s", queue, host.name, wait_s, error)  # fmt: skip
             with self._lock:
                 if (queue, host.name) in self.untold or (
                     len(self.untold) < limits.monitor_moved_untold_max
                 ):
-                    self.untold[(queue, host.name)] = _Untold(self._now + last.wait_s, wait_s)
+                    self.untold[(queue, host.name)] = _Untold(self._now + wait_s, failures)
             return
         with self._lock:
             if self.untold.pop((queue, host.name), None) is not None:
@@ -395,7 +400,7 @@ class RepairThread(threading.Thread):
         super().__init__(name="gcm-repair", daemon=True)
         self.repair = repair
         self._fence_of = fence_of
-        self._stopping = False
+        self._stopping = False  # set by the GCM's main thread (`stop`), read here: a bool
         self._wake = threading.Event()  # a host registered or vanished, or the GCM is stopping
         self._watching = False
         self._watch_failed = False  # logged once

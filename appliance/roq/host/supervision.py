@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from roq import limits
+from roq.backoff import backoff_s
 from roq.coordination.registry import ChildState
 from roq.errors import (
     EXIT_CONFIG,
@@ -199,13 +200,14 @@ def _schedule_restart(child: Child, why: str, now: float) -> None:
             why,
         )
         return
-    delay_ms = min(
-        limits.child_restart_backoff_ms_max,
-        limits.child_restart_backoff_ms_min * 2 ** (child.failures - 1),
+    delay_s = backoff_s(
+        child.failures,
+        limits.child_restart_backoff_ms_min / 1000,
+        limits.child_restart_backoff_ms_max / 1000,
     )
-    child.restart_at = now + delay_ms / 1000
-    child.state_at = time.time() + delay_ms / 1000
-    log.warning("%s: %s; restart %d in %d ms", child.name, why, child.failures, delay_ms)
+    child.restart_at = now + delay_s
+    child.state_at = time.time() + delay_s
+    log.warning("%s: %s; restart %d in %d ms", child.name, why, child.failures, delay_s * 1000)
 
 
 def report(child: Child) -> ChildState | None:

@@ -45,6 +45,8 @@ class Refused(Exception):
 class Access:
     def __init__(self, secured: bool):
         self.secured = secured
+        # replaced whole by kazoo's watch thread (`replace`), read by the request threads: one
+        # reference, never changed in place
         self._by_digest: Mapping[str, Principal] = {}
 
     def follow(self, zk: Any, namespace: str) -> None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from roq import config, limits
+from roq.backoff import backoff_s
 from roq.client.admin import AdminClient
 from roq.errors import EXIT_CONFIG, ConfigError, RoqError
 from roq.local.zkserver import ZooKeeperServer, first_reachable
@@ -49,9 +50,8 @@ class Restarts:
         if now - self.started_at > limits.up_stable_after_s:
             self.failures = 0
         self.failures += 1
-        delay: float = min(
-            limits.up_restart_backoff_s_max,
-            limits.up_restart_backoff_s_min * 2 ** (self.failures - 1),
+        delay = backoff_s(
+            self.failures, limits.up_restart_backoff_s_min, limits.up_restart_backoff_s_max
         )
         self.due = now + delay
         return delay

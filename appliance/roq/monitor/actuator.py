@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from roq import limits
+from roq.backoff import Backoff
 from roq.client.admin import AdminClient, AdminRefused
 from roq.config import ZooKeeperSettings
 from roq.errors import RoqError
@@ -50,13 +51,15 @@ class Actuator(threading.Thread):
         with AdminClient(
             zk=self.zk, namespace=self.namespace, retries=limits.scaling_admin_retries
         ) as admin:
-            next_refresh, retry_s = 0.0, limits.scaling_rules_retry_s
+            next_refresh = 0.0
+            retry = Backoff(limits.scaling_rules_retry_s, self.refresh_s)
             while not self.stop.is_set():
                 if time.monotonic() >= next_refresh:
                     if self._refresh_rules(admin):
-                        wait_s, retry_s = self.refresh_s, limits.scaling_rules_retry_s
+                        wait_s = self.refresh_s
+                        retry.reset()
                     else:  # the GCM is away: ask again, less and less often
-                        wait_s, retry_s = retry_s, min(2 * retry_s, self.refresh_s)
+                        wait_s = retry.next_s()
                     next_refresh = time.monotonic() + wait_s
                 try:
                     action, argument = self.actions.get(timeout=limits.poll_interval_ms / 1000)

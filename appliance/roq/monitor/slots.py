@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from roq import limits
+from roq.backoff import backoff_s
 from roq.protocol.messages.groups import expand, ranges
 
 
@@ -389,11 +390,12 @@ class Group:
         if index in slot.settled:
             return
         slot.handed.discard(index)
-        if delay_ms < 0:
-            delay_s = rules.backoff_s * slot.deliveries.get(index, 1)
+        if delay_ms < 0:  # the group's back-off, longer with each delivery
+            deliveries = slot.deliveries.get(index, 1)
+            delay_s = backoff_s(deliveries, rules.backoff_s, limits.work_backoff_max_s, linear=True)
         else:
-            delay_s = delay_ms / 1000
-        slot.not_before[index] = wall + min(delay_s, limits.work_backoff_max_s)
+            delay_s = min(delay_ms / 1000, limits.work_backoff_max_s)
+        slot.not_before[index] = wall + delay_s
         if reason:
             slot.reasons[index] = reason[: limits.work_reason_chars_max]
         slot.dirty = True

@@ -294,7 +294,7 @@ class LocalCluster:
                 made.set()
                 worker.run(stop)
 
-        thread = threading.Thread(target=run, daemon=True)
+        thread = threading.Thread(target=run, name=f"roq-test-worker-{service}", daemon=True)
         thread.start()
         assert made.wait(30), "the worker joined"
         try:
