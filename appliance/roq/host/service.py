@@ -25,15 +25,15 @@ from roq.config import HostSettings
 from roq.coordination import session
 from roq.coordination.paths import Paths
 from roq.coordination.registry import ChildState, HostRecord, QueueRecord, Registry
-from roq.errors import DecodeError, NameTaken, PortInUse, RoqError
+from roq.errors import NameTaken, PortInUse, RoqError
 from roq.host import adoption, keepers, supervision
 from roq.host.fencing import LeaseKeeper, lease_path, lease_seconds
 from roq.host.ports import PortAllocator
 from roq.host.supervision import Child
 from roq.log import replica_root
-from roq.protocol import bsonmsg
 from roq.protocol.bsonmsg import Document
 from roq.protocol.commands import HostCommand, Reason
+from roq.protocol.dispatch import Done, Encodable, Refused, Table, route
 from roq.protocol.messages.control import MonitorMoved
 from roq.protocol.messages.host import (
     CreateExchangeOnHost,
@@ -41,7 +41,9 @@ from roq.protocol.messages.host import (
     ExchangeCount,
     ExchangeInfo,
     ExchangeOnHost,
+    HostPing,
     HostPong,
+    InfoExchange,
     MonitorMovedOnHost,
     QueueOnHost,
     RemoveExchangeOnHost,
@@ -99,16 +101,24 @@ class HostConfigManager:
         )
         self.children: list[Child] = []
         self.sock: Any = None
-        self._handlers: dict[int, Callable[[Document], Document]] = {
-            HostCommand.PING: lambda _: HostPong(self.name).encode(),
-            HostCommand.CREATE_QUEUE: self.create_queue,
-            HostCommand.CREATE_EXCHANGE: self.create_exchange,
-            HostCommand.REMOVE_EXCHANGE: self.remove_exchange,
-            HostCommand.STOP_QUEUE: self.stop_queue,
-            HostCommand.REMOVE_QUEUE: self.stop_queue,
-            HostCommand.INFO_EXCHANGE: self.info_exchange,
-            HostCommand.MONITOR_MOVED: self.monitor_moved,
-        }
+        # The GCM's requests (docs/protocol.md, "Host commands"): one typed entry each.
+        self.table: Table[None] = Table(
+            f"host {self.name}",
+            {
+                HostCommand.PING: route(HostPing.decode, lambda _: HostPong(self.name)),
+                HostCommand.CREATE_QUEUE: route(CreateQueueOnHost.decode, self.create_queue),
+                HostCommand.CREATE_EXCHANGE: route(
+                    CreateExchangeOnHost.decode, self.create_exchange
+                ),
+                HostCommand.REMOVE_EXCHANGE: route(
+                    RemoveExchangeOnHost.decode, self.remove_exchange
+                ),
+                HostCommand.STOP_QUEUE: route(StopQueueOnHost.decode, self.stop_queue),
+                HostCommand.REMOVE_QUEUE: route(StopQueueOnHost.decode, self.stop_queue),
+                HostCommand.INFO_EXCHANGE: route(InfoExchange.decode, self.info_exchange),
+                HostCommand.MONITOR_MOVED: route(MonitorMovedOnHost.decode, self.monitor_moved),
+            },
+        )
 
     @property
     def endpoint(self) -> str:
@@ -242,16 +252,13 @@ class HostConfigManager:
                 self._report_children(now)
 
     def _dispatch(self, request: Document) -> Document:
-        handler = self._handlers.get(request["CMD"])
-        if handler is None:
-            return bsonmsg.fail(Reason.UNKNOWN_COMMAND, f"unknown command {request['CMD']}")
         try:
-            return handler(request)
-        except DecodeError as error:
-            return bsonmsg.fail(Reason.BAD_REQUEST, str(error))
+            reply = self.table(request, None)
         except RoqError as error:
             log.error("host %s: %s", self.name, error)
-            return bsonmsg.fail(Reason.HOST_FAILED, str(error))
+            return Refused(Reason.HOST_FAILED, str(error)).encode()
+        assert reply is not None  # a REP socket's handlers hold nothing
+        return reply
 
     # --- queries ------------------------------------------------------------------------------
     def _of(self, queue: str, role: str) -> list[Child]:
@@ -260,14 +267,13 @@ class HostConfigManager:
     def _exchange_count(self) -> int:
         return sum(1 for c in self.children if c.role == "exchange")
 
-    def info_exchange(self, request: Document) -> Document:
-        return ExchangeCount(self._exchange_count(), self.max_exchanges).encode()
+    def info_exchange(self, _: InfoExchange) -> Encodable:
+        return ExchangeCount(self._exchange_count(), self.max_exchanges)
 
     # --- queue lifecycle ---------------------------------------------------------------------
-    def create_queue(self, request: Document) -> Document:
+    def create_queue(self, wanted: CreateQueueOnHost) -> Encodable:
         """Idempotent: a queue already running here is answered with its addresses. All or
         nothing: a monitor started by this call is stopped again if its exchange cannot start."""
-        wanted = CreateQueueOnHost.decode(request)
         queue = wanted.queue
         monitors = self._of(queue, "monitor")
         if monitors and monitors[0].meta["epoch"] < wanted.epoch:
@@ -413,14 +419,13 @@ class HostConfigManager:
                         self.name, child.name)  # fmt: skip
             self._stop_child(child)
 
-    def monitor_moved(self, request: Document) -> Document:
+    def monitor_moved(self, moved: MonitorMovedOnHost) -> Encodable:
         """1013: the queue's monitor was re-placed; this host's exchanges of it follow (1031),
         and start with the new address when they are restarted."""
-        moved = MonitorMovedOnHost.decode(request)
         told = self._tell_moved(
             moved.queue, moved.monitor_address, moved.monitor_port, moved.stat_port, moved.epoch
         )
-        return bsonmsg.ok(f"{told} exchange(s) of {moved.queue} told")
+        return Done(f"{told} exchange(s) of {moved.queue} told")
 
     def _tell_moved(self, queue: str, address: str, port: int, stat_port: int, epoch: int) -> int:
         """This host's exchanges of `queue` report to the monitor at `address`, under `epoch`,
@@ -436,15 +441,15 @@ class HostConfigManager:
             told += supervision.tell(child, self.context, notice)
         return told
 
-    def _no_capacity(self, queue: str) -> Document:
+    def _no_capacity(self, queue: str) -> Refused:
         comment = (
             f"host {self.name} runs {self._exchange_count()} exchanges, its limit "
             f"exchange.max.perhost={self.max_exchanges}; cannot place queue {queue}"
         )
         log.warning(comment)
-        return bsonmsg.fail(Reason.NO_CAPACITY, comment)
+        return Refused(Reason.NO_CAPACITY, comment)
 
-    def _queue_reply(self, queue: str, monitor: Child) -> Document:
+    def _queue_reply(self, queue: str, monitor: Child) -> QueueOnHost:
         stat_port = monitor.meta["stat_port"]
         return QueueOnHost(
             monitor_host=endpoint_at(self.address, monitor.port, MonitorPort.REPORTS),
@@ -453,7 +458,7 @@ class HostConfigManager:
             stat_port=stat_port,
             exchanges=tuple(self._exchange_doc(c) for c in self._of(queue, "exchange")),
             epoch=monitor.meta["epoch"],
-        ).encode()
+        )
 
     def _exchange_doc(self, child: Child) -> ExchangeInfo:
         return ExchangeInfo(
@@ -579,12 +584,11 @@ class HostConfigManager:
             for arg in ("-D", f"{name}={value}")
         ]
 
-    def create_exchange(self, request: Document) -> Document:
-        wanted = CreateExchangeOnHost.decode(request)
+    def create_exchange(self, wanted: CreateExchangeOnHost) -> Encodable:
         queue, txid = wanted.queue, wanted.txid
         for child in self._of(queue, "exchange"):
             if (child.id == wanted.exchange_id) if wanted.exchange_id else (child.txid == txid):
-                return ExchangeOnHost(self._exchange_doc(child), "exists").encode()
+                return ExchangeOnHost(self._exchange_doc(child), "exists")
         if self._exchange_count() >= self.max_exchanges and not wanted.exchange_id:
             return self._no_capacity(queue)  # a recorded exchange had its slot already
         recorded = ("", 0)
@@ -600,25 +604,23 @@ class HostConfigManager:
             recorded=recorded,
             epoch=wanted.epoch,
         )
-        return ExchangeOnHost(self._exchange_doc(child), "created").encode()
+        return ExchangeOnHost(self._exchange_doc(child), "created")
 
-    def remove_exchange(self, request: Document) -> Document:
-        unwanted = RemoveExchangeOnHost.decode(request)
+    def remove_exchange(self, unwanted: RemoveExchangeOnHost) -> Encodable:
         queue, exchange_id = unwanted.queue, unwanted.exchange_id
         for child in self._of(queue, "exchange"):
             if child.id == exchange_id:
                 self._stop_child(child)
-                return bsonmsg.ok(f"exchange {exchange_id} stopped")
-        return bsonmsg.ok(f"exchange {exchange_id} was not running here")
+                return Done(f"exchange {exchange_id} stopped")
+        return Done(f"exchange {exchange_id} was not running here")
 
-    def stop_queue(self, request: Document) -> Document:
+    def stop_queue(self, stop: StopQueueOnHost) -> Encodable:
         """1012, or 1008 (`delete_logs`): the queue's processes stop here."""
-        stop = StopQueueOnHost.decode(request)
         queue = stop.queue
         self._stop_queue_children(queue)
         if stop.delete_logs:
             self._delete_queue_files(queue)
-        return bsonmsg.ok(f"queue {queue} stopped on {self.name}")
+        return Done(f"queue {queue} stopped on {self.name}")
 
     def _stop_queue_children(self, queue: str) -> None:
         # Exchanges first, so they can still tell their monitor they are leaving.

@@ -263,6 +263,10 @@ class InfoExchange:
     def encode(self) -> Document:
         return {"CMD": int(HostCommand.INFO_EXCHANGE)}
 
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        return cls()
+
 
 @dataclass(frozen=True)
 class ExchangeCount:
@@ -286,6 +290,10 @@ class HostPing:
 
     def encode(self) -> Document:
         return {"CMD": int(HostCommand.PING)}
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        return cls()
 
 
 @dataclass(frozen=True)
