@@ -168,14 +168,19 @@ def test_a_full_log_disk_moves_publishers_to_an_exchange_that_can_append(
 # --- the monitor's host and the leading GCM killed together ------------------------------------
 
 
+@pytest.mark.parametrize("grace", [GRACE_MS, None], ids=["short-grace", "default-grace"])
 def test_publishers_of_a_killed_monitors_host_are_acknowledged_again_within_the_bound(
-    cluster: LocalCluster,
+    cluster: LocalCluster, grace: int | None
 ) -> None:
     """As the fault harness's kill -9 of m1: the host of q1's monitor and of one exchange dies
-    with the leading GCM; the standby GCM re-places the monitor and the publishers follow."""
-    leader = cluster.start_gcm(**{"host.loss.grace": GRACE_MS})
+    with the leading GCM; the standby GCM re-places the monitor and the publishers follow.
+    With the default host.loss.grace (6 s) too (issue 30 item 5): the monitor moves once the
+    host's session is gone, the grace holds back only the exchanges' replacement (it was
+    session + grace + ~2.6 s = 14.6 s with the defaults)."""
+    settings = {} if grace is None else {"host.loss.grace": grace}
+    leader = cluster.start_gcm(**settings)
     cluster.wait_ready(hosts=0)
-    standby = cluster.start_gcm(**{"host.loss.grace": GRACE_MS})
+    standby = cluster.start_gcm(**settings)
     h1 = cluster.start_host("h1", **HOST)
     for name in ("h2", "h3"):
         cluster.start_host(name, **HOST)

@@ -98,7 +98,12 @@ class FakeManagement:
         self.on_create: Callable[[], object] = lambda: None  # what happens meanwhile
 
     def _start_on_host(
-        self, queue: str, host: HostRecord, fence: Fence, replacing: str = ""
+        self,
+        queue: str,
+        host: HostRecord,
+        fence: Fence,
+        replacing: str = "",
+        mark_lost: bool = True,
     ) -> None:
         self.calls.append(("1002", host.name))
         self.replacing.append(replacing)
@@ -109,7 +114,8 @@ class FakeManagement:
         record.monitor_port, record.stat_port = 17500, 17800
         record.epoch += 1
         for exchange in self.registry.xs.values():  # in the same transaction, as Registry's
-            exchange.lost = exchange.lost or (exchange.queue, exchange.host) == (queue, replacing)
+            mark = mark_lost and (exchange.queue, exchange.host) == (queue, replacing)
+            exchange.lost = exchange.lost or mark
 
     def _call_host(self, host: HostRecord, request: Any, decode: Any) -> Any:
         self.calls.append(("host", (host.name, request)))
@@ -138,23 +144,27 @@ def _cluster() -> tuple[FakeRegistry, FakeManagement, HostLossRepair]:
     return registry, management, repair
 
 
-def test_a_host_gone_past_the_grace_has_its_monitor_and_exchange_re_placed():
+def test_a_gone_hosts_monitor_moves_at_once_and_its_exchange_after_the_grace():
+    """Issue 30 item 5: the monitor is re-placed as soon as its host's registration is gone
+    (its publishers follow within the session timeout + a few seconds); the exchange, and so
+    its log, waits for host.loss.grace, in case the host comes back."""
     registry, management, repair = _cluster()
     repair.tick(FENCE, 100.0)  # both live
     del registry.live["h1"]
-    repair.tick(FENCE, 102.0)  # h1 gone: the clock starts
-    assert repair.gone == {"h1": 102.0} and management.calls == []
-    repair.tick(FENCE, 106.0)  # 4 s: within the grace
-    assert management.calls == []
-    repair.tick(FENCE, 107.5)  # past it
+    repair.tick(FENCE, 102.0)  # h1 gone: the clock starts, the monitor moves
+    assert repair.gone == {"h1": 102.0}
     assert management.calls[0] == ("1002", "h2")
     kind, (host, told) = management.calls[1]
     assert kind == "host" and host == "h2"
     assert told == MonitorMovedOnHost("q1", 17500, 17800, "127.0.0.1", epoch=1)
     assert management.replacing == ["h1"]  # written only while h1 stays unregistered
+    assert registry.records["q1"].host == "h2"
+    assert not registry.xs["x1"].lost  # not before the grace
+    repair.tick(FENCE, 106.0)  # 4 s: within the grace
+    assert len(management.calls) == 2
+    repair.tick(FENCE, 107.5)  # past it: the exchange is replaced and marked lost
     assert management.calls[2] == ("2004", "replace-x1")
     assert registry.xs["x1"].lost and not registry.xs["x2"].lost
-    assert registry.records["q1"].host == "h2"
     repair.tick(FENCE, 109.0)  # nothing left to do: nothing asked again
     assert len(management.calls) == 3
     gone, pending = repair.report()
@@ -167,23 +177,26 @@ def test_with_no_free_slot_the_queue_waits_and_status_says_why():
     del registry.live["h1"]
     registry.live["h2"].max_exchanges = 1  # h2 runs x2: full
     repair.tick(FENCE, 101.0)
+    assert "asked" in repair.pending["q1"]  # the provisioning hook was asked, once
     repair.tick(FENCE, 107.0)
     assert management.calls == []
     assert "no host for the monitor of q1" in repair.pending["q1"]
-    assert "asked" in repair.pending["q1"]  # the provisioning hook was asked
     gone, pending = repair.report()
     assert [(g.name, g.queues) for g in gone] == [("h1", 1)]
     assert pending[0].queue == "q1" and "no host" in pending[0].comment
 
 
-def test_a_host_back_within_the_grace_keeps_its_work():
+def test_a_host_back_within_the_grace_keeps_its_exchanges():
+    """Its monitor moved at once; its exchange stays its own (the host re-adopts it, and it
+    reports to the moved monitor): nothing is replaced or marked lost."""
     registry, management, repair = _cluster()
     repair.tick(FENCE, 100.0)
     h1 = registry.live.pop("h1")
     repair.tick(FENCE, 101.0)
     registry.live["h1"] = h1
     repair.tick(FENCE, 110.0)
-    assert repair.gone == {} and management.calls == []
+    assert repair.gone == {} and [c[0] for c in management.calls] == ["1002", "host"]
+    assert not registry.xs["x1"].lost and "x3" not in registry.xs
 
 
 def test_the_gone_clock_is_kept_in_zookeeper_and_survives_a_new_term():
@@ -198,9 +211,9 @@ def test_the_gone_clock_is_kept_in_zookeeper_and_survives_a_new_term():
     successor.wall = lambda: WALL[0]
     successor.tick(Fence("/roq/gcm/epoch", 2), 500.0)
     assert successor.gone == {"h1": 496.0}  # the recorded clock, not a fresh one
-    assert management.calls == []
+    assert ("2004", "replace-x1") not in management.calls
     successor.tick(Fence("/roq/gcm/epoch", 2), 501.5)  # 5.5 s after h1 went: re-placed
-    assert management.calls[0] == ("1002", "h2")
+    assert ("2004", "replace-x1") in management.calls
     assert registry.gone == {}  # its work is all re-placed: the record goes
     WALL[0] -= 4.0
 
@@ -239,17 +252,16 @@ def test_a_host_that_missed_monitor_moved_is_asked_again_with_back_off():
     repair.tick(FENCE, 100.0)
     del registry.live["h1"]
     management.silent.add("h3")
-    repair.tick(FENCE, 101.0)
-    repair.tick(FENCE, 106.5)  # re-placed; h3 does not answer 1013
+    repair.tick(FENCE, 101.0)  # the monitor re-placed; h3 does not answer 1013
     told = [c for c in management.calls if c[0] == "host" and c[1][0] == "h3"]
     assert len(told) == 1 and ("q1", "h3") in repair.untold
     assert any("not yet told" in p.comment for p in repair.report()[1])
-    repair.tick(FENCE, 107.0)  # not due yet (1 s)
-    repair.tick(FENCE, 108.0)  # asked again, still silent: next in 2 s
-    repair.tick(FENCE, 109.0)
+    repair.tick(FENCE, 101.5)  # not due yet (1 s)
+    repair.tick(FENCE, 102.5)  # asked again, still silent: next in 2 s
+    repair.tick(FENCE, 103.5)
     assert len([c for c in management.calls if c[0] == "host" and c[1][0] == "h3"]) == 2
     management.silent.clear()
-    repair.tick(FENCE, 110.5)  # answers: not asked again
+    repair.tick(FENCE, 105.0)  # answers: not asked again
     repair.tick(FENCE, 140.0)
     assert len([c for c in management.calls if c[0] == "host" and c[1][0] == "h3"]) == 3
     assert repair.untold == {}
@@ -274,12 +286,11 @@ def test_a_queue_an_admin_request_is_changing_waits_for_the_next_check():
     registry, management, repair = _cluster()
     repair.tick(FENCE, 100.0)
     del registry.live["h1"]
-    repair.tick(FENCE, 101.0)
     assert management.claims.claim("q1")  # the admin loop holds q1
-    repair.tick(FENCE, 106.5)
+    repair.tick(FENCE, 101.0)
     assert management.calls == [] and "admin request" in repair.pending["q1"]
     management.claims.release("q1")
-    repair.tick(FENCE, 107.5)
+    repair.tick(FENCE, 102.5)
     assert management.calls[0] == ("1002", "h2")
     assert management.claims.claim("q1")  # the repair released it
 
@@ -288,10 +299,9 @@ def test_a_repair_stops_when_the_lead_is_lost():
     registry, management, repair = _cluster()
     repair.tick(FENCE, 100.0)
     del registry.live["h1"]
-    repair.tick(FENCE, 101.0)
     repair.leading = lambda: False
     try:
-        repair.tick(FENCE, 106.5)
+        repair.tick(FENCE, 101.0)
     except NotLeader:
         pass
     else:
@@ -347,9 +357,8 @@ def test_a_move_that_finds_the_lost_host_back_stops_and_tries_no_other_host():
     registry.live["h3"] = HostRecord("h3", "127.0.0.3", "tcp://127.0.0.3:5100", 3)
     repair.tick(FENCE, 100.0)
     del registry.live["h1"]
-    repair.tick(FENCE, 102.0)
     management.host_back = True
-    repair.tick(FENCE, 107.5)
+    repair.tick(FENCE, 102.0)
     assert [c for c in management.calls if c[0] == "1002"] == [("1002", "h2")]  # h3 not tried
     assert registry.records["q1"].host == "h1" and registry.records["q1"].epoch == 0
     assert not registry.xs["x1"].lost  # nothing of h1's was marked replaced
@@ -365,10 +374,33 @@ def test_the_repair_is_due_when_a_grace_ends_and_a_forced_check_runs_at_once():
     del registry.live["h1"]
     repair.tick(FENCE, 100.2)  # not due yet, not forced: nothing seen
     assert repair.gone == {}
+    repair.grace_s = 0.5
     repair.tick(FENCE, 100.2, force=True)  # the watch saw h1's registration go
     assert repair.gone == {"h1": 100.2}
-    repair.grace_s = 0.5
+    assert management.calls[0] == ("1002", "h2")  # its monitor, at once
     assert repair.due_at() == 100.7  # its grace ends before the next periodic check
     repair.tick(FENCE, 100.7, force=True)
-    assert management.calls[0] == ("1002", "h2")
+    assert ("2004", "replace-x1") in management.calls
     assert repair.due_at() == 101.7  # all re-placed: only the periodic check is left
+
+
+def test_an_exchange_the_monitors_new_host_started_stands_in_for_the_gone_one():
+    """Every exchange of q1 was on h1: the host that takes the monitor at once starts one too
+    (the queue had none left on a live host). It is named as x1's replacement, so the grace's
+    end replaces nothing more, and x1 is only marked lost."""
+    registry, management, repair = _cluster()
+    del registry.xs["x2"]
+    start = management._start_on_host
+
+    def start_with_an_exchange(queue: str, host: HostRecord, fence: Fence, **kw: Any) -> None:
+        start(queue, host, fence, **kw)
+        registry.xs["x5"] = ExchangeRecord("x5", queue, host.name, "tcp://a:7", "tcp://a:8")
+
+    management._start_on_host = start_with_an_exchange  # type: ignore[method-assign]
+    repair.tick(FENCE, 100.0)
+    del registry.live["h1"]
+    repair.tick(FENCE, 101.0)
+    assert registry.xs["x5"].txid == "replace-x1" and not registry.xs["x1"].lost
+    repair.tick(FENCE, 106.5)
+    assert not [c for c in management.calls if c[0] == "2004"]
+    assert registry.xs["x1"].lost

@@ -166,7 +166,8 @@ GCM_KEYS: tuple[Key, ...] = (
         int,
         6000,
         "How long a host's registration must have been gone (its session expired) before the "
-        "leading GCM re-places its monitors and exchanges on the other hosts, in ms.",
+        "leading GCM replaces its exchanges on the other hosts and marks them lost, in ms; its "
+        "monitors are re-placed as soon as the registration is gone.",
         (0, 3600000),
         section="Timing",
     ),

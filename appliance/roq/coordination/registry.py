@@ -456,17 +456,24 @@ class Registry:
         )
 
     def update_queue(
-        self, fence: Fence, record: QueueRecord, version: int, *, absent_host: str = ""
+        self,
+        fence: Fence,
+        record: QueueRecord,
+        version: int,
+        *,
+        absent_host: str = "",
+        mark_lost: bool = True,
     ) -> None:
-        """With `absent_host` (the lost host whose monitor is re-placed), only while that host
-        has no registration, and that host's exchanges of the queue are marked lost in the same
-        transaction; HostRegistered otherwise. A host that registers again checks its
-        assignments after registering (host/service.py), so either it sees this write, monitor
-        and exchanges at once, or this write fails: the two cannot both go on for the queue."""
+        """With `absent_host` (the gone host whose monitor is re-placed), only while that host
+        has no registration, and (`mark_lost`) that host's exchanges of the queue are marked
+        lost in the same transaction; HostRegistered otherwise. A host that registers again
+        checks its assignments after registering (host/service.py), so either it sees this
+        write, monitor and exchanges at once, or this write fails: the two cannot both go on
+        for the queue."""
         ops: list[tuple[str, str, Any]] = [
             ("set", self.paths.queue(record.name), (_dump(record), version))
         ]
-        if absent_host:
+        if absent_host and mark_lost:
             ops += self._mark_lost_ops(record.name, absent_host)
         self._commit(fence, ops, absent_host)
 

@@ -397,12 +397,18 @@ class Management:
         return requested
 
     def _start_on_host(
-        self, name: str, host: HostRecord, fence: Fence, replacing: str = ""
+        self,
+        name: str,
+        host: HostRecord,
+        fence: Fence,
+        replacing: str = "",
+        mark_lost: bool = True,
     ) -> None:
         """Place the queue's monitor on `host` under the next assignment epoch. `replacing`:
-        the lost host whose monitor this replaces; the record is written only while that host
+        the gone host whose monitor this replaces; the record is written only while that host
         has no registration (HostBack otherwise: docs/guarantees.md §8, the re-registration
-        race)."""
+        race), and with `mark_lost` (its grace is over) its exchanges of the queue are marked
+        lost in the same write."""
         epoch = self._queue(name)[0].epoch + 1
         known = {x.id for x in self.registry.exchanges(name)} if replacing else set()
         reply = self._call_host(host, CreateQueueOnHost(name, epoch), QueueOnHost.decode)
@@ -418,7 +424,9 @@ class Management:
         record.stat_port = reply.stat_port
         self._record_exchanges(name, host, reply.exchanges, fence)
         try:
-            self.registry.update_queue(fence, record, version, absent_host=replacing)
+            self.registry.update_queue(
+                fence, record, version, absent_host=replacing, mark_lost=mark_lost
+            )
         except HostRegistered:
             self._withdraw(name, host, reply, known, fence)
             raise HostBack(

@@ -67,6 +67,20 @@ from roq.protocol.messages.host import MonitorMovedOnHost
 log = logging.getLogger(__name__)
 
 
+def _replacement(lost: ExchangeRecord) -> str:
+    """The transaction id of the exchange that replaces `lost` (idempotent: made once)."""
+    return f"replace-{lost.id}"[: limits.transaction_id_chars_max]
+
+
+@dataclass(frozen=True, slots=True)
+class _Due:
+    """What a check re-places: the monitors on `moving` (gone hosts), and the exchanges on
+    `lost` (gone for `host.loss.grace`, a subset)."""
+
+    moving: set[str]
+    lost: set[str]
+
+
 @dataclass(slots=True)
 class _Untold:
     """A host that missed "monitor moved" (1013) for a queue: asked again at `at`, after
@@ -109,16 +123,22 @@ class HostLossRepair:
         live = {h.name for h in self.registry.hosts()}
         self._note_gone(live, now, fence)
         self._tell_again(live, now)
+        # Monitors move as soon as their host's registration is gone (its session expired, or
+        # it stopped): their publishers are acknowledged again within the session timeout +
+        # a few seconds; exchanges, and so their logs, wait for the grace (a quick return).
+        moving = set(self.gone) - self._done
         due = {n for n, since in self.gone.items() if now - since >= self.grace_s} - self._done
-        if not due:
+        if not moving:
             return
-        queues = self._queues_on(due)
+        queues = self._queues_on(due) | self._monitors_on(moving)
         with self._lock:
             for name in [n for n in self.pending if n not in queues]:
                 del self.pending[name]
                 self._asked.discard(name)
         for queue in sorted(queues)[: limits.host_loss_queues_per_pass]:
-            self._repair_claimed(queue, due, fence)
+            self._repair_claimed(queue, _Due(moving, due), fence)
+        if not due:
+            return
         if not self.pending and len(queues) <= limits.host_loss_queues_per_pass:
             for name in due:  # nothing is assigned to them any more: no more scans for them
                 self._check_lead()
@@ -146,7 +166,7 @@ class HostLossRepair:
             self._seen = None
             self._fence = fence
 
-    def _repair_claimed(self, queue: str, due: set[str], fence: Fence) -> None:
+    def _repair_claimed(self, queue: str, due: _Due, fence: Fence) -> None:
         if not self.management.claims.claim(queue):
             with self._lock:
                 self.pending[queue] = "an admin request on it is in progress; tried again soon"
@@ -212,6 +232,14 @@ class HostLossRepair:
                 hosts.update(x.host for x in self.registry.exchanges(queue.name) if not x.lost)
         return hosts
 
+    def _monitors_on(self, hosts: set[str]) -> set[str]:
+        """RUNNING queues whose monitor is recorded on one of `hosts`."""
+        return {
+            q.name
+            for q in self.registry.queues()
+            if q.state == QueueState.RUNNING and q.host in hosts
+        }
+
     def _queues_on(self, hosts: set[str]) -> set[str]:
         """RUNNING queues with a monitor or an exchange (not yet replaced) on one of `hosts`."""
         found = set()
@@ -224,31 +252,46 @@ class HostLossRepair:
         return found
 
     # --- one queue -------------------------------------------------------------------------
-    def _repair(self, queue: str, gone: set[str], fence: Fence) -> None:
-        gone = gone - {h.name for h in self.registry.hosts()}  # one may be back since the check
+    def _repair(self, queue: str, due: _Due, fence: Fence) -> None:
+        live = {h.name for h in self.registry.hosts()}  # one may be back since the check
+        moving, gone = due.moving - live, due.lost - live
         got = self.registry.queue(queue)
-        if not gone or got is None or got[0].state != QueueState.RUNNING:
+        if not moving or got is None or got[0].state != QueueState.RUNNING:
             return
         before = self.registry.exchanges(queue)
         lost = [x for x in before if x.host in gone and not x.lost]
-        spare = 0
         marked: set[str] = set()  # hosts whose exchanges the monitor's move marked lost
-        if got[0].host in gone:
-            log.warning("queue %s: its monitor's host %s is lost; re-placing it", queue,
-                        got[0].host)  # fmt: skip
-            known = {x.id for x in before}
-            self._move_monitor(queue, fence, got[0].host)
-            marked.add(got[0].host)
-            spare = sum(1 for x in self.registry.exchanges(queue) if x.id not in known)
+        if got[0].host in moving:
+            host = got[0].host
+            log.warning("queue %s: its monitor's host %s is gone; re-placing the monitor", queue,
+                        host)  # fmt: skip
+            self._move_monitor(queue, fence, host, mark_lost=host in gone)
+            if host in gone:
+                marked.add(host)
+            self._name_spares(queue, {x.id for x in before}, host, fence)
+        taken = {x.txid for x in self.registry.exchanges(queue)}
         for exchange in lost:
-            if spare > 0:
-                spare -= 1  # the monitor's new host started an exchange: it takes this one's place
-            else:
+            if _replacement(exchange) not in taken:
                 self._replace_exchange(exchange, fence)
             if exchange.host not in marked and not self._mark_lost(exchange, fence):
                 continue
             log.warning("queue %s: exchange %s on lost host %s replaced", queue, exchange.id,
                         exchange.host)  # fmt: skip
+
+    def _name_spares(self, queue: str, known: set[str], host: str, fence: Fence) -> None:
+        """The exchanges the monitor's new host started with it (the queue had none left on a
+        live host) stand in for the gone host's exchanges: each record is given the transaction
+        id that replacing one of them would use, so that replacement is not made again once
+        the grace ends (nor ever, if the host comes back: then it is spare capacity)."""
+        records = self.registry.exchanges(queue)
+        gone = [x for x in records if x.host == host and not x.lost]
+        taken = {x.txid for x in records}
+        stand_ins = [x for x in records if x.id not in known]
+        unreplaced = [x for x in gone if _replacement(x) not in taken]
+        for spare, lost in zip(stand_ins, unreplaced, strict=False):  # as many as both have
+            spare.txid = _replacement(lost)
+            self._check_lead()
+            self.registry.update_exchange(fence, spare)
 
     def _mark_lost(self, exchange: ExchangeRecord, fence: Fence) -> bool:
         """Mark a gone host's exchange lost, only while that host is still unregistered: one
@@ -263,12 +306,14 @@ class HostLossRepair:
             return False
         return True
 
-    def _move_monitor(self, queue: str, fence: Fence, lost: str) -> None:
+    def _move_monitor(self, queue: str, fence: Fence, lost: str, mark_lost: bool) -> None:
         refusals = []
         for host in self._hosts_with_free_slots():
             self._check_lead()
             try:
-                self.management._start_on_host(queue, host, fence, replacing=lost)
+                self.management._start_on_host(
+                    queue, host, fence, replacing=lost, mark_lost=mark_lost
+                )
             except HostBack:
                 raise  # the lost host is back with its monitor: no other host is tried
             except Refused as refused:
@@ -358,7 +403,7 @@ class HostLossRepair:
 
     def _replace_exchange(self, lost: ExchangeRecord, fence: Fence) -> None:
         """A 2004 as the admin API runs it (the queue is claimed by this thread already)."""
-        txid = f"replace-{lost.id}"[: limits.transaction_id_chars_max]
+        txid = _replacement(lost)
         self._check_lead()
         try:
             self.management.create_exchange(CreateExchange(lost.queue, txid).encode(), fence)

@@ -222,6 +222,7 @@ class HostConfigManager:
         self._session_lost.clear()
         log.warning("host %s: registered again after its ZooKeeper session expired", self.name)
         self._stop_moved()
+        self._follow_moved_monitors()
         self._keep_lost_logs()
         # What still runs here is still assigned here: its lease is renewed on this session.
         if self.lease.confirm():
@@ -419,6 +420,28 @@ class HostConfigManager:
                         self.name, child.name)  # fmt: skip
             self._stop_child(child)
 
+    def _follow_moved_monitors(self) -> None:
+        """A monitor moved while this host was gone (the GCM moves it as soon as the host's
+        registration goes, and told only the hosts registered then): the exchanges and keepers
+        that still run here of its queue report to the recorded one from now on."""
+        for queue in sorted({c.queue for c in self.children if c.role != "monitor"}):
+            got = self.registry.queue(queue)
+            if got is None or got[0].host == self.name:
+                continue
+            record = got[0]
+            address = adoption.address_of(record.monitor)
+            wanted = endpoint_at(address, record.monitor_port, MonitorPort.REPORTS)
+            if any(_option(c.argv, "--monitor") != wanted for c in self._followers(queue)):
+                log.warning("host %s: queue %s's monitor moved to %s while this host was gone",
+                            self.name, queue, wanted)  # fmt: skip
+                self._tell_moved(
+                    queue, address, record.monitor_port, record.stat_port, record.epoch
+                )
+
+    def _followers(self, queue: str) -> list[Child]:
+        """The children that report to the queue's monitor: its exchanges and log keepers."""
+        return self._of(queue, "exchange") + self._of(queue, "keeper")
+
     def monitor_moved(self, moved: MonitorMovedOnHost) -> Encodable:
         """1013: the queue's monitor was re-placed; this host's exchanges of it follow (1031),
         and start with the new address when they are restarted."""
@@ -434,7 +457,7 @@ class HostConfigManager:
         stat = endpoint_at(address, stat_port, StatPort.IN)
         notice = MonitorMoved(monitor, stat, epoch).encode()
         told = 0
-        for child in self._of(queue, "exchange") + self._of(queue, "keeper"):
+        for child in self._followers(queue):
             argv = _with_option(child.argv, "--monitor", monitor)
             argv = _with_option(argv, "--stat", stat)
             child.argv = _with_option(argv, "--epoch", str(epoch))
@@ -672,6 +695,11 @@ class HostConfigManager:
             self.sock.close(0)
         session.close(self.zk)
         self.context.term()
+
+
+def _option(argv: list[str], option: str) -> str:
+    """The value after `option` in `argv` ("" if it is not there)."""
+    return argv[argv.index(option) + 1] if option in argv[:-1] else ""
 
 
 def _with_option(argv: list[str], option: str, value: str) -> list[str]:
