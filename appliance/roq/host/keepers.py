@@ -13,6 +13,11 @@ stream, and reports to the queue's monitor, which lists its log and the copies i
 the logs of gone exchanges (subscribers replay them from it) and has it send them to live
 exchanges until replicationFactor of them hold each one in full (monitor/service.py).
 
+A keeper whose logs all have replicationFactor complete copies on live exchanges is told so by
+the monitor (`Retire` in REPLICAS): it marks its lost exchange's log directory retired (a
+`RETIRED` file; the files stay until the queue is deleted, readable with `roq log`) and exits
+with EXIT_RETIRED, and its host neither restarts it nor starts another for that log.
+
 Read-only helpers here; the host's loop (`service.py`) starts and stops the keepers.
 """
 
@@ -21,12 +26,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from roq.coordination.registry import ExchangeRecord, QueueState, Registry
-from roq.log import log_directory, replica_root
+from roq.log import is_retired, log_directory, replica_root
 
 
 def holds_data(root: str | Path, queue: str, exchange_id: str) -> bool:
-    """Whether this host's disk has the exchange's log, or copies it kept of other logs."""
+    """Whether this host's disk has the exchange's log, or copies it kept of other logs, not
+    retired by a keeper before (live exchanges hold them all: `log.mark_retired`)."""
     own = log_directory(root, queue, exchange_id)
+    if is_retired(own):
+        return False
     if own.is_dir() and any(own.iterdir()):
         return True
     copies = replica_root(root, queue)

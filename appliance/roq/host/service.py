@@ -247,6 +247,8 @@ class HostConfigManager:
             now = time.monotonic()
             for child in self.children:
                 supervision.watch(child, self.context, now)
+            for child in [c for c in self.children if c.retired]:
+                self._stop_child(child)  # releases its ports; its retired logs stay on disk
             if self._session_lost.is_set():
                 self._reregister(now)
             else:

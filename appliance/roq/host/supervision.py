@@ -23,6 +23,7 @@ from roq.backoff import backoff_s
 from roq.coordination.registry import ChildState
 from roq.errors import (
     EXIT_CONFIG,
+    EXIT_RETIRED,
     EXIT_TEMPFAIL,
     PortInUse,
     ProtocolError,
@@ -58,6 +59,7 @@ class Child:
     failures: int = 0
     restart_at: float | None = None
     given_up: bool = False
+    retired: bool = False  # a log keeper that exited EXIT_RETIRED: done, never restarted
     last_exit: str = ""  # how its last run or start ended
     state_at: float = 0.0  # wall clock: its next restart, or when it was given up
     meta: dict[str, Any] = field(default_factory=dict)
@@ -156,13 +158,17 @@ def _wait(process: subprocess.Popen[bytes], timeout_s: float) -> bool:
 
 def watch(child: Child, context: Any, now: float) -> None:
     """Called from the host loop: notice a crash, schedule and perform restarts with back-off."""
-    if child.given_up:
+    if child.given_up or child.retired:
         return
     if child.process is not None:
         code = child.process.poll()
         if code is None:
             if now - child.started_at > limits.child_stable_after_ms / 1000:
                 child.failures = 0
+            return
+        if child.role == "keeper" and code == EXIT_RETIRED:
+            child.retired, child.process = True, None
+            log.info("%s: retired (its logs have their copies on live exchanges)", child.name)
             return
         _schedule_restart(child, _ended(code), now)
         return

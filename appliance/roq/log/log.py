@@ -94,6 +94,20 @@ def log_directory(root: Path | str, queue: str, exchange_id: str) -> Path:
     return Path(root) / queue / exchange_id
 
 
+_RETIRED = "RETIRED"  # not a segment name: Log.open skips it
+
+
+def mark_retired(directory: Path, why: str) -> None:
+    """Mark a lost exchange's log directory retired: its log and copies are held by live
+    exchanges, so no log keeper serves them again (host/keepers.py)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / _RETIRED).write_text(why + "\n")
+
+
+def is_retired(directory: Path) -> bool:
+    return (directory / _RETIRED).exists()
+
+
 def replica_root(root: Path | str, queue: str) -> Path:
     """Where one host keeps every copy of `queue`'s logs (deleted with the queue)."""
     return Path(root) / "_replicas" / queue

@@ -713,8 +713,25 @@ class Monitor:
             )
             self._tell_exchange(leader, assignment.encode())
         for keeper in keepers:  # copies no log and is copied by nobody: it sends, at most
-            sent = Replicas((), (), tuple(sources[keeper.exchange_id]), self.epoch)
+            retire = self._kept_elsewhere(keeper)
+            sent = Replicas((), (), tuple(sources[keeper.exchange_id]), self.epoch, retire)
             self._tell_exchange(keeper, sent.encode())
+
+    def _kept_elsewhere(self, keeper: ExchangeView) -> bool:
+        """Whether every log the keeper holds is a live exchange's own or has
+        replicationFactor copies on live exchanges ending where the keeper's does (or later):
+        then the keeper retires (host/keepers.py)."""
+        live = [x for x in self.exchanges.values() if x.logged and not x.leaving]
+        ids = {x.exchange_id for x in live}
+        for leader_id, end in keeper.copies.items():
+            held = sum(1 for x in live if x.copies.get(leader_id, -1) >= end)
+            if leader_id not in ids and held < self.replication_factor:
+                return False
+        if not keeper.leaving:
+            log.info("%s: log keeper %s retires: its %d log(s) have %d copies on live exchanges",
+                     self.name, keeper.exchange_id, len(keeper.copies),
+                     self.replication_factor)  # fmt: skip
+        return True
 
     def _plan_copies(self, now: float) -> dict[str, CopyPlan]:
         """Plans to copy again each log whose exchange has been gone `limits.recopy_grace_s`

@@ -103,13 +103,16 @@ class Replicas:
     replaces the previous one), and, with `Leaders`, the exchanges whose logs you copy (you
     refuse every other's writes; absent: the set you had stands); with `Sources`, the copies of
     gone exchanges' logs you send to other exchanges (the set replaces the previous one; absent:
-    none); answered `COMMENT: "assigned"`, or refused `ERROR: stale_epoch` when its `Epoch` is
-    older than one the exchange has seen (a monitor that was re-placed)."""
+    none); with `Retire` (to a log keeper only), every log it holds has replicationFactor
+    complete copies on live exchanges: it marks its logs retired and exits; answered
+    `COMMENT: "assigned"`, or refused `ERROR: stale_epoch` when its `Epoch` is older than one
+    the exchange has seen (a monitor that was re-placed)."""
 
     replicas: tuple[ReplicaAssignment, ...]
     leaders: tuple[str, ...] | None = None  # Leaders: exchange ids
     sources: tuple[CopySource, ...] = ()  # Sources
     epoch: int = 0  # Epoch: the sending monitor's assignment epoch
+    retire: bool = False  # Retire (optional, false when absent)
 
     def encode(self) -> Document:
         doc: Document = {
@@ -120,6 +123,8 @@ class Replicas:
             doc["Leaders"] = list(self.leaders)
         if self.sources:
             doc["Sources"] = [s.fields() for s in self.sources]
+        if self.retire:
+            doc["Retire"] = True
         return doc
 
     @classmethod
@@ -129,13 +134,14 @@ class Replicas:
         if doc.get("Sources") is not None:
             sources = field_docs(doc, "Sources", CopySource.decode, max_items=EXCHANGES_MAX)
         epoch = field_epoch(doc)
+        retire = field_bool(doc, "Retire", default=False)
         if doc.get("Leaders") is None:
-            return cls(replicas, None, sources, epoch)
+            return cls(replicas, None, sources, epoch, retire)
         leaders = field_strs(
             doc, "Leaders", max_items=EXCHANGES_MAX, max_chars=EXCHANGE_ID_CHARS_MAX
         )
         leaders_ok = tuple(check_exchange_id(leader) for leader in leaders)
-        return cls(replicas, leaders_ok, sources, epoch)
+        return cls(replicas, leaders_ok, sources, epoch, retire)
 
 
 @dataclass(frozen=True)
