@@ -4,6 +4,8 @@ live slot (not per message), written by the queue's monitor.
     <ns>/groups/<queue>/<group>           {"name", "ordered", "from", "cursors": {exchange: end}}
     <ns>/groups/<queue>/<group>/<slot>    the slot's record (monitor/slots.py, `Slot.record`)
 
+(paths built by coordination/paths.py)
+
 Writes carry the version the writer last saw: a second monitor of the same queue (one re-placed
 after its host was lost while the old one still runs) fails them instead of silently
 overwriting, and the writer then re-reads (`StaleWrite`). docs/architecture.md, "Work queues",
@@ -26,6 +28,7 @@ from kazoo.exceptions import (
 )
 
 from roq.coordination import session
+from roq.coordination.paths import Paths
 from roq.errors import CoordinationError
 
 log = logging.getLogger(__name__)
@@ -88,12 +91,13 @@ class GroupStore:
     def __init__(
         self,
         servers: str,
-        namespace: str,
+        paths: Paths,
         session_timeout_ms: int,
         queue: str,
         auth: str | None = None,  # the cluster's digest credential (docs/security.md)
     ):
-        self.root = f"{namespace}/groups/{queue}"
+        self.paths, self.queue = paths, queue
+        self.root = paths.groups(queue)
         self._servers, self._timeout_ms, self._auth = servers, session_timeout_ms, auth
         self._client: Any = None
         self.stored: set[str] = set()  # groups whose znode exists (read back or created)
@@ -110,7 +114,7 @@ class GroupStore:
                 self._rooted = True
             transaction = zk.transaction()
             for write in writes:
-                path = f"{self.root}/{write.group}" + (f"/{write.slot}" if write.slot else "")
+                path = self._path(write.group, write.slot)
                 if write.record is None:
                     transaction.delete(path)
                 elif not write.slot and write.group in self.stored:
@@ -128,16 +132,21 @@ class GroupStore:
             self._client = session.connect(self._servers, self._timeout_ms, auth=self._auth)
         return self._client
 
+    def _path(self, group: str, slot: str = "") -> str:
+        if slot:
+            return self.paths.slot(self.queue, group, slot)
+        return self.paths.group(self.queue, group)
+
     def load(self) -> list[tuple[dict[str, Any], list[tuple[dict[str, Any], int]]]]:
         """Every group of the queue with its slots' records and versions."""
         found = []
         try:
             zk = self._zk()
             for name in sorted(_children(zk, self.root)):
-                data, _ = zk.get(f"{self.root}/{name}")
+                data, _ = zk.get(self._path(name))
                 slots = []
-                for child in _children(zk, f"{self.root}/{name}"):
-                    raw, stat = zk.get(f"{self.root}/{name}/{child}")
+                for child in _children(zk, self._path(name)):
+                    raw, stat = zk.get(self._path(name, child))
                     slots.append((_load(raw), stat.version))
                 found.append((_load(data), slots))
                 self.stored.add(name)
@@ -148,7 +157,7 @@ class GroupStore:
         return found
 
     def delete_group(self, group: str) -> None:
-        path = f"{self.root}/{group}"
+        path = self._path(group)
         self.stored.discard(group)
         try:
             self._zk().delete(path, recursive=True)
@@ -163,10 +172,10 @@ class GroupStore:
             self._client = None
 
 
-def delete_queue_groups(client: Any, namespace: str, queue: str) -> None:
+def delete_queue_groups(client: Any, paths: Paths, queue: str) -> None:
     """A deleted queue's groups go with it (called by the GCM after the queue's transaction)."""
     try:
-        client.delete(f"{namespace}/groups/{queue}", recursive=True)
+        client.delete(paths.groups(queue), recursive=True)
     except NoNodeError:
         pass
     except KazooException as error:

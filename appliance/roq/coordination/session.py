@@ -15,6 +15,7 @@ from kazoo.retry import KazooRetry
 from kazoo.security import make_digest_acl
 
 from roq import limits
+from roq.coordination.paths import Paths
 from roq.errors import CoordinationError, SecurityError
 
 log = logging.getLogger(__name__)
@@ -94,15 +95,16 @@ def connect(
     return client
 
 
-def secure_namespace(client: Any, namespace: str, auth: str | None) -> None:
-    """Make `namespace` and its first level carry the cluster's ACL: they may predate security
+def secure_namespace(client: Any, paths: Paths, auth: str | None) -> None:
+    """Make the namespace and its first level carry the cluster's ACL: they may predate security
     (a cluster upgraded, or run with security=off once). Znodes below are created with it."""
     if not auth:
         return
+    namespace = paths.namespace
     acl = digest_acl(auth)
     try:
         client.ensure_path(namespace)
-        for path in [namespace] + [f"{namespace}/{c}" for c in client.get_children(namespace)]:
+        for path in [namespace] + [paths.top(c) for c in client.get_children(namespace)]:
             if client.get_acls(path)[0] != acl:
                 client.set_acls(path, acl)
     except NoAuthError:

@@ -4,6 +4,8 @@
     <ns>/tasks/<queue>            the queue's request settings that differ from the defaults (JSON)
     <ns>/tasks/<queue>/<task id>  the task's record (BSON, its result included: at most 64 KiB)
 
+(paths built by coordination/paths.py)
+
 Creating the task's znode is the claim of its id: ZooKeeper's create is atomic, so of any number
 of concurrent submissions of one request id exactly one creates it, whichever monitor (an old
 one fenced, a new one placed after a host loss) serves them. Updates carry the version read, so
@@ -27,6 +29,7 @@ from kazoo.exceptions import (
 
 from roq.coordination import session
 from roq.coordination.groupstore import StaleWrite
+from roq.coordination.paths import Paths
 from roq.errors import CoordinationError
 
 __all__ = ["Exists", "RolledBack", "StaleWrite", "TaskStore", "TaskWrite"]
@@ -59,12 +62,13 @@ class TaskStore:
     def __init__(
         self,
         servers: str,
-        namespace: str,
+        paths: Paths,
         session_timeout_ms: int,
         queue: str,
         auth: str | None = None,  # the cluster's digest credential (docs/security.md)
     ):
-        self.root = f"{namespace}/tasks/{queue}"
+        self.paths, self.queue = paths, queue
+        self.root = paths.tasks(queue)
         self._servers, self._timeout_ms, self._auth = servers, session_timeout_ms, auth
         self._client: Any = None
         self._rooted = False
@@ -74,9 +78,12 @@ class TaskStore:
             self._client = session.connect(self._servers, self._timeout_ms, auth=self._auth)
         return self._client
 
+    def _path(self, task: str) -> str:
+        return self.paths.task(self.queue, task)
+
     def claim(self, task: str, record: bytes) -> bool:
         """Create the task's znode: True; it exists already: False."""
-        path = f"{self.root}/{task}"
+        path = self._path(task)
         try:
             self._zk().create(path, record, makepath=True)
         except NodeExistsError:
@@ -87,7 +94,7 @@ class TaskStore:
 
     def get(self, task: str) -> tuple[bytes, int] | None:
         """(record, version), or None when there is no such task."""
-        path = f"{self.root}/{task}"
+        path = self._path(task)
         try:
             data, stat = self._zk().get(path)
         except NoNodeError:
@@ -98,7 +105,7 @@ class TaskStore:
 
     def put(self, task: str, record: bytes, version: int) -> int:
         """Replace the record read at `version`; its new version (StaleWrite if it changed)."""
-        path = f"{self.root}/{task}"
+        path = self._path(task)
         try:
             return int(self._zk().set(path, record, version=version).version)
         except (BadVersionError, NoNodeError) as error:
@@ -108,7 +115,7 @@ class TaskStore:
 
     def delete(self, task: str, version: int = -1) -> bool:
         """Delete it (at `version`, or any): False if it was gone or changed."""
-        path = f"{self.root}/{task}"
+        path = self._path(task)
         try:
             self._zk().delete(path, version=version)
         except (NoNodeError, BadVersionError):
@@ -128,7 +135,7 @@ class TaskStore:
                 self._rooted = True
             transaction = zk.transaction()
             for write in writes:
-                path = f"{self.root}/{write.task}"
+                path = self._path(write.task)
                 if write.record is None:
                     transaction.delete(path, version=write.version)
                 elif write.version < 0:

@@ -25,6 +25,7 @@ from typing import Any
 from roq import limits
 from roq.config import MonitorSettings
 from roq.coordination.groupstore import Commit, GroupStore, StaleWrite, Write
+from roq.coordination.paths import Paths
 from roq.errors import CoordinationError
 from roq.monitor.slots import GiveResult, Group, Member, Rules, Slot
 from roq.protocol import bsonmsg
@@ -85,7 +86,7 @@ class GroupManager:
         self.slot_messages = work.slot_messages
         zk = settings.zk
         self.store = GroupStore(
-            zk.servers, zk.namespace, zk.session_timeout_ms, queue, security.zk_auth()
+            zk.servers, Paths(zk.namespace), zk.session_timeout_ms, queue, security.zk_auth()
         )
         self.groups: dict[str, Group] = {}
         self.ends: dict[str, int] = {}  # exchange → its log's end, as last reported

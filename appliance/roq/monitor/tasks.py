@@ -37,6 +37,7 @@ import bson
 
 from roq import limits
 from roq.config.components import MonitorSettings, RequestSettings
+from roq.coordination.paths import Paths
 from roq.coordination.taskstore import RolledBack, StaleWrite, TaskStore, TaskWrite
 from roq.errors import ConfigError, CoordinationError
 from roq.protocol import bsonmsg
@@ -191,7 +192,7 @@ class TaskManager:
         self.queue, self.name = queue, f"monitor {queue}"
         zk = settings.zk
         self.store = TaskStore(
-            zk.servers, zk.namespace, zk.session_timeout_ms, queue, security.zk_auth()
+            zk.servers, Paths(zk.namespace), zk.session_timeout_ms, queue, security.zk_auth()
         )
         self.defaults = settings.requests
         self.settings = settings.requests
