@@ -1,5 +1,5 @@
 """Durable state of a queue's consumer groups, in ZooKeeper: one znode per group and one per
-live slot (not per message), written by the queue's monitor.
+live slot (not per message), written by the queue's monitor through its process's one session.
 
     <ns>/groups/<queue>/<group>           {"name", "ordered", "from", "cursors": {exchange: end}}
     <ns>/groups/<queue>/<group>/<slot>    the slot's record (monitor/slots.py, `Slot.record`)
@@ -27,8 +27,8 @@ from kazoo.exceptions import (
     RolledBackError,
 )
 
-from roq.coordination import session
 from roq.coordination.paths import Paths
+from roq.coordination.session import SharedSession
 from roq.errors import CoordinationError
 
 log = logging.getLogger(__name__)
@@ -86,20 +86,13 @@ class Commit:
 
 
 class GroupStore:
-    """Owned by the monitor's main thread (kazoo's own threads aside)."""
+    """Owned by the monitor's main thread (kazoo's own threads aside). Its session is the
+    monitor's, which the monitor closes."""
 
-    def __init__(
-        self,
-        servers: str,
-        paths: Paths,
-        session_timeout_ms: int,
-        queue: str,
-        auth: str | None = None,  # the cluster's digest credential (docs/security.md)
-    ):
+    def __init__(self, zk: SharedSession, paths: Paths, queue: str):
         self.paths, self.queue = paths, queue
         self.root = paths.groups(queue)
-        self._servers, self._timeout_ms, self._auth = servers, session_timeout_ms, auth
-        self._client: Any = None
+        self._session = zk
         self.stored: set[str] = set()  # groups whose znode exists (read back or created)
         self._rooted = False
 
@@ -128,9 +121,7 @@ class GroupStore:
             raise CoordinationError(f"writing {self.root}: {error!r}") from None
 
     def _zk(self) -> Any:
-        if self._client is None:
-            self._client = session.connect(self._servers, self._timeout_ms, auth=self._auth)
-        return self._client
+        return self._session.client()
 
     def _path(self, group: str, slot: str = "") -> str:
         if slot:
@@ -165,11 +156,6 @@ class GroupStore:
             pass
         except KazooException as error:
             raise CoordinationError(f"deleting {path}: {error!r}") from None
-
-    def close(self) -> None:
-        if self._client is not None:
-            session.close(self._client)
-            self._client = None
 
 
 def delete_queue_groups(client: Any, paths: Paths, queue: str) -> None:

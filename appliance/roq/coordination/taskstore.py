@@ -4,7 +4,7 @@
     <ns>/tasks/<queue>            the queue's request settings that differ from the defaults (JSON)
     <ns>/tasks/<queue>/<task id>  the task's record (BSON, its result included: at most 64 KiB)
 
-(paths built by coordination/paths.py)
+(paths built by coordination/paths.py; the session is the monitor's one, session.SharedSession)
 
 Creating the task's znode is the claim of its id: ZooKeeper's create is atomic, so of any number
 of concurrent submissions of one request id exactly one creates it, whichever monitor (an old
@@ -27,9 +27,9 @@ from kazoo.exceptions import (
     RuntimeInconsistency,
 )
 
-from roq.coordination import session
 from roq.coordination.groupstore import StaleWrite
 from roq.coordination.paths import Paths
+from roq.coordination.session import SharedSession
 from roq.errors import CoordinationError
 
 __all__ = ["Exists", "RolledBack", "StaleWrite", "TaskStore", "TaskWrite"]
@@ -57,26 +57,17 @@ Outcome = int | CoordinationError  # the new version (-1: deleted), or why it wa
 
 
 class TaskStore:
-    """Owned by the monitor's main thread (kazoo's own threads aside)."""
+    """Owned by the monitor's main thread (kazoo's own threads aside). Its session is the
+    monitor's, which the monitor closes."""
 
-    def __init__(
-        self,
-        servers: str,
-        paths: Paths,
-        session_timeout_ms: int,
-        queue: str,
-        auth: str | None = None,  # the cluster's digest credential (docs/security.md)
-    ):
+    def __init__(self, zk: SharedSession, paths: Paths, queue: str):
         self.paths, self.queue = paths, queue
         self.root = paths.tasks(queue)
-        self._servers, self._timeout_ms, self._auth = servers, session_timeout_ms, auth
-        self._client: Any = None
+        self._session = zk
         self._rooted = False
 
     def _zk(self) -> Any:
-        if self._client is None:
-            self._client = session.connect(self._servers, self._timeout_ms, auth=self._auth)
-        return self._client
+        return self._session.client()
 
     def _path(self, task: str) -> str:
         return self.paths.task(self.queue, task)
@@ -179,11 +170,6 @@ class TaskStore:
                 zk.create(self.root, data, makepath=True)
         except KazooException as error:
             raise CoordinationError(f"writing {self.root}: {error!r}") from None
-
-    def close(self) -> None:
-        if self._client is not None:
-            session.close(self._client)
-            self._client = None
 
 
 def _outcome(write: TaskWrite, result: Any) -> Outcome:
