@@ -21,7 +21,7 @@ from roq.client.requests import NoWorker, Requester, TaskExpired, TaskFailed
 from roq.protocol.messages.tasks import TaskSubmit, TaskView
 from roq.protocol.ports import MonitorPort
 from roq.system.spawn import child_environment, roq_command
-from roq.testing.cluster import LocalCluster, processes_with, wait_for
+from roq.testing.cluster import LocalCluster, processes_with, tcp_connections_to, wait_for
 from roq.transport import new_context
 from roq.transport.rpc import Requester as RpcRequester
 
@@ -66,6 +66,23 @@ def test_call_and_serve_round_trip_and_the_result_is_removed_once_acknowledged(
     finally:
         os.killpg(worker.pid, signal.SIGKILL)
         worker.wait(10)
+
+
+def test_the_monitor_holds_one_zookeeper_session(cluster: LocalCluster):
+    """Issue 28: the monitor's group store, task store and scaling actuator share its one
+    session (the two stores opened one each, and the actuator one per GCM lookup). Counted once
+    all three have used it (a request served: the worker's group and the task written), a few
+    times over 2 s, as the monitor's TCP connections to ZooKeeper."""
+    cluster.start_with_queue(**HOST)
+    zookeeper_port = int(cluster.zk.rsplit(":", 1)[1])
+    with cluster.worker("echo", lambda payload: payload + b"!"), _requester(cluster) as requester:
+        assert requester.call("echo", b"one", 30) == b"one!", cluster.logs()
+        [pid] = processes_with("monitor q1 --bind", str(cluster.tmp))
+        counts = []
+        for _ in range(10):
+            counts.append(tcp_connections_to(pid, zookeeper_port))
+            time.sleep(0.2)
+    assert counts == [1] * 10, cluster.logs()
 
 
 def test_a_killed_requesters_task_is_fetched_by_id_by_another(cluster: LocalCluster):

@@ -15,7 +15,7 @@ and comment; a malformed reply raises `ProtocolError`. Not thread-safe: one Admi
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from roq import limits
@@ -84,11 +84,17 @@ class AdminClient:
         namespace: str = "/roq",
         timeout_ms: int = limits.admin_request_timeout_ms,
         retries: int = limits.client_retry_max,
+        *,
+        leader: Callable[[], str] | None = None,
     ):
+        """`leader`, when given, finds the leading GCM's admin endpoint instead of `gcm` and
+        `zk`: a process with a ZooKeeper session of its own reads it there (a monitor's
+        actuator), where `zk` would open one more session for each lookup."""
         if gcm is None and zk is None:
             gcm = "127.0.0.1:5000"
         self.gcm = gcm
         self.zk = zk
+        self._leader = leader
         self.namespace = namespace
         self.timeout_ms = timeout_ms
         self.retries = retries
@@ -97,6 +103,8 @@ class AdminClient:
 
     # --- transport ---------------------------------------------------------------------------
     def _resolve(self) -> str:
+        if self._leader is not None:
+            return self._leader()
         if self.zk is not None:
             from roq.coordination.discovery import leader_admin_endpoint
 

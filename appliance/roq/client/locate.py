@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from roq import limits
 from roq.client.admin import AdminClient
@@ -56,7 +57,9 @@ def locate_monitor(
     """Ask the leading GCM where `queue`'s monitor is (raises AdminRefused if it has none).
     `quick`: one attempt within `limits.monitor_locate_timeout_ms` (a client checking whether
     the monitor moved, from a loop that must not stall for long)."""
-    bounds = {"timeout_ms": limits.monitor_locate_timeout_ms, "retries": 1} if quick else {}
+    bounds: dict[str, Any] = (
+        {"timeout_ms": limits.monitor_locate_timeout_ms, "retries": 1} if quick else {}
+    )
     with AdminClient(gcm=gcm, zk=zk, namespace=namespace, **bounds) as admin:
         found = admin.get_host_by_qname(queue)
     return MonitorAddress(found.monitor_host, found.stat_monitor_host, found.epoch)
@@ -103,7 +106,7 @@ class MonitorLocator:
 
     def _run(self) -> None:
         gcm, zk, namespace = self._where
-        bounds = {"timeout_ms": limits.monitor_locate_timeout_ms, "retries": 1}
+        bounds: dict[str, Any] = {"timeout_ms": limits.monitor_locate_timeout_ms, "retries": 1}
         admin = AdminClient(gcm=gcm, zk=zk, namespace=namespace, **bounds)
         try:
             while self._next():

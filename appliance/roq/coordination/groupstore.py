@@ -1,8 +1,10 @@
 """Durable state of a queue's consumer groups, in ZooKeeper: one znode per group and one per
-live slot (not per message), written by the queue's monitor.
+live slot (not per message), written by the queue's monitor through its process's one session.
 
     <ns>/groups/<queue>/<group>           {"name", "ordered", "from", "cursors": {exchange: end}}
     <ns>/groups/<queue>/<group>/<slot>    the slot's record (monitor/slots.py, `Slot.record`)
+
+(paths built by coordination/paths.py)
 
 Writes carry the version the writer last saw: a second monitor of the same queue (one re-placed
 after its host was lost while the old one still runs) fails them instead of silently
@@ -25,7 +27,8 @@ from kazoo.exceptions import (
     RolledBackError,
 )
 
-from roq.coordination import session
+from roq.coordination.paths import Paths
+from roq.coordination.session import SharedSession
 from roq.errors import CoordinationError
 
 log = logging.getLogger(__name__)
@@ -83,19 +86,13 @@ class Commit:
 
 
 class GroupStore:
-    """Owned by the monitor's main thread (kazoo's own threads aside)."""
+    """Owned by the monitor's main thread (kazoo's own threads aside). Its session is the
+    monitor's, which the monitor closes."""
 
-    def __init__(
-        self,
-        servers: str,
-        namespace: str,
-        session_timeout_ms: int,
-        queue: str,
-        auth: str | None = None,  # the cluster's digest credential (docs/security.md)
-    ):
-        self.root = f"{namespace}/groups/{queue}"
-        self._servers, self._timeout_ms, self._auth = servers, session_timeout_ms, auth
-        self._client: Any = None
+    def __init__(self, zk: SharedSession, paths: Paths, queue: str):
+        self.paths, self.queue = paths, queue
+        self.root = paths.groups(queue)
+        self._session = zk
         self.stored: set[str] = set()  # groups whose znode exists (read back or created)
         self._rooted = False
 
@@ -110,7 +107,7 @@ class GroupStore:
                 self._rooted = True
             transaction = zk.transaction()
             for write in writes:
-                path = f"{self.root}/{write.group}" + (f"/{write.slot}" if write.slot else "")
+                path = self._path(write.group, write.slot)
                 if write.record is None:
                     transaction.delete(path)
                 elif not write.slot and write.group in self.stored:
@@ -124,9 +121,12 @@ class GroupStore:
             raise CoordinationError(f"writing {self.root}: {error!r}") from None
 
     def _zk(self) -> Any:
-        if self._client is None:
-            self._client = session.connect(self._servers, self._timeout_ms, auth=self._auth)
-        return self._client
+        return self._session.client()
+
+    def _path(self, group: str, slot: str = "") -> str:
+        if slot:
+            return self.paths.slot(self.queue, group, slot)
+        return self.paths.group(self.queue, group)
 
     def load(self) -> list[tuple[dict[str, Any], list[tuple[dict[str, Any], int]]]]:
         """Every group of the queue with its slots' records and versions."""
@@ -134,10 +134,10 @@ class GroupStore:
         try:
             zk = self._zk()
             for name in sorted(_children(zk, self.root)):
-                data, _ = zk.get(f"{self.root}/{name}")
+                data, _ = zk.get(self._path(name))
                 slots = []
-                for child in _children(zk, f"{self.root}/{name}"):
-                    raw, stat = zk.get(f"{self.root}/{name}/{child}")
+                for child in _children(zk, self._path(name)):
+                    raw, stat = zk.get(self._path(name, child))
                     slots.append((_load(raw), stat.version))
                 found.append((_load(data), slots))
                 self.stored.add(name)
@@ -148,7 +148,7 @@ class GroupStore:
         return found
 
     def delete_group(self, group: str) -> None:
-        path = f"{self.root}/{group}"
+        path = self._path(group)
         self.stored.discard(group)
         try:
             self._zk().delete(path, recursive=True)
@@ -157,16 +157,11 @@ class GroupStore:
         except KazooException as error:
             raise CoordinationError(f"deleting {path}: {error!r}") from None
 
-    def close(self) -> None:
-        if self._client is not None:
-            session.close(self._client)
-            self._client = None
 
-
-def delete_queue_groups(client: Any, namespace: str, queue: str) -> None:
+def delete_queue_groups(client: Any, paths: Paths, queue: str) -> None:
     """A deleted queue's groups go with it (called by the GCM after the queue's transaction)."""
     try:
-        client.delete(f"{namespace}/groups/{queue}", recursive=True)
+        client.delete(paths.groups(queue), recursive=True)
     except NoNodeError:
         pass
     except KazooException as error:

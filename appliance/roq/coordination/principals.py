@@ -20,6 +20,7 @@ from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, N
 from kazoo.recipe.watchers import DataWatch
 
 from roq import limits
+from roq.coordination.paths import Paths
 from roq.errors import CoordinationError
 from roq.protocol import principals
 from roq.protocol.principals import Principal
@@ -30,16 +31,17 @@ log = logging.getLogger(__name__)
 class PrincipalStore:
     def __init__(self, client: Any, namespace: str):
         self.client = client
-        self.root = f"{namespace}/security/principals"
+        self.paths = Paths(namespace)
+        self.root = self.paths.principals
 
     def _path(self, name: str) -> str:
-        return f"{self.root}/{principals.check_name(name)}"
+        return self.paths.principal(principals.check_name(name))
 
     def seed(self, seeds: list[Principal]) -> bool:
         """Write `seeds` (the admin principal of cluster.json) when the cluster has no table yet:
         its first start. Never again, so a principal revoked later stays revoked."""
         try:
-            self.client.ensure_path(self.root.rsplit("/", 1)[0])
+            self.client.ensure_path(self.paths.security)
             self.client.create(self.root, b"")
         except NodeExistsError:
             return False
@@ -121,7 +123,7 @@ class PrincipalStore:
         found = []
         for name in sorted(names):
             try:
-                data, _ = self.client.get(f"{self.root}/{name}")
+                data, _ = self.client.get(self.paths.principal(name))
                 found.append(principals.decode(json.loads(data)))
             except NoNodeError:
                 continue  # removed between the listing and the read

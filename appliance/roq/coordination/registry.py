@@ -500,7 +500,7 @@ class Registry:
                 ops.append(("delete", extra, None))
         ops.append(("delete", self.paths.queue(name), None))
         self._commit(fence, ops)
-        delete_queue_groups(self.zk, self.paths.namespace, name)  # its consumer groups' state
+        delete_queue_groups(self.zk, self.paths, name)  # its consumer groups' state
 
     def put_exchange(self, fence: Fence, record: ExchangeRecord) -> None:
         path = self.paths.exchange(record.queue, record.id)
@@ -564,5 +564,6 @@ class Registry:
         self._commit(fence, [])  # proves leadership before anything is deleted
         for root in self.paths.roots():
             for child in self._children(root):
-                with _zookeeper(f"deleting {root}/{child}"):
-                    self.zk.delete(f"{root}/{child}", recursive=True)
+                path = self.paths.child(root, child)
+                with _zookeeper(f"deleting {path}"):
+                    self.zk.delete(path, recursive=True)

@@ -15,6 +15,7 @@ from kazoo.retry import KazooRetry
 from kazoo.security import make_digest_acl
 
 from roq import limits
+from roq.coordination.paths import Paths
 from roq.errors import CoordinationError, SecurityError
 
 log = logging.getLogger(__name__)
@@ -94,15 +95,64 @@ def connect(
     return client
 
 
-def secure_namespace(client: Any, namespace: str, auth: str | None) -> None:
-    """Make `namespace` and its first level carry the cluster's ACL: they may predate security
+class SharedSession:
+    """A process's one ZooKeeper session, shared by every part of it that talks to ZooKeeper (a
+    monitor's group store, task store and scaling actuator): one connection and one session per
+    process, whatever the number of users. Opened at its first use, not at start-up, so a
+    process that cannot reach ZooKeeper yet still starts: its users get CoordinationError and
+    try again later. Once open, kazoo keeps it: it reconnects after a lost connection, and
+    after an expiry it opens a new session, which nothing here has to notice (the users hold
+    no ephemeral znode and no watch; their writes are fenced by znode versions, and a monitor
+    by its host's lease, system/lease.py). A KazooClient is thread-safe, so users on several
+    threads share it; the lock only makes the first use connect once."""
+
+    def __init__(self, servers: str, session_timeout_ms: int, auth: str | None = None):
+        self._servers, self._timeout_ms, self._auth = servers, session_timeout_ms, auth
+        self._lock = threading.Lock()
+        self._client: Any = None
+        self._closed = False
+        self._attempts = 0
+        self._failure = ""
+
+    def client(self) -> Any:
+        """The started KazooClient; CoordinationError when ZooKeeper does not answer within
+        limits.zk_connect_timeout_s (the next call tries again), or once closed. A call that
+        waited for another thread's attempt to connect gets that attempt's failure, not a wait
+        of its own: no caller waits for more than one attempt."""
+        attempts = self._attempts  # attempts ended
+        with self._lock:
+            if self._closed:
+                raise CoordinationError("the process's ZooKeeper session is closed")
+            if self._client is None:
+                if self._attempts != attempts:
+                    raise CoordinationError(self._failure)
+                try:
+                    self._client = connect(self._servers, self._timeout_ms, auth=self._auth)
+                except CoordinationError as error:
+                    self._failure = str(error)
+                    raise
+                finally:
+                    self._attempts += 1
+            return self._client
+
+    def close(self) -> None:
+        """Close the session (once its users are done); a later `client()` is refused."""
+        with self._lock:
+            client, self._client, self._closed = self._client, None, True
+        if client is not None:
+            close(client)
+
+
+def secure_namespace(client: Any, paths: Paths, auth: str | None) -> None:
+    """Make the namespace and its first level carry the cluster's ACL: they may predate security
     (a cluster upgraded, or run with security=off once). Znodes below are created with it."""
     if not auth:
         return
+    namespace = paths.namespace
     acl = digest_acl(auth)
     try:
         client.ensure_path(namespace)
-        for path in [namespace] + [f"{namespace}/{c}" for c in client.get_children(namespace)]:
+        for path in [namespace] + [paths.top(c) for c in client.get_children(namespace)]:
             if client.get_acls(path)[0] != acl:
                 client.set_acls(path, acl)
     except NoAuthError:

@@ -4,6 +4,8 @@
     <ns>/tasks/<queue>            the queue's request settings that differ from the defaults (JSON)
     <ns>/tasks/<queue>/<task id>  the task's record (BSON, its result included: at most 64 KiB)
 
+(paths built by coordination/paths.py; the session is the monitor's one, session.SharedSession)
+
 Creating the task's znode is the claim of its id: ZooKeeper's create is atomic, so of any number
 of concurrent submissions of one request id exactly one creates it, whichever monitor (an old
 one fenced, a new one placed after a host loss) serves them. Updates carry the version read, so
@@ -25,8 +27,9 @@ from kazoo.exceptions import (
     RuntimeInconsistency,
 )
 
-from roq.coordination import session
 from roq.coordination.groupstore import StaleWrite
+from roq.coordination.paths import Paths
+from roq.coordination.session import SharedSession
 from roq.errors import CoordinationError
 
 __all__ = ["Exists", "RolledBack", "StaleWrite", "TaskStore", "TaskWrite"]
@@ -54,29 +57,24 @@ Outcome = int | CoordinationError  # the new version (-1: deleted), or why it wa
 
 
 class TaskStore:
-    """Owned by the monitor's main thread (kazoo's own threads aside)."""
+    """Owned by the monitor's main thread (kazoo's own threads aside). Its session is the
+    monitor's, which the monitor closes."""
 
-    def __init__(
-        self,
-        servers: str,
-        namespace: str,
-        session_timeout_ms: int,
-        queue: str,
-        auth: str | None = None,  # the cluster's digest credential (docs/security.md)
-    ):
-        self.root = f"{namespace}/tasks/{queue}"
-        self._servers, self._timeout_ms, self._auth = servers, session_timeout_ms, auth
-        self._client: Any = None
+    def __init__(self, zk: SharedSession, paths: Paths, queue: str):
+        self.paths, self.queue = paths, queue
+        self.root = paths.tasks(queue)
+        self._session = zk
         self._rooted = False
 
     def _zk(self) -> Any:
-        if self._client is None:
-            self._client = session.connect(self._servers, self._timeout_ms, auth=self._auth)
-        return self._client
+        return self._session.client()
+
+    def _path(self, task: str) -> str:
+        return self.paths.task(self.queue, task)
 
     def claim(self, task: str, record: bytes) -> bool:
         """Create the task's znode: True; it exists already: False."""
-        path = f"{self.root}/{task}"
+        path = self._path(task)
         try:
             self._zk().create(path, record, makepath=True)
         except NodeExistsError:
@@ -87,7 +85,7 @@ class TaskStore:
 
     def get(self, task: str) -> tuple[bytes, int] | None:
         """(record, version), or None when there is no such task."""
-        path = f"{self.root}/{task}"
+        path = self._path(task)
         try:
             data, stat = self._zk().get(path)
         except NoNodeError:
@@ -98,7 +96,7 @@ class TaskStore:
 
     def put(self, task: str, record: bytes, version: int) -> int:
         """Replace the record read at `version`; its new version (StaleWrite if it changed)."""
-        path = f"{self.root}/{task}"
+        path = self._path(task)
         try:
             return int(self._zk().set(path, record, version=version).version)
         except (BadVersionError, NoNodeError) as error:
@@ -108,7 +106,7 @@ class TaskStore:
 
     def delete(self, task: str, version: int = -1) -> bool:
         """Delete it (at `version`, or any): False if it was gone or changed."""
-        path = f"{self.root}/{task}"
+        path = self._path(task)
         try:
             self._zk().delete(path, version=version)
         except (NoNodeError, BadVersionError):
@@ -128,7 +126,7 @@ class TaskStore:
                 self._rooted = True
             transaction = zk.transaction()
             for write in writes:
-                path = f"{self.root}/{write.task}"
+                path = self._path(write.task)
                 if write.record is None:
                     transaction.delete(path, version=write.version)
                 elif write.version < 0:
@@ -172,11 +170,6 @@ class TaskStore:
                 zk.create(self.root, data, makepath=True)
         except KazooException as error:
             raise CoordinationError(f"writing {self.root}: {error!r}") from None
-
-    def close(self) -> None:
-        if self._client is not None:
-            session.close(self._client)
-            self._client = None
 
 
 def _outcome(write: TaskWrite, result: Any) -> Outcome:

@@ -4,7 +4,8 @@
     <ns>/http/topics/t<topic>/s<subscriber>   {"next"}
 
 Names are percent-encoded (any character of a topic or subscriber name is allowed, and a znode
-name may hold no "/") behind a one-letter prefix (so "." and ".." are names like any other).
+name may hold no "/") behind a one-letter prefix (so "." and ".." are names like any other):
+coordination/paths.py builds both paths.
 `head` is the index of the newest message published to the topic (message indexes are 1-based,
 0: none yet); `next` is the index a subscriber gets next. Both change by compare-and-set at the
 version read, so gateways sharing the ZooKeeper hand out each index once and never lose an
@@ -23,7 +24,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 
@@ -47,15 +47,12 @@ class Topic:
     version: int
 
 
-def _node(prefix: str, name: str) -> str:
-    return prefix + quote(name, safe="")
-
-
 class TopicStore:
     """Blocking: the gateway calls it from its worker threads, never from its event loop."""
 
     def __init__(self, client: Any, paths: Paths):
         self.client = client
+        self.paths = paths
         self.root = paths.http_topics
 
     def ensure_root(self) -> None:
@@ -63,10 +60,10 @@ class TopicStore:
             self.client.ensure_path(self.root)
 
     def _topic_path(self, topic: str) -> str:
-        return f"{self.root}/{_node('t', topic)}"
+        return self.paths.http_topic(topic)
 
     def _subscriber_path(self, topic: str, subscriber: str) -> str:
-        return f"{self._topic_path(topic)}/{_node('s', subscriber)}"
+        return self.paths.http_subscriber(topic, subscriber)
 
     def count(self) -> int:
         with _translated("count topics"):

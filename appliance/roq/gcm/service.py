@@ -57,7 +57,7 @@ class GlobalConfigurationManager:
         self.context = new_context()
         auth = security.zk_auth()
         self.zk = session.connect(settings.zk.servers, settings.zk.session_timeout_ms, auth=auth)
-        session.secure_namespace(self.zk, settings.zk.namespace, auth)
+        session.secure_namespace(self.zk, Paths(settings.zk.namespace), auth)
         credentials.follow_principals(self.zk, settings.zk.namespace)
         self.registry = Registry(self.zk, Paths(settings.zk.namespace))
         self.registry.ensure_roots()

@@ -76,7 +76,7 @@ class HostConfigManager:
             on_state=self._on_session_state,
             auth=auth,
         )
-        session.secure_namespace(self.zk, settings.zk.namespace, auth)
+        session.secure_namespace(self.zk, Paths(settings.zk.namespace), auth)
         # The children (no ZooKeeper of their own) read the principal table beside their lease.
         children_table = credentials.principals_file(str(lease_path(settings.log_root, self.name)))
         credentials.follow_principals(self.zk, settings.zk.namespace, children_table)

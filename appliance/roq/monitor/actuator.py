@@ -4,7 +4,8 @@ The monitor's main loop must never block, and these requests block for seconds (
 process on some host), so a thread of its own carries out the policy's decisions (2004 to scale
 out, 2014 to scale in) and keeps the queue's rules fresh (2008 to register for pushes, then 2007
 to read them, every `scaling.rules.refresh.ms`). It owns its AdminClient (not thread-safe) and
-shares nothing with the main thread but two bounded queues: `actions` in, `results` out.
+shares nothing with the main thread but two bounded queues, `actions` in and `results` out, and
+the monitor's ZooKeeper session (thread-safe), where it looks the leading GCM up.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from roq import limits
 from roq.backoff import Backoff
 from roq.client.admin import AdminClient, AdminRefused
 from roq.config import ZooKeeperSettings
+from roq.coordination.discovery import read_leader_admin
+from roq.coordination.paths import Paths
+from roq.coordination.session import SharedSession
 from roq.errors import RoqError
 from roq.protocol.rules import RuleSet
 
@@ -32,12 +36,16 @@ class Actuator(threading.Thread):
     process), which the monitor's main loop must never do. Requests come in on `actions`, results
     go out on `results`; both queues are bounded."""
 
-    def __init__(self, queue: str, zk: ZooKeeperSettings, refresh_s: float, listen: str):
+    def __init__(
+        self, queue: str, zk: ZooKeeperSettings, session: SharedSession, refresh_s: float,
+        listen: str,
+    ):  # fmt: skip
         super().__init__(name=f"scaling {queue}", daemon=True)
         self.queue = queue
         self.listen = listen  # tcp://ip:B+4, the monitor's rules PULL socket
         self.zk = zk.servers
         self.namespace = zk.namespace
+        self.session = session  # the monitor's one ZooKeeper session
         self.refresh_s = refresh_s
         self.actions: queue_mod.Queue[tuple[str, str]] = queue_mod.Queue(
             limits.scaling_actions_queued_max
@@ -48,8 +56,12 @@ class Actuator(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
+        paths = Paths(self.namespace)
         with AdminClient(
-            zk=self.zk, namespace=self.namespace, retries=limits.scaling_admin_retries
+            zk=self.zk,
+            namespace=self.namespace,
+            retries=limits.scaling_admin_retries,
+            leader=lambda: read_leader_admin(self.session.client(), paths),
         ) as admin:
             next_refresh = 0.0
             retry = Backoff(limits.scaling_rules_retry_s, self.refresh_s)

@@ -25,6 +25,8 @@ from typing import Any
 from roq import limits
 from roq.config import MonitorSettings
 from roq.coordination.groupstore import Commit, GroupStore, StaleWrite, Write
+from roq.coordination.paths import Paths
+from roq.coordination.session import SharedSession
 from roq.errors import CoordinationError
 from roq.monitor.slots import GiveResult, Group, Member, Rules, Slot
 from roq.protocol import bsonmsg
@@ -47,7 +49,6 @@ from roq.protocol.messages.groups import (
     expand,
     ranges,
 )
-from roq.transport import security
 from roq.transport.rpc import Envelope
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,7 @@ class GroupManager:
         self,
         queue: str,
         settings: MonitorSettings,
+        zk: SharedSession,  # the monitor's one ZooKeeper session, which it closes
         readable: Callable[[], Readable],
         reply: Callable[[Envelope, Document], None] | None = None,
     ):
@@ -83,10 +85,7 @@ class GroupManager:
         self.rules = Rules(work.lease_s, work.inflight, work.backoff_s, work.max_deliveries)
         self.slot_s = work.slot_s
         self.slot_messages = work.slot_messages
-        zk = settings.zk
-        self.store = GroupStore(
-            zk.servers, zk.namespace, zk.session_timeout_ms, queue, security.zk_auth()
-        )
+        self.store = GroupStore(zk, Paths(settings.zk.namespace), queue)
         self.groups: dict[str, Group] = {}
         self.ends: dict[str, int] = {}  # exchange → its log's end, as last reported
         self.seen: dict[str, int] = {}  # exchange → where a consumer read its log to end, if later
@@ -593,4 +592,3 @@ class GroupManager:
 
     def close(self) -> None:
         self.sync()
-        self.store.close()

@@ -21,6 +21,7 @@ from typing import Any
 
 from roq import limits
 from roq.config import MonitorSettings, Thresholds
+from roq.coordination.session import SharedSession
 from roq.errors import ProtocolError
 from roq.monitor.actuator import Actuator
 from roq.monitor.placement import ExchangeView, Move, plan_rebalance
@@ -49,8 +50,8 @@ class Scaler:
     thread, which owns `sock` (PULL, the rules pushed by the GCM)."""
 
     def __init__(
-        self, context: Any, queue: str, settings: MonitorSettings, address: str, listen_port: int,
-        emit: Callable[[ScalingEvent], None],
+        self, context: Any, queue: str, settings: MonitorSettings, zk: SharedSession,
+        address: str, listen_port: int, emit: Callable[[ScalingEvent], None],
     ):  # fmt: skip
         self.queue = queue
         self.name = f"monitor {queue}"
@@ -73,7 +74,7 @@ class Scaler:
         self.sock = open_socket(context, Kind.PULL, rcvhwm=limits.rules_updates_hwm)
         bind(self.sock, address, listen_port, security.access_domain(cluster=True))  # the GCM
         self.actuator = Actuator(
-            queue, settings.zk, self.config.rules_refresh_s, f"tcp://{address}:{listen_port}"
+            queue, settings.zk, zk, self.config.rules_refresh_s, f"tcp://{address}:{listen_port}"
         )
         self.actuator.start()
 

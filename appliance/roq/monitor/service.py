@@ -40,6 +40,7 @@ from typing import Any
 
 from roq import limits
 from roq.config import MonitorSettings
+from roq.coordination.session import SharedSession
 from roq.errors import ProtocolError
 from roq.monitor.groups import GROUP_COMMANDS, GroupManager, Readable
 from roq.monitor.placement import (
@@ -144,13 +145,18 @@ class Monitor:
         self._context = context
         self._controls: dict[str, Any] = {}  # front → DEALER to the exchange's control port
         self._open_sockets(context)
+        # its one ZooKeeper session, opened at its first use: the group store's, the task
+        # store's and the scaling actuator's (coordination/session.py, SharedSession)
+        self.zk = SharedSession(
+            settings.zk.servers, settings.zk.session_timeout_ms, security.zk_auth()
+        )
         self.scaler = Scaler(
-            context, queue, settings, address, port_at(port, MonitorPort.RULES),
+            context, queue, settings, self.zk, address, port_at(port, MonitorPort.RULES),
             emit=lambda event: self._send(self.kpi_out, [bsonmsg.encode(event.encode())]),
         )  # fmt: skip
-        self.groups = GroupManager(queue, settings, self._readable, self._reply_later)
+        self.groups = GroupManager(queue, settings, self.zk, self._readable, self._reply_later)
         self.tasks = TaskManager(
-            queue, settings, self._live_consumers, self._reply_later, self.groups.wake
+            queue, settings, self.zk, self._live_consumers, self._reply_later, self.groups.wake
         )  # request/response
 
     def _open_sockets(self, context: Any) -> None:
@@ -793,8 +799,8 @@ class Monitor:
     def close(self) -> None:
         self.fence.close()
         self.scaler.close()
-        self.groups.close()
-        self.tasks.close()
+        self.groups.close()  # its last commit, on the session closed below
+        self.zk.close()
         for control in self._controls.values():
             control.close(0)
         for sock in (

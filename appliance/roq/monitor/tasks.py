@@ -37,6 +37,8 @@ import bson
 
 from roq import limits
 from roq.config.components import MonitorSettings, RequestSettings
+from roq.coordination.paths import Paths
+from roq.coordination.session import SharedSession
 from roq.coordination.taskstore import RolledBack, StaleWrite, TaskStore, TaskWrite
 from roq.errors import ConfigError, CoordinationError
 from roq.protocol import bsonmsg
@@ -52,7 +54,6 @@ from roq.protocol.messages.tasks import (
     TaskView,
     service_group,
 )
-from roq.transport import security
 from roq.transport.rpc import Envelope
 
 Reply = Callable[[Envelope, Document], None]  # answers a held request (service.py)
@@ -184,15 +185,13 @@ class TaskManager:
         self,
         queue: str,
         settings: MonitorSettings,
+        zk: SharedSession,  # the monitor's one ZooKeeper session, which it closes
         live_workers: Callable[[str], int],
         reply: Reply | None = None,
         published: Callable[[str], None] | None = None,
     ):
         self.queue, self.name = queue, f"monitor {queue}"
-        zk = settings.zk
-        self.store = TaskStore(
-            zk.servers, zk.namespace, zk.session_timeout_ms, queue, security.zk_auth()
-        )
+        self.store = TaskStore(zk, Paths(settings.zk.namespace), queue)
         self.defaults = settings.requests
         self.settings = settings.requests
         self._live_workers = live_workers  # service's group → its consumers seen recently
@@ -608,6 +607,3 @@ class TaskManager:
         old = _now_ms() - record.changed_ms > limits.task_tombstone_s * 1000
         if record.collected and old and self._delete(task, version):
             self.collected += 1
-
-    def close(self) -> None:
-        self.store.close()

@@ -1,11 +1,12 @@
 """Fencing: a host's lease on its children's right to act (docs/guarantees.md §10).
 
-Monitors and exchanges have no ZooKeeper session of their own: their host's session is what
-the GCM watches, and once it has been gone for zk.session.timeout + host.loss.grace the GCM
-re-places their work. So the host grants them a lease, renewed only while its session is
-alive and its assignments are checked (host/fencing.py), and a child whose lease ran out stops
-acting at its next loop pass: a monitor places no one and sends no notice, an exchange appends
-and acknowledges nothing. Reading logs stays allowed.
+Exchanges have no ZooKeeper session, and a monitor's (its consumer groups' and tasks') holds no
+ephemeral znode: their host's session is what the GCM watches, and once it has been gone for
+zk.session.timeout + host.loss.grace the GCM re-places their work. So the host grants them a
+lease, renewed only while its session is alive and its assignments are checked
+(host/fencing.py), and a child whose lease ran out stops acting at its next loop pass: a
+monitor places no one and sends no notice, an exchange appends and acknowledges nothing.
+Reading logs stays allowed.
 
 The lease is one small file per host holding `lease_until`, a CLOCK_MONOTONIC time: that
 clock is one for the whole machine, and keeps running while a process is stopped (SIGSTOP),
