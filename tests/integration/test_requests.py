@@ -388,3 +388,23 @@ def test_delay_before_processing_and_send_probes_end_a_task_that_kills_its_worke
         # handed out a second time: over the probes, so it ends without a run
         with cluster.worker("echo", lambda p: p), pytest.raises(TaskFailed, match="maxSend"):
             task.result(LEASE_S + 30)
+
+
+def test_a_deleted_queues_tasks_and_settings_do_not_pass_to_a_new_queue_of_its_name(
+    cluster: LocalCluster,
+):
+    """Found while moving the znode paths into paths.py: a queue delete removed its consumer
+    groups from ZooKeeper but not its tasks, so a new queue of the same name inherited the old
+    request settings and answered for the old tasks."""
+    cluster.start_with_queue(**HOST)
+    _settings(cluster, request_delay_ms="1234")
+    with _requester(cluster) as requester:
+        task = requester.submit("nobody", b"x")  # no worker: the task stays accepted
+        assert requester.settings()["request.delay.ms"] == "1234"
+    with cluster.admin() as admin:
+        admin.delete_queue("q1")
+        admin.create_queue("q1", "h1")
+    with _requester(cluster) as requester:
+        assert requester.settings()["request.delay.ms"] != "1234"
+        with pytest.raises(TaskExpired, match="no such task"):
+            requester.task(task.view.task).result(5)

@@ -159,13 +159,16 @@ class GroupStore:
 
 
 def delete_queue_groups(client: Any, paths: Paths, queue: str) -> None:
-    """A deleted queue's groups go with it (called by the GCM after the queue's transaction)."""
-    try:
-        client.delete(paths.groups(queue), recursive=True)
-    except NoNodeError:
-        pass
-    except KazooException as error:
-        log.warning("the groups of deleted queue %s stay in ZooKeeper: %r", queue, error)
+    """A deleted queue's delivery state goes with it (called by the GCM after the queue's
+    transaction): its consumer groups, and its request/response settings and tasks, which a
+    new queue of the same name would otherwise inherit."""
+    for what, path in (("groups", paths.groups(queue)), ("tasks", paths.tasks(queue))):
+        try:
+            client.delete(path, recursive=True)
+        except NoNodeError:
+            pass
+        except KazooException as error:
+            log.warning("the %s of deleted queue %s stay in ZooKeeper: %r", what, queue, error)
 
 
 def _children(zk: Any, path: str) -> list[str]:
