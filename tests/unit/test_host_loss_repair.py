@@ -22,8 +22,8 @@ from roq.gcm.repair import HostLossRepair
 from roq.host import adoption
 from roq.host.service import _with_option
 from roq.host.supervision import Child
-from roq.protocol import bsonmsg
 from roq.protocol.commands import Reason
+from roq.protocol.dispatch import Done
 from roq.protocol.messages.admin import (
     ClusterStatus,
     CreateExchange,
@@ -123,12 +123,11 @@ class FakeManagement:
             raise HostSilent(Reason.HOST_FAILED, f"host {host.name} did not answer")
         return None
 
-    def create_exchange(self, request: dict[str, Any], fence: Fence) -> dict[str, Any]:
-        wanted = CreateExchange.decode(request)
+    def create_exchange(self, wanted: CreateExchange, fence: Fence) -> Done:
         self.calls.append(("2004", wanted.txid))
         self.registry.xs["x3"] = ExchangeRecord("x3", wanted.queue, "h2", "tcp://a:1", "tcp://a:2")
         self.on_create()
-        return bsonmsg.ok("created")
+        return Done("created")
 
 
 def _cluster() -> tuple[FakeRegistry, FakeManagement, HostLossRepair]:

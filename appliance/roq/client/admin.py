@@ -44,6 +44,7 @@ from roq.protocol.messages.admin import (
     RemoveQueue,
     StartQueue,
     StopQueue,
+    StoredRules,
 )
 from roq.protocol.messages.groups import GroupDelete, GroupInfo, Groups, GroupView
 from roq.protocol.ports import GcmPort, endpoint_at
@@ -210,7 +211,7 @@ class AdminClient:
         return Reply.decode(self.request(AddRules.request(name, rules)))
 
     def get_rules(self, name: str) -> RuleSet:
-        return RuleSet.decode(self.request(GetRules(name).encode()))
+        return StoredRules.decode(self.request(GetRules(name).encode())).rules
 
     def register_rules_listener(self, name: str, address: str) -> Reply:
         """Have the GCM push the queue's rules to the PULL socket at `address` (2008)."""

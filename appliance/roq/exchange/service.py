@@ -66,6 +66,7 @@ from roq.log import Log, log_directory
 from roq.log import format as batchfmt
 from roq.protocol import bsonmsg, dataplane
 from roq.protocol.commands import ChildCommand, Reason
+from roq.protocol.dispatch import Done, Encodable, Refused, Route, route
 from roq.protocol.epoch import EpochWatch
 from roq.protocol.messages.control import ExchangeStatus, MonitorMoved, Replicas
 from roq.protocol.messages.kpi import ExchangeKpi
@@ -268,7 +269,6 @@ class Exchange:
             self.replicator = Replicator(context, spec.exchange_id, self.log, spec.name)
             own = self.log if spec.keeper else None
             self.copy_sender = CopySender(context, copies, spec.name, own)
-        self.control.handler = self._control_command
 
     def _open_sockets(self, context: Any) -> None:
         spec = self.spec
@@ -299,7 +299,14 @@ class Exchange:
         self.replay = open_socket(context, Kind.ROUTER, sndhwm=hwm, rcvhwm=hwm)
         bind(self.replay, spec.address, port_at(spec.port, ExchangePort.LOG), reader)
         control = port_at(spec.port, ExchangePort.CONTROL)
-        self.control = ControlServer(context, spec.address, control, spec.name)
+        # The control commands of an exchange (beside PING and SHUTDOWN): the host's news that
+        # the monitor moved, and the monitor's replica assignments when there is a log to copy.
+        extra: dict[int, Route[Any, None]] = {
+            ChildCommand.MONITOR_MOVED: route(MonitorMoved.decode, self.monitor_moved)
+        }
+        if self.log is not None:
+            extra[ChildCommand.REPLICAS] = route(Replicas.decode, self.assign_replicas)
+        self.control = ControlServer(context, spec.address, control, spec.name, extra)
         self.control.status = self.status
         # an XPUB, so that a monitor's subscription (it started, or this exchange was pointed at
         # a new one) is seen and answered with a report at once
@@ -494,19 +501,18 @@ class Exchange:
             peer, token, end = self.committed_acks.popleft()
             self.front.send_multipart([peer, *dataplane.ack(token, end)])
 
-    def _control_command(self, request: dict[str, Any]) -> dict[str, Any] | None:
-        """The monitor's replica assignment (ChildCommand.REPLICAS): who copies this log, and
-        whose logs this exchange copies (the only leaders its copies take writes from); or the
-        host's news that the monitor moved (MONITOR_MOVED). A malformed one raises
-        DecodeError, which the control server answers with bad_request."""
-        if request["CMD"] == ChildCommand.MONITOR_MOVED:
-            moved = MonitorMoved.decode(request)
-            if not self.epochs.admits(moved.epoch, f"the move to {moved.monitor}"):
-                return self._stale(moved.epoch)
-            return self._follow_monitor(moved)
-        if request["CMD"] != ChildCommand.REPLICAS or self.replicator is None:
-            return None
-        assigned = Replicas.decode(request)  # whole, before anything changes
+    def monitor_moved(self, moved: MonitorMoved) -> Encodable:
+        """1031, from the host: the queue's monitor was re-placed (unless the move is older
+        than a monitor this exchange has seen)."""
+        if not self.epochs.admits(moved.epoch, f"the move to {moved.monitor}"):
+            return self._stale(moved.epoch)
+        return self._follow_monitor(moved)
+
+    def assign_replicas(self, assigned: Replicas) -> Encodable:
+        """1030, from the monitor: who copies this log, and whose logs this exchange copies
+        (the only leaders its copies take writes from). Served only with a log, so there is a
+        replicator; decoded whole before anything changes."""
+        assert self.replicator is not None
         if not self.epochs.admits(assigned.epoch, f"a monitor of epoch {assigned.epoch}"):
             return self._stale(assigned.epoch)
         pairs = [(r.replica_id, r.endpoint) for r in assigned.replicas]
@@ -516,15 +522,15 @@ class Exchange:
         if self.copy_sender is not None:
             self.copy_sender.assign([(s.leader_id, s.target_id, s.endpoint)
                                      for s in assigned.sources])  # fmt: skip
-        return bsonmsg.ok("assigned")
+        return Done("assigned")
 
-    def _stale(self, epoch: int) -> dict[str, Any]:
-        return bsonmsg.fail(
+    def _stale(self, epoch: int) -> Refused:
+        return Refused(
             Reason.STALE_EPOCH,
             f"epoch {epoch} is older than epoch {self.epochs.highest}: refused",
         )
 
-    def _follow_monitor(self, moved: MonitorMoved) -> dict[str, Any]:
+    def _follow_monitor(self, moved: MonitorMoved) -> Done:
         """The queue's monitor was re-placed after its host was lost: report to the new one."""
         if moved.monitor != self.spec.monitor:
             log.warning("%s: the monitor moved from %s to %s", self.spec.name,
@@ -536,7 +542,7 @@ class Exchange:
             disconnect(self.kpi, self.spec.stat)
             connect(self.kpi, moved.stat)
         self.spec.monitor, self.spec.stat = moved.monitor, moved.stat
-        return bsonmsg.ok("moved")
+        return Done("moved")
 
     def _accept(self, batch: memoryview) -> int:
         """Check one batch, forward it to subscribers and count it; returns its offset."""

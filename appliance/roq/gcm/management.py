@@ -41,9 +41,10 @@ from roq.errors import (
 )
 from roq.gcm import groups
 from roq.gcm.provisioning import make_provisioner
-from roq.protocol import bsonmsg
+from roq.protocol import bsonmsg, dispatch
 from roq.protocol.bsonmsg import Document, Reply
 from roq.protocol.commands import AdminCommand, Reason
+from roq.protocol.dispatch import Done, Encodable, Route, Table, route
 from roq.protocol.messages.admin import (
     AddRules,
     ChildReport,
@@ -53,10 +54,14 @@ from roq.protocol.messages.admin import (
     CreateQueue,
     CreateQueueAutomatically,
     ExchangeCreated,
+    GetCloudProperties,
     GetHostByQname,
     GetRules,
+    GetStatus,
+    GetTopology,
     GoneHost,
     HostInfo,
+    ListQueues,
     MonitorLocation,
     PendingRepair,
     QueueExists,
@@ -70,8 +75,10 @@ from roq.protocol.messages.admin import (
     RemoveQueue,
     StartQueue,
     StopQueue,
+    StoredRules,
     Topology,
 )
+from roq.protocol.messages.groups import GroupDelete, GroupInfo
 from roq.protocol.messages.host import (
     CreateExchangeOnHost,
     CreateQueueOnHost,
@@ -89,6 +96,7 @@ from roq.transport.rpc import Requester
 log = logging.getLogger(__name__)
 
 R = TypeVar("R")
+Q = TypeVar("Q", bound="_NamesQueue")
 Losses = tuple[tuple[GoneHost, ...], tuple[PendingRepair, ...]]
 
 
@@ -96,27 +104,36 @@ class HostRequest(Protocol):
     def encode(self) -> Document: ...
 
 
+class _NamesQueue(Protocol):
+    """A request that changes one queue (its `QName`)."""
+
+    @property
+    def queue(self) -> str: ...
+
+
 class Refused(RoqError):
-    """A request the GCM turns down; becomes a FAIL reply with this reason."""
+    """A request the GCM turns down, raised from deep in a handler; `Management.handle`
+    answers it as the FAIL reply `reply()` (dispatch.Refused) with this reason."""
 
     def __init__(self, reason: Reason, comment: str):
         super().__init__(comment)
         self.reason = reason
+
+    def reply(self) -> dispatch.Refused:
+        return dispatch.Refused(self.reason, str(self))
 
 
 class HostSilent(Refused):
     """The host did not answer in time: it may still be carrying the request out."""
 
 
-# admin requests that change a queue: they and the repair thread never work on one queue at once
-_CHANGES = {
-    AdminCommand.CREATE_QUEUE,
-    AdminCommand.CREATE_XCHANGE,
-    AdminCommand.REMOVE_XCHANGE,
-    AdminCommand.REMOVE_QUEUE,
-    AdminCommand.STOP_QUEUE,
-    AdminCommand.START_QUEUE,
-}
+# RoQ's wording of the admin API's two refusals (docs/protocol.md, "GCM")
+def _unknown(command: object) -> str:
+    return f"INVALID CMD Value {command}"
+
+
+def _bad(error: DecodeError) -> str:
+    return f"{error}, INVALID REQUEST"
 
 
 class QueueClaims:
@@ -166,43 +183,72 @@ class Management:
         # the gone hosts and pending re-placements `roq status` shows (the GCM sets it to its
         # HostLossRepair's report)
         self.losses: Callable[[], Losses] = lambda: ((), ())
-        self._handlers: dict[int, Callable[[Document, Fence], Document]] = {
-            AdminCommand.INIT_REQ: self.topology,
-            AdminCommand.GET_HOST_BY_QNAME: self.get_host_by_qname,
-            AdminCommand.CREATE_QUEUE: self.create_queue,
-            AdminCommand.CREATE_QUEUE_AUTOMATICALLY: self.create_queue_automatically,
-            AdminCommand.CREATE_XCHANGE: self.create_exchange,
-            AdminCommand.REMOVE_XCHANGE: self.remove_exchange,
-            AdminCommand.REMOVE_QUEUE: self.remove_queue,
-            AdminCommand.STOP_QUEUE: self.stop_queue,
-            AdminCommand.START_QUEUE: self.start_queue,
-            AdminCommand.QUEUE_EXISTS: self.queue_exists,
-            AdminCommand.LIST_QUEUES: self.list_queues,
-            AdminCommand.GET_STATUS: self.status,
-            AdminCommand.ADD_AUTOSCALING_RULE: self.add_rule,
-            AdminCommand.GET_AUTOSCALING_RULE: self.get_rule,
-            AdminCommand.REGISTER_FOR_AUTOSCALING_RULE_UPDATE: self.register_listener,
-            AdminCommand.GET_CLOUD_PROPERTIES: self.cloud_properties,
-            AdminCommand.LIST_GROUPS: self.groups,
-            AdminCommand.GET_GROUP: self.groups,
-            AdminCommand.DELETE_GROUP: self.groups,
+        # The admin API (ports.base+3, docs/protocol.md "GCM"): one typed entry per command,
+        # under the leader's fence; the requests that change a queue claim it first.
+        self.table: Table[Fence] = Table("gcm admin", self._routes(), unknown=_unknown, bad=_bad)
+
+    def _routes(self) -> dict[int, Route[Any, Fence]]:
+        claimed = self._claimed
+        return {
+            AdminCommand.INIT_REQ: route(GetTopology.decode, self.topology),
+            AdminCommand.GET_HOST_BY_QNAME: route(GetHostByQname.decode, self.get_host_by_qname),
+            AdminCommand.CREATE_QUEUE: Route(CreateQueue.decode, claimed(self.create_queue)),
+            # not claimed, as before the table (its queue is new, or it is "already exists")
+            AdminCommand.CREATE_QUEUE_AUTOMATICALLY: Route(
+                CreateQueueAutomatically.decode, self.create_queue_automatically
+            ),
+            AdminCommand.CREATE_XCHANGE: Route(
+                CreateExchange.decode, claimed(self.create_exchange)
+            ),
+            AdminCommand.REMOVE_XCHANGE: Route(
+                RemoveExchange.decode, claimed(self.remove_exchange)
+            ),
+            AdminCommand.REMOVE_QUEUE: Route(RemoveQueue.decode, claimed(self.remove_queue)),
+            AdminCommand.STOP_QUEUE: Route(StopQueue.decode, claimed(self.stop_queue)),
+            AdminCommand.START_QUEUE: Route(StartQueue.decode, claimed(self.start_queue)),
+            AdminCommand.QUEUE_EXISTS: route(QueueExists.decode, self.queue_exists),
+            AdminCommand.LIST_QUEUES: route(ListQueues.decode, self.list_queues),
+            AdminCommand.GET_STATUS: route(GetStatus.decode, self.status),
+            AdminCommand.ADD_AUTOSCALING_RULE: Route(AddRules.decode, self.add_rule),
+            AdminCommand.GET_AUTOSCALING_RULE: route(GetRules.decode, self.get_rule),
+            AdminCommand.REGISTER_FOR_AUTOSCALING_RULE_UPDATE: Route(
+                RegisterRulesListener.decode, self.register_listener
+            ),
+            AdminCommand.GET_CLOUD_PROPERTIES: route(
+                GetCloudProperties.decode, self.cloud_properties
+            ),
+            AdminCommand.LIST_GROUPS: route(GroupInfo.decode_admin, self.list_groups),
+            AdminCommand.GET_GROUP: route(GroupInfo.decode_admin, self.get_group),
+            AdminCommand.DELETE_GROUP: route(GroupDelete.decode_admin, self.delete_group),
         }
 
-    def handle(self, request: Document, fence: Fence) -> Document:
-        handler = self._handlers.get(request["CMD"])
-        if handler is None:
-            return bsonmsg.fail(Reason.UNKNOWN_COMMAND, f"INVALID CMD Value {request['CMD']}")
-        queue = request.get("QName") if request["CMD"] in _CHANGES else None
-        if not isinstance(queue, str):
-            return self._run(handler, request, fence)
-        if not self.claims.claim(queue):
-            return bsonmsg.fail(
-                Reason.BUSY, f"queue {queue} is being re-placed after a host loss; retry"
-            )
+    def handle(self, table: Table[Fence], request: Document, fence: Fence) -> Document:
+        """The reply to `request` on a socket served by `table` (the admin API's, or the
+        topology port's two of its routes): a Refused raised in a handler is its FAIL reply."""
         try:
-            return self._run(handler, request, fence)
-        finally:
-            self.claims.release(queue)
+            reply = table(request, fence)
+        except Refused as refused:
+            reply = table.stamp(refused.reply().encode())
+        except DecodeError as error:  # a record the handler read, checked as a request is
+            reply = table.stamp(dispatch.Refused(Reason.BAD_REQUEST, _bad(error)).encode())
+        assert reply is not None  # a REP socket's handlers hold nothing
+        return reply
+
+    def _claimed(self, handler: Callable[[Q, Fence], Encodable]) -> Callable[[Q, Fence], Encodable]:
+        """`handler`, run while its queue is claimed: the repair thread (gcm/repair.py) never
+        changes the same queue at once, and an admin request that finds it claimed is `busy`."""
+
+        def claimed(wanted: Q, fence: Fence) -> Encodable:
+            if not self.claims.claim(wanted.queue):
+                return dispatch.Refused(
+                    Reason.BUSY, f"queue {wanted.queue} is being re-placed after a host loss; retry"
+                )
+            try:
+                return handler(wanted, fence)
+            finally:
+                self.claims.release(wanted.queue)
+
+        return claimed
 
     def cancel_host_calls_when(self, cancelled: Callable[[], bool] | None) -> None:
         """This thread's host requests end early once `cancelled()` is True."""
@@ -211,16 +257,6 @@ class Management:
     def provision(self, reason: str) -> str:
         with self._provision_lock:
             return self.provisioner.provision(reason)
-
-    def _run(
-        self, handler: Callable[[Document, Fence], Document], request: Document, fence: Fence
-    ) -> Document:
-        try:
-            return handler(request, fence)
-        except Refused as refused:
-            return bsonmsg.fail(refused.reason, str(refused))
-        except DecodeError as error:
-            return bsonmsg.fail(Reason.BAD_REQUEST, f"{error}, INVALID REQUEST")
 
     # --- lookups -------------------------------------------------------------------------
     def _queue(self, name: str) -> tuple[QueueRecord, int]:
@@ -243,35 +279,53 @@ class Management:
             Reason.NO_SUCH_HOST, f"host {name_or_address} is not registered (no live roq host)"
         )
 
-    def topology(self, request: Document, fence: Fence) -> Document:
+    def topology(self, _: GetTopology) -> Encodable:
         return Topology(
             hosts=tuple(h.address for h in self.registry.hosts()),
             queues=tuple(self._queue_doc(q) for q in self.registry.queues()),
-        ).encode()
+        )
 
-    def get_host_by_qname(self, request: Document, fence: Fence) -> Document:
-        record, _ = self._queue(GetHostByQname.decode(request).queue)
+    def get_host_by_qname(self, wanted: GetHostByQname) -> Encodable:
+        record = self._running(wanted.queue)
+        return MonitorLocation(record.monitor, record.stat, record.epoch)
+
+    def _running(self, name: str) -> QueueRecord:
+        record, _ = self._queue(name)
         if record.state != QueueState.RUNNING:
             raise Refused(Reason.UNKNOWN_QUEUE, f"The Queue {record.name} is {record.state}.")
-        return MonitorLocation(record.monitor, record.stat, record.epoch).encode()
+        return record
 
-    def groups(self, request: Document, fence: Fence) -> Document:
-        """2020–2022: the queue's monitor answers (gcm/groups.py)."""
-        record, _ = self._queue(bsonmsg.field_str(request, "QName"))
-        if record.state != QueueState.RUNNING or not record.monitor:
+    # --- consumer groups: the queue's monitor answers (gcm/groups.py) ------------------------
+    def list_groups(self, wanted: GroupInfo) -> Encodable:
+        """2020 (with a `Group`, that one only, as 2021)."""
+        return groups.forward(self.context, self._monitor_of(wanted.queue), GroupInfo(wanted.group))
+
+    def get_group(self, wanted: GroupInfo) -> Encodable:
+        monitor = self._monitor_of(wanted.queue)
+        if not wanted.group:
+            return dispatch.Refused(Reason.BAD_REQUEST, "2021 needs a Group")
+        return groups.forward(self.context, monitor, GroupInfo(wanted.group))
+
+    def delete_group(self, unwanted: GroupDelete) -> Encodable:
+        monitor = self._monitor_of(unwanted.queue)
+        return groups.forward(self.context, monitor, GroupDelete(unwanted.group))
+
+    def _monitor_of(self, name: str) -> str:
+        record = self._running(name)
+        if not record.monitor:
             raise Refused(Reason.UNKNOWN_QUEUE, f"The Queue {record.name} is {record.state}.")
-        return groups.forward(self.context, record.monitor, request)
+        return record.monitor
 
-    def queue_exists(self, request: Document, fence: Fence) -> Document:
-        found = self.registry.queue(QueueExists.decode(request).queue)
+    def queue_exists(self, wanted: QueueExists) -> Encodable:
+        found = self.registry.queue(wanted.queue)
         if found is not None and found[0].state == QueueState.RUNNING:
-            return bsonmsg.ok("YES")
-        return bsonmsg.fail(Reason.UNKNOWN_QUEUE, "NO")
+            return Done("YES")
+        return dispatch.Refused(Reason.UNKNOWN_QUEUE, "NO")
 
-    def list_queues(self, request: Document, fence: Fence) -> Document:
-        return QueueList(tuple(self._queue_doc(q) for q in self.registry.queues())).encode()
+    def list_queues(self, _: ListQueues) -> Encodable:
+        return QueueList(tuple(self._queue_doc(q) for q in self.registry.queues()))
 
-    def status(self, request: Document, fence: Fence) -> Document:
+    def status(self, _: GetStatus) -> Encodable:
         hosts = self.registry.hosts()
         queues = []
         for queue in self.registry.queues():
@@ -286,7 +340,7 @@ class Management:
             queues=tuple(queues),
             gone=gone,
             repairs=repairs,
-        ).encode()
+        )
 
     def _queue_doc(self, queue: QueueRecord) -> QueueInfo:
         return QueueInfo(
@@ -330,14 +384,14 @@ class Management:
         )
 
     # --- queue lifecycle -------------------------------------------------------------------
-    def create_queue(self, request: Document, fence: Fence) -> Document:
-        wanted = CreateQueue.decode(request)
+    def create_queue(self, wanted: CreateQueue, fence: Fence) -> Encodable:
         host = self._find_host(wanted.host)
         return self._create(wanted.queue, host, fence)
 
-    def create_queue_automatically(self, request: Document, fence: Fence) -> Document:
-        name = CreateQueueAutomatically.decode(request).queue
-        return self._create(name, self._least_loaded_host(), fence)
+    def create_queue_automatically(
+        self, wanted: CreateQueueAutomatically, fence: Fence
+    ) -> Encodable:
+        return self._create(wanted.queue, self._least_loaded_host(), fence)
 
     def _least_loaded_host(self) -> HostRecord:
         hosts = self.registry.hosts()
@@ -350,7 +404,7 @@ class Management:
                     load[exchange.host] += 1
         return max(hosts, key=lambda h: (h.max_exchanges - load[h.name], h.name))
 
-    def _create(self, name: str, host: HostRecord, fence: Fence) -> Document:
+    def _create(self, name: str, host: HostRecord, fence: Fence) -> QueuePlaced:
         found = self.registry.queue(name)
         if found is None:
             self._write_new_queue(name, host, fence)
@@ -366,7 +420,7 @@ class Management:
             self._roll_back_create(name, host, fence)
             raise Refused(refused.reason, f"{refused}; queue {name} not created") from None
         log.info("queue %s created on host %s", name, host.name)
-        return QueuePlaced(host.name, f"queue {name} created on {host.name}").encode()
+        return QueuePlaced(host.name, f"queue {name} created on {host.name}")
 
     def _roll_back_create(self, name: str, host: HostRecord, fence: Fence) -> None:
         """The host refused: it drops what it may hold of the queue (a monitor started by an
@@ -471,8 +525,8 @@ class Management:
             elif known[info.exchange_id] != record:  # started again (queue start), new ports
                 self.registry.update_exchange(fence, record)
 
-    def stop_queue(self, request: Document, fence: Fence) -> Document:
-        record, version = self._queue(StopQueue.decode(request).queue)
+    def stop_queue(self, stop: StopQueue, fence: Fence) -> Encodable:
+        record, version = self._queue(stop.queue)
         if record.state != QueueState.RUNNING:
             raise Refused(Reason.BAD_REQUEST, f"queue {record.name} is {record.state}, not RUNNING")
         self._stop_on_hosts(record)
@@ -480,15 +534,14 @@ class Management:
         record.state, record.monitor, record.stat = QueueState.STOPPED, "", ""
         self.registry.update_queue(fence, record, version)
         log.info("queue %s stopped", record.name)
-        return bsonmsg.ok(f"queue {record.name} stopped")
+        return Done(f"queue {record.name} stopped")
 
     def _stop_on_hosts(self, record: QueueRecord) -> None:
         """Every live host stops the queue's processes (a dead host's processes died with it,
         and a host that restarts does not start a STOPPED queue again)."""
         self._on_every_host(record, delete_logs=False)
 
-    def start_queue(self, request: Document, fence: Fence) -> Document:
-        wanted = StartQueue.decode(request)
+    def start_queue(self, wanted: StartQueue, fence: Fence) -> Encodable:
         record, _ = self._queue(wanted.queue)
         if record.state != QueueState.STOPPED:
             raise Refused(Reason.BAD_REQUEST, f"queue {record.name} is {record.state}, not STOPPED")
@@ -496,7 +549,7 @@ class Management:
         self._start_on_host(record.name, host, fence)
         self._reattach_exchanges(record.name, host, fence)
         log.info("queue %s started on %s", record.name, host.name)
-        return QueuePlaced(host.name, f"queue {record.name} started on {host.name}").encode()
+        return QueuePlaced(host.name, f"queue {record.name} started on {host.name}")
 
     def _reattach_exchanges(self, queue: str, monitor_host: HostRecord, fence: Fence) -> None:
         """The exchanges recorded on other live hosts start again on their logs, reporting to
@@ -523,8 +576,8 @@ class Management:
                 continue
             self._record_exchanges(queue, host, [reply.exchange], fence)
 
-    def remove_queue(self, request: Document, fence: Fence) -> Document:
-        record, version = self._queue(RemoveQueue.decode(request).queue)
+    def remove_queue(self, unwanted: RemoveQueue, fence: Fence) -> Encodable:
+        record, version = self._queue(unwanted.queue)
         if record.state != QueueState.DELETING:
             record.state = QueueState.DELETING
             self.registry.update_queue(fence, record, version)
@@ -532,7 +585,7 @@ class Management:
         self.registry.delete_queue(fence, record.name)
         self._drop_listener(record.name)
         log.info("queue %s removed", record.name)
-        return bsonmsg.ok(f"queue {record.name} removed")
+        return Done(f"queue {record.name} removed")
 
     def _remove_from_hosts(self, record: QueueRecord) -> None:
         """Every live host stops the queue and deletes its logs and replica copies."""
@@ -554,8 +607,8 @@ class Management:
                 log.warning("queue %s on %s: %s (%s)", record.name, host.name, error, left)
 
     # --- exchanges -------------------------------------------------------------------------
-    def create_exchange(self, request: Document, fence: Fence) -> Document:
-        wanted = CreateExchange.decode(request)
+    def create_exchange(self, wanted: CreateExchange, fence: Fence) -> Encodable:
+        """2004; the repair thread calls it too, in place of a lost exchange."""
         record, _ = self._queue(wanted.queue)
         if record.state != QueueState.RUNNING:
             raise Refused(Reason.BAD_REQUEST, f"queue {record.name} is {record.state}")
@@ -575,7 +628,7 @@ class Management:
         )
         self._record_exchanges(record.name, host, [reply.exchange], fence)
         comment = f"exchange {reply.exchange.exchange_id} on {host.name}"
-        return ExchangeCreated(reply.exchange, comment).encode()
+        return ExchangeCreated(reply.exchange, comment)
 
     def _exchange_host(self, wanted: CreateExchange, fence: Fence) -> HostRecord:
         """RoQ's idempotent exchange create: a recorded transaction's host wins."""
@@ -605,8 +658,7 @@ class Management:
         )
         raise Refused(Reason.NO_CAPACITY, f"no host has a free exchange slot: {said}")
 
-    def remove_exchange(self, request: Document, fence: Fence) -> Document:
-        unwanted = RemoveExchange.decode(request)
+    def remove_exchange(self, unwanted: RemoveExchange, fence: Fence) -> Encodable:
         queue, exchange_id = unwanted.queue, unwanted.exchange_id
         matches = [x for x in self.registry.exchanges(queue) if x.id == exchange_id]
         if not matches:
@@ -615,11 +667,10 @@ class Management:
         if host is not None:
             self._call_host(host, RemoveExchangeOnHost(queue, exchange_id), Reply.decode)
         self.registry.delete_exchange(fence, queue, exchange_id)
-        return bsonmsg.ok(f"exchange {exchange_id} removed")
+        return Done(f"exchange {exchange_id} removed")
 
     # --- autoscaling rules -----------------------------------------------------------------
-    def add_rule(self, request: Document, fence: Fence) -> Document:
-        wanted = AddRules.decode(request)
+    def add_rule(self, wanted: AddRules, fence: Fence) -> Encodable:
         name = wanted.queue
         self._queue(name)
         # a version orders a listener's reads and pushes (a stale read never undoes a push)
@@ -629,10 +680,10 @@ class Management:
         rules = dataclasses.replace(wanted.rules, version=version)
         self.registry.put_rules(fence, name, rules.fields())
         self._push_rules(name, rules)
-        return bsonmsg.ok(f"The autoscaling config has been created for the Q {name}")
+        return Done(f"The autoscaling config has been created for the Q {name}")
 
-    def get_rule(self, request: Document, fence: Fence) -> Document:
-        name = GetRules.decode(request).queue
+    def get_rule(self, wanted: GetRules) -> Encodable:
+        name = wanted.queue
         stored = self.registry.rules(name)
         if stored is None:
             raise Refused(Reason.UNKNOWN_QUEUE, "ERROR NO auto scaling rule defined for this queue")
@@ -640,12 +691,11 @@ class Management:
             rules = RuleSet.decode(stored)
         except DecodeError as error:  # checked when stored: ZooKeeper was edited by hand
             raise Refused(Reason.INTERNAL, f"the stored rules of {name}: {error}") from None
-        return bsonmsg.ok(**rules.fields())
+        return StoredRules(rules)
 
-    def register_listener(self, request: Document, fence: Fence) -> Document:
+    def register_listener(self, wanted: RegisterRulesListener, fence: Fence) -> Encodable:
         """Listeners are stored in ZooKeeper with the queue, so a GCM that takes over after a
         fail-over pushes to them too (and they go with the queue's delete)."""
-        wanted = RegisterRulesListener.decode(request)
         name, address = wanted.queue, wanted.address
         if not address.startswith("tcp://"):
             raise Refused(Reason.BAD_REQUEST, "the Address field must be tcp://host:port")
@@ -661,7 +711,7 @@ class Management:
             self.registry.put_listeners(
                 fence, name, [*stored, address][-limits.rules_listeners_max :]
             )
-        return bsonmsg.ok(f"Registrated on {address}")
+        return Done(f"Registrated on {address}")
 
     def _open_listener(self, address: str) -> Any:
         sock = open_socket(self.context, Kind.PUSH, sndhwm=limits.listener_hwm, sndtimeo_ms=0)
@@ -707,16 +757,16 @@ class Management:
         for queue in list(self._listeners):
             self._drop_listener(queue)
 
-    def cloud_properties(self, request: Document, fence: Fence) -> Document:
+    def cloud_properties(self, _: GetCloudProperties) -> Encodable:
         use = self.settings.cloud.use
         if not use:
-            return CloudProperties(use=False).encode()
+            return CloudProperties(use=False)
         return CloudProperties(
             use=True,
             user=self.settings.cloud.user,
             endpoint=self.settings.cloud.endpoint,
             gateway=self.settings.cloud.gateway,
-        ).encode()
+        )
 
 
 def _address_of(endpoint: str) -> str:

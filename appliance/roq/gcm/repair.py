@@ -406,7 +406,7 @@ class HostLossRepair:
         txid = _replacement(lost)
         self._check_lead()
         try:
-            self.management.create_exchange(CreateExchange(lost.queue, txid).encode(), fence)
+            self.management.create_exchange(CreateExchange(lost.queue, txid), fence)
         except Refused as refused:
             raise Refused(refused.reason, f"no exchange in place of {lost.id}: {refused}") from None
 

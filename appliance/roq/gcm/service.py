@@ -35,7 +35,9 @@ from roq.gcm import access
 from roq.gcm.management import Management
 from roq.gcm.repair import HostLossRepair, RepairThread
 from roq.protocol import bsonmsg
+from roq.protocol.bsonmsg import Document
 from roq.protocol.commands import AdminCommand, Reason
+from roq.protocol.dispatch import Table
 from roq.protocol.messages.admin import BroadcastQueue, ConfigBroadcast
 from roq.protocol.ports import GcmPort, endpoint_at, port_at
 from roq.system.netaddr import resolve_interface
@@ -44,7 +46,7 @@ from roq.transport.rpc import answer
 
 log = logging.getLogger(__name__)
 
-_READ_ONLY = {AdminCommand.GET_HOST_BY_QNAME, AdminCommand.INIT_REQ}
+_TOPOLOGY = (AdminCommand.INIT_REQ, AdminCommand.GET_HOST_BY_QNAME)
 
 
 class GlobalConfigurationManager:
@@ -67,6 +69,12 @@ class GlobalConfigurationManager:
         self.leadership = Leadership(self.registry, self._identity(), self._on_elected)
         self.repair_thread = RepairThread(self.repair, lambda: self.leadership.fence)
         self._sockets: dict[str, Any] = {}
+        # The topology port (ports.base) serves two of the admin API's routes, read-only.
+        admin = self.management.table
+        self.topology = Table(
+            "gcm topology", {c: admin.routes[c] for c in _TOPOLOGY}, unknown=admin.unknown,
+            bad=admin.bad,
+        )  # fmt: skip
 
     def endpoint(self, offset: GcmPort) -> str:
         return endpoint_at(self.address, self.base, offset)
@@ -117,25 +125,32 @@ class GlobalConfigurationManager:
                 next_broadcast = time.monotonic() + self.period_s
                 self._broadcast()
 
-    def _admin(self, request: dict[str, Any]) -> dict[str, Any]:
+    def _admin(self, request: Document) -> Document:
+        """Where an admin request enters (already authorized, access.py). Only the leader
+        serves it, under its fence (`management.table` decodes it and calls the handler); a
+        standby answers every request `{RESULT: 8, LEADER}`, whatever its command."""
+        return self._serve(self.management.table, request)
+
+    def _topology(self, request: Document) -> Document:
+        """Commands 2 and 2000 only: another is refused before the lead is asked."""
+        if request["CMD"] not in self.topology.commands:
+            return bsonmsg.fail(Reason.UNKNOWN_COMMAND, "topology port serves commands 2 and 2000")
+        return self._serve(self.topology, request)
+
+    def _serve(self, table: Table[Fence], request: Document) -> Document:
         """Every ZooKeeper failure is CoordinationError here (coordination/registry.py), so a
         timeout is answered `busy`, never `internal`."""
         try:
             fence = self.leadership.fence
             if fence is None:
                 return bsonmsg.lead_lost(self._leader_admin())
-            return self.management.handle(request, fence)
+            return self.management.handle(table, request, fence)
         except NotLeader as error:  # deposed mid-request: LEADER names the new one, if known
             log.info("gcm %s: %s", self.id, error)
             return bsonmsg.lead_lost(self._leader_admin())
         except CoordinationError as error:  # ZooKeeper went away mid-request: say so, go on
             log.warning("gcm %s: request %s failed: %s", self.id, request["CMD"], error)
             return bsonmsg.fail(Reason.BUSY, f"ZooKeeper unavailable, retry: {error}")
-
-    def _topology(self, request: dict[str, Any]) -> dict[str, Any]:
-        if request["CMD"] not in _READ_ONLY:
-            return bsonmsg.fail(Reason.UNKNOWN_COMMAND, "topology port serves commands 2 and 2000")
-        return self._admin(request)
 
     def _leader_admin(self) -> str:
         """The leader's admin endpoint, "" if unknown (ZooKeeper unreachable: the client then

@@ -7,7 +7,9 @@ is read; a principal without the permission on the topic is a 403 naming it.
 
 Every request body is read in chunks up to `limits.http_body_bytes_max`, parsed as JSON and
 checked field by field before anything else happens; whatever is wrong with it is a 4xx with
-the reason, never an exception that reaches the server.
+the reason, never an exception that reaches the server. Each call's body is read once into its
+request class (`Register`, `Publish`, `Subscribe`, `Get`, `Ack`), after the topic's permission
+is checked, and the call (`Calls`) is given that typed request, never the JSON document.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, Self, TypeVar
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -36,8 +38,9 @@ from roq.http.gateway import EVICTED, NO_MESSAGE, OK, Gateway, Unavailable
 from roq.http.metrics import CONTENT_TYPE, Metrics
 from roq.protocol.principals import Permission
 
-Doc = dict[str, Any]
+Doc = dict[str, Any]  # a JSON body, as read or as answered
 Answer = tuple[int, Doc]
+M = TypeVar("M")
 PROBLEM = "application/problem+json"
 TITLES = {
     400: "bad request",
@@ -136,39 +139,90 @@ def _utf8(value: str, field: str) -> bytes:
         raise BadRequest(f"'{field}' is not valid Unicode text") from None
 
 
+# --- the requests: each call's body, read once (its fields in the order they are checked) ---
+@dataclass(frozen=True)
+class Register:
+    owner: str
+    topic: str
+
+    @classmethod
+    def read(cls, fields: Fields, doc: Doc, _v2: bool) -> Self:
+        return cls(fields.name(doc, "owner"), fields.name(doc, "topic"))
+
+
+@dataclass(frozen=True)
+class Publish:
+    owner: str
+    topic: str
+    messages: list[bytes]  # v1: `msg`, one; v2: `msg` or `msgs`, a batch
+
+    @classmethod
+    def read(cls, fields: Fields, doc: Doc, v2: bool) -> Self:
+        owner, topic = fields.name(doc, "owner"), fields.name(doc, "topic")
+        return cls(owner, topic, fields.messages(doc) if v2 else [fields.message(doc.get("msg"))])
+
+
+@dataclass(frozen=True)
+class Subscribe:
+    subscriber: str
+    topic: str
+
+    @classmethod
+    def read(cls, fields: Fields, doc: Doc, _v2: bool) -> Self:
+        return cls(fields.name(doc, "subscriber"), fields.name(doc, "topic"))
+
+
+@dataclass(frozen=True)
+class Get:
+    subscriber: str
+    topic: str
+    wait: float  # v2's long poll; v1 does not wait
+
+    @classmethod
+    def read(cls, fields: Fields, doc: Doc, v2: bool) -> Self:
+        subscriber, topic = fields.name(doc, "subscriber"), fields.name(doc, "topic")
+        return cls(subscriber, topic, fields.wait(doc) if v2 else 0.0)
+
+
+@dataclass(frozen=True)
+class Ack:
+    subscriber: str
+    topic: str
+    index: int  # msgIdx
+
+    @classmethod
+    def read(cls, fields: Fields, doc: Doc, _v2: bool) -> Self:
+        subscriber, topic = fields.name(doc, "subscriber"), fields.name(doc, "topic")
+        return cls(subscriber, topic, fields.index(doc))
+
+
 # --- the calls -------------------------------------------------------------------------------
 class Calls:
-    def __init__(self, gateway: Gateway, fields: Fields, metrics: Metrics):
-        self.gateway, self.fields, self.metrics = gateway, fields, metrics
+    def __init__(self, gateway: Gateway, metrics: Metrics):
+        self.gateway, self.metrics = gateway, metrics
 
-    async def register(self, doc: Doc, _v2: bool) -> Answer:
-        owner, topic = self.fields.name(doc, "owner"), self.fields.name(doc, "topic")
-        await self.gateway.register(owner, topic)
+    async def register(self, wanted: Register, _v2: bool) -> Answer:
+        await self.gateway.register(wanted.owner, wanted.topic)
         return OK, {}
 
-    async def publish(self, doc: Doc, v2: bool) -> Answer:
-        owner, topic = self.fields.name(doc, "owner"), self.fields.name(doc, "topic")
-        messages = self.fields.messages(doc) if v2 else [self.fields.message(doc.get("msg"))]
-        first = await self.gateway.publish(owner, topic, messages)
+    async def publish(self, wanted: Publish, v2: bool) -> Answer:
+        messages = wanted.messages
+        first = await self.gateway.publish(wanted.owner, wanted.topic, messages)
         self.metrics.published.inc(len(messages))
         return OK, {"msgIdx": first, "count": len(messages)} if v2 else {"msgIdx": first}
 
-    async def subscribe(self, doc: Doc, _v2: bool) -> Answer:
-        subscriber, topic = self.fields.name(doc, "subscriber"), self.fields.name(doc, "topic")
-        following = await self.gateway.subscribe(subscriber, topic)
+    async def subscribe(self, wanted: Subscribe, _v2: bool) -> Answer:
+        following = await self.gateway.subscribe(wanted.subscriber, wanted.topic)
         return OK, {"nextIdx": following}
 
-    async def get(self, doc: Doc, v2: bool) -> Answer:
-        subscriber, topic = self.fields.name(doc, "subscriber"), self.fields.name(doc, "topic")
-        wait = self.fields.wait(doc) if v2 else 0.0
-        got = await self.gateway.get(subscriber, topic, wait)
+    async def get(self, wanted: Get, _v2: bool) -> Answer:
+        got = await self.gateway.get(wanted.subscriber, wanted.topic, wanted.wait)
         if got.status == OK:
             return OK, {"msgIdx": got.index, "msg": got.message}
         return got.status, {"msgIdx": got.index}
 
-    async def ack(self, doc: Doc, _v2: bool) -> Answer:
-        subscriber, topic = self.fields.name(doc, "subscriber"), self.fields.name(doc, "topic")
-        following = await self.gateway.ack(subscriber, topic, self.fields.index(doc))
+    async def ack(self, wanted: Ack, _v2: bool) -> Answer:
+        following = await self.gateway.ack(wanted.subscriber, wanted.topic, wanted.index)
         return OK, {"nextIdx": following}
 
 
@@ -193,14 +247,15 @@ def refused_answer(v2: bool, refused: Refused) -> Response:
 
 
 @dataclass(frozen=True)
-class Endpoint:
+class Endpoint(Generic[M]):
     name: str  # the path under /v1 or /v2, the metrics' label
-    call: Callable[[Doc, bool], Awaitable[Answer]]
+    read: Callable[[Fields, Doc, bool], M]  # the body, once, as the call's request
+    call: Callable[[M, bool], Awaitable[Answer]]
     needs: Permission  # on the topic
 
 
 def endpoint(
-    route: Endpoint, v2: bool, access: Access, fields: Fields, metrics: Metrics
+    route: Endpoint[Any], v2: bool, access: Access, fields: Fields, metrics: Metrics
 ) -> Callable[[Request], Awaitable[Response]]:
     async def handle(request: Request) -> Response:
         started = time.monotonic()
@@ -208,7 +263,7 @@ def endpoint(
             principal = access.caller(request.headers.get("authorization"))
             doc = await read_json(request)
             access.check(principal, route.needs, fields.name(doc, "topic"))
-            status, body = await route.call(doc, v2)
+            status, body = await route.call(route.read(fields, doc, v2), v2)
             response = answer(v2, status, body)
         except Refused as refused:
             response = refused_answer(v2, refused)
@@ -229,7 +284,7 @@ def build(
 ) -> Starlette:
     metrics = Metrics(gateway.index, lambda: gateway.replaced)
     fields, access = Fields(settings), gateway.access
-    calls = Calls(gateway, fields, metrics)
+    calls = Calls(gateway, metrics)
 
     async def render_metrics(request: Request) -> Response:
         try:
@@ -242,11 +297,11 @@ def build(
     routes = [Route("/metrics", render_metrics, methods=["GET"])]
     for version in ("v1", "v2"):
         for route in (
-            Endpoint("topic/register", calls.register, Permission.PUBLISH),
-            Endpoint("message/publish", calls.publish, Permission.PUBLISH),
-            Endpoint("topic/subscribe", calls.subscribe, Permission.SUBSCRIBE),
-            Endpoint("message/get", calls.get, Permission.SUBSCRIBE),
-            Endpoint("message/ack", calls.ack, Permission.SUBSCRIBE),
+            Endpoint("topic/register", Register.read, calls.register, Permission.PUBLISH),
+            Endpoint("message/publish", Publish.read, calls.publish, Permission.PUBLISH),
+            Endpoint("topic/subscribe", Subscribe.read, calls.subscribe, Permission.SUBSCRIBE),
+            Endpoint("message/get", Get.read, calls.get, Permission.SUBSCRIBE),
+            Endpoint("message/ack", Ack.read, calls.ack, Permission.SUBSCRIBE),
         ):
             handle = endpoint(route, version == "v2", access, fields, metrics)
             routes.append(Route(f"/{version}/{route.name}", handle, methods=["POST"]))

@@ -83,16 +83,27 @@ def _unchanged(reply: Document) -> Document:
     return reply
 
 
+def _bad(error: DecodeError) -> str:
+    return str(error)
+
+
 class Table(Generic[C]):
-    """The dispatch table of one socket. `stamp` adds what every reply of the socket carries."""
+    """The dispatch table of one socket. `stamp` adds what every reply of the socket carries.
+    `unknown` and `bad` word the COMMENT of its two refusals where the socket's wording is
+    older than the table and documented (the GCM's admin API keeps RoQ's "INVALID CMD Value")."""
 
     def __init__(
         self,
         name: str,
         routes: Mapping[int, Route[Any, C]],
         stamp: Callable[[Document], Document] = _unchanged,
+        *,
+        unknown: Callable[[object], str] | None = None,
+        bad: Callable[[DecodeError], str] = _bad,
     ):
         self.name, self.routes, self.stamp = name, dict(routes), stamp
+        self.unknown = unknown or (lambda command: f"{name}: unknown command {command!r}")
+        self.bad = bad
 
     @property
     def commands(self) -> frozenset[int]:
@@ -103,11 +114,11 @@ class Table(Generic[C]):
         command = request.get("CMD")
         found = self.routes.get(command) if isinstance(command, int) else None
         if found is None:
-            refusal = Refused(Reason.UNKNOWN_COMMAND, f"{self.name}: unknown command {command!r}")
+            refusal = Refused(Reason.UNKNOWN_COMMAND, self.unknown(command))
             return self.stamp(refusal.encode())
         try:
             message = found.decode(request)
         except DecodeError as error:
-            return self.stamp(Refused(Reason.BAD_REQUEST, str(error)).encode())
+            return self.stamp(Refused(Reason.BAD_REQUEST, self.bad(error)).encode())
         answer = found.handler(message, context)
         return None if answer is None else self.stamp(answer.encode())

@@ -46,6 +46,10 @@ class _Bare:
     def encode(self) -> Document:
         return {"CMD": int(self.COMMAND)}
 
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        return cls()
+
 
 class GetTopology(_Bare):
     """2 INIT_REQ: every host and queue (`Topology`)."""
@@ -279,6 +283,20 @@ class QueuePlaced:
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
         return cls(field_str(doc, "Host"), bsonmsg.Reply.decode(doc).comment)
+
+
+@dataclass(frozen=True)
+class StoredRules:
+    """The reply to 2007: the queue's rule document, its fields beside `RESULT` and `COMMENT`."""
+
+    rules: RuleSet
+
+    def encode(self) -> Document:
+        return bsonmsg.ok(**self.rules.fields())
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        return cls(RuleSet.decode(doc))
 
 
 # The reply to 2004 is the host's reply to 1009, with the same `Exchange`.

@@ -37,6 +37,10 @@ class Ping:
     def encode(self) -> Document:
         return {"CMD": int(ChildCommand.PING)}
 
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        return cls()
+
 
 @dataclass(frozen=True)
 class Shutdown:
@@ -45,6 +49,10 @@ class Shutdown:
 
     def encode(self) -> Document:
         return {"CMD": int(ChildCommand.SHUTDOWN)}
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        return cls()
 
 
 @dataclass(frozen=True)

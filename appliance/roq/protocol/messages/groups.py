@@ -479,6 +479,12 @@ class GroupInfo:
         return cls(_group(doc, empty_ok=True) if "Group" in doc else "",
                    check_queue_name(queue) if queue else "")  # fmt: skip
 
+    @classmethod
+    def decode_admin(cls, doc: Mapping[str, Any]) -> Self:
+        """2020/2021 on the GCM's admin API, where `QName` is required."""
+        queue = check_queue_name(field_str(doc, "QName"))
+        return cls(_group(doc, empty_ok=True) if "Group" in doc else "", queue)
+
 
 @dataclass(frozen=True)
 class GroupDelete:
@@ -497,6 +503,12 @@ class GroupDelete:
     def decode(cls, doc: Mapping[str, Any]) -> Self:
         queue = field_str(doc, "QName", default="")
         return cls(_group(doc), check_queue_name(queue) if queue else "")
+
+    @classmethod
+    def decode_admin(cls, doc: Mapping[str, Any]) -> Self:
+        """2022 on the GCM's admin API, where `QName` is required."""
+        queue = check_queue_name(field_str(doc, "QName"))
+        return cls(_group(doc), queue)
 
 
 @dataclass(frozen=True)
