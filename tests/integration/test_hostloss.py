@@ -286,6 +286,15 @@ def test_a_returning_host_serves_its_lost_exchanges_logs_and_copies_them_on(
     wait_for(copied, 60, f"two live copies of each lost log\n{cluster.logs()}", 1.0)
     assert "keeps the log of lost exchange" in back.log_text()
 
+    # Then the keeper retires: its log is marked so, it exits and its host starts no other
+    def retired() -> bool:
+        running = [_cmdline(p) for p in cluster.queue_processes(host="h2")]
+        return not any("--keeper" in c for c in running) and "retired" in back.log_text()
+
+    wait_for(retired, 30, f"h2's keeper retired\n{back.log_text()[-3000:]}", 0.5)
+    assert (cluster.tmp / "h2" / "log" / "q1" / ids["h2"] / "RETIRED").exists()
+    assert any((cluster.tmp / "h2" / "log" / "q1" / ids["h2"]).glob("*.log"))  # files stay
+
 
 def _live(cluster: LocalCluster) -> dict[str, Any]:
     """q1's STATUS as its monitor answers it (through `roq status --json`)."""

@@ -17,6 +17,7 @@ from roq.cli.common import (
     setup_logging,
     stop_event,
 )
+from roq.errors import EXIT_RETIRED
 from roq.system import notify
 
 
@@ -266,3 +267,5 @@ def exchange(
         finally:
             server.close()
             context.term()
+        if server.retired:  # a keeper whose logs live exchanges hold: its host restarts none
+            raise typer.Exit(EXIT_RETIRED)

@@ -62,7 +62,7 @@ from roq.exchange.logserver import LogServer
 from roq.exchange.pulse import Pulse
 from roq.exchange.replication import CopySender, ReplicaStore, Replicator
 from roq.exchange.slotcuts import SlotCuts
-from roq.log import Log, log_directory
+from roq.log import Log, log_directory, mark_retired
 from roq.log import format as batchfmt
 from roq.protocol import bsonmsg, dataplane
 from roq.protocol.commands import ChildCommand, Reason
@@ -230,6 +230,7 @@ class Exchange:
         self.slot_cuts = SlotCuts()  # work queues: where the log's slots end (monitor/slots.py)
         self._slot_messages = 0  # appended since the last cut
         self.leaving_since: float | None = None
+        self.retired = False  # a keeper told to retire (`_retire`): it exits EXIT_RETIRED
         self.started = time.time()  # tells the monitor a restarted exchange from its old self
         self.fence = Fence(spec.lease, spec.name)
         # the highest assignment epoch of the queue seen (its start's, 1031's, 1030's): a
@@ -522,7 +523,20 @@ class Exchange:
         if self.copy_sender is not None:
             self.copy_sender.assign([(s.leader_id, s.target_id, s.endpoint)
                                      for s in assigned.sources])  # fmt: skip
+        if assigned.retire and self.spec.keeper and not self.retired:
+            self._retire()
         return Done("assigned")
+
+    def _retire(self) -> None:
+        """A keeper's logs all have their copies on live exchanges (the monitor's word): the
+        lost exchange's log directory is marked so no keeper serves it again, and the keeper
+        leaves as an exchange does, then exits EXIT_RETIRED (host/keepers.py)."""
+        why = f"retired {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}: live exchanges hold"
+        directory = log_directory(self.settings.log_root, self.spec.queue, self.spec.exchange_id)
+        mark_retired(directory, f"{why} this log and the copies kept beside it")
+        log.warning("%s: retires: live exchanges hold its log and copies", self.spec.name)
+        self.retired = True
+        self.control.stop_requested = True
 
     def _stale(self, epoch: int) -> Refused:
         return Refused(
