@@ -18,6 +18,8 @@ from faultcluster import SESSION_MS
 from faultnet import Network
 from faultrun import RESUME_BOUND_S, FaultRun
 
+from roq.testing.cluster import wait_for
+
 pytestmark = [pytest.mark.faults, pytest.mark.xdist_group("faults"), pytest.mark.timeout(300)]
 
 SESSION_S = SESSION_MS / 1000
@@ -164,4 +166,47 @@ def test_rolling_restart_of_every_machine(fault_run: FaultRun) -> None:
         fault_run.cluster.stop_gracefully(machine)
         fault_run.cluster.restart_machine(machine)
         _heal_and_settle(fault_run, f"restart {name}")
+    _assert_passes(fault_run, fault_run.finish())
+
+
+@pytest.mark.parametrize("back_after_s", [1.5, 5.0], ids=["within-session", "just-past-loss"])
+def test_kill_9_of_a_machine_back_within_seconds(fault_run: FaultRun, back_after_s: float) -> None:
+    """Issue 30: a quick return. At 1.5 s the session is alive: nothing is re-placed. At 5 s
+    the session (4 s) and the grace (0.5 s) are just over: m1's monitor moved and its exchange
+    is being replaced as m1 comes back, the race a returning host must lose cleanly (its lost
+    exchange's log served by a keeper, nothing stale left running)."""
+    fault_run.start()
+    m1 = fault_run.cluster.machine("m1")
+    name = f"kill -9 m1, back after {back_after_s} s"
+    fault_run.nemesis(name, "start")
+    fault_run.cluster.kill_machine(m1)
+    time.sleep(back_after_s)  # the fault's length
+    fault_run.cluster.restart_machine(m1)
+    _heal_and_settle(fault_run, name)
+    _assert_passes(fault_run, fault_run.finish())
+
+
+def _lost(run: FaultRun, host: str) -> bool:
+    with run.cluster.admin() as admin:
+        queue = next(q for q in admin.status().queues if q.info.name == "q1")
+    return any(x.lost and x.host == host for x in queue.exchanges)
+
+
+def test_a_second_machine_killed_while_the_firsts_log_is_copied_again(fault_run: FaultRun) -> None:
+    """Issue 30: m2 killed; once its exchange is lost (its log's only live copy is on m1's
+    exchange, sent on 5 s after the death) m2 starts again and m1 is killed, before or while
+    that copy is sent on. m2's keeper serves m2's log; nothing acknowledged is lost."""
+    fault_run.start()
+    m1, m2 = fault_run.cluster.machine("m1"), fault_run.cluster.machine("m2")
+    fault_run.nemesis("kill -9 m2", "start")
+    fault_run.cluster.kill_machine(m2)
+    wait_for(lambda: _lost(fault_run, "m2"), SESSION_S + 20, "m2's exchange lost", 0.3)
+    fault_run.cluster.restart_machine(m2)
+    wait_for(lambda: fault_run.cluster.zk_mode(m2) != "", 30, "m2's ZooKeeper back", 0.2)
+    fault_run.nemesis("kill -9 m2", "heal")
+    fault_run.nemesis("kill -9 m1 while m2's log is copied again", "start")
+    fault_run.cluster.kill_machine(m1)
+    fault_run.wait_acks(after=time.time(), count=5, timeout_s=RESUME_BOUND_S + 30)
+    fault_run.cluster.restart_machine(m1)
+    _heal_and_settle(fault_run, "kill -9 m1 while m2's log is copied again")
     _assert_passes(fault_run, fault_run.finish())
