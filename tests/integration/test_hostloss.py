@@ -791,6 +791,47 @@ def test_a_lost_host_back_before_its_monitors_move_is_recorded_keeps_its_monitor
     assert not any(x["Lost"] for x in _queue(cluster)["Exchanges"])
 
 
+def test_a_called_off_move_stops_the_monitor_it_started_where_the_queue_had_an_exchange(
+    cluster: LocalCluster,
+) -> None:
+    """Issue 30 item 4 ("no process of a queue runs unrecorded"): as the test above, but the
+    host the GCM picks for the new monitor is h2, which runs an exchange of q1 (no h3). When
+    the GCM's write fails because h1 came back, h2 stops the monitor it started for the
+    called-off move (1014) and keeps its exchange; before, that monitor stayed there,
+    unrecorded, until the queue stopped."""
+    cluster.start_gcm(**{"host.loss.grace": GRACE_MS})
+    settings = {"exchange.max.perhost": 4, "exchange.warmup": 500}
+    h1 = cluster.start_host("h1", **settings)
+    h2 = cluster.start_host("h2", **settings, **{"zk.session.timeout": 30000})
+    cluster.wait_ready(hosts=2)
+    with cluster.admin() as admin:
+        admin.create_queue("q1", "h1")
+        admin.create_exchange("q1", "called-off-h2", host="h2")
+    wait_for(lambda: len(cluster.queue_processes(host="h2")) == 1, 15, "q1's exchange on h2")
+    exchange_on_h2 = cluster.queue_processes(host="h2")
+    gcm = _gcm(cluster)
+    old = locate_monitor("q1", gcm=cluster.gcm)
+    os.killpg(h1.process.pid, signal.SIGSTOP)
+    os.killpg(h2.process.pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: "its monitor's host h1 is gone" in gcm.log_text(), SESSION_S + 15,
+                 f"the GCM re-placing q1's monitor\n{cluster.logs()}")  # fmt: skip
+        os.killpg(h1.process.pid, signal.SIGCONT)  # back before h2 answers the GCM
+        wait_for(lambda: "the lease of its children is renewed" in h1.log_text(), 15,
+                 f"h1 registered again and renewed its lease\n{h1.log_text()[-3000:]}")  # fmt: skip
+    finally:
+        os.killpg(h1.process.pid, signal.SIGCONT)
+        os.killpg(h2.process.pid, signal.SIGCONT)
+    wait_for(lambda: "registered again: its monitor of q1 stays" in gcm.log_text(), 30,
+             f"the GCM's write refused\n{cluster.logs()}")  # fmt: skip
+    wait_for(lambda: cluster.queue_processes(host="h2") == exchange_on_h2, 10,
+             f"h2 runs its exchange of q1 only\n{h2.log_text()[-3000:]}")  # fmt: skip
+    assert "for the called-off move stopped" in gcm.log_text()
+    record = _record(cluster)
+    assert (record.host, record.epoch, record.monitor) == ("h1", 1, old.base), record
+    assert not any(x["Lost"] for x in _queue(cluster)["Exchanges"])
+
+
 def test_the_monitors_record_write_fails_while_the_lost_host_is_registered(zookeeper: str) -> None:
     """The registry's host-absent condition against a real ZooKeeper: the re-placement's write
     fails while the host's ephemeral registration exists (and leaves it as it was), and

@@ -86,6 +86,7 @@ from roq.protocol.messages.host import (
     ExchangeOnHost,
     QueueOnHost,
     RemoveExchangeOnHost,
+    StopMonitorOnHost,
     StopQueueOnHost,
 )
 from roq.protocol.messages.monitor import RulesUpdate
@@ -482,26 +483,37 @@ class Management:
                 fence, record, version, absent_host=replacing, mark_lost=mark_lost
             )
         except HostRegistered:
-            self._withdraw(name, host, reply, known, fence)
+            self._withdraw(name, host, reply, known, fence, epoch)
             raise HostBack(
                 Reason.BUSY, f"host {replacing} registered again: its monitor of {name} stays"
             ) from None
 
     def _withdraw(
-        self, name: str, host: HostRecord, reply: QueueOnHost, known: set[str], fence: Fence
+        self,
+        name: str,
+        host: HostRecord,
+        reply: QueueOnHost,
+        known: set[str],
+        fence: Fence,
+        epoch: int,
     ) -> None:
         """A re-placement that lost the race with the returning host: when `host` ran nothing
         of the queue before, it stops what it just started (the logs stay) and the new
-        exchanges' records go; otherwise its new monitor stays there, unrecorded, so no client
-        or exchange is sent to it (docs/guarantees.md §10)."""
+        exchanges' records go; otherwise it stops only the monitor it started under `epoch`
+        (1014), and its exchanges of the queue go on. A host that does not answer keeps that
+        monitor, unrecorded (no client or exchange is sent to it), until it restarts."""
         started = [x.exchange_id for x in reply.exchanges if x.exchange_id not in known]
+        request: StopMonitorOnHost | StopQueueOnHost = StopQueueOnHost(name, delete_logs=False)
         if len(started) < len(reply.exchanges):
-            log.warning("queue %s: the monitor started on %s stays there unused", name, host.name)
-            return
+            request = StopMonitorOnHost(name, epoch)
         try:
-            self._call_host(host, StopQueueOnHost(name, delete_logs=False), Reply.decode)
+            self._call_host(host, request, Reply.decode)
         except Refused as error:
             log.warning("queue %s: withdrawing from %s: %s", name, host.name, error)
+            return
+        if isinstance(request, StopMonitorOnHost):
+            log.warning("queue %s: the monitor started on %s for the called-off move stopped",
+                        name, host.name)  # fmt: skip
             return
         for exchange_id in started:
             self.registry.delete_exchange(fence, name, exchange_id)

@@ -47,6 +47,7 @@ from roq.protocol.messages.host import (
     MonitorMovedOnHost,
     QueueOnHost,
     RemoveExchangeOnHost,
+    StopMonitorOnHost,
     StopQueueOnHost,
 )
 from roq.protocol.ports import ExchangePort, MonitorPort, StatPort, endpoint_at
@@ -117,6 +118,7 @@ class HostConfigManager:
                 HostCommand.REMOVE_QUEUE: route(StopQueueOnHost.decode, self.stop_queue),
                 HostCommand.INFO_EXCHANGE: route(InfoExchange.decode, self.info_exchange),
                 HostCommand.MONITOR_MOVED: route(MonitorMovedOnHost.decode, self.monitor_moved),
+                HostCommand.STOP_MONITOR: route(StopMonitorOnHost.decode, self.stop_monitor),
             },
         )
 
@@ -421,6 +423,17 @@ class HostConfigManager:
             log.warning("host %s: %s was re-placed while this host was gone; stopping it",
                         self.name, child.name)  # fmt: skip
             self._stop_child(child)
+
+    def stop_monitor(self, unwanted: StopMonitorOnHost) -> Encodable:
+        """1014: a monitor started here for a re-placement the GCM called off (the lost host
+        came back first) stops, so no monitor of the queue runs unrecorded; the exchanges here
+        go on reporting to the recorded one. Only the monitor of exactly that epoch: a later
+        placement's is left alone."""
+        for child in self._of(unwanted.queue, "monitor"):
+            if child.meta["epoch"] == unwanted.epoch:
+                self._stop_child(child)
+                return Done(f"monitor of {unwanted.queue} (epoch {unwanted.epoch}) stopped")
+        return Done(f"no monitor of {unwanted.queue} under epoch {unwanted.epoch} here")
 
     def _follow_moved_monitors(self) -> None:
         """A monitor moved while this host was gone (the GCM moves it as soon as the host's

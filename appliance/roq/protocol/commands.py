@@ -79,6 +79,7 @@ class HostCommand(enum.IntEnum):
     INFO_EXCHANGE = 1011
     STOP_QUEUE = 1012
     MONITOR_MOVED = 1013  # the queue's monitor moved: tell this host's exchanges of it (1031)
+    STOP_MONITOR = 1014  # stop the queue's monitor started under this epoch (a called-off move)
     PING = 1020
     SHUTDOWN = 1100
 

@@ -88,6 +88,23 @@ class CreateQueueOnHost:
 
 
 @dataclass(frozen=True)
+class StopMonitorOnHost:
+    """1014: stop the queue's monitor if it runs here under exactly `Epoch` (the GCM started it
+    for a re-placement it then called off: a returning host kept the queue); this host's
+    exchanges of the queue go on. Idempotent: answered `COMMENT` either way."""
+
+    queue: str
+    epoch: int  # Epoch
+
+    def encode(self) -> Document:
+        return {"CMD": int(HostCommand.STOP_MONITOR), "QName": self.queue, EPOCH: self.epoch}
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        return cls(queue_field(doc), field_epoch(doc))
+
+
+@dataclass(frozen=True)
 class QueueOnHost:
     """The reply to 1002: where the monitor is, the epoch it acts under, and the queue's
     exchanges on this host."""
