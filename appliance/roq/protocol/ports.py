@@ -1,7 +1,7 @@
 """The port map: each component's ports, as offsets from the first port of its block, named once.
 
     GCM        P = ports.base        P+0 topology (REP), P+3 admin API (REP), P+5 broadcast (PUB)
-    monitor    B, 6 ports            B+0 exchange reports (SUB), B+1 placement (REP),
+    monitor    B, 6 ports            B+0 exchange reports (SUB), B+1 placement (ROUTER),
                                      B+2 to publishers (PUB), B+3 to subscribers (PUB),
                                      B+4 scaling rules (PULL), B+5 control (REP)
     stat       S, 2 ports            S+0 statistics in (SUB), S+1 the KPI stream (PUB)
