@@ -9,9 +9,10 @@ Ports (F = the front port the host allocated; 4 in all):
     F+3  ROUTER  reads of the message log (replay, catch-up, seek by time): `logserver.py`;
                  replication writes from other exchanges: `replication.py`
 
-Hot path (DESIGN §6b): a batch is received without copying, its header bounds, CRC and records
-checked (`format.check_batch`, `format.check_records`: a batch whose records do not fill it is
-refused, or it would block every replay), and the same bytes are forwarded with the routing key
+Hot path (DESIGN §6b): a batch is received with one copy out of ZeroMQ (cheaper than a zero-copy
+frame for all but the largest batches, `_pump`), its header bounds, CRC and records checked
+(`format.check_batch`, `format.check_records`: a batch whose records do not fill it is refused,
+or it would block every replay), and the same bytes are forwarded with the routing key
 as the first frame, so ZeroMQ's prefix matching in the subscribers does the key routing. There is
 no per-message Python work when a batch's records have one size (the record check is then a few
 strided byte slices); records of mixed sizes are walked, ~80 ns each (docs/benchmarks.md §6b).

@@ -3,9 +3,10 @@
 A socket belongs to the thread that created it; nothing here is thread-safe except `Context`.
 
 Callers use roq names only: `READABLE` to register a socket in a `Poller`, `send_nowait`,
-`recv_nowait`, `drained` and `wait_readable` instead of pyzmq's flags, and they see `TransportError`
-instead of `zmq.ZMQError` (a full queue is a return value, not an exception). Sockets' own blocking
-`send_multipart`/`recv_multipart` stay in use where a caller wants them.
+`recv_nowait`, `drained` and `wait_readable` instead of pyzmq's flags, and from those they see
+`TransportError` instead of `zmq.ZMQError` (a full queue is a return value, not an exception).
+Sockets' own blocking `send_multipart`/`recv_multipart` stay in use where a caller wants them, and
+raise pyzmq's errors untranslated.
 """
 
 from __future__ import annotations
