@@ -9,8 +9,11 @@ consumers do, from the exchanges' log servers (F+3).
 
 The monitor hooks in at three points (`service.py`): its placement socket hands group commands
 (20–26) to `handle`, every report's `End`/`Cuts` go to `observe`, and `tick` runs on its timer.
-A request's changes are written to ZooKeeper before its reply, so what a consumer was told
-(an ack taken, a delivery counted) survives the monitor's restart or move.
+A JOIN, RELEASE, LEAVE or DELETE is answered once its changes are in ZooKeeper. A LEASE or SETTLE
+is applied in memory and answered at once, and one group commit at a time then writes every
+change since the previous one (`pump`); each answer's `Written` tells the consumer which of its
+settles are stored (a SETTLE with `Sync` waits for its own). So what a consumer was told is
+written (a confirmed ack) survives the monitor's restart or move; what it was not told may not.
 """
 
 from __future__ import annotations

@@ -120,7 +120,7 @@ RETIRED: dict[str, frozenset[int]] = {
 class MonitorCommand(enum.IntEnum):
     """Requests and reports a queue's monitor receives (RoQ's numbers, reference §2.4).
 
-    Placement requests arrive on the monitor's REP socket (B+1), exchange reports on its SUB
+    Placement requests arrive on the monitor's ROUTER socket (B+1), exchange reports on its SUB
     socket (B+0)."""
 
     SUBSCRIBER_INIT = 1  # → every live exchange's outbound (back) address
@@ -130,7 +130,7 @@ class MonitorCommand(enum.IntEnum):
     EXCHANGE_LEAVING = 6  # an exchange shutting down cleanly: forget it now
     EXCHANGE_PULSE = 7  # liveness from the exchange's pulse thread, with its loop's age
     EXCHANGE_SUBSCRIPTIONS = 8  # the exchange's subscription count changed (`Subs`)
-    # Work queues (consumer groups, monitor/groups.py), on the placement REP socket (B+1):
+    # Work queues (consumer groups, monitor/groups.py), on the placement ROUTER socket (B+1):
     GROUP_JOIN = 20  # a consumer joins `Group` (created if new); → the group's settings
     GROUP_LEASE = 21  # → a slot leased to this consumer (where to read it, what is settled)
     GROUP_SETTLE = 22  # acks, nacks, rejects, dead letters of one slot; and messages to hand out
@@ -138,7 +138,7 @@ class MonitorCommand(enum.IntEnum):
     GROUP_LEAVE = 24  # the consumer leaves: its slots go back to the group at once
     GROUP_INFO = 25  # `Group` (or every group when empty): lag, in flight, per consumer
     GROUP_DELETE = 26  # forget `Group` and its durable state
-    # Request/response through the queue (monitor/tasks.py), on the placement REP socket (B+1):
+    # Request/response through the queue (monitor/tasks.py), on the placement ROUTER socket (B+1):
     TASK_SUBMIT = 40  # claim task id `Task` for `Service` (or → the existing task: dedupe)
     TASK_START = 41  # a worker took attempt `Attempt` of `Task`: run it, or skip it (→ `Run`)
     TASK_FINISH = 42  # its result or error (→ stored, or `Retry` with a new attempt)
