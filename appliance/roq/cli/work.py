@@ -9,14 +9,7 @@ import typer
 
 from roq import limits
 from roq.cli.app import app
-from roq.cli.common import (
-    GCM_OPTION,
-    ZK_OPTION,
-    errors_to_exit,
-    setup_logging,
-    stop_event,
-    table,
-)
+from roq.cli.common import GCM_OPTION, ZK_OPTION, errors_to_exit, setup_logging, stop_event, table
 from roq.cli.data import NAMESPACE_OPTION
 
 group_app = typer.Typer(help="Consumer groups of a queue (work queues).", no_args_is_help=True)
