@@ -50,7 +50,12 @@ def _queue_on_two_hosts(cluster: LocalCluster) -> dict[str, str]:
         admin.create_queue("q1", "h1")
         admin.create_exchange("q1", "availability-tx-h2", host="h2")
     wait_for(lambda: len(_queue(cluster)["Exchanges"]) == 2, 15, "q1's two exchanges")
-    time.sleep(1.5)  # past exchange.warmup: both exchanges take publishers
+
+    def placeable() -> list[bool]:
+        live = _queue(cluster).get("Live") or {}
+        return [x["Placeable"] for x in live.get("Exchanges", [])]
+
+    wait_for(lambda: placeable() == [True, True], 15, "both exchanges past exchange.warmup")
     return {x["Front"]: x["Host"] for x in _queue(cluster)["Exchanges"]}
 
 

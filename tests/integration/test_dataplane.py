@@ -7,12 +7,14 @@ processes `roq host` starts.
 from __future__ import annotations
 
 import collections
+import contextlib
+import functools
 import os
 import signal
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -26,6 +28,7 @@ from roq.exchange import replication
 from roq.log import format as batchfmt
 from roq.protocol import bsonmsg, dataplane
 from roq.protocol.commands import MonitorCommand
+from roq.protocol.messages.control import MonitoredExchange
 from roq.protocol.messages.monitor import ExchangeIdentity, ExchangeReport, ReportedLoad
 from roq.protocol.ports import ExchangePort, MonitorPort, sibling
 from roq.testing.cluster import LocalCluster, processes_with, wait_for
@@ -86,6 +89,19 @@ def _add_exchange(cluster: LocalCluster, queue: str, txid: str) -> dict[str, Any
     return reply.exchange.fields()
 
 
+def _monitored(cluster: LocalCluster, queue: str) -> list[MonitoredExchange]:
+    """The queue's exchanges as its monitor knows them (none while it does not answer)."""
+    with cluster.admin() as admin:
+        monitor = next(q.info for q in admin.status().queues if q.info.name == queue).monitor_host
+    live = monitor_status(monitor)
+    return list(live.exchanges) if live else []
+
+
+def _placeable(cluster: LocalCluster, queue: str, exchange_id: str) -> bool:
+    """Whether the monitor places publishers on the exchange (joined, or past its warm-up)."""
+    return any(x.exchange_id == exchange_id and x.placeable for x in _monitored(cluster, queue))
+
+
 def _assert_exact(collector: Collector, expected: dict[tuple[bytes, bytes], int]) -> None:
     got = dict(collector.by_stream)
     assert set(got) == set(expected), (
@@ -99,7 +115,8 @@ def test_keys_order_and_exactly_once(cluster: LocalCluster, queue: str):
     collectors = {key: Collector(cluster, queue, key) for key in (b"", b"a", b"a.x", b"b")}
     for collector in collectors.values():
         collector.start()
-    time.sleep(0.3)
+    wait_for(lambda: [x.subscriptions for x in _monitored(cluster, queue)] == [len(collectors)],
+             10, "every collector joined the exchange")  # fmt: skip
     sent: dict[tuple[bytes, bytes], int] = {}
     publishers = [Publisher(queue, gcm=cluster.gcm, linger_ms=1) for _ in range(3)]
     for index, publisher in enumerate(publishers):
@@ -111,7 +128,7 @@ def test_keys_order_and_exactly_once(cluster: LocalCluster, queue: str):
         publisher.close()
     total = sum(sent.values())
     wait_for(lambda: collectors[b""].count >= total, 15, "everything delivered")
-    time.sleep(0.3)  # anything extra (a duplicate) would arrive now
+    time.sleep(0.3)  # not arriving: anything extra (a duplicate) would arrive now
     for key, collector in collectors.items():
         collector.finish()
         _assert_exact(collector, {s: n for s, n in sent.items() if s[1].startswith(key)})
@@ -125,7 +142,8 @@ def test_an_exchange_added_later_delivers_to_connected_subscribers(
     first = Publisher(queue, gcm=cluster.gcm)
     added = _add_exchange(cluster, queue, "tx-added")
     wait_for(lambda: len(collector.sub.exchanges) == 2, 10, "subscriber joined the new exchange")
-    time.sleep(0.5)  # the monitor hears of the subscription: the next publisher goes to the new one
+    # once the monitor heard of the subscription, the next publisher goes to the new exchange
+    wait_for(lambda: _placeable(cluster, queue, added["Id"]), 10, "the new exchange placeable")
     second = Publisher(queue, gcm=cluster.gcm)
     assert second.exchange == added["Front"], "the new publisher should go to the idle exchange"
     _both_deliver_exactly(collector, first, second)
@@ -167,7 +185,7 @@ def test_a_new_exchange_takes_publishers_once_the_subscribers_joined_it(cluster:
         return next(x.fields() for x in exchanges if x.exchange_id == added["Id"])
 
     wait_for(lambda: new_one()["Subscriptions"] == 1, 10, "the collector joined the new exchange")
-    time.sleep(1.0)  # reports come every 0.5 s: time enough for a wrong "placeable"
+    time.sleep(1.0)  # not arriving: reports come every 0.5 s, time enough for a wrong "placeable"
     assert not new_one()["Placeable"], "one subscriber of the queue has not joined it"
     stray.close(0)  # the one that had not joined leaves: now every subscriber has joined
     context.term()
@@ -184,7 +202,8 @@ def test_killed_exchange_publishers_fail_over_within_three_heartbeats(
     collector = Collector(cluster, queue)
     collector.start()
     wait_for(lambda: len(collector.sub.exchanges) == 2, 10, "subscriber sees both exchanges")
-    time.sleep(0.4)
+    wait_for(lambda: [x.placeable for x in _monitored(cluster, queue)] == [True, True], 10,
+             "both exchanges placeable")  # fmt: skip
     publishers = [Publisher(queue, gcm=cluster.gcm, linger_ms=1) for _ in range(4)]
     fronts = {p.exchange for p in publishers}
     assert len(fronts) == 2, "cold start spreads publishers over both exchanges"
@@ -266,29 +285,27 @@ def test_an_exchange_whose_loop_stalls_but_pulses_is_not_declared_dead(
     with cluster.as_cluster():  # it plays an exchange: only the cluster's key may report
         fake = _StalledExchange(cluster, queue)
     try:
-        for _ in range(50):  # the PUB connection is asynchronous: report until it is heard
-            fake.report()
-            if fake.known():
-                break
-            time.sleep(0.1)
-        assert fake.known(), "the monitor never heard the fake exchange's report"
+        # the PUB connection is asynchronous: report until it is heard
+        wait_for(lambda: fake.report() or fake.known(), 5, "the fake exchange's report heard")
         stalled_until = time.monotonic() + 2.0
         while time.monotonic() < stalled_until:
             fake.pulse()
-            time.sleep(0.2)
+            time.sleep(0.2)  # not arriving: the exchange's death, while its pulse goes on
             assert fake.known(), "declared dead while its pulse went on"
         wrong_process = fake.identity["Started"] + 1
         stuck_for = limits.exchange_loop_stall_max_ms / 1000 + 1
+
+        def dead_despite(pulse: Callable[[], None]) -> bool:
+            pulse()
+            return not fake.known()
+
         for pulse in (
             lambda: fake.pulse(started=wrong_process),
             lambda: fake.pulse(loop_age=stuck_for),
         ):
             fake.report()
-            deadline = time.monotonic() + 2.0
-            while fake.known() and time.monotonic() < deadline:
-                pulse()
-                time.sleep(0.2)
-            assert not fake.known(), "pulses that should not count kept the exchange alive"
+            dead = functools.partial(dead_despite, pulse)
+            wait_for(dead, 2.0, "the exchange dead despite pulses that should not count", 0.2)
     finally:
         fake.close()
 
@@ -318,15 +335,18 @@ def test_heavy_publisher_is_reallocated_without_loss_or_reordering(cluster: Loca
     added = _add_exchange(cluster, "q1", "tx-relief")
     wait_for(lambda: len(collector.sub.exchanges) == 2, 10, "subscriber on both exchanges")
     sent = collections.Counter[Any]()
-    deadline = time.monotonic() + 15
-    while heavy.exchange == start_front and time.monotonic() < deadline:
-        for _ in range(20):  # ~400 KB/s from the heavy one, ~4 KB/s from each light one
+
+    def moved_under_load() -> bool:  # each 0.05 s: ~400 KB/s from the heavy one, ~4 KB/s light
+        for _ in range(20):
             heavy.send(b"h" * 1000, b"k")
             sent[heavy.producer_id] += 1
         for publisher in light:
             publisher.send(b"l" * 200, b"k")
             sent[publisher.producer_id] += 1
-        time.sleep(0.05)
+        return heavy.exchange != start_front
+
+    with contextlib.suppress(TimeoutError):  # the assertion below says what did not happen
+        wait_for(moved_under_load, 15, "the heavy publisher moved", interval_s=0.05)
     assert heavy.exchange == added["Front"], f"heavy publisher not moved\n{cluster.logs()}"
     assert all(p.exchange == start_front for p in light), "only the heavy publisher moves"
     for _ in range(200):
@@ -364,7 +384,8 @@ def test_bad_frames_are_counted_and_dropped_and_the_exchange_keeps_serving(
         raw.send_multipart(frames)
     collector = Collector(cluster, queue)
     collector.start()
-    time.sleep(0.3)
+    wait_for(lambda: [x.subscriptions for x in _monitored(cluster, queue)] == [1], 10,
+             "the collector joined the exchange")  # fmt: skip
     with Publisher(queue, gcm=cluster.gcm) as publisher:
         for n in range(100):
             publisher.send(b"%d" % n)
@@ -433,7 +454,7 @@ def test_a_full_buffer_pushes_back_and_a_refused_send_is_not_queued(
     publisher.close()
     assert publisher.sent_messages == taken, "a refused message must not be sent"
     wait_for(lambda: collector.count >= taken, 15, "every accepted message delivered")
-    time.sleep(0.3)  # a refused message sent anyway would arrive now
+    time.sleep(0.3)  # not arriving: a refused message sent anyway would arrive now
     collector.finish()
     _assert_exact(collector, {(publisher.producer_id, b"k"): taken})
 
@@ -461,7 +482,7 @@ def test_a_message_too_big_for_the_open_batch_starts_a_new_one(cluster: LocalClu
         publisher.send(bytes([n]) * size, b"k")
     publisher.close()
     wait_for(lambda: collector.count >= len(sizes), 15, "all three delivered")
-    time.sleep(0.3)
+    time.sleep(0.3)  # not arriving: a duplicate would arrive now
     collector.finish()
     _assert_exact(collector, {(publisher.producer_id, b"k"): len(sizes)})
     assert [len(p) for p in collector.payloads] == sizes
@@ -488,7 +509,7 @@ def test_linger_zero_sends_alone_when_idle_and_together_when_busy(
     strict.close()
     assert strict.sent_batches == 50
     wait_for(lambda: collector.count >= 20_053, 15, "everything delivered")
-    time.sleep(0.3)
+    time.sleep(0.3)  # not arriving: a duplicate would arrive now
     collector.finish()
     _assert_exact(
         collector, {(publisher.producer_id, b"k"): 20_003, (strict.producer_id, b"k"): 50}
@@ -513,7 +534,7 @@ def test_send_many_cuts_batches_where_send_does(cluster: LocalCluster, queue: st
     one.close()
     many.close()
     wait_for(lambda: collector.count >= 2 * len(sizes), 15, "everything delivered")
-    time.sleep(0.3)
+    time.sleep(0.3)  # not arriving: a duplicate would arrive now
     collector.finish()
     expected = {(one.producer_id, b"k"): len(sizes), (many.producer_id, b"k"): len(sizes)}
     _assert_exact(collector, expected)
@@ -533,7 +554,8 @@ def test_a_subscriber_that_joins_an_added_exchange_late_misses_nothing(cluster: 
     collector = Collector(cluster, "q1")  # joined the first exchange; not polled until start()
     first = Publisher("q1", gcm=cluster.gcm)
     added = _add_exchange(cluster, "q1", "tx-late")
-    time.sleep(1.0)  # past the 200 ms warm-up: placeable although the subscriber never joined
+    # past the 200 ms warm-up: placeable although the subscriber never joined
+    wait_for(lambda: _placeable(cluster, "q1", added["Id"]), 10, "the new exchange placeable")
     second = Publisher("q1", gcm=cluster.gcm)
     assert second.exchange == added["Front"], "the new publisher should go to the idle exchange"
     for n in range(500):
@@ -543,7 +565,7 @@ def test_a_subscriber_that_joins_an_added_exchange_late_misses_nothing(cluster: 
     second.close()
     collector.start()  # now it reads its notices and joins the new exchange
     wait_for(lambda: collector.count >= 1000, 15, "both publishers delivered")
-    time.sleep(0.3)  # a duplicate would arrive now
+    time.sleep(0.3)  # not arriving: a duplicate would arrive now
     collector.finish()
     _assert_exact(collector, {(first.producer_id, b"k"): 500, (second.producer_id, b"k"): 500})
 
@@ -589,7 +611,7 @@ def test_one_publisher_shared_by_eight_threads_loses_and_reorders_nothing(
     assert publisher.confirmed_batches == publisher.sent_batches
     publisher.close()
     wait_for(lambda: collector.count >= sent, 15, "everything delivered")
-    time.sleep(0.3)  # a duplicate would arrive now
+    time.sleep(0.3)  # not arriving: a duplicate would arrive now
     collector.finish()
     _assert_exact(collector, {(publisher.producer_id, b"k"): sent})
     per_thread: dict[int, list[int]] = collections.defaultdict(list)

@@ -73,7 +73,7 @@ def test_standby_gcm_serves_the_same_queues_after_the_leader_is_killed(running: 
     _roq(running, "queue", "create", "q2")
     standby = running.start_gcm()
     leader = running.daemons[0]
-    time.sleep(1.0)  # the standby has joined the election
+    wait_for(lambda: len(_candidates(running)) == 2, 10, "the standby in the election")
     os.killpg(leader.process.pid, signal.SIGKILL)
     leader.process.wait(timeout=10)
     killed = time.monotonic()
@@ -87,6 +87,15 @@ def test_standby_gcm_serves_the_same_queues_after_the_leader_is_killed(running: 
     assert wait_for(lambda: listed() == ["q1", "q2"], 40, f"standby\n{running.logs()}")
     assert time.monotonic() - killed < 4 + 12  # session timeout 4 s, a 5 s request timeout
     assert standby.process.poll() is None
+
+
+def _candidates(cluster: LocalCluster) -> list[str]:
+    """The GCMs standing in the leader election (its lock's participants)."""
+    client = session.connect(cluster.zk, 4000, auth=cluster.zk_auth)
+    try:
+        return list(client.get_children(Paths(cluster.namespace).election))
+    finally:
+        session.close(client)
 
 
 def test_a_killed_host_disappears_from_status(running: LocalCluster):

@@ -25,6 +25,7 @@ from roq.log import (
     segment_name,
 )
 from roq.log import format as fmt
+from roq.testing.cluster import wait_for
 
 OS = FlushPolicy("os")
 
@@ -287,12 +288,14 @@ def test_flush_policies_move_the_durable_offset(tmp_path):
 
 
 def _tick_until_durable(log: Log, clock: StepClock, bound_s: float = 5.0) -> None:
-    deadline = time.monotonic() + bound_s
-    while log.durable_offset != log.end_offset:
-        assert time.monotonic() < deadline, "the background sync never completed"
+    def durable() -> bool:
+        if log.durable_offset == log.end_offset:
+            return True
         clock.now += 0.001
         log.tick()
-        time.sleep(0.001)
+        return False
+
+    wait_for(durable, bound_s, "the background sync to complete", interval_s=0.001)
 
 
 def test_background_flush_moves_the_durable_offset_off_the_owner_thread(tmp_path):
@@ -321,10 +324,8 @@ def test_a_background_sync_asked_before_a_truncation_does_not_count(tmp_path):
         clock.now += 0.06
         assert log.maybe_flush()
         log.truncate_to(offsets[2])
-        deadline = time.monotonic() + 5
-        while log._flusher is not None and not log._flusher.idle():
-            assert time.monotonic() < deadline
-            time.sleep(0.001)
+        flusher = log._flusher
+        wait_for(lambda: flusher is None or flusher.idle(), 5, "the sync asked for", 0.001)
         log.tick()
         assert log.durable_offset <= offsets[2], (
             "a stale sync must not move the offset past the cut"
@@ -429,9 +430,7 @@ def test_background_retention_renames_at_once_and_the_janitor_deletes(tmp_path):
     with Log(tmp_path, 2 * size, OS, retention, background_delete=True) as log:
         fill(log, 20)
         assert log.start_offset > 0 and log.read(0, 100).status is ReadStatus.EVICTED
-        deadline = time.monotonic() + 10
-        while not shared.idle() and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(shared.idle, 10, "the janitor's deletions", interval_s=0.01)
         names = sorted(p.name for p in tmp_path.iterdir())
         assert names[0] == segment_name(log.start_offset), "a retired segment was left behind"
         assert not [n for n in names if n.endswith(janitor.DELETED_SUFFIX)]

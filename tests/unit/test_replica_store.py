@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import struct
-import time
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from roq.exchange.replication import (
     Replicator,
 )
 from roq.log import Log, LogSettings, ReadStatus, Retention, segment_name
+from roq.testing.cluster import wait_for
 from roq.transport import Kind, new_context, wait_readable
 
 LEADER = b"127.0.0.1-6000-aaaaaa"
@@ -277,9 +277,11 @@ def test_a_replica_that_falls_a_lag_behind_drops_out_and_acks_all_goes_on(
         pair.leader.append(batch(1000, records=10, size=1000))
         _turn(pair.replicator)  # sent, not answered: the replica stalls
         assert pair.replicator.committed() == before, "an in-sync replica is waited for"
-        for _ in range(30):  # the exchange's loop turns, each asking for the committed offset
-            time.sleep(0.02)
-            pair.replicator.committed()
+        # the exchange's loop turns, each asking for the committed offset
+        end = pair.leader.end_offset
+        wait_for(
+            lambda: pair.replicator.committed() == end, 5, "the stalled replica left behind", 0.02
+        )
         assert pair.replicator.committed() == pair.leader.end_offset > before
         assert not pair.in_sync() and pair.replicator.under_replicated
         while _serve(pair.router, pair.store):
@@ -318,5 +320,8 @@ def test_a_newly_assigned_replica_is_waited_for_until_its_first_answer(tmp_path:
         assert pair.in_sync() and pair.replicator.committed() == pair.leader.end_offset
     with _Pair(tmp_path / "silent", _long_log(tmp_path / "silent", batches=1), lag_s=0.3) as pair:
         assert pair.replicator.committed() == 0
-        time.sleep(0.4)  # nobody serves the replica's socket
-        assert pair.replicator.committed() == pair.leader.end_offset
+        # nobody serves the replica's socket: past lag_s it is left behind
+        end = pair.leader.end_offset
+        wait_for(
+            lambda: pair.replicator.committed() == end, 5, "the silent replica left behind", 0.02
+        )

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
 import typer
@@ -22,6 +23,33 @@ DEFINE_OPTION = typer.Option(
 )
 GCM_OPTION = typer.Option("127.0.0.1:5000", "--gcm", help="GCM HOST:PORT (PORT = ports.base).")
 ZK_OPTION = typer.Option(None, "--zk", help="ZooKeeper connect string: find the leading GCM there.")
+
+
+def table(
+    columns: Sequence[str],
+    rows: Iterable[Sequence[object]],
+    *,
+    right: Collection[str] = (),
+    header: bool = True,
+    indent: int = 0,
+) -> str:
+    """`rows` under their `columns` (those named in `right` right-aligned), each column as wide
+    as its widest cell: rich's Table as plain text, with no colour, box or wrapping, so that a
+    pipe, a log or a test reads what a terminal shows."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    grid = Table(
+        box=None, show_header=header, header_style="", pad_edge=False, padding=(0, 2, 0, 0)
+    )
+    for name in columns:
+        grid.add_column(name, justify="right" if name in right else "left", no_wrap=True)
+    for row in rows:
+        grid.add_row(*(Text(str(cell)) for cell in row))  # Text: no markup in names
+    out = io.StringIO()
+    Console(file=out, width=10_000, color_system=None, highlight=False).print(grid)
+    return "\n".join(" " * indent + line.rstrip() for line in out.getvalue().splitlines())
 
 
 def setup_logging(level: str = "INFO") -> None:

@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, Protocol
 
 import typer
 
@@ -39,14 +42,7 @@ def gcm(
         from roq.gcm.service import GlobalConfigurationManager
 
         manager = GlobalConfigurationManager(settings)
-        try:
-            manager.bind()
-            stop = stop_event()
-            with serving(f"gcm {manager.id}"):
-                manager.run(stop, on_ready=lambda: notify.ready(f"gcm {manager.id} serving"))
-            notify.stopping()
-        finally:
-            manager.close()
+        _serve(manager, f"gcm {manager.id}")
 
 
 @app.command(rich_help_panel="Daemons")
@@ -57,22 +53,51 @@ def host(
     """Run a Host Configuration Manager: registers this machine, runs monitors and exchanges."""
     setup_logging()
     with errors_to_exit():
-        settings = config.HostSettings.from_settings(
-            config.load_hcm(config_file, config.parse_overrides(define))
-        )
+        settings = config.HostSettings.from_settings(_hcm(config_file, define))
         _check_log_directory(settings)
         secure(settings.security, generate=True)
         from roq.host.service import HostConfigManager
 
         manager = HostConfigManager(settings)
-        try:
-            manager.bind()
-            stop = stop_event()
-            with serving(f"host {manager.name}"):
-                manager.run(stop, on_ready=lambda: notify.ready(f"host {manager.name} serving"))
-            notify.stopping()
-        finally:
-            manager.close()
+        _serve(manager, f"host {manager.name}")
+
+
+class _Manager(Protocol):
+    def bind(self) -> None: ...
+    def run(self, stop: threading.Event, on_ready: Callable[[], object]) -> None: ...
+    def close(self) -> None: ...
+
+
+def _serve(manager: _Manager, name: str) -> None:
+    """A GCM's or host's life: bind its sockets, serve until SIGTERM (telling systemd when it is
+    ready and when it stops), close."""
+    try:
+        manager.bind()
+        stop = stop_event()
+        with serving(name):
+            manager.run(stop, on_ready=lambda: notify.ready(f"{name} serving"))
+        notify.stopping()
+    finally:
+        manager.close()
+
+
+class _Child(Protocol):
+    def run(self, stop: threading.Event) -> None: ...
+    def close(self) -> None: ...
+
+
+def _serve_child(server: _Child, name: str, context: Any) -> None:
+    """A monitor's or exchange's life: serve until SIGTERM, close it and then its context."""
+    try:
+        with serving(name):
+            server.run(stop_event())
+    finally:
+        server.close()
+        context.term()
+
+
+def _hcm(config_file: Path | None, define: list[str]) -> config.Settings:
+    return config.load_hcm(config_file, config.parse_overrides(define))
 
 
 def secure(settings: config.SecuritySettings, *, generate: bool, lease: str = "") -> None:
@@ -141,9 +166,7 @@ def http(
     """
     setup_logging()
     with errors_to_exit():
-        settings = config.HttpSettings.from_settings(
-            config.load_hcm(config_file, config.parse_overrides(define))
-        )
+        settings = config.HttpSettings.from_settings(_hcm(config_file, define))
         if if_enabled and not settings.enabled:
             typer.echo("roq http: http.enabled=false; not serving", err=True)
             return
@@ -209,21 +232,14 @@ def monitor(
     """Run a queue's monitor: exchange liveness, publisher placement and re-allocation, KPIs."""
     setup_logging()
     with errors_to_exit():
-        settings = config.MonitorSettings.from_settings(
-            config.load_hcm(config_file, config.parse_overrides(define))
-        )
+        settings = config.MonitorSettings.from_settings(_hcm(config_file, define))
         secure(settings.security, generate=False, lease=lease)
         from roq.monitor.service import Monitor
         from roq.transport import new_context
 
         context = new_context()
         server = Monitor(context, queue, bind, port, stat_port, settings, lease=lease, epoch=epoch)
-        try:
-            with serving(f"monitor {queue}"):
-                server.run(stop_event())
-        finally:
-            server.close()
-            context.term()
+        _serve_child(server, f"monitor {queue}", context)
 
 
 @app.command(rich_help_panel="Daemons (started by roq host)")
@@ -249,9 +265,7 @@ def exchange(
     returns: it serves reads of the log and its copies until live exchanges hold them."""
     setup_logging()
     with errors_to_exit():
-        settings = config.ExchangeSettings.from_settings(
-            config.load_hcm(config_file, config.parse_overrides(define))
-        )
+        settings = config.ExchangeSettings.from_settings(_hcm(config_file, define))
         secure(settings.security, generate=False, lease=lease)
         from roq.exchange.service import Exchange, ExchangeSpec
         from roq.transport import new_context
@@ -261,11 +275,6 @@ def exchange(
         )
         context = new_context()
         server = Exchange(context, spec, settings)
-        try:
-            with serving(spec.name):
-                server.run(stop_event())
-        finally:
-            server.close()
-            context.term()
+        _serve_child(server, spec.name, context)
         if server.retired:  # a keeper whose logs live exchanges hold: its host restarts none
             raise typer.Exit(EXIT_RETIRED)

@@ -11,7 +11,7 @@ from typing import Any
 import typer
 
 from roq.cli.app import app
-from roq.cli.common import GCM_OPTION, ZK_OPTION, errors_to_exit, fail
+from roq.cli.common import GCM_OPTION, ZK_OPTION, errors_to_exit, fail, table
 from roq.client.admin import AdminClient, AdminRefused
 from roq.protocol.messages.admin import ChildReport, ClusterStatus, QueueStatus
 from roq.protocol.messages.control import (
@@ -102,10 +102,11 @@ def list_(
     if as_json:
         typer.echo(json.dumps([q.fields() for q in queues]))
         return
-    typer.echo(f"{'QUEUE':<24} {'STATE':<9} {'HOST':<20} MONITOR")
-    for q in queues:
-        host = q.host + ("" if q.host_alive else " (down)")
-        typer.echo(f"{q.name:<24} {q.state:<9} {host:<20} {q.monitor_host}")
+    rows = [
+        (q.name, q.state, q.host + ("" if q.host_alive else " (down)"), q.monitor_host)
+        for q in queues
+    ]
+    typer.echo(table(("QUEUE", "STATE", "HOST", "MONITOR"), rows))
 
 
 @app.command(rich_help_panel="Clients")
@@ -144,11 +145,12 @@ def _fields(live: MonitorStatus | None) -> dict[str, Any] | None:
 
 def _render_status(reply: ClusterStatus, lives: dict[str, MonitorStatus | None]) -> str:
     lines = [f"hosts ({len(reply.hosts)}):"]
-    for h in reply.hosts:
-        lines.append(f"  {h.name:<20} {h.hcm:<26} max {h.max_exchanges} exchanges")
+    known = [(h.name, h.hcm, f"max {h.max_exchanges} exchanges") for h in reply.hosts]
     for g in reply.gone:
         left = f"{g.queues} queue(s) still assigned" if g.queues else "its work re-placed"
-        lines.append(f"  {g.name:<20} GONE for {g.gone_s:.0f} s: {left}")
+        known.append((g.name, "", f"GONE for {g.gone_s:.0f} s: {left}"))
+    if known:
+        lines.append(table(("HOST", "ADDRESS", "STATE"), known, header=False, indent=2))
     for r in reply.repairs:
         lines.append(f"  re-placing {r.queue}: {r.comment}")
     lines.append(f"queues ({len(reply.queues)}):")

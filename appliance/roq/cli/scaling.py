@@ -17,7 +17,7 @@ from typing import Any
 import typer
 
 from roq.cli.app import app
-from roq.cli.common import GCM_OPTION, ZK_OPTION
+from roq.cli.common import GCM_OPTION, ZK_OPTION, table
 from roq.cli.queues import NS_OPTION, admin_client
 
 scaling_app = typer.Typer(help="Autoscaling rules of a queue (admin 2006/2007).")
@@ -92,6 +92,10 @@ def show_rules(
         typer.echo(json.dumps(rules.fields()))
         return
     typer.echo(f"rules {rules.name} (version {rules.version})")
-    for group in ("AUTOSCALING_HOST", "AUTOSCALING_XCHANGE", "AUTOSCALING_Q"):
-        for field, value in rules.groups.get(group, {}).items():
-            typer.echo(f"  {field:<28} {value:g}")
+    limits = [
+        (field, f"{value:g}")
+        for group in ("AUTOSCALING_HOST", "AUTOSCALING_XCHANGE", "AUTOSCALING_Q")
+        for field, value in rules.groups.get(group, {}).items()
+    ]
+    if limits:
+        typer.echo(table(("RULE", "LIMIT"), limits, header=False, indent=2))

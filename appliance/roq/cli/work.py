@@ -9,7 +9,7 @@ import typer
 
 from roq import limits
 from roq.cli.app import app
-from roq.cli.common import GCM_OPTION, ZK_OPTION, errors_to_exit, setup_logging, stop_event
+from roq.cli.common import GCM_OPTION, ZK_OPTION, errors_to_exit, setup_logging, stop_event, table
 from roq.cli.data import NAMESPACE_OPTION
 
 group_app = typer.Typer(help="Consumer groups of a queue (work queues).", no_args_is_help=True)
@@ -111,12 +111,15 @@ def group_list(
     """The queue's groups: lag, slots, in flight, acked and dead letters."""
     with errors_to_exit(), _admin(gcm, zk, namespace) as admin:
         groups = admin.list_groups(queue)
-        typer.echo(f"{'GROUP':<24} {'LAG':>10} {'SLOTS':>6} {'LEASED':>6} {'IN FLIGHT':>9} "
-                   f"{'ACKED':>10} {'DEAD':>6} CONSUMERS")  # fmt: skip
-        for g in groups:
-            lag = f"{g.lag}+" if g.uncounted or g.uncut else str(g.lag)
-            typer.echo(f"{g.name:<24} {lag:>10} {g.slots:>6} {g.leased:>6} {g.in_flight:>9} "
-                       f"{g.acked:>10} {g.dead_letters:>6} {len(g.consumers)}")  # fmt: skip
+    rows = [
+        (
+            g.name, f"{g.lag}+" if g.uncounted or g.uncut else g.lag, g.slots, g.leased,
+            g.in_flight, g.acked, g.dead_letters, len(g.consumers),
+        )
+        for g in groups
+    ]  # fmt: skip
+    columns = ("GROUP", "LAG", "SLOTS", "LEASED", "IN FLIGHT", "ACKED", "DEAD", "CONSUMERS")
+    typer.echo(table(columns, rows, right=columns[1:]))
 
 
 @group_app.command("show")

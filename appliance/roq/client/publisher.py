@@ -86,7 +86,7 @@ from roq.log import format as batchfmt
 from roq.protocol import bsonmsg, dataplane
 from roq.protocol.bsonmsg import Reply
 from roq.protocol.commands import Reason
-from roq.protocol.epoch import EpochWatch, Verdict, field_epoch
+from roq.protocol.epoch import EpochWatch, field_epoch
 from roq.protocol.messages.monitor import (
     EVERY_PUBLISHER,
     ExchangeLost,
@@ -701,7 +701,9 @@ class _PublisherIO(threading.Thread):
             try:
                 reply = self.placement.request(request)
                 envelope = Reply.decode(reply)
-                if not self._heard(field_epoch(reply)):
+                if not self.epochs.heard(
+                    self.monitor.base, self._follow_monitor, field_epoch(reply)
+                ):
                     raise RoqError("a monitor of an older epoch answered")
                 if envelope.ok:
                     self._connect(Placed.decode(reply).front)
@@ -772,15 +774,6 @@ class _PublisherIO(threading.Thread):
         self.monitor = found
         return True
 
-    def _heard(self, epoch: int) -> bool:
-        """Whether a reply or notice of `epoch` from the monitor may act: not if it is older
-        than one seen (refused, counted), nor if it is newer and the GCM then names another
-        monitor (followed: ask that one)."""
-        verdict = self.epochs.judge(epoch, self.monitor.base)
-        if verdict is Verdict.NEWER and self._follow_monitor():
-            return False
-        return verdict is not Verdict.STALE
-
     def _connect(self, front: str) -> None:
         self.dealer = open_socket(
             self.context, Kind.DEALER, sndhwm=limits.data_hwm_messages, rcvhwm=100_000
@@ -803,7 +796,7 @@ class _PublisherIO(threading.Thread):
         except ProtocolError as error:
             log.warning("%s: ignored a bad notice from the monitor: %s", self.pub_name, error)
             return None
-        if not self._heard(notice.epoch):
+        if not self.epochs.heard(self.monitor.base, self._follow_monitor, notice.epoch):
             return None
         if isinstance(notice, ExchangeLost):
             if notice.front != self.exchange:

@@ -57,7 +57,7 @@ from roq.log import format as batchfmt
 from roq.protocol import bsonmsg
 from roq.protocol.bsonmsg import Reply
 from roq.protocol.commands import Reason
-from roq.protocol.epoch import EpochWatch, Verdict, field_epoch
+from roq.protocol.epoch import EpochWatch, field_epoch
 from roq.protocol.messages.kpi import SubscriberKpi
 from roq.protocol.messages.monitor import (
     DeadLog,
@@ -157,7 +157,9 @@ class Subscriber:
                 reply = self._placement.request(
                     SubscriberInit().encode(), limits.subscriber_join_request_timeout_ms
                 )
-                if not self._heard(field_epoch(reply)):
+                if not self.epochs.heard(
+                    self.monitor.base, self._follow_monitor, field_epoch(reply)
+                ):
                     raise RoqError("a monitor of an older epoch answered")
                 listing = self._list_exchanges(reply)
                 if listing is not None and listing.exchanges:
@@ -204,15 +206,6 @@ class Subscriber:
         self._placement = Requester(self._context, found.at(MonitorPort.PLACEMENT))
         self.monitor = found
         return True
-
-    def _heard(self, epoch: int) -> bool:
-        """Whether a reply or notice of `epoch` from the monitor may act: not if it is older
-        than one seen (refused, counted), nor if it is newer and the GCM then names another
-        monitor (followed: ask that one)."""
-        verdict = self.epochs.judge(epoch, self.monitor.base)
-        if verdict is Verdict.NEWER and self._follow_monitor():
-            return False
-        return verdict is not Verdict.STALE
 
     @staticmethod
     def _list_exchanges(reply: dict[str, Any]) -> ExchangeList | None:
@@ -308,7 +301,7 @@ class Subscriber:
         except ProtocolError as error:  # the list comes again every period
             log.warning("%s: ignored a bad notice from the monitor: %s", self.name, error)
             return
-        if not self._heard(notice.epoch):
+        if not self.epochs.heard(self.monitor.base, self._follow_monitor, notice.epoch):
             return
         if isinstance(notice, NewExchange):
             entry = notice.entry
@@ -323,7 +316,7 @@ class Subscriber:
         request = SubscriberInit().encode()
         try:
             reply = self._placement.request(request, limits.subscriber_refresh_timeout_ms)
-            if not self._heard(field_epoch(reply)):
+            if not self.epochs.heard(self.monitor.base, self._follow_monitor, field_epoch(reply)):
                 raise RoqError("a monitor of an older epoch answered")
             listing = self._list_exchanges(reply)
         except RoqError as error:

@@ -5,7 +5,8 @@ No code outside this package looks a key up by name. A component calls its datac
 tests/unit/test_config.py, which checks that every key read here is declared in `keys.py` and
 that every declared key is read here or listed in `keys.NOT_READ`), never a hot path. Units are in
 the field names: durations become seconds (`_s`, float) unless the consumer takes milliseconds
-(`_ms`, int).
+(`_ms`, int). Each field names its key (`field(metadata=key(…))`) and `read` turns the keys into
+the fields by their type and unit, so the rule is applied in one place.
 
 The pure packages keep their own types and never read keys: the log's `LogSettings` is built here
 by `log_settings`.
@@ -15,7 +16,8 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
 
 from roq import limits
 from roq.config.keys import HCM_KEYS
@@ -26,32 +28,61 @@ from roq.log import FlushPolicy, LogSettings, Retention
 _SAFE = re.compile(r"^[A-Za-z0-9.,:_\-]*$")  # what ami/files/roq-configure accepts in role.env
 # An SSM parameter name (AWS's rule; roq-configure accepts the same for ROQ_CLUSTER_PARAMETER)
 _PARAMETER = re.compile(r"^[A-Za-z0-9_.\-/]+$")
+_T = TypeVar("_T")
+
+
+def key(name: str) -> dict[str, str]:
+    """A field's metadata: `read` fills the field from key `name` (`field(metadata=key(…))`)."""
+    return {"key": name}
+
+
+def read(cls: type[_T], settings: Settings, **given: Any) -> _T:
+    """An instance of the dataclass `cls`: each field declared with `key` read from `settings`
+    by its type, and in seconds when its name ends in `_s` (the key is in milliseconds); each
+    field typed with a dataclass of this module from that class's `from_settings`; the rest
+    (what a key does not give as it is) from `given`."""
+    values = dict(given)
+    for item in fields(cls):  # type: ignore[arg-type]
+        if item.name in values:
+            continue
+        name = item.metadata.get("key")
+        if name is None:
+            values[item.name] = globals()[str(item.type)].from_settings(settings)
+        elif item.name.endswith("_s"):
+            values[item.name] = settings._seconds(name)
+        else:
+            values[item.name] = _READERS[str(item.type)](settings, name)
+    return cls(**values)
+
+
+_READERS = {
+    "int": Settings._int,
+    "float": Settings._float,
+    "bool": Settings._bool,
+    "str": Settings._str,
+}
 
 
 # --- shared by several components ------------------------------------------------------------
 @dataclass(frozen=True)
 class ZooKeeperSettings:
-    servers: str  # zk.servers, a connect string
-    namespace: str  # zk.namespace, the cluster's root znode
-    session_timeout_ms: int
+    servers: str = field(metadata=key("zk.servers"))  # a connect string
+    namespace: str = field(metadata=key("zk.namespace"))  # the cluster's root znode
+    session_timeout_ms: int = field(metadata=key("zk.session.timeout"))
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ZooKeeperSettings:
-        return cls(
-            servers=settings._str("zk.servers"),
-            namespace=settings._str("zk.namespace"),
-            session_timeout_ms=settings._int("zk.session.timeout"),
-        )
+        return read(cls, settings)
 
 
 @dataclass(frozen=True)
 class SecuritySettings:
-    enabled: bool  # security
-    directory: str  # security.dir: cluster.json and admin.json
+    enabled: bool = field(metadata=key("security"))
+    directory: str = field(metadata=key("security.dir"))  # cluster.json and admin.json
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SecuritySettings:
-        return cls(enabled=settings._bool("security"), directory=settings._str("security.dir"))
+        return read(cls, settings)
 
 
 def log_settings(settings: Settings) -> LogSettings:
@@ -73,19 +104,14 @@ def log_settings(settings: Settings) -> LogSettings:
 class CloudSettings:
     """RoQ's cloud section, answered by admin command 2009. It holds no secret (`keys.RETIRED`)."""
 
-    use: bool
-    user: str
-    endpoint: str
-    gateway: str
+    use: bool = field(metadata=key("cloud.use"))
+    user: str = field(metadata=key("cloud.user"))
+    endpoint: str = field(metadata=key("cloud.endpoint"))
+    gateway: str = field(metadata=key("cloud.gateway"))
 
     @classmethod
     def from_settings(cls, settings: Settings) -> CloudSettings:
-        return cls(
-            use=settings._bool("cloud.use"),
-            user=settings._str("cloud.user"),
-            endpoint=settings._str("cloud.endpoint"),
-            gateway=settings._str("cloud.gateway"),
-        )
+        return read(cls, settings)
 
 
 @dataclass(frozen=True)
@@ -95,48 +121,38 @@ class Ec2Config:
     No credential is among them: boto3 finds its own (the AWS chain), and a GCM.properties that
     still sets `cloud.password` is refused by the loader (`keys.RETIRED`)."""
 
-    region: str
-    endpoint: str  # empty: boto3's endpoint for the region; else a VPC endpoint or an emulator
-    image: str
-    instance_type: str
-    instance_profile: str  # IAM instance profile of new instances (name or ARN); empty: none
-    key_name: str
-    security_groups: tuple[str, ...]
-    subnet: str
-    join_zk: str
-    join_namespace: str
-    join_gcm: str
-    join_interface: str
-    gcm_ports_base: int
-    instances_max: int
-    cooldown_s: float
-    timeout_s: float
-    cluster_parameter: str  # the SSM parameter holding cluster.json; the host fetches it
-    secured: bool  # security: then a host needs the cluster's keys, so the parameter above
+    region: str = field(metadata=key("cloud.region"))
+    # empty: boto3's endpoint for the region; else a VPC endpoint or an emulator
+    endpoint: str = field(metadata=key("cloud.endpoint"))
+    image: str = field(metadata=key("cloud.image"))
+    instance_type: str = field(metadata=key("cloud.instance.type"))
+    # IAM instance profile of new instances (name or ARN); empty: none
+    instance_profile: str = field(metadata=key("cloud.instance.profile"))
+    key_name: str = field(metadata=key("cloud.key.name"))
+    security_groups: tuple[str, ...]  # cloud.security.groups, split at commas
+    subnet: str = field(metadata=key("cloud.subnet"))
+    join_zk: str  # cloud.join.zk, else zk.servers
+    join_namespace: str = field(metadata=key("zk.namespace"))
+    join_gcm: str  # cloud.join.gcm, else network.interface
+    join_interface: str = field(metadata=key("cloud.join.interface"))
+    gcm_ports_base: int = field(metadata=key("ports.base"))
+    instances_max: int = field(metadata=key("cloud.instances.max"))
+    cooldown_s: float = field(metadata=key("cloud.provision.cooldown.ms"))
+    timeout_s: float = field(metadata=key("cloud.request.timeout.ms"))
+    # the SSM parameter holding cluster.json; the host fetches it
+    cluster_parameter: str = field(metadata=key("cloud.cluster.parameter"))
+    # then a host needs the cluster's keys, so the parameter above
+    secured: bool = field(metadata=key("security"))
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Ec2Config:
-        config = cls(
-            region=settings._str("cloud.region"),
-            endpoint=settings._str("cloud.endpoint"),
-            image=settings._str("cloud.image"),
-            instance_type=settings._str("cloud.instance.type"),
-            instance_profile=settings._str("cloud.instance.profile"),
-            key_name=settings._str("cloud.key.name"),
-            security_groups=tuple(
-                g.strip() for g in settings._str("cloud.security.groups").split(",") if g.strip()
-            ),
-            subnet=settings._str("cloud.subnet"),
+        groups = settings._str("cloud.security.groups").split(",")
+        config = read(
+            cls,
+            settings,
+            security_groups=tuple(g.strip() for g in groups if g.strip()),
             join_zk=settings._str("cloud.join.zk") or settings._str("zk.servers"),
-            join_namespace=settings._str("zk.namespace"),
             join_gcm=settings._str("cloud.join.gcm") or settings._str("network.interface"),
-            join_interface=settings._str("cloud.join.interface"),
-            gcm_ports_base=settings._int("ports.base"),
-            instances_max=settings._int("cloud.instances.max"),
-            cooldown_s=settings._seconds("cloud.provision.cooldown.ms"),
-            timeout_s=settings._seconds("cloud.request.timeout.ms"),
-            cluster_parameter=settings._str("cloud.cluster.parameter"),
-            secured=settings._bool("security"),
         )
         config.check(settings.source)
         return config
@@ -221,12 +237,15 @@ class ProvisioningSettings:
 
 @dataclass(frozen=True)
 class GcmSettings:
-    interface: str  # network.interface: an address or an interface name, resolved when bound
-    ports_base: int
-    broadcast_period_s: float  # period
-    host_timeout_ms: int  # hcmTIMEOUT, one request to a host (the Requester takes ms)
-    host_loss_grace_s: float  # host.loss.grace: a host gone this long has its work re-placed
-    format_db: bool
+    # an address or an interface name, resolved when bound
+    interface: str = field(metadata=key("network.interface"))
+    ports_base: int = field(metadata=key("ports.base"))
+    broadcast_period_s: float = field(metadata=key("period"))
+    # one request to a host (the Requester takes ms)
+    host_timeout_ms: int = field(metadata=key("hcmTIMEOUT"))
+    # a host gone this long has its work re-placed
+    host_loss_grace_s: float = field(metadata=key("host.loss.grace"))
+    format_db: bool = field(metadata=key("formatDB"))
     zk: ZooKeeperSettings
     cloud: CloudSettings
     provisioning: ProvisioningSettings
@@ -235,34 +254,25 @@ class GcmSettings:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> GcmSettings:
-        return cls(
-            security=SecuritySettings.from_settings(settings),
-            interface=settings._str("network.interface"),
-            ports_base=settings._int("ports.base"),
-            broadcast_period_s=settings._seconds("period"),
-            host_timeout_ms=settings._int("hcmTIMEOUT"),
-            host_loss_grace_s=settings._seconds("host.loss.grace"),
-            format_db=settings._bool("formatDB"),
-            zk=ZooKeeperSettings.from_settings(settings),
-            cloud=CloudSettings.from_settings(settings),
-            provisioning=ProvisioningSettings.from_settings(settings),
-        )
+        return read(cls, settings)
 
 
 # --- the host and its children (HCM.properties) -------------------------------------------------
 @dataclass(frozen=True)
 class HostSettings:
-    interface: str  # network.interface: an address or an interface name, resolved at start
-    name: str  # host.name; empty: the announced address
-    hcm_port: int
-    monitor_base_port: int
-    stat_base_port: int  # statmonitor.base.port
-    exchange_base_port: int
-    ports_per_kind_max: int  # ports.max.perkind
-    exchanges_max: int  # exchange.max.perhost
+    # an address or an interface name, resolved at start
+    interface: str = field(metadata=key("network.interface"))
+    name: str = field(metadata=key("host.name"))  # empty: the announced address
+    hcm_port: int = field(metadata=key("hcm.port"))
+    monitor_base_port: int = field(metadata=key("monitor.base.port"))
+    stat_base_port: int = field(metadata=key("statmonitor.base.port"))
+    exchange_base_port: int = field(metadata=key("exchange.base.port"))
+    ports_per_kind_max: int = field(metadata=key("ports.max.perkind"))
+    exchanges_max: int = field(metadata=key("exchange.max.perhost"))
     zk: ZooKeeperSettings
-    use_log: bool
-    log_root: str  # directory: the queues' logs and the copies of other exchanges' logs
+    use_log: bool = field(metadata=key("useLog"))
+    # the queues' logs and the copies of other exchanges' logs
+    log_root: str = field(metadata=key("directory"))
     # Every value that differs from its default, as (key, text): a child (monitor, exchange)
     # gets them as -D options, so it runs with its host's settings without reading its file.
     child_overrides: tuple[tuple[str, str], ...]
@@ -271,19 +281,9 @@ class HostSettings:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> HostSettings:
-        return cls(
-            security=SecuritySettings.from_settings(settings),
-            interface=settings._str("network.interface"),
-            name=settings._str("host.name"),
-            hcm_port=settings._int("hcm.port"),
-            monitor_base_port=settings._int("monitor.base.port"),
-            stat_base_port=settings._int("statmonitor.base.port"),
-            exchange_base_port=settings._int("exchange.base.port"),
-            ports_per_kind_max=settings._int("ports.max.perkind"),
-            exchanges_max=settings._int("exchange.max.perhost"),
-            zk=ZooKeeperSettings.from_settings(settings),
-            use_log=settings._bool("useLog"),
-            log_root=settings._str("directory"),
+        return read(
+            cls,
+            settings,
             child_overrides=tuple(settings.changed(HCM_KEYS).items()),
         )
 
@@ -292,23 +292,17 @@ class HostSettings:
 class WorkSettings:
     """Work queues: the consumer groups' slot manager in each queue's monitor."""
 
-    slot_messages: int  # work.slot.messages (the exchange cuts its log's slots by count)
-    slot_s: float  # work.slot.ms (the monitor closes a slot open this long)
-    lease_s: float  # work.lease.ms
-    inflight: int  # work.inflight
-    backoff_s: float  # work.redelivery.backoff.ms
-    max_deliveries: int  # work.max.deliveries
+    # the exchange cuts its log's slots by count
+    slot_messages: int = field(metadata=key("work.slot.messages"))
+    slot_s: float = field(metadata=key("work.slot.ms"))  # the monitor closes a slot open this long
+    lease_s: float = field(metadata=key("work.lease.ms"))
+    inflight: int = field(metadata=key("work.inflight"))
+    backoff_s: float = field(metadata=key("work.redelivery.backoff.ms"))
+    max_deliveries: int = field(metadata=key("work.max.deliveries"))
 
     @classmethod
     def from_settings(cls, settings: Settings) -> WorkSettings:
-        return cls(
-            slot_messages=settings._int("work.slot.messages"),
-            slot_s=settings._seconds("work.slot.ms"),
-            lease_s=settings._seconds("work.lease.ms"),
-            inflight=settings._int("work.inflight"),
-            backoff_s=settings._seconds("work.redelivery.backoff.ms"),
-            max_deliveries=settings._int("work.max.deliveries"),
-        )
+        return read(cls, settings)
 
 
 # The request settings: the key of each field, and JLupin's name for it (docs/requests.md).
@@ -335,27 +329,18 @@ class RequestSettings:
     """Request queues: a queue's monitor keeps its tasks (monitor/tasks.py). The HCM's values are
     every queue's defaults; `roq task config QUEUE KEY=VALUE` overrides them per queue."""
 
-    repeats: int  # request.delegator.repeats
-    repeat_wait_s: float  # request.delegator.wait.ms
-    send_probes: int  # request.send.probes
-    retry_pattern: str  # request.retry.pattern
-    retry_max: int  # request.retry.max
-    input_ttl_s: float  # request.input.ttl.ms
-    result_ttl_s: float  # request.result.ttl.ms
-    delay_s: float  # request.delay.ms
+    repeats: int = field(metadata=key("request.delegator.repeats"))
+    repeat_wait_s: float = field(metadata=key("request.delegator.wait.ms"))
+    send_probes: int = field(metadata=key("request.send.probes"))
+    retry_pattern: str = field(metadata=key("request.retry.pattern"))
+    retry_max: int = field(metadata=key("request.retry.max"))
+    input_ttl_s: float = field(metadata=key("request.input.ttl.ms"))
+    result_ttl_s: float = field(metadata=key("request.result.ttl.ms"))
+    delay_s: float = field(metadata=key("request.delay.ms"))
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RequestSettings:
-        return cls(
-            repeats=settings._int("request.delegator.repeats"),
-            repeat_wait_s=settings._seconds("request.delegator.wait.ms"),
-            send_probes=settings._int("request.send.probes"),
-            retry_pattern=settings._str("request.retry.pattern"),
-            retry_max=settings._int("request.retry.max"),
-            input_ttl_s=settings._seconds("request.input.ttl.ms"),
-            result_ttl_s=settings._seconds("request.result.ttl.ms"),
-            delay_s=settings._seconds("request.delay.ms"),
-        )
+        return read(cls, settings)
 
     def as_text(self) -> dict[str, str]:
         """Every setting by key, as property text (ms for the times)."""
@@ -385,29 +370,28 @@ class RequestSettings:
 class Thresholds:
     """Every number of the placement and relocation algorithm (`roq.monitor.placement`)."""
 
-    max_throughput: float  # bytes/s an exchange is sized for
-    overload: float = 1.10  # step 2: overloaded above overload × max
-    target: float = 0.90  # step 4a: a candidate must stay below target × max
-    optimise: float = 0.20  # step 4b: or the move narrows a gap wider than this share
-    coldstart: float = 0.10  # below this share everywhere, spread publishers by count
-    producers_max: int = 3  # top-k producers moved per decision (RoQ moved 1)
-    hysteresis: int = 2  # consecutive overloaded reports before acting
-    cooldown_s: float = 5.0  # no second decision for the same exchange within this
-    warmup_s: float = 1.0  # a new exchange takes publishers after this long at the latest
+    # bytes/s an exchange is sized for
+    max_throughput: float = field(metadata=key("exchange.max.throughput"))
+    # step 2: overloaded above overload × max
+    overload: float = field(default=1.10, metadata=key("relocate.overload"))
+    # step 4a: a candidate must stay below target × max
+    target: float = field(default=0.90, metadata=key("relocate.target"))
+    # step 4b: or the move narrows a gap wider than this share
+    optimise: float = field(default=0.20, metadata=key("relocate.optimise"))
+    # below this share everywhere, spread publishers by count
+    coldstart: float = field(default=0.10, metadata=key("relocate.coldstart"))
+    # top-k producers moved per decision (RoQ moved 1)
+    producers_max: int = field(default=3, metadata=key("relocate.producers.max"))
+    # consecutive overloaded reports before acting
+    hysteresis: int = field(default=2, metadata=key("relocate.hysteresis"))
+    # no second decision for the same exchange within this
+    cooldown_s: float = field(default=5.0, metadata=key("relocate.cooldown"))
+    # a new exchange takes publishers after this long at the latest
+    warmup_s: float = field(default=1.0, metadata=key("exchange.warmup"))
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Thresholds:
-        return cls(
-            max_throughput=settings._int("exchange.max.throughput"),
-            overload=settings._float("relocate.overload"),
-            target=settings._float("relocate.target"),
-            optimise=settings._float("relocate.optimise"),
-            coldstart=settings._float("relocate.coldstart"),
-            producers_max=settings._int("relocate.producers.max"),
-            hysteresis=settings._int("relocate.hysteresis"),
-            cooldown_s=settings._seconds("relocate.cooldown"),
-            warmup_s=settings._seconds("exchange.warmup"),
-        )
+        return read(cls, settings)
 
 
 @dataclass(frozen=True)
@@ -415,39 +399,30 @@ class ScalingConfig:
     """The scaling policy's numbers (`roq.monitor.policy`) and how often its actuator re-reads
     the queue's rules."""
 
-    policy: str = "default"  # scaling.policy: default or null
-    window_s: float = 2.0
-    cooldown_s: float = 10.0
-    highwater: float = 0.9
-    lowwater: float = 0.3
-    lowwater_s: float = 30.0
-    min_exchanges: int = 1
-    max_exchanges: int = 0  # 0: as many as the hosts have slots for
-    max_throughput: float = 100_000_000.0
-    rules_refresh_s: float = 30.0
+    policy: str = field(default="default", metadata=key("scaling.policy"))  # default or null
+    window_s: float = field(default=2.0, metadata=key("scaling.window.ms"))
+    cooldown_s: float = field(default=10.0, metadata=key("scaling.cooldown.ms"))
+    highwater: float = field(default=0.9, metadata=key("scaling.highwater"))
+    lowwater: float = field(default=0.3, metadata=key("scaling.lowwater"))
+    lowwater_s: float = field(default=30.0, metadata=key("scaling.lowwater.ms"))
+    min_exchanges: int = field(default=1, metadata=key("scaling.min.exchanges"))
+    # 0: as many as the hosts have slots for
+    max_exchanges: int = field(default=0, metadata=key("scaling.max.exchanges"))
+    max_throughput: float = field(default=100_000_000.0, metadata=key("exchange.max.throughput"))
+    rules_refresh_s: float = field(default=30.0, metadata=key("scaling.rules.refresh.ms"))
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ScalingConfig:
-        return cls(
-            policy=settings._str("scaling.policy"),
-            window_s=settings._seconds("scaling.window.ms"),
-            cooldown_s=settings._seconds("scaling.cooldown.ms"),
-            highwater=settings._float("scaling.highwater"),
-            lowwater=settings._float("scaling.lowwater"),
-            lowwater_s=settings._seconds("scaling.lowwater.ms"),
-            min_exchanges=settings._int("scaling.min.exchanges"),
-            max_exchanges=settings._int("scaling.max.exchanges"),
-            max_throughput=float(settings._int("exchange.max.throughput")),
-            rules_refresh_s=settings._seconds("scaling.rules.refresh.ms"),
-        )
+        return read(cls, settings)
 
 
 @dataclass(frozen=True)
 class MonitorSettings:
-    stat_period_s: float  # monitor.stat.period: the queue KPI
-    list_period_s: float  # monitor.list.period: the exchange list republished to subscribers
-    dead_heartbeats: int  # monitor.dead.heartbeats
-    replication_factor: int
+    stat_period_s: float = field(metadata=key("monitor.stat.period"))  # the queue KPI
+    # the exchange list republished to subscribers
+    list_period_s: float = field(metadata=key("monitor.list.period"))
+    dead_heartbeats: int = field(metadata=key("monitor.dead.heartbeats"))
+    replication_factor: int = field(metadata=key("replicationFactor"))
     thresholds: Thresholds
     scaling: ScalingConfig
     zk: ZooKeeperSettings  # where the scaling actuator finds the GCM; the groups' state
@@ -458,64 +433,49 @@ class MonitorSettings:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> MonitorSettings:
-        return cls(
-            security=SecuritySettings.from_settings(settings),
-            stat_period_s=settings._seconds("monitor.stat.period"),
-            list_period_s=settings._seconds("monitor.list.period"),
-            dead_heartbeats=settings._int("monitor.dead.heartbeats"),
-            replication_factor=settings._int("replicationFactor"),
-            thresholds=Thresholds.from_settings(settings),
-            scaling=ScalingConfig.from_settings(settings),
-            zk=ZooKeeperSettings.from_settings(settings),
-            work=WorkSettings.from_settings(settings),
-            requests=RequestSettings.from_settings(settings),
-        )
+        return read(cls, settings)
 
 
 @dataclass(frozen=True)
 class ExchangeSettings:
-    heartbeat_s: float  # heartbeat.period: the report to the monitor
-    stat_period_s: float  # monitor.stat.period: the KPI stream
-    publisher_hwm_batches: int  # exchange.publisher.hwm
-    subscriber_hwm_batches: int  # exchange.subscriber.hwm
-    host_name: str  # host.name; empty: the exchange's address
-    use_log: bool
-    log_root: str  # directory
+    heartbeat_s: float = field(metadata=key("heartbeat.period"))  # the report to the monitor
+    stat_period_s: float = field(metadata=key("monitor.stat.period"))  # the KPI stream
+    publisher_hwm_batches: int = field(metadata=key("exchange.publisher.hwm"))
+    subscriber_hwm_batches: int = field(metadata=key("exchange.subscriber.hwm"))
+    host_name: str = field(metadata=key("host.name"))  # empty: the exchange's address
+    use_log: bool = field(metadata=key("useLog"))
+    log_root: str = field(metadata=key("directory"))
     log: LogSettings
     security: SecuritySettings
-    slot_messages: int = 1000  # work.slot.messages: a slot of the log closes after this many
+    # a slot of the log closes after this many
+    slot_messages: int = field(default=1000, metadata=key("work.slot.messages"))
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ExchangeSettings:
-        return cls(
-            security=SecuritySettings.from_settings(settings),
-            heartbeat_s=settings._seconds("heartbeat.period"),
-            stat_period_s=settings._seconds("monitor.stat.period"),
-            publisher_hwm_batches=settings._int("exchange.publisher.hwm"),
-            subscriber_hwm_batches=settings._int("exchange.subscriber.hwm"),
-            host_name=settings._str("host.name"),
-            use_log=settings._bool("useLog"),
-            log_root=settings._str("directory"),
+        return read(
+            cls,
+            settings,
             log=log_settings(settings),
-            slot_messages=settings._int("work.slot.messages"),
         )
 
 
 # --- the HTTP gateway (HCM.properties) -----------------------------------------------------
 @dataclass(frozen=True)
 class HttpSettings:
-    enabled: bool  # http.enabled
-    interface: str  # network.interface: an address or an interface name, resolved at start
-    port: int  # http.port
+    enabled: bool = field(metadata=key("http.enabled"))
+    # an address or an interface name, resolved at start
+    interface: str = field(metadata=key("network.interface"))
+    port: int = field(metadata=key("http.port"))
     queues: tuple[str, ...]  # the roq queues holding the messages (http.queue.prefix, .queues)
-    acks: str  # http.acks: leader | all
-    tls_cert: str  # http.tls.cert: a PEM file; empty (with tls_key) is plain HTTP
-    tls_key: str  # http.tls.key
-    max_queue_size: int  # maxQueueSize: messages kept per topic
-    max_name_len: int  # maxNameLen: characters
-    max_msg_size: int  # maxMsgSize: bytes of UTF-8
-    max_topics: int
-    max_subscribers: int  # per topic
+    acks: str = field(metadata=key("http.acks"))  # leader | all
+    # a PEM file; empty (with tls_key) is plain HTTP
+    tls_cert: str = field(metadata=key("http.tls.cert"))
+    tls_key: str = field(metadata=key("http.tls.key"))
+    max_queue_size: int = field(metadata=key("maxQueueSize"))  # messages kept per topic
+    max_name_len: int = field(metadata=key("maxNameLen"))  # characters
+    max_msg_size: int = field(metadata=key("maxMsgSize"))  # bytes of UTF-8
+    max_topics: int = field(metadata=key("maxTopics"))
+    max_subscribers: int = field(metadata=key("maxSubscribers"))  # per topic
     zk: ZooKeeperSettings
 
     security: SecuritySettings
@@ -523,22 +483,8 @@ class HttpSettings:
     @classmethod
     def from_settings(cls, settings: Settings) -> HttpSettings:
         prefix = settings._str("http.queue.prefix")
-        return cls(
-            security=SecuritySettings.from_settings(settings),
-            enabled=settings._bool("http.enabled"),
-            interface=settings._str("network.interface"),
-            port=settings._int("http.port"),
-            queues=tuple(f"{prefix}-{n}" for n in range(settings._int("http.queues"))),
-            acks=settings._str("http.acks"),
-            tls_cert=settings._str("http.tls.cert"),
-            tls_key=settings._str("http.tls.key"),
-            max_queue_size=settings._int("maxQueueSize"),
-            max_name_len=settings._int("maxNameLen"),
-            max_msg_size=settings._int("maxMsgSize"),
-            max_topics=settings._int("maxTopics"),
-            max_subscribers=settings._int("maxSubscribers"),
-            zk=ZooKeeperSettings.from_settings(settings),
-        )
+        count = settings._int("http.queues")
+        return read(cls, settings, queues=tuple(f"{prefix}-{n}" for n in range(count)))
 
 
 # --- `roq up` (both files) --------------------------------------------------------------------

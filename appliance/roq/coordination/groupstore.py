@@ -28,7 +28,7 @@ from kazoo.exceptions import (
 )
 
 from roq.coordination.paths import Paths
-from roq.coordination.session import SharedSession
+from roq.coordination.session import QueueStore, SharedSession
 from roq.errors import CoordinationError
 
 log = logging.getLogger(__name__)
@@ -85,27 +85,19 @@ class Commit:
         return out
 
 
-class GroupStore:
-    """Owned by the monitor's main thread (kazoo's own threads aside). Its session is the
-    monitor's, which the monitor closes."""
+class GroupStore(QueueStore):
+    """A queue's consumer groups (`QueueStore`: whose thread, whose session)."""
 
     def __init__(self, zk: SharedSession, paths: Paths, queue: str):
-        self.paths, self.queue = paths, queue
-        self.root = paths.groups(queue)
-        self._session = zk
+        super().__init__(zk, paths, queue, paths.groups(queue))
         self.stored: set[str] = set()  # groups whose znode exists (read back or created)
-        self._rooted = False
 
     def commit(self, writes: list[Write]) -> Commit:
         """Start one multi of `writes` (group records first: a slot's parent must exist): one
         round trip and one ZooKeeper log write for all of them, all or none. The caller keeps
         at most one in flight, so each versioned write names the version the last one made."""
         try:
-            zk = self._zk()
-            if not self._rooted:  # once: a round trip of its own
-                zk.ensure_path(self.root)
-                self._rooted = True
-            transaction = zk.transaction()
+            transaction = self._transaction()
             for write in writes:
                 path = self._path(write.group, write.slot)
                 if write.record is None:
@@ -119,9 +111,6 @@ class GroupStore:
             return Commit(transaction.commit_async(), writes, self)
         except KazooException as error:
             raise CoordinationError(f"writing {self.root}: {error!r}") from None
-
-    def _zk(self) -> Any:
-        return self._session.client()
 
     def _path(self, group: str, slot: str = "") -> str:
         if slot:

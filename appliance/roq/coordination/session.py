@@ -143,6 +143,29 @@ class SharedSession:
             close(client)
 
 
+class QueueStore:
+    """A queue's znodes under one root (its groups, its tasks), written by the queue's monitor
+    through its process's session. Owned by the monitor's main thread (kazoo's own threads
+    aside); the session is the monitor's, which the monitor closes."""
+
+    def __init__(self, zk: SharedSession, paths: Paths, queue: str, root: str):
+        self.paths, self.queue, self.root = paths, queue, root
+        self._session = zk
+        self._rooted = False
+
+    def _zk(self) -> Any:
+        return self._session.client()
+
+    def _transaction(self) -> Any:
+        """A multi, its root made first, once (a round trip of its own: a multi's create does
+        not make its parents)."""
+        zk = self._zk()
+        if not self._rooted:
+            zk.ensure_path(self.root)
+            self._rooted = True
+        return zk.transaction()
+
+
 def secure_namespace(client: Any, paths: Paths, auth: str | None) -> None:
     """Make the namespace and its first level carry the cluster's ACL: they may predate security
     (a cluster upgraded, or run with security=off once). Znodes below are created with it."""

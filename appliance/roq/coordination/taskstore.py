@@ -29,7 +29,7 @@ from kazoo.exceptions import (
 
 from roq.coordination.groupstore import StaleWrite
 from roq.coordination.paths import Paths
-from roq.coordination.session import SharedSession
+from roq.coordination.session import QueueStore, SharedSession
 from roq.errors import CoordinationError
 
 __all__ = ["Exists", "RolledBack", "StaleWrite", "TaskStore", "TaskWrite"]
@@ -56,18 +56,11 @@ class TaskWrite:
 Outcome = int | CoordinationError  # the new version (-1: deleted), or why it was not made
 
 
-class TaskStore:
-    """Owned by the monitor's main thread (kazoo's own threads aside). Its session is the
-    monitor's, which the monitor closes."""
+class TaskStore(QueueStore):
+    """A queue's tasks (`QueueStore`: whose thread, whose session)."""
 
     def __init__(self, zk: SharedSession, paths: Paths, queue: str):
-        self.paths, self.queue = paths, queue
-        self.root = paths.tasks(queue)
-        self._session = zk
-        self._rooted = False
-
-    def _zk(self) -> Any:
-        return self._session.client()
+        super().__init__(zk, paths, queue, paths.tasks(queue))
 
     def _path(self, task: str) -> str:
         return self.paths.task(self.queue, task)
@@ -120,11 +113,7 @@ class TaskStore:
         write (fsync) for all of them. A multi is all or none: when one write fails (Exists,
         StaleWrite), the others come back RolledBack, and the caller sends them again."""
         try:
-            zk = self._zk()
-            if not self._rooted:  # once: a multi's create does not make its parents
-                zk.ensure_path(self.root)
-                self._rooted = True
-            transaction = zk.transaction()
+            transaction = self._transaction()
             for write in writes:
                 path = self._path(write.task)
                 if write.record is None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from roq import limits
@@ -70,6 +70,15 @@ class EpochWatch:
     def note(self, epoch: int) -> None:
         """An epoch learnt from the authority (the GCM's record): at least this one from now."""
         self.highest = max(self.highest, epoch)
+
+    def heard(self, source: str, follow: Callable[[], bool], epoch: int) -> bool:
+        """Whether a client may act on a reply or notice of `epoch` from its monitor at
+        `source`: not if it is older than one seen (refused, counted), nor if it is newer and
+        `follow` (ask the GCM where the monitor is) then finds another monitor: ask that one."""
+        verdict = self.judge(epoch, source)
+        if verdict is Verdict.NEWER and follow():
+            return False
+        return verdict is not Verdict.STALE
 
     def admits(self, epoch: int, source: str) -> bool:
         """`judge`, for owners that treat a newer epoch like the current one."""
