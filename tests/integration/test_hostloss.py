@@ -750,6 +750,28 @@ def test_a_re_placed_monitor_acts_under_a_higher_epoch_and_the_old_one_is_refuse
         sub.close()
 
 
+def _back_while_the_chosen_host_stalls(
+    cluster: LocalCluster, gcm: Daemon, h1: Daemon, chosen: Daemon
+) -> None:
+    """h1 and its children stopped past the session; the host the GCM will pick for the new
+    monitor stopped too (its 30 s session keeps it registered), so the GCM waits on it
+    (hcmTIMEOUT: 20 s in the tests) while h1 wakes, registers again and renews its children's
+    lease; then the chosen host wakes, answers, and the GCM's record write is refused."""
+    os.killpg(h1.process.pid, signal.SIGSTOP)
+    os.killpg(chosen.process.pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: "its monitor's host h1 is gone" in gcm.log_text(), SESSION_S + 15,
+                 f"the GCM re-placing q1's monitor\n{cluster.logs()}")  # fmt: skip
+        os.killpg(h1.process.pid, signal.SIGCONT)  # back before the chosen host answers
+        wait_for(lambda: "the lease of its children is renewed" in h1.log_text(), 15,
+                 f"h1 registered again and renewed its lease\n{h1.log_text()[-3000:]}")  # fmt: skip
+    finally:
+        os.killpg(h1.process.pid, signal.SIGCONT)
+        os.killpg(chosen.process.pid, signal.SIGCONT)
+    wait_for(lambda: "registered again: its monitor of q1 stays" in gcm.log_text(), 30,
+             f"the GCM's write refused\n{cluster.logs()}")  # fmt: skip
+
+
 def test_a_lost_host_back_before_its_monitors_move_is_recorded_keeps_its_monitor(
     cluster: LocalCluster,
 ) -> None:
@@ -765,21 +787,8 @@ def test_a_lost_host_back_before_its_monitors_move_is_recorded_keeps_its_monitor
     cluster.wait_ready(hosts=3)
     gcm = _gcm(cluster)
     old = locate_monitor("q1", gcm=cluster.gcm)
-    os.killpg(h1.process.pid, signal.SIGSTOP)
-    os.killpg(h3.process.pid, signal.SIGSTOP)
-    try:
-        wait_for(lambda: "its monitor's host h1 is gone" in gcm.log_text(), SESSION_S + 15,
-                 f"the GCM re-placing q1's monitor\n{cluster.logs()}")  # fmt: skip
-        # the GCM now waits for h3 (hcmTIMEOUT: 20 s in the tests); h1 comes back first
-        os.killpg(h1.process.pid, signal.SIGCONT)
-        wait_for(lambda: "the lease of its children is renewed" in h1.log_text(), 15,
-                 f"h1 registered again and renewed its lease\n{h1.log_text()[-3000:]}")  # fmt: skip
-        assert "was re-placed while this host was gone" not in h1.log_text()
-    finally:
-        os.killpg(h1.process.pid, signal.SIGCONT)
-        os.killpg(h3.process.pid, signal.SIGCONT)
-    wait_for(lambda: "registered again: its monitor of q1 stays" in gcm.log_text(), 25,
-             f"the GCM's write refused\n{cluster.logs()}")  # fmt: skip
+    _back_while_the_chosen_host_stalls(cluster, gcm, h1, h3)
+    assert "was re-placed while this host was gone" not in h1.log_text()
     record = _record(cluster)
     assert (record.host, record.epoch, record.monitor) == ("h1", 1, old.base), record
     wait_for(lambda: not cluster.queue_processes(host="h3"), 15, f"h3 withdrew its monitor of q1\n"
@@ -811,19 +820,7 @@ def test_a_called_off_move_stops_the_monitor_it_started_where_the_queue_had_an_e
     exchange_on_h2 = cluster.queue_processes(host="h2")
     gcm = _gcm(cluster)
     old = locate_monitor("q1", gcm=cluster.gcm)
-    os.killpg(h1.process.pid, signal.SIGSTOP)
-    os.killpg(h2.process.pid, signal.SIGSTOP)
-    try:
-        wait_for(lambda: "its monitor's host h1 is gone" in gcm.log_text(), SESSION_S + 15,
-                 f"the GCM re-placing q1's monitor\n{cluster.logs()}")  # fmt: skip
-        os.killpg(h1.process.pid, signal.SIGCONT)  # back before h2 answers the GCM
-        wait_for(lambda: "the lease of its children is renewed" in h1.log_text(), 15,
-                 f"h1 registered again and renewed its lease\n{h1.log_text()[-3000:]}")  # fmt: skip
-    finally:
-        os.killpg(h1.process.pid, signal.SIGCONT)
-        os.killpg(h2.process.pid, signal.SIGCONT)
-    wait_for(lambda: "registered again: its monitor of q1 stays" in gcm.log_text(), 30,
-             f"the GCM's write refused\n{cluster.logs()}")  # fmt: skip
+    _back_while_the_chosen_host_stalls(cluster, gcm, h1, h2)
     wait_for(lambda: cluster.queue_processes(host="h2") == exchange_on_h2, 10,
              f"h2 runs its exchange of q1 only\n{h2.log_text()[-3000:]}")  # fmt: skip
     assert "for the called-off move stopped" in gcm.log_text()
