@@ -513,7 +513,7 @@ class Monitor:
             return self._fenced()
         command = request["CMD"]
         if command == MonitorCommand.SUBSCRIBER_INIT:
-            return self._listing().reply()
+            return self._listing().encode()
         if command in (MonitorCommand.PUBLISHER_INIT, MonitorCommand.PUBLISHER_PANIC):
             return self._place(PublisherInit.decode(request))
         if command in GROUP_COMMANDS:

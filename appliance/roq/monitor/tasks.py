@@ -118,8 +118,8 @@ def _now_ms() -> int:
 def _view_of(task: str, record: Record | None) -> Document:
     """A task's answer to a TASK_GET; a record that is gone answers expired."""
     if record is None:
-        return TaskView(task, "unknown", "expired", error=GONE).reply()
-    return record.view(_now_ms()).reply()
+        return TaskView(task, "unknown", "expired", error=GONE).encode()
+    return record.view(_now_ms()).encode()
 
 
 @dataclass
@@ -389,12 +389,12 @@ class TaskManager:
             record = Record(ask.task, ask.service, accepted_ms=now, changed_ms=now)
             record.claim = ask.claim
             if self._claim(ask.task, record, staged=True):
-                return record.view(now, created=True).reply()
+                return record.view(now, created=True).encode()
             found = self._read(ask.task)
             if found is not None:
                 mine = bool(ask.claim) and found[0].claim == ask.claim
                 again = mine and found[0].state == "accepted"  # its first answer was lost
-                return found[0].view(now, created=again).reply()
+                return found[0].view(now, created=again).encode()
         return bsonmsg.fail(Reason.BUSY, f"task {ask.task} is being removed; submit again")
 
     def _start(self, request: dict[str, Any]) -> Document:
@@ -402,13 +402,13 @@ class TaskManager:
         now = _now_ms()
         found = self._read(ask.task)
         if found is None:  # acknowledged or collected: the message outlived its task
-            return TaskView(ask.task, "unknown", "expired", error=GONE).reply()
+            return TaskView(ask.task, "unknown", "expired", error=GONE).encode()
         record, version = found
         if record.state in FINAL or ask.attempt != record.attempt:
-            return record.view(now).reply()
+            return record.view(now).encode()
         wait_ms = record.accepted_ms + round(self.settings.delay_s * 1000) - now
         if wait_ms > 0:  # delaySendProcessTaskToExecuteInMillis
-            return record.view(now, wait_ms=wait_ms).reply()
+            return record.view(now, wait_ms=wait_ms).encode()
         # Counted here, not by the group's delivery count: a hand-out put off by the delay
         # (a nack) is not a probe; a worker that died with the request is.
         if record.probes >= self.settings.send_probes:
@@ -419,22 +419,22 @@ class TaskManager:
             record.runs += 1
             record.probes += 1
         self._put(ask.task, record, version, staged=True)
-        return record.view(now, run=record.state == "in_progress").reply()
+        return record.view(now, run=record.state == "in_progress").encode()
 
     def _finish(self, request: dict[str, Any]) -> Document:
         ask = TaskFinish.decode(request)
         now = _now_ms()
         found = self._read(ask.task)
         if found is None:
-            return TaskView(ask.task, "unknown", "expired", error=GONE).reply()
+            return TaskView(ask.task, "unknown", "expired", error=GONE).encode()
         record, version = found
         if record.state == "expired" and not record.late and not record.collected:
             record.late = True  # stored once, for `roq task show`; never handed to the client
             record.result = ask.result if ask.ok else ask.error.encode()
             self._put(ask.task, record, version)
-            return record.view(now).reply()
+            return record.view(now).encode()
         if record.state in FINAL or ask.attempt != record.attempt:
-            return record.view(now).reply()  # a second result: the first one stands
+            return record.view(now).encode()  # a second result: the first one stands
         retry = not ask.ok and self._retried(record, ask.error)
         if retry:
             record.attempt += 1
@@ -447,7 +447,7 @@ class TaskManager:
         else:
             record.become("failed", now, ask.error or "the worker failed")
         self._put(ask.task, record, version, staged=True)
-        return record.view(now, retry=retry).reply()
+        return record.view(now, retry=retry).encode()
 
     def _retried(self, record: Record, error: str) -> bool:
         """exceptionStringToRepeat + maxAcceptExceptionAmount."""
