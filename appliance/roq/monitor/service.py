@@ -503,6 +503,7 @@ class Monitor:
                 **self.tasks.routes(),
             },
             self._stamp,
+            unknown=lambda command: f"unknown command {command}",  # its wording before the table
         )
 
     def _stamp(self, reply: Document) -> Document:
