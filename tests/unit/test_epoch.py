@@ -137,7 +137,7 @@ def _entry(port: int, exchange_id: str) -> ExchangeEntry:
 
 def test_a_subscriber_refuses_notices_of_an_older_epoch(scripted: Any, port_blocks: PortBlocks):
     backs = port_blocks.take(4)
-    monitor = scripted([ExchangeList((_entry(backs, "x1"),), (), epoch=2).reply()])
+    monitor = scripted([ExchangeList((_entry(backs, "x1"),), (), epoch=2).encode()])
     sub = Subscriber("q1", monitor=monitor.address, join_timeout_s=10)
     try:
         assert sub.epochs.highest == 2 and set(sub.exchanges.values()) == {"x1"}

@@ -25,7 +25,7 @@ from roq.protocol.commands import (
     Result,
     StatCommand,
 )
-from roq.protocol.messages import admin, control, groups, host, kpi, monitor
+from roq.protocol.messages import admin, control, groups, host, kpi, monitor, tasks
 from roq.protocol.rules import RuleSet
 
 FRONT, BACK = "tcp://127.0.0.1:18000", "tcp://127.0.0.1:18001"
@@ -83,8 +83,14 @@ CASES: list[tuple[str, Any, Encode, Decode, frozenset[str]]] = [
      *_std(monitor.ExchangeReport), frozenset({"End", "Cuts", "Keeper"})),
     ("group join", groups.GroupJoin("g1", "c1", "now", True, b"eu."), *_std(groups.GroupJoin),
      frozenset({"From", "Ordered", "Prefix"})),
-    ("joined", groups.Joined(30000, 1000, 5, False, "q1.g1.dlq", b"eu."), *_std(groups.Joined),
-     frozenset({"RESULT", "COMMENT", "Prefix", "SlotMessages"})),
+    ("joined", groups.Joined(30000, 1000, 5, False, "q1.g1.dlq", b"eu.", written=3),
+     *_std(groups.Joined), frozenset({"RESULT", "COMMENT", "Prefix", "SlotMessages", "Written"})),
+    ("no slot", groups.NoSlot((groups.Tail("x1", "tcp://127.0.0.1:18003", 4096),)),
+     *_std(groups.NoSlot), frozenset({"RESULT", "COMMENT", "Tails"})),
+    ("released, written", groups.Synced("released", 7), *_std(groups.Synced),
+     frozenset({"RESULT", "COMMENT"})),
+    ("task settings", tasks.TaskSettings({"request.send.probes": "3"}), *_std(tasks.TaskSettings),
+     frozenset({"RESULT", "COMMENT"})),
     ("group lease request", groups.ConsumerRequest(MonitorCommand.GROUP_LEASE, "g1", "c1"),
      *_std(groups.ConsumerRequest), frozenset({"Slot", "Give", "Seen"})),
     ("lease request with a window and what the consumer saw",
@@ -142,7 +148,7 @@ CASES: list[tuple[str, Any, Encode, Decode, frozenset[str]]] = [
      *_std(monitor.PublisherInit), frozenset()),
     ("placed", monitor.Placed("x1", FRONT, 2), *_std(monitor.Placed),
      frozenset({"RESULT", "COMMENT"}) | EPOCH),
-    ("exchange list reply", LISTING, lambda m: m.reply(), monitor.ExchangeList.decode,
+    ("exchange list reply", LISTING, *_std(monitor.ExchangeList),
      frozenset({"RESULT", "COMMENT"}) | EPOCH),
     ("exchange list notice", LISTING, lambda m: m.notice(), monitor.ExchangeList.decode, EPOCH),
     ("relocate", monitor.Relocate("ab" * 16, "x2", FRONT, BACK, 2), *_std(monitor.Relocate),

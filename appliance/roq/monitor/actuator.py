@@ -14,7 +14,7 @@ import logging
 import queue as queue_mod
 import threading
 import time
-from typing import Any
+from dataclasses import dataclass
 
 from roq import limits
 from roq.backoff import Backoff
@@ -27,6 +27,30 @@ from roq.errors import RoqError
 from roq.protocol.rules import RuleSet
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RulesRead:
+    """The queue's rules as the GCM stores them (None: none stored, the implicit rule)."""
+
+    rules: RuleSet | None
+
+
+@dataclass(frozen=True)
+class Acted:
+    """How one action ended: `kind` "out" (2004) or "in" (2014), after `seconds`; done with
+    `exchange_id` added or retired, or refused with the admin API's `reason` ("unreachable"
+    when no GCM answered) and its `comment`."""
+
+    kind: str
+    seconds: float
+    ok: bool
+    exchange_id: str = ""
+    reason: str = ""
+    comment: str = ""
+
+
+Result = RulesRead | Acted  # what the actuator hands the monitor's main thread
 
 
 class Actuator(threading.Thread):
@@ -50,9 +74,7 @@ class Actuator(threading.Thread):
         self.actions: queue_mod.Queue[tuple[str, str]] = queue_mod.Queue(
             limits.scaling_actions_queued_max
         )
-        self.results: queue_mod.Queue[dict[str, Any]] = queue_mod.Queue(
-            limits.scaling_results_queued_max
-        )
+        self.results: queue_mod.Queue[Result] = queue_mod.Queue(limits.scaling_results_queued_max)
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -90,25 +112,26 @@ class Actuator(threading.Thread):
         except (RoqError, ValueError) as error:
             log.info("queue %s: rules not read yet (%s); retrying", self.queue, error)
             return False
-        self._put({"Kind": "rules", "Rules": rules})
+        self._put(RulesRead(rules))
         return True
 
-    def _act(self, admin: AdminClient, action: str, argument: str) -> dict[str, Any]:
+    def _act(self, admin: AdminClient, action: str, argument: str) -> Acted:
         started = time.monotonic()
+
+        def ended(ok: bool, exchange_id: str = "", reason: str = "", comment: str = "") -> Acted:
+            return Acted(action, time.monotonic() - started, ok, exchange_id, reason, comment)
+
         try:
             if action == "out":
-                reply = admin.create_exchange(self.queue, argument)
-                result = {"Ok": True, "Exchange": reply.exchange.fields()}
-            else:
-                admin.remove_exchange(self.queue, argument)
-                result = {"Ok": True, "Exchange": {"Id": argument}}
+                return ended(True, admin.create_exchange(self.queue, argument).exchange.exchange_id)
+            admin.remove_exchange(self.queue, argument)
+            return ended(True, argument)
         except AdminRefused as refused:
-            result = {"Ok": False, "Reason": refused.reason, "Comment": str(refused)}
+            return ended(False, reason=refused.reason, comment=str(refused))
         except (RoqError, ValueError, KeyError) as error:
-            result = {"Ok": False, "Reason": "unreachable", "Comment": str(error)}
-        return {"Kind": action, "Seconds": time.monotonic() - started, **result}
+            return ended(False, reason="unreachable", comment=str(error))
 
-    def _put(self, result: dict[str, Any]) -> None:
+    def _put(self, result: Result) -> None:
         try:
             self.results.put(result, timeout=1.0)
         except queue_mod.Full:

@@ -7,13 +7,15 @@ exchanges hold copies of a dead one's log, so it can cut every log into slots an
 slot is read, without a new process or a new membership protocol. It never reads a log: the
 consumers do, from the exchanges' log servers (F+3).
 
-The monitor hooks in at three points (`service.py`): its placement socket hands group commands
-(20–26) to `handle`, every report's `End`/`Cuts` go to `observe`, and `tick` runs on its timer.
+The monitor hooks in at three points (`service.py`): its placement socket's table serves the
+group commands (20–26) with the `routes` below (each handler gets the typed request and returns
+the typed reply), every report's `End`/`Cuts` go to `observe`, and `tick` runs on its timer.
 A JOIN, RELEASE, LEAVE or DELETE is answered once its changes are in ZooKeeper. A LEASE or SETTLE
 is applied in memory and answered at once, and one group commit at a time then writes every
 change since the previous one (`pump`); each answer's `Written` tells the consumer which of its
-settles are stored (a SETTLE with `Sync` waits for its own). So what a consumer was told is
-written (a confirmed ack) survives the monitor's restart or move; what it was not told may not.
+settles are stored (a SETTLE with `Sync` waits for its own: `_synced`). So what a consumer was
+told is written (a confirmed ack) survives the monitor's restart or move; what it was not told
+may not.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from roq import limits
 from roq.config import MonitorSettings
@@ -32,9 +34,8 @@ from roq.coordination.paths import Paths
 from roq.coordination.session import SharedSession
 from roq.errors import CoordinationError
 from roq.monitor.slots import GiveResult, Group, Member, Rules, Slot
-from roq.protocol import bsonmsg
-from roq.protocol.bsonmsg import Document
 from roq.protocol.commands import MonitorCommand, Reason
+from roq.protocol.dispatch import Answer, Done, Encodable, Refused, Route, route
 from roq.protocol.messages.groups import (
     ConsumerRequest,
     ConsumerView,
@@ -43,10 +44,13 @@ from roq.protocol.messages.groups import (
     GroupJoin,
     Groups,
     GroupView,
+    HeldAnswer,
     Joined,
     Lease,
+    NoSlot,
     Settle,
     Settled,
+    Synced,
     Tail,
     dead_letter_queue,
     expand,
@@ -57,19 +61,19 @@ from roq.transport.rpc import Envelope
 log = logging.getLogger(__name__)
 
 GROUP_COMMANDS = frozenset(range(MonitorCommand.GROUP_JOIN, MonitorCommand.GROUP_DELETE + 1))
-# answered once their changes are in ZooKeeper (rare: joins, gives back, deletions); LEASE
-# and SETTLE are answered at once (a SETTLE with `Sync` waits too)
-_SYNC_COMMANDS = frozenset((MonitorCommand.GROUP_JOIN, MonitorCommand.GROUP_RELEASE,
-                            MonitorCommand.GROUP_LEAVE))  # fmt: skip
 # exchange id → (log endpoint, leader id to name for a copy ("" for its own log), readable end)
 Readable = Mapping[str, tuple[str, str, int]]
+Reply = Callable[[Envelope, Encodable], None]  # answers a held request (service.py)
+W = TypeVar("W", Joined, Settled, Synced)  # a reply that says `Written`
+E = TypeVar("E", bound=Encodable)
+_NOT_LOADED = Refused(Reason.BUSY, "consumer groups: ZooKeeper is not reachable yet")
 
 
 @dataclass
 class _Held:
     """A LEASE held (its `Wait`): answered at `deadline` or when woken, as any LEASE."""
 
-    request: dict[str, Any]
+    ask: ConsumerRequest
     envelope: Envelope
     deadline: float
 
@@ -81,7 +85,7 @@ class GroupManager:
         settings: MonitorSettings,
         zk: SharedSession,  # the monitor's one ZooKeeper session, which it closes
         readable: Callable[[], Readable],
-        reply: Callable[[Envelope, Document], None] | None = None,
+        reply: Reply | None = None,
     ):
         work = settings.work
         self.queue, self.name = queue, f"monitor {queue}"
@@ -251,35 +255,33 @@ class GroupManager:
             else:
                 group.dirty = True
 
-    # --- requests -----------------------------------------------------------------------------
-    def handle(self, request: dict[str, Any], envelope: Envelope | None = None) -> Document | None:
-        """The reply; None when a LEASE with `Wait` found no slot and is held."""
-        if not self._ensure_loaded():
-            return bsonmsg.fail(Reason.BUSY, "consumer groups: ZooKeeper is not reachable yet")
-        command = request["CMD"]
-        if command == MonitorCommand.GROUP_LEASE and envelope is not None:
-            reply = self._lease(request)
-            self.pump()
-            return None if self._hold(request, reply, envelope) else reply
-        handlers: dict[int, Callable[[dict[str, Any]], Document]] = {
-            MonitorCommand.GROUP_JOIN: self._join,
-            MonitorCommand.GROUP_LEASE: self._lease,
-            MonitorCommand.GROUP_SETTLE: self._settle,
-            MonitorCommand.GROUP_RELEASE: self._release,
-            MonitorCommand.GROUP_LEAVE: self._leave,
-            MonitorCommand.GROUP_INFO: self._info,
-            MonitorCommand.GROUP_DELETE: self._delete,
+    # --- requests: their routes in the placement socket's table (service.py) ------------------
+    def routes(self) -> dict[int, Route[Any, Envelope | None]]:
+        """Each group command's message class and handler: a handler is given the typed
+        request (a LEASE its envelope too: None when it may not be held) and returns the typed
+        reply. Every one is BUSY until the groups are read back from ZooKeeper."""
+        return {
+            MonitorCommand.GROUP_JOIN: route(GroupJoin.decode, self.join),
+            MonitorCommand.GROUP_LEASE: Route(ConsumerRequest.decode, self.lease),
+            MonitorCommand.GROUP_SETTLE: route(Settle.decode, self.settle),
+            MonitorCommand.GROUP_RELEASE: route(ConsumerRequest.decode, self.release),
+            MonitorCommand.GROUP_LEAVE: route(ConsumerRequest.decode, self.leave),
+            MonitorCommand.GROUP_INFO: route(GroupInfo.decode, self.info),
+            MonitorCommand.GROUP_DELETE: route(GroupDelete.decode, self.delete),
         }
-        reply = handlers[command](request)
-        if not bsonmsg.Reply.decode(reply).ok:
-            return reply
-        if command in _SYNC_COMMANDS or (command == MonitorCommand.GROUP_SETTLE
-                                         and request.get("Sync") is True):  # fmt: skip
-            if not self.sync():
-                return bsonmsg.fail(Reason.BUSY, "consumer groups: ZooKeeper did not take it")
-            reply["Written"] = self._written(request)
-        else:
-            self.pump()
+
+    def _synced(self, ask: GroupJoin | Settle | ConsumerRequest, reply: W) -> W | Refused:
+        """`reply` once everything applied so far is in ZooKeeper, with `Written`: up to which
+        `Seq` the asking consumer's settles are (JOIN, RELEASE, LEAVE, a SETTLE with `Sync`)."""
+        if not self.sync():
+            return Refused(Reason.BUSY, "consumer groups: ZooKeeper did not take it")
+        group = self.groups.get(ask.group)
+        member = group.members.get(ask.consumer) if group else None
+        return replace(reply, written=member.written if member else 0)
+
+    def _answered(self, reply: E) -> E:
+        """A reply sent before its changes are written: they go with the next commit."""
+        self.pump()
         return reply
 
     # --- held LEASEs (request/response workers, docs/requests.md) -----------------------------
@@ -287,16 +289,13 @@ class GroupManager:
     # (its idle poll): a requester's first TASK_GET, right after its request was published,
     # wakes one held consumer of the service's group, which reads the log's end at once,
     # instead of at its next poll.
-    def _hold(self, request: dict[str, Any], reply: Document, envelope: Envelope) -> bool:
-        wait_ms = ConsumerRequest.decode(request).wait_ms
-        if wait_ms <= 0 or reply.get("Slot") != "" or self._reply is None:
+    def _hold(self, ask: ConsumerRequest, reply: Encodable, envelope: Envelope | None) -> bool:
+        if ask.wait_ms <= 0 or not isinstance(reply, NoSlot) or self._reply is None:
             return False
-        if self.holding >= limits.work_lease_waiters_max:
+        if envelope is None or self.holding >= limits.work_lease_waiters_max:
             return False  # answered at once: its consumer sleeps instead
-        deadline = time.monotonic() + wait_ms / 1000
-        self._held.setdefault(str(request.get("Group")), []).append(
-            _Held(request, envelope, deadline)
-        )
+        deadline = time.monotonic() + ask.wait_ms / 1000
+        self._held.setdefault(ask.group, []).append(_Held(ask, envelope, deadline))
         self.holding += 1
         return True
 
@@ -322,7 +321,7 @@ class GroupManager:
             while held and held[0].deadline <= now:
                 self._answer_held(group_name, held.pop(0))
 
-    def release_waits(self, reply: Document) -> None:
+    def release_waits(self, reply: Encodable) -> None:
         """Answer every held LEASE with `reply` (the monitor is fenced)."""
         held = [h for waiting in self._held.values() for h in waiting]
         self._held.clear()
@@ -335,20 +334,14 @@ class GroupManager:
         self.holding -= 1
         if not self._held.get(group_name):
             self._held.pop(group_name, None)
+        answer: Encodable
         try:
-            reply = self._lease(item.request)
+            answer = self._lease(item.ask)
         except Exception as error:  # the request decoded when it came; answer it whatever
             log.exception("%s: a held LEASE failed", self.name)
-            reply = bsonmsg.fail(Reason.INTERNAL, f"internal error: {error!r}")
-        reply["Held"] = True  # its consumer asks again at once (it did wait)
-        reply["Woken"] = woken  # by a requester's wait (else its wait ended)
+            answer = Refused(Reason.INTERNAL, f"internal error: {error!r}")
         if self._reply is not None:
-            self._reply(item.envelope, reply)
-
-    def _written(self, request: dict[str, Any]) -> int:
-        group = self.groups.get(str(request.get("Group")))
-        member = group.members.get(str(request.get("Consumer"))) if group else None
-        return member.written if member else 0
+            self._reply(item.envelope, HeldAnswer(answer, woken))
 
     def _member(self, group_name: str, consumer: str) -> tuple[Group, Member] | None:
         group = self.groups.get(group_name)
@@ -362,12 +355,14 @@ class GroupManager:
         member.last_seen = time.monotonic()
         return group, member
 
-    def _join(self, request: dict[str, Any]) -> Document:
-        join = GroupJoin.decode(request)
+    def join(self, join: GroupJoin) -> Encodable:
+        """20: the group is created if new; answered once written."""
+        if not self._ensure_loaded():
+            return _NOT_LOADED
         group = self.groups.get(join.group)
         if group is None:
             if len(self.groups) >= limits.work_groups_max:
-                return bsonmsg.fail(Reason.NO_CAPACITY, f"already {limits.work_groups_max} groups")
+                return Refused(Reason.NO_CAPACITY, f"already {limits.work_groups_max} groups")
             group = Group(join.group, join.ordered, join.start, join.prefix)
             self.groups[join.group] = group
             if join.start == "now":  # what the logs hold now is not this group's
@@ -376,31 +371,31 @@ class GroupManager:
                      join.group, join.start, ", ordered" if join.ordered else "",
                      join.prefix)  # fmt: skip
         elif join.prefix and join.prefix != group.prefix:
-            return bsonmsg.fail(Reason.BAD_REQUEST, f"group {join.group} takes key prefix "
-                                f"{group.prefix!r}, not {join.prefix!r}")  # fmt: skip
+            return Refused(Reason.BAD_REQUEST, f"group {join.group} takes key prefix "
+                           f"{group.prefix!r}, not {join.prefix!r}")  # fmt: skip
         if self._member(join.group, join.consumer) is None:
-            return bsonmsg.fail(
-                Reason.NO_CAPACITY, f"already {limits.work_consumers_max} consumers"
-            )
+            return Refused(Reason.NO_CAPACITY, f"already {limits.work_consumers_max} consumers")
         log.info("%s: consumer %s joined group %s", self.name, join.consumer, join.group)
         rules = self.rules
         dlq = dead_letter_queue(self.queue, group.name)
         lease_ms = int(rules.lease_s * 1000)
-        return Joined(
-            lease_ms,
-            rules.inflight,
-            rules.max_deliveries,
-            group.ordered,
-            dlq,
-            group.prefix,
-            self.slot_messages,
-        ).encode()
+        joined = Joined(lease_ms, rules.inflight, rules.max_deliveries, group.ordered, dlq,
+                        group.prefix, self.slot_messages)  # fmt: skip
+        return self._synced(join, joined)
 
-    def _lease(self, request: dict[str, Any]) -> Document:
-        ask = ConsumerRequest.decode(request)
+    def lease(self, ask: ConsumerRequest, envelope: Envelope | None) -> Answer:
+        """21: the next slot; with none due and a `Wait`, held (None) until woken or its wait
+        ends (`_answer_held`), when `envelope` is given."""
+        if not self._ensure_loaded():
+            return _NOT_LOADED
+        reply = self._lease(ask)
+        self.pump()
+        return None if self._hold(ask, reply, envelope) else reply
+
+    def _lease(self, ask: ConsumerRequest) -> Lease | NoSlot | Refused:
         found = self._member(ask.group, ask.consumer)
         if found is None:
-            return bsonmsg.fail(Reason.UNKNOWN_QUEUE, f"no group {ask.group} (join it first)")
+            return Refused(Reason.UNKNOWN_QUEUE, f"no group {ask.group} (join it first)")
         self._note_seen(ask.seen)
         return self._lease_for(*found, ask.give)
 
@@ -412,7 +407,7 @@ class GroupManager:
             if known is not None and tail.offset > max(known, self.seen.get(tail.exchange, 0)):
                 self.seen[tail.exchange] = tail.offset
 
-    def _lease_for(self, group: Group, member: Member, give: int) -> Document:
+    def _lease_for(self, group: Group, member: Member, give: int) -> Lease | NoSlot:
         """The next slot for `member`, with its first `give` messages handed out at once (one
         request instead of two); or, with none, where the live logs may have grown."""
         readable = self._readable()
@@ -422,7 +417,7 @@ class GroupManager:
         if slot is None or not self._readable_to_end(slot, readable):
             if slot is not None:
                 group.release(slot)
-            return bsonmsg.ok("no slot", Slot="", Tails=self._tails(group, readable))
+            return NoSlot(self._tails(group, readable))
         endpoint, leader, _ = readable[slot.exchange]
         counted = sorted(slot.deliveries)
         window = None
@@ -434,17 +429,17 @@ class GroupManager:
             slot.slot_id, slot.exchange, endpoint, leader, slot.start, slot.end, slot.count,
             tuple(ranges(slot.settled)), tuple(counted),
             tuple(slot.deliveries[i] for i in counted), window=window,
-        ).encode()  # fmt: skip
+        )  # fmt: skip
 
     @staticmethod
-    def _tails(group: Group, readable: Readable) -> list[Document]:
+    def _tails(group: Group, readable: Readable) -> tuple[Tail, ...]:
         """Where each live log's open range starts, for a consumer that found no slot."""
         tails = [
-            Tail(x, endpoint, group.cursors[x]).fields()
+            Tail(x, endpoint, group.cursors[x])
             for x, (endpoint, leader, _) in readable.items()
             if not leader and x in group.cursors
         ]
-        return tails[: limits.work_tail_exchanges_max]
+        return tuple(tails[: limits.work_tail_exchanges_max])
 
     def _readable_to_end(self, slot: Slot, readable: Readable) -> bool:
         _, leader, end = readable[slot.exchange]
@@ -469,11 +464,14 @@ class GroupManager:
         slot = group.slots.get(slot_id)
         return group, member, slot
 
-    def _settle(self, request: dict[str, Any]) -> Document:
-        settle = Settle.decode(request)
+    def settle(self, settle: Settle) -> Encodable:
+        """22: answered at once (its changes go with the next commit), or with `Sync` once
+        written."""
+        if not self._ensure_loaded():
+            return _NOT_LOADED
         found = self._owned(settle.group, settle.consumer, settle.slot)
         if found is None:
-            return bsonmsg.fail(Reason.UNKNOWN_QUEUE, f"no group {settle.group}")
+            return Refused(Reason.UNKNOWN_QUEUE, f"no group {settle.group}")
         group, member, slot = found
         member.applied = max(member.applied, settle.seq)
         if slot is None:  # deleted: everything in it was settled (by this consumer or before)
@@ -481,7 +479,9 @@ class GroupManager:
         else:
             result = self._apply(group, member, slot, settle)
         after = self._lease_for(group, member, settle.next_give) if settle.next_give >= 0 else None
-        return replace(result, written=member.written, epoch=self.epoch, next=after).encode()
+        reply = replace(result, written=member.written, epoch=self.epoch,
+                        next=None if after is None else after.encode())  # fmt: skip
+        return self._synced(settle, reply) if settle.sync else self._answered(reply)
 
     def _apply(self, group: Group, member: Member, slot: Slot, settle: Settle) -> Settled:
         if slot.count < 0 <= settle.count:
@@ -503,30 +503,36 @@ class GroupManager:
             group.release(slot)
         return self._settled(slot, result, done)
 
-    def _release(self, request: dict[str, Any]) -> Document:
-        ask = ConsumerRequest.decode(request)
+    def release(self, ask: ConsumerRequest) -> Encodable:
+        """23: the slot is given back; answered once written."""
+        if not self._ensure_loaded():
+            return _NOT_LOADED
         found = self._owned(ask.group, ask.consumer, ask.slot)
         if found is None:
-            return bsonmsg.fail(Reason.UNKNOWN_QUEUE, f"no group {ask.group}")
+            return Refused(Reason.UNKNOWN_QUEUE, f"no group {ask.group}")
         group, _, slot = found
         if slot is not None and slot.owner == ask.consumer and not group.drop_if_done(slot):
             group.release(slot)
-        return bsonmsg.ok("released")
+        return self._synced(ask, Synced("released"))
 
-    def _leave(self, request: dict[str, Any]) -> Document:
-        ask = ConsumerRequest.decode(request)
+    def leave(self, ask: ConsumerRequest) -> Encodable:
+        """24: the consumer's slots go back to the group; answered once written."""
+        if not self._ensure_loaded():
+            return _NOT_LOADED
         group = self.groups.get(ask.group)
         if group is not None:
             group.leave(ask.consumer)
             log.info("%s: consumer %s left group %s", self.name, ask.consumer, ask.group)
-        return bsonmsg.ok("left")
+        return self._synced(ask, Synced("left"))
 
-    def _info(self, request: dict[str, Any]) -> Document:
-        ask = GroupInfo.decode(request)
+    def info(self, ask: GroupInfo) -> Encodable:
+        """25: one group's view, or every group's."""
+        if not self._ensure_loaded():
+            return _NOT_LOADED
         if ask.group and ask.group not in self.groups:
-            return bsonmsg.fail(Reason.UNKNOWN_QUEUE, f"no group {ask.group} on {self.queue}")
+            return Refused(Reason.UNKNOWN_QUEUE, f"no group {ask.group} on {self.queue}")
         names = [ask.group] if ask.group else sorted(self.groups)
-        return Groups(tuple(self._view(self.groups[n]) for n in names)).encode()
+        return self._answered(Groups(tuple(self._view(self.groups[n]) for n in names)))
 
     def _view(self, group: Group) -> GroupView:
         now = time.monotonic()
@@ -553,16 +559,18 @@ class GroupManager:
             group.prefix,
         )
 
-    def _delete(self, request: dict[str, Any]) -> Document:
-        ask = GroupDelete.decode(request)
+    def delete(self, ask: GroupDelete) -> Encodable:
+        """26: the group and its znodes go (at once, not by a commit)."""
+        if not self._ensure_loaded():
+            return _NOT_LOADED
         if self.groups.pop(ask.group, None) is None:
-            return bsonmsg.fail(Reason.UNKNOWN_QUEUE, f"no group {ask.group} on {self.queue}")
+            return Refused(Reason.UNKNOWN_QUEUE, f"no group {ask.group} on {self.queue}")
         try:
             self.store.delete_group(ask.group)
         except CoordinationError as error:
-            return bsonmsg.fail(Reason.BUSY, f"group {ask.group} not deleted: {error}")
+            return Refused(Reason.BUSY, f"group {ask.group} not deleted: {error}")
         log.info("%s: consumer group %s deleted", self.name, ask.group)
-        return bsonmsg.ok("deleted")
+        return self._answered(Done("deleted"))
 
     # --- from the monitor's loop --------------------------------------------------------------
     def observe(self, exchange: str, end: int, cuts: tuple[int, ...], final: bool = False) -> None:

@@ -23,7 +23,7 @@ from roq import limits
 from roq.config import MonitorSettings, Thresholds
 from roq.coordination.session import SharedSession
 from roq.errors import ProtocolError
-from roq.monitor.actuator import Actuator
+from roq.monitor.actuator import Acted, Actuator, RulesRead
 from roq.monitor.placement import ExchangeView, Move, plan_rebalance
 from roq.monitor.policy import (
     Decision,
@@ -160,8 +160,8 @@ class Scaler:
                 result = self.actuator.results.get_nowait()
             except queue_mod.Empty:
                 break
-            if result["Kind"] == "rules":
-                self._offer(result["Rules"])
+            if isinstance(result, RulesRead):
+                self._offer(result.rules)
             else:
                 self._finished(result, now)
         for exchange_id, since in list(self.fresh.items()):
@@ -169,15 +169,15 @@ class Scaler:
                 del self.fresh[exchange_id]
                 self._event("scale_failed", f"exchange {exchange_id} never reported")
 
-    def _finished(self, result: dict[str, Any], now: float) -> None:
+    def _finished(self, result: Acted, now: float) -> None:
         self.in_flight = None
-        took = f"{result['Seconds']:.2f} s"
-        if not result["Ok"]:
-            kind = "capacity_exhausted" if result["Reason"] == "no_capacity" else "scale_failed"
-            self._event(kind, f"{result['Comment']} ({took})", action=result["Kind"])
+        took = f"{result.seconds:.2f} s"
+        if not result.ok:
+            kind = "capacity_exhausted" if result.reason == "no_capacity" else "scale_failed"
+            self._event(kind, f"{result.comment} ({took})", action=result.kind)
             return
-        exchange_id = str(result["Exchange"]["Id"])
-        if result["Kind"] == "out":
+        exchange_id = result.exchange_id
+        if result.kind == "out":
             self.scaled_out += 1
             self.fresh[exchange_id] = now
             self._event("exchange_added", f"created in {took}", exchange=exchange_id)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from roq import limits
@@ -56,7 +57,9 @@ from roq.monitor.placement import (
 from roq.monitor.scaling import Scaler
 from roq.monitor.tasks import TASK_COMMANDS, TaskManager
 from roq.protocol import bsonmsg
+from roq.protocol.bsonmsg import Document
 from roq.protocol.commands import MonitorCommand, Reason
+from roq.protocol.dispatch import Encodable, Refused, Table, route
 from roq.protocol.epoch import EPOCH
 from roq.protocol.messages.control import (
     CopyProgress,
@@ -85,6 +88,7 @@ from roq.protocol.messages.monitor import (
     Relocate,
     ReplicaCopy,
     ReportedLoad,
+    SubscriberInit,
     decode_exchange_message,
 )
 from roq.protocol.ports import ExchangePort, MonitorPort, StatPort, port_at, sibling
@@ -158,6 +162,7 @@ class Monitor:
         self.tasks = TaskManager(
             queue, settings, self.zk, self._live_consumers, self._reply_later, self.groups.wake
         )  # request/response
+        self.table = self._placement_table()
 
     def _open_sockets(self, context: Any) -> None:
         # Who may connect to each socket (docs/security.md §5): placement is open to every
@@ -483,54 +488,64 @@ class Monitor:
         self._to_publishers(ExchangeLost(view.front, dead=True, epoch=self.epoch))
 
     # --- placement requests --------------------------------------------------------------------
-    def _authorize(self, principal: Principal | None, request: dict[str, Any]) -> Any:
+    # Every request is decoded once, into its message class, by the table (`_placement_table`);
+    # its handler returns a typed reply, and every reply (refusals, and the held requests'
+    # replies sent later) is stamped with the monitor's epoch in one place, `_stamp`.
+    def _placement_table(self) -> Table[Envelope | None]:
+        """SUBSCRIBER_INIT, PUBLISHER_INIT/PANIC, the group (20–26) and task (40–45) commands."""
+        return Table(
+            self.name,
+            {
+                MonitorCommand.SUBSCRIBER_INIT: route(SubscriberInit.decode, self._subscriber),
+                MonitorCommand.PUBLISHER_INIT: route(PublisherInit.decode, self._place),
+                MonitorCommand.PUBLISHER_PANIC: route(PublisherInit.decode, self._place),
+                **self.groups.routes(),
+                **self.tasks.routes(),
+            },
+            self._stamp,
+            unknown=lambda command: f"unknown command {command}",  # its wording before the table
+        )
+
+    def _stamp(self, reply: Document) -> Document:
+        return {**reply, EPOCH: self.epoch}
+
+    def _authorize(
+        self, principal: Principal | None, request: Mapping[str, Any]
+    ) -> Document | None:
         """Publishers need publish on the queue, subscribers subscribe, work-queue consumers
-        consume: refused by name."""
+        consume: refused by name. Only the command is read (before the table decodes it)."""
         why = refusal(principal, _needs(request.get("CMD")), self.queue)
         if why is None:
             return None
         log.warning("%s: refused a placement request: %s", self.name, why)
-        reply = bsonmsg.fail(Reason.FORBIDDEN, why)
-        reply[EPOCH] = self.epoch
-        return reply
+        return self._stamp(Refused(Reason.FORBIDDEN, why).encode())
 
-    def _answer(self, request: dict[str, Any], envelope: Envelope) -> dict[str, Any] | None:
-        """Every placement reply, refusals included, carries the monitor's epoch."""
-        reply = self._placement(request, envelope)
-        if reply is not None:
-            reply[EPOCH] = self.epoch
-        return reply
-
-    def _reply_later(self, envelope: Envelope, reply: dict[str, Any]) -> None:
-        """The answer to a request held before (tasks.py)."""
-        send_routed(self.requests, envelope, {**reply, EPOCH: self.epoch})
-
-    def _fenced(self) -> dict[str, Any]:
-        return bsonmsg.fail(Reason.FENCED, f"{self.name} is fenced: its host lost its lease")
-
-    def _placement(self, request: dict[str, Any], envelope: Envelope) -> dict[str, Any] | None:
+    def _answer(self, request: Mapping[str, Any], envelope: Envelope) -> Document | None:
+        """The reply, or None when a handler holds the request (answered by `_reply_later`).
+        Fenced, every request is refused, whatever it holds."""
         if not self._acting:
-            return self._fenced()
-        command = request["CMD"]
-        if command == MonitorCommand.SUBSCRIBER_INIT:
-            return self._listing().reply()
-        if command in (MonitorCommand.PUBLISHER_INIT, MonitorCommand.PUBLISHER_PANIC):
-            return self._place(PublisherInit.decode(request))
-        if command in GROUP_COMMANDS:
-            return self.groups.handle(request, envelope)
-        if command in TASK_COMMANDS:
-            return self.tasks.handle(request, envelope)
-        return bsonmsg.fail(Reason.UNKNOWN_COMMAND, f"unknown command {command}")
+            return self._stamp(self._fenced().encode())
+        return self.table(request, envelope)
 
-    def _place(self, request: PublisherInit) -> dict[str, Any]:
+    def _reply_later(self, envelope: Envelope, reply: Encodable) -> None:
+        """The answer to a request held before (groups.py, tasks.py), stamped as any."""
+        send_routed(self.requests, envelope, self._stamp(reply.encode()))
+
+    def _fenced(self) -> Refused:
+        return Refused(Reason.FENCED, f"{self.name} is fenced: its host lost its lease")
+
+    def _subscriber(self, _: SubscriberInit) -> ExchangeList:
+        return self._listing()
+
+    def _place(self, request: PublisherInit) -> Placed | Refused:
         avoid = request.lost if request.panic else ""
         chosen = choose_exchange(
             list(self.exchanges.values()), time.monotonic(), self.limits, avoid
         )
         if chosen is None:
-            return bsonmsg.fail(Reason.NO_CAPACITY, f"queue {self.queue} has no live exchange")
+            return Refused(Reason.NO_CAPACITY, f"queue {self.queue} has no live exchange")
         log.info("%s: publisher %s placed on %s", self.name, request.producer, chosen.exchange_id)
-        return Placed(chosen.exchange_id, chosen.front, self.epoch).encode()
+        return Placed(chosen.exchange_id, chosen.front, self.epoch)
 
     def _listing(self) -> ExchangeList:
         entries = tuple(_entry(x) for x in self.exchanges.values())
@@ -622,7 +637,7 @@ class Monitor:
             return
         self._send(self.to_publishers, [notice.topic, bsonmsg.encode(notice.encode())])
 
-    def _to_subscribers(self, notice: dict[str, Any]) -> None:
+    def _to_subscribers(self, notice: Document) -> None:
         if not self._acting:
             return
         self._send(self.to_subscribers, [bsonmsg.encode(notice)])
@@ -717,11 +732,11 @@ class Monitor:
             assignment = Replicas(
                 tuple(replicas), tuple(copied[leader_id]), tuple(sources[leader_id]), self.epoch
             )
-            self._tell_exchange(leader, assignment.encode())
+            self._tell_exchange(leader, assignment)
         for keeper in keepers:  # copies no log and is copied by nobody: it sends, at most
             retire = self._kept_elsewhere(keeper)
             sent = Replicas((), (), tuple(sources[keeper.exchange_id]), self.epoch, retire)
-            self._tell_exchange(keeper, sent.encode())
+            self._tell_exchange(keeper, sent)
 
     def _kept_elsewhere(self, keeper: ExchangeView) -> bool:
         """Whether every log the keeper holds is a live exchange's own or has
@@ -782,7 +797,7 @@ class Monitor:
                 log.error("%s: no live exchange holds a copy of gone exchange %s's log any more",
                           self.name, leader_id)  # fmt: skip
 
-    def _tell_exchange(self, view: ExchangeView, doc: dict[str, Any]) -> None:
+    def _tell_exchange(self, view: ExchangeView, assignment: Replicas) -> None:
         if not self._acting:
             return
         sock = self._controls.get(view.front)
@@ -793,7 +808,7 @@ class Monitor:
             connect(sock, sibling(view.front, ExchangePort.FRONT, ExchangePort.CONTROL))
         for _ in drained(sock, limits.control_hwm_messages):  # its high-water mark
             pass  # replies carry nothing we need: discard them
-        if not send_nowait(sock, [b"", bsonmsg.encode(doc)]):
+        if not send_nowait(sock, [b"", bsonmsg.encode(assignment.encode())]):
             log.debug("%s: exchange %s control queue full", self.name, view.exchange_id)
 
     def close(self) -> None:

@@ -31,7 +31,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import bson
 
@@ -41,14 +41,14 @@ from roq.coordination.paths import Paths
 from roq.coordination.session import SharedSession
 from roq.coordination.taskstore import RolledBack, StaleWrite, TaskStore, TaskWrite
 from roq.errors import ConfigError, CoordinationError
-from roq.protocol import bsonmsg
-from roq.protocol.bsonmsg import Document
 from roq.protocol.commands import MonitorCommand, Reason
+from roq.protocol.dispatch import Answer, Done, Encodable, Refused, Route
 from roq.protocol.messages.tasks import (
     FINAL,
     TaskConfig,
     TaskFinish,
     TaskRef,
+    TaskSettings,
     TaskStart,
     TaskSubmit,
     TaskView,
@@ -56,7 +56,9 @@ from roq.protocol.messages.tasks import (
 )
 from roq.transport.rpc import Envelope
 
-Reply = Callable[[Envelope, Document], None]  # answers a held request (service.py)
+Reply = Callable[[Envelope, Encodable], None]  # answers a held request (service.py)
+TaskRequest = TaskSubmit | TaskStart | TaskFinish | TaskRef | TaskConfig
+T = TypeVar("T", bound=TaskRequest)
 
 log = logging.getLogger(__name__)
 
@@ -115,11 +117,15 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _view_of(task: str, record: Record | None) -> Document:
+def _view_of(task: str, record: Record | None) -> TaskView:
     """A task's answer to a TASK_GET; a record that is gone answers expired."""
     if record is None:
-        return TaskView(task, "unknown", "expired", error=GONE).reply()
-    return record.view(_now_ms()).reply()
+        return TaskView(task, "unknown", "expired", error=GONE)
+    return record.view(_now_ms())
+
+
+def _zookeeper(error: CoordinationError) -> Refused:
+    return Refused(Reason.BUSY, f"tasks: ZooKeeper: {error}")
 
 
 @dataclass
@@ -130,8 +136,8 @@ class _Staged:
     write: TaskWrite
     record: Record | None  # None: a deletion
     envelope: Envelope
-    reply: Document | None = None
-    redo: Callable[[], Document] | None = None  # the request again, unstaged, if it failed
+    reply: Encodable | None = None
+    redo: Callable[[], Encodable] | None = None  # the request again, unstaged, if it failed
 
 
 def _cost(record: Record) -> int:
@@ -214,39 +220,52 @@ class TaskManager:
         self._staged_tasks: set[str] = set()
         self.commits = 0
 
-    # --- requests -----------------------------------------------------------------------------
-    def handle(self, request: dict[str, Any], envelope: Envelope | None = None) -> Document | None:
-        """The reply; None when a TASK_GET is held (answered later through `reply`)."""
-        if request["CMD"] == MonitorCommand.TASK_GET and envelope is not None:
-            try:
-                self._load_settings()
-                return self._get_or_hold(TaskRef.decode(request), envelope)
-            except CoordinationError as error:
-                return bsonmsg.fail(Reason.BUSY, f"tasks: ZooKeeper: {error}")
-        task = request.get("Task")
-        if isinstance(task, str) and task in self._staged_tasks:
-            self.flush()  # a request about a task written this turn sees that write's outcome
-        handlers: dict[int, Callable[[dict[str, Any]], Document]] = {
-            MonitorCommand.TASK_SUBMIT: self._submit,
-            MonitorCommand.TASK_START: self._start,
-            MonitorCommand.TASK_FINISH: self._finish,
-            MonitorCommand.TASK_GET: self._get,
-            MonitorCommand.TASK_ACK: self._ack,
-            MonitorCommand.TASK_CONFIG: self._config,
+    # --- requests: their routes in the placement socket's table (service.py) ------------------
+    def routes(self) -> dict[int, Route[Any, Envelope | None]]:
+        """Each task command's message class and handler: a handler is given the typed request
+        and returns the typed reply (a TASK_GET its envelope too: None when it may not be held).
+        A request whose write is staged is answered once it is in ZooKeeper (`flush`)."""
+        return {
+            MonitorCommand.TASK_SUBMIT: Route(TaskSubmit.decode, self._serving(self._submit)),
+            MonitorCommand.TASK_START: Route(TaskStart.decode, self._serving(self._start)),
+            MonitorCommand.TASK_FINISH: Route(TaskFinish.decode, self._serving(self._finish)),
+            MonitorCommand.TASK_GET: Route(TaskRef.decode, self._get),
+            MonitorCommand.TASK_ACK: Route(TaskRef.decode, self._serving(self._ack)),
+            MonitorCommand.TASK_CONFIG: Route(TaskConfig.decode, self._serving(self._config)),
         }
-        handler = handlers[request["CMD"]]
+
+    def _get(self, ask: TaskRef, envelope: Envelope | None) -> Answer:
+        """43: the task now; with `Wait`, held (None) until it is final or gone, or its wait
+        ends, when `envelope` is given."""
+        if envelope is None:
+            return self._serve(self._view, ask, None)
+        try:
+            self._load_settings()
+            return self._get_or_hold(ask, envelope)
+        except CoordinationError as error:
+            return _zookeeper(error)
+
+    def _serving(self, handler: Callable[[T], Encodable]) -> Callable[[T, Envelope | None], Answer]:
+        return lambda message, envelope: self._serve(handler, message, envelope)
+
+    def _serve(
+        self, handler: Callable[[T], Encodable], ask: T, envelope: Envelope | None
+    ) -> Answer:
+        """The reply; None when the handler staged a write (its reply waits for `flush`)."""
+        if not isinstance(ask, TaskConfig) and ask.task in self._staged_tasks:
+            self.flush()  # a request about a task written this turn sees that write's outcome
         staged = len(self._staged)
         self._staging = envelope if self._reply is not None else None
         try:
             self._load_settings()
-            reply = handler(request)
+            reply = handler(ask)
         except CoordinationError as error:  # StaleWrite too: the client asks again
-            return bsonmsg.fail(Reason.BUSY, f"tasks: ZooKeeper: {error}")
+            return _zookeeper(error)
         finally:
             self._staging = None
         if len(self._staged) == staged:
             return reply
-        self._staged[-1].reply, self._staged[-1].redo = reply, lambda: handler(request)
+        self._staged[-1].reply, self._staged[-1].redo = reply, lambda: handler(ask)
         if len(self._staged) >= limits.task_writes_per_commit_max:
             self.flush()
         return None
@@ -291,14 +310,15 @@ class TaskManager:
 
     def _settle(self, item: _Staged, outcome: int | CoordinationError) -> None:
         task = item.write.task
+        reply: Encodable
         if isinstance(outcome, CoordinationError):
             self.cache.drop(task)
             try:  # as before staging: read, decide and write again, now
-                reply = item.redo() if item.redo is not None else bsonmsg.fail(Reason.BUSY, "")
+                reply = item.redo() if item.redo is not None else Refused(Reason.BUSY, "")
             except CoordinationError as error:
-                reply = bsonmsg.fail(Reason.BUSY, f"tasks: ZooKeeper: {error}")
+                reply = _zookeeper(error)
         else:
-            reply = item.reply or bsonmsg.ok()
+            reply = item.reply or Done()
             if item.record is None:
                 self.cache.drop(task)
                 self._wake(task, None)
@@ -315,7 +335,7 @@ class TaskManager:
         for item in pending:
             self.cache.drop(item.write.task)
             if self._reply is not None:
-                self._reply(item.envelope, bsonmsg.fail(Reason.BUSY, f"tasks: ZooKeeper: {error}"))
+                self._reply(item.envelope, _zookeeper(error))
 
     def _load_settings(self) -> None:
         if self._overrides is None:
@@ -382,33 +402,31 @@ class TaskManager:
             self._wake(task, None)
         return deleted
 
-    def _submit(self, request: dict[str, Any]) -> Document:
-        ask = TaskSubmit.decode(request)
+    def _submit(self, ask: TaskSubmit) -> Encodable:
         now = _now_ms()
         for _ in range(2):  # a record deleted between our claim and our read: claim again
             record = Record(ask.task, ask.service, accepted_ms=now, changed_ms=now)
             record.claim = ask.claim
             if self._claim(ask.task, record, staged=True):
-                return record.view(now, created=True).reply()
+                return record.view(now, created=True)
             found = self._read(ask.task)
             if found is not None:
                 mine = bool(ask.claim) and found[0].claim == ask.claim
                 again = mine and found[0].state == "accepted"  # its first answer was lost
-                return found[0].view(now, created=again).reply()
-        return bsonmsg.fail(Reason.BUSY, f"task {ask.task} is being removed; submit again")
+                return found[0].view(now, created=again)
+        return Refused(Reason.BUSY, f"task {ask.task} is being removed; submit again")
 
-    def _start(self, request: dict[str, Any]) -> Document:
-        ask = TaskStart.decode(request)
+    def _start(self, ask: TaskStart) -> Encodable:
         now = _now_ms()
         found = self._read(ask.task)
         if found is None:  # acknowledged or collected: the message outlived its task
-            return TaskView(ask.task, "unknown", "expired", error=GONE).reply()
+            return TaskView(ask.task, "unknown", "expired", error=GONE)
         record, version = found
         if record.state in FINAL or ask.attempt != record.attempt:
-            return record.view(now).reply()
+            return record.view(now)
         wait_ms = record.accepted_ms + round(self.settings.delay_s * 1000) - now
         if wait_ms > 0:  # delaySendProcessTaskToExecuteInMillis
-            return record.view(now, wait_ms=wait_ms).reply()
+            return record.view(now, wait_ms=wait_ms)
         # Counted here, not by the group's delivery count: a hand-out put off by the delay
         # (a nack) is not a probe; a worker that died with the request is.
         if record.probes >= self.settings.send_probes:
@@ -419,22 +437,21 @@ class TaskManager:
             record.runs += 1
             record.probes += 1
         self._put(ask.task, record, version, staged=True)
-        return record.view(now, run=record.state == "in_progress").reply()
+        return record.view(now, run=record.state == "in_progress")
 
-    def _finish(self, request: dict[str, Any]) -> Document:
-        ask = TaskFinish.decode(request)
+    def _finish(self, ask: TaskFinish) -> Encodable:
         now = _now_ms()
         found = self._read(ask.task)
         if found is None:
-            return TaskView(ask.task, "unknown", "expired", error=GONE).reply()
+            return TaskView(ask.task, "unknown", "expired", error=GONE)
         record, version = found
         if record.state == "expired" and not record.late and not record.collected:
             record.late = True  # stored once, for `roq task show`; never handed to the client
             record.result = ask.result if ask.ok else ask.error.encode()
             self._put(ask.task, record, version)
-            return record.view(now).reply()
+            return record.view(now)
         if record.state in FINAL or ask.attempt != record.attempt:
-            return record.view(now).reply()  # a second result: the first one stands
+            return record.view(now)  # a second result: the first one stands
         retry = not ask.ok and self._retried(record, ask.error)
         if retry:
             record.attempt += 1
@@ -447,7 +464,7 @@ class TaskManager:
         else:
             record.become("failed", now, ask.error or "the worker failed")
         self._put(ask.task, record, version, staged=True)
-        return record.view(now, retry=retry).reply()
+        return record.view(now, retry=retry)
 
     def _retried(self, record: Record, error: str) -> bool:
         """exceptionStringToRepeat + maxAcceptExceptionAmount."""
@@ -456,15 +473,15 @@ class TaskManager:
             return False
         return re.search(pattern, error[: limits.task_error_chars_max]) is not None
 
-    def _get(self, request: dict[str, Any]) -> Document:
-        return self._answer(TaskRef.decode(request).task)
+    def _view(self, ask: TaskRef) -> TaskView:
+        return self._answer(ask.task)
 
-    def _answer(self, task: str) -> Document:
+    def _answer(self, task: str) -> TaskView:
         found = self._read(task)
         return _view_of(task, None if found is None else found[0])
 
     # --- long polls ---------------------------------------------------------------------------
-    def _get_or_hold(self, ask: TaskRef, envelope: Envelope) -> Document | None:
+    def _get_or_hold(self, ask: TaskRef, envelope: Envelope) -> TaskView | None:
         found = self._read(ask.task)
         record = None if found is None else found[0]
         if (record is None or record.state in FINAL or ask.wait_ms <= 0 or self._reply is None
@@ -501,14 +518,15 @@ class TaskManager:
             if not held:
                 del self._waiters[task]
             self.waiting -= 1
+            reply: Encodable
             try:
                 reply = self._answer(task)
             except CoordinationError as error:
-                reply = bsonmsg.fail(Reason.BUSY, f"tasks: ZooKeeper: {error}")
+                reply = _zookeeper(error)
             if self._reply is not None:
                 self._reply(envelope, reply)
 
-    def release(self, reply: Document) -> None:
+    def release(self, reply: Encodable) -> None:
         """Answer every held request with `reply` (the monitor is fenced), and forget the
         cache: while it did not act, another monitor may have written."""
         held = [e for waiters in self._waiters.values() for e in waiters.values()]
@@ -520,31 +538,29 @@ class TaskManager:
             for envelope in held:
                 self._reply(envelope, reply)
 
-    def _ack(self, request: dict[str, Any]) -> Document:
+    def _ack(self, ask: TaskRef) -> Encodable:
         """The client has the outcome: the record goes (a task still running stays)."""
-        ask = TaskRef.decode(request)
         found = self._read(ask.task)
         if found is None:
-            return bsonmsg.ok("already removed")
+            return Done("already removed")
         record, version = found
         if record.state not in FINAL:
-            return bsonmsg.fail(Reason.BAD_REQUEST, f"task {ask.task} is {record.state}")
+            return Refused(Reason.BAD_REQUEST, f"task {ask.task} is {record.state}")
         if not self._delete(ask.task, version, staged=True):
-            return bsonmsg.fail(Reason.BUSY, f"task {ask.task} changed; acknowledge again")
-        return bsonmsg.ok("removed")
+            return Refused(Reason.BUSY, f"task {ask.task} changed; acknowledge again")
+        return Done("removed")
 
-    def _config(self, request: dict[str, Any]) -> Document:
-        ask = TaskConfig.decode(request)
+    def _config(self, ask: TaskConfig) -> Encodable:
         if ask.settings:
             try:
                 merged = {**(self._overrides or {}), **ask.settings}
                 self.settings = self.defaults.overridden(merged, f"queue {self.queue}")
             except ConfigError as error:
-                return bsonmsg.fail(Reason.BAD_REQUEST, str(error))
+                return Refused(Reason.BAD_REQUEST, str(error))
             self.store.save_settings(merged)
             self._overrides = merged
             log.info("%s: request settings now %s", self.name, merged)
-        return bsonmsg.ok(Settings=self.settings.as_text())
+        return TaskSettings(self.settings.as_text())
 
     # --- deadlines and the collector ----------------------------------------------------------
     def _apply_deadlines(self, record: Record, now: int) -> bool:

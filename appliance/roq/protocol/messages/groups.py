@@ -16,6 +16,7 @@ from roq.errors import DecodeError
 from roq.protocol import bsonmsg
 from roq.protocol.bsonmsg import Document, field_bool, field_docs, field_int, field_list, field_str
 from roq.protocol.commands import AdminCommand, MonitorCommand
+from roq.protocol.dispatch import Encodable
 from roq.protocol.names import check_queue_name
 
 FROM_CHOICES = ("beginning", "now")
@@ -120,12 +121,13 @@ class Joined:
     dead_letters: str  # the dead-letter queue's name
     prefix: bytes = b""  # the group's routing-key prefix: the consumer skips other keys
     slot_messages: int = 1000  # SlotMessages: a slot cut on demand holds about this many
+    written: int = 0  # Written: this consumer's settles up to this Seq are in ZooKeeper
 
     def encode(self) -> Document:
         return bsonmsg.ok(LeaseMs=self.lease_ms, Inflight=self.inflight,
                           MaxDeliveries=self.max_deliveries, Ordered=self.ordered,
                           DeadLetters=self.dead_letters, Prefix=self.prefix,
-                          SlotMessages=self.slot_messages)  # fmt: skip
+                          SlotMessages=self.slot_messages, Written=self.written)  # fmt: skip
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
@@ -137,6 +139,7 @@ class Joined:
             check_queue_name(field_str(doc, "DeadLetters")),
             field_prefix(doc),
             field_int(doc, "SlotMessages", lo=1, hi=_COUNT_MAX, default=1000),
+            field_int(doc, "Written", default=0),
         )
 
 
@@ -267,6 +270,36 @@ def _window(doc: Mapping[str, Any]) -> Settled | None:
     return Settled.decode(window)
 
 
+@dataclass(frozen=True)
+class NoSlot:
+    """The reply to 21 with no slot due now (`Slot: ""`): where each live log's open range
+    starts (`Tails`), for the consumer to look whether it grew since its exchange's report."""
+
+    tails: tuple[Tail, ...] = ()
+
+    def encode(self) -> Document:
+        return bsonmsg.ok("no slot", Slot="", Tails=[t.fields() for t in self.tails])
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        if field_str(doc, "Slot", empty_ok=True):
+            raise DecodeError("the Slot field of a no-slot answer must be empty")
+        return cls(field_tails(doc, "Tails"))
+
+
+@dataclass(frozen=True)
+class HeldAnswer:
+    """A held 21's answer (its `Wait`), sent when it is woken or its wait ends: the answer it
+    would have had then (a `Lease`, a `NoSlot`, or a refusal), with `Held: true` (its consumer
+    asks again at once: it did wait) and `Woken` (by a requester's wait, else its wait ended)."""
+
+    answer: Encodable
+    woken: bool = False
+
+    def encode(self) -> Document:
+        return {**self.answer.encode(), "Held": True, "Woken": self.woken}
+
+
 def lease_reply(doc: Mapping[str, Any]) -> Lease | tuple[Tail, ...]:
     """A LEASE answer (or a SETTLE's `Next`): the slot, or where the logs may have grown."""
     if doc.get("Slot"):
@@ -395,6 +428,22 @@ def _next(doc: Mapping[str, Any]) -> Document | None:
     if not isinstance(found, Mapping):
         raise DecodeError("the Next field must be a document")
     return dict(found)
+
+
+@dataclass(frozen=True)
+class Synced:
+    """The reply to 23 and 24, sent once their change is in ZooKeeper: `Written` as in a
+    `Settled`."""
+
+    comment: str  # "released", "left"
+    written: int = 0
+
+    def encode(self) -> Document:
+        return bsonmsg.ok(self.comment, Written=self.written)
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        return cls(bsonmsg.Reply.decode(doc).comment, field_int(doc, "Written"))
 
 
 # --- views: 25 GROUP_INFO and the admin API's 2020/2021 -----------------------------------------

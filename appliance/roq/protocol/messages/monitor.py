@@ -291,6 +291,10 @@ class SubscriberInit:
     def encode(self) -> Document:
         return {"CMD": int(MonitorCommand.SUBSCRIBER_INIT)}
 
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        return cls()
+
 
 @dataclass(frozen=True)
 class PublisherInit:
@@ -409,7 +413,8 @@ class ExchangeList:
             EPOCH: self.epoch,
         }
 
-    def reply(self) -> Document:
+    def encode(self) -> Document:
+        """As the reply to 1 (`notice` for B+3)."""
         return bsonmsg.ok(**self.fields())
 
     def notice(self) -> Document:

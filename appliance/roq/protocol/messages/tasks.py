@@ -184,6 +184,23 @@ class TaskConfig:
 
 
 @dataclass(frozen=True)
+class TaskSettings:
+    """The reply to 45: every request setting of the queue, as text (`Settings`)."""
+
+    settings: Mapping[str, str]
+
+    def encode(self) -> Document:
+        return bsonmsg.ok(Settings=dict(self.settings))
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        raw = bsonmsg.field_doc(doc, "Settings")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
+            raise DecodeError("the Settings field must map keys to strings")
+        return cls(dict(raw))
+
+
+@dataclass(frozen=True)
 class TaskView:
     """A task as the monitor answers: its state, and its result or error once final. `Run`
     (TASK_START): the worker runs it; `Retry` (TASK_FINISH): the error matched the queue's
@@ -201,7 +218,7 @@ class TaskView:
     age_ms: int = 0  # since it was accepted
     wait_ms: int = 0  # TASK_START, not run yet: delaySendProcessTaskToExecuteInMillis left
 
-    def reply(self) -> Document:
+    def encode(self) -> Document:
         return bsonmsg.ok(
             Task=self.task, Service=self.service, State=self.state, Attempt=self.attempt,
             Result=self.result, Error=self.error, Created=self.created, Run=self.run,
