@@ -291,11 +291,11 @@ def test_configuration_md_lists_every_key_as_declared(keys, heading):
 # architecture.md §9's table: each row names its constants (`limits.py` names, or a
 # configuration key, or `roq.<module>.<NAME>` for one kept beside its code) in one cell and
 # their values in the next, in the same order, separated by ";" or " / ". A value is a number
-# ("10 000", "0.25", "2^60", a sum "4 MiB + 64 KiB") with its unit ("ms", "s", "bytes", "KiB",
-# "MiB"; none for a count), then any words of the page's own ("each", "(then …)").
+# ("10 000", "0.25", "1/3", "2^60", a sum "4 MiB + 64 KiB") with its unit ("ms", "s", "bytes",
+# "KiB", "MiB"; none for a count), then any words of the page's own ("each", "(then …)").
 BOUNDS_HEADER = "| area | bound | constant | value |"
 SEPARATOR = re.compile(r"\s*;\s*|\s+/\s+")
-NUMBER = r"\d{1,3}(?: \d{3})+(?!\d)|\d+(?:\.\d+)?(?:\^\d+)?"
+NUMBER = r"\d+/\d+|\d{1,3}(?: \d{3})+(?!\d)|\d+(?:\.\d+)?(?:\^\d+)?"
 UNITS = {"ms": ("ms", 1), "s": ("ms", 1000), "B": ("bytes", 1), "bytes": ("bytes", 1)}
 UNITS |= {"KiB": ("bytes", 1024), "MiB": ("bytes", 1024**2), "GiB": ("bytes", 1024**3)}
 QUANTITY = re.compile(rf"({NUMBER})(?: ({'|'.join(UNITS)})\b)?")
@@ -383,9 +383,39 @@ def test_architecture_bounds_table_matches_limits_py():
             wrong.append(f"{name}: {code}")
         elif said is None:
             wrong.append(f"{name}: {written!r} does not start with a number and its unit")
-        elif said[0] not in (code[0], "any") or said[1] != code[1]:
+        elif said[0] not in (code[0], "any") or float(said[1]) != float(code[1]):
             unit = {"ms": " ms", "bytes": " bytes", "count": ""}.get(code[0], "")
             wrong.append(f"{name}: §9 says {written!r}, the code {code[1]}{unit}")
+    assert wrong == []
+
+
+# Constants of limits.py that are not bounds, so §9 leaves them out.
+NOT_BOUNDS = {
+    # the range of BSON's int64 that sequence numbers and timestamps are checked against: the
+    # format's limit, not one roq chose (log_offset_max, in the table, is roq's)
+    "int64_max",
+    # a directory (roq-data/security) where `roq up` writes the cluster's keys: a default path
+    "security_dir_default",
+}
+
+
+def constants_in_limits() -> set[str]:
+    """Every module-level constant limits.py assigns."""
+    tree = ast.parse((CODE / "limits.py").read_text())
+    return {
+        target.id
+        for node in tree.body
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Name)
+    }
+
+
+def test_architecture_names_every_bound_of_limits_py():
+    assert constants_in_limits() >= NOT_BOUNDS, "NOT_BOUNDS names a constant limits.py lost"
+    documented = {name for name, _ in documented_bounds() if name in vars(limits)}
+    assert NOT_BOUNDS.isdisjoint(documented), "a constant both in §9 and in NOT_BOUNDS"
+    wrong = differences(constants_in_limits() - NOT_BOUNDS, documented, "architecture.md §9")
     assert wrong == []
 
 
@@ -409,5 +439,6 @@ def test_quantity_reads_the_forms_the_table_uses():
     assert quantity("255 bytes") == ("bytes", 255)
     assert quantity("1000 messages") == ("count", 1000)
     assert quantity("2^60") == ("count", 2**60)
+    assert quantity("1/3") == ("count", Fraction(1, 3))
     assert quantity("0") == ("any", 0)
     assert quantity("about 70 s") is None
