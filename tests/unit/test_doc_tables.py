@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import ast
 import enum
+import importlib
 import inspect
 import re
+from fractions import Fraction
 
 import pytest
 from doctables import CODE, DOCS, REPO, section, table
 
-from roq import config
+from roq import config, limits
 from roq.config.keys import Key, _fmt, render_value
 from roq.coordination import paths
 from roq.http.index import TopicIndex
@@ -282,3 +284,161 @@ def test_configuration_md_lists_every_key_as_declared(keys, heading):
     code = {key_row(key) for key in keys}
     wrong = differences(code, documented, f"configuration.md {heading}")
     assert wrong == [], "a row differs from keys.py: (key, type, default, allowed)"
+
+
+# --- bounds (limits.py) ----------------------------------------------------------------------
+
+# architecture.md §9's table: each row names its constants (`limits.py` names, or a
+# configuration key, or `roq.<module>.<NAME>` for one kept beside its code) in one cell and
+# their values in the next, in the same order, separated by ";" or " / ". A value is a number
+# ("10 000", "0.25", "1/3", "2^60", a sum "4 MiB + 64 KiB") with its unit ("ms", "s", "bytes",
+# "KiB", "MiB"; none for a count), then any words of the page's own ("each", "(then …)").
+BOUNDS_HEADER = "| area | bound | constant | value |"
+SEPARATOR = re.compile(r"\s*;\s*|\s+/\s+")
+NUMBER = r"\d+/\d+|\d{1,3}(?: \d{3})+(?!\d)|\d+(?:\.\d+)?(?:\^\d+)?"
+UNITS = {"ms": ("ms", 1), "s": ("ms", 1000), "B": ("bytes", 1), "bytes": ("bytes", 1)}
+UNITS |= {"KiB": ("bytes", 1024), "MiB": ("bytes", 1024**2), "GiB": ("bytes", 1024**3)}
+QUANTITY = re.compile(rf"({NUMBER})(?: ({'|'.join(UNITS)})\b)?")
+
+
+def quantity(text: str) -> tuple[str, Fraction] | None:
+    """("ms" | "bytes" | "count", value in ms, bytes or units) of the number (or sum) `text`
+    starts with, None if it starts with none."""
+    kind, total, rest = None, Fraction(0), text
+    while match := QUANTITY.match(rest):
+        number, unit = match.groups()
+        base, _, power = number.partition("^")
+        value = Fraction(base.replace(" ", "")) ** int(power or 1)
+        unit_kind, scale = UNITS.get(unit or "", ("count", 1))
+        if kind not in (None, unit_kind):
+            return None
+        kind, total = unit_kind, total + value * scale
+        rest = rest[match.end() :]
+        if not rest.startswith(" + "):
+            break
+        rest = rest[3:]
+    if kind is None:
+        return None
+    if total == 0:  # "0" needs no unit
+        kind = "any"
+    return kind, total
+
+
+def kind_of(name: str) -> tuple[str, int]:
+    """What a constant counts, from its name (limits.py puts the unit there), and its scale."""
+    parts = name.lower().split("_")
+    if "ms" in parts:
+        return "ms", 1
+    if "s" in parts:
+        return "ms", 1000
+    if "bytes" in parts:
+        return "bytes", 1
+    return "count", 1
+
+
+def bound_value(name: str) -> tuple[str, Fraction] | str:
+    """(kind, value) of a constant the table names, or why there is none."""
+    if name.startswith("roq."):
+        module, _, attribute = name.rpartition(".")
+        found = getattr(importlib.import_module(module), attribute, None)
+        kind, scale = kind_of(attribute)
+    elif name in vars(limits):
+        found = vars(limits)[name]
+        kind, scale = kind_of(name)
+    else:
+        keys = {key.name: key for key in (*config.GCM_KEYS, *config.HCM_KEYS)}
+        if name not in keys:
+            return "neither in limits.py nor a configuration key"
+        found = keys[name].default
+        kind, scale = "count" if isinstance(found, int) else "?", 1
+        if "in bytes" in keys[name].doc:
+            kind = "bytes"
+    if not isinstance(found, (int, float)) or isinstance(found, bool):
+        return f"not a number: {found!r}"
+    return kind, Fraction(str(found)) * scale
+
+
+def bounds_rows() -> list[list[str]]:
+    return table(section(DOCS / "architecture.md", "## 9. "), BOUNDS_HEADER)
+
+
+def documented_bounds() -> list[tuple[str, str]]:
+    """[(constant, value as written)] for every constant §9's table names."""
+    pairs: list[tuple[str, str]] = []
+    for row in bounds_rows():
+        names, values = SEPARATOR.split(row[2]), SEPARATOR.split(row[3])
+        assert len(names) == len(values), f"§9: {row[2]!r} names {len(names)}, {row[3]!r} values"
+        for name, value in zip(names, values, strict=True):
+            assert re.fullmatch(r"`[\w.]+`", name), f"§9: {name!r} is not one `constant`"
+            pairs.append((name.strip("`"), value))
+    return pairs
+
+
+def test_architecture_bounds_table_matches_limits_py():
+    wrong = []
+    for name, written in documented_bounds():
+        code = bound_value(name)
+        said = quantity(written)
+        if isinstance(code, str):
+            wrong.append(f"{name}: {code}")
+        elif said is None:
+            wrong.append(f"{name}: {written!r} does not start with a number and its unit")
+        elif said[0] not in (code[0], "any") or float(said[1]) != float(code[1]):
+            unit = {"ms": " ms", "bytes": " bytes", "count": ""}.get(code[0], "")
+            wrong.append(f"{name}: §9 says {written!r}, the code {code[1]}{unit}")
+    assert wrong == []
+
+
+# Constants of limits.py that are not bounds, so §9 leaves them out.
+NOT_BOUNDS = {
+    # the range of BSON's int64 that sequence numbers and timestamps are checked against: the
+    # format's limit, not one roq chose (log_offset_max, in the table, is roq's)
+    "int64_max",
+    # a directory (roq-data/security) where `roq up` writes the cluster's keys: a default path
+    "security_dir_default",
+}
+
+
+def constants_in_limits() -> set[str]:
+    """Every module-level constant limits.py assigns."""
+    tree = ast.parse((CODE / "limits.py").read_text())
+    return {
+        target.id
+        for node in tree.body
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Name)
+    }
+
+
+def test_architecture_names_every_bound_of_limits_py():
+    assert constants_in_limits() >= NOT_BOUNDS, "NOT_BOUNDS names a constant limits.py lost"
+    documented = {name for name, _ in documented_bounds() if name in vars(limits)}
+    assert NOT_BOUNDS.isdisjoint(documented), "a constant both in §9 and in NOT_BOUNDS"
+    wrong = differences(constants_in_limits() - NOT_BOUNDS, documented, "architecture.md §9")
+    assert wrong == []
+
+
+def test_architecture_names_each_bound_once():
+    names = [name for name, _ in documented_bounds()]
+    assert sorted({name for name in names if names.count(name) > 1}) == []
+
+
+def test_architecture_prose_names_only_limits_that_exist():
+    text = section(DOCS / "architecture.md", "## 9. ")
+    named = set(re.findall(r"`limits\.(\w+)`", text))
+    assert sorted(named - set(vars(limits))) == []
+
+
+def test_quantity_reads_the_forms_the_table_uses():
+    assert quantity("10 000") == ("count", 10_000)
+    assert quantity("1 000 000 (then the table is cleared)") == ("count", 1_000_000)
+    assert quantity("4 MiB + 64 KiB") == ("bytes", 4 * 1024**2 + 64 * 1024)
+    assert quantity("250 ms (then 0.5 s)") == ("ms", 250)
+    assert quantity("0.25 s") == ("ms", 250)
+    assert quantity("255 bytes") == ("bytes", 255)
+    assert quantity("1000 messages") == ("count", 1000)
+    assert quantity("2^60") == ("count", 2**60)
+    assert quantity("1/3") == ("count", Fraction(1, 3))
+    assert quantity("0") == ("any", 0)
+    assert quantity("about 70 s") is None
