@@ -273,7 +273,7 @@ class Monitor:
             self.tasks.release(self._fenced())
             self.groups.release_waits(self._fenced())
         if acting and not self._acting:
-            for view in [*self.exchanges.values(), *self.keepers.values()]:
+            for view in self._reporters():
                 view.last_seen = now
         self._acting = acting
 
@@ -329,11 +329,17 @@ class Monitor:
         self.scaler.observe(view.exchange_id, message.load, now)
         self._relocate(view, now)
 
+    def _reporters(self) -> list[ExchangeView]:
+        """Everything that reports to this monitor: its exchanges and the log keepers."""
+        return [*self.exchanges.values(), *self.keepers.values()]
+
     def _on_keeper(self, report: ExchangeReport, now: float) -> None:
         """A log keeper's report: the logs it holds are read from it and copied from it to
         live exchanges (`_plan_copies`) until they have replicationFactor copies."""
         identity = report.identity
         view = self.keepers.get(identity.front)
+        if (view is None or view.started != identity.started) and report.leaving:
+            return  # a retiring keeper's last reports: gone already, not to be filed again
         if view is None or view.started != identity.started:
             if view is None and len(self.keepers) >= limits.monitor_exchanges_max:
                 log.warning("%s: log keeper %s not tracked: already %d keepers known",
@@ -454,7 +460,7 @@ class Monitor:
         return self.dead_after * view.period_s
 
     def _silent(self, now: float) -> list[ExchangeView]:
-        views = [*self.exchanges.values(), *self.keepers.values()]
+        views = self._reporters()
         return [v for v in views if now - v.last_seen > self._dead_s(v)]
 
     def _reap(self, now: float) -> None:
@@ -558,7 +564,7 @@ class Monitor:
         there to be read."""
         live = {x.exchange_id for x in self.exchanges.values()}
         holders: dict[str, list[ReplicaCopy]] = {}
-        for view in [*self.exchanges.values(), *self.keepers.values()]:
+        for view in self._reporters():
             for leader_id, end in view.copies.items():
                 if leader_id not in live and not view.leaving:
                     entry = ReplicaCopy(view.exchange_id, _log_endpoint(view.front), end)
