@@ -34,6 +34,7 @@ def gcm(
     Several may run against one ZooKeeper: one leads, the others stand by.
     """
     setup_logging()
+    stop = stop_event()
     with errors_to_exit():
         settings = config.GcmSettings.from_settings(
             config.load_gcm(config_file, config.parse_overrides(define))
@@ -42,7 +43,7 @@ def gcm(
         from roq.gcm.service import GlobalConfigurationManager
 
         manager = GlobalConfigurationManager(settings)
-        _serve(manager, f"gcm {manager.id}")
+        _serve(manager, f"gcm {manager.id}", stop)
 
 
 @app.command(rich_help_panel="Daemons")
@@ -52,6 +53,7 @@ def host(
 ) -> None:
     """Run a Host Configuration Manager: registers this machine, runs monitors and exchanges."""
     setup_logging()
+    stop = stop_event()
     with errors_to_exit():
         settings = config.HostSettings.from_settings(_hcm(config_file, define))
         _check_log_directory(settings)
@@ -59,7 +61,7 @@ def host(
         from roq.host.service import HostConfigManager
 
         manager = HostConfigManager(settings)
-        _serve(manager, f"host {manager.name}")
+        _serve(manager, f"host {manager.name}", stop)
 
 
 class _Manager(Protocol):
@@ -68,12 +70,13 @@ class _Manager(Protocol):
     def close(self) -> None: ...
 
 
-def _serve(manager: _Manager, name: str) -> None:
+def _serve(manager: _Manager, name: str, stop: threading.Event) -> None:
     """A GCM's or host's life: bind its sockets, serve until SIGTERM (telling systemd when it is
-    ready and when it stops), close."""
+    ready and when it stops), close. `stop` is made first thing in the command: a SIGTERM while
+    the daemon still imports, loads keys or binds (seconds on a loaded machine, past
+    supervisord's startsecs) is a stop like any other, not Python's default death by signal."""
     try:
         manager.bind()
-        stop = stop_event()
         with serving(name):
             manager.run(stop, on_ready=lambda: notify.ready(f"{name} serving"))
         notify.stopping()
