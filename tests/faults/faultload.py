@@ -129,6 +129,7 @@ class Workload:
                     if message is not None:
                         seen.add(message)
         finally:
+            _log_reader_state(subscriber)
             subscriber.close()
 
     def _record_read(self, reader: str, record: Any) -> tuple[str, int] | None:
@@ -168,6 +169,22 @@ class Workload:
         self.history.write(type="phase", name="done")
         self.history.close()
         return 0
+
+
+def _log_reader_state(subscriber: Subscriber) -> None:
+    """What the final reader's sequencer and feeds ended with: a loss found by the checker is
+    told apart (a gap given up, a batch dropped as a duplicate, a feed stopped short) here."""
+    sequencer = subscriber.sequencer
+    logging.warning(
+        "final reader: lost %d in %d gaps, duplicates %d, held %d, corrupt %d",
+        sequencer.lost, sequencer.gaps, sequencer.duplicates, sequencer.held, sequencer.corrupt,
+    )
+    for where, feed in subscriber.feeds.items():
+        logging.warning(
+            "final reader: feed %s (%s): next offset %s, catching up %s, copies %s, refusals %d",
+            feed.exchange_id, where, feed.next_offset, feed.catching_up, feed.copies,
+            feed.refusals,
+        )
 
 
 def main(argv: list[str]) -> int:

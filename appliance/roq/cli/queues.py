@@ -256,5 +256,14 @@ def _live_line(
     return (
         f"      {live.msgs_rate:>12,.0f} msg/s {live.bytes_rate / 1e6:>9.2f} MB/s "
         f"{live.producers:>4} publishers  cpu {live.cpu * 100:5.1f}%  "
-        f"rss {live.rss / 2**20:6.1f} MiB{leaving}{refusing if live.refusing else ''}"
+        f"rss {live.rss / 2**20:6.1f} MiB{_in_sync(live)}{leaving}"
+        f"{refusing if live.refusing else ''}"
     )
+
+
+def _in_sync(live: MonitoredExchange) -> str:
+    """Copies of its log in sync against min.insync.copies; below it, acks=all is refused."""
+    if not live.in_sync:
+        return ""
+    below = "  ACKS=ALL REFUSED" if live.in_sync < live.in_sync_min else ""
+    return f"  copies in sync {live.in_sync} (min {live.in_sync_min}){below}"

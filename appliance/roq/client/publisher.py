@@ -907,6 +907,7 @@ class _PublisherIO(threading.Thread):
             log.error("%s: exchange refused a batch: %s", self.pub_name, reason)
             self.unconfirmed.pop(token, None)
             self.shared.refuse(reason)
+            self._settle()  # a flush waiting for it ends now, and raises the refusal
 
     def _settle(self) -> None:
         """A flush completes when its drain came back and every batch before it is confirmed."""

@@ -35,11 +35,14 @@ Pure and single-threaded: the subscriber's thread owns it.
 from __future__ import annotations
 
 import heapq
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from roq import limits
 from roq.log.format import BatchHeader
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +114,7 @@ class Sequencer:
                 self.streams.clear()  # bounded memory beats perfect dedupe of ancient streams
             stream = self.streams[key] = _Stream(0 if self.from_start else header.first_seq)
         if header.first_seq > stream.next_seq and self._forgiven(source, key):
-            self._lose_until(stream, header.first_seq)
+            self._lose_until(key, stream, header.first_seq, "evicted by retention")
         delivery = Delivery(header, batch, 0, source, corrupt)
         if header.first_seq > stream.next_seq:
             return self._hold(stream, delivery, now)
@@ -153,9 +156,9 @@ class Sequencer:
     def expire(self, now: float) -> list[Delivery]:
         """Give up on gaps older than gap_wait_s (call this from the poll loop)."""
         out: list[Delivery] = []
-        for stream in self.streams.values():
+        for key, stream in self.streams.items():
             if stream.held and now - stream.waiting_since >= self.gap_wait_s:
-                self._skip_gap(stream)
+                self._skip_gap(key, stream, f"not filled within {self.gap_wait_s:g} s")
                 self._release(stream, out)
                 stream.waiting_since = now
         return out
@@ -171,16 +174,19 @@ class Sequencer:
         if self.held <= self.held_max:
             return []
         out: list[Delivery] = []  # over the bound: stop waiting for this stream's gap
-        self._skip_gap(stream)
+        key = (delivery.header.producer_id, delivery.header.key)
+        self._skip_gap(key, stream, f"more than {self.held_max} batches held")
         self._release(stream, out)
         return out
 
-    def _skip_gap(self, stream: _Stream) -> None:
+    def _skip_gap(self, key: tuple[bytes, bytes], stream: _Stream, why: str) -> None:
         if stream.held[0][0] > stream.next_seq:
-            self._lose_until(stream, stream.held[0][0])
+            self._lose_until(key, stream, stream.held[0][0], why)
 
-    def _lose_until(self, stream: _Stream, seq: int) -> None:
+    def _lose_until(self, key: tuple[bytes, bytes], stream: _Stream, seq: int, why: str) -> None:
         """Records before `seq` will never come: count them lost and go on from `seq`."""
+        log.warning("producer %s, key %r: records %d..%d given up (%s)",
+                    key[0].hex(), key[1], stream.next_seq, seq - 1, why)  # fmt: skip
         self.lost += seq - stream.next_seq
         self.gaps += 1
         self.progress += 1

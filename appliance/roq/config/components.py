@@ -449,6 +449,15 @@ class ExchangeSettings:
     security: SecuritySettings
     # a slot of the log closes after this many
     slot_messages: int = field(default=1000, metadata=key("work.slot.messages"))
+    replication_factor: int = field(default=1, metadata=key("replicationFactor"))
+    min_insync_copies: int = field(default=0, metadata=key("min.insync.copies"))  # 0: R
+
+    @property
+    def copies_for_acks_all(self) -> int:
+        """How many copies in sync acks=all needs: min.insync.copies (0: replicationFactor),
+        at most replicationFactor (more could never be in sync)."""
+        wanted = self.min_insync_copies or self.replication_factor
+        return max(1, min(wanted, self.replication_factor))
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ExchangeSettings:

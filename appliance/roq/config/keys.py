@@ -579,6 +579,18 @@ HCM_KEYS: tuple[Key, ...] = (
         section="Message log",
     ),
     Key(
+        "min.insync.copies",
+        int,
+        0,
+        "Copies of a log, the leader included, that must be in sync for acks=all to confirm "
+        "(Kafka's min.insync.replicas). With fewer, acks=all waits, then refuses with a "
+        "retriable error naming the copies missing; it never confirms on fewer. 0: "
+        "replicationFactor. A queue keeps at least replicationFactor exchanges, so that "
+        "there is a copy to hold.",
+        (0, 16),
+        section="Message log",
+    ),
+    Key(
         "log.flush",
         str,
         "interval",

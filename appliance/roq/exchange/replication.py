@@ -19,14 +19,17 @@ a replica that stops answering, or keeps answering but falls further behind than
 out; a new replica of a long log is out until its back-fill has come that close to the end.
 The committed offset is the lowest end offset among in-sync replicas (and the leader's own end):
 `acks=all` confirms a batch once it is below it, so it waits for a slow replica at most about
-`REPLICA_LAG_S`, and never for a back-fill. With no in-sync replica, committed is the leader's
-end — `acks=all` then means the leader alone, and `Replicator.under_replicated` says so (each
-change is logged). Two windows where that would confirm on the leader alone a batch a replica
-was about to hold are closed: before the monitor's first assignment since the exchange started
-nothing is committed (for at most `limits.acks_all_assignment_wait_s`; an assignment of nobody,
-a queue with one live exchange, is the monitor's word that the leader is alone), and a newly
-assigned replica that has not answered yet is waited for (at most `REPLICA_LAG_S`), as its
-first answer may well show it in sync (an empty copy of an empty log, at a queue's start).
+`REPLICA_LAG_S`, and never for a back-fill. `min.insync.copies` (Kafka's
+`min.insync.replicas`; by default replicationFactor) is the floor: while fewer copies than that
+are in sync (the leader counts as one), the committed offset does not move at all, and the
+exchange refuses what waited past `limits.acks_all_insync_wait_s` (service.py) with a reason
+naming the copies missing. `acks=all` is never quietly the leader alone: in the fault harness's
+rolling restart it was, while a replica's machine restarted, and a subscriber reading the
+short copy of that leader's log, before its machine was back, lost what only the leader held.
+Before the monitor's first assignment since the exchange started nothing is committed either,
+and a newly assigned replica that has not answered yet is waited for (at most `REPLICA_LAG_S`),
+as its first answer may well show it in sync (an empty copy of an empty log, at a queue's
+start). The committed offset never moves back.
 
 Replica side (`ReplicaStore`): one log per leader under
 `<directory>/_replicas/<queue>/<leader id>@<replica id>/`, in the same segment format, so the copy
@@ -258,9 +261,14 @@ class Replicator:
 
     def __init__(
         self, context: Any, leader_id: str, message_log: Log, name: str,
-        lag_s: float = REPLICA_LAG_S,
+        lag_s: float = REPLICA_LAG_S, min_copies: int = 1,
     ):  # fmt: skip
         self.context, self.leader_id, self.log, self.name = context, leader_id, message_log, name
+        self.min_copies = min_copies  # min.insync.copies, the leader included
+        self._committed = 0  # what acks=all has confirmed up to: never moves back
+        # as the last `committed` counted them, the leader included (min_copies until the
+        # first count: a start is not a fall below the floor, and not logged as one)
+        self.copies_in_sync = min_copies
         self._id = leader_id.encode()
         self.links: dict[str, ReplicaLink] = {}
         self.lag_s = lag_s
@@ -410,35 +418,57 @@ class Replicator:
             link.acked = max(link.acked, end)
 
     def committed(self) -> int:
-        """The offset below which every in-sync replica holds the log (the exchange asks once
-        per loop turn: a replica's moves in and out of sync are logged here)."""
+        """The offset below which every in-sync replica holds the log, once at least
+        `min_copies` copies are in sync (the exchange asks once per loop turn: a replica's moves
+        in and out of sync are logged here)."""
         now = time.monotonic()
         if not self.assigned:
             if now - self._started < limits.acks_all_assignment_wait_s:
-                return 0  # who copies the log is not known yet: confirm nothing
-            log.warning("%s: no replica assignment from the monitor in %.0f s: acks=all goes "
-                        "on with the leader alone", self.name,
+                return self._committed  # who copies the log is not known yet: confirm nothing
+            log.warning("%s: no replica assignment from the monitor in %.0f s", self.name,
                         limits.acks_all_assignment_wait_s)  # fmt: skip
             self.assigned = True
         lagged = self._lagged_end()
         ends = []
+        in_sync_count = 1
         for link in self.links.values():
             in_sync = link.in_sync(lagged)
             if in_sync != link.was_in_sync:
                 self._log_sync_change(link, in_sync)
             if in_sync:
+                in_sync_count += 1
                 ends.append(min(link.acked, self.log.end_offset))
             elif link.acked < 0 and now - link.linked_at < self.lag_s:
                 ends.append(0)  # assigned, not answered yet: wait for its first answer
-        return min(ends, default=self.log.end_offset)
+        self._note_copies(in_sync_count)
+        if in_sync_count >= self.min_copies:
+            self._committed = max(self._committed, min(ends, default=self.log.end_offset))
+        return self._committed
+
+    def _note_copies(self, count: int) -> None:
+        """Log each crossing of min.insync.copies (not each turn)."""
+        below, was_below = count < self.min_copies, self.copies_in_sync < self.min_copies
+        if below and not was_below:
+            log.warning("%s: %d of min.insync.copies=%d copies in sync: acks=all confirms "
+                        "nothing until another copy is", self.name, count,
+                        self.min_copies)  # fmt: skip
+        elif was_below and not below:
+            log.info("%s: %d copies in sync (min.insync.copies=%d): acks=all confirms again",
+                     self.name, count, self.min_copies)  # fmt: skip
+        self.copies_in_sync = count
+
+    @property
+    def below_min_copies(self) -> bool:
+        """Fewer copies in sync than min.insync.copies, as the last `committed` counted."""
+        return self.copies_in_sync < self.min_copies
 
     def _log_sync_change(self, link: ReplicaLink, in_sync: bool) -> None:
         link.was_in_sync = in_sync
         if in_sync:
             log.info("%s: replica %s is in sync", self.name, link.replica_id)
         else:
-            log.warning("%s: replica %s is out of sync (its copy ends at %d, the log at %d): "
-                        "acks=all goes on without it", self.name, link.replica_id,
+            log.warning("%s: replica %s is out of sync (its copy ends at %d, the log at %d)",
+                        self.name, link.replica_id,
                         link.acked, self.log.end_offset)  # fmt: skip
 
     @property

@@ -260,7 +260,11 @@ class Exchange:
         self.log_server: LogServer | None = None
         self.replicator: Replicator | None = None
         self.copy_sender: CopySender | None = None  # copies of gone logs sent again
-        self.committed_acks: collections.deque[tuple[bytes, bytes, int]] = collections.deque()
+        self.acks_all_refused = 0  # batches refused for want of copies in sync (ever)
+        # acks=all batches appended, awaiting their copies: (publisher, token, end, since)
+        self.committed_acks: collections.deque[tuple[bytes, bytes, int, float]] = (
+            collections.deque()
+        )
         # acks=leader confirmations and drain answers, sent at the end of the loop turn (in
         # order): sent one by one between receives they cost publishers 20-40 % of their p50
         # latency at 5,000 msg/s (docs/benchmarks.md, Findings)
@@ -268,7 +272,10 @@ class Exchange:
         if self.log is not None:
             copies = ReplicaStore(settings.log_root, spec.queue, spec.exchange_id, settings.log)
             self.log_server = LogServer(self.replay, self.log, spec.name, copies)
-            self.replicator = Replicator(context, spec.exchange_id, self.log, spec.name)
+            self.replicator = Replicator(
+                context, spec.exchange_id, self.log, spec.name,
+                min_copies=settings.copies_for_acks_all,
+            )  # fmt: skip
             own = self.log if spec.keeper else None
             self.copy_sender = CopySender(context, copies, spec.name, own)
 
@@ -483,7 +490,8 @@ class Exchange:
             return
         if message.kind == dataplane.COMMITTED_BATCH and self.replicator is not None:
             end = offset + len(message.batch)
-            self.committed_acks.append((peer, message.token, end))  # confirmed once replicated
+            # confirmed once replicated
+            self.committed_acks.append((peer, message.token, end, time.monotonic()))
         elif message.token:
             self.replies.append([peer, *dataplane.ack(message.token, offset)])
 
@@ -500,8 +508,34 @@ class Exchange:
             return  # fenced: acknowledges nothing (its publishers ask elsewhere)
         committed = self.replicator.committed()
         while self.committed_acks and self.committed_acks[0][2] <= committed:
-            peer, token, end = self.committed_acks.popleft()
+            peer, token, end, _ = self.committed_acks.popleft()
             self.front.send_multipart([peer, *dataplane.ack(token, end)])
+        if self.replicator.below_min_copies:
+            self._refuse_uncopied()
+
+    def _refuse_uncopied(self) -> None:
+        """Fewer copies in sync than min.insync.copies: the acks=all batches that waited past
+        `limits.acks_all_insync_wait_s` are refused, retriably (Kafka's
+        NotEnoughReplicasAfterAppend: they are in this log, and a subscriber may yet read them
+        once a copy catches up; a publisher that sends them again is de-duplicated)."""
+        assert self.replicator is not None
+        oldest = time.monotonic() - limits.acks_all_insync_wait_s
+        if not self.committed_acks or self.committed_acks[0][3] > oldest:
+            return
+        replicator = self.replicator
+        reason = (
+            f"queue {self.spec.queue}: not acknowledged: {replicator.copies_in_sync} of "
+            f"min.insync.copies={replicator.min_copies} copies of exchange "
+            f"{self.spec.exchange_id}'s log in sync for {limits.acks_all_insync_wait_s:g} s "
+            "(retriable: send again)"
+        )
+        refused = 0
+        while self.committed_acks and self.committed_acks[0][3] <= oldest:
+            peer, token, _, _ = self.committed_acks.popleft()
+            self.front.send_multipart([peer, *dataplane.nack(token, reason)])
+            refused += 1
+        self.acks_all_refused += refused
+        log.warning("%s: refused %d acks=all batch(es): %s", self.spec.name, refused, reason)
 
     def monitor_moved(self, moved: MonitorMoved) -> Encodable:
         """1031, from the host: the queue's monitor was re-placed (unless the move is older
@@ -646,6 +680,8 @@ class Exchange:
             end=self.log.end_offset if self.log is not None else 0,
             cuts=self.slot_cuts.report(),
             refusing=self.refusing,
+            in_sync=self.replicator.copies_in_sync if self.replicator else 0,
+            in_sync_min=self.replicator.min_copies if self.replicator else 0,
         )
         self._send_report(ExchangeReport(self._identity(), load, leaving=bool(self.leaving_since)))
 

@@ -654,17 +654,24 @@ class Management:
         return host
 
     def _host_with_free_slot(self, queue: str) -> HostRecord:
-        """The host with the most free exchange slots; none free → the provisioner is asked
-        and the request refused with no_capacity (RoQ's SimpleScalingPolicy, steps 2–5)."""
-        host = self._least_loaded_host()
-        used = sum(
-            1
-            for q in self.registry.queues()
-            for x in self.registry.exchanges(q.name)
-            if x.host == host.name and not x.lost
-        )
-        if used < host.max_exchanges:
-            return host
+        """A host with a free exchange slot: first one that runs no exchange of `queue` (its
+        exchanges hold each other's copies: on distinct hosts they survive a host's loss),
+        then the one with the most free slots, then by name. None free → the provisioner is
+        asked and the request refused with no_capacity (RoQ's SimpleScalingPolicy, 2–5)."""
+        hosts = self.registry.hosts()
+        used = {h.name: 0 for h in hosts}
+        runs_queue: set[str] = set()
+        for q in self.registry.queues():
+            for x in self.registry.exchanges(q.name):
+                if x.host in used and not x.lost:
+                    used[x.host] += 1
+                    if q.name == queue:
+                        runs_queue.add(x.host)
+        free = [h for h in hosts if used[h.name] < h.max_exchanges]
+        if free:
+            return min(
+                free, key=lambda h: (h.name in runs_queue, used[h.name] - h.max_exchanges, h.name)
+            )
         said = self.provision(
             f"queue {queue} needs an exchange and every host runs exchange.max.perhost exchanges"
         )

@@ -32,6 +32,8 @@ class ExchangeView:
     top: list[tuple[str, float]] = field(default_factory=list)  # (producer id hex, bytes/s)
     leaving: bool = False
     refusing: str = ""  # why its log refuses appends (a full disk), "" while it takes them
+    in_sync: int = 0  # copies of its log in sync, the leader included (0: not reported)
+    in_sync_min: int = 0  # min.insync.copies, as the exchange reported it
     subscriptions: int = 0  # (subscriber, key prefix) pairs the exchange last reported
     joined: bool = False  # the queue's subscribers have joined it (see `mark_joined`)
     overloaded_reports: int = 0

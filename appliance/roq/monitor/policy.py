@@ -176,6 +176,7 @@ class DefaultPolicy:
     """Scale out when a rule fires, in when the load stays under the low-water mark."""
 
     config: ScalingConfig
+    floor: int = 1  # exchanges scale-in keeps (replicationFactor: each holds copies)
     name: str = "default"
     cooldown_until: float = 0.0
     low_since: float | None = None
@@ -241,7 +242,7 @@ class DefaultPolicy:
         producers = sum(s.producers for s in loads)
         fallback = self.config.highwater * self.config.max_throughput
         mark = self.config.lowwater * rules.capacity(fallback)
-        fits = n > max(1, self.config.min_exchanges) and total < mark * (n - 1)
+        fits = n > max(1, self.floor, self.config.min_exchanges) and total < mark * (n - 1)
         if fits and rules.queue_producers:
             fits = producers / (n - 1) <= self.config.lowwater * rules.queue_producers
         if not fits:
@@ -274,8 +275,9 @@ def supersedes(current: int, version: int | None) -> int | None:
     return None if version < current else version
 
 
-def make_policy(config: ScalingConfig) -> Policy:
-    """The policy named by `scaling.policy`."""
+def make_policy(config: ScalingConfig, replication_factor: int = 1) -> Policy:
+    """The policy named by `scaling.policy`; scale-in never goes below replicationFactor
+    exchanges (scaling.py keeps that many whatever the policy)."""
     if config.policy == "null":
         return NullPolicy()
-    return DefaultPolicy(config)
+    return DefaultPolicy(config, floor=replication_factor)

@@ -56,7 +56,12 @@ class Scaler:
         self.queue = queue
         self.name = f"monitor {queue}"
         self.config = settings.scaling
-        self.policy = make_policy(self.config)
+        self.policy = make_policy(self.config, settings.replication_factor)
+        self.replication_factor = settings.replication_factor
+        # Not at once: a monitor that starts (re-placed, restarted) knows the queue's exchanges
+        # only once each has reported, within a heartbeat period; asking for copies before
+        # that added an exchange to a queue that had its two.
+        self._floor_retry_at = time.monotonic() + limits.copies_floor_start_s
         self.rules: Rules = implicit_rules(self.config)
         self.stored_rules = False
         self.rules_version = 0
@@ -136,10 +141,30 @@ class Scaler:
             for v in views
         ]
         busy = self.in_flight is not None or bool(self.fresh)
-        decision = self.policy.decide(loads, self.rules, now, busy)
+        decision = self._copies_floor(loads, now, busy) or self.policy.decide(
+            loads, self.rules, now, busy
+        )
         if decision is not None:
             self._start(decision, now)
         return moves
+
+    def _copies_floor(self, loads: list[ExchangeLoad], now: float, busy: bool) -> Decision | None:
+        """A queue keeps replicationFactor exchanges, whatever its load and policy: each logs
+        and holds a copy of the others' logs, so with fewer some log has fewer copies than
+        acks=all waits for (min.insync.copies). Asked again `limits.copies_floor_retry_s` after
+        each try (the cluster may have no room; the GCM says so)."""
+        wanted = self.replication_factor
+        standing = [x for x in loads if not x.leaving]
+        if busy or wanted < 2 or len(standing) >= wanted or now < self._floor_retry_at:
+            return None
+        if self.config.max_exchanges and len(loads) >= self.config.max_exchanges:
+            return None
+        self._floor_retry_at = now + limits.copies_floor_retry_s
+        return Decision(
+            "out",
+            f"{len(standing)} exchange(s) for replicationFactor {wanted}: another keeps a copy "
+            "of each log",
+        )
 
     def _start(self, decision: Decision, now: float) -> None:
         argument = decision.exchange_id or f"scale-{self.queue}-{uuid.uuid4().hex[:12]}"

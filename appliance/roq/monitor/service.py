@@ -426,6 +426,7 @@ class Monitor:
             log.warning("%s: exchange %s takes appends again; placeable", self.name,
                         view.exchange_id)  # fmt: skip
         view.refusing = load.refusing
+        view.in_sync, view.in_sync_min = load.in_sync, load.in_sync_min
 
     def _on_leaving(self, view: ExchangeView) -> None:
         if not view.leaving:
@@ -676,6 +677,8 @@ class Monitor:
                     copies=tuple(CopyEnd(k, v) for k, v in sorted(x.copies.items())),
                     age_s=now - x.first_seen,
                     refusing=x.refusing,
+                    in_sync=x.in_sync,
+                    in_sync_min=x.in_sync_min,
                 )
                 for x in self.exchanges.values()
             ),

@@ -194,6 +194,10 @@ class LocalCluster:
             "zk.session.timeout": 4000,
             "heartbeat.period": 200,
             "monitor.stat.period": 500,
+            # One exchange per queue and no copies, which most tests are about; the shipped
+            # replicationFactor=2 keeps two exchanges per queue, each copying the other's log
+            # (configuration.md, Replication): tests of copies and acks=all ask for it.
+            "replicationFactor": 1,
             **self._security_args(),
             **overrides,
         }

@@ -26,7 +26,7 @@ from roq.protocol.bsonmsg import (
 from roq.protocol.commands import ChildCommand
 from roq.protocol.epoch import EPOCH, field_epoch
 from roq.protocol.messages.kpi import ScalingEvent
-from roq.protocol.messages.monitor import EXCHANGES_MAX, CopyEnd, DeadLog
+from roq.protocol.messages.monitor import COPIES_MAX, EXCHANGES_MAX, CopyEnd, DeadLog
 from roq.protocol.names import EXCHANGE_ID_CHARS_MAX, check_exchange_id
 
 
@@ -268,6 +268,10 @@ class MonitoredExchange:
     # Refusing: why its log refuses appends (then not Placeable), "" while it takes them;
     # optional (a monitor of an older version never sends it)
     refusing: str = ""
+    # InSync / InSyncMin: copies of its log in sync and the min.insync.copies acks=all needs
+    # (optional; 0: not reported)
+    in_sync: int = 0
+    in_sync_min: int = 0
 
     def fields(self) -> Document:
         doc = {
@@ -280,6 +284,8 @@ class MonitoredExchange:
         }  # fmt: skip
         if self.refusing:
             doc["Refusing"] = self.refusing
+        if self.in_sync:
+            doc.update(InSync=self.in_sync, InSyncMin=self.in_sync_min)
         return doc
 
     @classmethod
@@ -301,6 +307,8 @@ class MonitoredExchange:
             field_docs(doc, "Copies", CopyEnd.decode, prefix=p),
             field_float(doc, "Age", lo=0.0, prefix=p),
             field_str(doc, "Refusing", default="", prefix=p),
+            field_int(doc, "InSync", hi=COPIES_MAX, default=0, prefix=p),
+            field_int(doc, "InSyncMin", hi=COPIES_MAX, default=0, prefix=p),
         )
 
 

@@ -30,6 +30,8 @@ from roq.protocol.epoch import EPOCH, field_epoch
 from roq.protocol.names import check_queue_name
 from roq.protocol.rules import RuleSet
 
+COPIES_MAX = 16  # replicationFactor's bound (config/keys.py): InSync never says more
+
 EXCHANGES_MAX: Final = limits.monitor_exchanges_max  # in one list: a monitor tracks no more
 # An exchange's ports are F..F+3: its `Front` (F) and `Back` (F+1) leave room for the rest, so
 # the log port (F+3) derived from either is a port too.
@@ -136,10 +138,14 @@ class ReportedLoad:
     # Refusing: why its log refuses appends (a full or read-only disk), "" while they succeed;
     # optional (an exchange of an older version never sends it)
     refusing: str = ""
+    # InSync / InSyncMin: copies of its own log in sync, the leader included, and the
+    # min.insync.copies acks=all needs; optional (0: no log, or an older exchange)
+    in_sync: int = 0
+    in_sync_min: int = 0
 
     NAMES: ClassVar[tuple[str, ...]] = (
         "Msgs", "Bytes", "Producers", "Top", "CPU", "RSS", "Load", "Bad", "TotalMsgs",
-        "TotalBytes", "Copies", "Subs", "End", "Cuts", "Refusing",
+        "TotalBytes", "Copies", "Subs", "End", "Cuts", "Refusing", "InSync", "InSyncMin",
     )  # fmt: skip
 
     def fields(self) -> Document:
@@ -152,6 +158,8 @@ class ReportedLoad:
         }  # fmt: skip
         if self.refusing:
             doc["Refusing"] = self.refusing
+        if self.in_sync:
+            doc.update(InSync=self.in_sync, InSyncMin=self.in_sync_min)
         return doc
 
     @classmethod
@@ -176,6 +184,8 @@ class ReportedLoad:
             end=field_int(doc, "End", hi=limits.log_offset_max, default=0),
             cuts=_cuts(doc),
             refusing=field_str(doc, "Refusing", default=""),
+            in_sync=field_int(doc, "InSync", hi=COPIES_MAX, default=0),
+            in_sync_min=field_int(doc, "InSyncMin", hi=COPIES_MAX, default=0),
         )
 
 
