@@ -148,6 +148,9 @@ publisher_block_ms_default = 30_000  # a full buffer blocks send() this long, th
 publisher_keys_max = 100_000  # distinct routing keys (each has its own sequence) per publisher
 drain_timeout_ms = 10_000  # an old exchange must confirm a drain within this before a move
 publisher_dead_drain_ms = 300  # ... and one declared dead, within this (it may be only slow)
+# ... and one leaving (it said so), within this: it answers at once unless it died after saying
+# it (SIGTERM, then SIGKILL; a machine's crash); the full 10 s then kept its publishers idle.
+publisher_leaving_drain_ms = 2_000
 # A publisher without an exchange asks its monitor again after `first`, doubling up to this
 # often: a monitor just re-placed knows its exchanges within milliseconds of their being told
 # (they report as soon as it subscribes), so the first retries are short.

@@ -177,12 +177,20 @@ def _log_reader_state(subscriber: Subscriber) -> None:
     sequencer = subscriber.sequencer
     logging.warning(
         "final reader: lost %d in %d gaps, duplicates %d, held %d, corrupt %d",
-        sequencer.lost, sequencer.gaps, sequencer.duplicates, sequencer.held, sequencer.corrupt,
+        sequencer.lost,
+        sequencer.gaps,
+        sequencer.duplicates,
+        sequencer.held,
+        sequencer.corrupt,
     )
     for where, feed in subscriber.feeds.items():
         logging.warning(
             "final reader: feed %s (%s): next offset %s, catching up %s, copies %s, refusals %d",
-            feed.exchange_id, where, feed.next_offset, feed.catching_up, feed.copies,
+            feed.exchange_id,
+            where,
+            feed.next_offset,
+            feed.catching_up,
+            feed.copies,
             feed.refusals,
         )
 

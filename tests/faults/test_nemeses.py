@@ -169,13 +169,6 @@ def test_rolling_restart_of_every_machine(fault_run: FaultRun) -> None:
     _assert_passes(fault_run, fault_run.finish())
 
 
-@pytest.mark.skip(
-    reason="issue 30, found 25 Nov and not fixed yet: back within the session (1.5 s), the "
-    "producer on m1's exchange got no acknowledgement for 31 s: the exchange came back at the "
-    "same address under the same monitor epoch, so the publisher saw no fail-over and never "
-    "sent its unacknowledged batches again; back just past the loss (5 s) a producer resumed "
-    "after 9.22 s (bound 9 s). Both passed in an earlier run: timing decides."
-)
 @pytest.mark.parametrize("back_after_s", [1.5, 5.0], ids=["within-session", "just-past-loss"])
 def test_kill_9_of_a_machine_back_within_seconds(fault_run: FaultRun, back_after_s: float) -> None:
     """Issue 30: a quick return. At 1.5 s the session is alive: nothing is re-placed. At 5 s

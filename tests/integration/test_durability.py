@@ -70,6 +70,35 @@ def test_acknowledged_messages_survive_kill_9_of_their_exchange(cluster: LocalCl
     assert "recovered" in cluster.logs() or "holds offsets 0.." in cluster.logs()
 
 
+def test_a_publisher_sends_again_what_an_exchange_restarted_in_place_never_confirmed(
+    cluster: LocalCluster,
+):
+    """kill -9 of the queue's monitor and of its frozen exchange, which had taken batches
+    without confirming them (what a host killed and back within its session does): the host
+    restarts both, the exchange at the same address under the same id, and the new monitor
+    never knew the old exchange, so no fail-over tells the publisher. Its drain probe is
+    answered by another process than before, and it sends those batches again: the flush
+    ends, and every message is read back once, in order. Before, the flush waited for
+    confirmations that would never come (the fault harness: 31 s)."""
+    exchange = _start(cluster)
+    [pid] = processes_with(exchange["Id"])
+    [monitor] = processes_with("roq monitor q1", cluster.namespace)
+    with Publisher("q1", gcm=cluster.gcm, acks="leader", linger_ms=0) as publisher:
+        for n in range(100):
+            publisher.send(f"m{n}".encode())
+        publisher.flush(timeout_s=10)
+        os.kill(pid, signal.SIGSTOP)
+        for n in range(100, 200):
+            publisher.send(f"m{n}".encode())
+        wait_for(lambda: publisher.sent_messages == 200, 5, "the batches sent to the frozen one")
+        os.kill(monitor, signal.SIGKILL)
+        os.kill(pid, signal.SIGKILL)
+        publisher.flush(timeout_s=15)
+        assert publisher.exchange_restarts == 1
+    got = _sub_cli(cluster, "--from-beginning", "--count", "200", "--timeout", "30")
+    assert got.stdout.splitlines() == [f"m{n}" for n in range(200)], got.stderr
+
+
 def test_a_restarted_subscriber_resumes_with_no_gap_and_no_duplicate(
     cluster: LocalCluster, tmp_path: Path
 ):

@@ -195,9 +195,9 @@ class AdminClient:
         return MonitorLocation.decode(self.request(GetHostByQname(name).encode()))
 
     def create_exchange(
-        self, name: str, transaction_id: str, host: str | None = None
+        self, name: str, transaction_id: str, host: str | None = None, below: int = 0
     ) -> ExchangeCreated:
-        request = CreateExchange(name, transaction_id, host or "")
+        request = CreateExchange(name, transaction_id, host or "", below)
         return ExchangeCreated.decode(self.request(request.encode()))
 
     def remove_exchange(self, name: str, exchange_id: str) -> Reply:

@@ -33,7 +33,8 @@ buffer is full, `send` blocks up to `block_ms` (`on_full="block"`, the default) 
 Moves. When the monitor re-allocates this publisher, or its exchange leaves, the I/O thread
 stops sending, asks the old exchange to drain (every batch sent before the drain request has
 been forwarded to subscribers when the answer comes), and only then connects to the new exchange.
-When the monitor declares the exchange dead instead, the drain gets only
+When the exchange leaves, the drain gets `limits.publisher_leaving_drain_ms` (it answers at once
+unless it died after saying so); when the monitor declares it dead, only
 `limits.publisher_dead_drain_ms` (an exchange that was merely slow then loses nothing); if it
 does not answer, batches it had not forwarded are lost unless `acks` asked for confirmations:
 every unconfirmed batch (up to `limits.unconfirmed_batches_max`) is then sent again to the new
@@ -55,6 +56,14 @@ probes its exchange instead: at most once per `publisher_monitor_check_ms`, when
 batches since the last probe, it sends a drain request with a token of its own (`_PROBE`) and,
 when that stays unanswered, asks the GCM as above; it so follows a lost monitor without a
 `flush()` (what it sent to the lost exchange meanwhile is lost, docs/guarantees.md §10).
+
+An exchange restarted at its own address (killed, and started again by its host; a host back
+within its ZooKeeper session restarts the monitor too, which never knew the old process) is no
+move: nobody tells its publishers, and the batches the old process took without confirming
+would never be confirmed. Drain answers carry the exchange process's run id; the publisher
+probes once on connecting, and again while confirmations are stalled (as `acks="none"` does),
+and a new run id at the same address makes it send its unconfirmed batches and its flushes'
+drains again (`_heard_run`).
 
 An exchange whose disk refuses its appends (full, read-only) refuses each batch with the reason,
 and its monitor tells its publishers to move (EXCHANGE_LOST, not dead, with the reason): they
@@ -302,6 +311,12 @@ class Publisher:
     @property
     def confirmed_batches(self) -> int:
         return self._io.confirmed_batches
+
+    @property
+    def exchange_restarts(self) -> int:
+        """How many times its exchange restarted at its address under this publisher (each
+        time its unconfirmed batches were sent again)."""
+        return self._io.restarts_seen
 
     @property
     def sent_batches(self) -> int:
@@ -570,7 +585,8 @@ class _PublisherIO(threading.Thread):
 
     Every field is this thread's: it alone writes them, and it reads the callers' hand-over only
     through `shared`'s methods. The Publisher's properties read `exchange`, `monitor`, `epochs`,
-    `moves` and `confirmed_batches` from other threads, each one reference (a snapshot)."""
+    `moves`, `confirmed_batches` and `restarts_seen` from other threads, each one reference (a
+    snapshot)."""
 
     def __init__(
         self,
@@ -618,7 +634,11 @@ class _PublisherIO(threading.Thread):
         self.locator: MonitorLocator | None = None
         if locate is not None:
             self.locator = MonitorLocator(queue, locate, shared.producer_id.hex()[:8])
-        # acks="none": a probe is out (no answer yet), batches were sent since the last one
+        # the exchange process our batches go to, as its drain answers name it (None: not heard
+        # yet); another there means it restarted at the same address (`_heard_run`)
+        self.exchange_run: bytes | None = None
+        self.restarts_seen = 0
+        # a probe is out (no answer yet); acks="none": batches were sent since the last one
         self.probing = False
         self.sent_since_probe = False
         self.next_probe = 0.0
@@ -660,11 +680,13 @@ class _PublisherIO(threading.Thread):
             lingering, flushes, closing = self.shared.take_stale()
             if self.acks == "none":
                 self._probe(flushes)
+            else:
+                self._probe_stalled()
             # confirmations, a flush's drain or a probe's
             waiting = self.unconfirmed or flushes or self.probing
             if waiting and self._monitor_moved_while_stalled():
                 poller.unregister(self.dealer)
-                self._move("", alive=False)
+                self._move("", limits.publisher_dead_drain_ms)
                 poller.register(self.dealer, READABLE)
             finished = self._pump() and closing
 
@@ -684,6 +706,19 @@ class _PublisherIO(threading.Thread):
             self.progress = now
         self.probing = True  # not sent (the socket is full): counted as unanswered too
         send_nowait(self.dealer, [dataplane.DRAIN, dataplane.TOKEN.pack(_PROBE)])
+
+    def _probe_stalled(self) -> None:
+        """acks: confirmations stopped for `publisher_monitor_check_first_ms`: a drain request
+        of our own, whose answer names the exchange's process (`_heard_run`), at most once per
+        `publisher_monitor_check_ms` (a probe the old process took and never answered is given
+        up after that long)."""
+        now = time.monotonic()
+        if not self.unconfirmed or now < self.next_probe:
+            return
+        if now - self.progress < limits.publisher_monitor_check_first_ms / 1000:
+            return
+        self.next_probe = now + limits.publisher_monitor_check_ms / 1000
+        self.probing = send_nowait(self.dealer, [dataplane.DRAIN, dataplane.TOKEN.pack(_PROBE)])
 
     # --- placement and moves -------------------------------------------------------------------
     def _place(self, lost: str) -> None:
@@ -781,13 +816,16 @@ class _PublisherIO(threading.Thread):
         connect(self.dealer, front)
         self.exchange = front
         log.info("%s: sending to %s", self.pub_name, front)
+        # Learn which process serves `front` before any batch goes to it (see `_heard_run`).
+        self.exchange_run = None
+        self.probing = send_nowait(self.dealer, [dataplane.DRAIN, dataplane.TOKEN.pack(_PROBE)])
         # acks: batches the previous exchange never confirmed go first, in their order; _pump
         # sends them as the socket takes them (more than its high-water mark may be waiting).
         self.resend = collections.deque(sorted(self.unconfirmed.values(), key=lambda i: i.token))
 
-    def _notice(self) -> tuple[str, bool] | None:
-        """Read one monitor notice: (exchange to move to or "" to ask again, whether the old
-        exchange is alive to drain), or None when the notice is not for this publisher."""
+    def _notice(self) -> tuple[str, int] | None:
+        """Read one monitor notice: (exchange to move to or "" to ask again, how long the old
+        exchange's drain is waited for), or None when the notice is not for this publisher."""
         frames = recv_nowait(self.notices)
         if frames is None:
             return None
@@ -805,19 +843,19 @@ class _PublisherIO(threading.Thread):
             if notice.dead or notice.why:
                 state = "died" if notice.dead else f"refuses appends ({notice.why})"
             log.warning("%s: exchange %s %s; failing over", self.pub_name, notice.front, state)
-            return "", not notice.dead
+            if notice.dead:
+                return "", limits.publisher_dead_drain_ms
+            return "", limits.publisher_leaving_drain_ms
         if notice.producer == self.shared.producer_id.hex() and notice.front != self.exchange:
             log.info("%s: re-allocated by the monitor to %s", self.pub_name, notice.front)
-            return notice.front, True
+            return notice.front, limits.drain_timeout_ms
         return None
 
-    def _move(self, target: str, alive: bool) -> None:
+    def _move(self, target: str, drain_ms: int) -> None:
         old = self.exchange or ""
         # Even an exchange declared dead gets a short drain: one that was only slow (a starved
         # CPU, a throttled disk) then loses nothing of what it was sent.
-        drained = self._drain_old(
-            limits.drain_timeout_ms if alive else limits.publisher_dead_drain_ms
-        )
+        drained = self._drain_old(drain_ms)
         self.dealer.close(0)
         self.probing = False  # the new exchange is probed once batches go to it
         self.moves += 1
@@ -891,10 +929,14 @@ class _PublisherIO(threading.Thread):
             dataplane.TOKEN.unpack(frames[1])[0] if len(frames) > 1 and len(frames[1]) == 8 else 0
         )
         if kind == dataplane.DRAINED:
-            self.progress = time.monotonic()
+            if len(frames) > 2:
+                self._heard_run(frames[2])
             if token == _PROBE:
                 self.probing = False
+                if not self.unconfirmed:  # with batches unconfirmed, only they are progress
+                    self.progress = time.monotonic()
                 return
+            self.progress = time.monotonic()
             self.drained.add(token)
             self._settle()
         elif kind == dataplane.ACK:
@@ -908,6 +950,24 @@ class _PublisherIO(threading.Thread):
             self.unconfirmed.pop(token, None)
             self.shared.refuse(reason)
             self._settle()  # a flush waiting for it ends now, and raises the refusal
+
+    def _heard_run(self, run: bytes) -> None:
+        """A drain answer named the exchange process that serves our address. Another than
+        before means the exchange restarted there (killed, its host back within its session):
+        the batches the old process took without confirming are gone with it, and the new one
+        will never confirm them, so they go again, in order, with the flushes' drains (the
+        monitor saw no move, so no fail-over would ever send them: the fault harness measured
+        a producer 31 s without an acknowledgement)."""
+        if self.exchange_run is not None and run != self.exchange_run:
+            self.restarts_seen += 1
+            log.warning("%s: exchange %s restarted (another process answers at its address): "
+                        "sending its %d unconfirmed batch(es) again", self.pub_name,
+                        self.exchange, len(self.unconfirmed))  # fmt: skip
+            self.resend = collections.deque(
+                sorted(self.unconfirmed.values(), key=lambda i: i.token)
+            )
+            self._resend_barriers()
+        self.exchange_run = run
 
     def _settle(self) -> None:
         """A flush completes when its drain came back and every batch before it is confirmed."""

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -233,6 +234,9 @@ class Exchange:
         self.leaving_since: float | None = None
         self.retired = False  # a keeper told to retire (`_retire`): it exits EXIT_RETIRED
         self.started = time.time()  # tells the monitor a restarted exchange from its old self
+        # ... and its publishers (in drain answers): a process restarted at the same address
+        # never confirms what was sent to the one before it
+        self.run_id = os.urandom(dataplane.RUN_BYTES)
         self.fence = Fence(spec.lease, spec.name)
         # the highest assignment epoch of the queue seen (its start's, 1031's, 1030's): a
         # monitor's word of an older one, from a monitor since re-placed, is refused
@@ -469,7 +473,7 @@ class Exchange:
             self.bad.refused(f"{error} (from publisher connection {peer.hex()})")
             return
         if message.batch is None:
-            self.replies.append([peer, *dataplane.drained(message.token)])
+            self.replies.append([peer, *dataplane.drained(message.token, self.run_id)])
             return
         try:
             offset = self._accept(message.batch)

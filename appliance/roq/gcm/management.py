@@ -625,6 +625,12 @@ class Management:
         if record.state != QueueState.RUNNING:
             raise Refused(Reason.BAD_REQUEST, f"queue {record.name} is {record.state}")
         txid = wanted.txid
+        live = [x for x in self.registry.exchanges(record.name) if not x.lost]
+        if wanted.below and len(live) >= wanted.below:
+            raise Refused(
+                Reason.BAD_REQUEST,
+                f"queue {record.name} has {len(live)} exchanges, not fewer than {wanted.below}",
+            )
         host = self._exchange_host(wanted, fence)
         reply = self._call_host(
             host,

@@ -38,9 +38,9 @@ class RulesRead:
 
 @dataclass(frozen=True)
 class Acted:
-    """How one action ended: `kind` "out" (2004) or "in" (2014), after `seconds`; done with
-    `exchange_id` added or retired, or refused with the admin API's `reason` ("unreachable"
-    when no GCM answered) and its `comment`."""
+    """How one action ended: `kind` "out" or "copies" (2004) or "in" (2014), after `seconds`;
+    done with `exchange_id` added or retired, or refused with the admin API's `reason`
+    ("unreachable" when no GCM answered) and its `comment`."""
 
     kind: str
     seconds: float
@@ -62,10 +62,11 @@ class Actuator(threading.Thread):
 
     def __init__(
         self, queue: str, zk: ZooKeeperSettings, session: SharedSession, refresh_s: float,
-        listen: str,
+        listen: str, copies: int = 1,
     ):  # fmt: skip
         super().__init__(name=f"scaling {queue}", daemon=True)
         self.queue = queue
+        self.copies = copies  # replicationFactor: a "copies" action asks for an exchange below it
         self.listen = listen  # tcp://ip:B+4, the monitor's rules PULL socket
         self.zk = zk.servers
         self.namespace = zk.namespace
@@ -122,8 +123,10 @@ class Actuator(threading.Thread):
             return Acted(action, time.monotonic() - started, ok, exchange_id, reason, comment)
 
         try:
-            if action == "out":
-                return ended(True, admin.create_exchange(self.queue, argument).exchange.exchange_id)
+            if action in ("out", "copies"):
+                below = self.copies if action == "copies" else 0
+                created = admin.create_exchange(self.queue, argument, below=below)
+                return ended(True, created.exchange.exchange_id)
             admin.remove_exchange(self.queue, argument)
             return ended(True, argument)
         except AdminRefused as refused:

@@ -132,7 +132,7 @@ class ExchangeLoad:
 
 @dataclass(frozen=True)
 class Decision:
-    action: str  # "out" or "in"
+    action: str  # "out" or "in"; "copies": out, below replicationFactor (scaling.py)
     reason: str
     exchange_id: str = ""  # the exchange to retire (scale-in)
 

@@ -79,7 +79,12 @@ class Scaler:
         self.sock = open_socket(context, Kind.PULL, rcvhwm=limits.rules_updates_hwm)
         bind(self.sock, address, listen_port, security.access_domain(cluster=True))  # the GCM
         self.actuator = Actuator(
-            queue, settings.zk, zk, self.config.rules_refresh_s, f"tcp://{address}:{listen_port}"
+            queue,
+            settings.zk,
+            zk,
+            self.config.rules_refresh_s,
+            f"tcp://{address}:{listen_port}",
+            copies=settings.replication_factor,
         )
         self.actuator.start()
 
@@ -161,7 +166,7 @@ class Scaler:
             return None
         self._floor_retry_at = now + limits.copies_floor_retry_s
         return Decision(
-            "out",
+            "copies",
             f"{len(standing)} exchange(s) for replicationFactor {wanted}: another keeps a copy "
             "of each log",
         )
@@ -174,7 +179,7 @@ class Scaler:
             return
         self.in_flight = (decision.action, argument, now)
         self.policy.acted(now)
-        if decision.action == "out":
+        if decision.action in ("out", "copies"):
             self._event("scale_out", decision.reason, exchanges=len(self.windows))
         else:
             self._event("scale_in", decision.reason, exchange=argument)
@@ -202,7 +207,7 @@ class Scaler:
             self._event(kind, f"{result.comment} ({took})", action=result.kind)
             return
         exchange_id = result.exchange_id
-        if result.kind == "out":
+        if result.kind in ("out", "copies"):
             self.scaled_out += 1
             self.fresh[exchange_id] = now
             self._event("exchange_added", f"created in {took}", exchange=exchange_id)

@@ -12,7 +12,9 @@ and the exchange answers on the same connection:
 
     b"a" [token] [offset]   batch `token` accepted at log offset `offset` (8 bytes LE)
     b"n" [token] [reason]   batch `token` refused; reason is UTF-8 text
-    b"d" [token]            drain `token` done: every earlier batch was forwarded
+    b"d" [token] [run]      drain `token` done: every earlier batch was forwarded; `run` (8 B,
+                            random per exchange process) tells a restarted exchange at the same
+                            address from the process the publisher's earlier batches went to
     b"e" [reason]           an unconfirmed batch was refused (the publisher logs it)
 
 Subscribers receive `[key][batch]` from the exchange's PUB socket (back port F+1), so ZeroMQ's
@@ -84,8 +86,11 @@ def nack(token: bytes, reason: str) -> list[bytes]:
     return [NACK, token, reason.encode()[:512]]
 
 
-def drained(token: bytes) -> list[bytes]:
-    return [DRAINED, token]
+def drained(token: bytes, run: bytes) -> list[bytes]:
+    return [DRAINED, token, run]
+
+
+RUN_BYTES = 8  # an exchange process's run id (`drained`)
 
 
 def refused(reason: str) -> list[bytes]:

@@ -28,6 +28,7 @@ from roq.protocol.bsonmsg import (
 from roq.protocol.commands import AdminCommand, BroadcastCommand
 from roq.protocol.epoch import field_epoch
 from roq.protocol.messages.host import ExchangeOnHost, queue_field
+from roq.protocol.messages.monitor import COPIES_MAX
 from roq.protocol.rules import RuleSet
 
 QUEUE_STATES: Final = ("CREATING", "RUNNING", "STOPPED", "DELETING")
@@ -162,17 +163,22 @@ class StartQueue:
 @dataclass(frozen=True)
 class CreateExchange:
     """2004: one more exchange for a RUNNING queue, idempotent per `TransactionID`; on `Host`
-    if given, else on the host with the most free slots (`ExchangeCreated`)."""
+    if given, else on the host with the most free slots (`ExchangeCreated`). With `Below` (a
+    monitor keeping replicationFactor exchanges), only while the queue has fewer live exchanges
+    recorded than that: a monitor that has not heard them all yet asks for no extra one."""
 
     queue: str
     txid: str  # TransactionID, 1–128 characters
     host: str = ""  # Host, optional
+    below: int = 0  # Below, optional (0: whatever the queue has)
 
     def encode(self) -> Document:
         doc = {"CMD": int(AdminCommand.CREATE_XCHANGE), "QName": self.queue,
                "TransactionID": self.txid}  # fmt: skip
         if self.host:
             doc["Host"] = self.host
+        if self.below:
+            doc["Below"] = self.below
         return doc
 
     @classmethod
@@ -181,6 +187,7 @@ class CreateExchange:
             queue_field(doc),
             field_str(doc, "TransactionID", max_chars=limits.transaction_id_chars_max),
             field_str(doc, "Host", empty_ok=True, default=""),
+            field_int(doc, "Below", hi=COPIES_MAX, default=0),
         )
 
 
