@@ -82,8 +82,14 @@ def _two_hosts(cluster: LocalCluster, **host: Any) -> tuple[Daemon, Daemon]:
         admin.create_queue("q1", "h1")
         admin.create_exchange("q1", "hostloss-tx-h2", host="h2")
     wait_for(lambda: len(cluster.queue_processes(host="h2")) == 1, 15, "q1's exchange on h2")
-    time.sleep(1.5)  # past exchange.warmup: both exchanges take publishers
+    wait_for(lambda: _placeable(cluster) == 2, 15, "both exchanges take publishers (warm-up)")
     return h1, h2
+
+
+def _placeable(cluster: LocalCluster) -> int:
+    """How many of q1's exchanges take publishers, as its monitor says (past their warm-up)."""
+    live = _queue(cluster).get("Live") or {}
+    return sum(1 for x in live.get("Exchanges", []) if x["Placeable"])
 
 
 def _publisher_on(
@@ -365,7 +371,7 @@ def test_a_lost_log_is_copied_again_and_survives_a_second_host_loss(
         wait_for(
             lambda n=name: len(cluster.queue_processes(host=n)) == 1, 15, f"q1's exchange on {name}"
         )
-    time.sleep(1.5)  # past exchange.warmup: every exchange takes publishers
+    wait_for(lambda: _placeable(cluster) == 3, 15, "every exchange takes publishers (warm-up)")
     lost_id = next(x["Id"] for x in _queue(cluster)["Exchanges"] if x["Host"] == "h1")
     victim, others = _publisher_on(cluster, "h1")
     bystander = others[0] if others else Publisher("q1", gcm=cluster.gcm, acks="all", linger_ms=1)

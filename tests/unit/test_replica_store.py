@@ -174,14 +174,18 @@ class _Pair:
     """A leader's Replicator (of `leader`) and one ReplicaStore over real inproc sockets,
     served by hand (`_serve`, `_turn`); the replica is assigned at once."""
 
-    def __init__(self, tmp_path: Path, leader: Log, lag_s: float = REPLICA_LAG_S) -> None:
+    def __init__(
+        self, tmp_path: Path, leader: Log, lag_s: float = REPLICA_LAG_S, min_copies: int = 1
+    ) -> None:
         self.context = new_context()
         self.router = self.context.socket(Kind.ROUTER)
         self.router.bind("inproc://replica")
         self.leader = leader
         self.store = ReplicaStore(tmp_path / "copies", "q", "r1", LogSettings(memory_bytes=0))
         self.store.accept(("l1",))
-        self.replicator = Replicator(self.context, "l1", leader, "leader l1", lag_s=lag_s)
+        self.replicator = Replicator(
+            self.context, "l1", leader, "leader l1", lag_s=lag_s, min_copies=min_copies
+        )
         self.replicator.assign([("r1", "inproc://replica")])
 
     def in_sync(self) -> bool:
@@ -287,6 +291,44 @@ def test_a_replica_that_falls_a_lag_behind_drops_out_and_acks_all_goes_on(
         while _serve(pair.router, pair.store):
             _turn(pair.replicator)
         assert pair.in_sync() and pair.replicator.committed() == pair.leader.end_offset
+
+
+def test_below_min_insync_copies_nothing_more_is_committed_until_a_copy_is_back(
+    tmp_path: Path,
+) -> None:
+    """min.insync.copies=2: when the only replica stalls past the lag, committed holds where
+    it was (min.insync.copies=1 moved it on to the leader's end, the test above), and moves
+    again once the replica has caught up; it never moves back."""
+    with _Pair(tmp_path, _long_log(tmp_path, batches=3), lag_s=0.3, min_copies=2) as pair:
+        while _serve(pair.router, pair.store):
+            _turn(pair.replicator)
+        before = pair.leader.end_offset
+        assert pair.replicator.committed() == before and not pair.replicator.below_min_copies
+        pair.leader.append(batch(1000, records=10, size=1000))
+        _turn(pair.replicator)  # sent, not answered: the replica stalls
+        wait_for(lambda: not pair.in_sync(), 5, "the stalled replica out of sync", 0.02)
+        assert pair.replicator.committed() == before < pair.leader.end_offset
+        assert pair.replicator.below_min_copies and pair.replicator.copies_in_sync == 1
+        while _serve(pair.router, pair.store):
+            _turn(pair.replicator)
+        assert pair.in_sync() and pair.replicator.committed() == pair.leader.end_offset
+        assert not pair.replicator.below_min_copies
+
+
+def test_an_assignment_of_nobody_commits_nothing_below_min_insync_copies(tmp_path: Path) -> None:
+    """A queue with one live exchange, min.insync.copies=2: the leader is alone, and acks=all
+    confirms nothing (with 1, the test below, it confirms on the leader)."""
+    context = new_context()
+    leader = _long_log(tmp_path, batches=3)
+    replicator = Replicator(context, "l1", leader, "leader l1", min_copies=2)
+    try:
+        replicator.assign([])
+        assert replicator.committed() == 0 < leader.end_offset
+        assert replicator.below_min_copies
+    finally:
+        replicator.close()
+        leader.close()
+        context.term()
 
 
 def test_acks_all_confirms_nothing_before_the_monitor_says_who_copies_the_log(

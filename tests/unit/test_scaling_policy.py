@@ -185,6 +185,18 @@ def test_scale_in_never_below_the_minimum_and_a_busy_moment_restarts_the_clock()
     assert policy.decide(quiet, IMPLICIT, 7.1, busy=False) is not None
 
 
+def test_scale_in_keeps_replication_factor_exchanges():
+    """Each exchange holds the others' copies: replicationFactor 2 keeps two, however quiet
+    (the test above retires one of these two with the floor at 1)."""
+    policy = make_policy(CONFIG, replication_factor=2)
+    quiet = [_x("a", 20_000), _x("b", 5_000)]
+    assert all(policy.decide(quiet, IMPLICIT, t, busy=False) is None for t in (0.0, 3.1, 100.0))
+    three = [*quiet, _x("c", 0)]
+    decision = policy.decide(three, IMPLICIT, 200.0, busy=False)
+    decision = decision or policy.decide(three, IMPLICIT, 204.0, busy=False)
+    assert decision is not None and decision.action == "in" and decision.exchange_id == "c"
+
+
 def test_flapping_load_acts_at_most_once_per_cooldown():
     policy = DefaultPolicy(CONFIG)
     actions = []
