@@ -25,7 +25,7 @@ pytestmark = pytest.mark.integration
 SESSION_S = 4.0  # zk.session.timeout of the test cluster (LocalCluster's default)
 GRACE_MS = 500  # host.loss.grace, as in test_hostloss.py
 RESUME_BOUND_S = SESSION_S + 5  # the fault harness's bound (issue 21)
-HOST = {"exchange.max.perhost": 4, "exchange.warmup": 500}
+HOST = {"exchange.max.perhost": 4, "exchange.warmup": 500, "replicationFactor": 2}
 
 
 def _status(cluster: LocalCluster) -> dict[str, Any]:

@@ -274,16 +274,16 @@ def _two_hosts(
     cluster: LocalCluster, **monitor_settings: Any
 ) -> tuple[dict[str, Any], dict[str, Any], Daemon]:
     """A queue with its monitor and one exchange on h1 and a second exchange on h2, each log
-    copied to the other (replicationFactor 2). Returns (h2's exchange, the queue, h2)."""
+    copied to the other (replicationFactor 2). Returns (h2's exchange, the queue, h2). The
+    second exchange is asked for at once: the monitor's own request for it (a queue keeps
+    replicationFactor exchanges) comes later and is refused, the queue having its two."""
     settings = {"replicationFactor": 2}
     cluster.start_gcm()
     cluster.start_host("h1", **settings, **monitor_settings)
-    cluster.wait_ready()
-    with cluster.admin() as admin:
-        admin.create_queue("q1")
     h2 = cluster.start_host("h2", **settings)
     cluster.wait_ready(hosts=2)
     with cluster.admin() as admin:
+        admin.create_queue("q1", host="h1")
         exchange = admin.create_exchange("q1", "tx-h2", host="h2").exchange.fields()
         [queue] = admin.status().queues
     return exchange, queue.fields(), h2

@@ -74,7 +74,7 @@ def _two_hosts(cluster: LocalCluster, **host: Any) -> tuple[Daemon, Daemon]:
     """q1's monitor and first exchange on h1, a second exchange on h2 (R=2: each log is copied
     on the other exchange)."""
     cluster.start_gcm(**{"host.loss.grace": GRACE_MS})
-    settings = {"exchange.max.perhost": 4, "exchange.warmup": 500, **host}
+    settings = {"exchange.max.perhost": 4, "exchange.warmup": 500, "replicationFactor": 2, **host}
     h1 = cluster.start_host("h1", **settings)
     h2 = cluster.start_host("h2", **settings)
     cluster.wait_ready(hosts=2)
@@ -359,7 +359,8 @@ def test_a_lost_log_is_copied_again_and_survives_a_second_host_loss(
     monitor and a publisher's exchange is killed with all its processes."""
     cluster.start_gcm(**{"host.loss.grace": GRACE_MS})
     hosts = {
-        name: cluster.start_host(name, **{"exchange.max.perhost": 4, "exchange.warmup": 500})
+        name: cluster.start_host(name, **{"exchange.max.perhost": 4, "exchange.warmup": 500,
+                                          "replicationFactor": 2})  # fmt: skip
         for name in ("h1", "h2", "h3")
     }
     cluster.wait_ready(hosts=3)
