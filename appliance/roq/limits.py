@@ -217,12 +217,13 @@ acks_all_assignment_wait_s = 5.0
 # (retriable): long enough for a replica's restart or a new exchange's back-fill, short
 # enough that a publisher hears well inside its flush timeout.
 acks_all_insync_wait_s = 5.0
-# A queue with fewer exchanges than replicationFactor asks for another this often (the
-# cluster may have no room: each try is a GCM request and a scaling event).
+# A queue with fewer exchanges than replicationFactor asks for another, first after this long
+# (its monitor just started: its first exchange reports within a heartbeat), then again after
+# a back-off from the first to the second bound (the cluster may have no room, or the monitor
+# not yet know every exchange: each try is a GCM request and a scaling event).
+copies_floor_start_s = 0.5
+copies_floor_retry_first_s = 0.5
 copies_floor_retry_s = 5.0
-# ... and not before its monitor has run this long (every live exchange reports within one
-# heartbeat.period, 500 ms by default; a fresh queue's second exchange waits this much more).
-copies_floor_start_s = 1.5
 replica_logs_max = 256  # leaders one exchange keeps copies for (a stranger cannot make more)
 # A replica that refused a leader (not assigned to it yet, a disk error) is asked again this
 # long after: a restarted replica learns its leaders within one monitor.list.period.

@@ -108,16 +108,10 @@ def test_load_ramp_adds_an_exchange_and_moves_the_heaviest_publisher(cluster: Lo
     )
     for _ in range(50):  # one more second of load on both exchanges
         load.step()
-    live = wait_for(
-        lambda: (
-            (got := _live(cluster, queue)) and all(x["Replicas"] for x in got["Exchanges"]) and got
-        ),
-        5,
-        "replicas assigned to and from the new exchange",
-    )
+    # (replicationFactor 1 here, so that the queue starts with one exchange: the replicas a
+    # joining exchange is given are test_availability's)
+    live = _live(cluster, queue)
     assert len(live["Exchanges"]) == 2, "one exchange added, not more"
-    old_x, new_x = sorted(live["Exchanges"], key=lambda x: x["Age"], reverse=True)
-    assert old_x["Replicas"] == [new_x["Id"]] and new_x["Replicas"] == [old_x["Id"]]
     moved = [p for p in load.publishers if p.exchange != first]
     assert sum(1 for p in moved if p in load.publishers[:2]) == 1, "one heavy moved, one stayed"
     events = [e["Event"] for e in live["Scaling"]["Events"]]

@@ -385,8 +385,9 @@ HCM_KEYS: tuple[Key, ...] = (
     Key(
         "exchange.max.perhost",
         int,
-        3,
-        "Exchanges this host may run, all queues together (enforced).",
+        8,
+        "Exchanges this host may run, all queues together (enforced). RoQ's was 3; a queue "
+        "now keeps replicationFactor (2) exchanges, so that one host holds four queues.",
         (1, 1000),
         section="Capacity",
     ),

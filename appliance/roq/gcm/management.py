@@ -625,12 +625,8 @@ class Management:
         if record.state != QueueState.RUNNING:
             raise Refused(Reason.BAD_REQUEST, f"queue {record.name} is {record.state}")
         txid = wanted.txid
-        live = [x for x in self.registry.exchanges(record.name) if not x.lost]
-        if wanted.below and len(live) >= wanted.below:
-            raise Refused(
-                Reason.BAD_REQUEST,
-                f"queue {record.name} has {len(live)} exchanges, not fewer than {wanted.below}",
-            )
+        if wanted.below:
+            self._check_below(record.name, wanted.below)
         host = self._exchange_host(wanted, fence)
         reply = self._call_host(
             host,
@@ -647,6 +643,18 @@ class Management:
         self._record_exchanges(record.name, host, [reply.exchange], fence)
         comment = f"exchange {reply.exchange.exchange_id} on {host.name}"
         return ExchangeCreated(reply.exchange, comment)
+
+    def _check_below(self, queue: str, below: int) -> None:
+        """A monitor keeping replicationFactor exchanges asks for one while the queue has fewer
+        than `below` recorded on registered hosts (one on a host whose registration is gone
+        serves nobody: the repair replaces it after host.loss.grace)."""
+        hosts = {h.name for h in self.registry.hosts()}
+        live = [x for x in self.registry.exchanges(queue) if not x.lost and x.host in hosts]
+        if len(live) >= below:
+            raise Refused(
+                Reason.BAD_REQUEST,
+                f"queue {queue} has {len(live)} exchanges on live hosts, not fewer than {below}",
+            )
 
     def _exchange_host(self, wanted: CreateExchange, fence: Fence) -> HostRecord:
         """RoQ's idempotent exchange create: a recorded transaction's host wins."""

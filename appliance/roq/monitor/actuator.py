@@ -62,17 +62,17 @@ class Actuator(threading.Thread):
 
     def __init__(
         self, queue: str, zk: ZooKeeperSettings, session: SharedSession, refresh_s: float,
-        listen: str, copies: int = 1,
+        listen: str,
     ):  # fmt: skip
         super().__init__(name=f"scaling {queue}", daemon=True)
         self.queue = queue
-        self.copies = copies  # replicationFactor: a "copies" action asks for an exchange below it
         self.listen = listen  # tcp://ip:B+4, the monitor's rules PULL socket
         self.zk = zk.servers
         self.namespace = zk.namespace
         self.session = session  # the monitor's one ZooKeeper session
         self.refresh_s = refresh_s
-        self.actions: queue_mod.Queue[tuple[str, str]] = queue_mod.Queue(
+        # (action, argument, below): see `Decision`
+        self.actions: queue_mod.Queue[tuple[str, str, int]] = queue_mod.Queue(
             limits.scaling_actions_queued_max
         )
         self.results: queue_mod.Queue[Result] = queue_mod.Queue(limits.scaling_results_queued_max)
@@ -97,10 +97,12 @@ class Actuator(threading.Thread):
                         wait_s = retry.next_s()
                     next_refresh = time.monotonic() + wait_s
                 try:
-                    action, argument = self.actions.get(timeout=limits.poll_interval_ms / 1000)
+                    action, argument, below = self.actions.get(
+                        timeout=limits.poll_interval_ms / 1000
+                    )
                 except queue_mod.Empty:
                     continue
-                self._put(self._act(admin, action, argument))
+                self._put(self._act(admin, action, argument, below))
 
     def _refresh_rules(self, admin: AdminClient) -> bool:
         """Register for pushes first, then read: no update can fall between the two."""
@@ -116,7 +118,7 @@ class Actuator(threading.Thread):
         self._put(RulesRead(rules))
         return True
 
-    def _act(self, admin: AdminClient, action: str, argument: str) -> Acted:
+    def _act(self, admin: AdminClient, action: str, argument: str, below: int = 0) -> Acted:
         started = time.monotonic()
 
         def ended(ok: bool, exchange_id: str = "", reason: str = "", comment: str = "") -> Acted:
@@ -124,7 +126,6 @@ class Actuator(threading.Thread):
 
         try:
             if action in ("out", "copies"):
-                below = self.copies if action == "copies" else 0
                 created = admin.create_exchange(self.queue, argument, below=below)
                 return ended(True, created.exchange.exchange_id)
             admin.remove_exchange(self.queue, argument)

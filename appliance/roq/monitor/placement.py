@@ -194,7 +194,8 @@ def plan_rebalance(
 
 def assign_replicas(exchanges: list[ExchangeView], factor: int) -> dict[str, tuple[str, ...]]:
     """Replica exchanges for each logged exchange (thesis §3.2.1): `factor - 1` others, chosen
-    among those that already copy the fewest logs, on other hosts when there are any."""
+    among those that can append (not refusing: a full disk takes no copy either), on other
+    hosts when there are any, then those that already copy the fewest logs."""
     logged = sorted(
         (x for x in exchanges if x.logged and not x.leaving), key=lambda x: x.exchange_id
     )
@@ -202,7 +203,14 @@ def assign_replicas(exchanges: list[ExchangeView], factor: int) -> dict[str, tup
     plan: dict[str, tuple[str, ...]] = {}
     for leader in logged:
         others = [x for x in logged if x is not leader]
-        others.sort(key=lambda x: (x.host == leader.host, load[x.exchange_id], x.exchange_id))
+        others.sort(
+            key=lambda x: (
+                bool(x.refusing),
+                x.host == leader.host,
+                load[x.exchange_id],
+                x.exchange_id,
+            )
+        )
         chosen = tuple(x.exchange_id for x in others[: max(0, factor - 1)])
         for replica in chosen:
             load[replica] += 1

@@ -128,6 +128,7 @@ class ExchangeLoad:
     placeable: bool  # takes publishers (not leaving, past its warm-up)
     leaving: bool
     age_s: float
+    refusing: bool = False  # its log refuses appends (a full disk): it holds no new copy
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,7 @@ class Decision:
     action: str  # "out" or "in"; "copies": out, below replicationFactor (scaling.py)
     reason: str
     exchange_id: str = ""  # the exchange to retire (scale-in)
+    below: int = 0  # "copies": only while the GCM records fewer exchanges than this
 
 
 def implicit_rules(config: ScalingConfig) -> Rules:

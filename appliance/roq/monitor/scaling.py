@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from roq import limits
+from roq.backoff import Backoff
 from roq.config import MonitorSettings, Thresholds
 from roq.coordination.session import SharedSession
 from roq.errors import ProtocolError
@@ -58,10 +59,11 @@ class Scaler:
         self.config = settings.scaling
         self.policy = make_policy(self.config, settings.replication_factor)
         self.replication_factor = settings.replication_factor
-        # Not at once: a monitor that starts (re-placed, restarted) knows the queue's exchanges
-        # only once each has reported, within a heartbeat period; asking for copies before
-        # that added an exchange to a queue that had its two.
+        # when the copies floor may ask again (`_copies_floor`), and how much later after that
         self._floor_retry_at = time.monotonic() + limits.copies_floor_start_s
+        self._floor_backoff = Backoff(
+            limits.copies_floor_retry_first_s, limits.copies_floor_retry_s
+        )
         self.rules: Rules = implicit_rules(self.config)
         self.stored_rules = False
         self.rules_version = 0
@@ -79,12 +81,7 @@ class Scaler:
         self.sock = open_socket(context, Kind.PULL, rcvhwm=limits.rules_updates_hwm)
         bind(self.sock, address, listen_port, security.access_domain(cluster=True))  # the GCM
         self.actuator = Actuator(
-            queue,
-            settings.zk,
-            zk,
-            self.config.rules_refresh_s,
-            f"tcp://{address}:{listen_port}",
-            copies=settings.replication_factor,
+            queue, settings.zk, zk, self.config.rules_refresh_s, f"tcp://{address}:{listen_port}"
         )
         self.actuator.start()
 
@@ -142,6 +139,7 @@ class Scaler:
                 placeable=v.is_placeable(now, limits_.warmup_s),
                 leaving=v.leaving,
                 age_s=now - v.first_seen,
+                refusing=bool(v.refusing),
             )
             for v in views
         ]
@@ -154,27 +152,34 @@ class Scaler:
         return moves
 
     def _copies_floor(self, loads: list[ExchangeLoad], now: float, busy: bool) -> Decision | None:
-        """A queue keeps replicationFactor exchanges, whatever its load and policy: each logs
-        and holds a copy of the others' logs, so with fewer some log has fewer copies than
-        acks=all waits for (min.insync.copies). Asked again `limits.copies_floor_retry_s` after
-        each try (the cluster may have no room; the GCM says so)."""
+        """A queue keeps replicationFactor exchanges that can hold a copy (not leaving, not
+        refusing appends), whatever its load and policy: each logs and holds a copy of the
+        others' logs, so with fewer some log has fewer copies than acks=all waits for
+        (min.insync.copies). The request says `below`: the exchanges this monitor knows, plus
+        one. A monitor that has not heard every exchange yet (it just started or moved) so asks
+        for none the GCM has recorded on a live host: it is refused, and asks again after a
+        back-off (the cluster may also have no room), from 0.5 s up to 5 s."""
         wanted = self.replication_factor
-        standing = [x for x in loads if not x.leaving]
-        if busy or wanted < 2 or len(standing) >= wanted or now < self._floor_retry_at:
+        standing = [x for x in loads if not x.leaving and not x.refusing]
+        if wanted < 2 or len(standing) >= wanted:
+            self._floor_backoff.reset()
+            return None
+        if busy or now < self._floor_retry_at:
             return None
         if self.config.max_exchanges and len(loads) >= self.config.max_exchanges:
             return None
-        self._floor_retry_at = now + limits.copies_floor_retry_s
+        self._floor_retry_at = now + self._floor_backoff.next_s()
         return Decision(
             "copies",
-            f"{len(standing)} exchange(s) for replicationFactor {wanted}: another keeps a copy "
-            "of each log",
+            f"{len(standing)} exchange(s) that can hold a copy, replicationFactor {wanted}: "
+            "another keeps a copy of each log",
+            below=len(loads) + 1,
         )
 
     def _start(self, decision: Decision, now: float) -> None:
         argument = decision.exchange_id or f"scale-{self.queue}-{uuid.uuid4().hex[:12]}"
         try:
-            self.actuator.actions.put_nowait((decision.action, argument))
+            self.actuator.actions.put_nowait((decision.action, argument, decision.below))
         except queue_mod.Full:
             return
         self.in_flight = (decision.action, argument, now)
