@@ -253,7 +253,7 @@ def test_a_returning_host_serves_its_lost_exchanges_logs_and_copies_them_on(
     are on h2's disk only (its own, and its copy of h1's), so without a keeper there the
     messages h1's and h2's publishers had acknowledged with acks=all are read by nobody."""
     h1, h2 = _two_hosts(cluster)
-    settings = {"exchange.max.perhost": 4, "exchange.warmup": 500}
+    settings = {"exchange.max.perhost": 4, "exchange.warmup": 500, "replicationFactor": 2}
     cluster.start_host("h3", **settings)
     cluster.wait_ready(hosts=3)
     ids = {x["Host"]: x["Id"] for x in _queue(cluster)["Exchanges"]}
@@ -358,11 +358,8 @@ def test_a_lost_log_is_copied_again_and_survives_a_second_host_loss(
     """Issue 18's first test: three hosts, R=2, acks=all publishers running; the host with the
     monitor and a publisher's exchange is killed with all its processes."""
     cluster.start_gcm(**{"host.loss.grace": GRACE_MS})
-    hosts = {
-        name: cluster.start_host(name, **{"exchange.max.perhost": 4, "exchange.warmup": 500,
-                                          "replicationFactor": 2})  # fmt: skip
-        for name in ("h1", "h2", "h3")
-    }
+    settings = {"exchange.max.perhost": 4, "exchange.warmup": 500, "replicationFactor": 2}
+    hosts = {name: cluster.start_host(name, **settings) for name in ("h1", "h2", "h3")}
     cluster.wait_ready(hosts=3)
     with cluster.admin() as admin:
         admin.create_queue("q1", "h1")
