@@ -54,6 +54,7 @@ from roq.protocol.commands import MonitorCommand
 from roq.protocol.messages.groups import (
     ConsumerRequest,
     GroupJoin,
+    HeldAnswer,
     Joined,
     Lease,
     Nack,
@@ -63,6 +64,7 @@ from roq.protocol.messages.groups import (
     expand,
     lease_reply,
     ranges,
+    written,
 )
 from roq.protocol.ports import MonitorPort
 from roq.transport import (
@@ -283,9 +285,10 @@ class Consumer:
         request = ConsumerRequest(MonitorCommand.GROUP_LEASE, self.group, self.consumer_id,
                                   give=self._window(), wait_ms=wait_ms).encode()  # fmt: skip
         reply = self._ask(request)
+        held, woken = HeldAnswer.flags(reply)
         self.stats["held"] += 1
-        self.stats["woken"] += reply.get("Woken") is True
-        return self._open(reply) or reply.get("Held") is True
+        self.stats["woken"] += woken
+        return self._open(reply) or held
 
     def run(self, callback: Callable[[Delivery], None], stop: threading.Event) -> None:
         """Call `callback` per message until `stop` is set: ack when it returns, nack (with the
@@ -637,8 +640,8 @@ class Consumer:
             self._epoch = result.epoch
             self._resend()
             return
-        written = int(reply.get("Written", 0))
-        while self._unconfirmed and self._unconfirmed[0].seq <= written:
+        stored = written(reply)
+        while self._unconfirmed and self._unconfirmed[0].seq <= stored:
             self._unconfirmed.popleft()
 
     def _release(self, slot: _Slot) -> None:

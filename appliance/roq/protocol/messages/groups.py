@@ -299,6 +299,17 @@ class HeldAnswer:
     def encode(self) -> Document:
         return {**self.answer.encode(), "Held": True, "Woken": self.woken}
 
+    @staticmethod
+    def flags(doc: Mapping[str, Any]) -> tuple[bool, bool]:
+        """(held, woken) of a LEASE answer; both False in one answered at once."""
+        return field_bool(doc, "Held", default=False), field_bool(doc, "Woken", default=False)
+
+
+def written(doc: Mapping[str, Any]) -> int:
+    """`Written` of a SETTLE's answer (0 when absent): this consumer's settles up to this Seq
+    are stored."""
+    return field_int(doc, "Written", default=0)
+
 
 def lease_reply(doc: Mapping[str, Any]) -> Lease | tuple[Tail, ...]:
     """A LEASE answer (or a SETTLE's `Next`): the slot, or where the logs may have grown."""
