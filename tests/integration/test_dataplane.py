@@ -15,7 +15,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -38,7 +38,12 @@ pytestmark = pytest.mark.integration
 
 
 class Collector(threading.Thread):
-    """Runs a Subscriber in its own thread (which owns it) and keeps what it received."""
+    """Runs a Subscriber in its own thread (which owns it) and keeps what it received. Every
+    collector started is stopped when its test ends (`collectors_stopped`), passed or failed:
+    one left running after a failure kept its subscriber asking a dead cluster, and the
+    worker later hung for good in a zmq context's `term()` at garbage collection."""
+
+    running: ClassVar[list[Collector]] = []
 
     def __init__(self, cluster: LocalCluster, queue: str, key: bytes = b""):
         super().__init__(daemon=True)
@@ -62,9 +67,20 @@ class Collector(threading.Thread):
         finally:
             self.sub.close()
 
+    def start(self) -> None:
+        Collector.running.append(self)
+        super().start()
+
     def finish(self) -> None:
         self.stop.set()
         self.join(10)
+
+
+@pytest.fixture(autouse=True)
+def collectors_stopped() -> Iterator[None]:
+    yield
+    while Collector.running:
+        Collector.running.pop().finish()
 
 
 @pytest.fixture

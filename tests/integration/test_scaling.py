@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 import pytest
-from test_dataplane import Collector, _assert_exact
+from test_dataplane import Collector, _assert_exact, collectors_stopped  # noqa: F401 (autouse)
 
 from roq.client.admin import AdminRefused
 from roq.client.live import monitor_status
