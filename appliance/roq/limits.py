@@ -223,7 +223,7 @@ acks_all_insync_wait_s = 5.0
 # not yet know every exchange: each try is a GCM request and a scaling event).
 copies_floor_start_s = 0.5
 copies_floor_retry_first_s = 0.5
-copies_floor_retry_s = 5.0
+copies_floor_retry_s = 2.0
 replica_logs_max = 256  # leaders one exchange keeps copies for (a stranger cannot make more)
 # A replica that refused a leader (not assigned to it yet, a disk error) is asked again this
 # long after: a restarted replica learns its leaders within one monitor.list.period.

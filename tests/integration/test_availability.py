@@ -153,7 +153,8 @@ def test_a_full_log_disk_moves_publishers_to_an_exchange_that_can_append(
             # no new publisher is placed on the exchange that cannot append
             fresh = [Publisher("q1", gcm=cluster.gcm, acks="all", linger_ms=1) for _ in range(3)]
             others += fresh
-            assert all(fronts[p.exchange or ""] == "h2" for p in fresh), fronts
+            # (the queue may have a third exchange by now: the full one holds no copy)
+            assert all(p.exchange != full_front for p in fresh), (full_front, fronts)
 
             filler.unlink()  # room again: the exchange takes publishers again
             wait_for(

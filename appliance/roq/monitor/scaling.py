@@ -152,16 +152,17 @@ class Scaler:
         return moves
 
     def _copies_floor(self, loads: list[ExchangeLoad], now: float, busy: bool) -> Decision | None:
-        """A queue keeps replicationFactor exchanges (not leaving), whatever its load and
-        policy: each logs and holds a copy of the others' logs, so with fewer some log has
-        fewer copies than acks=all waits for (min.insync.copies). One whose disk refuses
-        appends still counts: the GCM knows nothing of disks, and placed the new exchange on
-        that same full disk in the test of one. The request says `below`: the exchanges this
-        monitor knows, plus one. A monitor that has not heard every exchange yet (it just
-        started or moved) so asks for none the GCM has recorded on a live host: it is refused,
-        and asks again after a back-off (the cluster may also have no room), 0.5 s up to 5 s."""
+        """A queue keeps replicationFactor exchanges that can hold a copy (not leaving, not
+        refusing appends), whatever its load and policy: each logs and holds a copy of the
+        others' logs, so with fewer some log has fewer copies than acks=all waits for
+        (min.insync.copies). The GCM places the new one on a host without the queue's
+        exchanges first (it knows nothing of disks: with none such, it may land on the full
+        disk's host). The request says `below`: the exchanges this monitor knows, plus one. A
+        monitor that has not heard every exchange yet (it just started or moved) so asks for
+        none the GCM has recorded on a live host: it is refused, and asks again after a
+        back-off (the cluster may also have no room, or be re-placing it), 0.5 s up to 2 s."""
         wanted = self.replication_factor
-        standing = [x for x in loads if not x.leaving]
+        standing = [x for x in loads if not x.leaving and not x.refusing]
         if wanted < 2 or len(standing) >= wanted:
             self._floor_backoff.reset()
             return None
