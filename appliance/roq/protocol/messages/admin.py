@@ -28,7 +28,7 @@ from roq.protocol.bsonmsg import (
 from roq.protocol.commands import AdminCommand, BroadcastCommand
 from roq.protocol.epoch import field_epoch
 from roq.protocol.messages.host import ExchangeOnHost, queue_field
-from roq.protocol.messages.monitor import COPIES_MAX
+from roq.protocol.messages.monitor import EXCHANGES_MAX
 from roq.protocol.rules import RuleSet
 
 QUEUE_STATES: Final = ("CREATING", "RUNNING", "STOPPED", "DELETING")
@@ -187,7 +187,7 @@ class CreateExchange:
             queue_field(doc),
             field_str(doc, "TransactionID", max_chars=limits.transaction_id_chars_max),
             field_str(doc, "Host", empty_ok=True, default=""),
-            field_int(doc, "Below", hi=COPIES_MAX, default=0),
+            field_int(doc, "Below", hi=EXCHANGES_MAX + 1, default=0),
         )
 
 
