@@ -704,8 +704,13 @@ class _PublisherIO(threading.Thread):
         self.sent_since_probe = False
         if not self.unconfirmed and not flushes:
             self.progress = now
+        self._send_probe()
         self.probing = True  # not sent (the socket is full): counted as unanswered too
-        send_nowait(self.dealer, [dataplane.DRAIN, dataplane.TOKEN.pack(_PROBE)])
+
+    def _send_probe(self) -> bool:
+        """A drain request of our own (`_PROBE`): its answer proves the exchange alive and names
+        its process (`_heard_run`). False if the socket did not take it."""
+        return send_nowait(self.dealer, [dataplane.DRAIN, dataplane.TOKEN.pack(_PROBE)])
 
     def _probe_stalled(self) -> None:
         """acks: confirmations stopped for `publisher_monitor_check_first_ms`: a drain request
@@ -718,7 +723,7 @@ class _PublisherIO(threading.Thread):
         if now - self.progress < limits.publisher_monitor_check_first_ms / 1000:
             return
         self.next_probe = now + limits.publisher_monitor_check_ms / 1000
-        self.probing = send_nowait(self.dealer, [dataplane.DRAIN, dataplane.TOKEN.pack(_PROBE)])
+        self.probing = self._send_probe()
 
     # --- placement and moves -------------------------------------------------------------------
     def _place(self, lost: str) -> None:
@@ -818,7 +823,7 @@ class _PublisherIO(threading.Thread):
         log.info("%s: sending to %s", self.pub_name, front)
         # Learn which process serves `front` before any batch goes to it (see `_heard_run`).
         self.exchange_run = None
-        self.probing = send_nowait(self.dealer, [dataplane.DRAIN, dataplane.TOKEN.pack(_PROBE)])
+        self.probing = self._send_probe()
         # acks: batches the previous exchange never confirmed go first, in their order; _pump
         # sends them as the socket takes them (more than its high-water mark may be waiting).
         self.resend = collections.deque(sorted(self.unconfirmed.values(), key=lambda i: i.token))

@@ -264,7 +264,6 @@ class Exchange:
         self.log_server: LogServer | None = None
         self.replicator: Replicator | None = None
         self.copy_sender: CopySender | None = None  # copies of gone logs sent again
-        self.acks_all_refused = 0  # batches refused for want of copies in sync (ever)
         # acks=all batches appended, awaiting their copies: (publisher, token, end, since)
         self.committed_acks: collections.deque[tuple[bytes, bytes, int, float]] = (
             collections.deque()
@@ -538,7 +537,6 @@ class Exchange:
             peer, token, _, _ = self.committed_acks.popleft()
             self.front.send_multipart([peer, *dataplane.nack(token, reason)])
             refused += 1
-        self.acks_all_refused += refused
         log.warning("%s: refused %d acks=all batch(es): %s", self.spec.name, refused, reason)
 
     def monitor_moved(self, moved: MonitorMoved) -> Encodable:
