@@ -107,3 +107,73 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 _DATA_BEFORE = pytest.StashKey[bool]()
+
+
+# --- a hung test ends its worker, with every thread's stack, rather than the whole run ----------
+# pytest-timeout's signal method runs in the main thread between bytecodes: a test blocked inside
+# a C call (zmq's Context.term waiting for a socket a leaked thread still holds) never sees it, and
+# a clean-clone CI run hung there for good. faulthandler's watchdog is a C thread: past the test's
+# timeout plus a grace it writes every thread's stack to a file and exits the worker; xdist reports
+# the test as crashed and starts another worker, and the controller prints the stacks.
+WATCHDOG_DIR = Path(__file__).resolve().parents[1] / ".pytest-watchdog"
+WATCHDOG_GRACE_S = 60.0
+WATCHDOG_TEARDOWN_S = 180.0  # the session's own end: fixtures stopped, ZooKeeper stopped
+
+
+def _watchdog_file(config: pytest.Config) -> Path:
+    worker = getattr(config, "workerinput", {}).get("workerid", "main")
+    WATCHDOG_DIR.mkdir(exist_ok=True)
+    return WATCHDOG_DIR / f"{worker}-{os.getpid()}.txt"
+
+
+def _arm_watchdog(config: pytest.Config, seconds: float, what: str) -> None:
+    import faulthandler
+
+    out = _watchdog_file(config).open("a")
+    out.write(f"\n=== watchdog: {what} still running after {seconds:.0f} s; worker exits ===\n")
+    out.flush()
+    faulthandler.dump_traceback_later(seconds, exit=True, file=out)
+    config.stash[_WATCHDOG_OUT] = out
+
+
+def _disarm_watchdog(config: pytest.Config) -> None:
+    import faulthandler
+
+    faulthandler.cancel_dump_traceback_later()
+    out = config.stash.get(_WATCHDOG_OUT, None)
+    if out is not None:
+        out.close()
+        _watchdog_file(config).unlink(missing_ok=True)  # nothing hung: no report
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    marker = item.get_closest_marker("timeout")
+    limit = marker.args[0] if marker and marker.args else item.config.getini("timeout")
+    timeout = float(limit or 120)
+    _arm_watchdog(item.config, timeout + WATCHDOG_GRACE_S, item.nodeid)
+    yield
+    _disarm_watchdog(item.config)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):  # a worker's last teardown may hang too
+        _arm_watchdog(config, WATCHDOG_TEARDOWN_S, "the worker's teardown")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the controller: no stale reports of another run
+        for stale in WATCHDOG_DIR.glob("*.txt") if WATCHDOG_DIR.exists() else ():
+            stale.unlink()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for report in sorted(WATCHDOG_DIR.glob("*.txt")) if WATCHDOG_DIR.exists() else ():
+        text = report.read_text(errors="replace")
+        if "Timeout (" in text:  # the watchdog fired (a worker that merely exited has no stacks)
+            terminalreporter.section(f"watchdog: {report.name}")
+            terminalreporter.write(text[-60_000:])
+
+
+_WATCHDOG_OUT = pytest.StashKey[object]()
