@@ -32,9 +32,9 @@ from typing import Any
 import proc_watch
 
 from roq.client.admin import AdminClient
-from roq.exchange.replication import REPLICATION_WINDOW_BYTES
 from roq.protocol.commands import ChildCommand
 from roq.protocol.ports import ExchangePort, endpoint_at
+from roq.replication import REPLICATION_WINDOW_BYTES
 from roq.transport import new_context
 from roq.transport.rpc import Requester
 

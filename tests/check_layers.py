@@ -38,7 +38,16 @@ BASE = {"roq", "errors", "limits", "backoff"}
 # actuator calls the admin API, `roq up` waits for its GCM with it), the pure layers, sockets,
 # ZooKeeper and the OS helpers, never another daemon's code: what two processes share lives in a
 # layer below both.
-DAEMON = {"client", "protocol", "transport", "coordination", "log", "system", "config"}
+DAEMON = {
+    "client",
+    "protocol",
+    "transport",
+    "coordination",
+    "log",
+    "system",
+    "config",
+    "replication",
+}
 ANYTHING = "*"
 
 MAY_IMPORT: dict[str, set[str] | str] = {
@@ -58,6 +67,9 @@ MAY_IMPORT: dict[str, set[str] | str] = {
     "analytics": {"log", "protocol"},  # Spark executors run without a broker
     # AWS (boto3): the SSM parameter holding cluster.json is checked as transport reads it
     "cloud": {"config", "transport"},
+    # log replication (leader links, copies): the exchanges' message logs and the monitor's
+    # delivery-state log are copied by the same code
+    "replication": {"log", "protocol", "transport"},
     # processes
     "gcm": DAEMON | {"cloud"},  # the ec2 provisioner
     "host": DAEMON,

@@ -19,7 +19,7 @@ from typing import Any
 import bson
 from hypothesis import strategies as st
 
-from roq.exchange import replication
+from roq import replication
 from roq.log import format as batchfmt
 from roq.protocol import dataplane
 from roq.protocol.commands import AdminCommand, ChildCommand, HostCommand, MonitorCommand

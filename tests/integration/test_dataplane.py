@@ -19,12 +19,11 @@ from typing import Any, ClassVar
 
 import pytest
 
-from roq import limits
+from roq import limits, replication
 from roq.client.live import monitor_status
 from roq.client.locate import locate_monitor
 from roq.client.publisher import BufferFull, Publisher, PublishTimeout
 from roq.client.subscriber import Subscriber, records
-from roq.exchange import replication
 from roq.log import format as batchfmt
 from roq.protocol import bsonmsg, dataplane
 from roq.protocol.commands import MonitorCommand

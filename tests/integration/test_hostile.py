@@ -21,10 +21,9 @@ from typing import Any
 import bson
 import pytest
 
-from roq import limits
+from roq import limits, replication
 from roq.client.publisher import Publisher
 from roq.client.subscriber import Subscriber
-from roq.exchange import replication
 from roq.log import format as batchfmt
 from roq.protocol import dataplane
 from roq.protocol.ports import ExchangePort, sibling

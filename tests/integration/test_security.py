@@ -22,7 +22,7 @@ import zmq
 from kazoo.exceptions import NoAuthError
 from zmq.utils.monitor import parse_monitor_message
 
-from roq import limits
+from roq import limits, replication
 from roq.client.admin import AdminClient, AdminError
 from roq.client.locate import locate_monitor
 from roq.client.publisher import Publisher
@@ -30,7 +30,6 @@ from roq.coordination import session
 from roq.coordination.paths import Paths
 from roq.coordination.principals import PrincipalStore
 from roq.errors import AuthenticationRefused
-from roq.exchange import replication
 from roq.local.zkserver import ZooKeeperServer
 from roq.protocol.commands import ChildCommand, Reason
 from roq.protocol.ports import ExchangePort, GcmPort, MonitorPort, StatPort, port_at, sibling

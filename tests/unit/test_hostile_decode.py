@@ -19,16 +19,6 @@ from roq.coordination.registry import Fence, HostRecord, QueueRecord, QueueState
 from roq.coordination.session import ZooKeeperTimeout
 from roq.errors import CoordinationError, DecodeError
 from roq.exchange.logserver import LogServer
-from roq.exchange.replication import (
-    FAILED,
-    OK,
-    PROBE,
-    WRITE,
-    WRITTEN,
-    NotAssigned,
-    ReplicaStore,
-    Replicator,
-)
 from roq.log import Log, LogSettings
 from roq.protocol import bsonmsg
 from roq.protocol.endpoints import check_endpoint, parse_endpoint, port_plus
@@ -38,6 +28,16 @@ from roq.protocol.messages.monitor import (
     ExchangeReport,
     ReportedLoad,
     decode_exchange_message,
+)
+from roq.replication import (
+    FAILED,
+    OK,
+    PROBE,
+    WRITE,
+    WRITTEN,
+    NotAssigned,
+    ReplicaStore,
+    Replicator,
 )
 from roq.transport import Kind, new_context, wait_readable
 from roq.transport.rpc import answer

@@ -22,7 +22,7 @@ def test_every_package_has_a_row():
     ("top", "name", "why"),
     [
         ("client", "roq.analytics.kpi", "may not import roq.analytics"),
-        ("host", "roq.exchange.replication", "may not import roq.exchange"),
+        ("host", "roq.exchange.service", "may not import roq.exchange"),
         ("monitor", "roq.gcm.management", "may not import roq.gcm"),
         ("analytics", "roq.transport", "may not import roq.transport"),
         ("protocol", "roq.config", "may not import roq.config"),

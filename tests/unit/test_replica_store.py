@@ -13,7 +13,8 @@ import pytest
 from logutil import batch, seqs, torn
 
 from roq.errors import CorruptRecord, DecodeError, InvalidOffset
-from roq.exchange.replication import (
+from roq.log import Log, LogSettings, ReadStatus, Retention, segment_name
+from roq.replication import (
     OK,
     PROBE,
     REPLICA_LAG_S,
@@ -23,7 +24,6 @@ from roq.exchange.replication import (
     ReplicaStore,
     Replicator,
 )
-from roq.log import Log, LogSettings, ReadStatus, Retention, segment_name
 from roq.testing.cluster import wait_for
 from roq.transport import Kind, new_context, wait_readable
 
@@ -103,7 +103,7 @@ def test_a_copy_beyond_any_log_on_disk_is_quarantined_at_start(tmp_path: Path, c
     bad = tmp_path / "_replicas" / "q" / f"fz-1@{own}"
     bad.mkdir()
     (bad / segment_name(2**63 + 5)).touch()
-    with caplog.at_level(logging.ERROR, logger="roq.exchange.replication"):
+    with caplog.at_level(logging.ERROR, logger="roq.replication"):
         store = _assigned(ReplicaStore(tmp_path, "q", own, LogSettings(memory_bytes=0)))
     assert store.ends() == {LEADER.decode(): len(batch(0))}
     assert not bad.exists() and len(list(bad.parent.glob(f"fz-1@{own}.quarantined-*"))) == 1

@@ -14,13 +14,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from roq import limits
+from roq import limits, replication
 from roq.errors import CorruptRecord, InvalidOffset, LogError, ProtocolError
-from roq.exchange import replication
-from roq.exchange.replication import ReplicaStore
 from roq.log import Log, ReadStatus
 from roq.log import format as batchfmt
 from roq.protocol import dataplane
+from roq.replication import ReplicaStore
 from roq.transport import drained, security
 
 log = logging.getLogger(__name__)

@@ -62,7 +62,6 @@ from roq.config import ExchangeSettings
 from roq.errors import CorruptRecord, LogUnavailable, ProtocolError
 from roq.exchange.logserver import LogServer
 from roq.exchange.pulse import Pulse
-from roq.exchange.replication import CopySender, ReplicaStore, Replicator
 from roq.exchange.slotcuts import SlotCuts
 from roq.log import Log, log_directory, mark_retired
 from roq.log import format as batchfmt
@@ -83,6 +82,7 @@ from roq.protocol.messages.monitor import (
 )
 from roq.protocol.ports import ExchangePort, endpoint_at, port_at
 from roq.protocol.principals import Permission
+from roq.replication import CopySender, ReplicaStore, Replicator
 from roq.system import procstat
 from roq.system.lease import Fence
 from roq.transport import (
