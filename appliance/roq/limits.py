@@ -217,6 +217,16 @@ acks_all_assignment_wait_s = 5.0
 # (retriable): long enough for a replica's restart or a new exchange's back-fill, short
 # enough that a publisher hears well inside its flush timeout.
 acks_all_insync_wait_s = 5.0
+# The monitor's delivery-state log (monitor/state.py): a memory tail that serves its copies'
+# back-fill without a disk read (a turn's batch is KiBs), segments small enough that compaction
+# frees space soon after the live state shrinks, and the replies that may wait for its copies
+# (a reply per request in flight: a requester has one at a time per call).
+state_memory_bytes = 4 * 1024 * 1024
+state_segment_bytes = 8 * 1024 * 1024
+state_held_replies_max = 10_000
+# The monitor's poll while replies wait for copies: a copy's answer wakes the poll at once; this
+# bounds how late the in-sync and refusal checks run when none comes.
+state_pending_poll_ms = 10
 # A queue with fewer exchanges than replicationFactor asks for another, first after this long
 # (its monitor just started: its first exchange reports within a heartbeat), then again after
 # a back-off from the first to the second bound (the cluster may have no room, or the monitor

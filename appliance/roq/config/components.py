@@ -428,12 +428,17 @@ class MonitorSettings:
     zk: ZooKeeperSettings  # where the scaling actuator finds the GCM; the groups' state
     work: WorkSettings
     requests: RequestSettings
+    # where the task records are kept (zookeeper | log: the state log, monitor/state.py)
+    request_state: str = field(metadata=key("request.state"))
+    log_root: str = field(metadata=key("directory"))  # the state log beside the message logs
+    log: LogSettings  # the state log's flush policy is the message logs'
+    min_insync_copies: int = field(metadata=key("min.insync.copies"))  # 0: replicationFactor
 
     security: SecuritySettings
 
     @classmethod
     def from_settings(cls, settings: Settings) -> MonitorSettings:
-        return read(cls, settings)
+        return read(cls, settings, log=log_settings(settings))
 
 
 @dataclass(frozen=True)

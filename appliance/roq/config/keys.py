@@ -883,6 +883,18 @@ HCM_KEYS: tuple[Key, ...] = (
         section="Request queues",
     ),
     Key(
+        "request.state",
+        str,
+        "zookeeper",
+        "Where a queue's monitor keeps its task records: zookeeper (one znode per task) or log "
+        "(the monitor's own state log, copied to replicationFactor exchanges: no ZooKeeper "
+        "write per task; docs/architecture.md §12). Being built: a monitor re-placed on "
+        "another host does not yet read its predecessor's state log, so keep zookeeper where "
+        "tasks must outlive a host.",
+        choices=("zookeeper", "log"),
+        section="Request queues",
+    ),
+    Key(
         "request.delegator.wait.ms",
         int,
         1000,

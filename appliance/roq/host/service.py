@@ -30,7 +30,7 @@ from roq.host import adoption, keepers, supervision
 from roq.host.fencing import LeaseKeeper, lease_path, lease_seconds
 from roq.host.ports import PortAllocator
 from roq.host.supervision import Child
-from roq.log import replica_root
+from roq.log import replica_root, state_root
 from roq.protocol.bsonmsg import Document
 from roq.protocol.commands import HostCommand, Reason
 from roq.protocol.dispatch import Done, Encodable, Refused, Table, route
@@ -668,10 +668,11 @@ class HostConfigManager:
             self._stop_child(child)
 
     def _delete_queue_files(self, queue: str) -> None:
-        """The queue's own logs and the copies this host's exchanges kept of other exchanges'
-        logs. Called after the queue's children here stopped, so nothing writes to them."""
+        """The queue's own logs, the copies this host's exchanges kept of other exchanges' logs
+        and of the monitor's state log, and that state log. Called after the queue's children
+        here stopped, so nothing writes to them."""
         root = Path(self.settings.log_root)
-        for directory in (root / queue, replica_root(root, queue)):
+        for directory in (root / queue, replica_root(root, queue), state_root(root, queue)):
             if directory.exists():
                 shutil.rmtree(directory, ignore_errors=True)
                 log.info("queue %s: deleted %s", queue, directory)

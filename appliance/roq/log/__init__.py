@@ -14,6 +14,8 @@ from roq.log.log import (
     mark_retired,
     replica_directory,
     replica_root,
+    state_directory,
+    state_root,
 )
 from roq.log.memory import MemoryLog
 from roq.log.segment import Segment, SegmentCorrupt, parse_segment_name, segment_name
@@ -35,4 +37,6 @@ __all__ = [
     "replica_directory",
     "replica_root",
     "segment_name",
+    "state_directory",
+    "state_root",
 ]

@@ -108,6 +108,16 @@ def is_retired(directory: Path) -> bool:
     return (directory / _RETIRED).exists()
 
 
+def state_root(root: Path | str, queue: str) -> Path:
+    """Where one host keeps `queue`'s monitor's delivery-state logs (deleted with the queue)."""
+    return Path(root) / "_state" / queue
+
+
+def state_directory(root: Path | str, queue: str, leader_id: str) -> Path:
+    """`<directory>/_state/<queue>/<leader id>/`: the state log of one monitor epoch."""
+    return state_root(root, queue) / leader_id
+
+
 def replica_root(root: Path | str, queue: str) -> Path:
     """Where one host keeps every copy of `queue`'s logs (deleted with the queue)."""
     return Path(root) / "_replicas" / queue

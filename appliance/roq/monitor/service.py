@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from roq import limits
@@ -55,6 +55,8 @@ from roq.monitor.placement import (
     plan_relocation,
 )
 from roq.monitor.scaling import Scaler
+from roq.monitor.state import CopyCandidate, StateKeeper
+from roq.monitor.tasklog import TaskLog
 from roq.monitor.tasks import TASK_COMMANDS, TaskManager
 from roq.protocol import bsonmsg
 from roq.protocol.bsonmsg import Document
@@ -91,6 +93,8 @@ from roq.protocol.messages.monitor import (
     SubscriberInit,
     decode_exchange_message,
 )
+from roq.protocol.endpoints import parse_endpoint
+from roq.protocol.names import is_state_log
 from roq.protocol.ports import ExchangePort, MonitorPort, StatPort, port_at, sibling
 from roq.protocol.principals import Permission, Principal, refusal
 from roq.system.lease import Fence
@@ -159,10 +163,21 @@ class Monitor:
             emit=lambda event: self._send(self.kpi_out, [bsonmsg.encode(event.encode())]),
         )  # fmt: skip
         self.groups = GroupManager(queue, settings, self.zk, self._readable, self._reply_later)
+        # the delivery-state log (`request.state=log`): task records there, not in ZooKeeper
+        self.state = self._state_keeper(context, settings) if settings.request_state == "log" else None
         self.tasks = TaskManager(
-            queue, settings, self.zk, self._live_consumers, self._reply_later, self.groups.wake
+            queue, settings, self.zk, self._live_consumers, self._reply_task, self.groups.wake,
+            store=TaskLog(self.state) if self.state is not None else None,
         )  # request/response
         self.table = self._placement_table()
+
+    def _state_keeper(self, context: Any, settings: MonitorSettings) -> StateKeeper:
+        return StateKeeper(
+            context, self.queue, self.epoch, settings.log_root, settings.log,
+            settings.replication_factor, settings.min_insync_copies, self.address,
+            deliver=lambda envelope, doc: send_routed(self.requests, envelope, doc),
+            refusal=lambda why: self._stamp(Refused(Reason.BUSY, why).encode()),
+        )  # fmt: skip
 
     def _open_sockets(self, context: Any) -> None:
         # Who may connect to each socket (docs/security.md §5): placement is open to every
@@ -223,6 +238,7 @@ class Monitor:
         }
         for sock in handlers:
             poller.register(sock, READABLE)
+        self._state_socks: set[Any] = set()
         now = time.monotonic()
         next_list, next_kpi = now + self.list_period_s, now + self.kpi_period_s
         next_scale = now
@@ -233,8 +249,11 @@ class Monitor:
             ready = poller.poll(self._poll_ms())
             self._check_fence(time.monotonic())  # before the requests that came in are answered
             for sock, _ in ready:
-                handlers[sock]()
-            self.tasks.flush()  # this turn's task writes, one multi, then their replies
+                if sock in handlers:
+                    handlers[sock]()
+            self.tasks.flush()  # this turn's task writes, one multi (or append), then replies
+            if self.state is not None:
+                self._pump_state(poller, {sock for sock, _ in ready})
             self.tasks.expire_waits()
             self.groups.expire_waits()
             now = time.monotonic()
@@ -256,10 +275,24 @@ class Monitor:
                 next_kpi = now + self.kpi_period_s
         log.info("%s: stopping", self.name)
 
+    def _pump_state(self, poller: Poller, ready: set[Any]) -> None:
+        """Copies' answers, the turn's batch sent to them, the replies now committed; the
+        poller follows the copy set (`_assign_replicas` changes it)."""
+        assert self.state is not None
+        self.state.pump(ready)
+        socks = set(self.state.sockets())
+        for sock in self._state_socks - socks:
+            poller.unregister(sock)
+        for sock in socks - self._state_socks:
+            poller.register(sock, READABLE)
+        self._state_socks = socks
+
     def _poll_ms(self) -> int:
         """The loop's next wait: its timer period, or less when a held request's wait ends
         sooner (a held LEASE waits 25 ms: answered late, its consumer would idle longer)."""
         due = self.groups.next_deadline()
+        if self.state is not None and self.state.pending():
+            return limits.state_pending_poll_ms  # held replies: a copy's answer wakes it sooner
         if due is None:
             return limits.poll_interval_ms
         return max(0, min(limits.poll_interval_ms, int((due - time.monotonic()) * 1000) + 1))
@@ -359,7 +392,7 @@ class Monitor:
             del self.keepers[view.front]
             log.info("%s: log keeper %s left", self.name, view.exchange_id)
         else:
-            copies = {c.leader_id: c.end for c in report.load.copies}
+            copies = _message_log_copies(report.load.copies)
             if copies == view.copies:
                 return
             view.copies = copies
@@ -418,7 +451,7 @@ class Monitor:
         view.subscriptions = load.subscriptions
         self._mark_joined()
         view.top = [(p.producer, p.bytes_rate) for p in load.top]
-        view.copies = {c.leader_id: c.end for c in load.copies}
+        view.copies = _message_log_copies(load.copies)
         if load.refusing and not view.refusing:
             log.warning("%s: exchange %s refuses appends (%s); moving its publishers elsewhere",
                         self.name, view.exchange_id, load.refusing)  # fmt: skip
@@ -532,11 +565,22 @@ class Monitor:
         Fenced, every request is refused, whatever it holds."""
         if not self._acting:
             return self._stamp(self._fenced().encode())
-        return self.table(request, envelope)
+        reply = self.table(request, envelope)
+        if reply is None or self.state is None or request.get("CMD") not in TASK_COMMANDS:
+            return reply
+        self.state.answer(envelope, reply)  # it may show state not copied yet: it waits
+        return None
 
     def _reply_later(self, envelope: Envelope, reply: Encodable) -> None:
         """The answer to a request held before (groups.py, tasks.py), stamped as any."""
         send_routed(self.requests, envelope, self._stamp(reply.encode()))
+
+    def _reply_task(self, envelope: Envelope, reply: Encodable) -> None:
+        """A task's reply: with the state log, once every state write before it is copied."""
+        if self.state is None:
+            self._reply_later(envelope, reply)
+        else:
+            self.state.answer(envelope, self._stamp(reply.encode()))
 
     def _fenced(self) -> Refused:
         return Refused(Reason.FENCED, f"{self.name} is fenced: its host lost its lease")
@@ -720,6 +764,9 @@ class Monitor:
         for leader_id, replica_ids in plan.items():
             for replica_id in replica_ids:
                 copied[replica_id].append(leader_id)
+        if self.state is not None:
+            for candidate in self.state.choose_copies(self._state_candidates(views)):
+                copied[candidate.exchange_id].append(self.state.leader_id)
         keepers = list(self.keepers.values())
         sources: dict[str, list[CopySource]] = {x.exchange_id: [] for x in views + keepers}
         for copy in self._plan_copies(time.monotonic()).values():
@@ -746,6 +793,15 @@ class Monitor:
             retire = self._kept_elsewhere(keeper)
             sent = Replicas((), (), tuple(sources[keeper.exchange_id]), self.epoch, retire)
             self._tell_exchange(keeper, sent)
+
+    def _state_candidates(self, views: list[ExchangeView]) -> list[CopyCandidate]:
+        """The exchanges that may copy the state log: live, logged, not leaving."""
+        return [
+            CopyCandidate(x.exchange_id, _log_endpoint(x.front), parse_endpoint(x.front).host,
+                          bool(x.refusing))  # fmt: skip
+            for x in views
+            if x.logged and not x.leaving
+        ]
 
     def _kept_elsewhere(self, keeper: ExchangeView) -> bool:
         """Whether every log the keeper holds is a live exchange's own or has
@@ -821,6 +877,8 @@ class Monitor:
             log.debug("%s: exchange %s control queue full", self.name, view.exchange_id)
 
     def close(self) -> None:
+        if self.state is not None:
+            self.state.close()
         self.fence.close()
         self.scaler.close()
         self.groups.close()  # its last commit, on the session closed below
@@ -860,3 +918,9 @@ def _needs(command: Any) -> tuple[Permission, ...]:
     if command in GROUP_COMMANDS:
         return (Permission.CONSUME,)
     return (Permission.SUBSCRIBE,)
+
+
+def _message_log_copies(copies: Sequence[CopyEnd]) -> dict[str, int]:
+    """The copies an exchange reports, but a monitor's state log's (monitor/state.py): those
+    are no gone exchange's messages, to copy again, list or cut into slots."""
+    return {c.leader_id: c.end for c in copies if not is_state_log(c.leader_id)}

@@ -41,6 +41,7 @@ from roq.coordination.paths import Paths
 from roq.coordination.session import SharedSession
 from roq.coordination.taskstore import RolledBack, StaleWrite, TaskStore, TaskWrite
 from roq.errors import ConfigError, CoordinationError
+from roq.monitor.tasklog import TaskLog
 from roq.protocol.commands import MonitorCommand, Reason
 from roq.protocol.dispatch import Answer, Done, Encodable, Refused, Route
 from roq.protocol.messages.tasks import (
@@ -195,9 +196,10 @@ class TaskManager:
         live_workers: Callable[[str], int],
         reply: Reply | None = None,
         published: Callable[[str], None] | None = None,
+        store: TaskLog | None = None,  # the state log's (request.state=log), else ZooKeeper's
     ):
         self.queue, self.name = queue, f"monitor {queue}"
-        self.store = TaskStore(zk, Paths(settings.zk.namespace), queue)
+        self.store: TaskStore | TaskLog = store or TaskStore(zk, Paths(settings.zk.namespace), queue)
         self.defaults = settings.requests
         self.settings = settings.requests
         self._live_workers = live_workers  # service's group → its consumers seen recently

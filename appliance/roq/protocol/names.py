@@ -35,3 +35,18 @@ def check_exchange_id(exchange_id: str) -> str:
     if exchange_id in (".", "..") or any(c in exchange_id for c in "/@\0\\"):
         raise DecodeError(f"exchange id {exchange_id!r} is not a plain file name")
     return exchange_id
+
+
+# A monitor's delivery-state log is copied by exchanges like an exchange's message log, under
+# this leader id (docs/architecture.md §12); an exchange id never starts so (ids are made of the
+# host's address and port), so no copy of one is ever taken for the other.
+STATE_LOG_PREFIX = "state."
+
+
+def state_log_id(epoch: int) -> str:
+    """The leader id of the state log of a queue's monitor placed under `epoch`."""
+    return f"{STATE_LOG_PREFIX}{epoch}"
+
+
+def is_state_log(leader_id: str) -> bool:
+    return leader_id.startswith(STATE_LOG_PREFIX)
