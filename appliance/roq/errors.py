@@ -11,7 +11,9 @@ RoqError
 │   ├── OffsetEvicted      the offset existed once and retention removed it (mq's 230)
 │   ├── OffsetNotYetWritten  nothing there yet (mq's 231)
 │   ├── InvalidOffset      not a batch boundary of the log, or past its end
-│   └── LogUnavailable     the log directory or disk cannot be written (exit code 73)
+│   ├── LogUnavailable     the log directory or disk cannot be written (exit code 73)
+│   ├── StateConflict      a state log's compare-and-set found another version: nothing written
+│   └── InvalidChange      a state change past a bound (key, value, one batch): nothing written
 ├── CoordinationError      ZooKeeper unreachable, session lost, version conflict
 │   ├── NotLeader          a GCM that is not (or no longer) the leader refused to write
 │   └── NameTaken          a live host already holds this host name (exit code 75)
@@ -89,6 +91,24 @@ class LogUnavailable(LogError):
     """The log cannot be written (unwritable directory, disk full): publishes must be refused."""
 
     exit_code = EXIT_CANTCREAT
+
+
+class StateConflict(LogError):
+    """A state log append (log/statelog.py) expected a key at one version and found another, so
+    nothing of the append was written: the compare-and-set that makes a claim exclusive (of two
+    appends expecting a key absent, only the first finds it so). `found` 0: the key is absent."""
+
+    def __init__(self, key: str, expected: int, found: int):
+        state = f"version {found}" if found else "no such key"
+        super().__init__(f"state key {key!r}: expected version {expected}, found {state}")
+        self.key = key
+        self.expected = expected
+        self.found = found
+
+
+class InvalidChange(LogError):
+    """A state change the state log cannot store (a key or value past its bound, a key that is
+    not UTF-8, the changes of one append past one batch): nothing of the append was written."""
 
 
 class CoordinationError(RoqError):

@@ -310,6 +310,29 @@ log_offset_max = 2**60
 int64_max = 2**63 - 1
 log_damage_kept_max = 1_024  # damaged offsets whose resume point a log remembers (readers ask)
 
+# --- state log (log/statelog.py): keyed delivery state kept as a compacted log -----------------
+# A key names a task, a group's slot or a topic's head: ids of up to 64 characters (task ids,
+# queue names) joined with a kind and a group name, with room to spare.
+state_key_chars_max = 512
+# A value is one record of delivery state (a task with its payload and result): what ZooKeeper
+# held in one znode (jute.maxbuffer, 1 MiB), plus room for the record's own fields.
+state_value_bytes_max = 1024 * 1024 + 64 * 1024
+# A state log shorter than this is never compacted: replaying it on open is quick, and each
+# compaction rewrites every live key.
+state_compact_min_bytes = 16 * 1024 * 1024
+# ... past it, compaction runs once the log holds this many times the live records' bytes: a
+# snapshot then costs at most what was written since the last one, and at most half of the
+# log a replay reads is superseded. Above 1, or a fresh snapshot would call for the next.
+state_compact_ratio = 2.0
+# A snapshot packs live records into batches of about this size (a larger record goes alone):
+# one replication back-fill read carries one, and a replica's copy moves in such steps.
+state_snapshot_batch_bytes = replication_backfill_read_bytes
+# One change of the largest key (4 UTF-8 bytes a character) and value fits one batch: the BSON
+# fields and the batch's header take well under 1 KiB.
+assert state_value_bytes_max + 4 * state_key_chars_max + 1024 <= batch_bytes_max
+assert state_compact_ratio > 1
+assert state_snapshot_batch_bytes <= batch_bytes_max
+
 # --- roq bench ------------------------------------------------------------------------------
 bench_ready_timeout_s = 30.0  # a bench subscriber process must say it is ready within this
 bench_drain_quiet_s = 1.5  # a subscriber stops after the run once nothing arrived for this long

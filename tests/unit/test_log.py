@@ -220,6 +220,34 @@ def test_retention_counts_survive_a_reopen(tmp_path):
         assert len(seqs(read_all(log, log.start_offset))) >= 10
 
 
+def test_roll_starts_a_segment_unless_the_active_one_is_empty(tmp_path):
+    with Log(tmp_path, flush_policy=OS) as log:
+        assert log.roll() == 0 and len(log.segments) == 1  # an empty segment is kept
+        offsets = fill(log, 2)
+        assert log.roll() == log.end_offset and len(log.segments) == 2
+        assert log.roll() == log.end_offset and len(log.segments) == 2
+        offsets += fill(log, 1, start_seq=6)
+        assert log.segments[-1].base == offsets[2]
+        assert seqs(read_all(log, 0)) == list(range(9))
+
+
+def test_drop_before_deletes_closed_segments_ending_there_after_syncing_the_rest(tmp_path):
+    size = len(batch(0))
+    with Log(tmp_path, max_file_size=2 * size, flush_policy=OS) as log:
+        offsets = fill(log, 7)  # segments of two batches, the active one holds the seventh
+        with pytest.raises(InvalidOffset):
+            log.drop_before(log.end_offset + 1)
+        assert log.drop_before(offsets[1]) == 0  # inside the first segment: nothing ends there
+        assert log.drop_before(offsets[3]) == 1 and log.start_offset == offsets[2]
+        assert log.read(offsets[1], 100).status is ReadStatus.EVICTED
+        assert log.durable_offset == log.end_offset  # made durable before anything went
+        assert log.drop_before(log.end_offset) == 2  # the active segment stays
+        assert log.start_offset == offsets[6] and len(log.segments) == 1
+        assert seqs(read_all(log, log.start_offset)) == [18, 19, 20]
+    with Log(tmp_path, max_file_size=2 * size, flush_policy=OS) as log:
+        assert log.start_offset == offsets[6] and not log.gaps
+
+
 def test_memory_log_is_bounded_and_serves_the_tail_identically_to_disk(tmp_path):
     size = len(batch(0))
     with Log(tmp_path / "m", max_file_size=3 * size, flush_policy=OS, memory_bytes=4 * size) as mem:

@@ -1,6 +1,7 @@
-"""The message log (the thesis's Message Logging System). Standard library only: no sockets,
-no ZooKeeper. `format` is the one place that packs and unpacks log bytes; `segment` owns one
-file, `memory` the ring of recent batches, `log` the whole log of one exchange."""
+"""The message log (the thesis's Message Logging System). Standard library only (and bson, for
+`statelog`'s records): no sockets, no ZooKeeper. `format` is the one place that packs and
+unpacks log bytes; `segment` owns one file, `memory` the ring of recent batches, `log` the whole
+log of one exchange, `statelog` a keyed state kept as a compacted log (imported by name)."""
 
 from roq.log.log import (
     FlushPolicy,

@@ -443,6 +443,17 @@ class Log:
         self._generation += 1  # a sync asked for before is stale
         log.warning("log %s: emptied; it goes on at offset %d", self.name, offset)
 
+    def roll(self) -> int:
+        """Start a new segment now (the state log's compaction, statelog.py, begins its snapshot
+        in a segment of its own so that the segments before it can be dropped whole). An empty
+        active segment is kept: a new one would have its name. Returns where the new one
+        starts (the end offset)."""
+        if self._closed:
+            raise LogUnavailable(f"log {self.name}: closed")
+        if self._segments[-1].size:
+            self._roll()
+        return self.end_offset
+
     def _roll(self) -> Segment:
         """Close the active segment (made durable first unless the OS manages flushing) and
         start the next one, named by the offset where the old one ends."""
@@ -555,6 +566,33 @@ class Log:
         # "keep at least", and the first limit reached frees the space.
         return any(reasons)
 
+    def drop_before(self, offset: int) -> int:
+        """Delete every closed segment, oldest first, that ends at or before `offset`: what a
+        compacted log (statelog.py) no longer needs once a snapshot starting at `offset` is
+        written. Everything from `offset` on is made durable first, with the directory entries
+        of its segments, so a crash leaves the old segments or their replacement, never
+        neither (under every flush policy: `os` syncs nothing on a roll). Returns how many
+        segments were deleted; the active segment is never one."""
+        if not self.start_offset <= offset <= self.end_offset:
+            raise InvalidOffset(
+                f"log {self.name}: cannot drop before {offset}: the log holds "
+                f"{self.start_offset}..{self.end_offset}"
+            )
+        doomed = 0
+        while doomed < len(self._segments) - 1 and self._segments[doomed].end <= offset:
+            doomed += 1
+        if not doomed:
+            return 0
+        for segment in self._segments[doomed:]:
+            if segment is not self._segments[-1]:
+                self._note_reader(segment)  # reopened read-only: fdatasync works on that too
+            segment.sync()
+        self._sync_directory()
+        self.durable_offset = self.end_offset
+        for _ in range(doomed):
+            self._delete_head("compaction")
+        return doomed
+
     def _drop(self, segment: Segment) -> None:
         """Delete a segment that left the log (retention, truncation, restart)."""
         if self._janitor is not None:
@@ -562,7 +600,7 @@ class Log:
         else:
             segment.delete()
 
-    def _delete_head(self) -> None:
+    def _delete_head(self, why: str = "retention") -> None:
         head = self._segments.pop(0)
         self._bases.pop(0)
         if head in self._open_readers:
@@ -571,8 +609,9 @@ class Log:
         self.gaps = [gap for gap in self.gaps if gap[0] >= self.start_offset]
         self.memory.drop_before(self.start_offset)
         log.info(
-            "log %s: retention deleted %s; log starts at offset %d",
+            "log %s: %s deleted %s; log starts at offset %d",
             self.name,
+            why,
             head.path.name,
             self.start_offset,
         )
