@@ -224,6 +224,10 @@ acks_all_insync_wait_s = 5.0
 state_memory_bytes = 4 * 1024 * 1024
 state_segment_bytes = 8 * 1024 * 1024
 state_held_replies_max = 10_000
+# A reply waits this long for its state's copies, then is refused (busy, retriable, naming the
+# copies missing): below a client's request timeout (work_request_timeout_ms), so the client
+# hears why rather than a silence, and asks again.
+state_reply_wait_s = 1.5
 # The monitor's poll while replies wait for copies: a copy's answer wakes the poll at once; this
 # bounds how late the in-sync and refusal checks run when none comes.
 state_pending_poll_ms = 10

@@ -31,6 +31,14 @@ LEASE_S = 2.0
 HOST = {"work.slot.messages": 100, "work.slot.ms": 100, "work.lease.ms": int(LEASE_S * 1000)}
 
 
+@pytest.fixture(autouse=True, params=["zookeeper", "log"])
+def task_store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every guarantee of request/response holds with the task records in ZooKeeper and in the
+    monitor's state log (`request.state`, docs/architecture.md §12)."""
+    monkeypatch.setitem(HOST, "request.state", request.param)
+    return str(request.param)
+
+
 def _requester(cluster: LocalCluster) -> Requester:
     return Requester("q1", gcm=cluster.gcm)
 

@@ -62,6 +62,7 @@ from roq.protocol import bsonmsg
 from roq.protocol.bsonmsg import Document
 from roq.protocol.commands import MonitorCommand, Reason
 from roq.protocol.dispatch import Encodable, Refused, Table, route
+from roq.protocol.endpoints import parse_endpoint
 from roq.protocol.epoch import EPOCH
 from roq.protocol.messages.control import (
     CopyProgress,
@@ -93,7 +94,6 @@ from roq.protocol.messages.monitor import (
     SubscriberInit,
     decode_exchange_message,
 )
-from roq.protocol.endpoints import parse_endpoint
 from roq.protocol.names import is_state_log
 from roq.protocol.ports import ExchangePort, MonitorPort, StatPort, port_at, sibling
 from roq.protocol.principals import Permission, Principal, refusal
@@ -164,9 +164,15 @@ class Monitor:
         )  # fmt: skip
         self.groups = GroupManager(queue, settings, self.zk, self._readable, self._reply_later)
         # the delivery-state log (`request.state=log`): task records there, not in ZooKeeper
-        self.state = self._state_keeper(context, settings) if settings.request_state == "log" else None
+        log_state = settings.request_state == "log"
+        self.state = self._state_keeper(context, settings) if log_state else None
         self.tasks = TaskManager(
-            queue, settings, self.zk, self._live_consumers, self._reply_task, self.groups.wake,
+            queue,
+            settings,
+            self.zk,
+            self._live_consumers,
+            self._reply_task,
+            self.groups.wake,
             store=TaskLog(self.state) if self.state is not None else None,
         )  # request/response
         self.table = self._placement_table()
@@ -729,6 +735,7 @@ class Monitor:
             copies=self._copy_list(),
             epoch=self.epoch,
             short_logs=self._short_logs(),
+            state=self.state.status() if self.state is not None else None,
         ).encode()
 
     def _short_logs(self) -> tuple[ShortLog, ...]:
@@ -793,15 +800,12 @@ class Monitor:
             retire = self._kept_elsewhere(keeper)
             sent = Replicas((), (), tuple(sources[keeper.exchange_id]), self.epoch, retire)
             self._tell_exchange(keeper, sent)
+        if self.state is not None:
+            self.state.link()
 
     def _state_candidates(self, views: list[ExchangeView]) -> list[CopyCandidate]:
         """The exchanges that may copy the state log: live, logged, not leaving."""
-        return [
-            CopyCandidate(x.exchange_id, _log_endpoint(x.front), parse_endpoint(x.front).host,
-                          bool(x.refusing))  # fmt: skip
-            for x in views
-            if x.logged and not x.leaving
-        ]
+        return [_copy_candidate(x) for x in views if x.logged and not x.leaving]
 
     def _kept_elsewhere(self, keeper: ExchangeView) -> bool:
         """Whether every log the keeper holds is a live exchange's own or has
@@ -918,6 +922,11 @@ def _needs(command: Any) -> tuple[Permission, ...]:
     if command in GROUP_COMMANDS:
         return (Permission.CONSUME,)
     return (Permission.SUBSCRIBE,)
+
+
+def _copy_candidate(view: ExchangeView) -> CopyCandidate:
+    address = parse_endpoint(view.front).host
+    return CopyCandidate(view.exchange_id, _log_endpoint(view.front), address, bool(view.refusing))
 
 
 def _message_log_copies(copies: Sequence[CopyEnd]) -> dict[str, int]:

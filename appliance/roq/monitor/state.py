@@ -3,7 +3,8 @@ records (and, as they move, group and topic state), copied to `replicationFactor
 of the queue by the message logs' replication, and the rule that makes answering safe.
 
 The rule: **a reply waits until every state write made before it is committed** — on
-`min.insync.copies` copies, the monitor's own counted, as an `acks=all` publish waits. Not only
+`min.insync.copies` copies, the monitor's own counted, as an `acks=all` publish waits; a reply
+that waited `limits.state_reply_wait_s` is refused, retriably, naming the copies missing. Not only
 the replies of requests that wrote: a request that read a state written this turn must not be
 answered with it before it is committed either (a monitor killed before the copy would leave
 the requester holding a state no successor knows; Kafka's high watermark bounds what a
@@ -33,8 +34,9 @@ from roq import limits
 from roq.errors import RoqError
 from roq.log import LogSettings, Retention, state_directory
 from roq.log.statelog import Change, StateLog
-from roq.protocol.names import state_log_id
 from roq.protocol.bsonmsg import Document
+from roq.protocol.messages.control import StateLogStatus
+from roq.protocol.names import state_log_id
 from roq.replication import Replicator
 from roq.transport.rpc import Envelope
 
@@ -85,6 +87,7 @@ class StateKeeper:
         # (state log end when answered, when, envelope, reply): in order of both
         self._held: collections.deque[tuple[int, float, Envelope, Document]] = collections.deque()
         self.chosen: tuple[str, ...] = ()  # the exchanges copying it, as last assigned
+        self._links: list[tuple[str, str]] = []  # theirs: (id, log endpoint)
         self.refused_replies = 0
         log.info("%s: %d state records (%d bytes of log) in %s", self.name, len(self.state),
                  self.state.end_offset - self.state.start_offset, directory)  # fmt: skip
@@ -114,8 +117,8 @@ class StateKeeper:
 
     def pump(self, ready: set[Any]) -> None:
         """Read the copies' answers among the `ready` sockets, send them what they lack, and
-        release the replies now committed; a reply held past `limits.acks_all_insync_wait_s`
-        is refused instead (its writes are in the log and may be committed later: a request
+        release the replies now committed; a reply held past `limits.state_reply_wait_s` is
+        refused instead (its writes are in the log and may be committed later: a request
         asked again finds them)."""
         for sock in self.replicator.sockets():
             if sock in ready:
@@ -125,7 +128,7 @@ class StateKeeper:
         while self._held and self._held[0][0] <= committed:
             _, _, envelope, reply = self._held.popleft()
             self._deliver(envelope, reply)
-        deadline = time.monotonic() - limits.acks_all_insync_wait_s
+        deadline = time.monotonic() - limits.state_reply_wait_s
         while self._held and self._held[0][1] < deadline:
             _, _, envelope, _ = self._held.popleft()
             self.refused_replies += 1
@@ -140,6 +143,13 @@ class StateKeeper:
     def sockets(self) -> list[Any]:
         return self.replicator.sockets()
 
+    def status(self) -> StateLogStatus:
+        r, state = self.replicator, self.state
+        return StateLogStatus(
+            self.leader_id, len(state), state.start_offset, state.end_offset, r.committed(),
+            r.copies_in_sync, r.min_copies, self.chosen, len(self._held), self.refused_replies,
+        )  # fmt: skip
+
     # --- copies -------------------------------------------------------------------------------
     def choose_copies(self, candidates: list[CopyCandidate]) -> list[CopyCandidate]:
         """The `copies - 1` exchanges to copy the state log: those already copying it while
@@ -147,15 +157,22 @@ class StateKeeper:
         by id."""
         by_id = {c.exchange_id: c for c in candidates}
         kept = [by_id[x] for x in self.chosen if x in by_id and not by_id[x].refusing]
-        rest = sorted((c for c in candidates if c not in kept),
-                      key=lambda c: (c.refusing, c.address == self.address, c.exchange_id))  # fmt: skip
+        rest = sorted(
+            (c for c in candidates if c not in kept),
+            key=lambda c: (c.refusing, c.address == self.address, c.exchange_id),
+        )
         chosen = (kept + rest)[: self.copies - 1]
         ids = tuple(c.exchange_id for c in chosen)
         if ids != self.chosen:
             log.info("%s: copied to %s", self.name, ", ".join(ids) or "nobody")
             self.chosen = ids
-        self.replicator.assign([(c.exchange_id, c.endpoint) for c in chosen])
+        self._links = [(c.exchange_id, c.endpoint) for c in chosen]
         return chosen
+
+    def link(self) -> None:
+        """Send to the chosen copies: called once they were told to accept this log (the
+        monitor's REPLICAS), so that a first write is not refused for coming first."""
+        self.replicator.assign(self._links)
 
     def tick(self) -> None:
         """Timers: the log's interval flush, and compaction when the log outgrew its state."""

@@ -199,7 +199,8 @@ class TaskManager:
         store: TaskLog | None = None,  # the state log's (request.state=log), else ZooKeeper's
     ):
         self.queue, self.name = queue, f"monitor {queue}"
-        self.store: TaskStore | TaskLog = store or TaskStore(zk, Paths(settings.zk.namespace), queue)
+        zk_store = TaskStore(zk, Paths(settings.zk.namespace), queue) if store is None else None
+        self.store: TaskStore | TaskLog = store or zk_store  # type: ignore[assignment]
         self.defaults = settings.requests
         self.settings = settings.requests
         self._live_workers = live_workers  # service's group → its consumers seen recently

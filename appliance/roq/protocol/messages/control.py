@@ -405,9 +405,10 @@ class MonitorStatus:
     copies: tuple[DeadLog, ...]  # Copies: dead exchanges' logs subscribers are told about
     short_logs: tuple[ShortLog, ...] = ()  # ShortLogs (absent from an older monitor: none)
     epoch: int = 0  # Epoch: the assignment epoch it acts under
+    state: StateLogStatus | None = None  # State: its state log (request.state=log only)
 
     def encode(self) -> Document:
-        return {
+        doc = {
             "Queue": self.queue, "Relocations": self.relocations, "BadFrames": self.bad_frames,
             "Scaling": self.scaling.fields(),
             "Exchanges": [x.fields() for x in self.exchanges],
@@ -415,6 +416,9 @@ class MonitorStatus:
             "ShortLogs": [s.fields() for s in self.short_logs],
             EPOCH: self.epoch,
         }  # fmt: skip
+        if self.state is not None:
+            doc["State"] = self.state.fields()
+        return doc
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
@@ -430,7 +434,46 @@ class MonitorStatus:
             field_docs(doc, "Copies", DeadLog.decode),
             short,
             field_epoch(doc),
-        )
+            None if doc.get("State") is None
+            else StateLogStatus.decode(field_doc(doc, "State"), "State."),
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class StateLogStatus:
+    """The monitor's delivery-state log (`request.state=log`, docs/architecture.md §12), as
+    `roq status` shows it."""
+
+    leader_id: str  # Id: state.<epoch>
+    records: int  # Records: live keys
+    start: int  # Start, End: the log's offsets
+    end: int
+    committed: int  # Committed: below it, on min.insync.copies copies
+    in_sync: int  # InSync: copies in sync, the monitor's own counted
+    in_sync_min: int  # InSyncMin: min.insync.copies
+    copies: tuple[str, ...]  # Copies: the exchanges copying it
+    waiting: int  # Waiting: replies held for its copies
+    refused: int  # Refused: replies refused after waiting too long (since start)
+
+    def fields(self) -> Document:
+        return {"Id": self.leader_id, "Records": self.records, "Start": self.start,
+                "End": self.end, "Committed": self.committed, "InSync": self.in_sync,
+                "InSyncMin": self.in_sync_min, "Copies": list(self.copies),
+                "Waiting": self.waiting, "Refused": self.refused}  # fmt: skip
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any], prefix: str = "") -> Self:
+        def number(name: str) -> int:
+            return field_int(doc, name, hi=INT64_MAX, prefix=prefix)
+
+        return cls(
+            field_str(doc, "Id", max_chars=EXCHANGE_ID_CHARS_MAX, prefix=prefix),
+            number("Records"), number("Start"), number("End"), number("Committed"),
+            field_int(doc, "InSync", hi=COPIES_MAX, prefix=prefix),
+            field_int(doc, "InSyncMin", hi=COPIES_MAX, prefix=prefix),
+            field_strs(doc, "Copies", max_items=COPIES_MAX, prefix=prefix),
+            number("Waiting"), number("Refused"),
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)

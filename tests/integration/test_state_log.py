@@ -1,0 +1,120 @@
+"""The monitor's delivery-state log (`request.state=log`, docs/architecture.md §12) on a real
+cluster: task records leave ZooKeeper, the log is copied to an exchange on the other host, and
+a reply never goes out before what it shows is on min.insync.copies copies. Every
+request/response guarantee of tests/integration/test_requests.py runs with both stores (its
+`task_store` fixture); these are the state log's own."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from roq.client.live import monitor_status
+from roq.client.requests import Requester
+from roq.coordination import session
+from roq.errors import RoqError
+from roq.protocol.messages.control import MonitorStatus, StateLogStatus
+from roq.testing.cluster import LocalCluster, processes_with, wait_for
+
+pytestmark = pytest.mark.integration
+
+HOST = {"work.slot.messages": 100, "work.slot.ms": 100, "request.state": "log",
+        "replicationFactor": 2, "exchange.max.perhost": 1}  # fmt: skip
+
+
+@pytest.fixture
+def zk(cluster: LocalCluster) -> Iterator[Any]:
+    client = session.connect(cluster.zk, 4000, auth=cluster.zk_auth)
+    yield client
+    session.close(client)
+
+
+def _status(cluster: LocalCluster) -> MonitorStatus | None:
+    with cluster.admin() as admin:
+        monitor = next(q.info for q in admin.status().queues if q.info.name == "q1").monitor_host
+    return monitor_status(monitor)
+
+
+def _state(cluster: LocalCluster) -> StateLogStatus | None:
+    status = _status(cluster)
+    return None if status is None else status.state
+
+
+def _copied(cluster: LocalCluster) -> StateLogStatus | None:
+    """The state log once an exchange copies it and both copies are in sync."""
+    state = _state(cluster)
+    return state if state is not None and state.copies and state.in_sync >= 2 else None
+
+
+def _zxid(zk: Any, cluster: LocalCluster, name: str) -> int:
+    """ZooKeeper's transaction id now: the creation zxid of a probe znode made for it."""
+    path = f"{cluster.namespace}/probe-{name}"
+    zk.create(path, b"")
+    return int(zk.exists(path).czxid)
+
+
+def test_tasks_on_the_state_log_write_nothing_to_zookeeper_and_are_copied(
+    cluster: LocalCluster, zk: Any
+):
+    """200 calls: ZooKeeper's zxid moves by the consumer group's slot writes only, and the state
+    log is copied to the exchange on the other host, in sync, everything committed. Measured
+    26 Nov: 1,344 ZooKeeper transactions for 200 calls with `request.state=zookeeper` (6.7 per
+    call: the task's ~3.9 and the group's ~2.8), 564 with the state log (2.8: the group's slot
+    writes, which leave ZooKeeper when groups move to the state log too). The bound sits between:
+    one task write per call back in ZooKeeper fails it."""
+    cluster.start_with_queue(2, **HOST)
+    wait_for(lambda: _copied(cluster), 30, "the state log copied\n" + cluster.logs())
+    calls = 200
+    with cluster.worker("echo", lambda p: p + b"!"), Requester("q1", gcm=cluster.gcm) as requester:
+        assert requester.call("echo", b"warm", 30) == b"warm!", cluster.logs()
+        before = _zxid(zk, cluster, "before")
+        for n in range(calls):
+            assert requester.call("echo", b"%d" % n, 30) == b"%d!" % n
+        after = _zxid(zk, cluster, "after")
+    assert not zk.exists(f"{cluster.namespace}/tasks/q1") or not zk.get_children(
+        f"{cluster.namespace}/tasks/q1"
+    )
+    assert after - before - 1 < 3.5 * calls, f"{after - before - 1} ZooKeeper transactions"
+    state = wait_for(lambda: _copied(cluster), 10, "in sync after the calls\n" + cluster.logs())
+    assert state.committed == state.end and state.in_sync_min == 2, state
+    [copy] = list(cluster.tmp.glob(f"*/log/_replicas/q1/{state.leader_id}@*"))
+    assert any(copy.iterdir()), copy
+
+
+def test_a_task_is_not_confirmed_while_its_state_log_has_fewer_copies_than_min_insync(
+    cluster: LocalCluster,
+):
+    """Every exchange of the queue is stopped (SIGSTOP), so none can hold the state log's copy
+    (one stopped alone is declared dead and the copy moves to the other, in sync within
+    milliseconds: also checked). A submit is then never answered as accepted: each ask is
+    refused as busy after `limits.state_reply_wait_s`, naming the state log's copies, until the
+    requester gives up (work_monitor_wait_s). Resumed, calls are answered again."""
+    cluster.start_with_queue(2, **HOST)
+    state = wait_for(lambda: _copied(cluster), 30, "the state log copied\n" + cluster.logs())
+    [first] = state.copies
+    status = wait_for(lambda: (s := _status(cluster)) and len(s.exchanges) == 2 and s, 30,
+                      "the floor's second exchange\n" + cluster.logs())  # fmt: skip
+    ids = [x.exchange_id for x in status.exchanges]
+    pids = [pid for x in ids for pid in processes_with(x, str(cluster.tmp))]
+    [first_pid] = processes_with(first, str(cluster.tmp))
+    assert len(pids) == 2 and first_pid in pids, cluster.logs()
+    os.kill(first_pid, signal.SIGSTOP)
+    try:
+        moved = wait_for(lambda: (s := _copied(cluster)) and s.copies != (first,) and s, 30,
+                         "the copy moved off the stopped exchange\n" + cluster.logs())  # fmt: skip
+        for pid in set(pids) - {first_pid}:
+            os.kill(pid, signal.SIGSTOP)
+        with Requester("q1", gcm=cluster.gcm) as requester:  # asks for work_monitor_wait_s
+            with pytest.raises(RoqError, match=r"state not copied: 1 of min\.insync\.copies=2"):
+                requester.submit("echo", b"held")
+            assert _state(cluster).refused >= 1, moved
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    wait_for(lambda: _copied(cluster), 30, "in sync again\n" + cluster.logs())
+    with cluster.worker("echo", lambda p: p + b"!"), Requester("q1", gcm=cluster.gcm) as requester:
+        assert requester.call("echo", b"after", 30) == b"after!", cluster.logs()
