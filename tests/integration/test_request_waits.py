@@ -16,7 +16,8 @@ from roq import limits
 from roq.client.requests import Requester, Task, TaskExpired
 from roq.testing.cluster import LocalCluster, processes_with, wait_for
 
-pytestmark = pytest.mark.integration
+# every guarantee with the task records in ZooKeeper and in the monitor's state log (conftest.py)
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("task_store")]
 
 HOST = {"work.slot.messages": 100, "work.slot.ms": 100, "work.lease.ms": 2000}
 

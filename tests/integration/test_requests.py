@@ -25,18 +25,11 @@ from roq.testing.cluster import LocalCluster, processes_with, tcp_connections_to
 from roq.transport import new_context
 from roq.transport.rpc import Requester as RpcRequester
 
-pytestmark = pytest.mark.integration
+# every guarantee with the task records in ZooKeeper and in the monitor's state log (conftest.py)
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("task_store")]
 
 LEASE_S = 2.0
 HOST = {"work.slot.messages": 100, "work.slot.ms": 100, "work.lease.ms": int(LEASE_S * 1000)}
-
-
-@pytest.fixture(autouse=True, params=["zookeeper", "log"])
-def task_store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every guarantee of request/response holds with the task records in ZooKeeper and in the
-    monitor's state log (`request.state`, docs/architecture.md §12)."""
-    monkeypatch.setitem(HOST, "request.state", request.param)
-    return str(request.param)
 
 
 def _requester(cluster: LocalCluster) -> Requester:

@@ -84,6 +84,9 @@ class StateKeeper:
         wanted = min(max(1, min_copies or copies), self.copies)
         self.replicator = Replicator(context, self.leader_id, self.state.log, self.name,
                                      min_copies=wanted)  # fmt: skip
+        # The monitor is its own assigner: no assignment to wait for (an exchange's replicator
+        # waits for its monitor's); until copies are chosen, min.insync.copies holds it back.
+        self.replicator.assign([])
         # (state log end when answered, when, envelope, reply): in order of both
         self._held: collections.deque[tuple[int, float, Envelope, Document]] = collections.deque()
         self.chosen: tuple[str, ...] = ()  # the exchanges copying it, as last assigned
