@@ -228,6 +228,12 @@ state_held_replies_max = 10_000
 # copies missing): below a client's request timeout (work_request_timeout_ms), so the client
 # hears why rather than a silence, and asks again.
 state_reply_wait_s = 1.5
+# A monitor placed under a new epoch looks this long for copies of an older state log (the
+# queue's exchanges report theirs within a heartbeat of hearing of it) before it starts empty;
+# it reads one with these bounds (a read answers at most dataplane.READ_BYTES_MAX).
+state_recovery_wait_s = 3.0
+state_recovery_read_timeout_ms = 5_000
+state_recovery_reads_max = 100_000
 # The monitor's poll while replies wait for copies: a copy's answer wakes the poll at once; this
 # bounds how late the in-sync and refusal checks run when none comes.
 state_pending_poll_ms = 10

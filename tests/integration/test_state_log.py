@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from roq.client.live import monitor_status
-from roq.client.requests import Requester
+from roq.client.requests import Requester, TaskExpired
 from roq.coordination import session
 from roq.errors import RoqError
 from roq.protocol.messages.control import MonitorStatus, StateLogStatus
@@ -118,3 +118,42 @@ def test_a_task_is_not_confirmed_while_its_state_log_has_fewer_copies_than_min_i
     wait_for(lambda: _copied(cluster), 30, "in sync again\n" + cluster.logs())
     with cluster.worker("echo", lambda p: p + b"!"), Requester("q1", gcm=cluster.gcm) as requester:
         assert requester.call("echo", b"after", 30) == b"after!", cluster.logs()
+
+
+def test_the_monitors_host_lost_the_re_placed_monitor_reads_its_tasks_from_the_copy(
+    cluster: LocalCluster,
+):
+    """h1 (the monitor and one exchange) is killed for good. The GCM re-places the monitor on
+    h2 under a new epoch; it reads the state log's copy kept by h2's exchange before it serves:
+    every stored result is handed out once, by id, and a task accepted without a worker runs
+    once a worker comes."""
+    cluster.start_gcm(**{"host.loss.grace": 500})
+    # h2 takes the re-placed monitor too; a task without a worker waits for one (not no_worker)
+    room = {**HOST, "exchange.max.perhost": 2, "request.delegator.repeats": 120}
+    h1 = cluster.start_host("h1", **room)
+    cluster.start_host("h2", **room)
+    cluster.wait_ready(hosts=2)
+    with cluster.admin() as admin:
+        admin.create_queue("q1", "h1")
+    state = wait_for(lambda: (s := _copied(cluster)) and s.copies[0].startswith("h2-") and s,
+                     30, "the state log copied to h2\n" + cluster.logs())  # fmt: skip
+    with Requester("q1", gcm=cluster.gcm) as requester:
+        with cluster.worker("echo", lambda p: p + b"!"):
+            done = [requester.submit("echo", b"%d" % n) for n in range(10)]
+            wait_for(lambda: all(t.refresh().state == "done" for t in done), 30,
+                     "results stored\n" + cluster.logs())  # fmt: skip
+        waiting = requester.submit("echo", b"later")  # no worker: accepted, not run
+        wait_for(lambda: (s := _copied(cluster)) and s.committed == s.end and s, 10,
+                 "copied whole")  # fmt: skip
+    cluster.kill(h1)
+    recovered = wait_for(lambda: (s := _state(cluster)) and s.leader_id != state.leader_id
+                         and not s.recovering and s, 60,
+                         "re-placed and recovered\n" + cluster.logs())  # fmt: skip
+    assert recovered.records >= 11, recovered
+    with Requester("q1", gcm=cluster.gcm) as fresh:
+        for n, task in enumerate(done):
+            assert fresh.task(task.id).result(30) == b"%d!" % n
+            with pytest.raises(TaskExpired, match="no such task"):
+                fresh.task(task.id).result(5)  # handed out once
+        with cluster.worker("echo", lambda p: p + b"!"):
+            assert fresh.task(waiting.id).result(60) == b"later!", cluster.logs()

@@ -10,17 +10,21 @@ from typing import Any
 import pytest
 
 from roq.coordination.taskstore import Exists, StaleWrite, TaskWrite
+from roq.errors import CoordinationError
 from roq.log import LogSettings
+from roq.log.statelog import Change, StateLog
+from roq.monitor.recovery import ORIGIN_KEY, is_complete, origin_record
 from roq.monitor.state import StateKeeper
 from roq.monitor.tasklog import TaskLog
+from roq.testing.cluster import wait_for
 from roq.transport import new_context
 
 Sent = list[tuple[Any, Any]]
 
 
-def _keeper(root: Path, context: Any, sent: Sent, copies: int = 1) -> StateKeeper:
+def _keeper(root: Path, context: Any, sent: Sent, copies: int = 1, epoch: int = 1) -> StateKeeper:
     return StateKeeper(
-        context, "q1", 3, root, LogSettings(), copies, 0, "127.0.0.1",
+        context, "q1", epoch, root, LogSettings(), copies, 0, "127.0.0.1",
         deliver=lambda envelope, doc: sent.append((envelope, doc)),
         refusal=lambda why: {"RESULT": 1, "COMMENT": why},
     )  # fmt: skip
@@ -107,3 +111,43 @@ def test_a_reply_waits_for_the_copies_and_is_refused_when_they_do_not_come(
         )
     finally:
         keeper.close()
+
+
+def test_a_monitor_under_a_new_epoch_reads_its_predecessors_log_before_it_serves(
+    tmp_path: Path, context: Any
+):
+    """Re-placed on the same host under epoch 2, the monitor refuses (busy) until it has read
+    epoch 1's log, then serves the same records and versions from a log of its own."""
+    first = _keeper(tmp_path, context, [])
+    tasks = TaskLog(first)
+    tasks.claim("t1", b"a")
+    tasks.put("t1", b"b", 0)
+    first.close()
+    second = _keeper(tmp_path, context, [], epoch=2)
+    try:
+        assert not second.ready and second.status().recovering
+        with pytest.raises(CoordinationError, match="recovering"):
+            TaskLog(second).get("t1")
+        wait_for(lambda: second.pump(set()) or second.ready, 10, "recovered")
+        assert TaskLog(second).get("t1") == (b"b", 1)
+        assert second.status().recovering == "" and (tmp_path / "_state/q1/state.2").is_dir()
+    finally:
+        second.close()
+
+
+def test_a_copy_without_its_own_origin_is_not_taken_for_the_state(tmp_path: Path, context: Any):
+    """Epoch 2 died while restoring (its log holds epoch 1's snapshot but not its own origin):
+    epoch 3 reads epoch 1 instead, whose records are the whole state."""
+    first = _keeper(tmp_path, context, [])
+    TaskLog(first).claim("t1", b"a")
+    first.close()
+    partial = StateLog.open(tmp_path / "_state/q1/state.2", LogSettings(), b"x" * 16)
+    partial.append([Change(ORIGIN_KEY, origin_record("state.1", ""))])  # the snapshot's
+    partial.log.close()
+    third = _keeper(tmp_path, context, [], epoch=3)
+    try:
+        wait_for(lambda: third.pump(set()) or third.ready, 20, "recovered")
+        assert TaskLog(third).get("t1") == (b"a", 0)
+        assert is_complete(third.state, "state.3")
+    finally:
+        third.close()

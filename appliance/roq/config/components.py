@@ -433,6 +433,7 @@ class MonitorSettings:
     log_root: str = field(metadata=key("directory"))  # the state log beside the message logs
     log: LogSettings  # the state log's flush policy is the message logs'
     min_insync_copies: int = field(metadata=key("min.insync.copies"))  # 0: replicationFactor
+    host_name: str = field(metadata=key("host.name"))  # its state log's copies go elsewhere
 
     security: SecuritySettings
 

@@ -180,7 +180,8 @@ class Monitor:
     def _state_keeper(self, context: Any, settings: MonitorSettings) -> StateKeeper:
         return StateKeeper(
             context, self.queue, self.epoch, settings.log_root, settings.log,
-            settings.replication_factor, settings.min_insync_copies, self.address,
+            settings.replication_factor, settings.min_insync_copies,
+            settings.host_name or self.address,
             deliver=lambda envelope, doc: send_routed(self.requests, envelope, doc),
             refusal=lambda why: self._stamp(Refused(Reason.BUSY, why).encode()),
         )  # fmt: skip
@@ -270,6 +271,8 @@ class Monitor:
                 self._scale(now)
                 self.groups.tick()
                 self.tasks.tick()
+                if self.state is not None:
+                    self.state.tick()
                 next_scale = now + limits.poll_interval_ms / 1000
             if now >= next_list:
                 self._publish_list()
@@ -398,6 +401,7 @@ class Monitor:
             del self.keepers[view.front]
             log.info("%s: log keeper %s left", self.name, view.exchange_id)
         else:
+            self._saw_state_copies(view, report.load.copies)
             copies = _message_log_copies(report.load.copies)
             if copies == view.copies:
                 return
@@ -448,6 +452,12 @@ class Monitor:
         self._assign_replicas()
         return view
 
+    def _saw_state_copies(self, view: ExchangeView, copies: Sequence[CopyEnd]) -> None:
+        """The state logs the exchange copies: where a recovering monitor reads (state.py)."""
+        if self.state is not None and not self.state.ready:
+            found = {c.leader_id: c.end for c in copies if is_state_log(c.leader_id)}
+            self.state.saw_copies(view.exchange_id, _log_endpoint(view.front), found)
+
     def _update_load(self, view: ExchangeView, load: ReportedLoad) -> None:
         view.bytes_rate = load.bytes_rate
         view.msgs_rate = load.msgs_rate
@@ -458,6 +468,7 @@ class Monitor:
         self._mark_joined()
         view.top = [(p.producer, p.bytes_rate) for p in load.top]
         view.copies = _message_log_copies(load.copies)
+        self._saw_state_copies(view, load.copies)
         if load.refusing and not view.refusing:
             log.warning("%s: exchange %s refuses appends (%s); moving its publishers elsewhere",
                         self.name, view.exchange_id, load.refusing)  # fmt: skip
@@ -925,8 +936,8 @@ def _needs(command: Any) -> tuple[Permission, ...]:
 
 
 def _copy_candidate(view: ExchangeView) -> CopyCandidate:
-    address = parse_endpoint(view.front).host
-    return CopyCandidate(view.exchange_id, _log_endpoint(view.front), address, bool(view.refusing))
+    host = view.host or parse_endpoint(view.front).host  # its host's name, else its address
+    return CopyCandidate(view.exchange_id, _log_endpoint(view.front), host, bool(view.refusing))
 
 
 def _message_log_copies(copies: Sequence[CopyEnd]) -> dict[str, int]:

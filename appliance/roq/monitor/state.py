@@ -34,6 +34,14 @@ from roq import limits
 from roq.errors import RoqError
 from roq.log import LogSettings, Retention, state_directory
 from roq.log.statelog import Change, StateLog
+from roq.monitor.recovery import (
+    ORIGIN_KEY,
+    CopyRead,
+    Source,
+    best_first,
+    local_sources,
+    origin_record,
+)
 from roq.protocol.bsonmsg import Document
 from roq.protocol.messages.control import StateLogStatus
 from roq.protocol.names import state_log_id
@@ -50,11 +58,11 @@ Refusal = Callable[[str], Document]
 @dataclasses.dataclass(frozen=True)
 class CopyCandidate:
     """An exchange that may keep a copy of the state log: its id, its log port's endpoint and
-    its host's address (a copy on the monitor's own host is chosen last)."""
+    its host (a name, else an address: a copy on the monitor's own host is chosen last)."""
 
     exchange_id: str
     endpoint: str
-    address: str
+    host: str
     refusing: bool = False  # its disk refuses appends: it takes no copy while another can
 
 
@@ -63,37 +71,131 @@ class StateUnavailable(RoqError):
 
 
 class StateKeeper:
-    """The state log of one queue's monitor, its copies, and the replies waiting for them."""
+    """The state log of one queue's monitor, its copies, and the replies waiting for them.
+
+    A monitor placed under a new epoch (a host lost, a re-placement) starts *recovering*: it
+    reads the newest complete older state log it can find (monitor/recovery.py) into its own,
+    and until then answers every task request as busy. Restarted in place (its epoch's log is
+    on this host) or the queue's first monitor (epoch 1), it serves at once."""
 
     def __init__(
         self, context: Any, queue: str, epoch: int, root: Path | str, settings: LogSettings,
-        copies: int, min_copies: int, address: str, deliver: Deliver, refusal: Refusal,
+        copies: int, min_copies: int, host: str, deliver: Deliver, refusal: Refusal,
     ):  # fmt: skip
-        self.queue, self.address, self.copies = queue, address, max(1, copies)
+        self.context, self.queue, self.epoch = context, queue, epoch
+        self.host, self.copies = host, max(1, copies)
+        self.min_copies = min(max(1, min_copies or copies), self.copies)
         self._deliver, self._refusal = deliver, refusal
         self.leader_id = state_log_id(epoch)
         self.name = f"monitor {queue} state log {self.leader_id}"
-        kept = dataclasses.replace(
+        self.settings = dataclasses.replace(
             settings,
             retention=Retention(),  # compaction alone drops what is no longer live state
             memory_bytes=limits.state_memory_bytes,
             max_file_size=limits.state_segment_bytes,
         )
-        directory = state_directory(root, queue, self.leader_id)
-        self.state = StateLog.open(directory, kept, _producer_id(self.leader_id), name=self.name)
-        wanted = min(max(1, min_copies or copies), self.copies)
-        self.replicator = Replicator(context, self.leader_id, self.state.log, self.name,
-                                     min_copies=wanted)  # fmt: skip
-        # The monitor is its own assigner: no assignment to wait for (an exchange's replicator
-        # waits for its monitor's); until copies are chosen, min.insync.copies holds it back.
-        self.replicator.assign([])
+        self.directory = state_directory(root, queue, self.leader_id)
+        self._state: StateLog | None = None
+        self._replicator: Replicator | None = None
         # (state log end when answered, when, envelope, reply): in order of both
         self._held: collections.deque[tuple[int, float, Envelope, Document]] = collections.deque()
         self.chosen: tuple[str, ...] = ()  # the exchanges copying it, as last assigned
         self._links: list[tuple[str, str]] = []  # theirs: (id, log endpoint)
         self.refused_replies = 0
-        log.info("%s: %d state records (%d bytes of log) in %s", self.name, len(self.state),
-                 self.state.end_offset - self.state.start_offset, directory)  # fmt: skip
+        # recovery: the older state logs seen (copies reported, this host's), what was tried
+        here = local_sources(self.directory.parent, self.leader_id)
+        self._sources = {(s.leader_id, s.holder): s for s in here}
+        self._tried: set[tuple[str, str]] = set()
+        self._read: CopyRead | None = None
+        self._recover_until = time.monotonic() + limits.state_recovery_wait_s
+        if self.directory.exists():  # restarted in place: its own log
+            self._serve(self._open(), None)
+        elif epoch <= 1:  # the queue's first monitor: nothing to read
+            self._serve(self._open(), "")
+        else:
+            log.info("%s: recovering: reading the newest older state log before serving",
+                     self.name)  # fmt: skip
+
+    @property
+    def _producer(self) -> bytes:
+        return _producer_id(self.leader_id)
+
+    @property
+    def ready(self) -> bool:
+        return self._state is not None
+
+    @property
+    def state(self) -> StateLog:
+        if self._state is None:
+            raise StateUnavailable(f"queue {self.queue}: the monitor is recovering its state "
+                                   "log (retriable: ask again)")  # fmt: skip
+        return self._state
+
+    @property
+    def replicator(self) -> Replicator:
+        if self._replicator is None:
+            raise StateUnavailable(f"queue {self.queue}: the monitor is recovering its state log")
+        return self._replicator
+
+    def _open(self) -> StateLog:
+        return StateLog.open(self.directory, self.settings, self._producer, name=self.name)
+
+    def _serve(self, state: StateLog, source: str | None) -> None:
+        """Take `state` as this epoch's log and copy it. A log begun now (`source`: what it was
+        restored from, "" if nothing) gets its own origin record (recovery.py)."""
+        self._state = state
+        if source is not None:
+            state.append([Change(ORIGIN_KEY, origin_record(self.leader_id, source))])
+        self._replicator = Replicator(self.context, self.leader_id, state.log, self.name,
+                                      min_copies=self.min_copies)  # fmt: skip
+        # The monitor is its own assigner: no assignment to wait for (an exchange's replicator
+        # waits for its monitor's); until copies are chosen, min.insync.copies holds it back.
+        self._replicator.assign(self._links)
+        log.info("%s: %d state records (%d bytes of log) in %s%s", self.name, len(state),
+                 state.end_offset - state.start_offset, self.directory,
+                 f", restored from {source}" if source else "")  # fmt: skip
+
+    # --- recovery -----------------------------------------------------------------------------
+    def saw_copies(self, exchange_id: str, endpoint: str, copies: dict[str, int]) -> None:
+        """An exchange's report of the state logs it copies (`endpoint`: its log port)."""
+        for leader_id, end in copies.items():
+            self._sources[(leader_id, exchange_id)] = Source(leader_id, end, exchange_id, endpoint)
+
+    def _recover(self, now: float) -> None:
+        """One step: take a finished read, or start the next, or start empty when no older
+        state log turned up within `limits.state_recovery_wait_s`."""
+        if self._read is not None:
+            if self._read.is_alive():
+                return
+            self._finish_read(self._read)
+            self._read = None
+            if self.ready:
+                return
+        untried = [s for s in best_first(list(self._sources.values()), self.epoch)
+                   if (s.leader_id, s.holder) not in self._tried]  # fmt: skip
+        if not untried:
+            if now >= self._recover_until:
+                log.warning("%s: no older state log found in %.1f s: starting empty", self.name,
+                            limits.state_recovery_wait_s)  # fmt: skip
+                self._serve(self._open(), "")
+            return
+        best = untried[0]
+        holders = sum(1 for s in untried if s.leader_id == best.leader_id)
+        if now < self._recover_until and holders < self.copies - 1 and best.holder != "local":
+            return  # the other copies of that epoch may report yet: read the longest
+        self._tried.add((best.leader_id, best.holder))
+        log.info("%s: reading %s from %s (%d bytes)", self.name, best.leader_id, best.holder,
+                 best.end)  # fmt: skip
+        self._read = CopyRead(self.context, best, self.directory, self.settings, self._producer,
+                              self.name)  # fmt: skip
+        self._read.start()
+
+    def _finish_read(self, read: CopyRead) -> None:
+        if read.result is not None:
+            self._serve(read.result, f"{read.source.leader_id} on {read.source.holder}")
+        else:
+            log.warning("%s: could not read %s from %s: %s; trying the next", self.name,
+                        read.source.leader_id, read.source.holder, read.error)  # fmt: skip
 
     # --- writes and the replies that wait for them ----------------------------------------
     def write(self, changes: Sequence[Change]) -> int:
@@ -103,7 +205,11 @@ class StateKeeper:
         return self.state.end_offset
 
     def answer(self, envelope: Envelope, reply: Document) -> None:
-        """Send now if every state write so far is committed, else once it is."""
+        """Send now if every state write so far is committed, else once it is (recovering,
+        nothing is written: the replies are refusals, sent at once)."""
+        if self._state is None:
+            self._deliver(envelope, reply)
+            return
         end = self.state.end_offset
         if end <= self.replicator.committed() and not self._held:
             self._deliver(envelope, reply)
@@ -122,7 +228,10 @@ class StateKeeper:
         """Read the copies' answers among the `ready` sockets, send them what they lack, and
         release the replies now committed; a reply held past `limits.state_reply_wait_s` is
         refused instead (its writes are in the log and may be committed later: a request
-        asked again finds them)."""
+        asked again finds them). Recovering, a step of the recovery instead."""
+        if self._state is None:
+            self._recover(time.monotonic())
+            return
         for sock in self.replicator.sockets():
             if sock in ready:
                 self.replicator.on_answer(sock)
@@ -144,10 +253,15 @@ class StateKeeper:
                 "(retriable: ask again)")  # fmt: skip
 
     def sockets(self) -> list[Any]:
-        return self.replicator.sockets()
+        return self._replicator.sockets() if self._replicator is not None else []
 
     def status(self) -> StateLogStatus:
-        r, state = self.replicator, self.state
+        reading = self._read.source if self._read is not None else None
+        recovering = f"{reading.leader_id} on {reading.holder}" if reading else "looking"
+        if self._state is None or self._replicator is None:
+            return StateLogStatus(self.leader_id, 0, 0, 0, 0, 0, self.min_copies, self.chosen,
+                                  0, self.refused_replies, recovering)  # fmt: skip
+        r, state = self._replicator, self._state
         return StateLogStatus(
             self.leader_id, len(state), state.start_offset, state.end_offset, r.committed(),
             r.copies_in_sync, r.min_copies, self.chosen, len(self._held), self.refused_replies,
@@ -155,14 +269,16 @@ class StateKeeper:
 
     # --- copies -------------------------------------------------------------------------------
     def choose_copies(self, candidates: list[CopyCandidate]) -> list[CopyCandidate]:
-        """The `copies - 1` exchanges to copy the state log: those already copying it while
-        they live and take appends, then exchanges on other hosts, then on the monitor's own,
-        by id."""
+        """The `copies - 1` exchanges to copy the state log: those already copying it on other
+        hosts while they live and take appends, then exchanges on other hosts, then on the
+        monitor's own (a copy there is moved once another host has an exchange: it would be
+        lost with the monitor), by id."""
         by_id = {c.exchange_id: c for c in candidates}
-        kept = [by_id[x] for x in self.chosen if x in by_id and not by_id[x].refusing]
+        kept = [by_id[x] for x in self.chosen
+                if x in by_id and not by_id[x].refusing and by_id[x].host != self.host]  # fmt: skip
         rest = sorted(
             (c for c in candidates if c not in kept),
-            key=lambda c: (c.refusing, c.address == self.address, c.exchange_id),
+            key=lambda c: (c.refusing, c.host == self.host, c.exchange_id),
         )
         chosen = (kept + rest)[: self.copies - 1]
         ids = tuple(c.exchange_id for c in chosen)
@@ -175,10 +291,13 @@ class StateKeeper:
     def link(self) -> None:
         """Send to the chosen copies: called once they were told to accept this log (the
         monitor's REPLICAS), so that a first write is not refused for coming first."""
-        self.replicator.assign(self._links)
+        if self._replicator is not None:
+            self._replicator.assign(self._links)
 
     def tick(self) -> None:
         """Timers: the log's interval flush, and compaction when the log outgrew its state."""
+        if self._state is None:
+            return
         self.state.tick()
         if self.state.maybe_compact():
             log.info("%s: compacted to %d records from offset %d", self.name, len(self.state),
@@ -189,9 +308,15 @@ class StateKeeper:
             log.info("%s: stopping with %d replies not sent (their state is not copied yet)",
                      self.name, len(self._held))  # fmt: skip
         self._held.clear()
-        self.replicator.close()
-        self.state.flush()
-        self.state.log.close()
+        if self._read is not None:  # a daemon thread: its restore is left in a scratch dir
+            self._read.join(limits.state_recovery_read_timeout_ms / 1000)
+            if self._read.result is not None:
+                self._read.result.log.close()
+        if self._replicator is not None:
+            self._replicator.close()
+        if self._state is not None:
+            self._state.flush()
+            self._state.log.close()
 
 
 def _producer_id(leader_id: str) -> bytes:

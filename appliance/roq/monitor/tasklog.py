@@ -20,8 +20,8 @@ import json
 
 from roq.coordination.taskstore import Exists, Outcome, StaleWrite, TaskWrite
 from roq.errors import CoordinationError, LogError, StateConflict
-from roq.log.statelog import Change
-from roq.monitor.state import StateKeeper
+from roq.log.statelog import Change, StateLog
+from roq.monitor.state import StateKeeper, StateUnavailable
 
 TASK_PREFIX = "task/"
 SETTINGS_KEY = "settings"
@@ -36,7 +36,14 @@ class TaskLog:
 
     def __init__(self, keeper: StateKeeper):
         self.keeper = keeper
-        self.state = keeper.state
+
+    @property
+    def state(self) -> StateLog:
+        """The keeper's log; refused (busy, retriable) while the monitor recovers it."""
+        try:
+            return self.keeper.state
+        except StateUnavailable as error:
+            raise CoordinationError(str(error)) from None
 
     def _found(self, task: str) -> int:
         """The record's version as the task manager counts (-1: no record)."""
@@ -46,6 +53,8 @@ class TaskLog:
     def _write(self, changes: list[Change]) -> None:
         try:
             self.keeper.write(changes)
+        except StateUnavailable as error:
+            raise CoordinationError(str(error)) from None
         except StateConflict as error:  # checked first: only a bug gets here
             raise StaleWrite(str(error)) from None
         except LogError as error:  # the disk refused: nothing acknowledged, the client asks again

@@ -454,12 +454,14 @@ class StateLogStatus:
     copies: tuple[str, ...]  # Copies: the exchanges copying it
     waiting: int  # Waiting: replies held for its copies
     refused: int  # Refused: replies refused after waiting too long (since start)
+    recovering: str = ""  # Recovering: what it reads before serving ("" when it serves)
 
     def fields(self) -> Document:
         return {"Id": self.leader_id, "Records": self.records, "Start": self.start,
                 "End": self.end, "Committed": self.committed, "InSync": self.in_sync,
                 "InSyncMin": self.in_sync_min, "Copies": list(self.copies),
-                "Waiting": self.waiting, "Refused": self.refused}  # fmt: skip
+                "Waiting": self.waiting, "Refused": self.refused,
+                "Recovering": self.recovering}  # fmt: skip
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any], prefix: str = "") -> Self:
@@ -473,6 +475,7 @@ class StateLogStatus:
             field_int(doc, "InSyncMin", hi=COPIES_MAX, prefix=prefix),
             field_strs(doc, "Copies", max_items=COPIES_MAX, prefix=prefix),
             number("Waiting"), number("Refused"),
+            field_str(doc, "Recovering", empty_ok=True, default="", prefix=prefix),
         )  # fmt: skip
 
 
