@@ -116,8 +116,7 @@ _DATA_BEFORE = pytest.StashKey[bool]()
 # timeout plus a grace it writes every thread's stack to a file and exits the worker; xdist reports
 # the test as crashed and starts another worker, and the controller prints the stacks.
 WATCHDOG_DIR = Path(__file__).resolve().parents[1] / ".pytest-watchdog"
-WATCHDOG_GRACE_S = 60.0
-WATCHDOG_TEARDOWN_S = 180.0  # the session's own end: fixtures stopped, ZooKeeper stopped
+WATCHDOG_GRACE_S = 60.0  # (session fixtures stop in the last test's teardown: covered too)
 
 
 def _watchdog_file(config: pytest.Config) -> Path:
@@ -154,12 +153,6 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     _arm_watchdog(item.config, timeout + WATCHDOG_GRACE_S, item.nodeid)
     yield
     _disarm_watchdog(item.config)
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_unconfigure(config: pytest.Config) -> None:
-    if hasattr(config, "workerinput"):  # a worker's last teardown may hang too
-        _arm_watchdog(config, WATCHDOG_TEARDOWN_S, "the worker's teardown")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -70,7 +70,7 @@ from roq.log import format as batchfmt
 from roq.log.format import BatchHeader
 from roq.protocol import dataplane
 from roq.protocol.messages.control import ReplicaStatus
-from roq.protocol.names import check_exchange_id
+from roq.protocol.names import check_exchange_id, is_state_log
 from roq.transport import Kind, connect, drained, open_socket, send_nowait
 
 log = logging.getLogger(__name__)
@@ -85,10 +85,15 @@ WRITE = b"W"  # [W][leader id][offset 8 LE][whole batches]  → [w][leader id][s
 # (a FAILED answer adds a fifth frame, the reason in UTF-8)
 PROBE = b"Q"  # [Q][leader id]                         → [w][leader id][K][end 8 LE]
 RESTART = b"S"  # [S][leader id][offset 8 LE]          → [w][leader id][K][end 8 LE]
+# A leader that compacts (the monitor's state log) has its copies follow its start: each copy
+# drops its whole segments before it (a copy otherwise keeps all history: nothing else prunes
+# a copy whose leader lives).
+PRUNE = b"D"  # [D][leader id][start 8 LE]            → [w][leader id][K][end 8 LE]
 # (the log server tells these from log reads by the first frame: R, T and P are taken)
 WRITTEN = b"w"
 OK, BEHIND, FAILED = b"K", b"B", b"X"
-_FRAMES = {PROBE: 2, RESTART: 3, WRITE: 4}
+_FRAMES = {PROBE: 2, RESTART: 3, PRUNE: 3, WRITE: 4}
+KINDS = tuple(_FRAMES)  # what the log server hands to a ReplicaStore
 QUARANTINE_SUFFIX = ".quarantined"  # a copy set aside: `<leader>@<replica>.quarantined-<time>`
 
 
@@ -153,13 +158,16 @@ class ReplicaStore:
                 raise LogError(f"already keeping {REPLICA_LOGS_MAX} replica logs")
             directory = replica_directory(self.root, self.queue, leader_id, self.own_id)
             name = f"copy of {leader_id}"
+            settings = self.settings
+            if is_state_log(leader_id):  # pruned as its leader compacts: segments as its own
+                settings = dataclasses.replace(settings, max_file_size=limits.state_segment_bytes)
             copy = self.logs[leader_id] = Log.open(
-                directory, self.settings, name=name, background_delete=True
+                directory, settings, name=name, background_delete=True
             )
         return copy
 
     def handle(self, frames: list[bytes]) -> list[bytes]:
-        """Answer one WRITE, PROBE or RESTART (frames without the ROUTER identity). The whole
+        """Answer one WRITE, PROBE, RESTART or PRUNE (frames without the ROUTER identity). The whole
         frame is checked before the copy is opened or changed: a bad one changes nothing."""
         kind, leader_id, offset = _decode(frames)
         if leader_id not in self.leaders:
@@ -178,6 +186,9 @@ class ReplicaStore:
         if kind == RESTART:
             if offset > copy.end_offset:  # a repeated RESTART is answered, not applied twice
                 copy.restart_at(offset)
+            return [WRITTEN, frames[1], OK, _END.pack(copy.end_offset)]
+        if kind == PRUNE:  # up to where the copy reaches: its tail may still be coming
+            copy.drop_before(max(copy.start_offset, min(offset, copy.end_offset)))
             return [WRITTEN, frames[1], OK, _END.pack(copy.end_offset)]
         return [WRITTEN, frames[1], *self._write(copy, offset, view, checked)]
 
@@ -250,6 +261,7 @@ class ReplicaLink:
     retry_at: float = 0.0  # when to probe again after a refusal (0: no probe is due)
     refused: str = ""  # the reason of the last refusal, as logged
     linked_at: float = 0.0  # when it was assigned (monotonic)
+    pruned_to: int = 0  # the leader's start as last sent in a PRUNE (`Replicator.prune`)
 
     def in_sync(self, lagged_end: int) -> bool:
         """`lagged_end`: the leader's log end `REPLICA_LAG_S` ago."""
@@ -261,10 +273,11 @@ class Replicator:
 
     def __init__(
         self, context: Any, leader_id: str, message_log: Log, name: str,
-        lag_s: float = REPLICA_LAG_S, min_copies: int = 1,
+        lag_s: float = REPLICA_LAG_S, min_copies: int = 1, prune: bool = False,
     ):  # fmt: skip
         self.context, self.leader_id, self.log, self.name = context, leader_id, message_log, name
         self.min_copies = min_copies  # min.insync.copies, the leader included
+        self.prune = prune  # copies follow the log's start (a compacted log: PRUNE)
         self._committed = 0  # what acks=all has confirmed up to: never moves back
         # as the last `committed` counted them, the leader included (min_copies until the
         # first count: a start is not a fall below the floor, and not logged as one)
@@ -343,6 +356,8 @@ class Replicator:
             while 0 <= link.sent_to < self.log.end_offset and self._room(link):
                 if not self._backfill(link):
                     break
+            if self.prune and link.pruned_to < self.log.start_offset <= link.acked:
+                self._prune(link)
 
     def _backfill(self, link: ReplicaLink) -> bool:
         """One frame of whole batches from `link.sent_to`; False when nothing more can go now."""
@@ -359,6 +374,12 @@ class Replicator:
         if result.status is not ReadStatus.BATCHES:
             return False
         return self._send(link, result.offset, result.data)
+
+    def _prune(self, link: ReplicaLink) -> None:
+        """The log's start moved (compaction) and the copy holds it: the copy drops what lies
+        before (sent again at the next move if the link was full)."""
+        if send_nowait(link.sock, [PRUNE, self._id, _END.pack(self.log.start_offset)]):
+            link.pruned_to = self.log.start_offset
 
     def _restart(self, link: ReplicaLink, start: int) -> bool:
         """The replica's copy ends below what retention left of this log: it cannot be filled

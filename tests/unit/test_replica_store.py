@@ -175,17 +175,20 @@ class _Pair:
     served by hand (`_serve`, `_turn`); the replica is assigned at once."""
 
     def __init__(
-        self, tmp_path: Path, leader: Log, lag_s: float = REPLICA_LAG_S, min_copies: int = 1
-    ) -> None:
+        self, tmp_path: Path, leader: Log, lag_s: float = REPLICA_LAG_S, min_copies: int = 1,
+        prune: bool = False, copy_file_size: int = 64 << 20,
+    ) -> None:  # fmt: skip
         self.context = new_context()
         self.router = self.context.socket(Kind.ROUTER)
         self.router.bind("inproc://replica")
         self.leader = leader
-        self.store = ReplicaStore(tmp_path / "copies", "q", "r1", LogSettings(memory_bytes=0))
+        settings = LogSettings(max_file_size=copy_file_size, memory_bytes=0)
+        self.store = ReplicaStore(tmp_path / "copies", "q", "r1", settings)
         self.store.accept(("l1",))
         self.replicator = Replicator(
-            self.context, "l1", leader, "leader l1", lag_s=lag_s, min_copies=min_copies
-        )
+            self.context, "l1", leader, "leader l1", lag_s=lag_s, min_copies=min_copies,
+            prune=prune,
+        )  # fmt: skip
         self.replicator.assign([("r1", "inproc://replica")])
 
     def in_sync(self) -> bool:
@@ -367,3 +370,31 @@ def test_a_newly_assigned_replica_is_waited_for_until_its_first_answer(tmp_path:
         wait_for(
             lambda: pair.replicator.committed() == end, 5, "the silent replica left behind", 0.02
         )
+
+
+def test_a_pruning_leaders_copy_follows_its_start_and_keeps_the_rest(tmp_path: Path) -> None:
+    """A compacted log (the monitor's state log) drops its head segments: with `prune`, its
+    copy drops the same whole segments once it holds the new start, and keeps every byte
+    from there, in sync."""
+    leader = Log(tmp_path / "leader", 4096, memory_bytes=0)
+    with _Pair(tmp_path, leader, prune=True, copy_file_size=4096) as pair:
+        router, store, replicator = pair.router, pair.store, pair.replicator
+        for seq in range(0, 60, 10):  # ~10 KB each: a segment each, on both sides
+            leader.append(batch(seq, records=10, size=1000))
+        leader.roll()
+        cut = leader.end_offset
+        leader.append(batch(60, records=10, size=1000))
+        for _ in range(50):
+            _serve(router, store)
+            _turn(replicator)
+            if pair.in_sync() and store.logs["l1"].end_offset == leader.end_offset:
+                break
+        copy = store.logs["l1"]
+        assert copy.start_offset == 0 and len(copy.segments) > 1
+        assert leader.drop_before(cut) > 0 and leader.start_offset == cut
+        for _ in range(5):
+            _turn(replicator)
+            _serve(router, store)
+        assert copy.start_offset == cut and copy.end_offset == leader.end_offset
+        assert bytes(copy.read(cut, 1 << 20).data) == bytes(leader.read(cut, 1 << 20).data)
+        assert pair.in_sync()

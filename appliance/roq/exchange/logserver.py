@@ -35,7 +35,7 @@ class LogServer:
         # Zero-copy receive for the sender's principal (replication is the cluster's alone).
         for received in drained(self.sock, limits.log_server_burst_requests, copy=False):
             peer, body = received[0].bytes, [frame.bytes for frame in received[1:]]
-            if body and body[0] in (replication.WRITE, replication.PROBE, replication.RESTART):
+            if body and body[0] in replication.KINDS:
                 refused = self._not_cluster(body, received[-1])
                 self.sock.send_multipart([peer, *(refused or self._replicate(body))])
             else:

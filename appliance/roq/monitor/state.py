@@ -147,7 +147,7 @@ class StateKeeper:
         if source is not None:
             state.append([Change(ORIGIN_KEY, origin_record(self.leader_id, source))])
         self._replicator = Replicator(self.context, self.leader_id, state.log, self.name,
-                                      min_copies=self.min_copies)  # fmt: skip
+                                      min_copies=self.min_copies, prune=True)  # fmt: skip
         # The monitor is its own assigner: no assignment to wait for (an exchange's replicator
         # waits for its monitor's); until copies are chosen, min.insync.copies holds it back.
         self._replicator.assign(self._links)

@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -577,6 +578,23 @@ class _Context(zmq.Context):  # type: ignore[type-arg]
             self._roq_authenticator.stop()
             self._roq_authenticator = None
         super().term()
+
+    def __del__(self) -> None:
+        """A context dropped without term(). pyzmq's finalizer destroys it: it closes every
+        socket from whatever thread runs the collector, while their owners (the cutter, a
+        leaked client thread) may be inside a call on them, and then terminates; a clean-clone
+        CI run hung there for good, in a test that merely triggered the collection. Here it is
+        terminated from a daemon thread instead: each owner sees ETERM and closes its own
+        sockets (the cutter does); if one never does, only that thread waits."""
+        if self.closed or getattr(self, "_shadow", False) or sys.is_finalizing():
+            return
+        threading.Thread(target=self._term_dropped, name="roq-context-term", daemon=True).start()
+
+    def _term_dropped(self) -> None:
+        try:
+            self.term()
+        except zmq.ZMQError:
+            pass
 
 
 def new_context() -> Any:
