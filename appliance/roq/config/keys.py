@@ -887,10 +887,9 @@ HCM_KEYS: tuple[Key, ...] = (
         str,
         "zookeeper",
         "Where a queue's monitor keeps its task records: zookeeper (one znode per task) or log "
-        "(the monitor's own state log, copied to replicationFactor exchanges: no ZooKeeper "
-        "write per task; docs/architecture.md §12). Being built: a monitor re-placed on "
-        "another host does not yet read its predecessor's state log, so keep zookeeper where "
-        "tasks must outlive a host.",
+        "(the monitor's own state log, copied to replicationFactor - 1 exchanges and read back "
+        "by a monitor re-placed after a host loss: no ZooKeeper write per task; "
+        "docs/architecture.md §12).",
         choices=("zookeeper", "log"),
         section="Request queues",
     ),
