@@ -6,9 +6,10 @@ import pytest
 
 
 @pytest.fixture(params=["zookeeper", "log"])
-def task_store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A request/response test runs with the task records in ZooKeeper and in the monitor's
-    state log (`request.state`, docs/architecture.md §12): its module's `HOST` settings get
-    the store."""
-    monkeypatch.setitem(request.module.HOST, "request.state", request.param)
+def delivery_store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A request/response or work-queue test runs with the delivery state (task records,
+    consumer groups) in ZooKeeper and in the monitor's state log (`delivery.state`,
+    docs/architecture.md §12): its module's host settings (`HOST` or `WORK`) get the store."""
+    settings = getattr(request.module, "HOST", None) or request.module.WORK
+    monkeypatch.setitem(settings, "delivery.state", request.param)
     return str(request.param)

@@ -17,7 +17,7 @@ from roq.client.requests import Requester, Task, TaskExpired
 from roq.testing.cluster import LocalCluster, processes_with, wait_for
 
 # every guarantee with the task records in ZooKeeper and in the monitor's state log (conftest.py)
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("task_store")]
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("delivery_store")]
 
 HOST = {"work.slot.messages": 100, "work.slot.ms": 100, "work.lease.ms": 2000}
 

@@ -26,7 +26,7 @@ from roq.transport import new_context
 from roq.transport.rpc import Requester as RpcRequester
 
 # every guarantee with the task records in ZooKeeper and in the monitor's state log (conftest.py)
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("task_store")]
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("delivery_store")]
 
 LEASE_S = 2.0
 HOST = {"work.slot.messages": 100, "work.slot.ms": 100, "work.lease.ms": int(LEASE_S * 1000)}

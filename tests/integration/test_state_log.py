@@ -1,8 +1,8 @@
-"""The monitor's delivery-state log (`request.state=log`, docs/architecture.md §12) on a real
+"""The monitor's delivery-state log (`delivery.state=log`, docs/architecture.md §12) on a real
 cluster: task records leave ZooKeeper, the log is copied to an exchange on the other host, and
 a reply never goes out before what it shows is on min.insync.copies copies. Every
 request/response guarantee of tests/integration/test_requests.py runs with both stores (its
-`task_store` fixture); these are the state log's own."""
+`delivery_store` fixture); these are the state log's own."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from roq.testing.cluster import LocalCluster, processes_with, wait_for
 
 pytestmark = pytest.mark.integration
 
-HOST = {"work.slot.messages": 100, "work.slot.ms": 100, "request.state": "log",
+HOST = {"work.slot.messages": 100, "work.slot.ms": 100, "delivery.state": "log",
         "replicationFactor": 2, "exchange.max.perhost": 1}  # fmt: skip
 
 
@@ -57,15 +57,14 @@ def _zxid(zk: Any, cluster: LocalCluster, name: str) -> int:
     return int(zk.exists(path).czxid)
 
 
-def test_tasks_on_the_state_log_write_nothing_to_zookeeper_and_are_copied(
+def test_tasks_and_groups_on_the_state_log_write_nothing_to_zookeeper_and_are_copied(
     cluster: LocalCluster, zk: Any
 ):
-    """200 calls: ZooKeeper's zxid moves by the consumer group's slot writes only, and the state
-    log is copied to the exchange on the other host, in sync, everything committed. Measured
-    26 Nov: 1,344 ZooKeeper transactions for 200 calls with `request.state=zookeeper` (6.7 per
-    call: the task's ~3.9 and the group's ~2.8), 564 with the state log (2.8: the group's slot
-    writes, which leave ZooKeeper when groups move to the state log too). The bound sits between:
-    one task write per call back in ZooKeeper fails it."""
+    """200 calls: ZooKeeper's zxid moves by less than 1 % of the calls (issue 29's structural
+    check), and the state log is copied to the exchange on the other host, in sync, everything
+    committed. Measured 26 Nov: 1,344 ZooKeeper transactions for 200 calls with
+    `delivery.state=zookeeper` (6.7 per call: the task's ~3.9, the consumer group's ~2.8), 564
+    with the tasks alone on the state log, 1 with the groups there too."""
     cluster.start_with_queue(2, **HOST)
     wait_for(lambda: _copied(cluster), 30, "the state log copied\n" + cluster.logs())
     calls = 200
@@ -78,7 +77,7 @@ def test_tasks_on_the_state_log_write_nothing_to_zookeeper_and_are_copied(
     assert not zk.exists(f"{cluster.namespace}/tasks/q1") or not zk.get_children(
         f"{cluster.namespace}/tasks/q1"
     )
-    assert after - before - 1 < 3.5 * calls, f"{after - before - 1} ZooKeeper transactions"
+    assert after - before - 1 < calls / 100, f"{after - before - 1} ZooKeeper transactions"
     state = wait_for(lambda: _copied(cluster), 10, "in sync after the calls\n" + cluster.logs())
     assert state.committed == state.end and state.in_sync_min == 2, state
     [copy] = list(cluster.tmp.glob(f"*/log/_replicas/q1/{state.leader_id}@*"))

@@ -22,7 +22,8 @@ from roq.errors import RoqError
 from roq.system.spawn import child_environment, roq_command
 from roq.testing.cluster import LocalCluster, processes_with, wait_for
 
-pytestmark = pytest.mark.integration
+# every guarantee with the groups in ZooKeeper and in the monitor's state log (conftest.py)
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("delivery_store")]
 
 LEASE_S = 2.0
 WORK = {"work.slot.messages": 100, "work.slot.ms": 200, "work.lease.ms": int(LEASE_S * 1000)}

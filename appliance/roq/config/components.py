@@ -429,7 +429,7 @@ class MonitorSettings:
     work: WorkSettings
     requests: RequestSettings
     # where the task records are kept (zookeeper | log: the state log, monitor/state.py)
-    request_state: str = field(metadata=key("request.state"))
+    delivery_state: str = field(metadata=key("delivery.state"))
     log_root: str = field(metadata=key("directory"))  # the state log beside the message logs
     log: LogSettings  # the state log's flush policy is the message logs'
     min_insync_copies: int = field(metadata=key("min.insync.copies"))  # 0: replicationFactor

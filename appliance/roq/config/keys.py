@@ -883,13 +883,14 @@ HCM_KEYS: tuple[Key, ...] = (
         section="Request queues",
     ),
     Key(
-        "request.state",
+        "delivery.state",
         str,
-        "zookeeper",
-        "Where a queue's monitor keeps its task records: zookeeper (one znode per task) or log "
-        "(the monitor's own state log, copied to replicationFactor - 1 exchanges and read back "
-        "by a monitor re-placed after a host loss: no ZooKeeper write per task; "
-        "docs/architecture.md §12).",
+        "log",
+        "Where a queue's monitor keeps its delivery state, the request/response task records "
+        "and the consumer groups' slots: log (its own state log, copied to replicationFactor - "
+        "1 exchanges and read back by a monitor re-placed after a host loss: no ZooKeeper write "
+        "per task or ack; docs/architecture.md §12) or zookeeper (a znode per task and per "
+        "slot, as before 26 Nov).",
         choices=("zookeeper", "log"),
         section="Request queues",
     ),

@@ -33,6 +33,7 @@ from roq.coordination.groupstore import Commit, GroupStore, StaleWrite, Write
 from roq.coordination.paths import Paths
 from roq.coordination.session import SharedSession
 from roq.errors import CoordinationError
+from roq.monitor.grouplog import GroupLog, LogCommit
 from roq.monitor.slots import GiveResult, Group, Member, Rules, Slot
 from roq.protocol.commands import MonitorCommand, Reason
 from roq.protocol.dispatch import Answer, Done, Encodable, Refused, Route, route
@@ -86,13 +87,15 @@ class GroupManager:
         zk: SharedSession,  # the monitor's one ZooKeeper session, which it closes
         readable: Callable[[], Readable],
         reply: Reply | None = None,
+        store: GroupLog | None = None,  # the state log's (delivery.state=log), else ZooKeeper's
     ):
         work = settings.work
         self.queue, self.name = queue, f"monitor {queue}"
         self.rules = Rules(work.lease_s, work.inflight, work.backoff_s, work.max_deliveries)
         self.slot_s = work.slot_s
         self.slot_messages = work.slot_messages
-        self.store = GroupStore(zk, Paths(settings.zk.namespace), queue)
+        zk_store = GroupStore(zk, Paths(settings.zk.namespace), queue) if store is None else None
+        self.store: GroupStore | GroupLog = store or zk_store  # type: ignore[assignment]
         self.groups: dict[str, Group] = {}
         self.ends: dict[str, int] = {}  # exchange → its log's end, as last reported
         self.seen: dict[str, int] = {}  # exchange → where a consumer read its log to end, if later
@@ -102,7 +105,7 @@ class GroupManager:
         self.failed_writes = 0
         self.epoch = uuid.uuid4().hex[:16]  # this monitor's life: a consumer that sees it change
         # sends again what it was not told is written (the previous life may not have written it)
-        self._commit: Commit | None = None
+        self._commit: Commit | LogCommit | None = None
         self._in_commit: list[tuple[Write, Group, Slot | None]] = []
         self._seqs: list[tuple[Member, int]] = []
         self._failed_at = 0.0

@@ -43,6 +43,7 @@ from roq import limits
 from roq.config import MonitorSettings
 from roq.coordination.session import SharedSession
 from roq.errors import ProtocolError
+from roq.monitor.grouplog import GroupLog
 from roq.monitor.groups import GROUP_COMMANDS, GroupManager, Readable
 from roq.monitor.placement import (
     CopyPlan,
@@ -162,10 +163,14 @@ class Monitor:
             context, queue, settings, self.zk, address, port_at(port, MonitorPort.RULES),
             emit=lambda event: self._send(self.kpi_out, [bsonmsg.encode(event.encode())]),
         )  # fmt: skip
-        self.groups = GroupManager(queue, settings, self.zk, self._readable, self._reply_later)
-        # the delivery-state log (`request.state=log`): task records there, not in ZooKeeper
-        log_state = settings.request_state == "log"
+        # the delivery-state log (`delivery.state=log`): task records and consumer groups there,
+        # not in ZooKeeper
+        log_state = settings.delivery_state == "log"
         self.state = self._state_keeper(context, settings) if log_state else None
+        self.groups = GroupManager(
+            queue, settings, self.zk, self._readable, self._reply_later,
+            store=GroupLog(self.state) if self.state is not None else None,
+        )  # fmt: skip
         self.tasks = TaskManager(
             queue,
             settings,
@@ -289,6 +294,7 @@ class Monitor:
         poller follows the copy set (`_assign_replicas` changes it)."""
         assert self.state is not None
         self.state.pump(ready)
+        self.groups.pump()  # a group commit copied: the next one starts now, not at a request
         socks = set(self.state.sockets())
         for sock in self._state_socks - socks:
             poller.unregister(sock)
@@ -892,11 +898,11 @@ class Monitor:
             log.debug("%s: exchange %s control queue full", self.name, view.exchange_id)
 
     def close(self) -> None:
-        if self.state is not None:
-            self.state.close()
         self.fence.close()
         self.scaler.close()
-        self.groups.close()  # its last commit, on the session closed below
+        self.groups.close()  # its last commit, on the session (or the state log) closed below
+        if self.state is not None:
+            self.state.close()
         self.zk.close()
         for control in self._controls.values():
             control.close(0)

@@ -46,6 +46,7 @@ from roq.protocol.bsonmsg import Document
 from roq.protocol.messages.control import StateLogStatus
 from roq.protocol.names import state_log_id
 from roq.replication import Replicator
+from roq.transport import READABLE, Poller
 from roq.transport.rpc import Envelope
 
 log = logging.getLogger(__name__)
@@ -223,6 +224,25 @@ class StateKeeper:
 
     def pending(self) -> int:
         return len(self._held)
+
+    def committed_to(self, end: int) -> bool:
+        """Whether every state write below `end` is on min.insync.copies copies."""
+        return self._replicator is not None and self._replicator.committed() >= end
+
+    def wait_committed(self, end: int, timeout_s: float) -> bool:
+        """Block at most `timeout_s` until `committed_to(end)`, reading the copies' answers
+        meanwhile (a consumer's flush waits so: its SETTLE with `Sync`)."""
+        deadline = time.monotonic() + timeout_s
+        poller = Poller()
+        for sock in self.sockets():
+            poller.register(sock, READABLE)
+        while not self.committed_to(end):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            ready = poller.poll(max(1, min(int(left * 1000), limits.state_pending_poll_ms)))
+            self.pump({sock for sock, _ in ready})
+        return True
 
     def pump(self, ready: set[Any]) -> None:
         """Read the copies' answers among the `ready` sockets, send them what they lack, and

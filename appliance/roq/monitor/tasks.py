@@ -196,7 +196,7 @@ class TaskManager:
         live_workers: Callable[[str], int],
         reply: Reply | None = None,
         published: Callable[[str], None] | None = None,
-        store: TaskLog | None = None,  # the state log's (request.state=log), else ZooKeeper's
+        store: TaskLog | None = None,  # the state log's (delivery.state=log), else ZooKeeper's
     ):
         self.queue, self.name = queue, f"monitor {queue}"
         zk_store = TaskStore(zk, Paths(settings.zk.namespace), queue) if store is None else None

@@ -405,7 +405,7 @@ class MonitorStatus:
     copies: tuple[DeadLog, ...]  # Copies: dead exchanges' logs subscribers are told about
     short_logs: tuple[ShortLog, ...] = ()  # ShortLogs (absent from an older monitor: none)
     epoch: int = 0  # Epoch: the assignment epoch it acts under
-    state: StateLogStatus | None = None  # State: its state log (request.state=log only)
+    state: StateLogStatus | None = None  # State: its state log (delivery.state=log only)
 
     def encode(self) -> Document:
         doc = {
@@ -441,7 +441,7 @@ class MonitorStatus:
 
 @dataclass(frozen=True)
 class StateLogStatus:
-    """The monitor's delivery-state log (`request.state=log`, docs/architecture.md §12), as
+    """The monitor's delivery-state log (`delivery.state=log`, docs/architecture.md §12), as
     `roq status` shows it."""
 
     leader_id: str  # Id: state.<epoch>

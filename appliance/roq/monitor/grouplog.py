@@ -1,0 +1,125 @@
+"""A queue's consumer groups in its monitor's state log (monitor/state.py), with the interface of
+the ZooKeeper store it replaces (coordination/groupstore.py), so the group manager's group
+commits work unchanged (`delivery.state=log`, docs/configuration.md).
+
+    group/<group>           the group's record (JSON: name, ordered, from, prefix, cursors)
+    slot/<group>/<slot>     a live slot's record (JSON, monitor/slots.py `Slot.record`)
+
+A commit is one append of every change since the last, made at once; it is *ready* (its
+consumers may be told `Written`) once it is on min.insync.copies copies, as a ZooKeeper multi
+was once ZooKeeper answered. Slot versions are the ZooKeeper store's: 0 when created, one more
+per write. One writer (this monitor, under its epoch and its host's lease), so no write is
+refused for a version: a successor reads the groups back from the log (`load`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from roq.coordination.groupstore import Write
+from roq.errors import CoordinationError, LogError
+from roq.log.statelog import Change, StateLog
+from roq.monitor.state import StateKeeper, StateUnavailable
+
+GROUP_PREFIX = "group/"
+SLOT_PREFIX = "slot/"
+
+
+def _key(group: str, slot: str = "") -> str:
+    return f"{SLOT_PREFIX}{group}/{slot}" if slot else f"{GROUP_PREFIX}{group}"
+
+
+class LogCommit:
+    """One commit's append: ready once the state log's copies hold it."""
+
+    def __init__(self, keeper: StateKeeper, end: int, versions: list[int]):
+        self._keeper, self._end, self._versions = keeper, end, versions
+
+    def ready(self) -> bool:
+        return self._keeper.committed_to(self._end)
+
+    def wait(self, timeout_s: float) -> bool:
+        """Block at most `timeout_s` (the copies' answers are read meanwhile)."""
+        return self._keeper.wait_committed(self._end, timeout_s)
+
+    def versions(self) -> list[int]:
+        if not self.ready():
+            raise CoordinationError("state log: not copied yet")
+        return self._versions
+
+
+class GroupLog:
+    """The consumer groups on the state log (main thread only, as the keeper)."""
+
+    def __init__(self, keeper: StateKeeper):
+        self.keeper = keeper
+        self.stored: set[str] = set()  # as GroupStore's (groups whose record exists)
+
+    @property
+    def state(self) -> StateLog:
+        try:
+            return self.keeper.state
+        except StateUnavailable as error:
+            raise CoordinationError(str(error)) from None
+
+    def commit(self, writes: list[Write]) -> LogCommit:
+        changes: list[Change] = []
+        versions: list[int] = []
+        for write in writes:
+            key = _key(write.group, write.slot)
+            data = None if write.record is None else _dump(write.record)
+            changes.append(Change(key, data))
+            found = self.state.get(key)
+            slot_record = write.record is not None and write.slot
+            versions.append(found[1] if slot_record and found else 0 if slot_record else -1)
+            if not write.slot and write.record is not None:
+                self.stored.add(write.group)
+        try:
+            end = self.keeper.write(changes)
+        except StateUnavailable as error:
+            raise CoordinationError(str(error)) from None
+        except LogError as error:
+            raise CoordinationError(f"state log: {error}") from None
+        return LogCommit(self.keeper, end, versions)
+
+    def load(self) -> list[tuple[dict[str, Any], list[tuple[dict[str, Any], int]]]]:
+        """Every group with its slots' records and versions, as GroupStore.load gives them."""
+        state = self.state
+        found = []
+        for key in state.keys(GROUP_PREFIX):
+            name = key.removeprefix(GROUP_PREFIX)
+            record = _load(state.get(key))
+            slots = []
+            for slot_key in state.keys(f"{SLOT_PREFIX}{name}/"):
+                entry = state.get(slot_key)
+                if entry is not None:
+                    slots.append((_load(entry), entry[1] - 1))
+            found.append((record, slots))
+            self.stored.add(name)
+        return found
+
+    def delete_group(self, group: str) -> None:
+        """The group's record and its slots' go, in one append."""
+        keys = [_key(group), *self.state.keys(f"{SLOT_PREFIX}{group}/")]
+        self.stored.discard(group)
+        try:
+            self.keeper.write([Change(key, None) for key in keys])
+        except (StateUnavailable, LogError) as error:
+            raise CoordinationError(f"state log: {error}") from None
+
+
+def _dump(record: dict[str, Any]) -> bytes:
+    return json.dumps(record, separators=(",", ":")).encode()
+
+
+def _load(entry: tuple[bytes, int] | None) -> dict[str, Any]:
+    if entry is None:
+        return {}
+    try:
+        value = json.loads(entry[0].decode() or "{}")
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CoordinationError(f"unreadable group record: {error}") from None
+    if not isinstance(value, dict):
+        raise CoordinationError("group record is not a JSON object")
+    return value
