@@ -156,3 +156,61 @@ def test_the_monitors_host_lost_the_re_placed_monitor_reads_its_tasks_from_the_c
                 fresh.task(task.id).result(5)  # handed out once
         with cluster.worker("echo", lambda p: p + b"!"):
             assert fresh.task(waiting.id).result(60) == b"later!", cluster.logs()
+
+
+def test_a_queue_with_its_state_in_zookeeper_keeps_it_when_its_monitor_moves_to_the_state_log(
+    cluster: LocalCluster, zk: Any
+):
+    """Migration (docs/architecture.md §12): q1 runs with `delivery.state=zookeeper`: 5 results
+    stored and not fetched, request settings changed, a group that acked 10 of 20 messages.
+    Its host is killed and started again with the state log: the monitor moves that state into
+    its log, then deletes the znodes. Each result comes once, the settings hold, and the group
+    gets exactly the 10 unacknowledged messages."""
+    from roq.client.consumer import Consumer
+    from roq.client.publisher import Publisher
+
+    cluster.start_gcm()
+    old = {"work.slot.messages": 10, "work.slot.ms": 100, "delivery.state": "zookeeper"}
+    host = cluster.start_host("h1", **old)
+    cluster.wait_ready(hosts=1)
+    with cluster.admin() as admin:
+        admin.create_queue("q1", "h1")
+    with Requester("q1", gcm=cluster.gcm) as requester:
+        requester.settings({"request.retry.max": "7"})
+        with cluster.worker("echo", lambda p: p + b"!"):
+            done = [requester.submit("echo", b"%d" % n) for n in range(5)]
+            wait_for(lambda: all(t.refresh().state == "done" for t in done), 30,
+                     "results stored\n" + cluster.logs())  # fmt: skip
+    with Publisher("q1", gcm=cluster.gcm) as publisher:
+        for n in range(20):
+            publisher.send(b"m%d" % n, b"m.")  # its own keys: the requests are q1's messages too
+        publisher.flush(timeout_s=30)
+    acked: set[bytes] = set()
+    with Consumer("q1", "g", gcm=cluster.gcm, prefix=b"m.") as consumer:
+        for delivery in consumer.deliveries(count=10, timeout_s=30):
+            acked.add(delivery.payload)
+            delivery.ack()
+        consumer.flush()  # confirmed: in ZooKeeper
+    assert len(acked) == 10 and zk.get_children(f"{cluster.namespace}/groups/q1")
+    cluster.kill(host)
+    cluster.start_host("h1", **{**old, "delivery.state": "log"})
+    moved = wait_for(lambda: (s := _state(cluster)) and s.records > 0 and s.committed == s.end
+                     and s, 60, "state moved in\n" + cluster.logs())  # fmt: skip
+    wait_for(lambda: not zk.exists(f"{cluster.namespace}/groups/q1")
+             and not zk.exists(f"{cluster.namespace}/tasks/q1"), 30,
+             f"the moved znodes deleted ({moved})\n" + cluster.logs())  # fmt: skip
+    with Requester("q1", gcm=cluster.gcm) as fresh:
+        assert fresh.settings()["request.retry.max"] == "7"
+        for n, task in enumerate(done):
+            assert fresh.task(task.id).result(30) == b"%d!" % n
+            with pytest.raises(TaskExpired, match="no such task"):
+                fresh.task(task.id).result(5)
+    rest: set[bytes] = set()
+    with Consumer("q1", "g", gcm=cluster.gcm, prefix=b"m.") as consumer:
+        for delivery in consumer.deliveries(timeout_s=10):
+            assert delivery.payload not in acked, f"acknowledged, then again: {delivery.payload!r}"
+            rest.add(delivery.payload)
+            delivery.ack()
+            if len(rest) == 10:
+                break
+    assert acked | rest == {b"m%d" % n for n in range(20)}, cluster.logs()

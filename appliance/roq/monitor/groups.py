@@ -115,7 +115,7 @@ class GroupManager:
 
     # --- durable state ------------------------------------------------------------------------
     def _ensure_loaded(self) -> bool:
-        """Read the groups back from ZooKeeper once (retried at most every second)."""
+        """Read the groups back from their store once (retried at most every second)."""
         now = time.monotonic()
         if self._loaded or now < self._next_try:
             return self._loaded
@@ -129,7 +129,7 @@ class GroupManager:
             self.groups[str(record["name"])] = self._restore(record, slots, now)
         self._loaded = True
         if found:
-            log.info("%s: %d consumer group(s) read back from ZooKeeper (%d slots)", self.name,
+            log.info("%s: %d consumer group(s) read back (%d slots)", self.name,
                      len(found), sum(len(s) for _, s in found))  # fmt: skip
         return True
 

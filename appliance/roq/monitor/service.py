@@ -41,10 +41,12 @@ from typing import Any
 
 from roq import limits
 from roq.config import MonitorSettings
+from roq.coordination.paths import Paths
 from roq.coordination.session import SharedSession
 from roq.errors import ProtocolError
 from roq.monitor.grouplog import GroupLog
 from roq.monitor.groups import GROUP_COMMANDS, GroupManager, Readable
+from roq.monitor.migration import Migration
 from roq.monitor.placement import (
     CopyPlan,
     ExchangeView,
@@ -189,6 +191,7 @@ class Monitor:
             settings.host_name or self.address,
             deliver=lambda envelope, doc: send_routed(self.requests, envelope, doc),
             refusal=lambda why: self._stamp(Refused(Reason.BUSY, why).encode()),
+            migration=Migration(self.zk, Paths(settings.zk.namespace), self.queue),
         )  # fmt: skip
 
     def _open_sockets(self, context: Any) -> None:

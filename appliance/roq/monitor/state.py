@@ -25,13 +25,15 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
+import os
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from roq import limits
-from roq.errors import RoqError
+from roq.errors import CoordinationError, RoqError
 from roq.log import LogSettings, Retention, state_directory
 from roq.log.statelog import Change, StateLog
 from roq.monitor.recovery import (
@@ -48,6 +50,9 @@ from roq.protocol.names import state_log_id
 from roq.replication import Replicator
 from roq.transport import READABLE, Poller
 from roq.transport.rpc import Envelope
+
+if TYPE_CHECKING:
+    from roq.monitor.migration import Migration  # it imports the stores, which import this
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +87,7 @@ class StateKeeper:
     def __init__(
         self, context: Any, queue: str, epoch: int, root: Path | str, settings: LogSettings,
         copies: int, min_copies: int, host: str, deliver: Deliver, refusal: Refusal,
+        migration: Migration | None = None,
     ):  # fmt: skip
         self.context, self.queue, self.epoch = context, queue, epoch
         self.host, self.copies = host, max(1, copies)
@@ -109,10 +115,11 @@ class StateKeeper:
         self._tried: set[tuple[str, str]] = set()
         self._read: CopyRead | None = None
         self._recover_until = time.monotonic() + limits.state_recovery_wait_s
+        self.migration = migration  # the queue's ZooKeeper state, for a log begun fresh
         if self.directory.exists():  # restarted in place: its own log
             self._serve(self._open(), None)
-        elif epoch <= 1:  # the queue's first monitor: nothing to read
-            self._serve(self._open(), "")
+        elif epoch <= 1:  # the queue's first monitor: no older log to look for
+            self._start_fresh()
         else:
             log.info("%s: recovering: reading the newest older state log before serving",
                      self.name)  # fmt: skip
@@ -176,9 +183,9 @@ class StateKeeper:
                    if (s.leader_id, s.holder) not in self._tried]  # fmt: skip
         if not untried:
             if now >= self._recover_until:
-                log.warning("%s: no older state log found in %.1f s: starting empty", self.name,
-                            limits.state_recovery_wait_s)  # fmt: skip
-                self._serve(self._open(), "")
+                log.warning("%s: no older state log found in %.1f s: starting a new one",
+                            self.name, limits.state_recovery_wait_s)  # fmt: skip
+                self._start_fresh()
             return
         best = untried[0]
         holders = sum(1 for s in untried if s.leader_id == best.leader_id)
@@ -190,6 +197,47 @@ class StateKeeper:
         self._read = CopyRead(self.context, best, self.directory, self.settings, self._producer,
                               self.name)  # fmt: skip
         self._read.start()
+
+    def _start_fresh(self) -> None:
+        """Begin this epoch's log with nothing older to read: with the queue's ZooKeeper state
+        if it has any (migration.py), built aside and renamed into place whole, so a crash
+        never leaves a log with part of it. ZooKeeper unreadable: tried again a second later."""
+        imported: list[Change] = []
+        if self.migration is not None:
+            try:
+                imported = self.migration.read()
+            except CoordinationError as error:
+                log.warning("%s: the queue's ZooKeeper state is not readable yet (%s): "
+                            "trying again", self.name, error)  # fmt: skip
+                self._recover_until = time.monotonic() + 1.0
+                return
+        if not imported:
+            self._serve(self._open(), "")
+            return
+        scratch = self.directory.with_name(self.directory.name + ".importing")
+        shutil.rmtree(scratch, ignore_errors=True)
+        with StateLog.open(scratch, self.settings, self._producer, name=self.name) as new:
+            for chunk in batches(imported):
+                new.append(chunk)
+            new.append([Change(ORIGIN_KEY, origin_record(self.leader_id, "zookeeper"))])
+            new.flush()
+            end = new.end_offset
+        os.replace(scratch, self.directory)
+        assert self.migration is not None
+        self.migration.end = end
+        log.info("%s: %d records moved in from ZooKeeper (tasks, settings, groups, slots)",
+                 self.name, len(imported))  # fmt: skip
+        self._serve(self._open(), None)
+
+    def migrated(self) -> None:
+        """Once the records moved in from ZooKeeper are copied, their znodes go (once)."""
+        migration = self.migration
+        if migration is None or migration.end < 0 or not self.committed_to(migration.end):
+            return
+        try:
+            migration.forget()
+        except CoordinationError as error:
+            log.warning("%s: the moved znodes stay in ZooKeeper for now: %s", self.name, error)
 
     def _finish_read(self, read: CopyRead) -> None:
         if read.result is not None:
@@ -319,6 +367,7 @@ class StateKeeper:
         if self._state is None:
             return
         self.state.tick()
+        self.migrated()
         if self.state.maybe_compact():
             log.info("%s: compacted to %d records from offset %d", self.name, len(self.state),
                      self.state.start_offset)  # fmt: skip
@@ -342,3 +391,17 @@ class StateKeeper:
 def _producer_id(leader_id: str) -> bytes:
     """A batch's 16-byte producer id: the leader id's bytes, cut or padded."""
     return leader_id.encode()[:16].ljust(16, b"\0")
+
+
+def batches(changes: list[Change]) -> list[list[Change]]:
+    """The changes cut into appends of at most `limits.state_snapshot_batch_bytes` each."""
+    out: list[list[Change]] = [[]]
+    size = 0
+    for change in changes:
+        cost = len(change.key) + len(change.value or b"") + 64  # the record's BSON around them
+        if out[-1] and size + cost > limits.state_snapshot_batch_bytes:
+            out.append([])
+            size = 0
+        out[-1].append(change)
+        size += cost
+    return [chunk for chunk in out if chunk]
