@@ -1,6 +1,6 @@
 """The queue's delivery-state log (docs/architecture.md §12): the monitor's own log of task
-records (and, as they move, group and topic state), copied to `replicationFactor - 1` exchanges
-of the queue by the message logs' replication, and the rule that makes answering safe.
+records and consumer groups (`delivery.state=log`), copied to `replicationFactor - 1`
+exchanges of the queue by the message logs' replication, and the rule that makes answering safe.
 
 The rule: **a reply waits until every state write made before it is committed** — on
 `min.insync.copies` copies, the monitor's own counted, as an `acks=all` publish waits; a reply
@@ -9,15 +9,23 @@ the replies of requests that wrote: a request that read a state written this tur
 answered with it before it is committed either (a monitor killed before the copy would leave
 the requester holding a state no successor knows; Kafka's high watermark bounds what a
 consumer sees for the same reason). A turn's writes are one append and one replication frame,
-so a reply waits for one copy round trip, whatever the number of requests in the turn.
+so a reply waits for one copy round trip, whatever the number of requests in the turn. (The
+consumer groups keep their own rule, as with ZooKeeper: a reply goes at once and says which
+settles are `Written`, i.e. copied: grouplog.py.)
 
 Copies: the log's leader id is `state.<epoch>` (protocol/names.py); the monitor names it among
 the leaders of the exchanges it chooses as copies (REPLICAS 1030), exchanges on other hosts
-than its own first, and keeps its choice while they live, so a copy is not moved for nothing.
-The copies' own reports are set apart from the message logs' (service.py), so no copy plan,
-listing or slot ever takes a state log for a gone exchange's messages.
+than its own first, and keeps its choice while they live there (a copy on its own host moves
+once another host has an exchange). The copies' own reports are set apart from the message
+logs' (service.py), so no copy plan, listing or slot ever takes a state log for a gone
+exchange's messages. The copies follow the log's compaction (PRUNE).
 
-Main thread only, like the Log and the Replicator it holds.
+Start: its own log if this epoch's is on this host (a restart in place); else the newest older
+log it can read (recovery.py), or, with none, a new log that takes in the queue's ZooKeeper
+state (migration.py). Until then task and group requests are answered busy.
+
+Main thread only, like the Log and the Replicator it holds (a recovery's read runs in a thread
+of its own and hands its result over).
 """
 
 from __future__ import annotations
