@@ -89,6 +89,19 @@ class LogSettings:
     memory_bytes: int = 64 * 1024 * 1024
 
 
+def sync_directory(directory: Path, what: str) -> None:
+    """fsync a directory: its entries (a new file, a rename) survive a crash. LogUnavailable
+    naming `what` if the disk refuses."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as error:
+        raise LogUnavailable(f"{what}: cannot sync directory {directory}: {error}") from None
+
+
 def log_directory(root: Path | str, queue: str, exchange_id: str) -> Path:
     """`<directory>/<queue>/<exchange_id>/`: where one exchange keeps its log."""
     return Path(root) / queue / exchange_id
@@ -472,14 +485,7 @@ class Log:
 
     def _sync_directory(self) -> None:
         """Make a new segment's directory entry durable (a file without one is lost on a crash)."""
-        try:
-            fd = os.open(self.directory, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError as error:
-            raise LogUnavailable(f"log {self.name}: cannot sync directory: {error}") from None
+        sync_directory(self.directory, f"log {self.name}")
 
     # --- flushing -----------------------------------------------------------------------------
     def flush(self) -> None:

@@ -43,11 +43,10 @@ from roq.errors import (
     CorruptRecord,
     InvalidChange,
     LogError,
-    LogUnavailable,
     StateConflict,
 )
 from roq.log import format as fmt
-from roq.log.log import FlushPolicy, Log, LogSettings, ReadStatus, Retention
+from roq.log.log import FlushPolicy, Log, LogSettings, ReadStatus, Retention, sync_directory
 
 log = logging.getLogger(__name__)
 
@@ -531,20 +530,8 @@ def restore(
     ) as new:
         new._write_snapshot(image)
     os.replace(scratch, directory)  # an empty directory is replaced
-    _sync_directory(directory.parent)
+    sync_directory(directory.parent, f"state log {directory}")
     restored = StateLog.open(directory, settings, producer_id, name=name)
     restored._image.corrupt_batches += image.corrupt_batches
     restored._image.corrupt_records += image.corrupt_records
     return restored
-
-
-def _sync_directory(path: Path) -> None:
-    """Make the renamed directory's entry durable."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError as error:
-        raise LogUnavailable(f"{path}: cannot sync directory: {error}") from None

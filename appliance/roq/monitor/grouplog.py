@@ -18,9 +18,9 @@ import json
 from typing import Any
 
 from roq.coordination.groupstore import Write
-from roq.errors import CoordinationError, LogError
+from roq.errors import CoordinationError
 from roq.log.statelog import Change, StateLog
-from roq.monitor.state import StateKeeper, StateUnavailable
+from roq.monitor.state import StateKeeper
 
 GROUP_PREFIX = "group/"
 SLOT_PREFIX = "slot/"
@@ -58,10 +58,7 @@ class GroupLog:
 
     @property
     def state(self) -> StateLog:
-        try:
-            return self.keeper.state
-        except StateUnavailable as error:
-            raise CoordinationError(str(error)) from None
+        return self.keeper.store_state()
 
     def commit(self, writes: list[Write]) -> LogCommit:
         changes: list[Change] = []
@@ -75,13 +72,7 @@ class GroupLog:
             versions.append(found[1] if slot_record and found else 0 if slot_record else -1)
             if not write.slot and write.record is not None:
                 self.stored.add(write.group)
-        try:
-            end = self.keeper.write(changes)
-        except StateUnavailable as error:
-            raise CoordinationError(str(error)) from None
-        except LogError as error:
-            raise CoordinationError(f"state log: {error}") from None
-        return LogCommit(self.keeper, end, versions)
+        return LogCommit(self.keeper, self.keeper.store_write(changes), versions)
 
     def load(self) -> list[tuple[dict[str, Any], list[tuple[dict[str, Any], int]]]]:
         """Every group with its slots' records and versions, as GroupStore.load gives them."""
@@ -103,10 +94,7 @@ class GroupLog:
         """The group's record and its slots' go, in one append."""
         keys = [_key(group), *self.state.keys(f"{SLOT_PREFIX}{group}/")]
         self.stored.discard(group)
-        try:
-            self.keeper.write([Change(key, None) for key in keys])
-        except (StateUnavailable, LogError) as error:
-            raise CoordinationError(f"state log: {error}") from None
+        self.keeper.store_write([Change(key, None) for key in keys])
 
 
 def _dump(record: dict[str, Any]) -> bytes:

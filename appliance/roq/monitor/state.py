@@ -41,8 +41,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from roq import limits
-from roq.errors import CoordinationError, RoqError
+from roq.errors import CoordinationError, LogError, RoqError
 from roq.log import LogSettings, Retention, state_directory
+from roq.log.log import sync_directory
 from roq.log.statelog import Change, StateLog
 from roq.monitor.recovery import (
     ORIGIN_KEY,
@@ -147,6 +148,22 @@ class StateKeeper:
                                    "log (retriable: ask again)")  # fmt: skip
         return self._state
 
+    def store_state(self) -> StateLog:
+        """The log, for a store (tasklog.py, grouplog.py): CoordinationError, as a ZooKeeper
+        store raises, while the monitor recovers it (the request is answered busy)."""
+        try:
+            return self.state
+        except StateUnavailable as error:
+            raise CoordinationError(str(error)) from None
+
+    def store_write(self, changes: Sequence[Change]) -> int:
+        """`write` for a store: a refused write (recovering, a disk error, a failed
+        compare-and-set) raises CoordinationError; nothing acknowledged is lost."""
+        try:
+            return self.write(changes)
+        except (StateUnavailable, LogError) as error:
+            raise CoordinationError(f"state log: {error}") from None
+
     @property
     def replicator(self) -> Replicator:
         if self._replicator is None:
@@ -231,6 +248,7 @@ class StateKeeper:
             new.flush()
             end = new.end_offset
         os.replace(scratch, self.directory)
+        sync_directory(self.directory.parent, self.name)  # the rename survives a crash
         assert self.migration is not None
         self.migration.end = end
         log.info("%s: %d records moved in from ZooKeeper (tasks, settings, groups, slots)",

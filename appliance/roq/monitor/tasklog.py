@@ -19,9 +19,8 @@ from __future__ import annotations
 import json
 
 from roq.coordination.taskstore import Exists, Outcome, StaleWrite, TaskWrite
-from roq.errors import CoordinationError, LogError, StateConflict
 from roq.log.statelog import Change, StateLog
-from roq.monitor.state import StateKeeper, StateUnavailable
+from roq.monitor.state import StateKeeper
 
 TASK_PREFIX = "task/"
 SETTINGS_KEY = "settings"
@@ -40,10 +39,7 @@ class TaskLog:
     @property
     def state(self) -> StateLog:
         """The keeper's log; refused (busy, retriable) while the monitor recovers it."""
-        try:
-            return self.keeper.state
-        except StateUnavailable as error:
-            raise CoordinationError(str(error)) from None
+        return self.keeper.store_state()
 
     def _found(self, task: str) -> int:
         """The record's version as the task manager counts (-1: no record)."""
@@ -51,14 +47,7 @@ class TaskLog:
         return -1 if found is None else found[1] - 1
 
     def _write(self, changes: list[Change]) -> None:
-        try:
-            self.keeper.write(changes)
-        except StateUnavailable as error:
-            raise CoordinationError(str(error)) from None
-        except StateConflict as error:  # checked first: only a bug gets here
-            raise StaleWrite(str(error)) from None
-        except LogError as error:  # the disk refused: nothing acknowledged, the client asks again
-            raise CoordinationError(f"state log: {error}") from None
+        self.keeper.store_write(changes)  # a compare-and-set is checked first: never refused
 
     def claim(self, task: str, record: bytes) -> bool:
         if self._found(task) >= 0:
