@@ -11,10 +11,13 @@ payload back), a round measures:
   --seconds s: completed requests/s.
 
 The systems: roq (`Requester.call` → `Worker`; the request is a message of the queue published
-with acks=all, the task's record and result are znodes: stored durably), NATS core
-request-reply (a queue group of responders; nothing stored) and RabbitMQ RPC with direct
+with acks=all, the task's record and result are stored durably: in the monitor's state log,
+`delivery.state=log`, the default), roq-zk (the same with `delivery.state=zookeeper`: znodes),
+NATS core request-reply (a queue group of responders; nothing stored), RabbitMQ RPC with direct
 reply-to (`amq.rabbitmq.reply-to`; a non-durable request queue, transient messages, manual acks,
-prefetch 100; nothing stored). Servers are started and stopped by workqueue_bench.py's helpers.
+prefetch 100; nothing stored) and rabbitmq-durable (the same RPC over a durable request queue,
+persistent requests, the requester's publish confirmed: the request is stored, the reply not).
+Servers are started and stopped by workqueue_bench.py's helpers.
 
     PYTHONPATH=appliance .venv/bin/python benchmarks/request_bench.py run --rounds 2 \\
         --out benchmarks/results/request.json
@@ -41,7 +44,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from workqueue_bench import Nats, Rabbit, Roq  # the servers: started and stopped as there
 
 PAYLOAD = b"x" * 100
-SYSTEMS = ("roq", "nats", "rabbitmq")
+SYSTEMS = ("roq", "roq-zk", "nats", "rabbitmq", "rabbitmq-durable")
+
+
+def _kind(system: str) -> str:
+    """The client and worker code a system runs: roq's, NATS's or RabbitMQ's."""
+    return system.split("-")[0]
+
+
 SERVICE = "bench"  # roq's service; NATS's subject; RabbitMQ's request queue
 
 
@@ -68,7 +78,7 @@ def worker_rabbitmq(args: argparse.Namespace) -> None:
     channel.basic_qos(prefetch_count=100)
 
     def answer(ch: Any, method: Any, props: Any, body: bytes) -> None:
-        reply = pika.BasicProperties(correlation_id=props.correlation_id)
+        reply = pika.BasicProperties(correlation_id=props.correlation_id)  # direct reply-to
         ch.basic_publish("", props.reply_to, body, reply)
         ch.basic_ack(method.delivery_tag)
 
@@ -173,10 +183,14 @@ def _rabbit_call(args: argparse.Namespace) -> Callable[[], bool]:
 
     wanted = [""]
     channel.basic_consume("amq.rabbitmq.reply-to", on_reply, auto_ack=True)
+    durable = args.system == "rabbitmq-durable"
+    if durable:
+        channel.confirm_delivery()  # basic_publish returns once the broker has the request
 
     def call() -> bool:
         wanted[0], got[:] = uuid.uuid4().hex, []
-        props = pika.BasicProperties(reply_to="amq.rabbitmq.reply-to", correlation_id=wanted[0])
+        props = pika.BasicProperties(reply_to="amq.rabbitmq.reply-to", correlation_id=wanted[0],
+                                     delivery_mode=2 if durable else 1)  # fmt: skip
         channel.basic_publish("", SERVICE, PAYLOAD, props)
         deadline = time.monotonic() + 30
         while not got and time.monotonic() < deadline:
@@ -189,7 +203,7 @@ def _rabbit_call(args: argparse.Namespace) -> Callable[[], bool]:
 def _threaded_client(args: argparse.Namespace, schedule: Schedule, tally: Tally) -> None:
     """Lanes on threads, each connecting on its own thread (roq's sockets, pika's connection
     belong to it) before the clock starts."""
-    make = _roq_call if args.system == "roq" else _rabbit_call
+    make = _roq_call if _kind(args.system) == "roq" else _rabbit_call
     connected, go = threading.Barrier(args.lanes + 1), threading.Barrier(args.lanes + 1)
 
     def lane() -> None:
@@ -236,7 +250,7 @@ async def _nats_client(args: argparse.Namespace, schedule: Schedule, tally: Tall
 
 def client_main(args: argparse.Namespace) -> None:
     schedule, tally = Schedule(args.rate, args.seconds), Tally()
-    if args.system == "nats":
+    if _kind(args.system) == "nats":
         asyncio.run(_nats_client(args, schedule, tally))
     else:
         _threaded_client(args, schedule, tally)
@@ -246,9 +260,9 @@ def client_main(args: argparse.Namespace) -> None:
 def child_main(args: argparse.Namespace) -> None:
     if args.mode == "client":
         client_main(args)
-    elif args.system == "roq":
+    elif _kind(args.system) == "roq":
         worker_roq(args)
-    elif args.system == "rabbitmq":
+    elif _kind(args.system) == "rabbitmq":
         worker_rabbitmq(args)
     else:
         asyncio.run(_nats_worker(args))
@@ -291,19 +305,22 @@ def _measure(system: str, target: list[str], args: argparse.Namespace, rate: flo
 
 
 def _target(system: Any, queue: str) -> list[str]:
-    if system.name == "roq":
+    if _kind(system.name) == "roq":
         return ["--gcm", system.cluster.gcm, "--queue", queue]
     return ["--port", str(system.port), "--queue", queue]
 
 
 def _request_queue(system: Any) -> str:
-    if system.name == "roq":
+    if _kind(system.name) == "roq":
         return str(system.new_queue())
-    if system.name == "rabbitmq":
+    if _kind(system.name) == "rabbitmq":
+        durable = system.name == "rabbitmq-durable"
+        queue = f"{SERVICE}-durable" if durable else SERVICE
         connection, channel = system._channel()
-        channel.queue_declare(SERVICE, durable=False)  # RPC: transient, like the replies
-        channel.queue_purge(SERVICE)
+        channel.queue_declare(queue, durable=durable)  # transient RPC: transient like replies
+        channel.queue_purge(queue)
         connection.close()
+        return queue
     return SERVICE
 
 
@@ -321,7 +338,7 @@ def round_of(system: Any, args: argparse.Namespace) -> dict[str, Any]:
             for worker in workers:
                 os.killpg(worker.pid, signal.SIGTERM)
                 worker.wait(timeout=30)
-        if system.name == "roq":
+        if _kind(system.name) == "roq":
             system.delete(queue)
     return out
 
@@ -339,6 +356,28 @@ def summary(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
     return best
 
 
+class _Variant:
+    """A second name on a server another system started (and stops)."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self.server, attribute)
+
+    def start(self, visibility_s: float) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+def _named(system: Any, name: str) -> Any:
+    """A variant of a system under its own name (its results and its children's code)."""
+    system.name = name
+    return system
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     sub = parser.add_subparsers(dest="mode", required=True)
@@ -350,7 +389,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--clients", type=int, default=2, help="client processes")
     run.add_argument("--lanes", type=int, default=32, help="requests in flight per client")
     run.add_argument("--systems", default=",".join(SYSTEMS))
-    run.add_argument("--port-base", type=int, default=43000, help="1,000 ports from here")
+    run.add_argument("--port-base", type=int, default=43000, help="2,000 ports from here")
     run.add_argument("--out", type=Path)
     for mode in ("worker", "client"):
         child = sub.add_parser(mode)
@@ -369,9 +408,20 @@ def main() -> None:
     if args.mode != "run":
         child_main(args)
         return
+    rabbit: list[Any] = []  # one server for both RabbitMQ variants (its node name is fixed)
+
+    def rabbit_server() -> Any:
+        if not rabbit:
+            rabbit.append(Rabbit(args.port_base + 901))
+            return rabbit[0]
+        return _Variant(rabbit[0])
+
+    zookeeper_store = {"delivery.state": "zookeeper"}
     makers: dict[str, Callable[[], Any]] = {
         "roq": lambda: Roq(args.port_base, {}),
-        "rabbitmq": lambda: Rabbit(args.port_base + 901),
+        "roq-zk": lambda: _named(Roq(args.port_base + 1000, zookeeper_store), "roq-zk"),
+        "rabbitmq": lambda: _named(rabbit_server(), "rabbitmq"),
+        "rabbitmq-durable": lambda: _named(rabbit_server(), "rabbitmq-durable"),
         "nats": lambda: Nats(args.port_base + 903),
     }
     systems = [makers[name]() for name in args.systems.split(",")]
