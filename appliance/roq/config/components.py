@@ -434,6 +434,7 @@ class MonitorSettings:
     log: LogSettings  # the state log's flush policy is the message logs'
     min_insync_copies: int = field(metadata=key("min.insync.copies"))  # 0: replicationFactor
     host_name: str = field(metadata=key("host.name"))  # its state log's copies go elsewhere
+    use_log: bool = field(metadata=key("useLog"))  # false: no exchange can copy its state log
 
     security: SecuritySettings
 

@@ -185,9 +185,15 @@ class Monitor:
         self.table = self._placement_table()
 
     def _state_keeper(self, context: Any, settings: MonitorSettings) -> StateKeeper:
+        # Without message logs (useLog=false) no exchange serves a log port to copy to: the
+        # state log is then the monitor's alone, as the messages are the exchange's alone.
+        copies = settings.replication_factor if settings.use_log else 1
+        if copies < settings.replication_factor:
+            log.warning("%s: useLog is false: its state log has no copy on another host",
+                        self.name)  # fmt: skip
         return StateKeeper(
             context, self.queue, self.epoch, settings.log_root, settings.log,
-            settings.replication_factor, settings.min_insync_copies,
+            copies, min(settings.min_insync_copies, copies),
             settings.host_name or self.address,
             deliver=lambda envelope, doc: send_routed(self.requests, envelope, doc),
             refusal=lambda why: self._stamp(Refused(Reason.BUSY, why).encode()),
