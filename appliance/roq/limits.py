@@ -42,6 +42,9 @@ monitor_moved_untold_max = 1_000  # (queue, host) pairs waiting to be told again
 host_loss_stop_join_s = 5.0  # the GCM's close waits this long for its repair thread
 # a repair's wait on a host ends this soon after the GCM lost the lead (transport/rpc.py)
 request_cancel_poll_ms = 100
+# A GCM's call to a host looks this often whether the host was restarted or left meanwhile (a
+# registry read): a call the dead host held ends then, not at hcmTIMEOUT.
+host_call_check_s = 0.5
 # A publisher whose oldest unconfirmed batch (or flush) has waited `first` asks the GCM whether
 # its queue's monitor moved (client/publisher.py), then again after 2 x first, 4 x first … up to
 # `max` apart while the stall lasts, one question in flight (in a thread of its own, so a GCM

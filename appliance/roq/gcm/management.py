@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -33,6 +34,7 @@ from roq.coordination.registry import (
 )
 from roq.errors import (
     AdminError,
+    CoordinationError,
     DecodeError,
     HostRegistered,
     ProtocolError,
@@ -360,14 +362,15 @@ class Management:
         """The host's reply, read by `decode` if it is OK; a refusal or a malformed reply
         raises Refused (never a bad-request error: the admin's request was fine)."""
         requester = Requester(self.context, host.hcm, self.host_timeout_ms)
+        watch = _HostWatch(self.registry, host)
+        outer = getattr(self._local, "cancelled", None)
         try:
             reply = requester.request(
-                request.encode(), cancelled=getattr(self._local, "cancelled", None)
+                request.encode(), cancelled=lambda: bool(outer and outer()) or watch.changed()
             )
         except TransportError as error:
-            raise HostSilent(
-                Reason.HOST_FAILED, f"host {host.name} did not answer: {error}"
-            ) from None
+            why = watch.why or f"did not answer: {error}"
+            raise HostSilent(Reason.HOST_FAILED, f"host {host.name} {why}") from None
         finally:
             requester.close()
         try:
@@ -813,3 +816,32 @@ def _host_info(host: HostRecord) -> HostInfo:
         for c in host.children
     )
     return HostInfo(host.name, host.address, host.hcm, host.max_exchanges, children)
+
+
+class _HostWatch:
+    """Whether the host a call waits on was restarted or is gone (its registration changed):
+    then the call ends at once rather than after hcmTIMEOUT. A host killed while it held the
+    request never answers it, and the GCM's one admin loop served nothing else meanwhile: a
+    `roq up` whose host was killed right after a queue's floor asked for an exchange answered
+    its clients 10 s late (tests/integration/test_resume.py). Reads the registry at most every
+    `limits.host_call_check_s`."""
+
+    def __init__(self, registry: Registry, host: HostRecord):
+        self.registry, self.host = registry, host
+        self.why = ""
+        self._next = time.monotonic() + limits.host_call_check_s
+
+    def changed(self) -> bool:
+        now = time.monotonic()
+        if self.why or now < self._next:
+            return bool(self.why)
+        self._next = now + limits.host_call_check_s
+        try:
+            current = self.registry.host(self.host.name)
+        except CoordinationError:
+            return False  # ZooKeeper away: the call's own timeout decides
+        if current is None:
+            self.why = "is gone (its registration ended during the call)"
+        elif current.pid != self.host.pid:
+            self.why = f"was restarted during the call (pid {self.host.pid} → {current.pid})"
+        return bool(self.why)
