@@ -164,12 +164,6 @@ def _queue_with_messages(up: Up, helper: LocalCluster, count: int) -> list[str]:
     return sent
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="26 Nov: q1 serves again 16-17 s after a host kill under roq up, past the 15 s bound: "
-    "a 10 s stall in the GCM's call to the restarted host (the floor's CreateExchange for "
-    "http-0, replicationFactor 2) holds every admin request behind it; being found (issue 30)",
-)
 def test_roq_up_sigterm_then_up_again_serves_the_queue_with_its_log(
     up: tuple[Up, LocalCluster],
 ) -> None:
@@ -190,12 +184,6 @@ def _host_pid(local: Up) -> int:
     return hosts[0]
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="26 Nov: q1 serves again 16-17 s after a host kill under roq up, past the 15 s bound: "
-    "a 10 s stall in the GCM's call to the restarted host (the floor's CreateExchange for "
-    "http-0, replicationFactor 2) holds every admin request behind it; being found (issue 30)",
-)
 def test_roq_up_restarts_a_killed_host_and_resumes_after_its_whole_tree_is_killed(
     up: tuple[Up, LocalCluster],
 ) -> None:
