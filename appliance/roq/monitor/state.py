@@ -50,6 +50,7 @@ from roq.monitor.recovery import (
     CopyRead,
     Source,
     best_first,
+    is_complete,
     local_sources,
     origin_record,
 )
@@ -177,6 +178,8 @@ class StateKeeper:
         """Take `state` as this epoch's log and copy it. A log begun now (`source`: what it was
         restored from, "" if nothing) gets its own origin record (recovery.py)."""
         self._state = state
+        if source is None and not is_complete(state, self.leader_id):
+            source = "this host"  # begun, then a crash before its origin: its own all the same
         if source is not None:
             state.append([Change(ORIGIN_KEY, origin_record(self.leader_id, source))])
         self._replicator = Replicator(self.context, self.leader_id, state.log, self.name,
