@@ -274,10 +274,15 @@ class GroupManager:
         }
 
     def _synced(self, ask: GroupJoin | Settle | ConsumerRequest, reply: W) -> W | Refused:
-        """`reply` once everything applied so far is in ZooKeeper, with `Written`: up to which
-        `Seq` the asking consumer's settles are (JOIN, RELEASE, LEAVE, a SETTLE with `Sync`)."""
+        """`reply` once everything applied so far is stored (ZooKeeper, or the state log's
+        copies), with `Written`: up to which `Seq` the asking consumer's settles are (JOIN,
+        RELEASE, LEAVE, a SETTLE with `Sync`)."""
         if not self.sync():
-            return Refused(Reason.BUSY, "consumer groups: ZooKeeper did not take it")
+            return Refused(
+                Reason.BUSY,
+                "consumer groups: not stored yet (its store did not take "
+                "it in time: ZooKeeper, or the state log's copies; retriable)",
+            )
         group = self.groups.get(ask.group)
         member = group.members.get(ask.consumer) if group else None
         return replace(reply, written=member.written if member else 0)

@@ -126,7 +126,7 @@ def _view_of(task: str, record: Record | None) -> TaskView:
 
 
 def _zookeeper(error: CoordinationError) -> Refused:
-    return Refused(Reason.BUSY, f"tasks: ZooKeeper: {error}")
+    return Refused(Reason.BUSY, f"tasks: {error}")  # ZooKeeper's path, or "state log: …"
 
 
 @dataclass
