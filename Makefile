@@ -42,7 +42,8 @@ run: setup
 	$(ROQ) up
 
 # The lint gates (ruff, format, mypy, layers) run first: a change that breaks one fails `make test`.
-# loadgroup: the fault tests (xdist_group "faults") run one after another on one worker, since
+# loadgroup: the fault tests (xdist_group "faults") and the Spark jobs (xdist_group "spark": one
+# JVM at a time) each run one after another on one worker; the fault tests since
 # each builds a cluster of its own across namespaces; every other test is spread as before.
 test: setup lint
 	$(VENV)/bin/pytest -n 2 --dist loadgroup $(PYTEST_ARGS)

@@ -26,7 +26,12 @@ from roq.client.publisher import Publisher
 from roq.client.subscriber import Subscriber, records
 from roq.testing.cluster import LocalCluster, wait_for
 
-pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(240)]
+# one Spark JVM at a time (local[2] each): two at once on the 2-core CI machine, both timed
+# out at 200 s in a clean-clone run, where each takes ~75 s alone
+pytestmark = [
+    pytest.mark.spark, pytest.mark.xdist_group("spark"), pytest.mark.integration,
+    pytest.mark.timeout(240),
+]  # fmt: skip
 
 HOST = {
     "exchange.max.perhost": 6,  # two queues of two exchanges (replicationFactor 2) and one more
