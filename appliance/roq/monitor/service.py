@@ -267,6 +267,7 @@ class Monitor:
         log.info("%s: placing publishers on tcp://%s:%d (epoch %d)", self.name, self.address,
                  placement, self.epoch)  # fmt: skip
         while not (stop.is_set() or self.control.stop_requested):
+            self._follow_copies(poller)
             ready = poller.poll(self._poll_ms())
             self._check_fence(time.monotonic())  # before the requests that came in are answered
             for sock, _ in ready:
@@ -299,11 +300,17 @@ class Monitor:
         log.info("%s: stopping", self.name)
 
     def _pump_state(self, poller: Poller, ready: set[Any]) -> None:
-        """Copies' answers, the turn's batch sent to them, the replies now committed; the
-        poller follows the copy set (`_assign_replicas` changes it)."""
+        """Copies' answers, the turn's batch sent to them, the replies now committed."""
         assert self.state is not None
         self.state.pump(ready)
         self.groups.pump()  # a group commit copied: the next one starts now, not at a request
+        self._follow_copies(poller)
+
+    def _follow_copies(self, poller: Poller) -> None:
+        """The poller follows the state log's copy set: `_assign_replicas` closes a released
+        copy's socket anywhere in a turn, and a closed socket must not reach the next poll."""
+        if self.state is None:
+            return
         socks = set(self.state.sockets())
         for sock in self._state_socks - socks:
             poller.unregister(sock)
