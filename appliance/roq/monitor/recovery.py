@@ -17,6 +17,7 @@ hands over the state log it built once it is done; the main thread takes it.
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -175,6 +176,4 @@ class CopyRead(threading.Thread):
 
 
 def _discard(directory: Path) -> None:
-    import shutil
-
     shutil.rmtree(directory, ignore_errors=True)
