@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from roq.analytics import submit
+from roq.client.live import monitor_status
 from roq.client.publisher import Publisher
 from roq.client.subscriber import Subscriber, records
 from roq.testing.cluster import LocalCluster, wait_for
@@ -78,11 +79,24 @@ class Collector(threading.Thread):
         self.join(10)
 
 
+def _copies_exchange_settled(cluster: LocalCluster, queue: str) -> bool:
+    """The exchange q1's monitor added for its copies (replicationFactor 2) is past its
+    rebalancing window: it takes no publisher off the first exchange any more. Loaded before,
+    it took the light publisher beside the heavy one, which was then left alone on its exchange,
+    and a lone publisher is never moved (that would only swap which exchange is the busy one)."""
+    with cluster.admin() as admin:
+        record = next(q for q in admin.list_queues() if q.name == queue)
+    status = monitor_status(record.monitor_host)
+    events = [] if status is None else [e.event for e in status.scaling.events]
+    return "rebalance_idle" in events
+
+
 def _publish(cluster: LocalCluster) -> tuple[collections.Counter[Any], collections.Counter[Any]]:
     """Test117b with a second queue: returns messages and payload bytes per (queue, producer)."""
     heavy = Publisher("q1", gcm=cluster.gcm, linger_ms=1)
     light = [Publisher("q1", gcm=cluster.gcm, linger_ms=1) for _ in range(3)]
     other = Publisher("q2", gcm=cluster.gcm, linger_ms=1)
+    wait_for(lambda: _copies_exchange_settled(cluster, "q1"), 30, "q1's copies exchange settled")
     start_front = heavy.exchange
     with cluster.admin() as admin:
         admin.create_exchange("q1", "tx-relief")
