@@ -372,6 +372,7 @@ work_cuts_repeated = 16  # reported cuts an exchange repeats in its next reports
 work_groups_max = 64  # consumer groups per queue
 work_group_name_chars_max = 40  # so that the dead-letter queue `<queue>.<group>.dlq` fits 64
 work_slots_max = 100_000  # live (not yet deleted) slots per group; past it, no new slot is cut
+work_parked_slots_max = 64  # slots a consumer holds handed out whole, awaiting settlement
 work_slot_messages_max = 1_000_000  # messages one slot may hold (its settled set is this big)
 work_consumers_max = 1_000  # consumers per group
 work_items_per_request_max = 10_000  # indices in one request's list (give, ack, nack, reject)
@@ -404,10 +405,23 @@ work_tail_timeout_ms = 200
 work_exec_timeout_s = 3600.0  # `roq work --exec`: a command running longer is killed (nack)
 
 # --- request/response through queues (client/requests.py, monitor/tasks.py) ---------------------
-# A task's record, its result included, is one znode: ZooKeeper refuses znodes past jute.maxbuffer
-# (1 MiB), and the monitor reads every record its garbage collector visits, so results stay small.
-task_result_bytes_max = 64 * 1024  # a result (or its error text) a worker may store
-task_payload_bytes_max = 256 * 1024  # a request's payload (a message of the queue)
+# A task's record, its result included, is one record of the queue's state log (delivery.state=
+# log): a result up to 1 MiB. With delivery.state=zookeeper it is one znode, which ZooKeeper
+# refuses past jute.maxbuffer (1 MiB) and the collector reads whole: results stay at 64 KiB there.
+task_result_bytes_max = 1024 * 1024  # a result (or its error text) a worker may store
+task_result_zk_bytes_max = 64 * 1024  # the same, with delivery.state=zookeeper
+task_payload_bytes_max = 1024 * 1024  # a request's payload (a message of the queue)
+# A request to the monitor's placement socket: a TASK_FINISH carries a whole result.
+task_frame_bytes_max = task_result_bytes_max + 64 * 1024
+assert task_result_bytes_max + 4 * 1024 <= state_value_bytes_max  # a record holds its result
+# A Worker runs at most this many requests at once (`roq serve --concurrency`, JLupin's
+# threadAmount): each is a handler thread and a link to the monitor of its own.
+worker_concurrency_max = 256
+# A Worker waits for its next request this long at a time (its consumer's LEASE may be held by
+# the monitor meanwhile); with requests running, this shorter time, so it settles the finished
+# ones and renews the leases of the others in time.
+worker_idle_poll_s = 0.2
+worker_busy_poll_s = 0.05
 task_id_chars_max = 64  # a task id / request id names a znode
 task_error_chars_max = 2_000  # an error kept with a failed task
 task_pattern_chars_max = 500  # exceptionStringToRepeat, a regular expression

@@ -36,10 +36,12 @@ def _requester(cluster: LocalCluster) -> Requester:
     return Requester("q1", gcm=cluster.gcm)
 
 
-def _serve(cluster: LocalCluster, tmp: Path, name: str, command: str) -> subprocess.Popen[bytes]:
+def _serve(
+    cluster: LocalCluster, tmp: Path, name: str, command: str, *options: str
+) -> subprocess.Popen[bytes]:
     with (tmp / f"{name}.err").open("wb") as err:
         return subprocess.Popen(
-            roq_command("serve", "q1", "echo", "--exec", command, "--gcm", cluster.gcm),
+            roq_command("serve", "q1", "echo", "--exec", command, "--gcm", cluster.gcm, *options),
             env=child_environment(), stdout=subprocess.DEVNULL, stderr=err,
             start_new_session=True,
         )  # fmt: skip
@@ -67,6 +69,79 @@ def test_call_and_serve_round_trip_and_the_result_is_removed_once_acknowledged(
     finally:
         os.killpg(worker.pid, signal.SIGKILL)
         worker.wait(10)
+
+
+def test_call_no_wait_then_task_result_and_a_stopped_worker_stores_what_it_runs(
+    cluster: LocalCluster, tmp_path: Path
+):
+    """`roq call --no-wait` prints the task; `roq task result` waits for it later. A worker
+    running two requests at once (--concurrency 2) is sent SIGTERM: it takes nothing more,
+    stores both results and exits 0."""
+    cluster.start_with_queue(**HOST)
+    worker = _serve(cluster, tmp_path, "w", "sleep 3; tr a-z A-Z", "--concurrency", "2")
+    try:
+        refs = []
+        for word in ("one", "two"):
+            done = cluster.cli("call", "q1", "echo", "--no-wait", "--gcm", cluster.gcm,
+                               input_text=word)  # fmt: skip
+            assert done.returncode == 0, done.stderr + cluster.logs()
+            refs.append(done.stdout.strip())
+        with _requester(cluster) as requester:
+            tasks = [requester.task(ref.partition("/")[2]) for ref in refs]
+            wait_for(lambda: all(t.status == "in_progress" for t in tasks), 20, "both running")
+        worker.send_signal(signal.SIGTERM)  # the worker only: its --exec children finish
+        assert worker.wait(30) == 0, (tmp_path / "w.err").read_text()
+        for ref, word in zip(refs, ("ONE", "TWO"), strict=True):
+            done = cluster.cli("task", "result", ref, "--gcm", cluster.gcm, "--timeout", "30")
+            assert (done.returncode, done.stdout) == (0, word), done.stderr
+        again = cluster.cli("task", "result", refs[0], "--gcm", cluster.gcm, "--timeout", "5")
+        assert again.returncode == 3, again.stderr  # acknowledged: removed
+    finally:
+        if worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait(10)
+
+
+def test_a_worker_runs_up_to_its_concurrency_at_once(cluster: LocalCluster):
+    """Eight requests to one Worker with concurrency 4: its handlers meet four at a time (a
+    barrier of four: fewer at once would break it and fail the task), never more."""
+    cluster.start_with_queue(**HOST)
+    together = threading.Barrier(4, timeout=20)
+    lock, running, most = threading.Lock(), [0], [0]
+
+    def handler(payload: bytes) -> bytes:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        try:
+            together.wait()
+            return payload.upper()
+        finally:
+            with lock:
+                running[0] -= 1
+
+    with cluster.worker("echo", handler, concurrency=4) as worker, _requester(cluster) as requester:
+        tasks = [requester.submit("echo", f"r{n}".encode()) for n in range(8)]
+        results = sorted(task.result(60) for task in tasks)
+    assert results == sorted(f"R{n}".encode() for n in range(8))
+    assert (most[0], worker.executed) == (4, 8)
+
+
+def test_a_request_and_a_result_of_a_mebibyte_come_whole(
+    cluster: LocalCluster, delivery_store: str
+):
+    """A request and a result of limits.task_*_bytes_max (1 MiB) with the state log; with
+    delivery.state=zookeeper a result over 64 KiB ends the task failed, saying why."""
+    cluster.start_with_queue(**HOST)
+    big = bytes(range(256)) * (limits.task_result_bytes_max // 256)
+    payload = b"p" * limits.task_payload_bytes_max
+    with cluster.worker("echo", lambda p: big if p == payload else b"?"), \
+            _requester(cluster) as requester:  # fmt: skip
+        if delivery_store == "log":
+            assert requester.call("echo", payload, 60) == big
+        else:
+            with pytest.raises(TaskFailed, match=r"delivery\.state=zookeeper"):
+                requester.call("echo", payload, 60)
 
 
 def test_the_monitor_holds_one_zookeeper_session(cluster: LocalCluster):

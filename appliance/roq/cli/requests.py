@@ -1,10 +1,11 @@
 """`roq call`, `roq serve` (request/response through a queue, client/requests.py) and
-`roq task show|config`."""
+`roq task show|result|config`."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 
 import typer
 
@@ -38,8 +39,8 @@ def call(
     no_wait: bool = typer.Option(
         False,
         "--no-wait",
-        help="Print QUEUE/TASK-ID once accepted and exit (fetch it later "
-        "with `roq task show --result`).",
+        help="Print QUEUE/TASK-ID once accepted and exit (wait for its result later "
+        "with `roq task result QUEUE/TASK-ID`).",
     ),
     gcm: str = GCM_OPTION,
     zk: str | None = ZK_OPTION,
@@ -52,7 +53,7 @@ def call(
     """
     setup_logging("WARNING")
     with errors_to_exit():
-        from roq.client.requests import Requester, TaskFailed, TaskTimeout
+        from roq.client.requests import Requester
 
         payload = sys.stdin.buffer.read(limits.task_payload_bytes_max + 1)
         with Requester(queue, gcm=None if zk else gcm, zk=zk, namespace=namespace) as requester:
@@ -60,16 +61,7 @@ def call(
             if no_wait:
                 typer.echo(f"{queue}/{task.id}")
                 return
-            try:
-                result = task.result(timeout)
-            except TaskTimeout as error:
-                typer.echo(f"roq call: {error}; task {queue}/{task.id}", err=True)
-                raise typer.Exit(75) from None
-            except TaskFailed as failure:
-                typer.echo(f"roq call: {failure}", err=True)
-                raise typer.Exit(_EXIT.get(failure.state, 1)) from None
-        sys.stdout.buffer.write(result)
-        sys.stdout.buffer.flush()
+            _print_result("roq call", f"{queue}/{task.id}", lambda: task.result(timeout))
 
 
 @app.command(rich_help_panel="Messages")
@@ -86,6 +78,14 @@ def serve(
     timeout: float | None = typer.Option(
         None, "--timeout", help="Exit after S seconds without a request."
     ),
+    concurrency: int = typer.Option(
+        1,
+        "--concurrency",
+        "-c",
+        min=1,
+        max=limits.worker_concurrency_max,
+        help="Run up to N requests at once (one --exec process each).",
+    ),
     gcm: str = GCM_OPTION,
     zk: str | None = ZK_OPTION,
     namespace: str = NAMESPACE_OPTION,
@@ -93,7 +93,8 @@ def serve(
     """Be a worker of SERVICE: run --exec per request and store its output as the result.
 
     Workers of one service share its requests (a consumer group); a worker that dies mid-task
-    leaves the request to another after the group's lease (work.lease.ms).
+    leaves the request to another after the group's lease (work.lease.ms). SIGTERM or Ctrl-C:
+    no new request is taken, the running ones finish and are stored, then it exits 0.
     """
     setup_logging("WARNING")
     with errors_to_exit():
@@ -104,9 +105,26 @@ def serve(
 
         stop = stop_event()
         with Worker(queue, service, run, gcm=None if zk else gcm, zk=zk,
-                    namespace=namespace) as worker:  # fmt: skip
+                    namespace=namespace, concurrency=concurrency) as worker:  # fmt: skip
             typer.echo(f"roq serve: {worker.name}", err=True)
             worker.run(stop, count, timeout)
+
+
+def _print_result(command: str, ref: str, wait: Callable[[], bytes]) -> None:
+    """The result `wait` returns on stdout, or the exit code of its task's end (_EXIT, 75 for
+    a timeout) with why on stderr."""
+    from roq.client.requests import TaskFailed, TaskTimeout
+
+    try:
+        result = wait()
+    except TaskTimeout as error:
+        typer.echo(f"{command}: {error}; task {ref}", err=True)
+        raise typer.Exit(75) from None
+    except TaskFailed as failure:
+        typer.echo(f"{command}: {failure}", err=True)
+        raise typer.Exit(_EXIT.get(failure.state, 1)) from None
+    sys.stdout.buffer.write(result)
+    sys.stdout.buffer.flush()
 
 
 class CommandFailed(Exception):
@@ -166,6 +184,38 @@ def task_show(
             typer.echo(f"  error: {view.error}")
         if view.state == "done":
             typer.echo(f"  result: {len(view.result)} bytes")
+
+
+@task_app.command("result")
+def task_result(
+    ref: str = typer.Argument(
+        ..., help="QUEUE/TASK-ID (as `roq call --no-wait` prints), or TASK-ID with --queue."
+    ),
+    queue: str | None = typer.Option(None, "--queue", "-q"),
+    timeout: float | None = typer.Option(
+        None, "--timeout", help="Give up waiting after S seconds (exit 75; the task goes on)."
+    ),
+    keep: bool = typer.Option(
+        False, "--keep", help="Do not acknowledge the result: it stays until fetched again."
+    ),
+    gcm: str = GCM_OPTION,
+    zk: str | None = ZK_OPTION,
+    namespace: str = NAMESPACE_OPTION,
+) -> None:
+    """Wait for a task's result and print it to stdout (then it is acknowledged and removed).
+
+    The exit codes of `roq call`: 0 with the result; 1 failed (its error on stderr); 3 expired
+    or unknown; 4 no worker; 75 --timeout.
+    """
+    setup_logging("WARNING")
+    with errors_to_exit():
+        from roq.client.requests import Requester
+
+        name, task_id = _split(ref, queue)
+        with Requester(name, gcm=None if zk else gcm, zk=zk, namespace=namespace) as requester:
+            task = requester.task(task_id)
+            _print_result("roq task result", f"{name}/{task_id}",
+                          lambda: task.result(timeout, ack=not keep))  # fmt: skip
 
 
 @task_app.command("config")

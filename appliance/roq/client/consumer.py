@@ -178,7 +178,11 @@ class Consumer:
             self._context, self.monitor.at(MonitorPort.PLACEMENT), limits.work_request_timeout_ms
         )
         self.stats: collections.Counter[str] = collections.Counter()
-        self._slot: _Slot | None = None
+        self._slot: _Slot | None = None  # the slot handing out messages
+        # slots whose every message was handed out, waiting for the application to settle
+        # them: another slot is leased meanwhile while `inflight` leaves room (a Worker running
+        # several requests at once), at most `limits.work_parked_slots_max`
+        self._parked: dict[str, _Slot] = {}
         self._ready: collections.deque[Delivery] = collections.deque()
         self._dlq: Publisher | None = None
         self._last_flush = time.monotonic()
@@ -262,7 +266,12 @@ class Consumer:
             if deadline is not None and time.monotonic() >= deadline:
                 return None
             # held: read where an answer named at once, or ask again after the monitor held it
-            if self._held and self._slot is None and (self._tails or self._wait_held(deadline)):
+            if (
+                self._held
+                and self._slot is None
+                and self._handed() < self.inflight
+                and (self._tails or self._wait_held(deadline))
+            ):
                 continue
             # An idle consumer asks again soon, then less often (bounded): it picks up a slot
             # cut for it within a few ms, and a crowd of idle ones costs the monitor little.
@@ -310,10 +319,10 @@ class Consumer:
 
     def _step(self) -> bool:
         """One move forward; True if it made progress (asked again at once)."""
+        room = self.inflight - self._handed()
         if self._slot is None:
-            return self._take_slot()
+            return room > 0 and self._take_slot()
         slot = self._slot
-        room = self.inflight - len(slot.handed)
         if slot.todo and room > 0:
             return self._give(slot, room)
         if slot.todo:
@@ -321,9 +330,28 @@ class Consumer:
             self._flush_soon()
             return False
         if slot.handed:
+            if room > 0 and len(self._parked) < limits.work_parked_slots_max:
+                self._parked[slot.lease.slot] = slot  # settled later, by the application
+                self._slot = None
+                return self._take_slot()
             self._flush_if_due()
             return False
         return self._finish(slot)
+
+    def _handed(self) -> int:
+        """Messages handed to the application and not settled yet, in every slot held."""
+        current = len(self._slot.handed) if self._slot is not None else 0
+        return current + sum(len(slot.handed) for slot in self._parked.values())
+
+    def _slots(self) -> list[_Slot]:
+        held = list(self._parked.values())
+        return held if self._slot is None else [self._slot, *held]
+
+    def _finish_parked(self, slot: _Slot) -> None:
+        """A parked slot's last message was settled: its last settle releases it."""
+        if self._parked.get(slot.lease.slot) is slot and not slot.handed:
+            del self._parked[slot.lease.slot]
+            self._send(slot, [], release=True)
 
     def _finish(self, slot: _Slot) -> bool:
         """The slot's last settle, its release and the next lease in one request (one round
@@ -600,8 +628,7 @@ class Consumer:
             if result.lost and not result.done:
                 self.stats["leases_lost"] += 1
                 log.warning("%s: lost the lease of slot %s", self.name, slot.lease.slot)
-            if self._slot is slot:
-                self._slot = None
+            self._drop(slot)
         self._confirmed(result)
         return result
 
@@ -644,17 +671,25 @@ class Consumer:
         while self._unconfirmed and self._unconfirmed[0].seq <= stored:
             self._unconfirmed.popleft()
 
-    def _release(self, slot: _Slot) -> None:
+    def _drop(self, slot: _Slot) -> None:
         if self._slot is slot:
+            self._slot = None
+        if self._parked.get(slot.lease.slot) is slot:
+            del self._parked[slot.lease.slot]
+
+    def _release(self, slot: _Slot) -> None:
+        if slot in self._slots():
             self._ask(ConsumerRequest(MonitorCommand.GROUP_RELEASE, self.group,
                                       self.consumer_id, slot.lease.slot).encode())  # fmt: skip
-            self._slot = None
+            self._drop(slot)
 
     # --- settling -----------------------------------------------------------------------------
     def _mine(self, delivery: Delivery) -> _Slot | None:
-        slot = self._slot
-        if slot is None or slot.lease.slot != delivery.slot:
-            return None
+        slot = self._parked.get(delivery.slot)
+        if slot is None:
+            slot = self._slot
+            if slot is None or slot.lease.slot != delivery.slot:
+                return None
         slot.handed.discard(delivery.index)
         return slot
 
@@ -665,7 +700,7 @@ class Consumer:
             self._settle_elsewhere(delivery, acks=(delivery.index,))
             return
         slot.acks.append(delivery.index)
-        self._flush_if_due()
+        self._settled(slot)
 
     def nack(self, delivery: Delivery, delay_s: float | None, reason: str) -> None:
         self.stats["nacked"] += 1
@@ -675,7 +710,7 @@ class Consumer:
         delay_ms = -1 if delay_s is None else int(min(max(delay_s, 0.0) * 1000,
                                                       limits.work_delay_max_ms))  # fmt: skip
         slot.nacks.append(Nack(delivery.index, delay_ms, reason[: limits.work_reason_chars_max]))
-        self._flush_if_due()
+        self._settled(slot)
 
     def in_progress(self, delivery: Delivery) -> None:
         delivery._consumer = self  # not settled by this
@@ -692,7 +727,13 @@ class Consumer:
             self._settle_elsewhere(delivery, dead=(delivery.index,))
             return
         slot.dead.append(delivery.index)
-        self._flush_if_due()
+        self._settled(slot)
+
+    def _settled(self, slot: _Slot) -> None:
+        if slot is not self._slot and not slot.handed:
+            self._finish_parked(slot)
+        else:
+            self._flush_if_due()
 
     def _settle_elsewhere(self, delivery: Delivery, acks: tuple[int, ...] = (),
                           dead: tuple[int, ...] = ()) -> None:  # fmt: skip
@@ -708,16 +749,16 @@ class Consumer:
     def flush(self) -> None:
         """Send the settlements waiting here; on return the monitor has them (durably), and
         every one sent before."""
-        slot = self._slot
-        if slot is not None and slot.pending():
-            self._send(slot, [], sync=True)
+        for slot in self._slots():
+            if slot.pending():
+                self._send(slot, [], sync=True)
         self._sync()
 
     def _flush_soon(self) -> None:
         """Acks on the wire (answered before they are written: confirmed by a later answer)."""
-        slot = self._slot
-        if slot is not None and slot.pending():
-            self._send(slot, [])
+        for slot in self._slots():
+            if slot.pending():
+                self._send(slot, [])
 
     # --- dead letters -------------------------------------------------------------------------
     def _dead_letter(self, slot: _Slot, index: int, count: int, reason: str) -> None:
@@ -760,10 +801,10 @@ class Consumer:
     def close(self) -> None:
         """Settle what is pending, give the slot back, leave the group."""
         try:
-            if self._slot is not None:
+            if self._slots():
                 self.flush()
-                if self._slot is not None:
-                    self._release(self._slot)
+                for slot in self._slots():
+                    self._release(slot)
             self._requests.request(ConsumerRequest(MonitorCommand.GROUP_LEAVE, self.group,
                                                    self.consumer_id).encode())  # fmt: skip
         except RoqError as error:

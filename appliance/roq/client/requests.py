@@ -7,18 +7,21 @@
         requester.call("resize", b"...", timeout_s=30)      # the same, blocking
         requester.task(task_id).result(timeout_s=30)        # another process, by task id
 
-    Worker("q1", "resize", handler, gcm=...).run(stop)      # handler(payload) -> result bytes;
-                                                            # raising is the task's error
-A task's record lives with the queue's monitor (in ZooKeeper, monitor/tasks.py); its request is
-a message of the queue, keyed `<service>/`, that the service's workers take as consumer group
-`svc.<service>` (client/consumer.py, through its public API only). Execution is at least once
+    Worker("q1", "resize", handler, gcm=..., concurrency=4).run(stop)
+                                                # handler(payload) -> result bytes, up to 4
+                                                # at once; raising is the task's error
+A task's record lives with the queue's monitor (in its replicated state log, monitor/tasks.py);
+its request is a message of the queue, keyed `<service>/`, that the service's workers take as
+consumer group `svc.<service>` (client/consumer.py, through its public API only). Requests and
+results are up to 1 MiB (64 KiB results with delivery.state=zookeeper). Execution is at least once
 (a worker that dies mid-task leaves the request to another after the group's lease); the result
 is stored once (the first result of the task's current attempt) and handed out until the client
 acknowledges it.
 
 Threads: a Requester, a Task and a Worker, with their sockets, belong to the thread that made
-them; `Task.on_done` starts a thread with a link of its own; a Worker runs each handler on a
-helper thread (no socket) while its own thread renews the request's lease.
+them; `Task.on_done` starts a thread with a link of its own; a Worker runs up to `concurrency`
+handlers on pool threads, each storing its outcome over a link of its own, while the thread in
+`run` takes requests and renews their leases.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from typing import Any
 
 import bson
@@ -295,8 +300,26 @@ class Requester:
         self.close()
 
 
+@dataclass
+class _Run:
+    """A request whose handler runs on the Worker's pool; its lease is renewed at `renew_at`."""
+
+    message: RequestMessage
+    delivery: Delivery
+    renew_at: float
+    renewing: bool = True
+
+
 class Worker:
-    """Runs a service's requests: one consumer of the service's group."""
+    """Runs a service's requests: one consumer of the service's group, up to `concurrency`
+    requests at once (JLupin's threadAmount).
+
+    The thread that calls `run` owns the consumer and a link to the monitor: it takes each
+    request, asks the monitor whether to run it (TASK_START), renews the leases of the running
+    ones and settles the finished ones. Each handler runs on a pool thread, which stores its
+    outcome itself (TASK_FINISH, over a link of that thread's own), so a result reaches its
+    requester without waiting for the owner's next turn.
+    """
 
     def __init__(
         self,
@@ -307,36 +330,85 @@ class Worker:
         gcm: str | None = None,
         zk: str | None = None,
         namespace: str = "/roq",
+        concurrency: int = 1,
     ):
+        if not 1 <= concurrency <= limits.worker_concurrency_max:
+            raise RoqError(
+                f"concurrency is 1 to {limits.worker_concurrency_max} requests, not {concurrency}"
+            )
         self.queue, self.service, self.handler = queue, service, handler
+        self.concurrency = concurrency
         self._locate = (gcm, zk, namespace)
         self.consumer = Consumer(
             queue, service_group(service), gcm=gcm, zk=zk, namespace=namespace,
-            prefix=service_key(service), held=True,
+            prefix=service_key(service), held=True, inflight=concurrency,
         )  # fmt: skip
         self.name = f"worker {self.consumer.consumer_id[:8]} of {queue}/{service}"
         self._link = _Link(queue, self._locate)
         self._publisher: Publisher | None = None
+        self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix=f"handler-{service}")
+        self._running: dict[Future[TaskView], _Run] = {}
+        self._local = threading.local()  # each pool thread's own link
+        self._links: list[_Link] = []  # every pool thread's link, closed with the Worker
+        self._links_lock = threading.Lock()
         self.executed = 0
         self.renewals = 0  # leases renewed while a handler ran (long handlers)
 
     def run(self, stop: threading.Event, count: int | None = None,
             idle_timeout_s: float | None = None) -> int:  # fmt: skip
         """Take requests until `stop` (or `count` executed, or `idle_timeout_s` without a
-        request); the number executed."""
+        request), then let the running ones finish; the number executed."""
         idle_since = time.monotonic()
-        while not stop.is_set() and (count is None or self.executed < count):
-            delivery = self.consumer.next(timeout_s=0.2)
-            if delivery is None:
-                if idle_timeout_s is not None and time.monotonic() - idle_since > idle_timeout_s:
+        while not stop.is_set():
+            self._tend()
+            started = self.executed + len(self._running)
+            if count is not None and started >= count:
+                if not self._running:
                     break
+                self._wait_finished()
                 continue
-            self.handle(delivery)
-            idle_since = time.monotonic()
+            if len(self._running) >= self.concurrency:
+                self._wait_finished()
+                continue
+            delivery = self.consumer.next(timeout_s=self._next_wait_s())
+            if delivery is not None:
+                self._begin(delivery)
+                idle_since = time.monotonic()
+            elif (
+                not self._running
+                and idle_timeout_s is not None
+                and (time.monotonic() - idle_since > idle_timeout_s)
+            ):
+                break
+        while self._running:  # stopped: the running requests end and are settled
+            self._wait_finished()
+            self._tend()
         return self.executed
 
-    def handle(self, delivery: Delivery) -> None:
-        """One request: ask the monitor, run it (or not), store its outcome, settle it."""
+    def _next_wait_s(self) -> float:
+        if not self._running:
+            return limits.worker_idle_poll_s
+        return limits.worker_busy_poll_s
+
+    def _wait_finished(self) -> None:
+        """Until a handler ends or the next lease renewal is due."""
+        if self._running:
+            due = min(run.renew_at for run in self._running.values())
+            wait(self._running, max(0.0, due - time.monotonic()), FIRST_COMPLETED)
+
+    def _tend(self) -> None:
+        """Settle the finished requests and renew the leases that are due."""
+        for future in [f for f in self._running if f.done()]:
+            self._settle(self._running.pop(future), future)
+        now = time.monotonic()
+        for run in self._running.values():
+            if run.renew_at <= now:
+                run.renew_at = now + self._renew_period_s()
+                if run.renewing:
+                    run.renewing = self._renew(run.message, run.delivery)
+
+    def _begin(self, delivery: Delivery) -> None:
+        """One request: ask the monitor, and start its handler (or settle it at once)."""
         try:
             message = RequestMessage.decode(bson.decode(delivery.payload))
         except (DecodeError, bson.errors.BSONError, TypeError, ValueError) as error:
@@ -350,9 +422,28 @@ class Worker:
             else:  # delaySendProcessTaskToExecuteInMillis (or a concurrent change): later
                 delivery.nack(delay_s=max(view.wait_ms, limits.task_poll_ms) / 1000)
             return
-        finish = self._execute_renewing(message, delivery)
+        future = self._pool.submit(self._execute_and_store, message)
+        self._running[future] = _Run(message, delivery, time.monotonic() + self._renew_period_s())
+
+    def _execute_and_store(self, message: RequestMessage) -> TaskView:
+        """On a pool thread: run the handler, store its outcome, return the monitor's answer."""
+        try:
+            finish = self._execute(message)
+        except BaseException:  # a handler's SystemExit is its task's error too
+            finish = TaskFinish(message.task, message.attempt, False, error="the handler died")
+        return self._thread_link().view(finish.encode())
+
+    def _settle(self, run: _Run, future: Future[TaskView]) -> None:
+        """A handler ended and its outcome was stored (or could not be): settle its request."""
+        message, delivery = run.message, run.delivery
         self.executed += 1
-        outcome = self._link.view(finish.encode())
+        try:
+            outcome = future.result()
+        except RoqError as error:  # the monitor did not answer: the request is run again
+            log.warning("%s: task %s: its outcome was not stored: %s", self.name, message.task,
+                        error)  # fmt: skip
+            delivery.nack()
+            return
         if outcome.retry:  # exceptionStringToRepeat: the next attempt, as a new message
             again = RequestMessage(message.task, message.service, outcome.attempt, message.payload)
             publisher = self._get_publisher()
@@ -360,28 +451,13 @@ class Worker:
             publisher.flush()
         delivery.ack()
 
-    def _execute_renewing(self, message: RequestMessage, delivery: Delivery) -> TaskFinish:
-        """Run the handler on a helper thread while this one, which owns the consumer and the
-        link (neither is thread-safe), renews the delivery's lease: a handler that runs longer
-        than work.lease.ms keeps its request instead of having it handed to another worker.
-        Each renewal also asks the task's state: once it is final (a hung handler's task ends
-        `expired` after request.input.ttl.ms) the renewals stop, and the request may go to
-        another worker, which drops it (TASK_START answers the final state)."""
-        outcome: list[TaskFinish] = []
-        runner = threading.Thread(target=lambda: outcome.append(self._execute(message)),
-                                  name=f"handler-{message.task}", daemon=True)  # fmt: skip
-        runner.start()
-        period_s = self._renew_period_s()
-        renewing = True
-        while True:
-            runner.join(period_s)
-            if not runner.is_alive():
-                break
-            if renewing:
-                renewing = self._renew(message, delivery)
-        if not outcome:  # the handler raised something _execute does not catch (BaseException)
-            return TaskFinish(message.task, message.attempt, False, error="the handler died")
-        return outcome[0]
+    def _thread_link(self) -> _Link:
+        link: _Link | None = getattr(self._local, "link", None)
+        if link is None:
+            link = self._local.link = _Link(self.queue, self._locate)
+            with self._links_lock:
+                self._links.append(link)
+        return link
 
     def _renew(self, message: RequestMessage, delivery: Delivery) -> bool:
         """Renew the delivery's lease if its task still waits for this run; False once not."""
@@ -421,6 +497,9 @@ class Worker:
         return self._publisher
 
     def close(self) -> None:
+        self._pool.shutdown(wait=True)  # `run` returned: no handler runs, no link is in use
+        for link in self._links:
+            link.close()
         self.consumer.close()
         if self._publisher is not None:
             self._publisher.close()

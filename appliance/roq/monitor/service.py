@@ -251,7 +251,12 @@ class Monitor:
         handlers = {
             self.reports: self._pump_reports,
             self.requests: lambda: answer_routed(
-                self.requests, self._answer, self.name, log, self._authorize
+                self.requests,
+                self._answer,
+                self.name,
+                log,
+                self._authorize,
+                max_bytes=limits.task_frame_bytes_max,
             ),
             self.stat_in: self._pump_stats,
             self.control.sock: self.control.handle,

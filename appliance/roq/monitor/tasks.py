@@ -444,6 +444,7 @@ class TaskManager:
 
     def _finish(self, ask: TaskFinish) -> Encodable:
         now = _now_ms()
+        ask = self._bounded(ask)
         found = self._read(ask.task)
         if found is None:
             return TaskView(ask.task, "unknown", "expired", error=GONE)
@@ -468,6 +469,19 @@ class TaskManager:
             record.become("failed", now, ask.error or "the worker failed")
         self._put(ask.task, record, version, staged=True)
         return record.view(now, retry=retry)
+
+    def _bounded(self, ask: TaskFinish) -> TaskFinish:
+        """A result the store cannot keep is the task's error, saying so: a znode keeps
+        `limits.task_result_zk_bytes_max` (delivery.state=zookeeper), a state-log record up to
+        `limits.task_result_bytes_max` (the decoder's bound)."""
+        if isinstance(self.store, TaskLog) or len(ask.result) <= limits.task_result_zk_bytes_max:
+            return ask
+        error = (f"result of {len(ask.result)} bytes: more than the "
+                 f"{limits.task_result_zk_bytes_max} bytes a task keeps with "
+                 f"delivery.state=zookeeper (delivery.state=log keeps up to "
+                 f"{limits.task_result_bytes_max})")  # fmt: skip
+        log.warning("%s: task %s: %s", self.name, ask.task, error)
+        return TaskFinish(ask.task, ask.attempt, False, error=error)
 
     def _retried(self, record: Record, error: str) -> bool:
         """exceptionStringToRepeat + maxAcceptExceptionAmount."""

@@ -286,14 +286,16 @@ class LocalCluster:
             admin.create_queue("q1", host="h1")
 
     @contextlib.contextmanager
-    def worker(self, service: str, handler: Callable[[bytes], bytes]) -> Iterator[Worker]:
+    def worker(
+        self, service: str, handler: Callable[[bytes], bytes], concurrency: int = 1
+    ) -> Iterator[Worker]:
         """A request/response Worker of q1's `service` on a thread of its own (its sockets are
         that thread's), stopped and joined on the way out."""
         stop, made = threading.Event(), threading.Event()
         holder: list[Worker] = []
 
         def run() -> None:
-            with Worker("q1", service, handler, gcm=self.gcm) as worker:
+            with Worker("q1", service, handler, gcm=self.gcm, concurrency=concurrency) as worker:
                 holder.append(worker)
                 made.set()
                 worker.run(stop)

@@ -158,6 +158,7 @@ def answer_routed(
     logger: Any,
     authorize: Authorizer | None = None,
     burst: int = limits.monitor_burst_messages,
+    max_bytes: int = limits.admin_frame_bytes_max,
 ) -> None:
     """`answer` for a ROUTER socket serving REQ peers, for at most `burst` requests: the same
     one-reply-per-request promise, except that a handler may hold a request and answer it
@@ -175,7 +176,7 @@ def answer_routed(
             continue
         envelope = tuple(f.bytes for f in received[: cut + 1])
         body = received[cut + 1 :]  # not one frame: answered as malformed, as `answer` does
-        reply = _routed_reply(body, envelope, handler, log_name, logger, authorize)
+        reply = _routed_reply(body, envelope, handler, log_name, logger, authorize, max_bytes)
         if reply is not None:
             send_routed(sock, envelope, reply)
 
@@ -187,9 +188,10 @@ def _routed_reply(
     log_name: str,
     logger: Any,
     authorize: Authorizer | None,
+    max_bytes: int,
 ) -> dict[str, Any] | None:
     try:
-        request = bsonmsg.decode([frame.bytes for frame in body])
+        request = bsonmsg.decode([frame.bytes for frame in body], max_bytes)
         refusal = None
         if authorize is not None:  # one frame (decode checked it): it shows the sender
             refusal = authorize(security.principal_of(body[0]), request)
