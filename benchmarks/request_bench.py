@@ -82,7 +82,7 @@ def worker_rabbitmq(args: argparse.Namespace) -> None:
         ch.basic_publish("", props.reply_to, body, reply)
         ch.basic_ack(method.delivery_tag)
 
-    channel.basic_consume(SERVICE, answer)
+    channel.basic_consume(args.queue, answer)
     _ready()
     channel.start_consuming()
 
@@ -191,7 +191,7 @@ def _rabbit_call(args: argparse.Namespace) -> Callable[[], bool]:
         wanted[0], got[:] = uuid.uuid4().hex, []
         props = pika.BasicProperties(reply_to="amq.rabbitmq.reply-to", correlation_id=wanted[0],
                                      delivery_mode=2 if durable else 1)  # fmt: skip
-        channel.basic_publish("", SERVICE, PAYLOAD, props)
+        channel.basic_publish("", args.queue, PAYLOAD, props)
         deadline = time.monotonic() + 30
         while not got and time.monotonic() < deadline:
             connection.process_data_events(time_limit=1)
@@ -372,10 +372,28 @@ class _Variant:
         pass
 
 
-def _named(system: Any, name: str) -> Any:
-    """A variant of a system under its own name (its results and its children's code)."""
-    system.name = name
-    return system
+class _RoqHost(_Variant):
+    """roq with other host settings: a second host of the same cluster (a process acts as the
+    admin of one cluster only: its keys are process-wide), whose queues are created there, so
+    their monitors run with its settings (`delivery.state`)."""
+
+    def __init__(self, server: Any, name: str, host: str, settings: dict[str, str]) -> None:
+        super().__init__(server)
+        self.name, self.host, self.settings = name, host, settings
+
+    def start(self, visibility_s: float) -> None:
+        cluster = self.server.cluster
+        cluster.start_host(self.host, **{"work.lease.ms": int(visibility_s * 1000)},
+                           **self.settings)  # fmt: skip
+        self.server.hosts_started = getattr(self.server, "hosts_started", 0) + 1
+        cluster.wait_ready(self.server.hosts_started)
+
+    def new_queue(self) -> str:
+        self.server.queues += 1
+        name = f"wq{self.server.queues}"
+        with self.server.cluster.admin() as admin:
+            admin.create_queue(name, host=self.host)
+        return name
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -403,39 +421,58 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Systems:
+    """The systems asked for, built on shared servers: one RabbitMQ node for both RabbitMQ
+    variants (its node name is fixed), one roq cluster for both roq stores (h1 keeps the state
+    log, h2 ZooKeeper); `stop` ends every server."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.servers: list[Any] = []
+        self._rabbit: Any = None
+        self._roq: Any = None
+        self.systems = [self._make(name) for name in args.systems.split(",")]
+
+    def _make(self, name: str) -> Any:
+        if name in ("roq", "roq-zk"):
+            if self._roq is None:
+                self._roq = Roq(self.args.port_base, {})
+                self.servers.append(self._roq)
+            if name == "roq":
+                return _RoqHost(self._roq, name, "h1", {})
+            return _RoqHost(self._roq, name, "h2", {"delivery.state": "zookeeper"})
+        if name.startswith("rabbitmq"):
+            if self._rabbit is None:
+                self._rabbit = Rabbit(self.args.port_base + 901)
+                self.servers.append(self._rabbit)
+            variant = _Variant(self._rabbit)
+            variant.name = name
+            return variant
+        nats = Nats(self.args.port_base + 903)
+        self.servers.append(nats)
+        return nats
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.stop()
+
+
 def main() -> None:
     args = _parser().parse_args()
     if args.mode != "run":
         child_main(args)
         return
-    rabbit: list[Any] = []  # one server for both RabbitMQ variants (its node name is fixed)
-
-    def rabbit_server() -> Any:
-        if not rabbit:
-            rabbit.append(Rabbit(args.port_base + 901))
-            return rabbit[0]
-        return _Variant(rabbit[0])
-
-    zookeeper_store = {"delivery.state": "zookeeper"}
-    makers: dict[str, Callable[[], Any]] = {
-        "roq": lambda: Roq(args.port_base, {}),
-        "roq-zk": lambda: _named(Roq(args.port_base + 1000, zookeeper_store), "roq-zk"),
-        "rabbitmq": lambda: _named(rabbit_server(), "rabbitmq"),
-        "rabbitmq-durable": lambda: _named(rabbit_server(), "rabbitmq-durable"),
-        "nats": lambda: Nats(args.port_base + 903),
-    }
-    systems = [makers[name]() for name in args.systems.split(",")]
+    built = _Systems(args)
     rounds: list[dict[str, dict[str, Any]]] = []
     try:
-        for system in systems:
+        for system in built.systems:
             system.start(30.0)  # roq's work.lease.ms: 30 s (no worker is killed here)
         for number in range(args.rounds):
             # interleaved: each round runs every system in turn, so drift hits them alike
-            rounds.append({s.name: round_of(s, args) for s in systems})
+            rounds.append({s.name: round_of(s, args) for s in built.systems})
             print(f"round {number + 1} done", flush=True)
     finally:
-        for system in systems:
-            system.stop()
+        built.stop()
     result = {"settings": {k: str(v) for k, v in vars(args).items()}, "rounds": rounds,
               "summary": summary(rounds)}  # fmt: skip
     print(json.dumps(result["summary"], indent=1))

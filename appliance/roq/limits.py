@@ -436,6 +436,9 @@ task_lease_renew_share = 1 / 3
 task_lease_renew_min_ms = 50
 task_records_max = 1_000_000  # task records one queue keeps (a submit past it is refused)
 task_claim_chars_max = 64  # a submit() call's claim token (TaskSubmit, monitor/tasks.py)
+# A result handed to `Task.result()` is acknowledged with the requester's next request to the
+# monitor (its `Acks`), at most this many per request; past it, or at close, at once.
+task_acks_per_request_max = 64
 # The monitor owns every write to its queue's task records, so it answers from a cache of those
 # it read or wrote (an LRU, bounded by count and by the bytes of the results it holds; ZooKeeper
 # stays the truth: a monitor started or re-placed begins empty and reads it there).

@@ -86,6 +86,13 @@ def serve(
         max=limits.worker_concurrency_max,
         help="Run up to N requests at once (one --exec process each).",
     ),
+    prefetch: int | None = typer.Option(
+        None,
+        "--prefetch",
+        min=1,
+        help="Hold at most N requests handed out (default: the group's work.inflight); "
+        "--prefetch equal to --concurrency leaves the rest to other workers.",
+    ),
     gcm: str = GCM_OPTION,
     zk: str | None = ZK_OPTION,
     namespace: str = NAMESPACE_OPTION,
@@ -105,7 +112,8 @@ def serve(
 
         stop = stop_event()
         with Worker(queue, service, run, gcm=None if zk else gcm, zk=zk,
-                    namespace=namespace, concurrency=concurrency) as worker:  # fmt: skip
+                    namespace=namespace, concurrency=concurrency,
+                    prefetch=prefetch) as worker:  # fmt: skip
             typer.echo(f"roq serve: {worker.name}", err=True)
             worker.run(stop, count, timeout)
 

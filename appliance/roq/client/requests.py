@@ -32,7 +32,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import bson
@@ -88,13 +88,38 @@ class TaskTimeout(RoqError):
 
 class _Link:
     """Requests to the queue's monitor, asked again while it is busy (ZooKeeper), restarting or
-    moving (then the GCM is asked where it went), for at most `limits.work_monitor_wait_s`."""
+    moving (then the GCM is asked where it went), for at most `limits.work_monitor_wait_s`.
+
+    It also carries the acknowledgements of results handed out (`defer_ack`): they ride along
+    with the next TASK_SUBMIT or TASK_GET (`Acks`), so a call costs no round trip of its own
+    for them; an id goes until a request carrying it is answered, and what is left is sent at
+    `close`."""
 
     def __init__(self, queue: str, locate: tuple[str | None, str | None, str]):
         self.queue, self._locate = queue, locate
         self._context = new_context()
         self._monitor = locate_monitor(queue, *locate)
         self._rpc = self._new_rpc()
+        self._acks: list[str] = []  # results handed out, not yet acknowledged
+
+    def defer_ack(self, task: str) -> None:
+        self._acks.append(task)
+        if len(self._acks) > limits.task_acks_per_request_max:
+            self.flush_acks()
+
+    def flush_acks(self) -> None:
+        """Acknowledge every deferred result now (one TASK_ACK per `task_acks_per_request_max`)."""
+        while self._acks:
+            first, *rest = self._acks[: limits.task_acks_per_request_max + 1]
+            self.ask(TaskRef(MonitorCommand.TASK_ACK, first, acks=tuple(rest)).encode())
+            del self._acks[: len(rest) + 1]
+
+    def view_acking(self, ask: TaskSubmit | TaskRef) -> TaskView:
+        """`ask` answered, carrying the deferred acknowledgements: gone once it was."""
+        carried = tuple(self._acks[: limits.task_acks_per_request_max])
+        view = self.view(replace(ask, acks=carried).encode())
+        del self._acks[: len(carried)]
+        return view
 
     def _new_rpc(self) -> _Rpc:
         endpoint = self._monitor.at(MonitorPort.PLACEMENT)
@@ -136,6 +161,11 @@ class _Link:
             self._rpc = self._new_rpc()
 
     def close(self) -> None:
+        try:
+            self.flush_acks()
+        except RoqError as error:  # the results stay until request.result.ttl.ms collects them
+            log.warning("queue %s: %d results not acknowledged: %s", self.queue,
+                        len(self._acks), error)  # fmt: skip
         self._rpc.close()
         self._context.term()
 
@@ -161,13 +191,14 @@ class Task:
         """Ask the task's state; with `wait_ms`, the monitor answers once it is final (or after
         that long, at most `limits.task_wait_max_ms`: a long poll)."""
         ask = TaskRef(MonitorCommand.TASK_GET, self.id, wait_ms)
-        self._view = self._link.view(ask.encode())
+        self._view = self._link.view_acking(ask)
         return self._view
 
     def result(self, timeout_s: float | None = None, *, ack: bool = True) -> bytes:
         """Wait for the task to end: its result (acknowledged, so removed, unless `ack` is
-        False); TaskFailed (TaskExpired, NoWorker) if it ended without one; TaskTimeout after
-        `timeout_s` (None: until a deadline of the queue ends it)."""
+        False: with the requester's next request to the monitor, or at its close); TaskFailed
+        (TaskExpired, NoWorker) if it ended without one; TaskTimeout after `timeout_s` (None:
+        until a deadline of the queue ends it)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             wait_ms = limits.task_wait_max_ms
@@ -185,13 +216,15 @@ class Task:
         view = self._view
         if view.state == "done":
             if ack:
-                self.ack()
+                self._link.defer_ack(self.id)
             return view.result
         raise _failure(view)
 
     def ack(self) -> None:
-        """The client has the outcome: the task and its result are removed."""
-        self._link.ask(TaskRef(MonitorCommand.TASK_ACK, self.id).encode())
+        """The client has the outcome: the task and its result are removed (now, with the
+        results acknowledged but not yet sent)."""
+        self._link.defer_ack(self.id)
+        self._link.flush_acks()
 
     def on_done(self, callback: Callable[[Task, bytes | None, TaskFailed | None], None],
                 timeout_s: float | None = None) -> threading.Thread:  # fmt: skip
@@ -251,7 +284,7 @@ class Requester:
         # This call's token: asked again after a lost or late answer, the monitor knows it
         # for this call's own claim (Created), where another submit of the id is not.
         claim = uuid.uuid4().hex
-        view = self._link.view(TaskSubmit(task_id, service, claim).encode())
+        view = self._link.view_acking(TaskSubmit(task_id, service, claim))
         if view.created:
             # The claim came first: of concurrent submissions of one id only its maker
             # publishes. Dying between the two leaves a task without a request, which ends
@@ -312,7 +345,9 @@ class _Run:
 
 class Worker:
     """Runs a service's requests: one consumer of the service's group, up to `concurrency`
-    requests at once (JLupin's threadAmount).
+    requests at once (JLupin's threadAmount). `prefetch` bounds the requests its consumer holds
+    handed out (RabbitMQ's basic.qos; None: the group's work.inflight): fewer leave more to the
+    service's other workers, at one more round trip to the monitor per request.
 
     The thread that calls `run` owns the consumer and a link to the monitor: it takes each
     request, asks the monitor whether to run it (TASK_START), renews the leases of the running
@@ -331,6 +366,7 @@ class Worker:
         zk: str | None = None,
         namespace: str = "/roq",
         concurrency: int = 1,
+        prefetch: int | None = None,
     ):
         if not 1 <= concurrency <= limits.worker_concurrency_max:
             raise RoqError(
@@ -341,7 +377,7 @@ class Worker:
         self._locate = (gcm, zk, namespace)
         self.consumer = Consumer(
             queue, service_group(service), gcm=gcm, zk=zk, namespace=namespace,
-            prefix=service_key(service), held=True, inflight=concurrency,
+            prefix=service_key(service), held=True, inflight=prefetch,
         )  # fmt: skip
         self.name = f"worker {self.consumer.consumer_id[:8]} of {queue}/{service}"
         self._link = _Link(queue, self._locate)

@@ -136,7 +136,7 @@ class _Staged:
 
     write: TaskWrite
     record: Record | None  # None: a deletion
-    envelope: Envelope
+    envelope: Envelope | None  # None: a write no one waits for (an acknowledgement carried along)
     reply: Encodable | None = None
     redo: Callable[[], Encodable] | None = None  # the request again, unstaged, if it failed
 
@@ -244,6 +244,9 @@ class TaskManager:
             return self._serve(self._view, ask, None)
         try:
             self._load_settings()
+            self._ack_along(ask.acks)
+            if ask.task in self._staged_tasks:
+                self.flush()  # its acknowledgement came along: gone, not handed out again
             return self._get_or_hold(ask, envelope)
         except CoordinationError as error:
             return _zookeeper(error)
@@ -255,6 +258,12 @@ class TaskManager:
         self, handler: Callable[[T], Encodable], ask: T, envelope: Envelope | None
     ) -> Answer:
         """The reply; None when the handler staged a write (its reply waits for `flush`)."""
+        if isinstance(ask, TaskSubmit | TaskRef) and ask.acks:
+            try:
+                self._load_settings()
+                self._ack_along(ask.acks)
+            except CoordinationError as error:
+                return _zookeeper(error)
         if not isinstance(ask, TaskConfig) and ask.task in self._staged_tasks:
             self.flush()  # a request about a task written this turn sees that write's outcome
         staged = len(self._staged)
@@ -288,6 +297,19 @@ class TaskManager:
         self._staged.append(_Staged(TaskWrite(task, data, version), record, self._staging))
         self._staged_tasks.add(task)
         return True
+
+    def _ack_along(self, tasks: tuple[str, ...]) -> None:
+        """Acknowledgements carried by a requester's next request: each final task's record
+        goes with this turn's writes, answered to no one (the requester sends an id again
+        until a request carrying it is answered: a second acknowledgement finds nothing)."""
+        for task in tasks:
+            if task in self._staged_tasks:
+                continue
+            found = self._read(task)
+            if found is None or found[0].state not in FINAL:
+                continue
+            self._staged.append(_Staged(TaskWrite(task, None, found[1]), None, None))
+            self._staged_tasks.add(task)
 
     def flush(self) -> None:
         """Make the staged writes (one multi, again without any that failed) and reply."""
@@ -329,7 +351,7 @@ class TaskManager:
                 self.cache.put(task, item.record, outcome)
                 if item.record.state in FINAL:
                     self._wake(task, item.record)
-        if self._reply is not None:
+        if self._reply is not None and item.envelope is not None:
             self._reply(item.envelope, reply)
 
     def _refuse(self, pending: list[_Staged], error: CoordinationError) -> None:
@@ -337,7 +359,7 @@ class TaskManager:
         again, and the cache forgets those tasks (ZooKeeper's copy is read again)."""
         for item in pending:
             self.cache.drop(item.write.task)
-            if self._reply is not None:
+            if self._reply is not None and item.envelope is not None:
                 self._reply(item.envelope, _zookeeper(error))
 
     def _load_settings(self) -> None:

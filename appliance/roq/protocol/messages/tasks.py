@@ -54,6 +54,22 @@ def _task(doc: Mapping[str, Any]) -> str:
     return check_task_id(field_str(doc, "Task", max_chars=limits.task_id_chars_max))
 
 
+def _acks(doc: Mapping[str, Any]) -> tuple[str, ...]:
+    """`Acks`: task ids a requester acknowledges along with this request (optional)."""
+    value = doc.get("Acks", [])
+    if not isinstance(value, list) or len(value) > limits.task_acks_per_request_max:
+        raise DecodeError(
+            f"the Acks field must be a list of at most {limits.task_acks_per_request_max} task ids"
+        )
+    if not all(isinstance(task, str) for task in value):
+        raise DecodeError("the Acks field must hold task ids (strings)")
+    return tuple(check_task_id(task) for task in value)
+
+
+def _with_acks(doc: Document, acks: tuple[str, ...]) -> Document:
+    return {**doc, "Acks": list(acks)} if acks else doc
+
+
 def _service(doc: Mapping[str, Any]) -> str:
     name = field_str(doc, "Service", max_chars=limits.work_group_name_chars_max - 4)
     return check_queue_name(name)
@@ -73,20 +89,22 @@ class TaskSubmit:
     carries the same `Claim` (one submit() call's token) while the task is still accepted:
     that is the same submission asked again because its answer was lost or late, and it is
     answered `Created` true, so that its maker publishes the request (once: the claim is
-    answered before the publish, and a submit() that got its answer does not ask again)."""
+    answered before the publish, and a submit() that got its answer does not ask again).
+    `Acks` (optional): tasks whose results the requester has, acknowledged along the way."""
 
     task: str
     service: str
     claim: str = ""
+    acks: tuple[str, ...] = ()
 
     def encode(self) -> Document:
         doc = {"CMD": int(MonitorCommand.TASK_SUBMIT), "Task": self.task, "Service": self.service}
-        return {**doc, "Claim": self.claim} if self.claim else doc
+        return _with_acks({**doc, "Claim": self.claim} if self.claim else doc, self.acks)
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
         claim = field_str(doc, "Claim", max_chars=limits.task_claim_chars_max, default="")
-        return cls(_task(doc), _service(doc), claim)
+        return cls(_task(doc), _service(doc), claim, _acks(doc))
 
 
 @dataclass(frozen=True)
@@ -144,22 +162,24 @@ class TaskFinish:
 class TaskRef:
     """43 (TASK_GET) and 44 (TASK_ACK): one task by id. A TASK_GET with `Wait` (ms, a long
     poll) is answered once the task is final or gone, or after that long (at most
-    `limits.task_wait_max_ms`), whichever comes first; without it, at once."""
+    `limits.task_wait_max_ms`), whichever comes first; without it, at once. `Acks` (optional),
+    as in TASK_SUBMIT: other tasks acknowledged first."""
 
     command: int
     task: str
     wait_ms: int = 0
+    acks: tuple[str, ...] = ()
 
     def encode(self) -> Document:
         doc: Document = {"CMD": self.command, "Task": self.task}
         if self.wait_ms > 0:  # absent otherwise: a monitor of an older version answers at once
             doc["Wait"] = self.wait_ms
-        return doc
+        return _with_acks(doc, self.acks)
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
-        wait_ms = field_int(doc, "Wait", default=0)
-        return cls(bsonmsg.command(doc), _task(doc), min(wait_ms, limits.task_wait_max_ms))
+        wait_ms = min(field_int(doc, "Wait", default=0), limits.task_wait_max_ms)
+        return cls(bsonmsg.command(doc), _task(doc), wait_ms, _acks(doc))
 
 
 @dataclass(frozen=True)
