@@ -65,7 +65,8 @@ def worker_roq(args: argparse.Namespace) -> None:
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with Worker(args.queue, SERVICE, lambda payload: payload, gcm=args.gcm) as worker:
+    with Worker(args.queue, SERVICE, lambda payload: payload, gcm=args.gcm,
+                concurrency=args.concurrency) as worker:  # fmt: skip
         _ready()
         worker.run(stop)
 
@@ -329,7 +330,8 @@ def round_of(system: Any, args: argparse.Namespace) -> dict[str, Any]:
     for count in (int(w) for w in args.workers.split(",")):
         queue = _request_queue(system)
         target = _target(system, queue)
-        workers = [_spawn("worker", system.name, target) for _ in range(count)]
+        extra = ("--concurrency", str(args.concurrency))
+        workers = [_spawn("worker", system.name, target, *extra) for _ in range(count)]
         try:
             for name, rate in (("latency", args.rate), ("max", 0.0)):
                 out[f"{name}_{count}"] = _measure(system.name, target, args, rate)
@@ -404,6 +406,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--rate", type=float, default=1000.0)
     run.add_argument("--seconds", type=float, default=5.0)
     run.add_argument("--workers", default="1,4")
+    run.add_argument(
+        "--concurrency",
+        type=int,
+        default=1,
+        help="requests a roq worker runs at once (the peers' take one at a time)",
+    )
     run.add_argument("--clients", type=int, default=2, help="client processes")
     run.add_argument("--lanes", type=int, default=32, help="requests in flight per client")
     run.add_argument("--systems", default=",".join(SYSTEMS))
@@ -418,6 +426,7 @@ def _parser() -> argparse.ArgumentParser:
         child.add_argument("--rate", type=float, default=0.0)
         child.add_argument("--seconds", type=float, default=5.0)
         child.add_argument("--lanes", type=int, default=1)
+        child.add_argument("--concurrency", type=int, default=1)
     return parser
 
 

@@ -50,6 +50,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
+import shutil
 import struct
 import time
 from dataclasses import dataclass
@@ -70,7 +71,7 @@ from roq.log import format as batchfmt
 from roq.log.format import BatchHeader
 from roq.protocol import dataplane
 from roq.protocol.messages.control import ReplicaStatus
-from roq.protocol.names import check_exchange_id, is_state_log
+from roq.protocol.names import check_exchange_id, is_state_log, state_log_epoch
 from roq.transport import Kind, connect, drained, open_socket, send_nowait
 
 log = logging.getLogger(__name__)
@@ -137,6 +138,18 @@ class ReplicaStore:
                 _quarantine(parent / name, error)
             except LogError as error:
                 log.error("cannot open the copy in %s: %s", parent / name, error)
+
+    def drop_state_before(self, epoch: int) -> None:
+        """The queue's monitor of `epoch` holds its whole delivery state in its own, copied
+        state log: the copies of older epochs' state logs kept here go."""
+        for leader_id in [x for x in self.logs if 0 <= state_log_epoch(x) < epoch]:
+            if leader_id in self.leaders:
+                continue  # still assigned: the monitor's list is the authority
+            self.logs.pop(leader_id).close()
+            directory = replica_directory(self.root, self.queue, leader_id, self.own_id)
+            shutil.rmtree(directory, ignore_errors=True)  # compacted: a few segments
+            log.info("copies of %s's logs: deleted the copy of %s (the monitor's state log of "
+                     "epoch %d holds what it held)", self.queue, leader_id, epoch)  # fmt: skip
 
     def ends(self) -> dict[str, int]:
         """Leader id → where this exchange's copy of its log ends (for the monitor)."""

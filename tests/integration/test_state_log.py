@@ -124,9 +124,9 @@ def test_the_monitors_host_lost_the_re_placed_monitor_reads_its_tasks_from_the_c
     cluster: LocalCluster,
 ):
     """h1 (the monitor and one exchange) is killed for good. The GCM re-places the monitor on
-    h2 under a new epoch; it reads the state log's copy kept by h2's exchange before it serves:
-    every stored result is handed out once, by id, and a task accepted without a worker runs
-    once a worker comes."""
+    h2 under a new epoch; it reads the state log's copy kept by h2's exchange before it serves
+    (and has that copy deleted once its own log is copied): every stored result is handed out
+    once, by id, and a task accepted without a worker runs once a worker comes."""
     cluster.start_gcm(**{"host.loss.grace": 500})
     # h2 takes the re-placed monitor too; a task without a worker waits for one (not no_worker)
     room = {**HOST, "exchange.max.perhost": 2, "request.delegator.repeats": 120}
@@ -145,11 +145,17 @@ def test_the_monitors_host_lost_the_re_placed_monitor_reads_its_tasks_from_the_c
         waiting = requester.submit("echo", b"later")  # no worker: accepted, not run
         wait_for(lambda: (s := _copied(cluster)) and s.committed == s.end and s, 10,
                  "copied whole")  # fmt: skip
+    copies_on_h2 = cluster.tmp / "h2" / "log" / "_replicas" / "q1"
+    old_copies = [p for p in copies_on_h2.iterdir() if p.name.startswith(f"{state.leader_id}@")]
+    assert old_copies, f"no copy of {state.leader_id} in {copies_on_h2}"
     cluster.kill(h1)
     recovered = wait_for(lambda: (s := _state(cluster)) and s.leader_id != state.leader_id
                          and not s.recovering and s, 60,
                          "re-placed and recovered\n" + cluster.logs())  # fmt: skip
     assert recovered.records >= 11, recovered
+    # once the new log holds it all on min.insync.copies copies, the old log's copy goes
+    wait_for(lambda: not any(p.exists() for p in old_copies), 30,
+             f"{state.leader_id}'s copy deleted\n" + cluster.logs())  # fmt: skip
     with Requester("q1", gcm=cluster.gcm) as fresh:
         for n, task in enumerate(done):
             assert fresh.task(task.id).result(30) == b"%d!" % n

@@ -398,3 +398,24 @@ def test_a_pruning_leaders_copy_follows_its_start_and_keeps_the_rest(tmp_path: P
         assert copy.start_offset == cut and copy.end_offset == leader.end_offset
         assert bytes(copy.read(cut, 1 << 20).data) == bytes(leader.read(cut, 1 << 20).data)
         assert pair.in_sync()
+
+
+def test_older_state_logs_copies_go_once_a_newer_epoch_holds_them(tmp_path: Path) -> None:
+    """DropStateBefore 3: the copies of state.1 and state.2 go (state.2 only once no longer
+    assigned); state.3's and an exchange's log's copies stay, and so does what is on disk."""
+    own = "127.0.0.1-6004-bbbbbb"
+    store = ReplicaStore(tmp_path, "q", own, LogSettings(memory_bytes=0))
+    leaders = ("state.1", "state.2", "state.3", LEADER.decode())
+    store.accept(leaders)
+    for leader in leaders:
+        assert store.handle([WRITE, leader.encode(), struct.pack("<Q", 0), batch(0)])[2] == OK
+    store.accept(("state.2", "state.3", LEADER.decode()))
+    store.drop_state_before(3)
+    assert sorted(store.logs) == sorted(["state.2", "state.3", LEADER.decode()])
+    store.accept(("state.3", LEADER.decode()))
+    store.drop_state_before(3)
+    assert sorted(store.logs) == sorted(["state.3", LEADER.decode()])
+    store.close()
+    reopened = ReplicaStore(tmp_path, "q", own, LogSettings(memory_bytes=0))
+    assert sorted(reopened.logs) == sorted(["state.3", LEADER.decode()])  # deleted on disk
+    reopened.close()

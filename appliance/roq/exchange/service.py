@@ -557,6 +557,8 @@ class Exchange:
         self.replicator.assign([p for p in pairs if p[0] != self.spec.exchange_id])
         if assigned.leaders is not None and self.log_server is not None:
             self.log_server.copies.accept(assigned.leaders)
+        if assigned.drop_state_before and self.log_server is not None:
+            self.log_server.copies.drop_state_before(assigned.drop_state_before)
         if self.copy_sender is not None:
             self.copy_sender.assign([(s.leader_id, s.target_id, s.endpoint)
                                      for s in assigned.sources])  # fmt: skip

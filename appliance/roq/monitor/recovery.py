@@ -31,7 +31,7 @@ from roq.errors import RoqError
 from roq.log import Log, LogSettings, ReadStatus
 from roq.log.statelog import StateLog, restore
 from roq.protocol import dataplane
-from roq.protocol.names import STATE_LOG_PREFIX
+from roq.protocol.names import state_log_epoch
 from roq.transport import Kind, connect, open_socket, recv_nowait, send_nowait, wait_readable
 
 log = logging.getLogger(__name__)
@@ -66,13 +66,7 @@ class Source:
 
     @property
     def epoch(self) -> int:
-        return epoch_of(self.leader_id)
-
-
-def epoch_of(leader_id: str) -> int:
-    """The epoch of `state.<epoch>`, or -1 for any other id."""
-    tail = leader_id.removeprefix(STATE_LOG_PREFIX)
-    return int(tail) if tail != leader_id and tail.isdigit() else -1
+        return state_log_epoch(self.leader_id)
 
 
 def best_first(sources: list[Source], below: int) -> list[Source]:
@@ -87,7 +81,7 @@ def local_sources(root: Path, own: str) -> list[Source]:
         return []
     found = []
     for path in root.iterdir():
-        if path.is_dir() and path.name != own and epoch_of(path.name) >= 0:
+        if path.is_dir() and path.name != own and state_log_epoch(path.name) >= 0:
             found.append(Source(path.name, _size(path), "local", directory=path))
     return found
 

@@ -812,6 +812,7 @@ class Monitor:
         if self.state is not None:
             for candidate in self.state.choose_copies(self._state_candidates(views)):
                 copied[candidate.exchange_id].append(self.state.leader_id)
+        drop_state_before = self.state.older_dropped_below() if self.state is not None else 0
         keepers = list(self.keepers.values())
         sources: dict[str, list[CopySource]] = {x.exchange_id: [] for x in views + keepers}
         for copy in self._plan_copies(time.monotonic()).values():
@@ -831,7 +832,11 @@ class Monitor:
                 leader.replicas = replica_ids
             replicas = [ReplicaAssignment(r, _log_endpoint(by_id[r].front)) for r in replica_ids]
             assignment = Replicas(
-                tuple(replicas), tuple(copied[leader_id]), tuple(sources[leader_id]), self.epoch
+                tuple(replicas),
+                tuple(copied[leader_id]),
+                tuple(sources[leader_id]),
+                self.epoch,
+                drop_state_before=drop_state_before,
             )
             self._tell_exchange(leader, assignment)
         for keeper in keepers:  # copies no log and is copied by nobody: it sends, at most

@@ -119,6 +119,10 @@ class StateKeeper:
         self.chosen: tuple[str, ...] = ()  # the exchanges copying it, as last assigned
         self._links: list[tuple[str, str]] = []  # theirs: (id, log endpoint)
         self.refused_replies = 0
+        # where this epoch's log held everything older logs did (its origin record), and
+        # whether the older logs of this host were deleted once that was copied
+        self._origin_end = -1
+        self._older_deleted = False
         # recovery: the older state logs seen (copies reported, this host's), what was tried
         here = local_sources(self.directory.parent, self.leader_id)
         self._sources = {(s.leader_id, s.holder): s for s in here}
@@ -182,6 +186,7 @@ class StateKeeper:
             source = "this host"  # begun, then a crash before its origin: its own all the same
         if source is not None:
             state.append([Change(ORIGIN_KEY, origin_record(self.leader_id, source))])
+        self._origin_end = state.end_offset
         self._replicator = Replicator(self.context, self.leader_id, state.log, self.name,
                                       min_copies=self.min_copies, prune=True)  # fmt: skip
         # The monitor is its own assigner: no assignment to wait for (an exchange's replicator
@@ -257,6 +262,25 @@ class StateKeeper:
         log.info("%s: %d records moved in from ZooKeeper (tasks, settings, groups, slots)",
                  self.name, len(imported))  # fmt: skip
         self._serve(self._open(), None)
+
+    def older_dropped_below(self) -> int:
+        """This epoch, once its log holds what the older ones did and that is committed (on
+        min.insync.copies copies): their copies on the exchanges may go (REPLICAS'
+        `DropStateBefore`). 0 before."""
+        if self._state is None or self._origin_end < 0 or not self.committed_to(self._origin_end):
+            return 0
+        return self.epoch
+
+    def _delete_older(self) -> None:
+        """This host's older state logs of the queue, once `older_dropped_below` says so."""
+        if self._older_deleted or not self.older_dropped_below():
+            return
+        self._older_deleted = True
+        for source in local_sources(self.directory.parent, self.leader_id):
+            if source.directory is not None and 0 <= source.epoch < self.epoch:
+                shutil.rmtree(source.directory, ignore_errors=True)
+                log.info("%s: deleted this host's older state log %s", self.name,
+                         source.leader_id)  # fmt: skip
 
     def migrated(self) -> None:
         """Once the records moved in from ZooKeeper are copied, their znodes go (once)."""
@@ -397,6 +421,7 @@ class StateKeeper:
             return
         self.state.tick()
         self.migrated()
+        self._delete_older()
         if self.state.maybe_compact():
             log.info("%s: compacted to %d records from offset %d", self.name, len(self.state),
                      self.state.start_offset)  # fmt: skip

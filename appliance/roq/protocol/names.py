@@ -50,3 +50,9 @@ def state_log_id(epoch: int) -> str:
 
 def is_state_log(leader_id: str) -> bool:
     return leader_id.startswith(STATE_LOG_PREFIX)
+
+
+def state_log_epoch(leader_id: str) -> int:
+    """The epoch of `state.<epoch>`, or -1 for any other id."""
+    tail = leader_id.removeprefix(STATE_LOG_PREFIX)
+    return int(tail) if tail != leader_id and tail.isdigit() else -1

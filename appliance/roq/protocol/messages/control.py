@@ -112,7 +112,9 @@ class Replicas:
     refuse every other's writes; absent: the set you had stands); with `Sources`, the copies of
     gone exchanges' logs you send to other exchanges (the set replaces the previous one; absent:
     none); with `Retire` (to a log keeper only), every log it holds has replicationFactor
-    complete copies on live exchanges: it marks its logs retired and exits; answered
+    complete copies on live exchanges: it marks its logs retired and exits; with
+    `DropStateBefore` N (optional), the monitor's state log of epoch N holds everything the
+    older ones did and is copied: the copies of `state.<e>`, e < N, are deleted; answered
     `COMMENT: "assigned"`, or refused `ERROR: stale_epoch` when its `Epoch` is older than one
     the exchange has seen (a monitor that was re-placed)."""
 
@@ -121,6 +123,7 @@ class Replicas:
     sources: tuple[CopySource, ...] = ()  # Sources
     epoch: int = 0  # Epoch: the sending monitor's assignment epoch
     retire: bool = False  # Retire (optional, false when absent)
+    drop_state_before: int = 0  # DropStateBefore (optional, 0 when absent)
 
     def encode(self) -> Document:
         doc: Document = {
@@ -133,6 +136,8 @@ class Replicas:
             doc["Sources"] = [s.fields() for s in self.sources]
         if self.retire:
             doc["Retire"] = True
+        if self.drop_state_before:
+            doc["DropStateBefore"] = self.drop_state_before
         return doc
 
     @classmethod
@@ -143,13 +148,14 @@ class Replicas:
             sources = field_docs(doc, "Sources", CopySource.decode, max_items=EXCHANGES_MAX)
         epoch = field_epoch(doc)
         retire = field_bool(doc, "Retire", default=False)
+        drop = field_int(doc, "DropStateBefore", default=0, hi=INT64_MAX)
         if doc.get("Leaders") is None:
-            return cls(replicas, None, sources, epoch, retire)
+            return cls(replicas, None, sources, epoch, retire, drop)
         leaders = field_strs(
             doc, "Leaders", max_items=EXCHANGES_MAX, max_chars=EXCHANGE_ID_CHARS_MAX
         )
         leaders_ok = tuple(check_exchange_id(leader) for leader in leaders)
-        return cls(replicas, leaders_ok, sources, epoch, retire)
+        return cls(replicas, leaders_ok, sources, epoch, retire, drop)
 
 
 @dataclass(frozen=True)
