@@ -89,6 +89,10 @@ zk_command_retries_max = 5
 # The longest any ZooKeeper request waits for its answer (kazoo's own wait has no bound while the
 # connection is down); past it the request fails like a lost connection.
 zk_request_timeout_s = 10.0
+# A watch whose read failed (coordination/watches.py) reads again after this, doubling to the
+# most: a read that timed out no longer leaves the watch unset until the next reconnection.
+zk_watch_retry_first_s = 0.5
+zk_watch_retry_max_s = 10.0
 # A host whose session expired tries to register again at most this often.
 host_reregister_interval_s = 1.0
 # A host whose name is still registered by a session that is not its own waits this many

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from typing import Any
 
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
-from kazoo.recipe.watchers import DataWatch
 
 from roq import limits
 from roq.coordination.paths import Paths
+from roq.coordination.watches import watch_data
 from roq.errors import CoordinationError
 from roq.protocol import principals
 from roq.protocol.principals import Principal
@@ -144,4 +144,4 @@ class PrincipalStore:
                 log.warning("principals not re-read: %s", error)
             return True
 
-        DataWatch(self.client, self.root, changed)
+        watch_data(self.client, self.root, changed)

@@ -36,6 +36,7 @@ from kazoo.exceptions import (
 
 from roq.coordination.groupstore import delete_queue_groups
 from roq.coordination.paths import Paths
+from roq.coordination.watches import watch_children
 from roq.errors import AdminError, CoordinationError, HostRegistered, NameTaken, NotLeader
 
 log = logging.getLogger(__name__)
@@ -272,7 +273,7 @@ class Registry:
             return True  # keep watching
 
         with _zookeeper("watching the hosts"):
-            self.zk.ChildrenWatch(self.paths.hosts, on_hosts)
+            watch_children(self.zk, self.paths.hosts, on_hosts)
 
     def gone_hosts(self) -> dict[str, GoneRecord]:
         """The hosts a leader recorded gone. A record edited into nonsense is left out (the
