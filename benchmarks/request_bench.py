@@ -65,8 +65,8 @@ def worker_roq(args: argparse.Namespace) -> None:
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with Worker(args.queue, SERVICE, lambda payload: payload, gcm=args.gcm,
-                concurrency=args.concurrency) as worker:  # fmt: skip
+    limits = {"concurrency": args.concurrency, "prefetch": args.prefetch or None}
+    with Worker(args.queue, SERVICE, lambda payload: payload, gcm=args.gcm, **limits) as worker:
         _ready()
         worker.run(stop)
 
@@ -330,7 +330,7 @@ def round_of(system: Any, args: argparse.Namespace) -> dict[str, Any]:
     for count in (int(w) for w in args.workers.split(",")):
         queue = _request_queue(system)
         target = _target(system, queue)
-        extra = ("--concurrency", str(args.concurrency))
+        extra = ("--concurrency", str(args.concurrency), "--prefetch", str(args.prefetch))
         workers = [_spawn("worker", system.name, target, *extra) for _ in range(count)]
         try:
             for name, rate in (("latency", args.rate), ("max", 0.0)):
@@ -412,6 +412,12 @@ def _parser() -> argparse.ArgumentParser:
         default=1,
         help="requests a roq worker runs at once (the peers' take one at a time)",
     )
+    run.add_argument(
+        "--prefetch",
+        type=int,
+        default=0,
+        help="requests a roq worker holds handed out (0: the group's work.inflight)",
+    )
     run.add_argument("--clients", type=int, default=2, help="client processes")
     run.add_argument("--lanes", type=int, default=32, help="requests in flight per client")
     run.add_argument("--systems", default=",".join(SYSTEMS))
@@ -427,6 +433,7 @@ def _parser() -> argparse.ArgumentParser:
         child.add_argument("--seconds", type=float, default=5.0)
         child.add_argument("--lanes", type=int, default=1)
         child.add_argument("--concurrency", type=int, default=1)
+        child.add_argument("--prefetch", type=int, default=0)
     return parser
 
 

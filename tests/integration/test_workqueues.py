@@ -76,7 +76,7 @@ def test_a_killed_consumers_messages_go_to_another_within_the_lease(
     cluster: LocalCluster, tmp_path: Path
 ):
     cluster.start_with_queue(**WORK)
-    holder = _worker(cluster, tmp_path, "holder", "--exec", "sleep 600")
+    holder = _worker(cluster, tmp_path, "holder", "--exec", "sleep 600", "--prefetch", "20")
     wait_for(lambda: _consumers(cluster) == 1, 30, "the holder joined\n" + cluster.logs())
     sent = _publish(cluster, 20)
 
@@ -97,6 +97,52 @@ def test_a_killed_consumers_messages_go_to_another_within_the_lease(
         within = time.monotonic() - killed_at
     assert sorted(taken) == sorted(sent)
     assert within <= LEASE_S + 1.0, f"redelivered {within:.2f} s after the kill"
+
+
+def _burst(cluster: LocalCluster, count: int) -> list[str]:
+    """`count` messages published at once, in one batch: one slot of the group."""
+    sent = [f"b{n}" for n in range(count)]
+    with Publisher("q1", gcm=cluster.gcm, acks="leader", linger_ms=1000) as publisher:
+        for payload in sent:
+            publisher.send(payload.encode())
+        publisher.flush()
+    return sent
+
+
+def _shares(workers: list[subprocess.Popen[bytes]], sent: list[str]) -> list[int]:
+    """What each worker printed, checked: every message once, none twice."""
+    outputs = [w.communicate(timeout=120)[0].decode().split() for w in workers]
+    taken = [line for out in outputs for line in out]
+    assert sorted(taken) == sorted(sent), f"{len(taken)} of {len(sent)}"
+    return [len(out) for out in outputs]
+
+
+def test_a_burst_in_one_slot_is_shared_among_the_consumers_waiting_for_it(
+    cluster: LocalCluster, tmp_path: Path
+):
+    """Two idle `roq work` consumers (100 messages handed out at most, the default), then
+    1,000 messages at once in one batch, so one slot: the consumer that leases it holds 100;
+    the other, finding no slot free, takes the second half of the rest (a split slot)."""
+    cluster.start_with_queue(**WORK)
+    workers = [_worker(cluster, tmp_path, f"w{n}", "--timeout", "5") for n in range(2)]
+    wait_for(lambda: _consumers(cluster) == 2, 30, "two consumers joined\n" + cluster.logs())
+    shares = _shares(workers, _burst(cluster, 1000))
+    assert min(shares) >= 300, shares
+
+
+def test_slow_jobs_published_at_once_are_shared_by_the_consumers_that_run_them(
+    cluster: LocalCluster, tmp_path: Path
+):
+    """Two `roq work --exec` consumers taking 0.1 s per message (one held at a time, the
+    default with --exec) and 40 messages at once: each runs 20 ± 4 of them (before, the one
+    that leased the slot ran all 40 while the other idled)."""
+    cluster.start_with_queue(**WORK)
+    job = "cat; echo; sleep 0.1"
+    workers = [_worker(cluster, tmp_path, f"w{n}", "--exec", job, "--timeout", "4")
+               for n in range(2)]  # fmt: skip
+    wait_for(lambda: _consumers(cluster) == 2, 30, "two consumers joined\n" + cluster.logs())
+    shares = _shares(workers, _burst(cluster, 40))
+    assert all(16 <= share <= 24 for share in shares), shares
 
 
 def test_a_poison_message_reaches_the_dead_letters_after_max_deliveries(

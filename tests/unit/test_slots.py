@@ -228,3 +228,47 @@ def test_a_slot_cut_on_demand_ends_after_a_slot_of_messages():
     assert Consumer._slot_end(bytes(data), 100) == 4096 + 4 * sizes  # 120 records: 4 batches
     assert Consumer._slot_end(bytes(data), 1000) == 0  # fewer: the read's end is the cut
     assert Consumer._slot_end(b"junk" * 20, 10) == 0
+
+
+def test_a_waiting_consumer_takes_the_second_half_of_what_another_has_not_handed_out():
+    """c1 leased a slot of 40 and holds one message (its prefetch); c2 asks with nothing free:
+    it gets messages 20..39 of the same bytes as a slot of its own, c1 keeps 0..19. Each part
+    is settled and dropped on its own; neither hands out the other's messages."""
+    group = _group()
+    group.observe("x1", 100, (100,), 0.0, 0.5)
+    first = _lease(group, "c1", 0.0, 0.0, RULES, {"x1"})
+    assert first is not None
+    group.count(first, 40)
+    assert group.give(first, [0], 1, 0.0, RULES).given == [0]
+    part = _lease(group, "c2", 0.0, 0.0, RULES, {"x1"})
+    assert part is not None and part is not first
+    assert (part.slot_id, part.first, part.stop, first.stop) == ("x1@0#20", 20, 40, 20)
+    assert part.outside() == [0, 20] and first.outside() == [20, 40]
+    assert group.give(part, range(20, 40), 100, 0.0, RULES).given == list(range(20, 40))
+    assert group.give(first, range(1, 40), 100, 0.0, RULES).given == list(range(1, 20))
+    group.ack(first, range(40), None)  # its part's indices are not its to settle
+    assert first.done and not part.done and part.unsettled() == 20
+    group.ack(part, range(20, 40), None)
+    assert group.drop_if_done(first) and group.drop_if_done(part) and not group.slots
+    assert group.acked == 40
+
+
+def test_a_split_part_round_trips_and_small_or_ordered_slots_are_not_split():
+    group = _group()
+    group.observe("x1", 100, (100,), 0.0, 0.5)
+    first = _lease(group, "c1", 0.0, 0.0, RULES, {"x1"})
+    assert first is not None
+    group.count(first, 3)
+    group.give(first, [0, 1], 100, 0.0, RULES)
+    assert group.split("c2", {"x1"}) is None  # one message left: nothing to share
+    group.count(first, 10)
+    part = group.split("c2", {"x1"})
+    assert part is not None and (part.first, part.stop) == (6, 10)
+    again = Slot.from_record(part.record(), 3, 0.0)
+    assert (again.slot_id, again.first, again.last, again.count) == ("x1@0#6", 6, -1, 10)
+    ordered = _group(ordered=True)
+    ordered.observe("x1", 100, (100,), 0.0, 0.5)
+    slot = _lease(ordered, "c1", 0.0, 0.0, RULES, {"x1"})
+    assert slot is not None
+    ordered.count(slot, 40)
+    assert ordered.split("c2", {"x1"}) is None

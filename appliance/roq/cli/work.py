@@ -39,6 +39,14 @@ def work(
     prefix: str = typer.Option(
         "", "--prefix", help="A new group takes only messages whose routing key starts so."
     ),
+    prefetch: int | None = typer.Option(
+        None,
+        "--prefetch",
+        min=1,
+        help="Hold at most N messages handed out and not yet acked (RabbitMQ's basic.qos; at "
+        "most the group's work.inflight). Default: 1 with --exec, 100 otherwise. The rest of "
+        "a burst is left to the group's other consumers.",
+    ),
     gcm: str = GCM_OPTION,
     zk: str | None = ZK_OPTION,
     namespace: str = NAMESPACE_OPTION,
@@ -59,7 +67,7 @@ def work(
         with Consumer(
             queue, group, gcm=None if zk else gcm, zk=zk, namespace=namespace,
             start="now" if from_now else "beginning", ordered=ordered,
-            prefix=prefix.encode(),
+            prefix=prefix.encode(), inflight=prefetch or (1 if exec_cmd else 100),
         ) as consumer:  # fmt: skip
             typer.echo(f"roq work: consuming {queue} as {consumer.name}", err=True)
             while not stop.is_set() and (count is None or done < count):

@@ -409,10 +409,13 @@ class Consumer:
         slot = self._slot = _Slot(lease, records, todo, skip=ranges(skip))
         self.stats["slots"] += 1
         self.stats["skipped"] += len(skip)
-        if lease.window is not None:  # indices below the `Give` asked for were considered
+        if lease.window is not None:  # the monitor considered the `Give` asked for
             window = self._window()
-            wanted = [i for i in todo if i < window]
-            slot.todo = collections.deque(i for i in todo if i >= window)
+            if lease.count < 0:  # a slot never read: its first `Give` indices
+                wanted = [i for i in todo if i < window]
+                slot.todo = collections.deque(i for i in todo if i >= window)
+            else:  # its first `Give` messages not settled (a part of a split slot's too)
+                wanted = [slot.todo.popleft() for _ in range(min(window, len(slot.todo)))]
             self._accept(slot, wanted, lease.window)
         # The count goes with the first acks, unless the window went past the slot's end (the
         # monitor counts those as in flight until it knows): then at once, as do the skips.

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -431,12 +431,13 @@ class GroupManager:
         window = None
         if give > 0:  # a slot not counted yet: the consumer ignores what lies past its end
             room = self.rules.inflight - member.in_flight(group.slots)
-            wanted = range(min(give, slot.count if slot.count >= 0 else give))
-            window = self._settled(slot, group.give(slot, wanted, room, wall, self.rules))
+            window = self._settled(slot, group.give(slot, _window(slot, give), room, wall,
+                                                    self.rules))  # fmt: skip
+        settled = sorted_ranges(slot.outside() + ranges(slot.settled))
         return Lease(
             slot.slot_id, slot.exchange, endpoint, leader, slot.start, slot.end, slot.count,
-            tuple(ranges(slot.settled)), tuple(counted),
-            tuple(slot.deliveries[i] for i in counted), window=window,
+            tuple(settled), tuple(counted), tuple(slot.deliveries[i] for i in counted),
+            window=window,
         )  # fmt: skip
 
     @staticmethod
@@ -494,6 +495,7 @@ class GroupManager:
     def _apply(self, group: Group, member: Member, slot: Slot, settle: Settle) -> Settled:
         if slot.count < 0 <= settle.count:
             group.count(slot, settle.count)
+            group.share(slot, time.monotonic())
         # Acks and dead letters count whoever sends them: the work was done.
         group.skip(slot, expand(settle.skip))
         group.ack(slot, settle.acks, member)
@@ -611,3 +613,24 @@ class GroupManager:
 
     def close(self) -> None:
         self.sync()
+
+
+def _window(slot: Slot, give: int) -> Sequence[int]:
+    """What a LEASE's `Give` asks for: the slot's first `give` messages not settled (its
+    consumer counts the same ones from the `Settled` it is sent); of a slot never read, the
+    first `give` indices."""
+    if slot.count < 0:
+        return range(slot.first, slot.first + give)
+    wanted: list[int] = []
+    for index in range(slot.first, slot.stop):
+        if index not in slot.settled:
+            wanted.append(index)
+            if len(wanted) >= give:
+                break
+    return wanted
+
+
+def sorted_ranges(flat: list[int]) -> list[int]:
+    """Flattened [lo, hi) ranges, in order of `lo` (they do not overlap)."""
+    pairs = sorted(zip(flat[::2], flat[1::2], strict=True))
+    return [edge for pair in pairs for edge in pair]

@@ -51,7 +51,8 @@ class Migration:
             name = str(record.get("name", ""))
             changes.append(Change(f"{GROUP_PREFIX}{name}", _dump(record)))
             for data, _ in slots:
-                slot = slot_id(str(data.get("exchange", "")), int(data.get("start", 0)))
+                slot = slot_id(str(data.get("exchange", "")), int(data.get("start", 0)),
+                               int(data.get("first", 0)))  # fmt: skip
                 changes.append(Change(f"{SLOT_PREFIX}{name}/{slot}", _dump(data)))
         return changes
 

@@ -56,10 +56,38 @@ class Slot:
     returned: bool = False
     version: int = -1  # of its znode; -1: not stored yet
     dirty: bool = True
+    # Its messages are those of [first, last) of the range's (last -1: to its end): a slot
+    # whose consumer had more left than it holds shares the rest with a waiting consumer
+    # (`Group.split`), which gets [first, last) of the same bytes as a slot of its own.
+    first: int = 0
+    last: int = -1
 
     @property
     def slot_id(self) -> str:
-        return slot_id(self.exchange, self.start)
+        return slot_id(self.exchange, self.start, self.first)
+
+    @property
+    def stop(self) -> int:
+        """Where its messages end: `last`, or the range's count (-1 while unknown)."""
+        return self.last if self.last >= 0 else self.count
+
+    def holds(self, index: int) -> bool:
+        return self.first <= index and (self.stop < 0 or index < self.stop)
+
+    def outside(self) -> list[int]:
+        """The range's indices that are not this slot's, as flattened [lo, hi) ranges: a
+        consumer counts them settled."""
+        edges = [0, self.first] if self.first > 0 else []
+        if 0 <= self.stop < self.count:
+            edges += [self.stop, self.count]
+        return edges
+
+    def weight(self) -> int:
+        """Its share of the range's bytes (the fair-share measure)."""
+        size = max(1, self.end - self.start)
+        if self.count <= 0 or (self.first == 0 and self.stop == self.count):
+            return size
+        return max(1, size * (self.stop - self.first) // self.count)
 
     @property
     def state(self) -> SlotState:
@@ -69,10 +97,10 @@ class Slot:
 
     @property
     def done(self) -> bool:
-        return self.count >= 0 and len(self.settled) >= self.count
+        return self.count >= 0 and len(self.settled) >= self.stop - self.first
 
     def unsettled(self) -> int:
-        return self.count - len(self.settled) if self.count >= 0 else 0
+        return self.stop - self.first - len(self.settled) if self.count >= 0 else 0
 
     # --- durable form (JSON in its znode) ------------------------------------------------------
     def record(self) -> dict[str, Any]:
@@ -84,6 +112,7 @@ class Slot:
             "not_before": {str(i): t for i, t in self.not_before.items()},
             "due": self.due, "owner": self.owner, "returned": self.returned,
             "suspects": sorted(self.suspects | self.handed),
+            "first": self.first, "last": self.last,
         }  # fmt: skip
 
     @classmethod
@@ -101,12 +130,23 @@ class Slot:
         slot.lease_until = lease_until if slot.owner else 0.0
         slot.returned = bool(data.get("returned", False))
         slot.suspects = {int(i) for i in data.get("suspects", [])}
+        slot.first, slot.last = int(data.get("first", 0)), int(data.get("last", -1))
         slot.version, slot.dirty = version, False
         return slot
 
 
-def slot_id(exchange: str, start: int) -> str:
-    return f"{exchange}@{start}"
+def _untouched(slot: Slot) -> tuple[int, int]:
+    """Where the run of messages its consumer was never given (nor settled, nor nacked)
+    begins, and how many there are; (0, 0) while its count is unknown."""
+    if slot.count < 0:
+        return 0, 0
+    begun = max([*slot.handed, *slot.settled, *slot.not_before], default=slot.first - 1) + 1
+    return begun, max(0, slot.stop - begun)
+
+
+def slot_id(exchange: str, start: int, first: int = 0) -> str:
+    """`<exchange>@<offset>`, and `#<first index>` for a part split off a slot."""
+    return f"{exchange}@{start}#{first}" if first else f"{exchange}@{start}"
 
 
 @dataclass
@@ -214,6 +254,8 @@ class Group:
         if not free and ends:
             self.cut_open(ends, readable)
             free = self._leasable(wall, readable, ahead + 1)
+        if not free and (part := self.split(consumer, readable)) is not None:
+            free = [part]
         if len(free) <= ahead or (free and self._too_far_ahead(member, now, free[0])):
             if not member.waiting_since:
                 member.waiting_since = now
@@ -221,9 +263,57 @@ class Group:
         slot = free[0]
         slot.owner, slot.lease_until, slot.dirty = consumer, now + rules.lease_s, True
         member.slots.add(slot.slot_id)
-        member.leases += max(1, slot.end - slot.start)
+        member.leases += slot.weight()
         member.waiting_since = 0.0
         return slot
+
+    def split(self, consumer: str, readable: set[str]) -> Slot | None:
+        """With no slot free: the second half of what another consumer's slot has not handed
+        out yet, as a slot of its own (WSO2's slot delivery shares a slot's messages among the
+        subscribers; here each part keeps a single owner). A burst cut as one slot is so
+        shared among the consumers waiting for work, whatever the slot's size; a consumer
+        bound to a few messages at once (its `inflight`, RabbitMQ's prefetch) leaves the rest.
+        Not in ordered mode (a key's messages go in order, from one consumer at a time)."""
+        if self.ordered or len(self.slots) >= limits.work_slots_max:
+            return None
+        best, best_tail, best_from = None, 1, 0
+        for slot in self.slots.values():
+            if not slot.owner or slot.owner == consumer or slot.exchange not in readable:
+                continue
+            begun, tail = _untouched(slot)
+            if tail > best_tail:
+                best, best_tail, best_from = slot, tail, begun
+        if best is None:
+            return None
+        return self._split_at(best, best_from + best_tail // 2)
+
+    def share(self, slot: Slot, now: float) -> Slot | None:
+        """The slot's count just became known (its consumer read it): while another consumer
+        waits for work, the second half of what is untouched goes at once, as a free slot,
+        rather than at that consumer's next ask (by then a fast holder may be through it)."""
+        if self.ordered or len(self.slots) >= limits.work_slots_max:
+            return None
+        recent = now - limits.work_share_window_ms / 1000
+        if not any(m.waiting_since and m.last_seen >= recent and m.consumer != slot.owner
+                   for m in self.members.values()):  # fmt: skip
+            return None
+        begun, tail = _untouched(slot)
+        return self._split_at(slot, begun + tail // 2) if tail >= 2 else None
+
+    def _split_at(self, slot: Slot, cut: int) -> Slot:
+        part = Slot(slot.exchange, slot.start, slot.end, count=slot.count, first=cut,
+                    last=slot.last)  # fmt: skip
+        for index in [i for i in slot.deliveries if i >= cut]:
+            part.deliveries[index] = slot.deliveries.pop(index)
+        for index in [i for i in slot.reasons if i >= cut]:
+            part.reasons[index] = slot.reasons.pop(index)
+        part.settled = {i for i in slot.settled if i >= cut}
+        part.suspects = {i for i in slot.suspects if i >= cut}
+        slot.settled -= part.settled
+        slot.suspects -= part.suspects
+        slot.last, slot.dirty = cut, True
+        self.slots[part.slot_id] = part
+        return part
 
     def _leasable(self, wall: float, readable: set[str], wanted: int) -> list[Slot]:
         """Up to `wanted` slots that may be leased now, oldest first."""
@@ -313,7 +403,7 @@ class Group:
         return result
 
     def _may_give(self, slot: Slot, index: int, wall: float, frontier: int) -> bool:
-        if index in slot.settled or index in slot.handed:
+        if index in slot.settled or index in slot.handed or not slot.holds(index):
             return False
         if 0 <= slot.count <= index or slot.not_before.get(index, 0.0) > wall:
             return False
@@ -354,7 +444,7 @@ class Group:
 
     def ack(self, slot: Slot, indices: Iterable[int], member: Member | None) -> None:
         for index in indices:
-            if index in slot.settled or (0 <= slot.count <= index):
+            if index in slot.settled or not slot.holds(index):
                 continue
             self._settle(slot, index)
             self.acked += 1
@@ -364,13 +454,13 @@ class Group:
     def skip(self, slot: Slot, indices: Iterable[int]) -> None:
         """Messages outside the group's key prefix: settled, never handed out nor acked."""
         for index in indices:
-            if index not in slot.settled and not 0 <= slot.count <= index:
+            if index not in slot.settled and slot.holds(index):
                 self._settle(slot, index)
                 self.skipped += 1
 
     def dead(self, slot: Slot, indices: Iterable[int]) -> None:
         for index in indices:
-            if index not in slot.settled and not 0 <= slot.count <= index:
+            if index not in slot.settled and slot.holds(index):
                 self._settle(slot, index)
                 self.dead_letters += 1
 

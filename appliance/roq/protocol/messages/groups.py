@@ -21,7 +21,7 @@ from roq.protocol.names import check_queue_name
 
 FROM_CHOICES = ("beginning", "now")
 _ITEMS = limits.work_items_per_request_max
-_SLOT_ID_CHARS = 260  # "<exchange id>@<offset>"
+_SLOT_ID_CHARS = 290  # "<exchange id>@<offset>[#<first index>]"
 _COUNT_MAX = limits.work_slot_messages_max
 
 
