@@ -42,11 +42,14 @@ run: setup
 	$(ROQ) up
 
 # The lint gates (ruff, format, mypy, layers) run first: a change that breaks one fails `make test`.
-# loadgroup: the fault tests (xdist_group "faults") and the Spark jobs (xdist_group "spark": one
-# JVM at a time) each run one after another on one worker; the fault tests since
-# each builds a cluster of its own across namespaces; every other test is spread as before.
+# loadgroup: the fault tests (xdist_group "faults") run one after another on one worker, each
+# building a cluster of its own across namespaces; every other test is spread as before. The
+# Spark jobs run last, alone: a JVM with local[2] beside the other worker's tests took both
+# cores (its spark-submit timed out at 200 s, and `roq up` resumed in 17-19 s against 6 s
+# alone). Exit 5 (nothing collected: PYTEST_ARGS chose no Spark test) is no failure.
 test: setup lint
-	$(VENV)/bin/pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n 2 --dist loadgroup -m "not spark" $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -m spark $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 test-unit: setup
 	$(VENV)/bin/pytest -n 2 tests/unit $(PYTEST_ARGS)
