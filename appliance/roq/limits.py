@@ -89,6 +89,7 @@ zk_command_retries_max = 5
 # The longest any ZooKeeper request waits for its answer (kazoo's own wait has no bound while the
 # connection is down); past it the request fails like a lost connection.
 zk_request_timeout_s = 10.0
+zk_close_timeout_s = 3.0  # a session's close waits this long at most (coordination/session.py)
 # A watch whose read failed (coordination/watches.py) reads again after this, doubling to the
 # most: a read that timed out no longer leaves the watch unset until the next reconnection.
 zk_watch_retry_first_s = 0.5

@@ -226,8 +226,24 @@ def answered_on(client: Any, session: int, timeout_s: float = limits.zk_probe_ti
 
 
 def close(client: Any) -> None:
-    try:
-        client.stop()
-        client.close()
-    except KazooException as error:  # closing must never mask the reason we are closing
-        log.warning("closing the ZooKeeper session failed: %s", error)
+    """Close the session, waiting at most `limits.zk_close_timeout_s`. kazoo's stop joins its
+    worker thread without a bound, and with ZooKeeper gone that thread may sit in a watch's
+    read for `zk_request_timeout_s`, and then waits for its connection thread: a GCM killed with
+    its ZooKeeper (`roq up` killed) took over 15 s to exit. Past the bound the stop goes on in
+    a daemon thread, which the process's exit ends; a reachable ZooKeeper closes in
+    milliseconds, so its ephemeral znodes still go at once."""
+    done = threading.Event()
+
+    def stop() -> None:
+        try:
+            client.stop()
+            client.close()
+        except KazooException as error:  # closing must never mask the reason we are closing
+            log.warning("closing the ZooKeeper session failed: %s", error)
+        finally:
+            done.set()
+
+    threading.Thread(target=stop, name="roq-zk-close", daemon=True).start()
+    if not done.wait(limits.zk_close_timeout_s):
+        log.warning("the ZooKeeper session did not close within %.0f s (ZooKeeper unreachable?): "
+                    "left to end with the process", limits.zk_close_timeout_s)  # fmt: skip
