@@ -28,7 +28,8 @@ from roq.client.subscriber import Subscriber, records
 from roq.testing.cluster import LocalCluster, wait_for
 
 # one Spark JVM at a time (local[2] each): two at once on the 2-core CI machine, both timed
-# out at 200 s in a clean-clone run, where each takes ~75 s alone
+# out at 200 s in a clean-clone run, where each takes ~75 s alone (`make test` runs them last,
+# alone: one beside the other worker's tests timed out too)
 pytestmark = [
     pytest.mark.spark, pytest.mark.xdist_group("spark"), pytest.mark.integration,
     pytest.mark.timeout(240),
