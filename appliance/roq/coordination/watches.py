@@ -55,8 +55,10 @@ class _DataWatch(DataWatch):  # type: ignore[misc]
     def __init__(self, client: Any, path: str, func: Callable[..., Any]):
         self._again = _Again(path, self._get_data)
         self._first = True  # the first read is the caller's: its failure is raised to it
-        super().__init__(client, path, func)
-        self._first = False
+        try:
+            super().__init__(client, path, func)
+        finally:
+            self._first = False  # a later read (a reconnection's) is tried again
 
     def _get_data(self, event: Any = None) -> None:
         try:
@@ -76,8 +78,10 @@ class _ChildrenWatch(ChildrenWatch):  # type: ignore[misc]
     def __init__(self, client: Any, path: str, func: Callable[..., Any]):
         self._again = _Again(path, self._get_children)
         self._first = True  # the first read is the caller's: its failure is raised to it
-        super().__init__(client, path, func)
-        self._first = False
+        try:
+            super().__init__(client, path, func)
+        finally:
+            self._first = False  # a later read (a reconnection's) is tried again
 
     def _get_children(self, event: Any = None) -> None:
         try:
