@@ -117,6 +117,7 @@ zk_client_session_ms = 4_000  # the session of a client that only looks the GCM 
 leader_create_tries = 50
 # A stopping GCM waits this long for its election thread to hand the leadership back.
 election_stop_join_s = 5.0
+gcm_stop_deadline_s = 10.0  # a GCM told to stop exits by then, whatever it waits for
 
 # --- polling -------------------------------------------------------------------------------
 poll_interval_ms = 100  # control loops wake at least this often to run their timers

@@ -3,14 +3,18 @@
 
 from __future__ import annotations
 
+import faulthandler
+import logging
+import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
 import typer
 
-from roq import config
+from roq import config, limits
 from roq.cli.app import app
 from roq.cli.common import (
     CONFIG_OPTION,
@@ -20,7 +24,7 @@ from roq.cli.common import (
     setup_logging,
     stop_event,
 )
-from roq.errors import EXIT_RETIRED
+from roq.errors import EXIT_FAILURE, EXIT_RETIRED
 from roq.system import notify
 
 
@@ -43,7 +47,27 @@ def gcm(
         from roq.gcm.service import GlobalConfigurationManager
 
         manager = GlobalConfigurationManager(settings)
+        _stop_deadline(stop, f"gcm {manager.id}")
         _serve(manager, f"gcm {manager.id}", stop)
+
+
+def _stop_deadline(stop: threading.Event, name: str) -> None:
+    """A GCM keeps no data of its own: once told to stop it is gone within
+    `limits.gcm_stop_deadline_s`, whatever it waits for. Killed with its ZooKeeper (`roq up`
+    killed), a request it was serving waited 10 s per ZooKeeper call and the GCM outlived
+    roq up by over 15 s. Past the deadline it logs every thread's stack and exits 1."""
+
+    def watch() -> None:
+        stop.wait()
+        time.sleep(limits.gcm_stop_deadline_s)
+        logging.getLogger("roq").warning(
+            "%s: not stopped %.0f s after the request to stop; exiting now (stacks below)",
+            name, limits.gcm_stop_deadline_s,
+        )  # fmt: skip
+        faulthandler.dump_traceback(all_threads=True)
+        os._exit(EXIT_FAILURE)
+
+    threading.Thread(target=watch, name="roq-stop-deadline", daemon=True).start()
 
 
 @app.command(rich_help_panel="Daemons")
