@@ -33,6 +33,7 @@ class _Again:
     def __init__(self, path: str, read: Callable[[], None]):
         self.path, self._read = path, read
         self._backoff = Backoff(limits.zk_watch_retry_first_s, limits.zk_watch_retry_max_s)
+        self.first = True  # the watch's first read is its maker's: a failure is raised there
 
     def failed(self, error: Exception) -> None:
         delay = self._backoff.next_s()
@@ -45,8 +46,18 @@ class _Again:
         time.sleep(delay_s)  # the back-off; the read then runs on this thread, as on kazoo's
         self._read()
 
-    def succeeded(self) -> None:
-        self._backoff.reset()
+    def guard(self, read: Callable[[Any], None], event: Any, stopped: Callable[[], bool]) -> None:
+        """One read of the watch; a failure of any but the first (the caller's, raised to it)
+        is read again after the back-off."""
+        try:
+            read(event)
+        except KazooException as error:
+            if self.first:
+                raise
+            if not stopped():
+                self.failed(error)
+        else:
+            self._backoff.reset()
 
 
 class _DataWatch(DataWatch):  # type: ignore[misc]
@@ -54,22 +65,13 @@ class _DataWatch(DataWatch):  # type: ignore[misc]
 
     def __init__(self, client: Any, path: str, func: Callable[..., Any]):
         self._again = _Again(path, self._get_data)
-        self._first = True  # the first read is the caller's: its failure is raised to it
         try:
             super().__init__(client, path, func)
         finally:
-            self._first = False  # a later read (a reconnection's) is tried again
+            self._again.first = False
 
     def _get_data(self, event: Any = None) -> None:
-        try:
-            super()._get_data(event)
-        except KazooException as error:
-            if self._first:
-                raise
-            if not self._stopped:
-                self._again.failed(error)
-        else:
-            self._again.succeeded()
+        self._again.guard(super()._get_data, event, lambda: bool(self._stopped))
 
 
 class _ChildrenWatch(ChildrenWatch):  # type: ignore[misc]
@@ -77,22 +79,13 @@ class _ChildrenWatch(ChildrenWatch):  # type: ignore[misc]
 
     def __init__(self, client: Any, path: str, func: Callable[..., Any]):
         self._again = _Again(path, self._get_children)
-        self._first = True  # the first read is the caller's: its failure is raised to it
         try:
             super().__init__(client, path, func)
         finally:
-            self._first = False  # a later read (a reconnection's) is tried again
+            self._again.first = False
 
     def _get_children(self, event: Any = None) -> None:
-        try:
-            super()._get_children(event)
-        except KazooException as error:
-            if self._first:
-                raise
-            if not self._stopped:
-                self._again.failed(error)
-        else:
-            self._again.succeeded()
+        self._again.guard(super()._get_children, event, lambda: bool(self._stopped))
 
 
 def watch_data(client: Any, path: str, func: Callable[[Any, Any], bool | None]) -> None:
