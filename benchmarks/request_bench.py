@@ -65,8 +65,8 @@ def worker_roq(args: argparse.Namespace) -> None:
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    limits = {"concurrency": args.concurrency, "prefetch": args.prefetch or None}
-    with Worker(args.queue, SERVICE, lambda payload: payload, gcm=args.gcm, **limits) as worker:
+    bounds = {"concurrency": args.concurrency, "prefetch": args.prefetch or None}
+    with Worker(args.queue, SERVICE, lambda payload: payload, gcm=args.gcm, **bounds) as worker:
         _ready()
         worker.run(stop)
 

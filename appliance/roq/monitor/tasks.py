@@ -310,6 +310,8 @@ class TaskManager:
                 continue
             self._staged.append(_Staged(TaskWrite(task, None, found[1]), None, None))
             self._staged_tasks.add(task)
+            if len(self._staged) >= limits.task_writes_per_commit_max:
+                self.flush()  # the multi's bound holds for these too (64 ride on each request)
 
     def flush(self) -> None:
         """Make the staged writes (one multi, again without any that failed) and reply."""
