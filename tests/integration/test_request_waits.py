@@ -69,8 +69,8 @@ def test_an_idle_worker_is_woken_by_the_requesters_wait_not_its_next_poll(
 ):
     """An idle Worker's consumer asks with a LEASE the monitor holds (work_poll_ms); the
     requester's first TASK_GET, right after its request is on the log, wakes it (`Woken`), so
-    it reads the log's end at once. A request published while the worker was between two
-    held LEASEs is found by the worker itself: most, not all, are woken."""
+    it reads the log's end at once. A wake while the worker was between two held LEASEs
+    answers its next one at once: most are woken (one the worker found itself is not)."""
     cluster.start_with_queue(**HOST)
     with (
         cluster.worker("echo", lambda p: p) as worker,
@@ -82,9 +82,10 @@ def test_an_idle_worker_is_woken_by_the_requesters_wait_not_its_next_poll(
             held = stats["held"]
             assert requester.call("echo", f"w{n}".encode(), timeout_s=30) == f"w{n}".encode()
             wait_for(lambda held=held: stats["held"] > held + 1, 30, "the worker idles again")
-        # Most are woken; on the loaded CI machine a held LEASE ran out between calls more
-        # often (3 of 10 woken once): at least 3 shows the wake-up works (polling alone: 0).
-        assert stats["woken"] >= 3, dict(stats)
+        # A wake that finds no LEASE held (the worker between two, more often on a loaded
+        # machine: 1 of 10 woken in CI before) is kept for the next one: 9-10 of 10 with two
+        # busy loops beside the test; polling alone: 0.
+        assert stats["woken"] >= 6, dict(stats)
 
 
 def test_a_held_wait_ends_with_the_task_still_running(cluster: LocalCluster):

@@ -6,11 +6,12 @@ reply sent later; `Written`, `Held` and `Woken` are fields of the typed replies.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
-from roq import config
+from roq import config, limits
 from roq.coordination.groupstore import Write
 from roq.coordination.session import SharedSession
 from roq.coordination.taskstore import Exists, Outcome, StaleWrite, TaskWrite
@@ -197,6 +198,29 @@ def test_a_held_lease_is_answered_once_with_held_and_woken_and_the_stamp():
     envelope, reply = monitor.sent[0]
     assert envelope == PEER and _ok(reply)["Slot"] == ""
     assert (reply["Held"], reply["Woken"], reply["Epoch"]) == (True, True, 5)
+
+
+def test_a_wake_with_no_lease_held_answers_the_next_waiting_lease_at_once_within_one_wait(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """The worker was between two LEASEs when the requester's wait woke its group: its next
+    LEASE is answered at once, as woken, not held a whole wait; once, and only within a wait."""
+    monitor = _Placement()
+    _ok(monitor.ask(GroupJoin("g1", "c1").encode()))
+    monitor.groups.observe("x1", 0, ())
+    wait = ConsumerRequest(MonitorCommand.GROUP_LEASE, "g1", "c1", wait_ms=25)
+    monitor.groups.wake("g1")
+    monitor.groups.wake("nobody")  # no such group: nothing kept
+    woken = _ok(monitor.ask(wait.encode(), PEER))
+    assert (woken["Held"], woken["Woken"], woken["Slot"]) == (True, True, "")
+    assert monitor.ask(wait.encode(), PEER) is None  # the wake was taken: held again
+    monitor.groups.wake("g1")  # answers the held one
+    assert [e for e, _ in monitor.sent] == [PEER]
+    now = time.monotonic()
+    monitor.groups.wake("g1")  # none held: kept
+    monkeypatch.setattr(time, "monotonic", lambda: now + 2 * limits.work_lease_wait_max_ms / 1000)
+    assert monitor.ask(wait.encode(), OTHER) is None  # the kept wake ran out: held
+    assert "nobody" not in monitor.groups._wake_due
 
 
 def test_held_leases_are_refused_once_each_when_the_monitor_is_fenced():

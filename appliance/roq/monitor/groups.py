@@ -111,6 +111,7 @@ class GroupManager:
         self._failed_at = 0.0
         self._reply = reply  # None: no LEASE is held
         self._held: dict[str, list[_Held]] = {}  # group → its held LEASEs, oldest first
+        self._wake_due: dict[str, float] = {}  # group → until when its next LEASE is woken
         self.holding = 0
 
     # --- durable state ------------------------------------------------------------------------
@@ -308,10 +309,21 @@ class GroupManager:
         return True
 
     def wake(self, group_name: str) -> None:
-        """A request of the group's service was published: answer its oldest held LEASE."""
+        """A request of the group's service was published: answer its oldest held LEASE. With
+        none held (its consumer is between two LEASEs, reading the logs), the wake is kept for
+        one wait (work_lease_wait_max_ms): the next LEASE is answered at once, as woken,
+        rather than held a whole wait past the request it would have found."""
         held = self._held.get(group_name)
         if held:
             self._answer_held(group_name, held.pop(0), woken=True)
+        elif group_name in self.groups:  # bounded: one entry per existing group
+            self._wake_due[group_name] = time.monotonic() + limits.work_lease_wait_max_ms / 1000
+
+    def _woken_on_arrival(self, ask: ConsumerRequest, reply: Encodable) -> bool:
+        """A waiting LEASE that finds no slot takes a wake kept for its group (`wake`)."""
+        if ask.wait_ms <= 0 or not isinstance(reply, NoSlot):
+            return False
+        return self._wake_due.pop(ask.group, 0.0) > time.monotonic()
 
     def next_deadline(self) -> float | None:
         """When the first held LEASE's wait ends (monotonic), if one is held."""
@@ -398,6 +410,8 @@ class GroupManager:
             return _NOT_LOADED
         reply = self._lease(ask)
         self.pump()
+        if self._woken_on_arrival(ask, reply):
+            return HeldAnswer(reply, woken=True)
         return None if self._hold(ask, reply, envelope) else reply
 
     def _lease(self, ask: ConsumerRequest) -> Lease | NoSlot | Refused:
@@ -575,6 +589,7 @@ class GroupManager:
             return _NOT_LOADED
         if self.groups.pop(ask.group, None) is None:
             return Refused(Reason.UNKNOWN_QUEUE, f"no group {ask.group} on {self.queue}")
+        self._wake_due.pop(ask.group, None)
         try:
             self.store.delete_group(ask.group)
         except CoordinationError as error:
