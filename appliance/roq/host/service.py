@@ -16,6 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,13 @@ from roq.client import credentials
 from roq.config import HostSettings
 from roq.coordination import session
 from roq.coordination.paths import Paths
-from roq.coordination.registry import ChildState, HostRecord, QueueRecord, Registry
+from roq.coordination.registry import (
+    ChildState,
+    ExchangeRecord,
+    HostRecord,
+    QueueRecord,
+    Registry,
+)
 from roq.errors import NameTaken, PortInUse, RoqError
 from roq.host import adoption, keepers, supervision
 from roq.host.fencing import LeaseKeeper, lease_path, lease_seconds
@@ -57,6 +64,30 @@ from roq.transport import READABLE, Kind, Poller, bind, new_context, open_socket
 from roq.transport.rpc import answer
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Start:
+    """A child spawned, not yet waited for: the ports it holds, and how to start it again on
+    other ports if another program took these (`again`)."""
+
+    child: Child
+    ports: list[int]
+    again: Callable[[], Child]
+    done: bool = False  # waited for: running, or failed and its ports released
+
+
+@dataclass
+class _Adopting:
+    """A queue being re-adopted (restart is resume): its record, and its processes spawned."""
+
+    record: QueueRecord
+    version: int
+    monitor: _Start | None  # None: its monitor runs elsewhere (or here already)
+    exchanges: list[tuple[ExchangeRecord, int, _Start]] = field(default_factory=list)
+
+    def starts(self) -> list[_Start]:
+        return ([self.monitor] if self.monitor else []) + [s for _, _, s in self.exchanges]
 
 
 class HostConfigManager:
@@ -341,14 +372,96 @@ class HostConfigManager:
     # --- restart is resume -------------------------------------------------------------------
     def adopt(self) -> None:
         """Start again the monitors and exchanges ZooKeeper assigns to this host's name (same
-        ids, so the same logs). A queue that cannot be re-adopted is logged and left: the
-        host serves the others."""
+        ids, so the same logs). Every process is spawned before any is waited for: each is a
+        Python start (1 s, 3 s on a loaded machine), so a host resuming two queues of two
+        exchanges serves them after one start, not six. An exchange reports to its monitor
+        whichever comes up first (its report socket is the one the monitor subscribes to). A
+        queue that cannot be re-adopted is logged and left: the host serves the others."""
+        adopting = []
         for record, version in adoption.queues_to_adopt(self.registry, self.name):
             try:
-                self._adopt_queue(record, version)
+                adopting.append(self._spawn_queue(record, version))
             except RoqError as error:
-                log.error("host %s: could not re-adopt queue %s: %s", self.name, record.name, error)
+                self._not_adopted(record.name, error)
+        for queue in adopting:
+            try:
+                self._adopted(queue)
+            except RoqError as error:
+                self._abandon(queue)
+                self._not_adopted(queue.record.name, error)
         self._keep_lost_logs()
+
+    def _not_adopted(self, queue: str, error: RoqError) -> None:
+        log.error("host %s: could not re-adopt queue %s: %s", self.name, queue, error)
+
+    def _spawn_queue(self, record: QueueRecord, version: int) -> _Adopting:
+        """The queue's monitor, if it ran here (re-adopted, not re-placed: the same assignment,
+        so the recorded epoch, on its recorded ports if free), and its exchanges recorded here,
+        all spawned; an exchange is pointed at where its monitor is recorded to serve."""
+        queue, epoch = record.name, record.epoch
+        address = adoption.address_of(record.monitor)
+        monitor = None
+        adopting = _Adopting(record, version, None)
+        try:
+            if record.host == self.name and not self._of(queue, "monitor"):
+                monitor = self._monitor_start(queue, (record.monitor_port, record.stat_port), epoch)
+                adopting.monitor = self._spawned(monitor)
+                address = self.address
+            for exchange, exchange_version in adoption.recorded_exchanges(
+                self.registry, queue, self.name
+            ):
+                start = self._exchange_start(
+                    queue, record.monitor_port, record.stat_port, exchange.txid, address,
+                    recorded=(exchange.id, exchange.port), epoch=epoch,
+                )  # fmt: skip
+                adopting.exchanges.append((exchange, exchange_version, self._spawned(start)))
+        except RoqError:
+            self._abandon(adopting)
+            raise
+        return adopting
+
+    def _adopted(self, adopting: _Adopting) -> None:
+        """Wait for the queue's spawned processes; record where they serve if it changed (a
+        port another program took); a monitor on other ports tells the exchanges."""
+        record = adopting.record
+        monitor = self._ready(adopting.monitor) if adopting.monitor else None
+        if monitor is not None and not self._record_monitor(record, adopting.version, monitor):
+            log.warning("queue %s changed while it was re-adopted; leaving it", record.name)
+            self._abandon(adopting)
+            self._stop_queue_children(record.name)
+            return
+        for exchange, version, start in adopting.exchanges:
+            self._record_exchange(exchange, version, self._ready(start))
+        wanted = adopting.monitor.child if adopting.monitor else None
+        if monitor is not None and wanted is not None and monitor is not wanted:
+            self._tell_moved(record.name, self.address, monitor.port, monitor.meta["stat_port"],
+                             record.epoch)  # fmt: skip
+        log.info("host %s: re-adopted queue %s", self.name, record.name)
+
+    def _record_monitor(self, record: QueueRecord, version: int, monitor: Child) -> bool:
+        """The queue's record names where its monitor now serves; False if the record changed
+        meanwhile (the GCM re-placed the queue while this host came back)."""
+        port, stat = monitor.port, monitor.meta["stat_port"]
+        endpoint = f"tcp://{self.address}:{port}"
+        if endpoint == record.monitor and stat == record.stat_port:
+            return True
+        record.monitor, record.monitor_port, record.stat_port = endpoint, port, stat
+        record.stat = f"tcp://{self.address}:{stat + 1}"
+        return self.registry.move_queue(record, version)
+
+    def _record_exchange(self, exchange: ExchangeRecord, version: int, child: Child) -> None:
+        info = self._exchange_doc(child)
+        if child.port != exchange.port or info.front != exchange.front:
+            exchange.port, exchange.front, exchange.back = info.port, info.front, info.back
+            self.registry.move_exchange(exchange, version)
+
+    def _abandon(self, adopting: _Adopting) -> None:
+        """Stop the queue's processes spawned and not yet waited for, and free their ports."""
+        for start in adopting.starts():
+            if not start.done:
+                start.done = True
+                supervision.stop(start.child, self.context)
+                self._release(start.ports)
 
     def _keep_lost_logs(self, only: str = "") -> None:
         """A keeper for each lost exchange of a RUNNING queue whose log (or copies) this host
@@ -377,43 +490,6 @@ class HostConfigManager:
                 continue
             log.warning("host %s: keeps the log of lost exchange %s/%s for reads and copies",
                         self.name, queue, record.id)  # fmt: skip
-
-    def _adopt_queue(self, record: QueueRecord, version: int) -> None:
-        queue = record.name
-        address, port, stat = (
-            adoption.address_of(record.monitor),
-            record.monitor_port,
-            record.stat_port,
-        )
-        if record.host == self.name and not self._of(queue, "monitor"):
-            # re-adopted, not re-placed: the same assignment, so the recorded epoch
-            monitor = self._start_monitor(queue, (port, stat), record.epoch)
-            address, port, stat = self.address, monitor.port, monitor.meta["stat_port"]
-            endpoint = f"tcp://{address}:{port}"
-            if endpoint != record.monitor or stat != record.stat_port:
-                record.monitor, record.monitor_port, record.stat_port = endpoint, port, stat
-                record.stat = f"tcp://{address}:{stat + 1}"
-                if not self.registry.move_queue(record, version):
-                    log.warning("queue %s changed while it was re-adopted; leaving it", queue)
-                    self._stop_queue_children(queue)
-                    return
-        for exchange, exchange_version in adoption.recorded_exchanges(
-            self.registry, queue, self.name
-        ):
-            child = self._start_exchange(
-                queue,
-                port,
-                stat,
-                exchange.txid,
-                address,
-                recorded=(exchange.id, exchange.port),
-                epoch=record.epoch,
-            )
-            if child.port != exchange.port or self._exchange_doc(child).front != exchange.front:
-                info = self._exchange_doc(child)
-                exchange.port, exchange.front, exchange.back = info.port, info.front, info.back
-                self.registry.move_exchange(exchange, exchange_version)
-        log.info("host %s: re-adopted queue %s", self.name, queue)
 
     def _stop_moved(self) -> None:
         """Stop the children whose assignment ZooKeeper no longer gives this host: the GCM
@@ -511,36 +587,30 @@ class HostConfigManager:
         """On `prefer` (its recorded base and stat ports) if they are free, else on new ones;
         acting under the assignment `epoch` (restarts keep it: same command line)."""
         for attempt in range(limits.child_bind_attempts):
-            want_port, want_stat = prefer if attempt == 0 else (0, 0)
-            port = self.ports.allocate("monitor", {"queue": queue}, want_port)
-            stat = self.ports.allocate("stat", {"queue": queue}, want_stat)
-            child = Child(
-                name=f"monitor {queue}",
-                role="monitor",
-                queue=queue,
-                port=port,
-                control=endpoint_at(self.address, port, MonitorPort.CONTROL),
-                argv=roq_command(
-                    "monitor",
-                    queue,
-                    "--bind",
-                    self.address,
-                    "--port",
-                    str(port),
-                    "--stat-port",
-                    str(stat),
-                    "--lease",
-                    str(self.lease.path),
-                    "--epoch",
-                    str(epoch),
-                    *self._overrides(),
-                ),
-                id=f"monitor-{queue}",
-                meta={"stat_port": stat, "epoch": epoch},
-            )
-            if self._launch(child, [port, stat]):
-                return child
+            start = self._monitor_start(queue, prefer if attempt == 0 else (0, 0), epoch)
+            if self._await(self._spawned(start)):
+                return start.child
         raise PortInUse(f"could not start the monitor of {queue}: ports kept being taken")
+
+    def _monitor_start(self, queue: str, want: tuple[int, int], epoch: int) -> _Start:
+        port = self.ports.allocate("monitor", {"queue": queue}, want[0])
+        stat = self.ports.allocate("stat", {"queue": queue}, want[1])
+        argv = roq_command(
+            "monitor", queue, "--bind", self.address, "--port", str(port),
+            "--stat-port", str(stat), "--lease", str(self.lease.path),
+            "--epoch", str(epoch), *self._overrides(),
+        )  # fmt: skip
+        child = Child(
+            name=f"monitor {queue}",
+            role="monitor",
+            queue=queue,
+            port=port,
+            control=endpoint_at(self.address, port, MonitorPort.CONTROL),
+            argv=argv,
+            id=f"monitor-{queue}",
+            meta={"stat_port": stat, "epoch": epoch},
+        )
+        return _Start(child, [port, stat], lambda: self._start_monitor(queue, (0, 0), epoch))
 
     def _start_exchange(
         self,
@@ -556,63 +626,78 @@ class HostConfigManager:
         """A new exchange, or with `recorded` (its id and port) one started again on its log;
         `epoch`: its monitor's, the oldest it takes a monitor's word from; `keeper`: the log
         keeper of the recorded exchange, which was lost (host/keepers.py)."""
-        role = "keeper" if keeper else "exchange"
-        monitor_address = monitor_address or self.address
         for attempt in range(limits.child_bind_attempts):
-            owner = {"queue": queue, "txid": txid}
-            port = self.ports.allocate("exchange", owner, recorded[1] if attempt == 0 else 0)
-            exchange_id = (
-                recorded[0] or f"{self.name.replace(':', '_')}-{port}-{uuid.uuid4().hex[:6]}"
-            )
-            child = Child(
-                name=f"{'log keeper' if keeper else 'exchange'} {queue}/{exchange_id}",
-                role=role,
-                queue=queue,
-                port=port,
-                control=endpoint_at(self.address, port, ExchangePort.CONTROL),
-                id=exchange_id,
-                txid=txid,
-                argv=roq_command(
-                    "exchange",
-                    queue,
-                    "--bind",
-                    self.address,
-                    "--port",
-                    str(port),
-                    "--monitor",
-                    endpoint_at(monitor_address, monitor_port, MonitorPort.REPORTS),
-                    "--stat",
-                    endpoint_at(monitor_address, stat_port, StatPort.IN),
-                    "--id",
-                    exchange_id,
-                    "--lease",
-                    str(self.lease.path),
-                    "--epoch",
-                    str(epoch),
-                    *(["--keeper"] if keeper else []),
-                    *self._overrides(),
-                ),
-            )
-            if self._launch(child, [port]):
-                return child
+            start = self._exchange_start(
+                queue, monitor_port, stat_port, txid, monitor_address,
+                (recorded[0], recorded[1] if attempt == 0 else 0), epoch, keeper,
+            )  # fmt: skip
+            if self._await(self._spawned(start)):
+                return start.child
         raise PortInUse(f"could not start an exchange of {queue}: ports kept being taken")
 
-    def _launch(self, child: Child, ports: list[int]) -> bool:
-        """Start a child; False if it lost its ports to another program (try other ports)."""
+    def _exchange_start(
+        self,
+        queue: str,
+        monitor_port: int,
+        stat_port: int,
+        txid: str,
+        monitor_address: str | None = None,
+        recorded: tuple[str, int] = ("", 0),
+        epoch: int = 0,
+        keeper: bool = False,
+    ) -> _Start:
+        monitor_address = monitor_address or self.address
+        port = self.ports.allocate("exchange", {"queue": queue, "txid": txid}, recorded[1])
+        exchange_id = recorded[0] or f"{self.name.replace(':', '_')}-{port}-{uuid.uuid4().hex[:6]}"
+        argv = roq_command(
+            "exchange", queue, "--bind", self.address, "--port", str(port),
+            "--monitor", endpoint_at(monitor_address, monitor_port, MonitorPort.REPORTS),
+            "--stat", endpoint_at(monitor_address, stat_port, StatPort.IN),
+            "--id", exchange_id, "--lease", str(self.lease.path), "--epoch", str(epoch),
+            *(["--keeper"] if keeper else []), *self._overrides(),
+        )  # fmt: skip
+        child = Child(
+            name=f"{'log keeper' if keeper else 'exchange'} {queue}/{exchange_id}",
+            role="keeper" if keeper else "exchange",
+            queue=queue,
+            port=port,
+            control=endpoint_at(self.address, port, ExchangePort.CONTROL),
+            id=exchange_id,
+            txid=txid,
+            argv=argv,
+        )
+        again = (queue, monitor_port, stat_port, txid, monitor_address, (exchange_id, 0), epoch,
+                 keeper)  # fmt: skip
+        return _Start(child, [port], lambda: self._start_exchange(*again))
+
+    def _spawned(self, start: _Start) -> _Start:
+        supervision.spawn(start.child)
+        return start
+
+    def _await(self, start: _Start) -> bool:
+        """Wait until a spawned child answers; False if it lost its ports to another program
+        (the caller tries other ports)."""
+        start.done = True
         try:
-            supervision.start(child, self.context)
+            supervision.wait_ready(start.child, self.context)
         except PortInUse as error:
             log.warning("%s", error)
-            for port in ports:
-                self.ports.release(port)
-                self.ports.in_use.add(port)  # keep skipping it until it is freed and reused
+            self._release(start.ports)
+            self.ports.in_use.update(start.ports)  # keep skipping them until freed and reused
             return False
         except RoqError:
-            for port in ports:
-                self.ports.release(port)
+            self._release(start.ports)
             raise
-        self.children.append(child)
+        self.children.append(start.child)
         return True
+
+    def _ready(self, start: _Start) -> Child:
+        """A spawned child, once it answers; started again on other ports if it lost these."""
+        return start.child if self._await(start) else start.again()
+
+    def _release(self, ports: list[int]) -> None:
+        for port in ports:
+            self.ports.release(port)
 
     def _overrides(self) -> list[str]:
         """The host's non-default settings, handed to its children on their command line."""

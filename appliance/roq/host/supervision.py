@@ -67,6 +67,13 @@ class Child:
 
 def start(child: Child, context: Any) -> None:
     """Start the process and wait until it answers PING; raise PortInUse or ChildFailed."""
+    spawn(child)
+    wait_ready(child, context)
+
+
+def spawn(child: Child) -> None:
+    """Start the process, not waiting for it (`wait_ready`): a host resuming many children
+    spawns them all first, so their starts overlap."""
     child.process = subprocess.Popen(
         child.argv,
         env=child_environment(),
@@ -74,6 +81,12 @@ def start(child: Child, context: Any) -> None:
         preexec_fn=die_with_parent,  # noqa: PLW1509 (no threads start children concurrently)
     )
     child.started_at = time.monotonic()
+
+
+def wait_ready(child: Child, context: Any) -> None:
+    """Wait until a spawned child answers PING; raise PortInUse or ChildFailed (then it is
+    stopped)."""
+    assert child.process is not None
     _wait_ready(child, context)
     log.info("%s started (pid %d, control %s)", child.name, child.process.pid, child.control)
 
