@@ -119,6 +119,11 @@ class NotLeader(CoordinationError):
     pass
 
 
+class TopicRefused(RoqError):
+    """An HTTP gateway request breaks a rule of the mq API (the reason says which): an HTTP 400
+    (a topic taken, not its owner, not the subscriber's next message...)."""
+
+
 class NameTaken(CoordinationError):
     """Another live process is registered under this host name. Temporary: the name is free
     again once that process stops or its ZooKeeper session expires."""

@@ -368,6 +368,10 @@ http_wait_s_max = 30.0  # the longest v2 long-polling get
 http_catchup_s = 3.0  # a get waits this long for the log to bring a message ZooKeeper says exists
 http_publish_timeout_s = 10.0  # the exchange must confirm a publish's messages within this
 http_waiters_max = 10_000  # long polls parked at once; past it a get answers without waiting
+# A topic's monitor (its state, client/topics.py) restarting or moving is waited for this long,
+# then the request answers 503: a monitor restart takes 1-3 s, a re-placement after a host loss
+# the ZooKeeper session and host.loss.grace; a worker thread is not held longer than a publish.
+http_monitor_wait_s = 10.0
 http_consumer_retry_s = 1.0  # a log consumer that failed starts again after this
 http_publisher_replace_s = 1.0  # a failed publisher is replaced at most once per this, per queue
 http_keepalive_s = 5  # an idle keep-alive connection is closed after this
@@ -487,6 +491,10 @@ principal_tokens_max = 16
 # The longest Authorization header value the gateway hashes; a longer one is no roq token: 401.
 # (roq's tokens are 47 characters; uvicorn's h11 bounds the whole head at 64 KiB anyway.)
 http_authorization_chars_max = 512
+# A topic's, owner's or subscriber's name as a gateway's monitor request carries it: the largest
+# maxNameLen (config/keys.py); and the largest maxTopics / maxSubscribers a request names.
+http_name_chars_max = 1_000
+http_limit_max = 10_000_000
 
 # --- the cluster's secret in AWS Systems Manager Parameter Store (issue 23) --------------------
 # `roq keys ssm-put|ssm-get` (roq.cloud.parameters): the cluster.json an EC2 host fetches at boot.

@@ -24,6 +24,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from roq import limits
+from roq.coordination import session
 from roq.system.spawn import child_environment, roq_command
 from roq.testing.cluster import (
     LocalCluster,
@@ -491,11 +493,13 @@ def test_a_publisher_that_failed_with_its_queue_stopped_is_replaced_once_it_runs
     """The gateway's queue stopped under it: publishes answer 503 naming why, the gateway serves
     on, and its publisher fails for good once it has waited its bound for an exchange; the
     queue started again, a publish gets a new publisher, is stored and read back, and /metrics
-    counts the replacement."""
+    counts the replacement. With the topics in ZooKeeper: with them in the queue's state log,
+    the stopped queue refuses a publish before its publisher is reached (the next test)."""
+    zookeeper_store = {"delivery.state": "zookeeper"}
     cluster.start_gcm()
-    cluster.start_host()
+    cluster.start_host(**zookeeper_store)
     cluster.wait_ready()
-    daemon, api = start_gateway(cluster, maxQueueSize=100)  # no refused publish evicts one
+    daemon, api = start_gateway(cluster, maxQueueSize=100, **zookeeper_store)
     assert api.v1("topic/register", owner="o", topic="t")[0] == 200
     assert api.v1("topic/subscribe", subscriber="s", topic="t")[0] == 200
     assert api.v1("message/publish", owner="o", topic="t", msg="before")[0] == 200
@@ -526,6 +530,121 @@ def test_a_publisher_that_failed_with_its_queue_stopped_is_replaced_once_it_runs
         assert api.v1("message/ack", subscriber="s", topic="t", msgIdx=got["msgIdx"])[0] == 200
     assert read[0] == "before" and read[-1] == "after", read
     assert set(read[1:-1]) <= {"message evicted"}, read
+
+
+def test_topics_in_the_state_log_answer_503_while_their_queue_is_stopped_and_resume_after(
+    cluster: LocalCluster,
+) -> None:
+    """The topics' state is in the state log of http-0's monitor: stopped with its queue, every
+    call on a topic answers 503 naming the queue (within the gateway's bound, 10 s), the gateway
+    serves on; started again, the state is where it was: the head, the subscriber's position,
+    the messages."""
+    cluster.start_gcm()
+    cluster.start_host()
+    cluster.wait_ready()
+    _, api = start_gateway(cluster)
+    assert api.v1("topic/register", owner="o", topic="t")[0] == 200
+    assert api.v1("topic/subscribe", subscriber="s", topic="t")[0] == 200
+    for n in range(3):
+        assert api.v1("message/publish", owner="o", topic="t", msg=f"m{n}")[1] == {"msgIdx": n + 1}
+    assert api.v1("message/ack", subscriber="s", topic="t", msgIdx=1)[0] == 200
+    cluster.cli("queue", "stop", "http-0", "--gcm", cluster.gcm, timeout_s=60).check_returncode()
+    started = time.monotonic()
+    status, body = api.v1("message/publish", owner="o", topic="t", msg="while-stopped")
+    assert (status, "http-0" in body["error"]) == (503, True), body
+    assert time.monotonic() - started < limits.http_monitor_wait_s + 5
+    assert api.v1("message/get", subscriber="s", topic="t")[0] == 503
+    assert api.client.get("/metrics", timeout=5).status_code == 200  # it serves on
+    cluster.cli("queue", "start", "http-0", "--gcm", cluster.gcm, timeout_s=60).check_returncode()
+    wait_for(lambda: api.v1("message/get", subscriber="s", topic="t")[0] == 200, 60,
+             f"a get once http-0 runs again\n{cluster.logs()}")  # fmt: skip
+    assert api.v1("message/get", subscriber="s", topic="t")[1] == {"msgIdx": 2, "msg": "m1"}
+    assert api.v1("message/publish", owner="o", topic="t", msg="m3")[1] == {"msgIdx": 4}
+
+
+def _zxid(zk: Any, cluster: LocalCluster, name: str) -> int:
+    """ZooKeeper's transaction id now: the creation zxid of a probe znode made for it."""
+    path = f"{cluster.namespace}/probe-{name}"
+    zk.create(path, b"")
+    return int(zk.exists(path).czxid)
+
+
+def test_topics_on_the_state_log_write_nothing_to_zookeeper_and_outlive_their_monitor(
+    cluster: LocalCluster,
+) -> None:
+    """Issue 29's structural check for the gateway: 100 publishes, 100 gets and 100 acks move
+    ZooKeeper's zxid by less than 1 % of the calls (with the ZooKeeper store: one transaction
+    per publish and per ack), and no topic znode exists. Then the monitor of http-0 is killed
+    (kill -9): started again by its host, it reads its state log back, and the head, the
+    position and the registration are what the gateway was told."""
+    cluster.start_gcm()
+    cluster.start_host("h1")
+    cluster.start_host("h2")  # the state log's copy goes to an exchange of the other host
+    cluster.wait_ready(hosts=2)
+    _, api = start_gateway(cluster)
+    assert api.v1("topic/register", owner="o", topic="t")[0] == 200
+    assert api.v1("topic/subscribe", subscriber="s", topic="t")[0] == 200
+    calls = 300
+    zk = session.connect(cluster.zk, 4000, auth=cluster.zk_auth)
+    try:
+        before = _zxid(zk, cluster, "before")
+        for n in range(calls // 3):
+            assert api.v1("message/publish", owner="o", topic="t", msg=f"m{n}")[0] == 200
+            assert api.v1("message/get", subscriber="s", topic="t")[1]["msg"] == f"m{n}"
+            assert api.v1("message/ack", subscriber="s", topic="t", msgIdx=n + 1)[0] == 200
+        after = _zxid(zk, cluster, "after")
+        assert after - before - 1 < calls / 100, f"{after - before - 1} ZooKeeper transactions"
+        topics = f"{cluster.namespace}/http/topics"
+        assert not zk.exists(topics) or not zk.get_children(topics)
+    finally:
+        session.close(zk)
+
+    def monitors() -> list[int]:
+        return processes_with("monitor http-0 --bind", str(cluster.tmp))
+
+    [monitor] = monitors()
+    os.kill(monitor, signal.SIGKILL)
+    wait_for(lambda: monitors() not in ([], [monitor]), 30, "the monitor of http-0 again")
+    wait_for(lambda: api.v1("message/publish", owner="o", topic="t", msg="last")[0] == 200, 30,
+             f"a publish once the monitor is back\n{cluster.logs()}")  # fmt: skip
+    assert api.v1("message/get", subscriber="s", topic="t")[1] == {"msgIdx": 101, "msg": "last"}
+    assert api.v1("topic/register", owner="x", topic="t")[0] == 400  # still registered
+
+
+def test_topics_kept_in_zookeeper_move_into_the_state_log_when_a_gateway_starts_on_it(
+    cluster: LocalCluster,
+) -> None:
+    """Migration: a gateway that kept its topics in ZooKeeper (`delivery.state=zookeeper`, as
+    every gateway did before 26 Nov) is replaced by one on the state log: the topics, owners,
+    heads and positions are imported, the znodes deleted, and the subscriber goes on where it
+    was; a second start imports nothing again."""
+    cluster.start_gcm()
+    cluster.start_host()
+    cluster.wait_ready()
+    old, api = start_gateway(cluster, **{"delivery.state": "zookeeper"})
+    for topic in ("t", "u"):
+        assert api.v1("topic/register", owner="o", topic=topic)[0] == 200
+        assert api.v1("topic/subscribe", subscriber="s", topic=topic)[0] == 200
+    for n in range(3):
+        assert api.v1("message/publish", owner="o", topic="t", msg=f"m{n}")[0] == 200
+    assert api.v1("message/ack", subscriber="s", topic="t", msgIdx=1)[0] == 200
+    port = int(api.base.rsplit(":", 1)[1])
+    cluster.kill(old)
+    new, api = start_gateway(cluster, port=port)
+    assert "moved 2 topics from ZooKeeper" in new.log_text()
+    assert api.v1("message/get", subscriber="s", topic="t")[1] == {"msgIdx": 2, "msg": "m1"}
+    assert api.v1("message/publish", owner="o", topic="t", msg="m3")[1] == {"msgIdx": 4}
+    assert api.v1("message/publish", owner="x", topic="u", msg="no")[0] == 400  # its owner kept
+    assert api.v1("message/get", subscriber="s", topic="u")[0] == 231  # subscribed, nothing yet
+    zk = session.connect(cluster.zk, 4000, auth=cluster.zk_auth)
+    try:
+        assert zk.get_children(f"{cluster.namespace}/http/topics") == []
+    finally:
+        session.close(zk)
+    cluster.kill(new)
+    again, api = start_gateway(cluster, port=port)
+    assert again.log_text().count("topics from ZooKeeper") == 1  # the first start's (one log)
+    assert api.v1("message/get", subscriber="s", topic="t")[1] == {"msgIdx": 2, "msg": "m1"}
 
 
 def test_roq_up_serves_the_gateway(tmp_path: Path, port_blocks: PortBlocks) -> None:

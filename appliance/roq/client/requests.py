@@ -39,10 +39,9 @@ import bson
 
 from roq import limits
 from roq.client.consumer import Consumer, Delivery
-from roq.client.locate import locate_monitor
+from roq.client.monitorlink import Locate, MonitorLink
 from roq.client.publisher import Publisher
-from roq.errors import DecodeError, RoqError, TransportError
-from roq.protocol.bsonmsg import Reply
+from roq.errors import DecodeError, RoqError
 from roq.protocol.commands import MonitorCommand
 from roq.protocol.messages.tasks import (
     FINAL,
@@ -57,9 +56,6 @@ from roq.protocol.messages.tasks import (
     service_group,
     service_key,
 )
-from roq.protocol.ports import MonitorPort
-from roq.transport import new_context
-from roq.transport.rpc import Requester as _Rpc
 
 log = logging.getLogger(__name__)
 
@@ -86,20 +82,14 @@ class TaskTimeout(RoqError):
     """`Task.result(timeout_s)` ran out before the task ended (it goes on)."""
 
 
-class _Link:
-    """Requests to the queue's monitor, asked again while it is busy (ZooKeeper), restarting or
-    moving (then the GCM is asked where it went), for at most `limits.work_monitor_wait_s`.
+class _Link(MonitorLink):
+    """Requests to the queue's monitor (client/monitorlink.py). It also carries the
+    acknowledgements of results handed out (`defer_ack`): they ride along with the next
+    TASK_SUBMIT or TASK_GET (`Acks`), so a call costs no round trip of its own for them; an id
+    goes until a request carrying it is answered, and what is left is sent at `close`."""
 
-    It also carries the acknowledgements of results handed out (`defer_ack`): they ride along
-    with the next TASK_SUBMIT or TASK_GET (`Acks`), so a call costs no round trip of its own
-    for them; an id goes until a request carrying it is answered, and what is left is sent at
-    `close`."""
-
-    def __init__(self, queue: str, locate: tuple[str | None, str | None, str]):
-        self.queue, self._locate = queue, locate
-        self._context = new_context()
-        self._monitor = locate_monitor(queue, *locate)
-        self._rpc = self._new_rpc()
+    def __init__(self, queue: str, locate: Locate):
+        super().__init__(queue, locate)
         self._acks: list[str] = []  # results handed out, not yet acknowledged
 
     def defer_ack(self, task: str) -> None:
@@ -121,44 +111,8 @@ class _Link:
         del self._acks[: len(carried)]
         return view
 
-    def _new_rpc(self) -> _Rpc:
-        endpoint = self._monitor.at(MonitorPort.PLACEMENT)
-        return _Rpc(self._context, endpoint, limits.work_request_timeout_ms)
-
-    def ask(self, doc: dict[str, Any]) -> dict[str, Any]:
-        deadline = time.monotonic() + limits.work_monitor_wait_s
-        while True:
-            try:
-                reply = self._rpc.request(doc)
-            except TransportError as error:
-                problem = str(error)
-                self._follow()
-            else:
-                outcome = Reply.decode(reply)
-                if outcome.ok:
-                    return reply
-                if outcome.error == "fenced":
-                    self._follow()
-                elif outcome.error != "busy":
-                    raise RoqError(f"queue {self.queue}: {outcome.comment}")
-                problem = outcome.comment
-            if time.monotonic() > deadline:
-                raise RoqError(f"queue {self.queue}: the monitor does not answer: {problem}")
-            time.sleep(limits.work_poll_ms / 1000)
-
     def view(self, doc: dict[str, Any]) -> TaskView:
         return TaskView.decode(self.ask(doc))
-
-    def _follow(self) -> None:
-        try:
-            found = locate_monitor(self.queue, *self._locate, quick=True)
-        except RoqError:
-            return
-        if found.base != self._monitor.base:
-            log.warning("queue %s: the monitor moved to %s", self.queue, found.base)
-            self._rpc.close()
-            self._monitor = found
-            self._rpc = self._new_rpc()
 
     def close(self) -> None:
         try:
@@ -166,8 +120,7 @@ class _Link:
         except RoqError as error:  # the results stay until request.result.ttl.ms collects them
             log.warning("queue %s: %d results not acknowledged: %s", self.queue,
                         len(self._acks), error)  # fmt: skip
-        self._rpc.close()
-        self._context.term()
+        super().close()
 
 
 class Task:

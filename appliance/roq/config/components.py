@@ -492,6 +492,8 @@ class HttpSettings:
     max_msg_size: int = field(metadata=key("maxMsgSize"))  # bytes of UTF-8
     max_topics: int = field(metadata=key("maxTopics"))
     max_subscribers: int = field(metadata=key("maxSubscribers"))  # per topic
+    # where the topics are kept: log (the state logs of the http-N queues' monitors) | zookeeper
+    delivery_state: str = field(metadata=key("delivery.state"))
     zk: ZooKeeperSettings
 
     security: SecuritySettings

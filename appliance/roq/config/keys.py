@@ -886,11 +886,12 @@ HCM_KEYS: tuple[Key, ...] = (
         "delivery.state",
         str,
         "log",
-        "Where a queue's monitor keeps its delivery state, the request/response task records "
-        "and the consumer groups' slots: log (its own state log, copied to replicationFactor - "
+        "Where a queue's monitor keeps its delivery state, the request/response task records, "
+        "the consumer groups' slots and the HTTP gateway's topics (read by roq http too: every "
+        "gateway must have the same): log (its own state log, copied to replicationFactor - "
         "1 exchanges and read back by a monitor re-placed after a host loss: no ZooKeeper write "
-        "per task or ack; docs/architecture.md §12) or zookeeper (a znode per task and per "
-        "slot, as before 26 Nov).",
+        "per task or ack; docs/architecture.md §12) or zookeeper (a znode per task, per "
+        "slot and per topic and subscriber, as before 26 Nov).",
         choices=("zookeeper", "log"),
         section="Request queues",
     ),

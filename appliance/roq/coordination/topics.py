@@ -24,18 +24,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 
 from roq import limits
 from roq.coordination.paths import Paths
-from roq.errors import CoordinationError, RoqError
+from roq.errors import CoordinationError, TopicRefused
 
 log = logging.getLogger(__name__)
-
-
-class TopicRefused(RoqError):
-    """The request breaks a rule of the API (the reason says which): an HTTP 400."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +145,33 @@ class TopicStore:
         except BadVersionError:
             raise TopicRefused(f"message {index} was acknowledged concurrently") from None
         return index + 1
+
+    # --- migration to the state log (docs/http.md, "Migration") ------------------------------
+    def exported(self) -> Iterator[tuple[Topic, list[tuple[str, int]]]]:
+        """Every topic kept here, with its subscribers' (name, next index); one topic read at
+        a time (a topic deleted meanwhile is skipped)."""
+        with _translated("list topics"):
+            names = self.client.get_children(self.root) if self.client.exists(self.root) else []
+        for name in names:
+            topic = unquote(name[1:])
+            try:
+                current = self.get(topic)
+                with _translated(f"list the subscribers of {topic!r}"):
+                    children = self.client.get_children(self._topic_path(topic))
+                followers = [self._follower(topic, unquote(child[1:])) for child in children]
+            except (TopicRefused, NoNodeError):
+                continue
+            yield current, followers
+
+    def _follower(self, topic: str, subscriber: str) -> tuple[str, int]:
+        with _translated(f"read subscriber {subscriber!r} of {topic!r}"):
+            data, _ = self.client.get(self._subscriber_path(topic, subscriber))
+        return subscriber, int(json.loads(data.decode())["next"])
+
+    def delete(self, topic: str) -> None:
+        """The topic's znode and its subscribers' (once they are kept elsewhere)."""
+        with _translated(f"delete topic {topic!r}"):
+            self.client.delete(self._topic_path(topic), recursive=True)
 
 
 @contextmanager

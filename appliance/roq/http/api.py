@@ -31,8 +31,7 @@ from starlette.routing import Route
 
 from roq import limits
 from roq.config import HttpSettings
-from roq.coordination.topics import TopicRefused
-from roq.errors import CoordinationError
+from roq.errors import CoordinationError, TopicRefused
 from roq.http.auth import Access, Refused
 from roq.http.gateway import EVICTED, NO_MESSAGE, OK, Gateway, Unavailable
 from roq.http.metrics import CONTENT_TYPE, Metrics

@@ -1,9 +1,10 @@
-"""What each API call does. ZooKeeper (coordination/topics.py) holds the registrations, owners,
-heads and subscriber positions; roq's logs hold the messages; the index (index.py) is this
-gateway's view of the logs.
+"""What each API call does. The monitor of each topic's queue keeps the registrations, owners,
+heads and subscriber positions in its state log (client/topics.py, monitor/topics.py; with
+`delivery.state=zookeeper`, ZooKeeper does: coordination/topics.py); roq's logs hold the
+messages; the index (index.py) is this gateway's view of the logs.
 
-- register: create the topic's znode (owner, head 0).
-- publish: take the next indexes of the topic (a compare-and-set of its head), then publish the
+- register: record the topic (owner, head 0).
+- publish: take the next indexes of the topic (its monitor moves the head), then publish the
   messages, each carrying its topic and index, to the topic's queue and wait for the exchange's
   confirmation (`http.acks`). Only then the 200. A publish that fails after taking its indexes
   leaves them unused: a get of such an index answers 230 once a later message of the topic
@@ -36,11 +37,12 @@ from roq import limits
 from roq.client import credentials
 from roq.client.admin import AdminClient, AdminRefused
 from roq.client.publisher import Publisher
+from roq.client.topics import TopicClient
 from roq.config import HttpSettings
 from roq.coordination import session
 from roq.coordination.paths import Paths
-from roq.coordination.topics import TopicRefused, TopicStore
-from roq.errors import CoordinationError, RoqError
+from roq.coordination.topics import TopicStore
+from roq.errors import CoordinationError, RoqError, TopicRefused
 from roq.http import records
 from roq.http.auth import Access
 from roq.http.consumer import LogConsumer
@@ -79,7 +81,7 @@ class Gateway:
         self._replaced_at: dict[str, float] = {}
         self.replaced = 0  # failed publishers replaced (GET /metrics)
         self.zk: Any = None
-        self.store: TopicStore
+        self.store: TopicStore | TopicClient
         self.access = Access(credentials.secured())  # who may call (bearer tokens)
 
     # --- life ----------------------------------------------------------------------------------
@@ -89,11 +91,31 @@ class Gateway:
         zk = self.settings.zk
         self.zk = session.connect(zk.servers, zk.session_timeout_ms, auth=credentials.zk_auth())
         self.access.follow(self.zk, zk.namespace)
-        self.store = TopicStore(self.zk, self.paths)
+        if self.settings.delivery_state == "log":
+            locate = (None, zk.servers, zk.namespace)
+            self.store = TopicClient(self.settings.queues, self.queue_of, locate)
+        else:
+            self.store = TopicStore(self.zk, self.paths)
         self.store.ensure_root()
         self._ensure_queues()
+        if isinstance(self.store, TopicClient):
+            self._migrate(self.store)
         for queue in self.settings.queues:
             self.publishers[queue] = self._new_publisher(queue)
+
+    def _migrate(self, store: TopicClient) -> None:
+        """Topics kept in ZooKeeper (before 26 Nov, or by `delivery.state=zookeeper`) move into
+        their queues' state logs: each is imported (what a monitor holds already is kept),
+        then its znodes deleted. Idempotent: a gateway killed half way, or two starting at once,
+        import again what is left (docs/http.md, "Migration")."""
+        old = TopicStore(self.zk, self.paths)
+        moved = 0
+        for topic, followers in old.exported():
+            store.import_topic(topic.name, topic.owner, topic.head, followers)
+            old.delete(topic.name)
+            moved += 1
+        if moved:
+            log.warning("http: moved %d topics from ZooKeeper into their queues' state logs", moved)
 
     def _new_publisher(self, queue: str) -> Publisher:
         zk = self.settings.zk
@@ -133,6 +155,9 @@ class Gateway:
             except RoqError as error:
                 log.warning("http: closing %s: %s", publisher.name, error)
         self.pool.shutdown(wait=True, cancel_futures=True)
+        store = getattr(self, "store", None)
+        if isinstance(store, TopicClient):
+            store.close()  # its links: the pool is done with them
         if self.zk is not None:
             session.close(self.zk)
 
@@ -221,14 +246,14 @@ class Gateway:
                 left = deadline - time.monotonic()
                 if left <= 0 or not await self.index.wait_for(topic, following, left):
                     return Got(NO_MESSAGE, following)
-                continue  # something arrived: ZooKeeper says whether it is still ours
+                continue  # something arrived: the store says whether it is still ours
             message = self.index.lookup(topic, following)
             if message is not None:
                 return Got(OK, following, message)
             return await self._catch_up(topic, following)
 
     async def _catch_up(self, topic: str, index: int) -> Got:
-        """ZooKeeper says message `index` was published, the index does not have it yet."""
+        """The store says message `index` was published, the index does not have it yet."""
         await self.index.wait_for(topic, index, limits.http_catchup_s, exact=True)
         message = self.index.lookup(topic, index)
         if message is not None:

@@ -61,6 +61,7 @@ from roq.monitor.scaling import Scaler
 from roq.monitor.state import CopyCandidate, StateKeeper
 from roq.monitor.tasklog import TaskLog
 from roq.monitor.tasks import TASK_COMMANDS, TaskManager
+from roq.monitor.topics import TopicManager
 from roq.protocol import bsonmsg
 from roq.protocol.bsonmsg import Document
 from roq.protocol.commands import MonitorCommand, Reason
@@ -97,6 +98,7 @@ from roq.protocol.messages.monitor import (
     SubscriberInit,
     decode_exchange_message,
 )
+from roq.protocol.messages.topics import TOPIC_COMMANDS
 from roq.protocol.names import is_state_log
 from roq.protocol.ports import ExchangePort, MonitorPort, StatPort, port_at, sibling
 from roq.protocol.principals import Permission, Principal, refusal
@@ -116,6 +118,9 @@ from roq.transport.control import ControlServer
 from roq.transport.rpc import Envelope, answer_routed, send_routed
 
 log = logging.getLogger(__name__)
+# With the state log, these replies show state written by their request: each is sent once the
+# writes before it are on min.insync.copies copies (`StateKeeper.answer`).
+_WAIT_FOR_COPIES = TASK_COMMANDS | TOPIC_COMMANDS
 
 
 class Monitor:
@@ -182,6 +187,7 @@ class Monitor:
             self.groups.wake,
             store=TaskLog(self.state) if self.state is not None else None,
         )  # request/response
+        self.topics = TopicManager(queue, self.state)  # the HTTP gateway's, in http-N queues
         self.table = self._placement_table()
 
     def _state_keeper(self, context: Any, settings: MonitorSettings) -> StateKeeper:
@@ -576,7 +582,8 @@ class Monitor:
     # its handler returns a typed reply, and every reply (refusals, and the held requests'
     # replies sent later) is stamped with the monitor's epoch in one place, `_stamp`.
     def _placement_table(self) -> Table[Envelope | None]:
-        """SUBSCRIBER_INIT, PUBLISHER_INIT/PANIC, the group (20–26) and task (40–45) commands."""
+        """SUBSCRIBER_INIT, PUBLISHER_INIT/PANIC, the group (20–26), task (40–45) and topic
+        (50–55) commands."""
         return Table(
             self.name,
             {
@@ -585,6 +592,7 @@ class Monitor:
                 MonitorCommand.PUBLISHER_PANIC: route(PublisherInit.decode, self._place),
                 **self.groups.routes(),
                 **self.tasks.routes(),
+                **self.topics.routes(),
             },
             self._stamp,
             unknown=lambda command: f"unknown command {command}",  # its wording before the table
@@ -610,7 +618,7 @@ class Monitor:
         if not self._acting:
             return self._stamp(self._fenced().encode())
         reply = self.table(request, envelope)
-        if reply is None or self.state is None or request.get("CMD") not in TASK_COMMANDS:
+        if reply is None or self.state is None or request.get("CMD") not in _WAIT_FOR_COPIES:
             return reply
         self.state.answer(envelope, reply)  # it may show state not copied yet: it waits
         return None
@@ -962,6 +970,8 @@ def _needs(command: Any) -> tuple[Permission, ...]:
         return (Permission.CONSUME,)  # a worker serving the queue's requests
     if command in TASK_COMMANDS:
         return (Permission.PUBLISH,)  # a requester: submit, poll for and take its result
+    if command in TOPIC_COMMANDS:
+        return (Permission.ADMIN,)  # an HTTP gateway (the cluster's key): it checks its callers
     if command in GROUP_COMMANDS:
         return (Permission.CONSUME,)
     return (Permission.SUBSCRIBE,)

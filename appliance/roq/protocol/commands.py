@@ -34,6 +34,7 @@ class Reason(enum.StrEnum):
     FENCED = "fenced"  # the process's host lost its lease (fencing): ask the GCM where to go
     STALE_EPOCH = "stale_epoch"  # the request carried an older assignment epoch than one seen
     FORBIDDEN = "forbidden"  # the sender's principal lacks the permission the comment names
+    CONFLICT = "conflict"  # the request breaks a rule of the state it names (a topic taken…)
 
 
 @enum.unique
@@ -145,6 +146,16 @@ class MonitorCommand(enum.IntEnum):
     TASK_GET = 43  # → the task's state, and its result once done
     TASK_ACK = 44  # the client has the result: remove the task
     TASK_CONFIG = 45  # the queue's request settings (set the ones given; → all of them)
+    # The HTTP gateway's topics (monitor/topics.py), kept in the state log of the monitor of the
+    # topic's queue (`http-N`), on the placement ROUTER socket (B+1):
+    TOPIC_REGISTER = 50  # register `Topic` for `Name` (its owner), at most `Limit` topics here
+    TOPIC_PUBLISH = 51  # owner `Name` takes `Count` indexes of `Topic` (→ `First`, `Head`)
+    TOPIC_SUBSCRIBE = 52  # `Name` follows `Topic` from after its head (→ `Next`); `Limit` of them
+    TOPIC_POSITION = 53  # → `Name`'s next index in `Topic`, and the topic's `Head`
+    TOPIC_ACK = 54  # `Name` acknowledges message `Index` of `Topic`, its next (→ the new `Next`)
+    TOPIC_COUNT = 55  # → how many topics this queue holds (`Topics`)
+    TOPIC_IMPORT = 56  # a topic kept in ZooKeeper before: `Topic` of owner `Name` at head `Index`,
+    # or with `Subscriber`, that subscriber's next `Index`; nothing if already here
 
 
 @enum.unique

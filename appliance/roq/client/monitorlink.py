@@ -1,0 +1,85 @@
+"""Requests to a queue's monitor on its placement socket (B+1), for the clients that keep their
+state there (request/response: client/requests.py; the HTTP gateway's topics: client/topics.py).
+
+A link asks again while the monitor is busy (recovering its state log, ZooKeeper), restarting or
+moving (then the GCM is asked where it went), for at most `wait_s` (by default
+`limits.work_monitor_wait_s`); any other refusal is raised at once as `MonitorRefused`, with the
+monitor's reason. A link belongs to the thread that made it (one ZeroMQ context and socket).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from roq import limits
+from roq.client.locate import locate_monitor
+from roq.errors import RoqError, TransportError
+from roq.protocol.bsonmsg import Reply
+from roq.protocol.commands import Reason
+from roq.protocol.ports import MonitorPort
+from roq.transport import new_context
+from roq.transport.rpc import Requester as _Rpc
+
+log = logging.getLogger(__name__)
+
+Locate = tuple[str | None, str | None, str]  # (gcm, zk, namespace): where the GCM is found
+
+
+class MonitorRefused(RoqError):
+    """The monitor refused the request for good (not busy, not fenced): `reason` says why."""
+
+    def __init__(self, queue: str, reason: str, comment: str):
+        super().__init__(f"queue {queue}: {comment}")
+        self.reason, self.comment = reason, comment
+
+
+class MonitorLink:
+    def __init__(self, queue: str, locate: Locate, wait_s: float = limits.work_monitor_wait_s):
+        self.queue, self._locate, self.wait_s = queue, locate, wait_s
+        self._context = new_context()
+        self._monitor = locate_monitor(queue, *locate)
+        self._rpc = self._new_rpc()
+
+    def _new_rpc(self) -> _Rpc:
+        endpoint = self._monitor.at(MonitorPort.PLACEMENT)
+        return _Rpc(self._context, endpoint, limits.work_request_timeout_ms)
+
+    def ask(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """The monitor's OK reply to `doc`; MonitorRefused, or RoqError once it did not answer
+        within `wait_s`."""
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            try:
+                reply = self._rpc.request(doc)
+            except TransportError as error:
+                problem = str(error)
+                self._follow()
+            else:
+                outcome = Reply.decode(reply)
+                if outcome.ok:
+                    return reply
+                if outcome.error == Reason.FENCED:
+                    self._follow()
+                elif outcome.error != Reason.BUSY:
+                    raise MonitorRefused(self.queue, outcome.error, outcome.comment)
+                problem = outcome.comment
+            if time.monotonic() > deadline:
+                raise RoqError(f"queue {self.queue}: the monitor does not answer: {problem}")
+            time.sleep(limits.work_poll_ms / 1000)
+
+    def _follow(self) -> None:
+        try:
+            found = locate_monitor(self.queue, *self._locate, quick=True)
+        except RoqError:
+            return
+        if found.base != self._monitor.base:
+            log.warning("queue %s: the monitor moved to %s", self.queue, found.base)
+            self._rpc.close()
+            self._monitor = found
+            self._rpc = self._new_rpc()
+
+    def close(self) -> None:
+        self._rpc.close()
+        self._context.term()

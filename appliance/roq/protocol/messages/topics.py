@@ -1,0 +1,96 @@
+"""The HTTP gateway's topics (docs/http.md): what a gateway asks the monitor of a topic's queue
+(B+1, commands 50–55), and what it answers. The monitor keeps them in its state log
+(monitor/topics.py); the messages themselves are in the queue's message logs.
+
+One request class serves the seven commands: `Topic` and `Name` (the owner or the subscriber,
+as the command says) with `Count` (a publish's messages), `Index` (the message acknowledged) or
+`Limit` (the most topics, or subscribers of the topic, the request may bring the count to). An
+import (56, a topic kept in ZooKeeper before, docs/http.md "Migration") names the owner and the
+head (`Index`), or a `Subscriber` and its next index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Self
+
+from roq import limits
+from roq.errors import DecodeError
+from roq.protocol import bsonmsg
+from roq.protocol.bsonmsg import Document, field_int, field_str
+from roq.protocol.commands import MonitorCommand
+
+TOPIC_COMMANDS = frozenset(range(MonitorCommand.TOPIC_REGISTER, MonitorCommand.TOPIC_IMPORT + 1))
+_NAMED = frozenset(TOPIC_COMMANDS - {MonitorCommand.TOPIC_COUNT})
+
+
+@dataclass(frozen=True)
+class TopicAsk:
+    """50–55: a topic command. Names are checked here for length (the configuration's
+    `maxNameLen` is the gateway's to check); a count and an index are at least 1."""
+
+    command: MonitorCommand
+    topic: str = ""
+    name: str = ""  # the owner (50, 51) or the subscriber (52–54)
+    count: int = 0  # 51: messages published
+    index: int = 0  # 54: the message acknowledged
+    limit: int = 0  # 50: topics this queue may hold; 52: subscribers the topic may have
+    subscriber: str = ""  # 56: the subscriber whose position is imported ("": the topic)
+
+    def encode(self) -> Document:
+        doc: Document = {"CMD": int(self.command)}
+        if self.command in _NAMED:
+            doc.update(Topic=self.topic, Name=self.name)
+        if self.command == MonitorCommand.TOPIC_PUBLISH:
+            doc["Count"] = self.count
+        if self.command in (MonitorCommand.TOPIC_ACK, MonitorCommand.TOPIC_IMPORT):
+            doc["Index"] = self.index
+        if self.subscriber:
+            doc["Subscriber"] = self.subscriber
+        if self.command in (MonitorCommand.TOPIC_REGISTER, MonitorCommand.TOPIC_SUBSCRIBE):
+            doc["Limit"] = self.limit
+        return doc
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        command = MonitorCommand(field_int(doc, "CMD"))
+        if command not in TOPIC_COMMANDS:
+            raise DecodeError(f"command {int(command)} is not a topic command")
+        if command not in _NAMED:
+            return cls(command)
+        chars = limits.http_name_chars_max
+        topic = field_str(doc, "Topic", max_chars=chars)
+        name = field_str(doc, "Name", max_chars=chars)
+        count = index = limit = 0
+        if command == MonitorCommand.TOPIC_PUBLISH:
+            count = field_int(doc, "Count", lo=1, hi=limits.http_batch_messages_max)
+        if command == MonitorCommand.TOPIC_ACK:
+            index = field_int(doc, "Index", lo=1)
+        if command in (MonitorCommand.TOPIC_REGISTER, MonitorCommand.TOPIC_SUBSCRIBE):
+            limit = field_int(doc, "Limit", lo=0, hi=limits.http_limit_max)
+        subscriber = ""
+        if command == MonitorCommand.TOPIC_IMPORT:
+            index = field_int(doc, "Index", lo=0)
+            subscriber = field_str(doc, "Subscriber", max_chars=chars, default="")
+        return cls(command, topic, name, count, index, limit, subscriber)
+
+
+@dataclass(frozen=True)
+class TopicState:
+    """The answer to a topic command: the topic's `Head` (its newest message's index, 0: none),
+    `First` (51: the first index taken), `Next` (52–54: the subscriber's next index) and
+    `Topics` (55, and 50: how many this queue holds); 0 where the command says nothing."""
+
+    head: int = 0
+    first: int = 0
+    next: int = 0
+    topics: int = 0
+
+    def encode(self) -> Document:
+        return bsonmsg.ok(Head=self.head, First=self.first, Next=self.next, Topics=self.topics)
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        fields = ("Head", "First", "Next", "Topics")
+        return cls(*(field_int(doc, name, default=0) for name in fields))
