@@ -1,11 +1,15 @@
 """The HTTP gateway against a Redis-backed model of the same API (docs/benchmarks.md, §HTTP).
 
     export ROQ_TOKEN=$(roq keys token)   # a secured cluster's gateway asks for a bearer token
-    python benchmarks/http_bench.py --roq http://127.0.0.1:8080 --roq-pid PID --redis-port 6399
+    python benchmarks/http_bench.py --roq http://127.0.0.1:8080 --roq-pid PID --redis-port 6399 \
+        [--roq-zk http://127.0.0.1:8081 --roq-zk-pid PID2] [--cpu-pid NAME=PID ...]
 
 Each run: publish rate and get+ack rate over HTTP/1.1 keep-alive with 1 and 8 concurrent
 clients (each on its own topic), 100 B messages, p50/p99 of a publish, roq and the model
-interleaved (round by round, so both see the same machine); then memory of the gateway process
+interleaved (round by round, so both see the same machine), and the CPU each gateway process
+(and each `--cpu-pid`, e.g. the monitor of http-0 and ZooKeeper) spent per request; with
+`--roq-zk`, a second gateway of the same cluster keeping its topics in ZooKeeper
+(`delivery.state=zookeeper`) in the same rounds; then memory of the gateway process
 (and of ZooKeeper, `--zk-pid`) after 10,000 topics with one subscriber each (10,000
 subscribers); then, with `--zk`, the ack rate ZooKeeper positions allow: TopicStore.ack called
 directly (no HTTP), from 1 and 8 threads, each on its own subscriber. The Redis
@@ -130,16 +134,35 @@ def _run(clients: int, work: Any) -> float:
     return time.perf_counter() - started
 
 
-def rates(base: str, clients: int, count: int, tag: str) -> dict[str, Any]:
-    """Publish `count` messages per client, then get+ack them all; each client its own topic."""
+def cpu_s(pid: int) -> float:
+    """The process's user + system CPU seconds so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_ms_per(pids: dict[str, int], since: dict[str, float], requests: int) -> dict[str, float]:
+    return {name: round((cpu_s(pid) - since[name]) * 1000 / requests, 3)
+            for name, pid in pids.items()}  # fmt: skip
+
+
+def rates(
+    base: str, clients: int, count: int, tag: str, pids: dict[str, int] | None = None
+) -> dict[str, Any]:
+    """Publish `count` messages per client, then get+ack them all; each client its own topic;
+    the CPU milliseconds each of `pids` spent per publish and per get+ack (two requests)."""
+    pids = pids or {}
     with _client(base) as client:
         for n in range(clients):
             topic = f"{tag}{clients}-{n}"
             client.post("/v1/topic/register", json={"owner": "bench", "topic": topic})
             client.post("/v1/topic/subscribe", json={"subscriber": "reader", "topic": topic})
     latencies: list[float] = []
+    before = {name: cpu_s(pid) for name, pid in pids.items()}
     took = _run(clients, lambda n: _client_publish(base, f"{tag}{clients}-{n}", count, latencies))
+    publish_cpu = _cpu_ms_per(pids, before, clients * count)
+    before = {name: cpu_s(pid) for name, pid in pids.items()}
     got = _run(clients, lambda n: _client_get_ack(base, f"{tag}{clients}-{n}", count))
+    get_ack_cpu = _cpu_ms_per(pids, before, clients * count)
     latencies.sort()
     return {
         "clients": clients,
@@ -147,6 +170,8 @@ def rates(base: str, clients: int, count: int, tag: str) -> dict[str, Any]:
         "get_ack_per_s": round(clients * count / got),
         "publish_p50_ms": round(statistics.median(latencies) * 1000, 2),
         "publish_p99_ms": round(latencies[int(len(latencies) * 0.99)] * 1000, 2),
+        "cpu_ms_per_publish": publish_cpu,
+        "cpu_ms_per_get_ack": get_ack_cpu,
     }
 
 
@@ -214,6 +239,15 @@ def main() -> None:
     parser.add_argument("--zk-pid", type=int, default=0, help="ZooKeeper's pid: its RSS too")
     parser.add_argument("--zk", default="", help="ZooKeeper servers: measure the ack ceiling")
     parser.add_argument("--namespace", default="/roq", help="the cluster's zk.namespace")
+    parser.add_argument("--roq-zk", default="", help="a second roq http, delivery.state=zookeeper")
+    parser.add_argument("--roq-zk-pid", type=int, default=0, help="pid of that roq http")
+    parser.add_argument(
+        "--cpu-pid",
+        action="append",
+        default=[],
+        metavar="NAME=PID",
+        help="a process whose CPU per request is reported too (repeatable)",
+    )
     parser.add_argument("--token", default=os.environ.get("ROQ_TOKEN", ""),
                         help="the gateway's bearer token (default $ROQ_TOKEN)")  # fmt: skip
     args = parser.parse_args()
@@ -232,16 +266,21 @@ def main() -> None:
         except httpx.TransportError:
             time.sleep(0.2)
     tag = f"b{os.getpid()}-"
-    results: dict[str, Any] = {"roq": [], "redis_model": []}
+    others = {name: int(pid) for name, pid in (item.split("=", 1) for item in args.cpu_pid)}
+    systems = [("roq", args.roq, {"gateway": args.roq_pid, **others})]
+    if args.roq_zk:
+        systems.append(("roq_zk", args.roq_zk, {"gateway": args.roq_zk_pid, **others}))
+    assert model.pid is not None
+    systems.append(("redis_model", model_base, {"model": model.pid}))
+    results: dict[str, Any] = {name: [] for name, _, _ in systems}
     for round_ in range(args.rounds):
         for clients in (1, 8):
-            for name, base in (("roq", args.roq), ("redis_model", model_base)):
-                result = rates(base, clients, args.count, f"{tag}r{round_}-")
+            for name, base, pids in systems:  # each its own topics: two gateways share http-0
+                result = rates(base, clients, args.count, f"{tag}{name}-r{round_}-", pids)
                 results[name].append({"round": round_, **result})
                 print(name, results[name][-1], flush=True)
     results["roq_memory"] = memory(args.roq, args.roq_pid, args.topics, f"m{tag}", args.zk_pid)
     print("roq_memory", results["roq_memory"], flush=True)
-    assert model.pid is not None
     results["redis_model_memory"] = memory(model_base, model.pid, args.topics, f"m{tag}")
     if args.zk:
         results["zk_acks"] = [
