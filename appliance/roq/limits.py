@@ -394,6 +394,8 @@ work_poll_ms = 25  # a consumer with nothing to do asks its monitor again at mos
 # TASK_GET says a request of its service was just published; at most this many held at once.
 work_lease_wait_max_ms = 25
 work_lease_waiters_max = 1_000
+# ... and a requester's wake that found none held is kept this long for the group's next LEASE
+work_lease_wake_kept_ms = 500
 work_poll_min_ms = 5  # ... and first this soon, twice as late at each empty answer (to poll_ms)
 work_share_lead_slots = 2  # ... and none takes this many slots more than one that asked within
 work_share_lead_window_ms = 300  # ... this window (bytes leased; monitor/slots.py, _too_far_ahead)

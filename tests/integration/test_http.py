@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from roq import limits
+from roq.client.live import monitor_status
 from roq.coordination import session
 from roq.system.spawn import child_environment, roq_command
 from roq.testing.cluster import (
@@ -569,6 +570,24 @@ def _zxid(zk: Any, cluster: LocalCluster, name: str) -> int:
     return int(zk.exists(path).czxid)
 
 
+def _settled(cluster: LocalCluster, queue: str) -> bool:
+    """The queue's monitor copies its state log in sync and the copies floor's scale-out is done
+    (replicationFactor 2: its second exchange joined)."""
+    with cluster.admin() as admin:
+        record = next(q for q in admin.list_queues() if q.name == queue)
+    status = monitor_status(record.monitor_host)
+    if status is None or status.state is None or status.state.in_sync < 2:
+        return False
+    return len(status.exchanges) >= 2 and not status.scaling.in_flight
+
+
+def _quiet(zk: Any, cluster: LocalCluster, name: str) -> bool:
+    """No ZooKeeper transaction but the probes' own over half a second."""
+    first = _zxid(zk, cluster, f"{name}-1")
+    time.sleep(0.5)  # the window observed
+    return _zxid(zk, cluster, f"{name}-2") - first == 1
+
+
 def test_topics_on_the_state_log_write_nothing_to_zookeeper_and_outlive_their_monitor(
     cluster: LocalCluster,
 ) -> None:
@@ -577,16 +596,21 @@ def test_topics_on_the_state_log_write_nothing_to_zookeeper_and_outlive_their_mo
     per publish and per ack), and no topic znode exists. Then the monitor of http-0 is killed
     (kill -9): started again by its host, it reads its state log back, and the head, the
     position and the registration are what the gateway was told."""
+    copies = {"replicationFactor": 2}  # the state log's copy: an exchange of the other host
     cluster.start_gcm()
-    cluster.start_host("h1")
-    cluster.start_host("h2")  # the state log's copy goes to an exchange of the other host
+    cluster.start_host("h1", **copies)
+    cluster.start_host("h2", **copies)
     cluster.wait_ready(hosts=2)
     _, api = start_gateway(cluster)
     assert api.v1("topic/register", owner="o", topic="t")[0] == 200
     assert api.v1("topic/subscribe", subscriber="s", topic="t")[0] == 200
+    # (in CI the scale-out's 4 transactions once fell inside the measure)
+    wait_for(lambda: _settled(cluster, "http-0"), 60, f"http-0 settled\n{cluster.logs()}")
     calls = 300
     zk = session.connect(cluster.zk, 4000, auth=cluster.zk_auth)
     try:
+        probes = iter(range(1000))
+        wait_for(lambda: _quiet(zk, cluster, f"quiet{next(probes)}"), 30, "ZooKeeper quiet")
         before = _zxid(zk, cluster, "before")
         for n in range(calls // 3):
             assert api.v1("message/publish", owner="o", topic="t", msg=f"m{n}")[0] == 200

@@ -204,7 +204,8 @@ def test_a_wake_with_no_lease_held_answers_the_next_waiting_lease_at_once_within
     monkeypatch: pytest.MonkeyPatch,
 ):
     """The worker was between two LEASEs when the requester's wait woke its group: its next
-    LEASE is answered at once, as woken, not held a whole wait; once, and only within a wait."""
+    LEASE is answered at once, as woken, not held a whole wait; once, and only while the wake is
+    kept (`work_lease_wake_kept_ms`); a LEASE that finds a slot takes the wake too."""
     monitor = _Placement()
     _ok(monitor.ask(GroupJoin("g1", "c1").encode()))
     monitor.groups.observe("x1", 0, ())
@@ -218,9 +219,16 @@ def test_a_wake_with_no_lease_held_answers_the_next_waiting_lease_at_once_within
     assert [e for e, _ in monitor.sent] == [PEER]
     now = time.monotonic()
     monitor.groups.wake("g1")  # none held: kept
-    monkeypatch.setattr(time, "monotonic", lambda: now + 2 * limits.work_lease_wait_max_ms / 1000)
+    monkeypatch.setattr(time, "monotonic", lambda: now + 2 * limits.work_lease_wake_kept_ms / 1000)
     assert monitor.ask(wait.encode(), OTHER) is None  # the kept wake ran out: held
     assert "nobody" not in monitor.groups._wake_due
+    monkeypatch.undo()
+    monitor.groups.wake("g1")  # one held (OTHER's): answered
+    monitor.groups.wake("g1")  # none held: kept ...
+    monitor.groups.observe("x1", 2000, (1000,))
+    leased = _ok(monitor.ask(wait.encode(), PEER))  # ... taken by a LEASE that finds a slot
+    assert leased["Slot"] == "x1@0" and "Woken" not in leased
+    assert "g1" not in monitor.groups._wake_due
 
 
 def test_held_leases_are_refused_once_each_when_the_monitor_is_fenced():

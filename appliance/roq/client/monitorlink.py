@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from roq import limits
-from roq.client.locate import locate_monitor
+from roq.client.locate import MonitorAddress, locate_monitor
 from roq.errors import RoqError, TransportError
 from roq.protocol.bsonmsg import Reply
 from roq.protocol.commands import Reason
@@ -36,11 +36,24 @@ class MonitorRefused(RoqError):
 
 
 class MonitorLink:
-    def __init__(self, queue: str, locate: Locate, wait_s: float = limits.work_monitor_wait_s):
+    def __init__(
+        self,
+        queue: str,
+        locate: Locate,
+        wait_s: float = limits.work_monitor_wait_s,
+        monitor: MonitorAddress | None = None,
+    ):
+        """`monitor`: where the queue's monitor was found (by another link of the process):
+        not asked again (each question to the GCM found through ZooKeeper opens and closes a
+        session, two ZooKeeper transactions), until the monitor moves."""
         self.queue, self._locate, self.wait_s = queue, locate, wait_s
         self._context = new_context()
-        self._monitor = locate_monitor(queue, *locate)
+        self._monitor = monitor or locate_monitor(queue, *locate)
         self._rpc = self._new_rpc()
+
+    @property
+    def monitor(self) -> MonitorAddress:
+        return self._monitor
 
     def _new_rpc(self) -> _Rpc:
         endpoint = self._monitor.at(MonitorPort.PLACEMENT)

@@ -39,6 +39,7 @@ import bson
 
 from roq import limits
 from roq.client.consumer import Consumer, Delivery
+from roq.client.locate import MonitorAddress
 from roq.client.monitorlink import Locate, MonitorLink
 from roq.client.publisher import Publisher
 from roq.errors import DecodeError, RoqError
@@ -88,8 +89,8 @@ class _Link(MonitorLink):
     TASK_SUBMIT or TASK_GET (`Acks`), so a call costs no round trip of its own for them; an id
     goes until a request carrying it is answered, and what is left is sent at `close`."""
 
-    def __init__(self, queue: str, locate: Locate):
-        super().__init__(queue, locate)
+    def __init__(self, queue: str, locate: Locate, monitor: MonitorAddress | None = None):
+        super().__init__(queue, locate, monitor=monitor)
         self._acks: list[str] = []  # results handed out, not yet acknowledged
 
     def defer_ack(self, task: str) -> None:
@@ -186,9 +187,10 @@ class Task:
 
         # read here, in the Task's thread: the new thread touches nothing of this Task
         queue, view, locate = self._link.queue, self._view, self._locate
+        monitor = self._link.monitor
 
         def wait() -> None:
-            link = _Link(queue, locate)
+            link = _Link(queue, locate, monitor)
             task = Task(link, view, locate)
             try:
                 result = task.result(timeout_s)
@@ -443,7 +445,7 @@ class Worker:
     def _thread_link(self) -> _Link:
         link: _Link | None = getattr(self._local, "link", None)
         if link is None:
-            link = self._local.link = _Link(self.queue, self._locate)
+            link = self._local.link = _Link(self.queue, self._locate, self._link.monitor)
             with self._links_lock:
                 self._links.append(link)
         return link

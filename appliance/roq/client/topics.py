@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from roq import limits
+from roq.client.locate import MonitorAddress
 from roq.client.monitorlink import Locate, MonitorLink, MonitorRefused
 from roq.errors import CoordinationError, RoqError, TopicRefused
 from roq.protocol.commands import MonitorCommand, Reason
@@ -27,6 +28,7 @@ class TopicClient:
         self.queues, self.queue_of, self._locate = queues, queue_of, locate
         self._local = threading.local()
         self._links: list[MonitorLink] = []  # every thread's, closed with the client
+        self._found: dict[str, MonitorAddress] = {}  # queue → where its monitor was last found
         self._lock = threading.Lock()
 
     def _link(self, queue: str) -> MonitorLink:
@@ -35,10 +37,13 @@ class TopicClient:
             links = self._local.links = {}
         link = links.get(queue)
         if link is None:
+            with self._lock:  # where another thread's link found the monitor last
+                known = self._found.get(queue)
             try:
-                link = links[queue] = MonitorLink(queue, self._locate, limits.http_monitor_wait_s)
+                link = MonitorLink(queue, self._locate, limits.http_monitor_wait_s, known)
             except RoqError as error:
                 raise CoordinationError(f"queue {queue}: no monitor found: {error}") from None
+            links[queue] = link
             with self._lock:
                 self._links.append(link)
         return link
@@ -46,8 +51,9 @@ class TopicClient:
     def _ask(self, queue: str, ask: TopicAsk) -> TopicState:
         """The monitor's answer; TopicRefused for a rule broken (400), CoordinationError when
         the monitor cannot answer (503)."""
+        link = self._link(queue)
         try:
-            return TopicState.decode(self._link(queue).ask(ask.encode()))
+            return TopicState.decode(link.ask(ask.encode()))
         except MonitorRefused as refused:
             if refused.reason == Reason.CONFLICT:
                 raise TopicRefused(refused.comment) from None
@@ -56,6 +62,9 @@ class TopicClient:
             raise
         except RoqError as error:
             raise CoordinationError(str(error)) from None
+        finally:
+            with self._lock:
+                self._found[queue] = link.monitor
 
     def _on(self, topic: str, command: MonitorCommand, name: str, **fields: Any) -> TopicState:
         return self._ask(self.queue_of(topic), TopicAsk(command, topic, name, **fields))

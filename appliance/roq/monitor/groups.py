@@ -310,20 +310,23 @@ class GroupManager:
 
     def wake(self, group_name: str) -> None:
         """A request of the group's service was published: answer its oldest held LEASE. With
-        none held (its consumer is between two LEASEs, reading the logs), the wake is kept for
-        one wait (work_lease_wait_max_ms): the next LEASE is answered at once, as woken,
-        rather than held a whole wait past the request it would have found."""
+        none held (its worker is between two LEASEs, reading the logs: often on a loaded
+        machine), the wake is kept (`work_lease_wake_kept_ms`) for the group's next waiting
+        LEASE: answered at once, as woken, if it finds no slot, rather than held a whole wait
+        past the request it would have found; one that finds a slot took what woke it."""
         held = self._held.get(group_name)
         if held:
             self._answer_held(group_name, held.pop(0), woken=True)
         elif group_name in self.groups:  # bounded: one entry per existing group
-            self._wake_due[group_name] = time.monotonic() + limits.work_lease_wait_max_ms / 1000
+            self._wake_due[group_name] = time.monotonic() + limits.work_lease_wake_kept_ms / 1000
 
     def _woken_on_arrival(self, ask: ConsumerRequest, reply: Encodable) -> bool:
-        """A waiting LEASE that finds no slot takes a wake kept for its group (`wake`)."""
-        if ask.wait_ms <= 0 or not isinstance(reply, NoSlot):
+        """A waiting LEASE takes the wake kept for its group (`wake`): woken if it found no
+        slot (it reads the logs' ends at once)."""
+        if ask.wait_ms <= 0:
             return False
-        return self._wake_due.pop(ask.group, 0.0) > time.monotonic()
+        kept = self._wake_due.pop(ask.group, 0.0) > time.monotonic()
+        return kept and isinstance(reply, NoSlot)
 
     def next_deadline(self) -> float | None:
         """When the first held LEASE's wait ends (monotonic), if one is held."""
