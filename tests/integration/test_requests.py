@@ -78,7 +78,11 @@ def test_call_no_wait_then_task_result_and_a_stopped_worker_stores_what_it_runs(
     running two requests at once (--concurrency 2) is sent SIGTERM: it takes nothing more,
     stores both results and exits 0."""
     cluster.start_with_queue(**HOST)
-    worker = _serve(cluster, tmp_path, "w", "sleep 3; tr a-z A-Z", "--concurrency", "2")
+    # Each handler waits for the test's word, not a fixed time: on the loaded CI machine the
+    # second `roq call` came more than the 3 s the first one slept, so they never ran together.
+    release = tmp_path / "release"
+    job = f"while [ ! -e {release} ]; do sleep 0.05; done; tr a-z A-Z"
+    worker = _serve(cluster, tmp_path, "w", job, "--concurrency", "2")
     try:
         refs = []
         for word in ("one", "two"):
@@ -90,6 +94,7 @@ def test_call_no_wait_then_task_result_and_a_stopped_worker_stores_what_it_runs(
             tasks = [requester.task(ref.partition("/")[2]) for ref in refs]
             wait_for(lambda: all(t.status == "in_progress" for t in tasks), 20, "both running")
         worker.send_signal(signal.SIGTERM)  # the worker only: its --exec children finish
+        release.touch()
         assert worker.wait(30) == 0, (tmp_path / "w.err").read_text()
         for ref, word in zip(refs, ("ONE", "TWO"), strict=True):
             done = cluster.cli("task", "result", ref, "--gcm", cluster.gcm, "--timeout", "30")

@@ -400,12 +400,11 @@ class HostConfigManager:
         all spawned; an exchange is pointed at where its monitor is recorded to serve."""
         queue, epoch = record.name, record.epoch
         address = adoption.address_of(record.monitor)
-        monitor = None
         adopting = _Adopting(record, version, None)
         try:
             if record.host == self.name and not self._of(queue, "monitor"):
-                monitor = self._monitor_start(queue, (record.monitor_port, record.stat_port), epoch)
-                adopting.monitor = self._spawned(monitor)
+                ports = (record.monitor_port, record.stat_port)
+                adopting.monitor = self._spawned(self._monitor_start(queue, ports, epoch))
                 address = self.address
             for exchange, exchange_version in adoption.recorded_exchanges(
                 self.registry, queue, self.name
