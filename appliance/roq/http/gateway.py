@@ -114,6 +114,8 @@ class Gateway:
             store.import_topic(topic.name, topic.owner, topic.head, followers)
             old.delete(topic.name)
             moved += 1
+            if moved % 1000 == 0:  # a large migration says it is under way
+                log.warning("http: %d topics moved from ZooKeeper so far", moved)
         if moved:
             log.warning("http: moved %d topics from ZooKeeper into their queues' state logs", moved)
 
