@@ -178,18 +178,33 @@ class Gateway:
         log.info("http: topic %r registered by %r", topic, owner)
 
     async def publish(self, owner: str, topic: str, messages: list[bytes]) -> int:
-        """Store the messages; the index of the first. Returns once the exchange confirmed."""
+        """Store the messages; the index of the first. Returns once the exchange confirmed.
+        With the topics in the state log, the head and the messages are one worker call (the
+        topic's monitor is the one writer of heads: nothing to serialise here); with ZooKeeper's
+        store, this gateway's own publishes to a topic take its head one at a time (no
+        compare-and-set retries among them), then store."""
+        if isinstance(self.store, TopicClient):
+            return await self._run(self._publish, owner, topic, messages)
         async with self._locks[zlib.crc32(topic.encode()) & 255]:
             first = await self._run(self.store.advance_head, topic, owner, len(messages))
+        await self._run(self._store, topic, first, messages)
+        return first
+
+    def _publish(self, owner: str, topic: str, messages: list[bytes]) -> int:
+        first = self.store.advance_head(topic, owner, len(messages))
+        self._store(topic, first, messages)
+        return first
+
+    def _store(self, topic: str, first: int, messages: list[bytes]) -> None:
+        """Publish the messages under indexes `first`…; Unavailable (503) if not stored."""
         name = topic.encode()
         payloads = [records.encode(name, first + n, body) for n, body in enumerate(messages)]
         try:
-            await self._run(self._store_messages, self.queue_of(topic), payloads)
+            self._store_messages(self.queue_of(topic), payloads)
         except RoqError as error:
             log.error("http: topic %r: messages %d..%d not stored: %s",
                       topic, first, first + len(messages) - 1, error)  # fmt: skip
             raise Unavailable(f"the messages were not stored: {error}") from None
-        return first
 
     def _store_messages(self, queue: str, payloads: list[bytes]) -> None:
         publisher = self.publishers[queue]
