@@ -74,8 +74,8 @@ class Gateway:
         self.pool = ThreadPoolExecutor(limits.http_workers_max, thread_name_prefix="roq-http")
         self.publishers: dict[str, Publisher] = {}
         self.consumers: list[LogConsumer] = []
-        # one lock per topic hash: this gateway's own publishes to a topic do not race for its
-        # head (only other gateways' do), whatever the number of topics
+        # ZooKeeper's store: one lock per topic hash, so this gateway's own publishes to a topic
+        # do not race for its head (only other gateways' do), whatever the number of topics
         self._locks = [asyncio.Lock() for _ in range(256)]
         self._replacing = threading.Lock()
         self._replaced_at: dict[str, float] = {}
