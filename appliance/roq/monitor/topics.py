@@ -170,12 +170,14 @@ class TopicManager:
     def _import_follower(self, state: StateLog, ask: TopicAsk) -> TopicState:
         topic = _topic(state, ask.topic)
         key = follower_key(ask.topic, ask.subscriber)
-        if state.get(key) is None:
-            following = {"topic": ask.topic, "subscriber": ask.subscriber, "next": ask.index}
-            topic["subscribers"] += 1
-            self._write([Change(key, _json(following), expect=0),
-                         Change(topic_key(ask.topic), _json(topic))])  # fmt: skip
-        return TopicState(head=topic["head"], next=_follower_of(state, ask.topic, ask.subscriber))
+        found = _read(state, key)
+        if found is not None:
+            return TopicState(head=topic["head"], next=int(found["next"]))
+        following = {"topic": ask.topic, "subscriber": ask.subscriber, "next": ask.index}
+        topic["subscribers"] += 1
+        self._write([Change(key, _json(following), expect=0),
+                     Change(topic_key(ask.topic), _json(topic))])  # fmt: skip
+        return TopicState(head=topic["head"], next=ask.index)
 
 
 def _read(state: StateLog, key: str) -> dict[str, Any] | None:
@@ -205,8 +207,3 @@ def _follower(state: StateLog, ask: TopicAsk) -> dict[str, Any]:
     if found is None or found.get("subscriber") != ask.name:
         raise _Conflict(f"{ask.name!r} is not subscribed to topic {ask.topic!r}")
     return found
-
-
-def _follower_of(state: StateLog, topic: str, subscriber: str) -> int:
-    found = _read(state, follower_key(topic, subscriber))
-    return int(found["next"]) if found else 0
