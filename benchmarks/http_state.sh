@@ -15,7 +15,7 @@ for i in $(seq 1 120); do grep -q "roq is up" $D/up.log && break; sleep 0.5; don
 export ROQ_HOME=$D/data
 export ROQ_TOKEN=$(.venv/bin/python -m roq keys token)
 .venv/bin/python -m roq http -D zk.servers=127.0.0.1:40681 -D http.port=40690 -D delivery.state=zookeeper \
-  -D security.dir=$D/data/security > $D/http-zk.log 2>&1 &
+  -D security.dir=$D/data/security -D directory=$D/data/log > $D/http-zk.log 2>&1 &
 for i in $(seq 1 60); do curl -s -o /dev/null -H "Authorization: Bearer $ROQ_TOKEN" localhost:40690/metrics && break; sleep 0.5; done
 GW=$(pgrep -f "roq http .*40680" | head -1)
 GWZ=$(pgrep -f "roq http .*40690" | head -1)

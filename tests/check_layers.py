@@ -79,7 +79,7 @@ MAY_IMPORT: dict[str, set[str] | str] = {
     # the HTTP gateway: publishes and reads through the client API, keeps its topics in
     # ZooKeeper through coordination, never touches zmq or kazoo itself; the principal model
     # (protocol) for its bearer tokens
-    "http": {"client", "coordination", "config", "system", "protocol"},
+    "http": {"client", "coordination", "config", "system", "protocol", "log"},  # log: fsync
     # drivers
     # a real cluster for tests, driven like a user (transport: it makes the cluster's keys)
     "testing": {"client", "protocol", "system", "transport"},

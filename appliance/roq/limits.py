@@ -376,6 +376,12 @@ http_consumer_retry_s = 1.0  # a log consumer that failed starts again after thi
 http_publisher_replace_s = 1.0  # a failed publisher is replaced at most once per this, per queue
 http_keepalive_s = 5  # an idle keep-alive connection is closed after this
 http_shutdown_s = 5  # on SIGTERM, requests in progress get this long to finish
+# The gateway's snapshot of its index (http/snapshot.py): taken this often while messages come
+# (a kill -9 costs a re-read of at most this much of the log), copied off the event loop this
+# many topics per loop turn, written through a buffer of this size.
+http_snapshot_interval_s = 30.0
+http_snapshot_topics_per_turn = 2_000
+http_snapshot_buffer_bytes = 1024 * 1024
 # --- work queues: consumer groups (monitor/slots.py, monitor/groups.py, client/consumer.py) ---
 work_cuts_reported_max = 1_024  # slot boundaries in one exchange report (past it: thinned evenly)
 work_cuts_repeated = 16  # reported cuts an exchange repeats in its next reports (a lost report)

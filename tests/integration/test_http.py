@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from roq import limits
 from roq.client.live import monitor_status
 from roq.coordination import session
+from roq.protocol.messages.control import StateLogStatus
 from roq.system.spawn import child_environment, roq_command
 from roq.testing.cluster import (
     LocalCluster,
@@ -488,6 +489,61 @@ def test_restarts_of_gateway_and_exchange_keep_everything(cluster: LocalCluster)
     assert daemon.process.wait(30) == 0, daemon.log_text()[-3000:]
 
 
+def _read_from_logs(api: Api) -> int:
+    text = api.client.get("/metrics", timeout=5).text
+    found = re.search(r"^roq_http_log_messages_read (\S+)$", text, re.M)
+    assert found, text
+    return int(float(found.group(1)))
+
+
+def test_a_gateway_starts_from_its_snapshot_and_reads_only_the_log_after_it(
+    cluster: LocalCluster,
+) -> None:
+    """SIGTERM saves the index (http/snapshot.py); the next start files its messages from the
+    snapshot and reads from the log only what came after (here: one message another gateway
+    published meanwhile). A damaged snapshot is reported and not used: the log is read from
+    the beginning and every message is still there."""
+    cluster.start_gcm()
+    cluster.start_host()
+    cluster.wait_ready()
+    daemon, api = start_gateway(cluster, maxQueueSize=5)
+    port = int(api.base.rsplit(":", 1)[1])
+    assert api.v1("topic/register", owner="o", topic="t")[0] == 200
+    for n in range(1, 31):  # 30 published, the newest 5 kept (27..31 once m31 comes)
+        if n == 27:
+            assert api.v1("topic/subscribe", subscriber="s", topic="t")[1] == {"nextIdx": 27}
+        assert api.v1("message/publish", owner="o", topic="t", msg=f"m{n}")[0] == 200
+    wait_for(lambda: _read_from_logs(api) == 30, 30, "the gateway read its 30 messages")
+    daemon.process.terminate()
+    assert daemon.process.wait(30) == 0, daemon.log_text()[-3000:]
+    saved = cluster.tmp / "http" / f".http-{port}" / "http-0"
+    assert saved.exists(), daemon.log_text()[-3000:]
+    other, other_api = start_gateway(cluster, maxQueueSize=5)  # publishes while the first is down
+    assert other_api.v1("message/publish", owner="o", topic="t", msg="m31")[0] == 200
+    daemon, api = start_gateway(cluster, port=port, maxQueueSize=5)
+    wait_for(lambda: _read_from_logs(api) >= 1, 30, f"m31 read\n{daemon.log_text()}")
+    assert "(topics: 1, messages: 5)" in daemon.log_text()
+    assert api.v1("message/get", subscriber="s", topic="t")[1] == {"msgIdx": 27, "msg": "m27"}
+    assert api.v1("message/ack", subscriber="s", topic="t", msgIdx=27)[0] == 200
+    assert api.v1("message/get", subscriber="s", topic="t")[1] == {"msgIdx": 28, "msg": "m28"}
+    assert _read_from_logs(api) == 1  # the 30 before came from the snapshot
+    # a flipped byte in the snapshot: reported, not used; the log has everything
+    cluster.kill(daemon)
+    damaged = bytearray(saved.read_bytes())
+    damaged[len(damaged) // 2] ^= 0x01
+    saved.write_bytes(bytes(damaged))
+    daemon, api = start_gateway(cluster, port=port, maxQueueSize=5)
+    wait_for(lambda: _read_from_logs(api) == 31, 30, f"the log read again\n{daemon.log_text()}")
+    assert "the snapshot is not used, queue http-0 is read from the beginning" in daemon.log_text()
+    assert "fails its CRC" in daemon.log_text()
+    for n in range(28, 31):
+        assert api.v1("message/get", subscriber="s", topic="t")[1] == {"msgIdx": n, "msg": f"m{n}"}
+        assert api.v1("message/ack", subscriber="s", topic="t", msgIdx=n)[0] == 200
+    assert api.v1("message/get", subscriber="s", topic="t")[1] == {"msgIdx": 31, "msg": "m31"}
+    other.process.terminate()
+    assert other.process.wait(30) == 0
+
+
 def test_a_publisher_that_failed_with_its_queue_stopped_is_replaced_once_it_runs_again(
     cluster: LocalCluster,
 ) -> None:
@@ -633,6 +689,162 @@ def test_topics_on_the_state_log_write_nothing_to_zookeeper_and_outlive_their_mo
              f"a publish once the monitor is back\n{cluster.logs()}")  # fmt: skip
     assert api.v1("message/get", subscriber="s", topic="t")[1] == {"msgIdx": 101, "msg": "last"}
     assert api.v1("topic/register", owner="x", topic="t")[0] == 400  # still registered
+
+
+def _state_of(cluster: LocalCluster, queue: str) -> tuple[str, StateLogStatus] | None:
+    """(the host of the queue's monitor, its state log) once that monitor serves (it is not
+    reading a predecessor's log); None while it cannot say."""
+    with cluster.admin() as admin:
+        record = next(q for q in admin.list_queues() if q.name == queue)
+    status = monitor_status(record.monitor_host)
+    if status is None or status.state is None or status.state.recovering:
+        return None
+    return record.host, status.state
+
+
+class _Answered:
+    """What the gateways answered: each topic's owner and messages (message n at n - 1), each
+    subscriber's next index. Every call through a gateway is checked against it."""
+
+    def __init__(self, cluster: LocalCluster, owners: dict[str, str]):
+        self.cluster, self.owners = cluster, owners
+        self.published: dict[str, list[str]] = {topic: [] for topic in owners}
+        self.following: dict[tuple[str, str], int] = {}  # (topic, subscriber) -> next index
+
+    def register(self, api: Api) -> None:
+        for topic, owner in self.owners.items():
+            assert api.v1("topic/register", owner=owner, topic=topic)[0] == 200
+
+    def publish(self, api: Api, topic: str, *messages: str) -> None:
+        """Answered 200 with the topic's next index: none taken twice, none skipped."""
+        call = {"msgs": list(messages)} if len(messages) > 1 else {"msg": messages[0]}
+        answer = api.v2("message/publish", owner=self.owners[topic], topic=topic, **call)
+        first = len(self.published[topic]) + 1
+        assert answer == (200, {"msgIdx": first, "count": len(messages)}), answer
+        self.published[topic] += messages
+
+    def subscribe(self, api: Api, topic: str, subscriber: str) -> None:
+        answer = api.v1("topic/subscribe", subscriber=subscriber, topic=topic)
+        assert answer == (200, {"nextIdx": len(self.published[topic]) + 1}), answer
+        self.following[topic, subscriber] = answer[1]["nextIdx"]
+
+    def get(self, api: Api, topic: str, subscriber: str) -> None:
+        """The subscriber's next message as acknowledged so far (231 past the head); a 503 (the
+        monitor or the index not there yet) is asked again for 60 s, any other answer fails."""
+        index = self.following[topic, subscriber]
+        expected: tuple[int, dict[str, Any]] = (231, {"error": "no message", "msgIdx": index})
+        if index <= len(self.published[topic]):
+            expected = (200, {"msgIdx": index, "msg": self.published[topic][index - 1]})
+        answers: list[tuple[int, dict[str, Any]]] = []
+
+        def answered() -> bool:
+            answers.append(api.v1("message/get", subscriber=subscriber, topic=topic))
+            assert answers[-1][0] == 503 or answers[-1] == expected, (expected, answers)
+            return answers[-1] == expected
+
+        wait_for(answered, 60, f"{expected} from {api.port}: {answers[-3:]}\n{self.cluster.logs()}")
+
+    def read(self, api: Api, topic: str, subscriber: str, until: int = 0) -> None:
+        """Get and acknowledge the subscriber's messages up to index `until` (0: the head)."""
+        until = until or len(self.published[topic])
+        while (index := self.following[topic, subscriber]) <= until:
+            self.get(api, topic, subscriber)
+            answer = api.v1("message/ack", subscriber=subscriber, topic=topic, msgIdx=index)
+            assert answer == (200, {"nextIdx": index + 1}), answer
+            self.following[topic, subscriber] = index + 1
+
+    def check(self, api: Api) -> None:
+        """Every subscriber's next message; every topic registered, refused to another owner;
+        an acknowledged message refused to its subscriber."""
+        for topic, subscriber in self.following:
+            self.get(api, topic, subscriber)
+        for topic in self.owners:
+            status, body = api.v1("topic/register", owner="x", topic=topic)
+            assert status == 400 and "is taken" in body["error"], body
+            status, body = api.v1("message/publish", owner="x", topic=topic, msg="no")
+            assert status == 400 and "not the owner" in body["error"], body
+        for (topic, subscriber), index in self.following.items():
+            if index > 1:
+                answer = api.v1("message/ack", subscriber=subscriber, topic=topic, msgIdx=index - 1)
+                assert answer[0] == 400 and "is not the next" in answer[1]["error"], answer
+
+
+def test_topics_on_the_state_log_outlive_the_loss_of_their_monitors_host(
+    cluster: LocalCluster,
+) -> None:
+    """The host of http-0's monitor is killed with its children (kill -9 of its process group:
+    the monitor and the exchanges on it) and stays gone. The GCM re-places the monitor on the
+    other host under a new epoch, which reads the state log's copy kept by that host's exchange
+    before it serves. Through the gateway, as answered before the loss: every topic registered
+    with its owner; every head (a publish takes the next index, none is used twice); every
+    subscriber's position (a get gives its next unacknowledged message, an acknowledged one
+    never comes again); and every message answered 200 before the loss is read, also through
+    a gateway started after it (its index rebuilt from the logs, the lost exchange's from its
+    copy). `http.acks=all`: a 200 to a publish then means the messages are on the other host
+    too (with `leader`, the loss of the exchange's host may lose what it had not copied yet)."""
+    cluster.start_gcm(**{"host.loss.grace": 500})
+    # room on the survivor for the re-placed monitor and the lost exchange's replacement
+    room = {"replicationFactor": 2, "exchange.max.perhost": 4}
+    hosts = {name: cluster.start_host(name, **room) for name in ("h1", "h2")}
+    cluster.wait_ready(hosts=2)
+    gateway = {"maxQueueSize": 100, "maxTopics": 5, "http.acks": "all"}
+    _, api = start_gateway(cluster, **gateway)
+    wait_for(lambda: _settled(cluster, "http-0"), 60, f"http-0 settled\n{cluster.logs()}")
+    lost, before = wait_for(lambda: _state_of(cluster, "http-0"), 30, "http-0's state log")
+    survivor = "h2" if lost == "h1" else "h1"
+    assert before.copies and all(c.startswith(f"{survivor}-") for c in before.copies), before
+    answered = _Answered(cluster, {"t0": "o0", "t1": "o1", "t2": "o2", "empty": "oe"})
+    answered.register(api)
+    for topic in answered.owners:
+        answered.subscribe(api, topic, "a")
+    for topic in ("t0", "t1", "t2"):
+        answered.subscribe(api, topic, "b")
+    for n in range(1, 6):
+        answered.publish(api, "t0", f"t0-{n}")
+    answered.publish(api, "t1", "t1-1", "t1-2", "t1-3")
+    answered.subscribe(api, "t1", "c")  # from index 4
+    answered.publish(api, "t1", "t1-4", "t1-5", "t1-6", "t1-7")
+    answered.publish(api, "t2", "t2-1")
+    answered.read(api, "t0", "a", 3)
+    answered.read(api, "t1", "a")  # all of them
+    answered.read(api, "t1", "c", 4)
+    assert answered.following == {("t0", "a"): 4, ("t0", "b"): 1, ("t1", "a"): 8,
+                                   ("t1", "b"): 1, ("t1", "c"): 5, ("t2", "a"): 1,
+                                   ("t2", "b"): 1, ("empty", "a"): 1}  # fmt: skip
+
+    # each 200 was sent once its write was on both copies: the host is killed at once
+    cluster.kill(hosts[lost])  # its process group: the monitor and the exchanges die with it
+    killed = time.monotonic()
+    wait_for(lambda: not cluster.queue_processes("http-0", host=lost), 10,
+             f"http-0's processes on {lost} gone")  # fmt: skip
+
+    def re_placed() -> StateLogStatus | None:
+        found = _state_of(cluster, "http-0")
+        if found is None or found[0] != survivor or found[1].leader_id == before.leader_id:
+            return None
+        return found[1]
+
+    after = wait_for(re_placed, 60, f"http-0's monitor re-placed on {survivor}\n{cluster.logs()}")
+    assert after.records >= before.records, (before, after)
+    answered.check(api)  # its first gets wait for the gateway to find the re-placed monitor
+    served_s = time.monotonic() - killed
+    _, fresh = start_gateway(cluster, **gateway)  # its index read from the logs after the loss
+    answered.check(fresh)
+    # publishes go on at the next index, through either gateway
+    answered.publish(api, "t0", "t0-6")
+    answered.publish(fresh, "t0", "t0-7")
+    answered.publish(fresh, "t1", "t1-8", "t1-9")
+    answered.publish(api, "t2", "t2-2")
+    answered.publish(fresh, "empty", "empty-1")
+    # every subscriber reads on from where it acknowledged, to the end, through both gateways
+    for n, (topic, subscriber) in enumerate(sorted(answered.following)):
+        answered.read((api, fresh)[n % 2], topic, subscriber)
+        answered.get((fresh, api)[n % 2], topic, subscriber)  # 231: nothing more
+    # the count of topics too: maxTopics 5, 4 registered before the loss
+    assert fresh.v1("topic/register", owner="o", topic="t4")[0] == 200
+    status, body = api.v1("topic/register", owner="o", topic="t5")
+    assert status == 400 and "too many topics" in body["error"], body
+    print(f"served {served_s:.1f} s after the kill")  # with -s
 
 
 def test_topics_kept_in_zookeeper_move_into_the_state_log_when_a_gateway_starts_on_it(

@@ -181,7 +181,10 @@ def http(
 
     Messages are stored in roq queues (http.queue.prefix-N, created when missing).
 
-    Topics, owners, heads and subscriber positions are in ZooKeeper: gateways agree.
+    Topics, owners, heads and subscriber positions are in the state logs of those queues'
+    monitors (delivery.state=log; zookeeper keeps them in ZooKeeper): gateways agree.
+
+    Each gateway keeps a snapshot of its index under directory/.http-PORT: it starts from it.
 
     Every call shows a principal's bearer token (roq keys token); http.tls.cert/key: HTTPS.
 

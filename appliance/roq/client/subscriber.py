@@ -20,7 +20,9 @@ one that appears later is read from its log from the subscriber's start time), `
 (everything each exchange's log still holds), `from_offset=N` (offset N of every exchange's log:
 useful with one exchange) or `from_time=T` (epoch seconds: the first batch sent at or after T).
 With `offsets_file`, `commit()` records how far this subscriber got (per exchange, and per
-stream), and a new Subscriber with the same file resumes exactly there.
+stream), and a new Subscriber with the same file resumes exactly there. `resume_state()` is the
+same record as a dict, for a caller that keeps it elsewhere (the HTTP gateway's snapshot), and
+`resume=` starts a Subscriber from one.
 
 Order and duplicates: per exchange by log offsets (`feed.py`), across exchanges per producer and
 routing key (`sequencer.py`).
@@ -99,6 +101,7 @@ class Subscriber:
         from_offset: int | None = None,
         from_time: float | None = None,
         offsets_file: str | Path | None = None,
+        resume: dict[str, Any] | None = None,
         hwm: int = limits.subscriber_hwm_batches,
         gap_wait_ms: int = limits.subscriber_gap_wait_ms,
         join_timeout_s: float = limits.placement_timeout_ms / 1000,
@@ -123,7 +126,7 @@ class Subscriber:
         self._pending: collections.deque[tuple[str, batchfmt.Record]] = collections.deque()
         self.feeds: dict[str, Feed] = {}  # by back address
         self.offsets_file = Path(offsets_file) if offsets_file else None
-        self._resume = self._load_offsets()
+        self._resume = self._apply_resume(resume) if resume else self._load_offsets()
         self.received_messages = self.received_batches = 0
         self.latency_us: list[float] = []  # per-batch samples since the last statistics
         self._context = new_context()
@@ -430,6 +433,13 @@ class Subscriber:
         """Record the position of everything delivered so far in `offsets_file` (atomically)."""
         if self.offsets_file is None:
             return
+        temporary = self.offsets_file.with_suffix(".tmp")
+        temporary.write_text(json.dumps(self.resume_state()))
+        os.replace(temporary, self.offsets_file)
+
+    def resume_state(self) -> dict[str, Any]:
+        """Where a new Subscriber (`resume=`) continues after everything delivered so far: per
+        exchange the log offset, per stream the next sequence (JSON-compatible)."""
         exchanges = {**self._resume.get("exchanges", {}), **self.positions()}
         streams = {sid: stream.next_seq for sid, stream in self.sequencer.streams.items()}
         # Records not yet yielded must come again after a restart: start their exchange's read
@@ -446,24 +456,23 @@ class Subscriber:
         for feed, offset in self.sequencer.held_offsets():
             if isinstance(feed, Feed) and feed.logged and feed.exchange_id in exchanges:
                 exchanges[feed.exchange_id] = min(exchanges[feed.exchange_id], offset)
-        state = {
+        return {
             "queue": self.queue,
             "exchanges": exchanges,
             "streams": [[pid.hex(), key.hex(), seq] for (pid, key), seq in streams.items()],
         }
-        temporary = self.offsets_file.with_suffix(".tmp")
-        temporary.write_text(json.dumps(state))
-        os.replace(temporary, self.offsets_file)
 
     def _load_offsets(self) -> dict[str, Any]:
         if self.offsets_file is None or not self.offsets_file.exists():
             return {}
         try:
-            state = json.loads(self.offsets_file.read_text())
-            for pid, key, next_seq in state.get("streams", []):
-                self.sequencer.resume(bytes.fromhex(pid), bytes.fromhex(key), int(next_seq))
+            return self._apply_resume(json.loads(self.offsets_file.read_text()))
         except (OSError, ValueError, TypeError) as error:
             raise RoqError(f"offsets file {self.offsets_file} is unreadable: {error}") from None
+
+    def _apply_resume(self, state: dict[str, Any]) -> dict[str, Any]:
+        for pid, key, next_seq in state.get("streams", []):
+            self.sequencer.resume(bytes.fromhex(pid), bytes.fromhex(key), int(next_seq))
         return dict(state)
 
     def messages(self, count: int | None = None, timeout_s: float | None = None) -> Iterator[Any]:

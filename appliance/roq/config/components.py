@@ -494,6 +494,7 @@ class HttpSettings:
     max_subscribers: int = field(metadata=key("maxSubscribers"))  # per topic
     # where the topics are kept: log (the state logs of the http-N queues' monitors) | zookeeper
     delivery_state: str = field(metadata=key("delivery.state"))
+    log_root: str = field(metadata=key("directory"))  # the gateway's snapshots beside the logs
     zk: ZooKeeperSettings
 
     security: SecuritySettings

@@ -551,7 +551,7 @@ HCM_KEYS: tuple[Key, ...] = (
         "directory",
         str,
         "roq-data/log",
-        "Root directory of the message logs.",
+        "Root directory of the message logs (and of the HTTP gateway's snapshots, .http-PORT).",
         section="Message log",
     ),
     Key(

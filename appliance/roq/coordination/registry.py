@@ -221,6 +221,16 @@ class Registry:
         data["state"] = QueueState(data["state"])
         return QueueRecord(**data), version
 
+    def queue_incarnation(self, name: str) -> str | None:
+        """The queue's znode's creation zxid, hex: a queue deleted and created again under the
+        same name has another (what was kept about the old one is not about it). None: no such
+        queue."""
+        try:
+            stat = self.zk.exists(self.paths.queue(name))
+        except KazooException as error:
+            raise CoordinationError(f"reading {self.paths.queue(name)}: {error!r}") from None
+        return None if stat is None else f"{stat.czxid:x}"
+
     def queues(self) -> list[QueueRecord]:
         found = (self.queue(name) for name in self.queue_names())
         return [item[0] for item in found if item is not None]

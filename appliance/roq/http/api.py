@@ -281,7 +281,7 @@ def endpoint(
 def build(
     gateway: Gateway, settings: HttpSettings, on_ready: Callable[[], object] = lambda: None
 ) -> Starlette:
-    metrics = Metrics(gateway.index, lambda: gateway.replaced)
+    metrics = Metrics(gateway.index, lambda: gateway.replaced, gateway.read_from_logs)
     fields, access = Fields(settings), gateway.access
     calls = Calls(gateway, metrics)
 
@@ -310,6 +310,7 @@ def build(
         gateway.start_consumers(asyncio.get_running_loop())
         on_ready()
         yield
+        await gateway.stop_consumers()  # and a last snapshot: the next start reads less log
 
     async def http_error(request: Request, error: Exception) -> Response:
         status = error.status_code if isinstance(error, HTTPException) else 400

@@ -1,11 +1,13 @@
-"""The threads that read the gateway's queues, from the beginning of their logs, into the index.
+"""The threads that read the gateway's queues into the index: from where the gateway's snapshot
+of the queue left off (snapshot.py), or from the beginning of the logs without one.
 
 One per queue, each with its own roq Subscriber (a Subscriber's sockets belong to the thread
 that made it). Records are decoded here, a batch at a time, and handed to the event loop in one
-`call_soon_threadsafe` per delivery, so the loop does no decoding and takes no lock. A
+`call_soon_threadsafe` per delivery with the Subscriber's position after them, so the loop does
+no decoding, takes no lock, and always knows where the index it holds was read up to. A
 subscriber that fails (its queue not placed yet, a lost monitor) is made again after
-`limits.http_consumer_retry_s`: the index only misses what it has not read yet, and reading
-from the beginning again re-files the same messages under the same indexes.
+`limits.http_consumer_retry_s`, from the position of the last delivery: reading a message again
+re-files it under the same index.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from roq import limits
 from roq.client.subscriber import Subscriber, records
@@ -23,6 +26,7 @@ from roq.http import records as mq
 log = logging.getLogger(__name__)
 
 Items = list[tuple[str, int, str]]
+Position = dict[str, Any]  # a Subscriber's resume state
 
 
 class LogConsumer(threading.Thread):
@@ -32,11 +36,13 @@ class LogConsumer(threading.Thread):
         zk: str,
         namespace: str,
         loop: asyncio.AbstractEventLoop,
-        deliver: Callable[[Items], None],
+        deliver: Callable[[Items, Position], None],
+        resume: Position | None = None,
     ):
         super().__init__(name=f"roq-http-{queue}", daemon=True)
         self.queue, self.zk, self.namespace = queue, zk, namespace
         self.loop, self.deliver = loop, deliver
+        self.resume = resume  # where the next Subscriber starts (None: the beginning)
         self.stop = threading.Event()
         self.received = 0
         self.foreign = 0  # records of the queue that are not gateway messages (skipped)
@@ -52,9 +58,10 @@ class LogConsumer(threading.Thread):
 
     def _consume(self) -> None:
         with Subscriber(
-            self.queue, zk=self.zk, namespace=self.namespace, start="beginning"
+            self.queue, zk=self.zk, namespace=self.namespace, start="beginning", resume=self.resume
         ) as subscriber:
-            log.info("http: reading queue %s from the beginning of its log", self.queue)
+            where = "the beginning of its log" if self.resume is None else "the snapshot's position"
+            log.info("http: reading queue %s from %s", self.queue, where)
             while not self.stop.is_set():
                 items: Items = []
                 for delivery in subscriber.poll(limits.poll_interval_ms):
@@ -66,4 +73,5 @@ class LogConsumer(threading.Thread):
                             items.append(found)
                 if items:
                     self.received += len(items)
-                    self.loop.call_soon_threadsafe(self.deliver, items)
+                    self.resume = subscriber.resume_state()
+                    self.loop.call_soon_threadsafe(self.deliver, items, self.resume)

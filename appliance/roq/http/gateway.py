@@ -17,6 +17,10 @@ messages; the index (index.py) is this gateway's view of the logs.
 - ack: the next index + 1, by compare-and-set, if the acknowledged index is the next one.
 
 Blocking calls (kazoo, the Publisher's flush) run on a bounded thread pool, never on the loop.
+
+The index is saved as a snapshot per queue (snapshot.py) every `http_snapshot_interval_s` while
+messages come and when the gateway stops; a gateway starts from it and reads the logs only
+after it, so its start follows the messages its topics keep, not the history behind them.
 """
 
 from __future__ import annotations
@@ -41,11 +45,12 @@ from roq.client.topics import TopicClient
 from roq.config import HttpSettings
 from roq.coordination import session
 from roq.coordination.paths import Paths
+from roq.coordination.registry import Registry
 from roq.coordination.topics import TopicStore
 from roq.errors import CoordinationError, RoqError, TopicRefused
-from roq.http import records
+from roq.http import records, snapshot
 from roq.http.auth import Access
-from roq.http.consumer import LogConsumer
+from roq.http.consumer import Items, LogConsumer, Position
 from roq.http.index import TopicIndex
 
 log = logging.getLogger(__name__)
@@ -83,6 +88,11 @@ class Gateway:
         self.zk: Any = None
         self.store: TopicStore | TopicClient
         self.access = Access(credentials.secured())  # who may call (bearer tokens)
+        self.snapshots = snapshot.directory(settings.log_root, settings.port)
+        self._incarnation: dict[str, str] = {}  # queue -> its znode's creation zxid
+        self._resume: dict[str, Position | None] = {}  # queue -> the index's log position
+        self._unsaved: set[str] = set()  # queues whose index changed since their snapshot
+        self._snapshotter: asyncio.Task[None] | None = None
 
     # --- life ----------------------------------------------------------------------------------
     def open(self) -> None:
@@ -101,6 +111,7 @@ class Gateway:
         if isinstance(self.store, TopicClient):
             self._migrate(self.store)
         for queue in self.settings.queues:
+            self._restore(queue)
             self.publishers[queue] = self._new_publisher(queue)
 
     def _migrate(self, store: TopicClient) -> None:
@@ -142,9 +153,79 @@ class Gateway:
     def start_consumers(self, loop: asyncio.AbstractEventLoop) -> None:
         zk = self.settings.zk
         for queue in self.settings.queues:
-            consumer = LogConsumer(queue, zk.servers, zk.namespace, loop, self.index.add)
+            deliver = functools.partial(self._apply, queue)
+            resume = self._resume.get(queue)
+            consumer = LogConsumer(queue, zk.servers, zk.namespace, loop, deliver, resume)
             consumer.start()
             self.consumers.append(consumer)
+        self._snapshotter = loop.create_task(self._snapshot_every())
+
+    def read_from_logs(self) -> int:
+        return sum(consumer.received for consumer in self.consumers)
+
+    def _apply(self, queue: str, items: Items, position: Position) -> None:
+        """On the loop: messages read from `queue`'s log, and where that read now is."""
+        self.index.add(items)
+        self._resume[queue] = position
+        self._unsaved.add(queue)
+
+    async def stop_consumers(self) -> None:
+        """Before the loop ends: no more reads, then a last snapshot of what was read."""
+        if self._snapshotter is not None:
+            self._snapshotter.cancel()
+        for consumer in self.consumers:
+            consumer.stop.set()
+        for consumer in self.consumers:
+            await self._run(consumer.join, 2 * limits.poll_interval_ms / 1000 + 1)
+        await self.save_snapshots()
+
+    # --- snapshots -----------------------------------------------------------------------------
+    def _restore(self, queue: str) -> None:
+        """Start the queue's index from its snapshot, if there is a good one."""
+        incarnation = Registry(self.zk, self.paths).queue_incarnation(queue)
+        if incarnation is None:
+            raise Unavailable(f"queue {queue} is gone again")  # deleted since _ensure_queues
+        self._incarnation[queue] = incarnation
+        path = self.snapshots / queue
+        try:
+            found = snapshot.read(path, queue, incarnation)
+        except snapshot.Unreadable as error:
+            log.error("http: the snapshot is not used, queue %s is read from the beginning: %s",
+                      queue, error)  # fmt: skip
+            return
+        if found is None:
+            log.info("http: no snapshot of queue %s: reading its log from the beginning", queue)
+            return
+        self.index.add((t, i, m) for t, kept in found.topics.items() for i, m in kept)
+        self._resume[queue] = found.resume
+        log.info("http: queue %s from its snapshot %s (topics: %d, messages: %d)",
+                 queue, path, len(found.topics), found.messages)  # fmt: skip
+
+    async def _snapshot_every(self) -> None:
+        while True:
+            await asyncio.sleep(limits.http_snapshot_interval_s)
+            await self.save_snapshots()
+
+    async def save_snapshots(self) -> None:
+        """A snapshot of every queue whose index changed since its last one. A snapshot that
+        cannot be written is logged; the gateway serves on (its next start reads more log)."""
+        for queue in sorted(self._unsaved):
+            position = self._resume.get(queue)
+            if position is None:
+                continue
+            self._unsaved.discard(queue)
+            mine = [topic for topic in self.index.messages if self.queue_of(topic) == queue]
+            topics: dict[str, list[tuple[int, str]]] = {}
+            step = limits.http_snapshot_topics_per_turn
+            for start in range(0, len(mine), step):  # between slices, requests are served
+                topics.update(self.index.export(mine[start : start + step]))
+                await asyncio.sleep(0)
+            saved = snapshot.Snapshot(queue, self._incarnation[queue], position, topics)
+            try:
+                await self._run(snapshot.write, self.snapshots / queue, saved)
+            except (OSError, RoqError) as error:
+                self._unsaved.add(queue)
+                log.error("http: the snapshot of queue %s was not written: %s", queue, error)
 
     def close(self) -> None:
         for consumer in self.consumers:

@@ -3,7 +3,8 @@ maxQueueSize of each topic (the seed's fixed-size queue), and the gets waiting f
 
 Owned by the event loop: the log consumers hand it batches with `call_soon_threadsafe`, so
 no lock is taken and a waiting get is woken in the same loop turn. It is a view of the logs,
-rebuilt by reading them from the beginning when the gateway starts; nothing here is durable.
+restored from the gateway's snapshot (snapshot.py) and the log read after it when the gateway
+starts; nothing here is the record.
 Its memory is the seed's own bound: maxQueueSize messages of at most maxMsgSize per topic.
 """
 
@@ -47,6 +48,11 @@ class TopicIndex:
             # at or below the floor goes, and the count bound holds whatever the order
             del kept[next(iter(kept))]
             self.count -= 1
+
+    def export(self, topics: Iterable[str]) -> dict[str, list[tuple[int, str]]]:
+        """The messages these topics keep (for the snapshot), oldest first."""
+        found = ((topic, self.messages.get(topic)) for topic in topics)
+        return {topic: sorted(kept.items()) for topic, kept in found if kept}
 
     def lookup(self, topic: str, index: int) -> str | None:
         kept = self.messages.get(topic)

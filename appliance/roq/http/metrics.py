@@ -15,7 +15,9 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
 class Metrics:
-    def __init__(self, index: TopicIndex, replaced: Callable[[], int]):
+    def __init__(
+        self, index: TopicIndex, replaced: Callable[[], int], read: Callable[[], int] = lambda: 0
+    ):
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
             "roq_http_requests", "Requests answered, by endpoint and status.",
@@ -44,6 +46,11 @@ class Metrics:
             registry=self.registry,
         )  # fmt: skip
         failed.set_function(replaced)
+        from_logs = Gauge(
+            "roq_http_log_messages_read", "Messages this gateway read from its queues' logs "
+            "since it started (after its snapshot's position).", registry=self.registry,
+        )  # fmt: skip
+        from_logs.set_function(read)
 
     def observe(self, endpoint: str, status: int, seconds: float) -> None:
         self.requests.labels(endpoint, str(status)).inc()

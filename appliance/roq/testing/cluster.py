@@ -222,6 +222,7 @@ class LocalCluster:
             "network.interface": LOOPBACK,
             "zk.session.timeout": 4000,
             "http.port": port,
+            "directory": str(self.tmp / "http"),  # its snapshots (.http-PORT), kept over restarts
             **self._security_args(),
             **overrides,
         }

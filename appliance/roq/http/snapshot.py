@@ -1,0 +1,169 @@
+"""The gateway's snapshot of one queue: the messages its topics keep, and where its log read was.
+
+Without it a gateway rebuilt its index by reading its queues' logs from the beginning, so its
+start took as long as the history behind it. With it, a gateway starts from the last snapshot
+(taken every `limits.http_snapshot_interval_s` while the index changes, and when it stops) and
+reads only what the log holds after it: its start follows the live messages, not the history.
+
+A snapshot is consistent by construction: the index and the position it records are both
+changed only on the event loop, in one call per delivered batch (gateway.py `_apply`), so the
+messages saved are at least those before the position. Messages after it may be saved too
+(the topics are copied in slices between loop turns); reading them again from the log files
+them under the same indexes, which changes nothing.
+
+    file  = frame*                       one file per queue, `<directory>/.http-<port>/<queue>`
+    frame = length (4, big-endian) | crc32 of kind+body (4) | kind (1) | body
+    kinds: HEAD (JSON: version, queue, the queue's identity, the Subscriber's resume state),
+           TOPIC (its name, UTF-8), MESSAGE (index, 8 bytes | the message, UTF-8), END (count, 8)
+
+Written to a temporary file, fsynced, renamed over the old one, and the directory fsynced: a
+crash leaves the old snapshot or the new one. A file that is torn, fails a CRC, or belongs to
+another incarnation of the queue (deleted and created again) is reported, naming the file and
+the byte where it went wrong, and ignored: the gateway then reads the log from the beginning,
+as without a snapshot. Nothing is lost either way: the log is the record, the snapshot a cache.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from roq import limits
+from roq.log.log import sync_directory
+
+log = logging.getLogger(__name__)
+
+VERSION = 1
+FRAME = struct.Struct(">IIB")
+INDEX = struct.Struct(">Q")
+HEAD, TOPIC, MESSAGE, END = 1, 2, 3, 4
+
+Topics = dict[str, list[tuple[int, str]]]  # topic -> (index, message), oldest first
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    queue: str
+    identity: str  # the queue's incarnation (its znode's creation zxid): a recreated queue differs
+    resume: dict[str, Any]  # the log Subscriber's resume state (client/subscriber.py)
+    topics: Topics
+
+    @property
+    def messages(self) -> int:
+        return sum(len(kept) for kept in self.topics.values())
+
+
+class Unreadable(ValueError):
+    """A snapshot file that cannot be used, and why (with the byte offset)."""
+
+
+def directory(log_root: str, port: int) -> Path:
+    """One directory per gateway of a machine (each has its own port), beside the logs."""
+    return Path(log_root) / f".http-{port}"
+
+
+def write(path: Path, snapshot: Snapshot) -> None:
+    """Replace the snapshot at `path` with this one, atomically and durably."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + ".tmp")
+    head = {
+        "version": VERSION,
+        "queue": snapshot.queue,
+        "identity": snapshot.identity,
+        "resume": snapshot.resume,
+    }
+    with open(temporary, "wb", buffering=limits.http_snapshot_buffer_bytes) as out:
+        _frame(out, HEAD, json.dumps(head).encode())
+        count = 0
+        for topic, kept in snapshot.topics.items():
+            _frame(out, TOPIC, topic.encode())
+            for index, message in kept:
+                _frame(out, MESSAGE, INDEX.pack(index) + message.encode())
+                count += 1
+        _frame(out, END, INDEX.pack(count))
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(temporary, path)
+    sync_directory(path.parent, f"the gateway's snapshot of {snapshot.queue}")
+
+
+def read(path: Path, queue: str, identity: str) -> Snapshot | None:
+    """The snapshot at `path`; None when there is none. Unreadable (naming the byte) when it is
+    damaged, torn, of another queue or of another incarnation of this one."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise Unreadable(f"{path}: cannot read it: {error.strerror}") from None
+    frames = _frames(path, data)
+    head = _head(path, next(frames, None), queue, identity)
+    topics: Topics = {}
+    kept: list[tuple[int, str]] | None = None
+    for at, kind, body in frames:
+        if kind == TOPIC:
+            kept = topics.setdefault(_text(path, at, body), [])
+        elif kind == MESSAGE and kept is not None and len(body) >= INDEX.size:
+            (index,) = INDEX.unpack_from(body)
+            kept.append((index, _text(path, at, body[INDEX.size :])))
+        elif kind == END and len(body) == INDEX.size:
+            snapshot = Snapshot(queue, identity, head["resume"], topics)
+            if INDEX.unpack(body)[0] != snapshot.messages:
+                raise Unreadable(f"{path}: byte {at}: its end counts other messages than it holds")
+            return snapshot
+        else:
+            raise Unreadable(f"{path}: byte {at}: an unexpected frame (kind {kind})")
+    raise Unreadable(f"{path}: it ends before its end frame (torn)")
+
+
+def _head(path: Path, first: tuple[int, int, bytes] | None, queue: str, identity: str) -> Any:
+    if first is None or first[1] != HEAD:
+        raise Unreadable(f"{path}: byte 0: no head frame")
+    try:
+        head = json.loads(first[2])
+        found = (head["version"], head["queue"], head["identity"], dict(head["resume"]))
+    except (ValueError, KeyError, TypeError) as error:
+        raise Unreadable(f"{path}: byte 0: its head is not a snapshot's ({error})") from None
+    if found[0] != VERSION:
+        raise Unreadable(f"{path}: version {found[0]}, this gateway reads {VERSION}")
+    if found[1] != queue or found[2] != identity:
+        raise Unreadable(
+            f"{path}: of queue {found[1]} (incarnation {found[2]}), not of {queue} ({identity}):"
+            " the queue was deleted and created again"
+        )
+    return head
+
+
+def _frames(path: Path, data: bytes) -> Iterator[tuple[int, int, bytes]]:
+    at = 0
+    while at < len(data):
+        if at + FRAME.size > len(data):
+            raise Unreadable(f"{path}: byte {at}: a torn frame header")
+        length, crc, kind = FRAME.unpack_from(data, at)
+        start, end = at + FRAME.size, at + FRAME.size + length
+        if end > len(data):
+            raise Unreadable(f"{path}: byte {at}: a frame of {length} bytes runs past the end")
+        body = data[start:end]
+        if zlib.crc32(body, zlib.crc32(bytes([kind]))) != crc:
+            raise Unreadable(f"{path}: byte {at}: a frame fails its CRC")
+        yield at, kind, body
+        at = end
+
+
+def _text(path: Path, at: int, body: bytes) -> str:
+    try:
+        return body.decode()
+    except UnicodeDecodeError:
+        raise Unreadable(f"{path}: byte {at}: text that is not UTF-8") from None
+
+
+def _frame(out: BinaryIO, kind: int, body: bytes) -> None:
+    out.write(FRAME.pack(len(body), zlib.crc32(body, zlib.crc32(bytes([kind]))), kind))
+    out.write(body)
