@@ -16,9 +16,9 @@ RESUME = {"queue": "http-0", "exchanges": {"x1": 4096}, "streams": [["ab", "6d71
 
 def _saved(tmp_path: Path) -> tuple[Path, Snapshot]:
     topics = {
-        "news": [(1, "first"), (2, "second ☃")],
-        "t/" + "é" * 300: [(9, ""), (10, "x" * 70_000)],
-        "empty-named-message": [(1, "")],
+        "news": [(1, ("first", "x1", 0)), (2, ("second ☃", "x2", 512))],
+        "t/" + "é" * 300: [(9, ("", "x1", 4000)), (10, ("x" * 70_000, "x1", 4096))],
+        "empty-named-message": [(1, ("", "x2", 2**40))],
     }
     saved = Snapshot("http-0", "1a2b", RESUME, topics)
     path = tmp_path / ".http-8080" / "http-0"
@@ -81,3 +81,14 @@ def test_a_file_that_is_not_a_snapshot_is_refused(tmp_path: Path) -> None:
     path.write_bytes(b"not a snapshot at all, just text written here by someone")
     with pytest.raises(Unreadable):
         snapshot.read(path, "http-0", "1a2b")
+
+
+def test_floors_are_the_read_position_or_the_oldest_kept_message_of_each_exchange() -> None:
+    topics = {
+        "a": [(5, ("m", "x1", 300)), (6, ("m", "x1", 900))],
+        "b": [(2, ("m", "x2", 50)), (3, ("m", "x1", 1000))],
+        "c": [(1, ("m", "x9", 7))],  # an exchange the read has no position in: no floor
+    }
+    resume = {"exchanges": {"x1": 4096, "x2": 40, "x3": 800}}
+    saved = Snapshot("http-0", "1", resume, topics)
+    assert snapshot.floors(saved) == {"x1": 300, "x2": 40, "x3": 800}

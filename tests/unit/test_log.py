@@ -182,6 +182,26 @@ def test_retention_by_bytes_deletes_whole_closed_segments(tmp_path):
         assert kept == list(range(kept[0], 60))
 
 
+def test_retain_from_deletes_the_whole_segments_its_readers_no_longer_need(tmp_path):
+    """An HTTP gateway's floor (Log.retain_from): every closed segment that ends at or before
+    it goes, the one holding it stays, and it only grows (a lower floor later deletes nothing
+    more and keeps nothing back); later rolls apply it too, with no other retention set."""
+    size = len(batch(0))
+    with Log(tmp_path, max_file_size=2 * size, flush_policy=OS) as log:
+        offsets = fill(log, 20)  # 2 batches per segment
+        assert log.retain_from(offsets[5]) == 2  # segments [0, 1] and [2, 3]; 5 is in [4, 5]
+        assert log.start_offset == offsets[4]
+        assert log.read(offsets[4], 100).status is ReadStatus.BATCHES
+        assert log.retain_from(offsets[1]) == 0 and log.start_offset == offsets[4]
+        assert seqs(read_all(log, log.start_offset)) == list(range(12, 60))
+        floor = log.end_offset
+        log.retain_from(floor + 10**6)  # past the end: held at the end
+        assert log.consumed_before == floor
+        fill(log, 4, start_seq=60)  # the rolls apply the floor: everything before it goes
+        assert log.start_offset == floor
+        assert seqs(read_all(log, log.start_offset)) == list(range(60, 72))
+
+
 def test_retention_by_record_count_keeps_at_least_n_records(tmp_path):
     size = len(batch(0))
     retention = Retention(records=10)

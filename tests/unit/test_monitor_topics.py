@@ -150,3 +150,28 @@ def test_an_import_writes_what_is_missing_and_keeps_what_is_here(state: StateLog
     assert _ok(_ask(table, MonitorCommand.TOPIC_COUNT)).topics == 1
     _refused(_ask(table, MonitorCommand.TOPIC_SUBSCRIBE, "news", "carol", limit=1),
              Reason.CONFLICT, "1 subscribers: the limit")  # fmt: skip
+
+
+def test_floors_keep_the_highest_any_gateway_told_and_forget_gone_exchanges(state: StateLog):
+    """57: any one gateway's floor is safe (eviction is for good), so the monitor keeps the
+    highest per exchange; a gone exchange's floor goes with it; a malformed one is refused."""
+    manager = TopicManager("http-0", _Keeper(state))  # type: ignore[arg-type]
+    table = Table("monitor http-0", manager.routes())
+    end = state.end_offset
+
+    def floor(**floors: int) -> dict:
+        ask = TopicAsk(MonitorCommand.TOPIC_FLOOR, floors=tuple(floors.items()))
+        reply = table(ask.encode(), None)
+        assert reply is not None
+        return reply
+
+    _ok(floor(x1=4096, x2=100))
+    _ok(floor(x1=1024, x2=300))  # a gateway behind the other: x1 keeps 4096
+    assert (manager.consumed_before("x1"), manager.consumed_before("x2")) == (4096, 300)
+    assert manager.consumed_before("x3") == 0
+    manager.forget_exchanges({"x2"})
+    assert manager.floors == {"x2": 300}
+    for bad in ({"x1": -1}, {"x1": "12"}, {"x1": True}, [1, 2], {"x" * 300: 1}):
+        reply = table({"CMD": int(MonitorCommand.TOPIC_FLOOR), "Floors": bad}, None)
+        assert reply is not None and reply["RESULT"] != 0, bad
+    assert state.end_offset == end  # nothing of it is written to the state log

@@ -119,6 +119,11 @@ class TopicClient:
             self._on(topic, MonitorCommand.TOPIC_IMPORT, owner, index=following,
                      subscriber=subscriber)  # fmt: skip
 
+    def consumed(self, queue: str, floors: dict[str, int]) -> None:
+        """Tell the queue's monitor that this gateway needs nothing of each exchange's log
+        before its floor (monitor/topics.py, "Retention")."""
+        self._ask(queue, TopicAsk(MonitorCommand.TOPIC_FLOOR, floors=tuple(floors.items())))
+
     def close(self) -> None:
         with self._lock:
             links, self._links = self._links, []

@@ -559,12 +559,25 @@ class Exchange:
             self.log_server.copies.accept(assigned.leaders)
         if assigned.drop_state_before and self.log_server is not None:
             self.log_server.copies.drop_state_before(assigned.drop_state_before)
+        if assigned.consumed_before and self.log is not None:
+            self._consumed_before(self.log, assigned.consumed_before)
         if self.copy_sender is not None:
             self.copy_sender.assign([(s.leader_id, s.target_id, s.endpoint)
                                      for s in assigned.sources])  # fmt: skip
         if assigned.retire and self.spec.keeper and not self.retired:
             self._retire()
         return Done("assigned")
+
+    def _consumed_before(self, log_: Log, offset: int) -> None:
+        """No reader needs this log before `offset` (an HTTP gateway's queue: every message
+        there is evicted from its topic): its whole segments before it go, and its copies
+        follow its start (PRUNE), as a compacted state log's do."""
+        assert self.replicator is not None
+        self.replicator.prune = True
+        deleted = log_.retain_from(offset)
+        if deleted:
+            log.info("%s: %d segment(s) before offset %d deleted: no reader needs them",
+                     self.spec.name, deleted, offset)  # fmt: skip
 
     def _retire(self) -> None:
         """A keeper's logs all have their copies on live exchanges (the monitor's word): the

@@ -25,7 +25,7 @@ from roq.http import records as mq
 
 log = logging.getLogger(__name__)
 
-Items = list[tuple[str, int, str]]
+Items = list[tuple[str, int, str, str, int]]  # topic, index, message, exchange id, log offset
 Position = dict[str, Any]  # a Subscriber's resume state
 
 
@@ -65,12 +65,13 @@ class LogConsumer(threading.Thread):
             while not self.stop.is_set():
                 items: Items = []
                 for delivery in subscriber.poll(limits.poll_interval_ms):
+                    origin = getattr(delivery.source, "exchange_id", "")
                     for record in records(delivery):
                         found = mq.decode(record.payload)
                         if found is None:
                             self.foreign += 1
                         else:
-                            items.append(found)
+                            items.append((*found, origin, record.offset))
                 if items:
                     self.received += len(items)
                     self.resume = subscriber.resume_state()

@@ -196,7 +196,11 @@ class Gateway:
         if found is None:
             log.info("http: no snapshot of queue %s: reading its log from the beginning", queue)
             return
-        self.index.add((t, i, m) for t, kept in found.topics.items() for i, m in kept)
+        self.index.add(
+            (topic, index, message, origin, offset)
+            for topic, kept in found.topics.items()
+            for index, (message, origin, offset) in kept
+        )
         self._resume[queue] = found.resume
         log.info("http: queue %s from its snapshot %s (topics: %d, messages: %d)",
                  queue, path, len(found.topics), found.messages)  # fmt: skip
@@ -215,17 +219,33 @@ class Gateway:
                 continue
             self._unsaved.discard(queue)
             mine = [topic for topic in self.index.messages if self.queue_of(topic) == queue]
-            topics: dict[str, list[tuple[int, str]]] = {}
+            topics: snapshot.Topics = {}
             step = limits.http_snapshot_topics_per_turn
             for start in range(0, len(mine), step):  # between slices, requests are served
                 topics.update(self.index.export(mine[start : start + step]))
                 await asyncio.sleep(0)
             saved = snapshot.Snapshot(queue, self._incarnation[queue], position, topics)
-            try:
-                await self._run(snapshot.write, self.snapshots / queue, saved)
-            except (OSError, RoqError) as error:
+            if not await self._run(self._save, saved):
                 self._unsaved.add(queue)
-                log.error("http: the snapshot of queue %s was not written: %s", queue, error)
+
+    def _save(self, saved: snapshot.Snapshot) -> bool:
+        """Write the snapshot, then tell the queue's monitor what of its logs this gateway no
+        longer needs (retention: monitor/topics.py). A snapshot that cannot be written is
+        logged (False: it is tried again): the gateway serves on, its next start reads more
+        log. A floor not told now is told with the next snapshot."""
+        queue = saved.queue
+        try:
+            snapshot.write(self.snapshots / queue, saved)
+        except (OSError, ValueError, RoqError) as error:
+            log.error("http: the snapshot of queue %s was not written: %s", queue, error)
+            return False
+        if isinstance(self.store, TopicClient):
+            try:
+                self.store.consumed(queue, snapshot.floors(saved))
+            except (RoqError, TopicRefused) as error:
+                log.warning("http: queue %s: its monitor was not told what retention may "
+                            "delete: %s", queue, error)  # fmt: skip
+        return True
 
     def close(self) -> None:
         for consumer in self.consumers:

@@ -6,6 +6,8 @@ no lock is taken and a waiting get is woken in the same loop turn. It is a view 
 restored from the gateway's snapshot (snapshot.py) and the log read after it when the gateway
 starts; nothing here is the record.
 Its memory is the seed's own bound: maxQueueSize messages of at most maxMsgSize per topic.
+Each message keeps where it was read (exchange id, log offset): the log before the oldest kept
+message is needed by no topic, and retention may delete it (gateway.py `floors`).
 """
 
 from __future__ import annotations
@@ -15,33 +17,36 @@ from collections.abc import Iterable
 
 from roq import limits
 
+Kept = tuple[str, str, int]  # the message, the exchange it was read from, its batch's offset
+Item = tuple[str, int, str, str, int]  # topic, index, message, exchange id, offset
+
 
 class TopicIndex:
     def __init__(self, max_queue_size: int):
         self.max_queue_size = max_queue_size
-        self.messages: dict[str, dict[int, str]] = {}
+        self.messages: dict[str, dict[int, Kept]] = {}
         self.newest: dict[str, int] = {}
         self.count = 0  # messages held, all topics
         self._waiters: dict[str, list[tuple[int, bool, asyncio.Future[None]]]] = {}
         self._parked = 0
 
-    def add(self, items: Iterable[tuple[str, int, str]]) -> None:
+    def add(self, items: Iterable[Item]) -> None:
         touched: set[str] = set()
-        for topic, index, message in items:
+        for topic, index, message, origin, offset in items:
             newest = max(self.newest.get(topic, 0), index)
             if index <= newest - self.max_queue_size:
                 continue  # already evicted by newer messages
             kept = self.messages.setdefault(topic, {})
             if index not in kept:
                 self.count += 1
-            kept[index] = message
+            kept[index] = (message, origin, offset)
             self.newest[topic] = newest
             self._evict(kept, newest)
             touched.add(topic)
         for topic in touched & self._waiters.keys():
             self._wake(topic)
 
-    def _evict(self, kept: dict[int, str], newest: int) -> None:
+    def _evict(self, kept: dict[int, Kept], newest: int) -> None:
         floor = newest - self.max_queue_size
         while len(kept) > self.max_queue_size or (kept and next(iter(kept)) <= floor):
             # insertion order is index order but for messages of racing gateways; any index
@@ -49,14 +54,15 @@ class TopicIndex:
             del kept[next(iter(kept))]
             self.count -= 1
 
-    def export(self, topics: Iterable[str]) -> dict[str, list[tuple[int, str]]]:
+    def export(self, topics: Iterable[str]) -> dict[str, list[tuple[int, Kept]]]:
         """The messages these topics keep (for the snapshot), oldest first."""
         found = ((topic, self.messages.get(topic)) for topic in topics)
         return {topic: sorted(kept.items()) for topic, kept in found if kept}
 
     def lookup(self, topic: str, index: int) -> str | None:
         kept = self.messages.get(topic)
-        return None if kept is None else kept.get(index)
+        found = None if kept is None else kept.get(index)
+        return None if found is None else found[0]
 
     def _arrived(self, topic: str, index: int, exact: bool) -> bool:
         if exact:

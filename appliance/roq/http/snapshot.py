@@ -13,8 +13,12 @@ them under the same indexes, which changes nothing.
 
     file  = frame*                       one file per queue, `<directory>/.http-<port>/<queue>`
     frame = length (4, big-endian) | crc32 of kind+body (4) | kind (1) | body
-    kinds: HEAD (JSON: version, queue, the queue's identity, the Subscriber's resume state),
-           TOPIC (its name, UTF-8), MESSAGE (index, 8 bytes | the message, UTF-8), END (count, 8)
+    kinds: HEAD (JSON: version, queue, the queue's identity, the Subscriber's resume state,
+                 the exchange ids the messages were read from),
+           TOPIC (its name, UTF-8),
+           MESSAGE (index, 8 bytes | its batch's log offset, 8 | its exchange's number in the
+                    head's list, 2 | the message, UTF-8),
+           END (the count of messages, 8)
 
 Written to a temporary file, fsynced, renamed over the old one, and the directory fsynced: a
 crash leaves the old snapshot or the new one. A file that is torn, fails a CRC, or belongs to
@@ -43,9 +47,11 @@ log = logging.getLogger(__name__)
 VERSION = 1
 FRAME = struct.Struct(">IIB")
 INDEX = struct.Struct(">Q")
+MESSAGE_HEAD = struct.Struct(">QQH")  # index, offset, exchange number
 HEAD, TOPIC, MESSAGE, END = 1, 2, 3, 4
 
-Topics = dict[str, list[tuple[int, str]]]  # topic -> (index, message), oldest first
+# topic -> (index, (message, exchange id, log offset)), oldest first (index.py's `Kept`)
+Topics = dict[str, list[tuple[int, tuple[str, str, int]]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,19 +79,27 @@ def write(path: Path, snapshot: Snapshot) -> None:
     """Replace the snapshot at `path` with this one, atomically and durably."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(path.name + ".tmp")
+    origins: dict[str, int] = {}
+    for kept in snapshot.topics.values():
+        for _, (_, origin, _) in kept:
+            origins.setdefault(origin, len(origins))
+    if len(origins) > 0xFFFF:
+        raise ValueError(f"{len(origins)} exchanges: a snapshot numbers at most 65,535")
     head = {
         "version": VERSION,
         "queue": snapshot.queue,
         "identity": snapshot.identity,
         "resume": snapshot.resume,
+        "exchanges": list(origins),
     }
     with open(temporary, "wb", buffering=limits.http_snapshot_buffer_bytes) as out:
         _frame(out, HEAD, json.dumps(head).encode())
         count = 0
         for topic, kept in snapshot.topics.items():
             _frame(out, TOPIC, topic.encode())
-            for index, message in kept:
-                _frame(out, MESSAGE, INDEX.pack(index) + message.encode())
+            for index, (message, origin, offset) in kept:
+                where = MESSAGE_HEAD.pack(index, offset, origins[origin])
+                _frame(out, MESSAGE, where + message.encode())
                 count += 1
         _frame(out, END, INDEX.pack(count))
         out.flush()
@@ -105,14 +119,18 @@ def read(path: Path, queue: str, identity: str) -> Snapshot | None:
         raise Unreadable(f"{path}: cannot read it: {error.strerror}") from None
     frames = _frames(path, data)
     head = _head(path, next(frames, None), queue, identity)
+    origins = head["exchanges"]
     topics: Topics = {}
-    kept: list[tuple[int, str]] | None = None
+    kept: list[tuple[int, tuple[str, str, int]]] | None = None
     for at, kind, body in frames:
         if kind == TOPIC:
             kept = topics.setdefault(_text(path, at, body), [])
-        elif kind == MESSAGE and kept is not None and len(body) >= INDEX.size:
-            (index,) = INDEX.unpack_from(body)
-            kept.append((index, _text(path, at, body[INDEX.size :])))
+        elif kind == MESSAGE and kept is not None and len(body) >= MESSAGE_HEAD.size:
+            index, offset, origin = MESSAGE_HEAD.unpack_from(body)
+            if origin >= len(origins):
+                raise Unreadable(f"{path}: byte {at}: exchange number {origin} is not in its head")
+            message = _text(path, at, body[MESSAGE_HEAD.size :])
+            kept.append((index, (message, origins[origin], offset)))
         elif kind == END and len(body) == INDEX.size:
             snapshot = Snapshot(queue, identity, head["resume"], topics)
             if INDEX.unpack(body)[0] != snapshot.messages:
@@ -129,6 +147,8 @@ def _head(path: Path, first: tuple[int, int, bytes] | None, queue: str, identity
     try:
         head = json.loads(first[2])
         found = (head["version"], head["queue"], head["identity"], dict(head["resume"]))
+        if not all(isinstance(origin, str) for origin in head["exchanges"]):
+            raise TypeError("an exchange id that is not a string")
     except (ValueError, KeyError, TypeError) as error:
         raise Unreadable(f"{path}: byte 0: its head is not a snapshot's ({error})") from None
     if found[0] != VERSION:
@@ -167,3 +187,16 @@ def _text(path: Path, at: int, body: bytes) -> str:
 def _frame(out: BinaryIO, kind: int, body: bytes) -> None:
     out.write(FRAME.pack(len(body), zlib.crc32(body, zlib.crc32(bytes([kind]))), kind))
     out.write(body)
+
+
+def floors(saved: Snapshot) -> dict[str, int]:
+    """Per exchange the log offset before which the gateway needs nothing: where its read of
+    that exchange's log is, or the oldest message a topic keeps from it, if older. Only the
+    exchanges the read has a position in (the others are not known to be read at all)."""
+    position = saved.resume.get("exchanges", {})
+    found = {exchange_id: int(offset) for exchange_id, offset in position.items()}
+    for kept in saved.topics.values():
+        for _, (_, origin, offset) in kept:
+            if origin in found and offset < found[origin]:
+                found[origin] = offset
+    return found

@@ -184,6 +184,8 @@ class Log:
         self.max_file_size = max_file_size
         self.flush_policy = flush_policy or FlushPolicy()
         self.retention = retention or Retention()
+        # no reader needs the log before this offset (its readers said so: retain_from)
+        self.consumed_before = 0
         self.memory = MemoryLog(memory_bytes)
         self.gaps: list[tuple[int, int]] = []  # [start, end) offsets missing between segments
         self.recovered_bytes_dropped = 0
@@ -541,7 +543,8 @@ class Log:
         """Delete whole closed segments, oldest first, that retention no longer needs. Returns
         how many were deleted."""
         ret = self.retention
-        if not (ret.bytes or ret.ms or ret.records) or len(self._segments) < 2:
+        limited = ret.bytes or ret.ms or ret.records or self.consumed_before
+        if not limited or len(self._segments) < 2:
             return 0
         now_us = time.time_ns() // 1000 if now_us is None else now_us
         total_bytes = sum(s.size for s in self._segments)
@@ -561,7 +564,7 @@ class Log:
     def _expendable(self, head: Segment, total_bytes: int, total_records: int, now_us: int) -> bool:
         ret = self.retention
         records = head.stats.records if head.stats else 0
-        reasons = []
+        reasons = [head.end <= self.consumed_before]
         if ret.bytes:
             reasons.append(total_bytes - head.size >= ret.bytes)
         if ret.records:
@@ -571,6 +574,13 @@ class Log:
         # A segment goes once any one limit says it is surplus (Kafka's rule): each limit is
         # "keep at least", and the first limit reached frees the space.
         return any(reasons)
+
+    def retain_from(self, offset: int) -> int:
+        """Its readers need nothing before `offset` from now on (it only grows): whole closed
+        segments that end at or before it are deleted, now and by later retention, beside
+        what `retention` deletes. Returns how many were deleted now."""
+        self.consumed_before = max(self.consumed_before, min(offset, self.end_offset))
+        return self.enforce_retention()
 
     def drop_before(self, offset: int) -> int:
         """Delete every closed segment, oldest first, that ends at or before `offset`: what a

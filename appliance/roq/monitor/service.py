@@ -811,6 +811,7 @@ class Monitor:
         assignment is the only authority a replica accepts a copy on (only what changed is
         logged)."""
         views = list(self.exchanges.values())
+        self.topics.forget_exchanges({x.exchange_id for x in views})
         plan = assign_replicas(views, self.replication_factor)
         by_id = {x.exchange_id: x for x in views}
         copied: dict[str, list[str]] = {x.exchange_id: [] for x in views}
@@ -845,6 +846,7 @@ class Monitor:
                 tuple(sources[leader_id]),
                 self.epoch,
                 drop_state_before=drop_state_before,
+                consumed_before=self.topics.consumed_before(leader_id),
             )
             self._tell_exchange(leader, assignment)
         for keeper in keepers:  # copies no log and is copied by nobody: it sends, at most

@@ -13,6 +13,13 @@ log, so a head is taken once whatever the number of gateways (no compare-and-set
 ZooKeeper's store had), and a count changes in the same append as what it counts. A reply waits
 until the append is on `min.insync.copies` copies (service.py `_answer`): what a gateway was told
 survives the loss of the monitor's host.
+
+Retention (57, TOPIC_FLOOR): a gateway that saved its index tells, per exchange of the queue,
+the offset before which it needs nothing (every message there is evicted from its topic, or
+none is). Any one gateway's word is enough: eviction is for good, so what is evicted for one
+gateway is evicted for all; the monitor keeps the highest per exchange, in memory (the
+gateways say it again with every snapshot), and hands it to the exchange with its next
+REPLICAS (`ConsumedBefore`), whose log then deletes the whole segments before it.
 """
 
 from __future__ import annotations
@@ -57,11 +64,20 @@ def _json(value: dict[str, Any]) -> bytes:
 
 
 class TopicManager:
-    """The topic commands (50–55) on the state log; main thread only, as the keeper."""
+    """The topic commands (50–57) on the state log; main thread only, as the keeper."""
 
     def __init__(self, queue: str, keeper: StateKeeper | None):
         self.name = f"monitor {queue}"
         self.keeper = keeper
+        self.floors: dict[str, int] = {}  # exchange id -> the offset no gateway reads before
+
+    def consumed_before(self, exchange_id: str) -> int:
+        return self.floors.get(exchange_id, 0)
+
+    def forget_exchanges(self, live: set[str]) -> None:
+        """Floors of exchanges that are gone go with them (the dict stays bounded)."""
+        for exchange_id in self.floors.keys() - live:
+            del self.floors[exchange_id]
 
     def routes(self) -> dict[int, Route[Any, Any]]:
         handlers = {
@@ -72,6 +88,7 @@ class TopicManager:
             MonitorCommand.TOPIC_ACK: self._ack,
             MonitorCommand.TOPIC_COUNT: self._count_of,
             MonitorCommand.TOPIC_IMPORT: self._import,
+            MonitorCommand.TOPIC_FLOOR: self._floor,
         }
         assert set(handlers) == TOPIC_COMMANDS
         return {c: route(TopicAsk.decode, self._serving(h)) for c, h in handlers.items()}
@@ -152,6 +169,12 @@ class TopicManager:
 
     def _count_of(self, state: StateLog, _: TopicAsk) -> TopicState:
         return TopicState(topics=_count(state))
+
+    def _floor(self, _: StateLog, ask: TopicAsk) -> TopicState:
+        for exchange_id, offset in ask.floors:
+            if offset > self.floors.get(exchange_id, 0):
+                self.floors[exchange_id] = offset
+        return TopicState()
 
     def _import(self, state: StateLog, ask: TopicAsk) -> TopicState:
         """A topic, or one subscriber's position, as ZooKeeper kept it before: written unless

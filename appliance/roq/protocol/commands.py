@@ -156,6 +156,8 @@ class MonitorCommand(enum.IntEnum):
     TOPIC_COUNT = 55  # → how many topics this queue holds (`Topics`)
     TOPIC_IMPORT = 56  # a topic kept in ZooKeeper before: `Topic` of owner `Name` at head `Index`,
     # or with `Subscriber`, that subscriber's next `Index`; nothing if already here
+    TOPIC_FLOOR = 57  # a gateway read and filed everything before `Floors` {exchange id: offset}
+    # that any topic still keeps: whole segments before it may go (Replicas' `ConsumedBefore`)
 
 
 @enum.unique

@@ -114,7 +114,9 @@ class Replicas:
     none); with `Retire` (to a log keeper only), every log it holds has replicationFactor
     complete copies on live exchanges: it marks its logs retired and exits; with
     `DropStateBefore` N (optional), the monitor's state log of epoch N holds everything the
-    older ones did and is copied: the copies of `state.<e>`, e < N, are deleted; answered
+    older ones did and is copied: the copies of `state.<e>`, e < N, are deleted; with
+    `ConsumedBefore` N (optional, an HTTP gateway's queue: TOPIC_FLOOR 57), no reader needs
+    this log before offset N: its whole segments before N go, and its copies follow; answered
     `COMMENT: "assigned"`, or refused `ERROR: stale_epoch` when its `Epoch` is older than one
     the exchange has seen (a monitor that was re-placed)."""
 
@@ -124,6 +126,7 @@ class Replicas:
     epoch: int = 0  # Epoch: the sending monitor's assignment epoch
     retire: bool = False  # Retire (optional, false when absent)
     drop_state_before: int = 0  # DropStateBefore (optional, 0 when absent)
+    consumed_before: int = 0  # ConsumedBefore (optional, 0 when absent)
 
     def encode(self) -> Document:
         doc: Document = {
@@ -138,6 +141,8 @@ class Replicas:
             doc["Retire"] = True
         if self.drop_state_before:
             doc["DropStateBefore"] = self.drop_state_before
+        if self.consumed_before:
+            doc["ConsumedBefore"] = self.consumed_before
         return doc
 
     @classmethod
@@ -149,13 +154,14 @@ class Replicas:
         epoch = field_epoch(doc)
         retire = field_bool(doc, "Retire", default=False)
         drop = field_int(doc, "DropStateBefore", default=0, hi=INT64_MAX)
+        consumed = field_int(doc, "ConsumedBefore", default=0, hi=INT64_MAX)
         if doc.get("Leaders") is None:
-            return cls(replicas, None, sources, epoch, retire, drop)
+            return cls(replicas, None, sources, epoch, retire, drop, consumed)
         leaders = field_strs(
             doc, "Leaders", max_items=EXCHANGES_MAX, max_chars=EXCHANGE_ID_CHARS_MAX
         )
         leaders_ok = tuple(check_exchange_id(leader) for leader in leaders)
-        return cls(replicas, leaders_ok, sources, epoch, retire, drop)
+        return cls(replicas, leaders_ok, sources, epoch, retire, drop, consumed)
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,13 @@
 """The HTTP gateway's topics (docs/http.md): what a gateway asks the monitor of a topic's queue
-(B+1, commands 50–55), and what it answers. The monitor keeps them in its state log
+(B+1, commands 50–57), and what it answers. The monitor keeps them in its state log
 (monitor/topics.py); the messages themselves are in the queue's message logs.
 
 One request class serves the seven commands: `Topic` and `Name` (the owner or the subscriber,
 as the command says) with `Count` (a publish's messages), `Index` (the message acknowledged) or
 `Limit` (the most topics, or subscribers of the topic, the request may bring the count to). An
 import (56, a topic kept in ZooKeeper before, docs/http.md "Migration") names the owner and the
-head (`Index`), or a `Subscriber` and its next index.
+head (`Index`), or a `Subscriber` and its next index. A floor (57) names no topic: `Floors`
+maps exchange ids to log offsets (docs/http.md, "Retention").
 """
 
 from __future__ import annotations
@@ -21,13 +22,13 @@ from roq.protocol import bsonmsg
 from roq.protocol.bsonmsg import Document, field_int, field_str
 from roq.protocol.commands import MonitorCommand
 
-TOPIC_COMMANDS = frozenset(range(MonitorCommand.TOPIC_REGISTER, MonitorCommand.TOPIC_IMPORT + 1))
-_NAMED = frozenset(TOPIC_COMMANDS - {MonitorCommand.TOPIC_COUNT})
+TOPIC_COMMANDS = frozenset(range(MonitorCommand.TOPIC_REGISTER, MonitorCommand.TOPIC_FLOOR + 1))
+_NAMED = frozenset(TOPIC_COMMANDS - {MonitorCommand.TOPIC_COUNT, MonitorCommand.TOPIC_FLOOR})
 
 
 @dataclass(frozen=True)
 class TopicAsk:
-    """50–55: a topic command. Names are checked here for length (the configuration's
+    """50–57: a topic command. Names are checked here for length (the configuration's
     `maxNameLen` is the gateway's to check); a count and an index are at least 1."""
 
     command: MonitorCommand
@@ -37,9 +38,12 @@ class TopicAsk:
     index: int = 0  # 54: the message acknowledged
     limit: int = 0  # 50: topics this queue may hold; 52: subscribers the topic may have
     subscriber: str = ""  # 56: the subscriber whose position is imported ("": the topic)
+    floors: tuple[tuple[str, int], ...] = ()  # 57: (exchange id, log offset)
 
     def encode(self) -> Document:
         doc: Document = {"CMD": int(self.command)}
+        if self.command == MonitorCommand.TOPIC_FLOOR:
+            doc["Floors"] = dict(self.floors)
         if self.command in _NAMED:
             doc.update(Topic=self.topic, Name=self.name)
         if self.command == MonitorCommand.TOPIC_PUBLISH:
@@ -57,6 +61,8 @@ class TopicAsk:
         command = MonitorCommand(field_int(doc, "CMD"))
         if command not in TOPIC_COMMANDS:
             raise DecodeError(f"command {int(command)} is not a topic command")
+        if command == MonitorCommand.TOPIC_FLOOR:
+            return cls(command, floors=_floors(doc.get("Floors")))
         if command not in _NAMED:
             return cls(command)
         chars = limits.http_name_chars_max
@@ -74,6 +80,21 @@ class TopicAsk:
             index = field_int(doc, "Index", lo=0)
             subscriber = field_str(doc, "Subscriber", max_chars=chars, default="")
         return cls(command, topic, name, count, index, limit, subscriber)
+
+
+def _floors(value: Any) -> tuple[tuple[str, int], ...]:
+    """57's `Floors`: at most `monitor_exchanges_max` exchange ids, each to an offset."""
+    if not isinstance(value, Mapping) or len(value) > limits.monitor_exchanges_max:
+        raise DecodeError(f"Floors must be a document of at most {limits.monitor_exchanges_max} "
+                          "exchange ids")  # fmt: skip
+    floors = []
+    for exchange_id, offset in value.items():
+        if len(exchange_id) > limits.exchange_id_request_chars_max:
+            raise DecodeError(f"Floors: exchange id of {len(exchange_id)} characters")
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise DecodeError(f"Floors: {exchange_id}: not an offset: {offset!r}")
+        floors.append((exchange_id, offset))
+    return tuple(floors)
 
 
 @dataclass(frozen=True)
