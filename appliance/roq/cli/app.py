@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import typer
@@ -45,7 +46,28 @@ def _root(
         os.environ["ROQ_CREDENTIALS"] = str(credentials.resolve())
 
 
-def main() -> None:
-    from roq.cli import commands  # noqa: F401  (registers the commands on `app`)
+# What the host, `roq up` and systemd start: these need roq.cli.daemons alone, and importing
+# every other command module costs each start ~0.3-0.5 s of CPU (a host restarting its monitors
+# and exchanges starts several at once: docs/benchmarks.md, "Restart is resume").
+DAEMON_COMMANDS = frozenset({"gcm", "host", "http", "up", "monitor", "exchange"})
+_VALUED_OPTIONS = frozenset({"--credentials"})  # the root options that take a value
 
+
+def command_of(argv: list[str]) -> str | None:
+    """The subcommand `argv` (without the program) names, if any."""
+    args = iter(argv)
+    for arg in args:
+        if arg in _VALUED_OPTIONS:
+            next(args, None)
+        elif not arg.startswith("-"):
+            return arg
+    return None
+
+
+def main() -> None:
+    # each module registers its commands on `app` as it is imported
+    if command_of(sys.argv[1:]) in DAEMON_COMMANDS:
+        from roq.cli import daemons  # noqa: F401
+    else:
+        from roq.cli import commands  # noqa: F401
     app()
