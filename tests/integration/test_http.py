@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from roq import limits
 from roq.client.live import monitor_status
 from roq.coordination import session
+from roq.http import snapshot
 from roq.protocol.messages.control import StateLogStatus
 from roq.system.spawn import child_environment, roq_command
 from roq.testing.cluster import (
@@ -539,6 +540,19 @@ def test_a_gateway_starts_from_its_snapshot_and_reads_only_the_log_after_it(
     for n in range(28, 31):
         assert api.v1("message/get", subscriber="s", topic="t")[1] == {"msgIdx": n, "msg": f"m{n}"}
         assert api.v1("message/ack", subscriber="s", topic="t", msgIdx=n)[0] == 200
+    assert api.v1("message/get", subscriber="s", topic="t")[1] == {"msgIdx": 31, "msg": "m31"}
+    # a whole snapshot (every CRC right) whose log position makes no sense: reported, the log
+    # is read from the beginning
+    daemon.process.terminate()
+    assert daemon.process.wait(30) == 0
+    head = json.loads(next(snapshot._frames(saved, saved.read_bytes()))[2])
+    good = snapshot.read(saved, "http-0", head["identity"])
+    assert good is not None
+    nonsense = {"exchanges": {"x": "not an offset"}, "streams": [["not hex", "", 1]]}
+    snapshot.write(saved, snapshot.Snapshot("http-0", head["identity"], nonsense, good.topics))
+    daemon, api = start_gateway(cluster, port=port, maxQueueSize=5)
+    wait_for(lambda: _read_from_logs(api) == 31, 30, f"the log read again\n{daemon.log_text()}")
+    assert "the snapshot's log position is unusable" in daemon.log_text()
     assert api.v1("message/get", subscriber="s", topic="t")[1] == {"msgIdx": 31, "msg": "m31"}
     other.process.terminate()
     assert other.process.wait(30) == 0

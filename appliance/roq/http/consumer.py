@@ -56,10 +56,25 @@ class LogConsumer(threading.Thread):
                             self.queue, error, limits.http_consumer_retry_s)  # fmt: skip
                 self.stop.wait(limits.http_consumer_retry_s)
 
+    def _subscriber(self) -> Subscriber:
+        def subscriber() -> Subscriber:
+            return Subscriber(self.queue, zk=self.zk, namespace=self.namespace,
+                              start="beginning", resume=self.resume)  # fmt: skip
+
+        try:
+            return subscriber()
+        except (ValueError, TypeError, KeyError) as error:
+            if self.resume is None:
+                raise
+            # a snapshot's position that passed its CRC but makes no sense (another version
+            # wrote it): the log from the beginning is always right, only slower
+            log.error("http: queue %s: the snapshot's log position is unusable (%r); "
+                      "reading from the beginning", self.queue, error)  # fmt: skip
+            self.resume = None
+            return subscriber()
+
     def _consume(self) -> None:
-        with Subscriber(
-            self.queue, zk=self.zk, namespace=self.namespace, start="beginning", resume=self.resume
-        ) as subscriber:
+        with self._subscriber() as subscriber:
             where = "the beginning of its log" if self.resume is None else "the snapshot's position"
             log.info("http: reading queue %s from %s", self.queue, where)
             while not self.stop.is_set():

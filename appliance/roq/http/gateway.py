@@ -93,6 +93,9 @@ class Gateway:
         self._resume: dict[str, Position | None] = {}  # queue -> the index's log position
         self._unsaved: set[str] = set()  # queues whose index changed since their snapshot
         self._snapshotter: asyncio.Task[None] | None = None
+        # one snapshot write at a time: a periodic one cancelled at stop may still be writing
+        # in its worker thread when the last one starts (both use the same temporary file)
+        self._writing = threading.Lock()
 
     # --- life ----------------------------------------------------------------------------------
     def open(self) -> None:
@@ -235,7 +238,8 @@ class Gateway:
         log. A floor not told now is told with the next snapshot."""
         queue = saved.queue
         try:
-            snapshot.write(self.snapshots / queue, saved)
+            with self._writing:
+                snapshot.write(self.snapshots / queue, saved)
         except (OSError, ValueError, RoqError) as error:
             log.error("http: the snapshot of queue %s was not written: %s", queue, error)
             return False
