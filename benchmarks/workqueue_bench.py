@@ -13,21 +13,35 @@ durable pull consumer, explicit acks, fetches of up to 1000), each round measure
 - redelivery: a consumer process takes 100 messages and never acks; it is killed with -9 and
   the time until a second, running consumer gets the first of them again is measured. roq's
   lease (work.lease.ms) and JetStream's ack_wait are both set to --visibility-s; RabbitMQ
-  redelivers when the connection closes.
+  redelivers when the connection closes;
+- burst (issue 29's sharing targets): two consumer processes, already waiting, then small
+  messages published at once: (share) 1,000, each acked as soon as it comes: each consumer's
+  count; (jobs) 40, each taking a 0.1 s job before its ack: the time from the first publish to
+  the 40th ack, and each consumer's count. roq's consumers are `roq work QUEUE --group g` as a
+  user runs them (its default --prefetch: 100, and 1 with --exec; the job is `--exec 'sleep
+  0.1'`), the messages one batch (one slot), the acks counted by the monitor (`roq group
+  show`'s numbers, polled); the other two run this script's worker with the settings above
+  (prefetch 1000; fetch(1000), max_ack_pending 100,000) and time.sleep(0.1) before each ack.
 
 Clients are the systems' Python clients (pika, nats-py; `pip install -e '.[bench]'`), the
 servers the Debian packages (`apt-get install rabbitmq-server nats-server`): benchmark only, not
 part of `make test`. Every process runs on this machine: the numbers compare the three on the
 same cores and Python, not absolute capacity.
 
-    PYTHONPATH=appliance .venv/bin/python benchmarks/workqueue_bench.py --rounds 2 \
-        --out benchmarks/results/2026-11-24/workqueue.json
+    PYTHONPATH=appliance .venv/bin/python benchmarks/workqueue_bench.py run --rounds 3 \
+        --port-base 49000 --parts latency,redelivery,burst \
+        --out benchmarks/results/2026-11-26/workqueue.json
+
+--port-base: 1,000 ports from there; below the kernel's ephemeral range (32768-60999 on Linux)
+no outgoing connection of another program can hold one of them (docs/benchmarks.md, "Work
+queues on the state log").
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -43,6 +57,14 @@ from typing import Any
 
 PAYLOAD = 100
 SYSTEMS = ("roq", "rabbitmq", "nats")
+BURST_SHARE = 1000  # messages of the burst shared by two idle consumers
+BURST_JOBS = 40  # messages of the burst of slow jobs
+JOB_S = 0.1  # each slow job
+
+
+def _small(count: int) -> list[bytes]:
+    """A burst's messages: small, distinct and without a newline (`roq work` prints lines)."""
+    return [b"b%d" % n for n in range(count)]
 
 
 def _payload() -> bytes:
@@ -82,6 +104,11 @@ class Tally:
         }  # fmt: skip
 
 
+def _job(args: argparse.Namespace) -> None:
+    if args.job_s:
+        time.sleep(args.job_s)  # the application's work on the message, before its ack
+
+
 def _ready_then_go(hold: bool) -> None:
     print("ready", flush=True)
     if not hold:
@@ -104,6 +131,7 @@ def worker_roq(args: argparse.Namespace, tally: Tally) -> None:
                 if held == 1:
                     print("held", flush=True)
                 continue
+            _job(args)
             delivery.ack()
             tally.acked(delivery.payload)
         consumer.flush()
@@ -126,6 +154,7 @@ def worker_rabbitmq(args: argparse.Namespace, tally: Tally) -> None:
                 print("held", flush=True)
                 told = True
             continue
+        _job(args)
         channel.basic_ack(method.delivery_tag)
         tally.acked(body)
     connection.close()
@@ -152,6 +181,8 @@ async def _nats_worker(args: argparse.Namespace, tally: Tally) -> None:
                     print("held", flush=True)
                     told = True
                 continue
+            if args.job_s:
+                await asyncio.sleep(args.job_s)
             await msg.ack()
             tally.acked(msg.data)
     await nc.flush()
@@ -183,7 +214,7 @@ def _work(args: argparse.Namespace, tally: Tally) -> None:
 class Roq:
     name = "roq"
 
-    def __init__(self, port_base: int, settings: dict[str, int]) -> None:
+    def __init__(self, port_base: int, settings: dict[str, int | str]) -> None:
         from roq.local.zkserver import ZooKeeperServer
         from roq.testing.cluster import LocalCluster, PortBlocks
 
@@ -195,6 +226,7 @@ class Roq:
         self.cluster.start_gcm()
         self.settings = settings  # HCM.properties overrides (work.slot.messages, ...)
         self.queues = 0
+        self.port_waits = 0
 
     def start(self, visibility_s: float) -> None:
         self.cluster.start_host("h1", **{"work.lease.ms": int(visibility_s * 1000)},
@@ -202,11 +234,27 @@ class Roq:
         self.cluster.wait_ready(1)
 
     def new_queue(self) -> str:
+        """A queue on h1. Its monitor needs one of the host's 10 monitor port blocks (the test
+        cluster's `ports.max.perkind`) that can be bound now: a port of --port-base's range
+        may be the local end of another program's connection in TIME_WAIT (the kernel's
+        ephemeral range, 32768-60999 here, covers it) for 60 s. Such a refusal is waited out
+        (5 s apart, at most 120 s) and counted in `port_waits`."""
+        from roq.client.admin import AdminRefused
+
         self.queues += 1
         name = f"wq{self.queues}"
+        deadline = time.monotonic() + 120
         with self.cluster.admin() as admin:
-            admin.create_queue(name, host="h1")
-        return name
+            while True:
+                try:
+                    admin.create_queue(name, host="h1")
+                    return name
+                except AdminRefused as error:
+                    if "no free" not in str(error) or time.monotonic() > deadline:
+                        raise
+                    self.port_waits += 1
+                    print(f"roq: {name}: {error}; waiting 5 s", flush=True)
+                    time.sleep(5)
 
     def worker_args(self, queue: str) -> list[str]:
         return ["--gcm", self.cluster.gcm, "--queue", queue]
@@ -217,6 +265,32 @@ class Roq:
         with Publisher(queue, gcm=self.cluster.gcm, acks="leader") as publisher:
             _paced(lambda: publisher.send(_payload()), count, rate)
             publisher.flush(timeout_s=120)
+
+    def burst(self, queue: str, payloads: list[bytes]) -> None:
+        """At once, in one batch (so one slot of the group): the case the issue describes."""
+        from roq.client.publisher import Publisher
+
+        with Publisher(queue, gcm=self.cluster.gcm, acks="leader", linger_ms=1000) as publisher:
+            for payload in payloads:
+                publisher.send(payload)
+            publisher.flush(timeout_s=60)
+
+    def work(self, queue: str, *extra: str) -> subprocess.Popen[str]:
+        """`roq work QUEUE --group g` as a user runs it (its own process, default settings)."""
+        command = [sys.executable, "-m", "roq", "work", queue, "--group", "g",
+                   "--gcm", self.cluster.gcm, *extra]  # fmt: skip
+        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)  # fmt: skip
+
+    @staticmethod
+    def group(admin: Any, queue: str) -> Any:
+        """Group g of the queue as its monitor sees it (None before its first consumer)."""
+        from roq.errors import RoqError
+
+        try:
+            return admin.get_group(queue, "g")
+        except RoqError:
+            return None
 
     def delete(self, queue: str) -> None:
         with self.cluster.admin() as admin:
@@ -234,6 +308,9 @@ class Rabbit:
         self.port = port
         self.dir = Path(tempfile.mkdtemp(prefix="wqbench-rabbit-"))
         os.chmod(self.dir, 0o777)  # the Debian wrapper runs the broker as user rabbitmq
+        # the broker starts Erlang's port mapper (epmd) unless one runs: stopped with it if so
+        found = subprocess.run(["epmd", "-names"], check=False, capture_output=True, timeout=10)
+        self.own_epmd = found.returncode != 0  # "cannot connect to local epmd"
         env = {**os.environ, "HOME": str(self.dir), "RABBITMQ_NODENAME": "wqbench@localhost",
                "RABBITMQ_NODE_PORT": str(port), "RABBITMQ_DIST_PORT": str(port + 1),
                "RABBITMQ_MNESIA_BASE": str(self.dir / "mnesia"),
@@ -247,7 +324,11 @@ class Rabbit:
                 start_new_session=True,
             )  # fmt: skip
         self.queues = 0
-        _wait(self._connects, 60, "rabbitmq-server")
+        try:
+            _wait(self._connects, 60, "rabbitmq-server")
+        except SystemExit:  # e.g. its port still held (TIME_WAIT) by an earlier run: see out.txt
+            self.stop()
+            raise
 
     def _connects(self) -> bool:
         import pika
@@ -291,6 +372,15 @@ class Rabbit:
             time.sleep(0.1)
         connection.close()
 
+    def burst(self, queue: str, payloads: list[bytes]) -> None:
+        import pika
+
+        connection, channel = self._channel()
+        persistent = pika.BasicProperties(delivery_mode=2)
+        for payload in payloads:
+            channel.basic_publish("", queue, payload, persistent)
+        connection.close()
+
     def delete(self, queue: str) -> None:
         connection, channel = self._channel()
         channel.queue_delete(queue)
@@ -304,8 +394,16 @@ class Rabbit:
             os.killpg(os.getpgid(broker), signal.SIGTERM)
         except (OSError, ValueError, IndexError) as error:
             print(f"rabbitmq: no pid file ({error}); stopping the wrapper only")
-        os.killpg(self.process.pid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):  # the wrapper may have ended
+            os.killpg(self.process.pid, signal.SIGTERM)
         self.process.wait(timeout=60)
+        deadline = time.monotonic() + 20
+        while self.own_epmd and time.monotonic() < deadline:  # it refuses while the VM is named
+            told = subprocess.run(["epmd", "-kill"], capture_output=True, text=True, timeout=10,
+                                  check=False)  # fmt: skip
+            if "Killed" in told.stdout or "Cannot connect" in told.stdout + told.stderr:
+                break  # gone now, or none any more
+            time.sleep(0.5)
 
 
 class Nats:
@@ -373,6 +471,14 @@ class Nats:
 
         asyncio.run(self._js(send))
 
+    def burst(self, queue: str, payloads: list[bytes]) -> None:
+        async def send(nc: Any, _js: Any) -> None:
+            for payload in payloads:
+                await nc.publish(queue, payload)
+            await nc.flush()
+
+        asyncio.run(self._js(send))
+
     def delete(self, queue: str) -> None:
         async def drop(_nc: Any, js: Any) -> None:
             await js.delete_stream(queue.upper())
@@ -384,9 +490,9 @@ class Nats:
         self.process.wait(timeout=30)
 
 
-def _setting(text: str) -> tuple[str, int]:
+def _setting(text: str) -> tuple[str, int | str]:
     key, _, value = text.partition("=")
-    return key, int(value)
+    return key, int(value) if value.lstrip("-").isdigit() else value
 
 
 def _paced(send: Callable[[], object], count: int, rate: float) -> None:
@@ -481,6 +587,100 @@ def redelivery(system: Any, visibility_s: float) -> dict[str, Any]:
     return {"redelivered": result["count"], "delay_s": round(at - killed, 3) if at else None}
 
 
+def _go(workers: list[subprocess.Popen[str]]) -> None:
+    for worker in workers:
+        assert worker.stdin is not None
+        worker.stdin.write("go\n")
+        worker.stdin.flush()
+
+
+def _end(workers: list[subprocess.Popen[str]]) -> None:
+    """Kill -9 what is still running (a measurement that failed midway)."""
+    for worker in workers:
+        if worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait(timeout=10)
+
+
+def burst(system: Any, messages: int, job_s: float) -> dict[str, Any]:
+    """Two consumers already waiting, then `messages` small ones published at once, each
+    acked after a job of `job_s`: from the first publish to the last ack, and who acked what."""
+    queue = system.new_queue()
+    payloads = _small(messages)
+    if system.name == "roq":
+        return _burst_roq(system, queue, payloads, job_s)
+    idle_s = 3.0 + job_s * messages  # longer than the wait before the burst
+    workers = [_spawn(system, queue, "--idle-s", str(idle_s), "--job-s", str(job_s))
+               for _ in range(2)]  # fmt: skip
+    try:
+        _go(workers)
+        time.sleep(1.0)  # both consuming (basic.consume sent; a pull request waiting)
+        start = time.time()
+        system.burst(queue, payloads)
+        results = _results(workers)
+    finally:
+        _end(workers)
+    system.delete(queue)
+    acked = sum(r["count"] for r in results)
+    last = max(r["last"] for r in results)
+    return {"acked": acked, "seconds": round(last - start, 3) if acked else None,
+            "counts": [r["count"] for r in results]}  # fmt: skip
+
+
+def _burst_roq(system: Any, queue: str, payloads: list[bytes], job_s: float) -> dict[str, Any]:
+    """`roq work` consumers; the time and counts are the monitor's (the acks it holds, per
+    consumer), polled every 20 ms (from 80 % of the jobs' ideal time); without a job, what each
+    printed is checked against what was sent."""
+    job = ["--exec", f"sleep {job_s:g}"] if job_s else []
+    timeout_s = 6.0  # each exits after so long without a message
+    workers = [system.work(queue, *job, "--timeout", str(timeout_s)) for _ in range(2)]
+    try:
+        with system.cluster.admin(timeout_ms=2000, retries=1) as admin:
+
+            def joined() -> bool:
+                group = system.group(admin, queue)
+                return group is not None and len(group.consumers) == 2
+
+            _wait(joined, 30, "two roq work consumers")
+            time.sleep(1.0)  # both idle, asking for work
+            start = time.time()
+            system.burst(queue, payloads)
+            published = time.time() - start
+            deadline = time.monotonic() + 30 + job_s * len(payloads)
+            # no polling (a GCM request and a monitor's answer each) while the jobs surely run
+            time.sleep(max(0.0, 0.8 * job_s * len(payloads) / 2 - published))
+            group = system.group(admin, queue)
+            while (group is None or group.acked < len(payloads)) and time.monotonic() < deadline:
+                time.sleep(0.02)
+                group = system.group(admin, queue)
+            took = time.time() - start
+        outputs = [w.communicate(timeout=timeout_s + 30) for w in workers]
+    finally:
+        _end(workers)
+    system.delete(queue)
+    acked = group.acked if group else 0
+    out: dict[str, Any] = {
+        "acked": acked, "seconds": round(took, 3) if acked >= len(payloads) else None,
+        "publish_s": round(published, 3),
+        "counts": sorted((c.acked for c in group.consumers), reverse=True) if group else [],
+        "exit_codes": [w.returncode for w in workers],
+    }  # fmt: skip
+    if job_s:  # what the jobs alone take, one after another: half of them, as `roq work` runs each
+        begin = time.monotonic()
+        for _ in range(len(payloads) // 2):
+            subprocess.run(["/bin/sh", "-c", f"sleep {job_s:g}"], check=False)
+        out["exec_floor_s"] = round(time.monotonic() - begin, 3)
+    else:  # each printed line is a message it acked: every one once, none twice
+        lines = [stdout.split() for stdout, _ in outputs]
+        out["counts"] = [len(printed) for printed in lines]
+        out["exact"] = sorted(m for printed in lines for m in printed) == sorted(
+            p.decode() for p in payloads
+        )
+    if any(w.returncode for w in workers):
+        out["stderr"] = [stderr[-500:] for _, stderr in outputs]
+    return out
+
+
 def round_of(system: Any, args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for consumers in (int(c) for c in args.consumers.split(",")):
@@ -492,6 +692,11 @@ def round_of(system: Any, args: argparse.Namespace) -> dict[str, Any]:
     if "redelivery" in args.parts:
         out["redelivery"] = redelivery(system, args.visibility_s)
         print(system.name, "redelivery", out["redelivery"], flush=True)
+    if "burst" in args.parts:
+        out["burst_share"] = burst(system, BURST_SHARE, 0.0)
+        print(system.name, "burst_share", out["burst_share"], flush=True)
+        out["burst_jobs"] = burst(system, BURST_JOBS, JOB_S)
+        print(system.name, "burst_jobs", out["burst_jobs"], flush=True)
     return out
 
 
@@ -513,9 +718,20 @@ def summary(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
             best[name]["redelivery_s"] = statistics.median(
                 r["redelivery"]["delay_s"] or 0 for r in runs
             )
+        if "msg_s_1" in best[name] and "msg_s_4" in best[name]:
+            best[name]["ratio_4_1"] = round(best[name]["msg_s_4"] / best[name]["msg_s_1"], 2)
+        if "burst_share" in runs[0]:  # the smaller consumer's share of the 1,000, in %
+            best[name]["burst_min_share_pct"] = statistics.median(
+                100 * min(r["burst_share"]["counts"], default=0) / BURST_SHARE for r in runs
+            )
+            best[name]["burst_jobs_s"] = statistics.median(
+                r["burst_jobs"]["seconds"] or float("inf") for r in runs
+            )
+            best[name]["burst_jobs_counts"] = [r["burst_jobs"]["counts"] for r in runs]
     if {"roq", "rabbitmq", "nats"} <= best.keys() and "msg_s_1" in best["roq"]:
         faster = max(best["rabbitmq"]["msg_s_1"], best["nats"]["msg_s_1"])
         best["ratio_1_consumer"] = round(best["roq"]["msg_s_1"] / faster, 2)
+        best["ratio_1_consumer_nats"] = round(best["roq"]["msg_s_1"] / best["nats"]["msg_s_1"], 2)
     return best
 
 
@@ -530,9 +746,10 @@ def main() -> None:
     run.add_argument("--visibility-s", type=float, default=5.0)
     run.add_argument("--systems", default=",".join(SYSTEMS))
     run.add_argument("--consumers", default="1,2,4")
-    run.add_argument("--parts", default="latency,redelivery")
-    run.add_argument("--roq-set", action="append", default=[], metavar="KEY=INT",
-                     help="a roq host setting, e.g. work.slot.messages=5000")  # fmt: skip
+    run.add_argument("--parts", default="latency,redelivery", help="of latency,redelivery,burst")
+    run.add_argument("--roq-set", action="append", default=[], metavar="KEY=VALUE",
+                     help="a roq host setting, e.g. work.slot.messages=5000 or "
+                          "delivery.state=zookeeper")  # fmt: skip
     run.add_argument("--port-base", type=int, default=43000, help="1,000 ports from here")
     run.add_argument("--out", type=Path)
     work = sub.add_parser("worker")
@@ -543,6 +760,7 @@ def main() -> None:
     work.add_argument("--idle-s", type=float, default=2.0)
     work.add_argument("--hold", action="store_true")
     work.add_argument("--latencies", action="store_true")
+    work.add_argument("--job-s", type=float, default=0.0, help="sleep so long before each ack")
     args = parser.parse_args()
     if args.mode == "worker":
         worker_main(args)
@@ -552,20 +770,29 @@ def main() -> None:
         "rabbitmq": lambda: Rabbit(args.port_base + 901),
         "nats": lambda: Nats(args.port_base + 903),
     }
-    systems = [makers[name]() for name in args.systems.split(",")]
+    systems: list[Any] = []
     rounds: list[dict[str, dict[str, Any]]] = []
+    failed = ""
     try:
+        for name in args.systems.split(","):
+            systems.append(makers[name]())  # each one started is stopped below
         for system in systems:
             system.start(args.visibility_s)
         for number in range(args.rounds):
             # interleaved: each round runs every system in turn, so drift hits them alike
-            rounds.append({s.name: round_of(s, args) for s in systems})
+            try:
+                rounds.append({s.name: round_of(s, args) for s in systems})
+            except (Exception, SystemExit) as error:  # the rounds done so far are still written
+                failed = f"round {number + 1}: {error!r}"
+                print(failed, flush=True)
+                break
             print(f"round {number + 1} done", flush=True)
     finally:
         for system in systems:
             system.stop()
     result = {"settings": {k: v for k, v in vars(args).items() if k != "out"} | {"out": None},
-              "rounds": rounds, "summary": summary(rounds)}  # fmt: skip
+              "rounds": rounds, "summary": summary(rounds), "failed": failed,
+              "roq_port_waits": sum(getattr(s, "port_waits", 0) for s in systems)}  # fmt: skip
     print(json.dumps(result["summary"], indent=1))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
