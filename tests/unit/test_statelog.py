@@ -439,7 +439,7 @@ def test_restore_refuses_a_directory_that_holds_files(tmp_path):
 
 
 # --- a random history against a dict ---------------------------------------------------------
-KEYS = ["a", "b", "c", "d/1", "d/2"]
+KEYS = ["a", "b", "c", "d/1", "d/2", "e/d/1"]
 operations = st.lists(
     st.one_of(
         st.tuples(st.just("put"), st.sampled_from(KEYS), st.binary(max_size=300), st.booleans()),
@@ -502,5 +502,8 @@ def test_any_history_of_changes_compactions_and_reopens_matches_a_dict(history):
             for step in history:
                 model.step(*step)
                 assert {k: v for k, (v, _) in contents(model.state).items()} == model.values
+                for prefix in ("d/", "d/1", "a"):  # a prefix read sees what the dict holds
+                    expected = sorted(k for k in model.values if k.startswith(prefix))
+                    assert model.state.keys(prefix) == expected
         finally:
             model.state.close()

@@ -122,6 +122,13 @@ def _is_count(value: object, lowest: int) -> TypeGuard[int]:
     return lowest <= value <= limits.int64_max
 
 
+def _space(key: str) -> str:
+    """A key's first path part, with its "/" ("task/" of "task/abc"); a key without one is its
+    own."""
+    cut = key.find("/")
+    return key if cut < 0 else key[: cut + 1]
+
+
 class _Image:
     """The state a sequence of batches describes: built by a replay or from a copy's bytes, and
     kept up to date by the StateLog's own appends (through `apply`, the one way it changes)."""
@@ -130,6 +137,10 @@ class _Image:
         self.name = name  # for warnings: the log's name (its directory) or the copy's
         self.producer_id = producer_id
         self.live: dict[str, Entry] = {}
+        # the live keys by their first path part ("task/", "http/"...): a prefix read scans its
+        # part, not every key (the task collector's twice a second, beside 300,000 topic keys,
+        # took a quarter of a core)
+        self.spaces: dict[str, set[str]] = {}
         self.tombs: dict[str, int] = {}  # key → its tombstone's version, until compaction
         self.floor = 0
         self.live_bytes = 0
@@ -155,14 +166,17 @@ class _Image:
             self.floor = max(self.floor, record.version)
             return
         old = self.live.pop(record.key, None)
+        space = self.spaces.setdefault(_space(record.key), set())
         if old is not None:
             self.live_bytes -= old.size
         if record.value is None:
             self.tombs[record.key] = record.version
+            space.discard(record.key)
         else:
             self.tombs.pop(record.key, None)
             self.live[record.key] = Entry(record.value, record.version, offset, size)
             self.live_bytes += size
+            space.add(record.key)
 
     def apply_batch(self, buf: bytes, at: int, header: fmt.BatchHeader) -> None:
         """Apply the records of the CRC-checked batch at `at`. A batch that is no state batch,
@@ -333,8 +347,11 @@ class StateLog:
         return None if entry is None else (entry.value, entry.version)
 
     def keys(self, prefix: str = "") -> list[str]:
-        """The live keys starting with `prefix`, sorted."""
-        return sorted(key for key in self._image.live if key.startswith(prefix))
+        """The live keys starting with `prefix`, sorted (a prefix with a "/" reads the keys of
+        its first part only)."""
+        image = self._image
+        found = image.spaces.get(_space(prefix), ()) if "/" in prefix else image.live
+        return sorted(key for key in found if key.startswith(prefix))
 
     def __len__(self) -> int:
         return len(self._image.live)
