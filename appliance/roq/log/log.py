@@ -564,7 +564,7 @@ class Log:
     def _expendable(self, head: Segment, total_bytes: int, total_records: int, now_us: int) -> bool:
         ret = self.retention
         records = head.stats.records if head.stats else 0
-        reasons = [0 < self.consumed_before and head.end <= self.consumed_before]
+        reasons = [self.consumed_before > 0 and head.end <= self.consumed_before]
         if ret.bytes:
             reasons.append(total_bytes - head.size >= ret.bytes)
         if ret.records:
