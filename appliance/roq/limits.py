@@ -446,6 +446,11 @@ task_pattern_chars_max = 500  # exceptionStringToRepeat, a regular expression
 task_gc_batch = 200  # task records the monitor's collector reads per pass (bounded work per tick)
 task_gc_period_s = 0.5  # how often the collector runs a pass
 task_tombstone_s = 3_600.0  # a collected task answers "expired" this long, then is deleted
+# A monitor that starts, is fenced or recovers its state log has not heard from the workers
+# that were connected: it counts no look for a worker (request.delegator.repeats) until this
+# long after it serves again. Each of them asks again within it: a request's timeout
+# (work_request_timeout_ms), a locate (monitor_locate_timeout_ms), the retry.
+task_worker_rejoin_ms = 5_000
 task_poll_ms = 10  # how often Task.result() asks while it waits, when its monitor holds no wait
 # A Worker renews its delivery's lease while the handler runs, this share of work.lease.ms apart
 # (three renewals per lease: one lost or late request does not lose it), never more often than

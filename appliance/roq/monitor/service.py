@@ -142,6 +142,8 @@ class Monitor:
         self.epoch = epoch
         self.fence = Fence(lease, self.name)  # fencing: its host's lease (system/lease.py)
         self._acting = True
+        # until then it has not heard from every connected consumer (`_live_consumers`)
+        self._deaf_until = time.monotonic() + limits.task_worker_rejoin_ms / 1000
         self.limits = settings.thresholds
         self.dead_after = settings.dead_heartbeats
         self.list_period_s = settings.list_period_s
@@ -274,6 +276,7 @@ class Monitor:
         now = time.monotonic()
         next_list, next_kpi = now + self.list_period_s, now + self.kpi_period_s
         next_scale = now
+        self._deaf_until = now + limits.task_worker_rejoin_ms / 1000  # listening from now
         placement = port_at(self.port, MonitorPort.PLACEMENT)
         log.info("%s: placing publishers on tcp://%s:%d (epoch %d)", self.name, self.address,
                  placement, self.epoch)  # fmt: skip
@@ -290,6 +293,8 @@ class Monitor:
             self.tasks.expire_waits()
             self.groups.expire_waits()
             now = time.monotonic()
+            if not self._serving():
+                self._deaf_until = now + limits.task_worker_rejoin_ms / 1000
             if not self._acting:
                 continue  # fenced: no reaping, scaling, lists or replica assignments
             self._reap(now)
@@ -675,8 +680,17 @@ class Monitor:
         self._to_subscribers(self._listing().notice())
 
     # --- work queues (monitor/groups.py) -------------------------------------------------------
-    def _live_consumers(self, group_name: str) -> int:
-        """Consumers of the group heard from within a lease (a request's "worker available")."""
+    def _serving(self) -> bool:
+        """Answering consumers: acting (not fenced) and, on the state log, recovered."""
+        return self._acting and (self.state is None or self.state.ready)
+
+    def _live_consumers(self, group_name: str) -> int | None:
+        """Consumers of the group heard from within a lease (a request's "worker available");
+        None while the monitor cannot know: it started, was fenced or recovered its state too
+        recently for every connected consumer to have asked again (a kill -9 of the monitor
+        ended its accepted tasks `no_worker` while their worker reconnected)."""
+        if time.monotonic() < self._deaf_until:
+            return None
         group = self.groups.groups.get(group_name)
         if group is None:
             return 0

@@ -193,7 +193,7 @@ class TaskManager:
         queue: str,
         settings: MonitorSettings,
         zk: SharedSession,  # the monitor's one ZooKeeper session, which it closes
-        live_workers: Callable[[str], int],
+        live_workers: Callable[[str], int | None],
         reply: Reply | None = None,
         published: Callable[[str], None] | None = None,
         store: TaskLog | None = None,  # the state log's (delivery.state=log), else ZooKeeper's
@@ -203,7 +203,8 @@ class TaskManager:
         self.store: TaskStore | TaskLog = store or zk_store  # type: ignore[assignment]
         self.defaults = settings.requests
         self.settings = settings.requests
-        self._live_workers = live_workers  # service's group → its consumers seen recently
+        # service's group → its consumers seen recently (None: the monitor cannot know yet)
+        self._live_workers = live_workers
         self._overrides: dict[str, str] | None = None  # None: not read from ZooKeeper yet
         self._gc_ids: list[str] = []
         self._next_gc = 0.0
@@ -629,7 +630,7 @@ class TaskManager:
         looked_ms = self.settings.repeats * self.settings.repeat_wait_s * 1000
         if now - record.changed_ms < looked_ms:
             return False
-        return self._live_workers(service_group(record.service)) == 0
+        return self._live_workers(service_group(record.service)) == 0  # None: not a look
 
     def tick(self) -> None:
         """One collector pass over at most `limits.task_gc_batch` records."""
