@@ -471,6 +471,16 @@ task_cache_bytes_max = 64 * 1024 * 1024
 # client's request timeout, work_request_timeout_ms), and at most this many waiting at once per
 # monitor (past it, a TASK_GET is answered at once and its client polls every task_poll_ms).
 task_wait_max_ms = 1_000
+# A requester's reply stream (a DEALER to the monitor, client/requests.py) subscribes to each
+# of its tasks' outcome with a TASK_GET held this long at most (no request timeout to stay
+# within: the monitor grants up to this), then subscribes again; at most this many
+# subscriptions per requester (past it, `Task.result()` long-polls on its own), and this many
+# messages queued each way on the stream's socket: so a requester holds at most
+# 1,000 × task_result_bytes_max of outcomes pushed and not yet taken (one that does not fit is
+# dropped by the monitor's socket and subscribed to again).
+task_watch_max_ms = 10_000
+task_stream_watches_max = 1_000
+task_stream_hwm = 1_000
 task_waiters_max = 10_000
 # The task writes of one monitor loop turn go to ZooKeeper as one multi (one round trip, one
 # fsync), at most this many per multi; a multi with a failed write is sent again without it, at

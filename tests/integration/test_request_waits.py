@@ -9,6 +9,7 @@ import signal
 import statistics
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -22,26 +23,40 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("delivery_store")
 HOST = {"work.slot.messages": 100, "work.slot.ms": 100, "work.lease.ms": 2000}
 
 
-def _counting(task: Task) -> list[int]:
-    """How often `task` asks the monitor for its state (a wrapper of the client's own method)."""
+def _counting(requester: Requester) -> list[int]:
+    """How often the requester subscribes to a task's outcome on its reply stream, and asks
+    the monitor for a task's state by a request of its own (wrappers of its own methods)."""
     asked = [0]
-    refresh = task.refresh
+    results = requester._results
+    subscribe, refresh = results._subscribe, Task.refresh
 
-    def counted(wait_ms: int = 0) -> object:
+    def counted(task: str) -> None:
         asked[0] += 1
-        return refresh(wait_ms)
+        subscribe(task)
 
-    task.refresh = counted  # type: ignore[method-assign]
+    def refreshed(task: Task, wait_ms: int = 0) -> object:
+        asked[0] += 1
+        return refresh(task, wait_ms)
+
+    results._subscribe = counted  # type: ignore[method-assign]
+    Task.refresh = refreshed  # type: ignore[assignment,method-assign]
     return asked
+
+
+@pytest.fixture(autouse=True)
+def _restore_refresh() -> Iterator[None]:
+    refresh = Task.refresh
+    yield
+    Task.refresh = refresh  # type: ignore[method-assign]
 
 
 def test_a_waiting_requester_is_answered_when_its_result_is_stored_not_by_polling(
     cluster: LocalCluster,
 ):
-    """Each handler runs 1.5 s. Polled every 10 ms, a result would cost ~150 asks; held, ~2
-    (the first wait ends after `task_wait_max_ms` with the task still running, the second is
-    answered when the result is stored). And the answer comes as the result is stored, not
-    when the held request's wait ends (that would be ~0.5 s after the handler returned)."""
+    """Each handler runs 1.5 s. Polled every 10 ms, a result would cost ~150 asks; on the
+    requester's reply stream, one subscription made when the request is published, answered
+    (pushed) when the result is stored, within its `task_watch_max_ms`. And the answer comes
+    as the result is stored, not when a held request's wait ends."""
     cluster.start_with_queue(**HOST)
     run_s = 1.5
     returned: list[float] = []
@@ -53,15 +68,40 @@ def test_a_waiting_requester_is_answered_when_its_result_is_stored_not_by_pollin
 
     gaps, asks = [], []
     with cluster.worker("echo", handler), Requester("q1", gcm=cluster.gcm) as requester:
+        asked = _counting(requester)
         for n in range(5):
+            before = asked[0]
             task = requester.submit("echo", f"r{n}".encode())
-            asked = _counting(task)
             assert task.result(30) == f"R{n}".encode()
             gaps.append(time.monotonic() - returned[-1])
-            asks.append(asked[0])
-    held = -(-int(run_s * 1000) // limits.task_wait_max_ms)  # waits that end unanswered
-    assert max(asks) <= held + 2, asks
+            asks.append(asked[0] - before)
+    assert run_s * 1000 < limits.task_watch_max_ms
+    assert asks == [1] * 5, asks
     assert statistics.median(gaps) < 0.3, (gaps, cluster.logs())
+
+
+def test_outcomes_are_pushed_on_the_reply_stream_in_the_order_tasks_end(cluster: LocalCluster):
+    """Twenty tasks in flight on one requester: each subscribed once, when published; the
+    last submitted ends first (its handler is the shortest), and every result is there to
+    take, whatever order `result()` is called in."""
+    cluster.start_with_queue(**HOST)
+    ended: list[bytes] = []
+
+    def handler(payload: bytes) -> bytes:
+        time.sleep(0.05 * (20 - int(payload)))
+        ended.append(payload)
+        return payload
+
+    with (
+        cluster.worker("echo", handler, concurrency=20),
+        Requester("q1", gcm=cluster.gcm) as requester,
+    ):
+        asked = _counting(requester)
+        tasks = [requester.submit("echo", str(n).encode()) for n in range(20)]
+        wait_for(lambda: len(ended) == 20, 30, "every handler ran\n" + cluster.logs())
+        assert [task.result(30) for task in tasks] == [str(n).encode() for n in range(20)]
+        assert asked[0] == 20, asked
+    assert ended[0] != b"0", ended
 
 
 def test_an_idle_worker_is_woken_by_the_requesters_wait_not_its_next_poll(
@@ -128,16 +168,18 @@ def test_the_monitor_killed_while_a_requester_waits_the_result_comes_once(
     with cluster.worker("echo", handler), Requester("q1", gcm=cluster.gcm) as requester:
         task = requester.submit("echo", b"kept")
         wait_for(lambda: runs, 30, "the worker took it\n" + cluster.logs())
-        asked = _counting(task)
+        asked = _counting(requester)
         waiter = threading.Thread(target=lambda: got.append(task.result(90)), daemon=True)
         waiter.start()  # the requester's link is the waiter's until it is joined
-        wait_for(lambda: asked[0] >= 1, 10, "the requester asked (held by the monitor)")
+        assert asked[0] == 0  # subscribed by submit(), held by the monitor
         [pid] = processes_with("monitor q1 --bind", str(cluster.tmp))
         os.kill(pid, signal.SIGKILL)
         wait_for(
             lambda: processes_with("monitor q1 --bind", str(cluster.tmp)) not in ([], [pid]),
             20, "the monitor restarted",
         )  # fmt: skip
+        # the stream reconnected to the new monitor: the subscription is made again
+        wait_for(lambda: asked[0] >= 1, 30, "subscribed again\n" + cluster.logs())
         release.set()
         waiter.join(90)
         assert got == [b"tpek"], cluster.logs()

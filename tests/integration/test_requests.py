@@ -409,8 +409,10 @@ def test_an_unfetched_result_expires_and_is_collected(cluster: LocalCluster):
         assert view.state == "done"
         assert task.refresh().state == "expired" and task.view.result == b""
         assert "not fetched within" in task.view.error
-        with pytest.raises(TaskExpired):
-            task.result(1)
+        # pushed to the requester's reply stream within its time: fetched, so handed out
+        assert task.result(1) == b"forgotten"
+    with _requester(cluster) as other, pytest.raises(TaskExpired):
+        other.task(task.id).result(1)
 
 
 def test_a_request_without_result_expires_and_its_late_result_is_never_handed_out(

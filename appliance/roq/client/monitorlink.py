@@ -55,6 +55,11 @@ class MonitorLink:
     def monitor(self) -> MonitorAddress:
         return self._monitor
 
+    @property
+    def context(self) -> Any:
+        """The link's ZeroMQ context (its thread's sockets to the same monitor share it)."""
+        return self._context
+
     def _new_rpc(self) -> _Rpc:
         endpoint = self._monitor.at(MonitorPort.PLACEMENT)
         return _Rpc(self._context, endpoint, limits.work_request_timeout_ms)
@@ -68,13 +73,13 @@ class MonitorLink:
                 reply = self._rpc.request(doc)
             except TransportError as error:
                 problem = str(error)
-                self._follow()
+                self.follow()
             else:
                 outcome = Reply.decode(reply)
                 if outcome.ok:
                     return reply
                 if outcome.error == Reason.FENCED:
-                    self._follow()
+                    self.follow()
                 elif outcome.error != Reason.BUSY:
                     raise MonitorRefused(self.queue, outcome.error, outcome.comment)
                 problem = outcome.comment
@@ -82,7 +87,8 @@ class MonitorLink:
                 raise RoqError(f"queue {self.queue}: the monitor does not answer: {problem}")
             time.sleep(limits.work_poll_ms / 1000)
 
-    def _follow(self) -> None:
+    def follow(self) -> None:
+        """Ask the GCM where the monitor is; a link to it moves there."""
         try:
             found = locate_monitor(self.queue, *self._locate, quick=True)
         except RoqError:

@@ -40,10 +40,11 @@ import bson
 from roq import limits
 from roq.client.consumer import Consumer, Delivery
 from roq.client.locate import MonitorAddress
-from roq.client.monitorlink import Locate, MonitorLink
+from roq.client.monitorlink import Locate, MonitorLink, MonitorRefused
 from roq.client.publisher import Publisher
-from roq.errors import DecodeError, RoqError
-from roq.protocol.commands import MonitorCommand
+from roq.errors import DecodeError, ProtocolError, RoqError
+from roq.protocol.bsonmsg import Reply
+from roq.protocol.commands import MonitorCommand, Reason
 from roq.protocol.messages.tasks import (
     FINAL,
     RequestMessage,
@@ -57,6 +58,8 @@ from roq.protocol.messages.tasks import (
     service_group,
     service_key,
 )
+from roq.protocol.ports import MonitorPort
+from roq.transport.rpc import Stream
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +96,10 @@ class _Link(MonitorLink):
         super().__init__(queue, locate, monitor=monitor)
         self._acks: list[str] = []  # results handed out, not yet acknowledged
 
+    def acked(self, task: str) -> bool:
+        """Whether `task` is among the acknowledgements not sent yet."""
+        return task in self._acks
+
     def defer_ack(self, task: str) -> None:
         self._acks.append(task)
         if len(self._acks) > limits.task_acks_per_request_max:
@@ -124,13 +131,156 @@ class _Link(MonitorLink):
         super().close()
 
 
+class _Results:
+    """The requester's reply stream: a DEALER to the monitor's placement socket on which it
+    subscribes to each task's outcome (a TASK_GET held up to `limits.task_watch_max_ms`, sent
+    without waiting as soon as the request is published); the monitor pushes each outcome on it
+    the moment it is stored, in whatever order tasks end. Nothing is polled: a subscription
+    whose wait ended is renewed; all of them are made again when the stream reconnects (the
+    monitor restarted and lost them), and one not answered within its wait and a request
+    timeout (the monitor moved) after asking the GCM where the monitor is. Outcomes of tasks
+    nobody waits for yet are kept until `take` asks for them. Owned by the requester's thread.
+    """
+
+    def __init__(self, link: _Link):
+        self._link = link
+        self._stream: Stream | None = None
+        self._base = ""  # the monitor the stream is connected to
+        self._due: dict[str, float] = {}  # subscribed task → when to subscribe again
+        self._sent: dict[str, float] = {}  # ... when its last subscription was made
+        self._held: dict[str, int] = {}  # ... its subscriptions not answered yet
+        self._ended: dict[str, TaskView] = {}  # final outcomes pushed, not yet taken
+        # a busy (recovering) or fenced monitor: every subscription is made again after this
+        # pause, doubled at each round of refusals up to task_wait_max_ms (bounded traffic to
+        # a monitor that cannot serve yet), back to the shortest at its first answer
+        self._backoff_ms = limits.work_poll_ms
+        self._retry_at = -1.0  # refusals before it answer the round already counted
+
+    def watching(self, task: str) -> bool:
+        return task in self._due or task in self._ended
+
+    def watch(self, task: str) -> bool:
+        """Subscribe to `task`'s outcome; False when this stream holds as many as it may."""
+        if self.watching(task):
+            return True
+        if len(self._due) + len(self._ended) >= limits.task_stream_watches_max:
+            return False
+        self._subscribe(task)
+        return True
+
+    def _subscribe(self, task: str) -> None:
+        stream, wait_ms = self._socket(), limits.task_watch_max_ms
+        self._sent[task] = now = time.monotonic()
+        # not answered by then (its wait, a request timeout): lost, with a monitor that moved
+        self._due[task] = now + (wait_ms + limits.work_request_timeout_ms) / 1000
+        ask = TaskRef(MonitorCommand.TASK_GET, task, wait_ms).encode()
+        if stream.send(ask):
+            self._held[task] = self._held.get(task, 0) + 1
+        else:  # its queue is full: the monitor is gone or slow
+            self._due[task] = now + self._backoff_ms / 1000
+
+    def _socket(self) -> Stream:
+        monitor = self._link.monitor
+        if self._stream is None or self._base != monitor.base:
+            if self._stream is not None:  # the monitor moved: subscribe there, every task
+                self._stream.close()
+                self._due = dict.fromkeys(self._due, 0.0)
+                self._held = dict.fromkeys(self._held, 0)
+            self._stream = Stream(self._link.context, monitor.at(MonitorPort.PLACEMENT))
+            self._base = monitor.base
+        return self._stream
+
+    def take(self, task: str, deadline: float | None) -> TaskView | None:
+        """`task`'s final outcome once pushed (its subscription made if need be), or None at
+        `deadline` (None: no deadline). MonitorRefused if the monitor refuses it for good."""
+        self.watch(task)
+        while task not in self._ended:
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return None
+            self._renew(now)
+            step = min([*self._due.values(), *([deadline] if deadline is not None else [])])
+            self._receive(max(0, int((step - now) * 1000)) + 1)
+        return self._ended.pop(task)
+
+    def _receive(self, wait_ms: int) -> None:
+        try:
+            reply = self._socket().receive(wait_ms)
+            if reply is None:
+                return
+            outcome = Reply.decode(reply)
+            if not outcome.ok:
+                self._refused(outcome.error, outcome.comment)
+                return
+            view = TaskView.decode(reply)
+        except ProtocolError as error:  # its subscription, not answered, is made again
+            log.warning("queue %s: a malformed reply on the result stream: %s",
+                        self._link.queue, error)  # fmt: skip
+            return
+        self._backoff_ms = limits.work_poll_ms
+        task = view.task
+        if task not in self._due:
+            return  # a subscription answered twice (one made again after it seemed lost)
+        if view.state in FINAL:
+            del self._due[task], self._sent[task]
+            self._held.pop(task, None)
+            self._ended[task] = view
+            return
+        self._held[task] = max(0, self._held.get(task, 0) - 1)
+        if self._held[task] == 0:  # its wait ended with the task still going
+            now = time.monotonic()
+            if now - self._sent[task] >= limits.task_watch_max_ms / 2000:
+                self._subscribe(task)
+            else:  # answered at once: a monitor that holds no more (or an older one)
+                self._due[task] = now + limits.task_poll_ms / 1000
+
+    def _refused(self, error: str, comment: str) -> None:
+        """Which subscription a refusal answers is not said: all are made again, once per
+        round of refusals, after the backoff."""
+        if error not in (Reason.BUSY, Reason.FENCED):
+            raise MonitorRefused(self._link.queue, error, comment)
+        now = time.monotonic()
+        if now < self._retry_at:
+            return  # another answer of the round already counted
+        if error == Reason.FENCED:
+            self._link.follow()
+        self._retry_at = now + self._backoff_ms / 1000
+        self._due = dict.fromkeys(self._due, self._retry_at)
+        self._held = dict.fromkeys(self._held, 0)  # refused, or answered as such soon
+        self._backoff_ms = min(2 * self._backoff_ms, limits.task_wait_max_ms)
+
+    def _renew(self, now: float) -> None:
+        """Make again the subscriptions that may be lost."""
+        if self._socket().reconnected():  # a new connection: the old one's are lost
+            overdue = list(self._due)
+        else:
+            overdue = [task for task, due in self._due.items() if due <= now]
+            if any(self._held.get(task) for task in overdue):
+                self._link.follow()  # held, not answered in time: the monitor may have moved
+        for task in overdue:
+            self._held[task] = 0
+            self._subscribe(task)
+
+    def close(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+
 class Task:
     """A submitted request, by id: ask its state, wait for its result, acknowledge it."""
 
-    def __init__(self, link: _Link, view: TaskView, locate: tuple[str | None, str | None, str]):
+    def __init__(
+        self,
+        link: _Link,
+        view: TaskView,
+        locate: tuple[str | None, str | None, str],
+        results: _Results | None = None,
+    ):
         self.id, self.service = view.task, view.service
         self.created = view.created  # False: the request id was known (this is its task)
         self._link, self._view, self._locate = link, view, locate
+        self._results = results  # the requester's reply stream (None: long polls of its own)
 
     @property
     def view(self) -> TaskView:
@@ -154,25 +304,38 @@ class Task:
         (TaskExpired, NoWorker) if it ended without one; TaskTimeout after `timeout_s` (None:
         until a deadline of the queue ends it)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while True:
-            wait_ms = limits.task_wait_max_ms
-            if deadline is not None:
-                wait_ms = min(wait_ms, int((deadline - time.monotonic()) * 1000))
-            asked = time.monotonic()
-            if self.refresh(max(wait_ms, 0)).state in FINAL:
-                break
-            if deadline is not None and time.monotonic() >= deadline:
+        if self._link.acked(self.id):  # asked again: the answer is that it was acknowledged
+            self._link.flush_acks()
+        if self._results is not None and self._results.watch(self.id):
+            pushed = self._results.take(self.id, deadline)
+            if pushed is None:
                 raise TaskTimeout(f"task {self.id} is {self._view.state} after {timeout_s} s")
-            if time.monotonic() - asked < wait_ms / 2000:
-                # answered well before its wait: a monitor that holds no more requests (or of
-                # an older version): poll instead
-                time.sleep(limits.task_poll_ms / 1000)
+            self._view = pushed
+        else:
+            self._poll(deadline, timeout_s)
         view = self._view
         if view.state == "done":
             if ack:
                 self._link.defer_ack(self.id)
             return view.result
         raise _failure(view)
+
+    def _poll(self, deadline: float | None, timeout_s: float | None) -> None:
+        """Long polls of its own (no reply stream: a task of `on_done`'s thread, or a stream
+        holding as many subscriptions as it may), until the task is final."""
+        while True:
+            wait_ms = limits.task_wait_max_ms
+            if deadline is not None:
+                wait_ms = min(wait_ms, int((deadline - time.monotonic()) * 1000))
+            asked = time.monotonic()
+            if self.refresh(max(wait_ms, 0)).state in FINAL:
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TaskTimeout(f"task {self.id} is {self._view.state} after {timeout_s} s")
+            if time.monotonic() - asked < wait_ms / 2000:
+                # answered well before its wait: a monitor that holds no more requests (or of
+                # an older version): poll instead
+                time.sleep(limits.task_poll_ms / 1000)
 
     def ack(self) -> None:
         """The client has the outcome: the task and its result are removed (now, with the
@@ -227,6 +390,7 @@ class Requester:
         self.queue, self.acks = queue, acks
         self._locate = (gcm, zk, namespace)
         self._link = _Link(queue, self._locate)
+        self._results = _Results(self._link)
         self._publisher: Publisher | None = None
 
     def submit(self, service: str, payload: bytes, request_id: str | None = None) -> Task:
@@ -248,7 +412,11 @@ class Requester:
             publisher = self._get_publisher()
             publisher.send(bson.encode(message.encode()), service_key(service))
             publisher.flush()
-        return Task(self._link, view, self._locate)
+        if view.state not in FINAL:
+            # subscribed now, the request on the log: the monitor wakes a worker held idle,
+            # and pushes the outcome when it is stored, whether result() waits yet or not
+            self._results.watch(task_id)
+        return Task(self._link, view, self._locate, self._results)
 
     def call(self, service: str, payload: bytes, timeout_s: float | None = None,
              request_id: str | None = None) -> bytes:  # fmt: skip
@@ -258,7 +426,7 @@ class Requester:
     def task(self, task_id: str) -> Task:
         """A task submitted before (by this process or another), by its id."""
         view = self._link.view(TaskRef(MonitorCommand.TASK_GET, check_task_id(task_id)).encode())
-        return Task(self._link, view, self._locate)
+        return Task(self._link, view, self._locate, self._results)
 
     def settings(self, changes: dict[str, str] | None = None) -> dict[str, str]:
         """The queue's request settings, after setting `changes` (key → value text)."""
@@ -279,6 +447,7 @@ class Requester:
     def close(self) -> None:
         if self._publisher is not None:
             self._publisher.close()
+        self._results.close()
         self._link.close()
 
     def __enter__(self) -> Requester:
@@ -336,6 +505,7 @@ class Worker:
         )  # fmt: skip
         self.name = f"worker {self.consumer.consumer_id[:8]} of {queue}/{service}"
         self._link = _Link(queue, self._locate)
+        self._results = _Results(self._link)
         self._publisher: Publisher | None = None
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix=f"handler-{service}")
         self._running: dict[Future[TaskView], _Run] = {}

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import zmq
+import zmq.utils.monitor
 
 from roq import limits
 from roq.errors import AuthenticationRefused, ProtocolError, RequestTimeout, TransportError
@@ -108,6 +109,61 @@ class Requester:
         if self._sock is not None:
             self._sock.close(0)
             self._sock = None
+
+
+class Stream:
+    """A DEALER to one ROUTER endpoint: requests sent without waiting, replies read as they
+    come, in any order (a server that holds requests, answering each when it has something:
+    the reply stream of request/response, client/requests.py). Owned by one thread. A reply
+    lost with its server is the caller's to ask again (it knows what it asked)."""
+
+    def __init__(self, context: Any, endpoint: str, hwm: int = limits.task_stream_hwm):
+        self.endpoint = endpoint
+        self._sock = open_socket(context, Kind.DEALER, sndhwm=hwm, rcvhwm=hwm)
+        # its connections, to tell a reconnection: the server may have restarted and lost
+        # what it held (`reconnected`)
+        self._events = self._sock.get_monitor_socket(zmq.EVENT_CONNECTED)
+        self._connections = 0
+        connect(self._sock, endpoint)
+
+    def reconnected(self) -> bool:
+        """Whether the stream connected again since the last call (not its first connection):
+        requests sent before may be lost with the server's old process."""
+        again = False
+        while self._events.poll(0):
+            zmq.utils.monitor.parse_monitor_message(self._events.recv_multipart())
+            self._connections += 1
+            again = again or self._connections > 1
+        return again
+
+    def send(self, doc: dict[str, Any]) -> bool:
+        """Queue one request (a REQ peer's framing, so the server answers it as one); False
+        when the socket's queue is full (the server is gone or slow: ask again later)."""
+        try:
+            self._sock.send_multipart([b"", bsonmsg.encode(doc)], zmq.NOBLOCK)
+        except zmq.ZMQError:
+            return False
+        return True
+
+    def receive(self, wait_ms: int) -> dict[str, Any] | None:
+        """The next reply, within `wait_ms`; None if none came (or the stream connected again
+        meanwhile: see `reconnected`). A malformed one raises DecodeError (the stream goes on).
+        """
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLIN)
+        poller.register(self._events, zmq.POLLIN)  # a reconnection ends the wait too
+        if self._sock not in dict(poller.poll(max(wait_ms, 0))):
+            return None
+        frames = self._sock.recv_multipart()
+        return bsonmsg.decode_reply(frames[-1])
+
+    def close(self) -> None:
+        try:
+            self._sock.disable_monitor()
+        except zmq.ZMQError:
+            pass
+        self._events.close(0)
+        self._sock.close(0)
 
 
 Handler = Callable[[dict[str, Any]], dict[str, Any]]

@@ -162,7 +162,9 @@ class TaskFinish:
 class TaskRef:
     """43 (TASK_GET) and 44 (TASK_ACK): one task by id. A TASK_GET with `Wait` (ms, a long
     poll) is answered once the task is final or gone, or after that long (at most
-    `limits.task_wait_max_ms`), whichever comes first; without it, at once. `Acks` (optional),
+    `limits.task_watch_max_ms`: a reply stream's subscription; a REQ client asks for at most
+    `limits.task_wait_max_ms`, within its request timeout), whichever comes first; without
+    it, at once. `Acks` (optional),
     as in TASK_SUBMIT: other tasks acknowledged first."""
 
     command: int
@@ -178,7 +180,7 @@ class TaskRef:
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
-        wait_ms = min(field_int(doc, "Wait", default=0), limits.task_wait_max_ms)
+        wait_ms = min(field_int(doc, "Wait", default=0), limits.task_watch_max_ms)
         return cls(bsonmsg.command(doc), _task(doc), wait_ms, _acks(doc))
 
 
