@@ -346,6 +346,9 @@ state_compact_ratio = 2.0
 # A snapshot packs live records into batches of about this size (a larger record goes alone):
 # one replication back-fill read carries one, and a replica's copy moves in such steps.
 state_snapshot_batch_bytes = replication_backfill_read_bytes
+# The owner's loop compacts a few keys a turn, never the whole state at once: at ~30 µs a key,
+# 300,000 keys kept the monitor from answering for 9 s (26 Nov). Appends go on between slices.
+state_compact_keys_per_turn = 2_000
 # One change of the largest key (4 UTF-8 bytes a character) and value fits one batch: the BSON
 # fields and the batch's header take well under 1 KiB.
 assert state_value_bytes_max + 4 * state_key_chars_max + 1024 <= batch_bytes_max

@@ -314,6 +314,17 @@ def _batch_bytes(kind: bytes, planned: Sequence[Planned]) -> int:
     return fmt.HEADER_BYTES + len(kind) + sum(fmt.RECORD_BYTES + len(p) for _, p in planned)
 
 
+@dataclass
+class _Compaction:
+    """A compaction under way: where its snapshot starts, the keys live when it began (in
+    order; `done` of them restated), and the tombstones the floor record covers."""
+
+    start: int
+    keys: list[str]
+    tombs: dict[str, int]
+    done: int = 0
+
+
 class StateLog:
     """Keyed state in a Log of its own; see the module's docstring. Open with `open` (or build
     from a copy with `restore`); `log` is the Log, for the replication that copies it."""
@@ -322,6 +333,7 @@ class StateLog:
         self.log = state_log
         self.producer_id = producer_id
         self._image = image
+        self._compaction: _Compaction | None = None  # a compaction under way, in slices
 
     @classmethod
     def open(
@@ -458,41 +470,69 @@ class StateLog:
         return size > bound
 
     def maybe_compact(self) -> bool:
-        """Compact if the log outgrew its live state (limits.state_compact_*); for the owner's
-        loop. Returns whether it did."""
-        if not self.should_compact():
-            return False
-        self.compact()
-        return True
+        """One slice of compaction (at most limits.state_compact_keys_per_turn keys), starting
+        one if the log outgrew its live state (limits.state_compact_*); for the owner's loop,
+        whose appends go on between slices. Returns whether a compaction ended."""
+        if self._compaction is None:
+            if not self.should_compact():
+                return False
+            self._compaction = self._begin_compaction()
+        return self._compact_slice(limits.state_compact_keys_per_turn) is not None
 
     def compact(self) -> int:
-        """Write a snapshot of the state in a new segment, make it durable, then delete every
-        segment before it. Offsets only grow. Returns where the snapshot (the log) starts."""
-        start = self._write_snapshot(self._image)
-        self.flush()
-        dropped = self.log.drop_before(start)
-        self._image.tombs.clear()  # the floor record keeps their versions
-        log.info(
-            "state log %s: compacted: %d keys, %d live bytes from offset %d, %d segments deleted",
-            self.log.name,
-            len(self),
-            self.live_bytes,
-            start,
-            dropped,
-        )
+        """Compact now, whole (or finish the one under way). Returns where the log starts."""
+        if self._compaction is None:
+            self._compaction = self._begin_compaction()
+        start = None
+        while start is None:
+            start = self._compact_slice(len(self._compaction.keys))
         return start
 
-    def _write_snapshot(self, image: _Image) -> int:
-        """Append, from a new segment, the records restating `image`: the floor first, then
-        every live key's current record in key order, packed into batches of about
-        limits.state_snapshot_batch_bytes. Returns where it starts."""
+    # A snapshot restates, from a new segment, the floor and then every key live when it began,
+    # as each is when its slice is written. Appends made meanwhile land after its start too, so
+    # when the last slice is written every live key has a record at or after the start, and
+    # every segment before it can go. A crash midway leaves a partial snapshot: restatements,
+    # harmless to a replay, dropped by the next compaction.
+    def _begin_compaction(self) -> _Compaction:
+        image = self._image
         start = self.log.roll()
         floor = max([image.floor, *image.tombs.values()])
         record = StateRecord(FLOOR_KEY, floor, None)
-        batch: list[Planned] = [(record, encode_record(record))]
+        self._write_batch(SNAPSHOT, [(record, encode_record(record))])
+        return _Compaction(start, sorted(image.live), dict(image.tombs))
+
+    def _compact_slice(self, count: int) -> int | None:
+        """Restate the next `count` keys; at the last, make it durable and drop the segments
+        before its start, which it returns (None while keys are left)."""
+        compaction = self._compaction
+        assert compaction is not None
+        keys = compaction.keys[compaction.done : compaction.done + count]
+        compaction.done += len(keys)
+        self._restate(keys)
+        if compaction.done < len(compaction.keys):
+            return None
+        self._compaction = None
+        self.flush()
+        dropped = self.log.drop_before(compaction.start)
+        for key, version in compaction.tombs.items():  # the floor record keeps their versions
+            if self._image.tombs.get(key) == version:
+                del self._image.tombs[key]
+        log.info(
+            "state log %s: compacted: %d keys, %d live bytes from offset %d, %d segments deleted",
+            self.log.name, len(self), self.live_bytes, compaction.start, dropped,
+        )  # fmt: skip
+        return compaction.start
+
+    def _restate(self, keys: Sequence[str]) -> None:
+        """Append each key's current record (a key deleted since is gone: its tombstone is
+        already after the snapshot's start), packed into batches of about
+        limits.state_snapshot_batch_bytes."""
+        batch: list[Planned] = []
         size = _batch_bytes(SNAPSHOT, batch)
-        for key in sorted(image.live):
-            entry = image.live[key]
+        for key in keys:
+            entry = self._image.live.get(key)
+            if entry is None:
+                continue
             record = StateRecord(key, entry.version, entry.value)
             item = (record, encode_record(record))
             if size + fmt.RECORD_BYTES + len(item[1]) > limits.state_snapshot_batch_bytes and batch:
@@ -500,8 +540,8 @@ class StateLog:
                 batch, size = [], _batch_bytes(SNAPSHOT, [])
             batch.append(item)
             size += fmt.RECORD_BYTES + len(item[1])
-        self._write_batch(SNAPSHOT, batch)
-        return start
+        if batch:
+            self._write_batch(SNAPSHOT, batch)
 
     # --- closing ------------------------------------------------------------------------------
     def close(self) -> None:
@@ -542,10 +582,8 @@ def restore(
     durable = settings
     if settings.flush.kind == "os":
         durable = replace(settings, flush=FlushPolicy("interval"))
-    with StateLog(
-        Log.open(scratch, durable), producer_id, _Image(str(scratch), producer_id)
-    ) as new:
-        new._write_snapshot(image)
+    with StateLog(Log.open(scratch, durable), producer_id, image) as new:
+        new.compact()  # the copy's state, restated in the new log
     os.replace(scratch, directory)  # an empty directory is replaced
     sync_directory(directory.parent, f"state log {directory}")
     restored = StateLog.open(directory, settings, producer_id, name=name)
