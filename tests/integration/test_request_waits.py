@@ -104,6 +104,53 @@ def test_outcomes_are_pushed_on_the_reply_stream_in_the_order_tasks_end(cluster:
     assert ended[0] != b"0", ended
 
 
+def test_on_done_calls_back_every_outcome_from_one_thread(cluster: LocalCluster):
+    """Until 26 Nov `on_done` started a thread per task, polling, and a timeout killed that
+    thread without a callback; nothing tested it. Now: done results (acknowledged: gone
+    after), a task without a worker (NoWorker), one that outlasts its timeout (TaskTimeout,
+    and it goes on), a callback that raises (logged, the others still called): all from one
+    thread, `roq-results-q1`."""
+    cluster.start_with_queue(**HOST)
+    release = threading.Event()
+
+    def handler(payload: bytes) -> bytes:
+        if payload == b"slow":
+            release.wait(30)
+        return payload[::-1]
+
+    outcomes: dict[str, tuple[bytes | None, str]] = {}
+    threads: set[str] = set()
+
+    def note(task: Task, result: bytes | None, failure: Exception | None) -> None:
+        threads.add(threading.current_thread().name)
+        outcomes[task.id] = (result, type(failure).__name__ if failure else "")
+        if result == b"esiar":
+            raise RuntimeError("a callback's own bug")
+
+    with (
+        cluster.worker("echo", handler, concurrency=4),
+        Requester("q1", gcm=cluster.gcm) as requester,
+    ):
+        requester.settings({"request.delegator.repeats": "2", "request.delegator.wait.ms": "300"})
+        tasks = [requester.submit("echo", f"t{n}".encode()) for n in range(10)]
+        raising = requester.submit("echo", b"raise")
+        nobody = requester.submit("nobody", b"x")
+        slow = requester.submit("echo", b"slow")
+        for task in [*tasks, raising, nobody]:
+            task.on_done(note)
+        slow.on_done(note, timeout_s=1.0)
+        wait_for(lambda: len(outcomes) == 13, 60, f"every callback: {outcomes}")
+        release.set()
+        assert slow.result(30) == b"wols"  # it went on after its timeout
+        with pytest.raises(TaskExpired):  # acknowledged by the callback thread
+            requester.task(tasks[0].id).result(5)
+    assert [outcomes[t.id] for t in tasks] == [(f"{n}t".encode(), "") for n in range(10)]
+    assert outcomes[raising.id] == (b"esiar", "")
+    assert outcomes[nobody.id] == (None, "NoWorker")
+    assert outcomes[slow.id] == (None, "TaskTimeout")
+    assert threads == {"roq-results-q1"}
+
+
 def test_an_idle_worker_is_woken_by_the_requesters_wait_not_its_next_poll(
     cluster: LocalCluster,
 ):

@@ -19,7 +19,8 @@ is stored once (the first result of the task's current attempt) and handed out u
 acknowledges it.
 
 Threads: a Requester, a Task and a Worker, with their sockets, belong to the thread that made
-them; `Task.on_done` starts a thread with a link of its own; a Worker runs up to `concurrency`
+them; `Task.on_done` callbacks run on one thread per Requester, with a link and a reply stream
+of its own; a Worker runs up to `concurrency`
 handlers on pool threads, each storing its outcome over a link of its own, while the thread in
 `run` takes requests and renews their leases.
 """
@@ -27,6 +28,7 @@ handlers on pool threads, each storing its outcome over a link of its own, while
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 import uuid
@@ -198,10 +200,27 @@ class _Results:
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 return None
-            self._renew(now)
-            step = min([*self._due.values(), *([deadline] if deadline is not None else [])])
-            self._receive(max(0, int((step - now) * 1000)) + 1)
+            self._step(now, deadline)
         return self._ended.pop(task)
+
+    def ended(self, until: float) -> list[TaskView]:
+        """The outcomes pushed by `until` (at once, if some were already), each handed once."""
+        while not self._ended and time.monotonic() < until:
+            self._step(time.monotonic(), until)
+        ended = list(self._ended.values())
+        self._ended.clear()
+        return ended
+
+    def forget(self, task: str) -> None:
+        """No longer wait for `task` (its subscription, if held, is answered to no one)."""
+        for kept in (self._due, self._sent, self._held, self._ended):
+            kept.pop(task, None)
+
+    def _step(self, now: float, deadline: float | None) -> None:
+        """Make again what may be lost, then read the stream until the next thing is due."""
+        self._renew(now)
+        step = min([*self._due.values(), *([deadline] if deadline is not None else [])])
+        self._receive(max(0, int((step - now) * 1000)) + 1)
 
     def _receive(self, wait_ms: int) -> None:
         try:
@@ -276,11 +295,13 @@ class Task:
         view: TaskView,
         locate: tuple[str | None, str | None, str],
         results: _Results | None = None,
+        callbacks: _Callbacks | None = None,
     ):
         self.id, self.service = view.task, view.service
         self.created = view.created  # False: the request id was known (this is its task)
         self._link, self._view, self._locate = link, view, locate
         self._results = results  # the requester's reply stream (None: long polls of its own)
+        self._callbacks = callbacks  # the requester's on_done thread (None: one of its own)
 
     @property
     def view(self) -> TaskView:
@@ -321,8 +342,8 @@ class Task:
         raise _failure(view)
 
     def _poll(self, deadline: float | None, timeout_s: float | None) -> None:
-        """Long polls of its own (no reply stream: a task of `on_done`'s thread, or a stream
-        holding as many subscriptions as it may), until the task is final."""
+        """Long polls of its own (no reply stream: a Task handed to an on_done callback, or a
+        stream holding as many subscriptions as it may), until the task is final."""
         while True:
             wait_ms = limits.task_wait_max_ms
             if deadline is not None:
@@ -343,30 +364,131 @@ class Task:
         self._link.defer_ack(self.id)
         self._link.flush_acks()
 
-    def on_done(self, callback: Callable[[Task, bytes | None, TaskFailed | None], None],
-                timeout_s: float | None = None) -> threading.Thread:  # fmt: skip
-        """Call `callback(task, result, None)` or `callback(task, None, failure)` from a thread
-        of its own once the task ends (the result is acknowledged first)."""
-
-        # read here, in the Task's thread: the new thread touches nothing of this Task
-        queue, view, locate = self._link.queue, self._view, self._locate
-        monitor = self._link.monitor
-
-        def wait() -> None:
-            link = _Link(queue, locate, monitor)
-            task = Task(link, view, locate)
-            try:
-                result = task.result(timeout_s)
-            except TaskFailed as failure:
-                callback(task, None, failure)
-            else:
-                callback(task, result, None)
-            finally:
-                link.close()
-
-        thread = threading.Thread(target=wait, name=f"task-{self.id}", daemon=True)
-        thread.start()
+    def on_done(self, callback: Callback, timeout_s: float | None = None) -> threading.Thread:
+        """Call `callback(task, result, None)` once the task is done (the result acknowledged
+        first), `callback(task, None, failure)` once it ended without one (TaskFailed) or after
+        `timeout_s` (TaskTimeout; the task goes on). The callbacks of a requester's tasks run
+        one after the other on one thread of its own (returned), which takes their outcomes
+        from a reply stream of its own, as pushed; a callback that raises is logged."""
+        if self._callbacks is None:
+            self._callbacks = _Callbacks(self._link, self._locate)
+        thread = self._callbacks.add(self._view, callback, timeout_s)
+        if self._results is not None:
+            self._results.forget(self.id)  # the callbacks' stream takes its outcome, not ours
         return thread
+
+
+Callback = Callable[[Task, bytes | None, "TaskFailed | TaskTimeout | None"], None]
+
+
+@dataclass
+class _Waiting:
+    """A task on_done waits for: its last view, its callback, until when (None: no bound)."""
+
+    view: TaskView
+    callback: Callback
+    deadline: float | None
+
+
+class _Callbacks:
+    """`Task.on_done`'s thread for one requester (`roq-results-<queue>`, started at the first
+    on_done): a link and a reply stream of its own, the tasks handed over through a bounded
+    queue (`limits.task_stream_watches_max`: past it, on_done raises). It ends once its
+    requester is closed and every task it took has had its callback."""
+
+    def __init__(self, link: _Link, locate: Locate):
+        self._queue, self._locate, self._monitor = link.queue, locate, link.monitor
+        self._inbox: queue.Queue[_Waiting] = queue.Queue(limits.task_stream_watches_max)
+        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def add(self, view: TaskView, callback: Callback, timeout_s: float | None) -> threading.Thread:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        try:
+            self._inbox.put_nowait(_Waiting(view, callback, deadline))
+        except queue.Full:
+            raise RoqError(f"queue {self._queue}: {limits.task_stream_watches_max} tasks wait "
+                           "for their callbacks already on this requester") from None  # fmt: skip
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(
+                target=self._run, name=f"roq-results-{self._queue}", daemon=True
+            )
+            self._thread.start()
+        return self._thread
+
+    def close(self) -> None:
+        """The requester is closed: the thread ends once what it holds is called back."""
+        self._closed.set()
+
+    def _run(self) -> None:
+        link = _Link(self._queue, self._locate, self._monitor)
+        results = _Results(link)
+        waiting: dict[str, _Waiting] = {}
+        try:
+            while waiting or not self._inbox.empty() or not self._closed.is_set():
+                self._take_new(waiting, results, link)
+                until = min([w.deadline for w in waiting.values() if w.deadline is not None],
+                            default=time.monotonic() + limits.poll_interval_ms / 1000)  # fmt: skip
+                for view in results.ended(until):
+                    if view.task in waiting:
+                        _call(link, self._locate, waiting.pop(view.task), view)
+                _acknowledge(link)
+                self._expire(waiting, results, link)
+        except RoqError as error:  # the monitor refused for good: every waiting task is told
+            log.warning("queue %s: callbacks: %s", self._queue, error)
+        finally:
+            results.close()
+            link.close()
+
+    def _take_new(self, waiting: dict[str, _Waiting], results: _Results, link: _Link) -> None:
+        wait_s = 0.0 if waiting else limits.poll_interval_ms / 1000  # idle: block a little
+        while len(waiting) < limits.task_stream_watches_max:
+            try:
+                new = self._inbox.get(timeout=wait_s) if wait_s else self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            wait_s = 0.0
+            if new.view.state in FINAL:
+                _call(link, self._locate, new, new.view)  # ended before on_done: at once
+            else:
+                waiting[new.view.task] = new
+                results.watch(new.view.task)
+
+    def _expire(self, waiting: dict[str, _Waiting], results: _Results, link: _Link) -> None:
+        now = time.monotonic()
+        for task, entry in list(waiting.items()):
+            if entry.deadline is not None and now >= entry.deadline:
+                del waiting[task]
+                results.forget(task)
+                timeout = TaskTimeout(f"task {task} is {entry.view.state} after its timeout")
+                _notify(Task(link, entry.view, self._locate), entry, None, timeout)
+
+
+def _call(link: _Link, locate: Locate, entry: _Waiting, view: TaskView) -> None:
+    """`entry`'s callback for its task, ended with `view` (a done result acknowledged)."""
+    task = Task(link, view, locate)
+    if view.state == "done":
+        link.defer_ack(view.task)
+        _notify(task, entry, view.result, None)
+    else:
+        _notify(task, entry, None, _failure(view))
+
+
+def _acknowledge(link: _Link) -> None:
+    """The results called back, acknowledged now (nothing else of this thread's carries them)."""
+    try:
+        link.flush_acks()
+    except RoqError as error:  # they stay until request.result.ttl.ms collects them
+        log.warning("queue %s: results called back not acknowledged: %s", link.queue, error)
+
+
+def _notify(
+    task: Task, entry: _Waiting, result: bytes | None, failure: TaskFailed | TaskTimeout | None
+) -> None:
+    try:
+        entry.callback(task, result, failure)
+    except Exception:  # a callback's bug must not stop the others'
+        log.exception("task %s: its on_done callback failed", task.id)
 
 
 def _failure(view: TaskView) -> TaskFailed:
@@ -391,6 +513,7 @@ class Requester:
         self._locate = (gcm, zk, namespace)
         self._link = _Link(queue, self._locate)
         self._results = _Results(self._link)
+        self._callbacks = _Callbacks(self._link, self._locate)
         self._publisher: Publisher | None = None
 
     def submit(self, service: str, payload: bytes, request_id: str | None = None) -> Task:
@@ -416,7 +539,7 @@ class Requester:
             # subscribed now, the request on the log: the monitor wakes a worker held idle,
             # and pushes the outcome when it is stored, whether result() waits yet or not
             self._results.watch(task_id)
-        return Task(self._link, view, self._locate, self._results)
+        return Task(self._link, view, self._locate, self._results, self._callbacks)
 
     def call(self, service: str, payload: bytes, timeout_s: float | None = None,
              request_id: str | None = None) -> bytes:  # fmt: skip
@@ -426,7 +549,7 @@ class Requester:
     def task(self, task_id: str) -> Task:
         """A task submitted before (by this process or another), by its id."""
         view = self._link.view(TaskRef(MonitorCommand.TASK_GET, check_task_id(task_id)).encode())
-        return Task(self._link, view, self._locate, self._results)
+        return Task(self._link, view, self._locate, self._results, self._callbacks)
 
     def settings(self, changes: dict[str, str] | None = None) -> dict[str, str]:
         """The queue's request settings, after setting `changes` (key → value text)."""
@@ -448,6 +571,7 @@ class Requester:
         if self._publisher is not None:
             self._publisher.close()
         self._results.close()
+        self._callbacks.close()
         self._link.close()
 
     def __enter__(self) -> Requester:
@@ -506,6 +630,7 @@ class Worker:
         self.name = f"worker {self.consumer.consumer_id[:8]} of {queue}/{service}"
         self._link = _Link(queue, self._locate)
         self._results = _Results(self._link)
+        self._callbacks = _Callbacks(self._link, self._locate)
         self._publisher: Publisher | None = None
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix=f"handler-{service}")
         self._running: dict[Future[TaskView], _Run] = {}
