@@ -274,11 +274,22 @@ class _Results:
             overdue = list(self._due)
         else:
             overdue = [task for task, due in self._due.items() if due <= now]
-            if any(self._held.get(task) for task in overdue):
-                self._link.follow()  # held, not answered in time: the monitor may have moved
+            lost = [task for task in overdue if self._held.get(task)]
+            if lost:  # held, not answered in time: the monitor moved, or the stream is refused
+                self._link.follow()
+                self._ask_link(lost[0])
         for task in overdue:
-            self._held[task] = 0
-            self._subscribe(task)
+            if task in self._due:
+                self._held[task] = 0
+                self._subscribe(task)
+
+    def _ask_link(self, task: str) -> None:
+        """Ask for `task` over the requester's REQ link, which says what the stream cannot
+        (its key refused, the monitor refusing for good: raised) and may find it ended."""
+        view = self._link.view(TaskRef(MonitorCommand.TASK_GET, task).encode())
+        if view.state in FINAL:
+            self.forget(task)
+            self._ended[task] = view
 
     def close(self) -> None:
         if self._stream is not None:
