@@ -406,3 +406,40 @@ def test_an_exchange_the_monitors_new_host_started_stands_in_for_the_gone_one():
     repair.tick(FENCE, 106.5)
     assert not [c for c in management.calls if c[0] == "2004"]
     assert registry.xs["x1"].lost
+
+
+class _Returning(FakeRegistry):
+    """A registry whose `host` registers again at its `at`-th read of the live hosts."""
+
+    def __init__(self, *args: Any, at: int, host: HostRecord):
+        super().__init__(*args)
+        self.reads, self.at, self.returning = 0, at, host
+
+    def hosts(self) -> list[HostRecord]:
+        self.reads += 1
+        if self.reads == self.at:
+            self.live[self.returning.name] = self.returning
+        return super().hosts()
+
+
+def test_a_gone_host_registered_again_before_the_move_is_not_asked_for_its_own_monitor():
+    """The `roq up` restart race (docs/guarantees.md §8): the new leader's first check finds
+    the one host's registration gone, and the host registers again between the repair's read
+    of the live hosts and its choice of one. Before, it was chosen (the only host with a free
+    slot): asked to place the monitor under the next epoch, it restarted the one it had just
+    re-adopted, and the record write, conditioned on its absence, failed and withdrew that one
+    too. Now the move is called off before any host is asked, and the record is untouched."""
+    queue = QueueRecord("q1", QueueState.RUNNING, "h1", "tcp://127.0.0.1:17000", "", 17000, 17300)
+    x1 = ExchangeRecord("x1", "q1", "h1", "tcp://127.0.0.1:18000", "tcp://127.0.0.1:18001")
+    h1 = HostRecord("h1", "127.0.0.1", "tcp://127.0.0.1:5100", 4, pid=2)
+    # reads: the check's, the repair's (h1 still gone), the choice of a host's (h1 is back)
+    registry = _Returning([], queue, [x1], at=3, host=h1)
+    management = FakeManagement(registry)
+    repair = HostLossRepair(management, grace_s=5.0)  # type: ignore[arg-type]
+    repair.wall = lambda: WALL[0]
+    repair.tick(FENCE, 100.0)  # a new term's first check: h1 has work and no registration
+    assert management.calls == [] and management.replacing == []
+    assert (queue.host, queue.epoch) == ("h1", 0) and not x1.lost
+    assert "h1 registered again" in repair.pending["q1"]
+    repair.tick(FENCE, 100.5, force=True)  # the hosts' watch: h1 is back
+    assert repair.gone == {} and management.calls == []

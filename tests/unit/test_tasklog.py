@@ -71,9 +71,22 @@ def test_a_commit_tells_each_write_its_outcome_and_makes_the_rest(tmp_path: Path
         keeper.close()
 
 
+def _replayed(keeper: StateKeeper) -> StateKeeper:
+    """The keeper once the replay of its own log has ended (its loop's pumps take it)."""
+
+    def taken() -> bool:
+        keeper.pump(set())
+        return keeper.ready
+
+    wait_for(taken, 10, "the replay of its own state log taken", interval_s=0.01)
+    return keeper
+
+
 def test_the_records_and_settings_outlive_the_monitor(tmp_path: Path, context: Any):
     """A monitor restarted in place (same epoch) reopens its state log: the same records,
-    the same versions, the settings."""
+    the same versions, the settings. It replays the log in a thread of its own: until its loop
+    takes the replayed log, a store's read is refused busy (CoordinationError) and its status
+    says what it replays."""
     keeper = _keeper(tmp_path, context, [])
     tasks = TaskLog(keeper)
     tasks.claim("t1", b"a")
@@ -82,7 +95,11 @@ def test_the_records_and_settings_outlive_the_monitor(tmp_path: Path, context: A
     keeper.close()
     again = _keeper(tmp_path, context, [])
     try:
-        tasks = TaskLog(again)
+        assert not again.ready and again.status().recovering == "state.1 on this host"
+        with pytest.raises(CoordinationError, match="recovering its state log"):
+            TaskLog(again).get("t1")
+        tasks = TaskLog(_replayed(again))
+        assert again.status().recovering == ""
         assert tasks.get("t1") == (b"b", 1) and tasks.tasks() == ["t1"]
         assert tasks.load_settings() == {"request.retry.max": "5"}
     finally:

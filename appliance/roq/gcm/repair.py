@@ -307,8 +307,18 @@ class HostLossRepair:
         return True
 
     def _move_monitor(self, queue: str, fence: Fence, lost: str, mark_lost: bool) -> None:
+        hosts = self._hosts_with_free_slots()
+        if any(host.name == lost for host in hosts) or self.registry.host(lost) is not None:
+            # It registered again since `_repair` read the live hosts (a `roq up` restart: the
+            # GCM and the host start together). Asked to place the monitor, it would restart
+            # the one it just re-adopted under the new epoch, and the record write, conditioned
+            # on its absence, would fail and withdraw that one too: no monitor left.
+            log.warning("queue %s: host %s registered again before its monitor was re-placed: "
+                        "it keeps it", queue, lost)  # fmt: skip
+            raise HostBack(Reason.BUSY, f"host {lost} registered again: its monitor of {queue} "
+                           "stays")  # fmt: skip
         refusals = []
-        for host in self._hosts_with_free_slots():
+        for host in hosts:
             self._check_lead()
             try:
                 self.management._start_on_host(

@@ -30,6 +30,7 @@ from roq.coordination.registry import (
     ExchangeRecord,
     HostRecord,
     QueueRecord,
+    QueueState,
     Registry,
 )
 from roq.errors import NameTaken, PortInUse, RoqError
@@ -313,6 +314,8 @@ class HostConfigManager:
         queue = wanted.queue
         monitors = self._of(queue, "monitor")
         if monitors and monitors[0].meta["epoch"] < wanted.epoch:
+            if self._is_recorded(monitors[0]):
+                return self._keep_recorded(monitors[0], wanted.epoch)
             monitors = [self._restart_monitor(monitors[0], wanted.epoch)]
         started = not monitors
         if started:
@@ -347,6 +350,31 @@ class HostConfigManager:
                     self._stop_child(monitor)
                 raise
         return self._queue_reply(queue, monitor)
+
+    def _is_recorded(self, monitor: Child) -> bool:
+        """Whether `monitor` is the one its RUNNING queue's record assigns: to this host, under
+        its epoch (re-adopted at this host's start, or placed and recorded since)."""
+        got = self.registry.queue(monitor.queue)
+        if got is None:
+            return False
+        record = got[0]
+        return (
+            record.state == QueueState.RUNNING
+            and record.host == self.name
+            and record.epoch == monitor.meta["epoch"]
+        )
+
+    def _keep_recorded(self, monitor: Child, epoch: int) -> Refused:
+        """A placement under a newer `epoch` of a queue whose recorded monitor runs here: it
+        can only come from a GCM that took this host for gone just before it registered again
+        (its record write, conditioned on this host's absence, then fails). Restarting the
+        monitor for it would leave the queue none once the GCM withdraws the new one."""
+        comment = (
+            f"host {self.name} runs the recorded monitor of {monitor.queue} (epoch "
+            f"{monitor.meta['epoch']}): it stays; not placed again under epoch {epoch}"
+        )
+        log.warning(comment)
+        return Refused(Reason.BUSY, comment)
 
     def _restart_monitor(self, old: Child, epoch: int) -> Child:
         """A monitor of the queue runs here under an older epoch than the GCM now places it

@@ -20,12 +20,14 @@ once another host has an exchange). The copies' own reports are set apart from t
 logs' (service.py), so no copy plan, listing or slot ever takes a state log for a gone
 exchange's messages. The copies follow the log's compaction (PRUNE).
 
-Start: its own log if this epoch's is on this host (a restart in place); else the newest older
-log it can read (recovery.py), or, with none, a new log that takes in the queue's ZooKeeper
-state (migration.py). Until then task and group requests are answered busy.
+Start: its own log if this epoch's is on this host (a restart in place), replayed in a thread of
+its own (`OwnReplay`) so that the monitor answers its host's PING and every request meanwhile,
+however long the log; else the newest older log it can read (recovery.py), or, with none, a new
+log that takes in the queue's ZooKeeper state (migration.py). Until then task, group and topic
+requests are answered busy.
 
-Main thread only, like the Log and the Replicator it holds (a recovery's read runs in a thread
-of its own and hands its result over).
+Main thread only, like the Log and the Replicator it holds (a recovery's read and the replay of
+its own log each run in a thread of their own and hand their result over once ended).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import dataclasses
 import logging
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -92,7 +95,8 @@ class StateKeeper:
     A monitor placed under a new epoch (a host lost, a re-placement) starts *recovering*: it
     reads the newest complete older state log it can find (monitor/recovery.py) into its own,
     and until then answers every task request as busy. Restarted in place (its epoch's log is
-    on this host) or the queue's first monitor (epoch 1), it serves at once."""
+    on this host), it serves once its own log is replayed (in a thread: busy until then); the
+    queue's first monitor (epoch 1) serves at once."""
 
     def __init__(
         self, context: Any, queue: str, epoch: int, root: Path | str, settings: LogSettings,
@@ -130,8 +134,13 @@ class StateKeeper:
         self._read: CopyRead | None = None
         self._recover_until = time.monotonic() + limits.state_recovery_wait_s
         self.migration = migration  # the queue's ZooKeeper state, for a log begun fresh
-        if self.directory.exists():  # restarted in place: its own log
-            self._serve(self._open(), None)
+        # restarted in place: its own log, replayed in a thread while the loop answers (busy)
+        self._replay: OwnReplay | None = None
+        if self.directory.exists():
+            log.info("%s: replaying its own log in %s before serving", self.name,
+                     self.directory)  # fmt: skip
+            self._replay = OwnReplay(self.directory, self.settings, self._producer, self.name)
+            self._replay.start()
         elif epoch <= 1:  # the queue's first monitor: no older log to look for
             self._start_fresh()
         else:
@@ -177,6 +186,17 @@ class StateKeeper:
 
     def _open(self) -> StateLog:
         return StateLog.open(self.directory, self.settings, self._producer, name=self.name)
+
+    def _replayed(self, replay: OwnReplay) -> None:
+        """Take this epoch's own log once its replay is done. A log that cannot be opened stops
+        the monitor, as it did when the replay ran before the loop (its host restarts it)."""
+        if replay.is_alive():
+            return
+        self._replay = None
+        if replay.result is None:
+            raise replay.error or LogError(f"{self.name}: the replay of its log ended with none")
+        log.info("%s: replayed its own log in %.1f s", self.name, replay.took_s)
+        self._serve(replay.result, None)
 
     def _serve(self, state: StateLog, source: str | None) -> None:
         """Take `state` as this epoch's log and copy it. A log begun now (`source`: what it was
@@ -351,7 +371,10 @@ class StateKeeper:
         refused instead (its writes are in the log and may be committed later: a request
         asked again finds them). Recovering, a step of the recovery instead."""
         if self._state is None:
-            self._recover(time.monotonic())
+            if self._replay is not None:
+                self._replayed(self._replay)
+            else:
+                self._recover(time.monotonic())
             return
         for sock in self.replicator.sockets():
             if sock in ready:
@@ -379,6 +402,8 @@ class StateKeeper:
     def status(self) -> StateLogStatus:
         reading = self._read.source if self._read is not None else None
         recovering = f"{reading.leader_id} on {reading.holder}" if reading else "looking"
+        if self._replay is not None:
+            recovering = f"{self.leader_id} on this host"  # its own log, replayed
         if self._state is None or self._replicator is None:
             return StateLogStatus(self.leader_id, 0, 0, 0, 0, 0, self.min_copies, self.chosen,
                                   0, self.refused_replies, recovering)  # fmt: skip
@@ -431,6 +456,10 @@ class StateKeeper:
             log.info("%s: stopping with %d replies not sent (their state is not copied yet)",
                      self.name, len(self._held))  # fmt: skip
         self._held.clear()
+        if self._replay is not None:  # stopped while replaying: to the log, a crash, as before
+            log.info("%s: stopping before its replay ended", self.name)
+            if not self._replay.is_alive() and self._replay.result is not None:
+                self._replay.result.log.close()
         if self._read is not None:  # a daemon thread: its restore is left in a scratch dir
             self._read.join(limits.state_recovery_read_timeout_ms / 1000)
             if self._read.result is not None:
@@ -440,6 +469,32 @@ class StateKeeper:
         if self._state is not None:
             self._state.flush()
             self._state.log.close()
+
+
+class OwnReplay(threading.Thread):
+    """Opens this epoch's own state log (a monitor restarted in place) and replays it into its
+    image, off the monitor's loop: the replay is linear in the log (about 20 µs a record, so
+    seconds for a few hundred thousand keys), and until it ends the monitor answers its host's
+    PING (it started) and every state request as busy, as while it recovers an older log.
+    `result` or `error` once done; the main thread then takes the log (`StateKeeper.pump`)."""
+
+    def __init__(self, directory: Path, settings: LogSettings, producer_id: bytes, name: str):
+        super().__init__(name="state-replay", daemon=True)
+        self.directory, self.settings, self.producer_id, self.label = (
+            directory, settings, producer_id, name,
+        )  # fmt: skip
+        self.result: StateLog | None = None
+        self.error: Exception | None = None
+        self.took_s = 0.0
+
+    def run(self) -> None:
+        started = time.monotonic()
+        try:
+            self.result = StateLog.open(self.directory, self.settings, self.producer_id,
+                                        name=self.label)  # fmt: skip
+        except Exception as error:
+            self.error = error
+        self.took_s = time.monotonic() - started
 
 
 def _producer_id(leader_id: str) -> bytes:

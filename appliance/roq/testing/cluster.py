@@ -86,6 +86,7 @@ class Daemon:
     name: str
     process: subprocess.Popen[bytes]
     log_path: Path
+    args: list[str] = field(default_factory=list)  # its `roq` arguments (`start_again`)
 
     def log_text(self) -> str:
         try:
@@ -240,9 +241,27 @@ class LocalCluster:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        daemon = Daemon(name, process, log_path)
+        daemon = Daemon(name, process, log_path, list(args))
         self.daemons.append(daemon)
         return daemon
+
+    def start_again(self, daemon: Daemon) -> Daemon:
+        """`daemon` started again with its command line (same ports, same directories, so a
+        host resumes its queues), as `roq up` started again does; its log goes on in the same
+        file. With the environment of this process now."""
+        assert daemon.process.poll() is not None, f"{daemon.name} is still running"
+        return self._spawn(daemon.name, daemon.args)
+
+    def stop_daemon(self, daemon: Daemon, timeout_s: float = 30.0) -> None:
+        """SIGTERM, as `roq up` stops its GCM and host, and wait for the exit (a host stops its
+        children first, each within its bounds); SIGKILL of its group past `timeout_s`."""
+        if daemon.process.poll() is None:
+            daemon.process.send_signal(signal.SIGTERM)
+        try:
+            daemon.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(daemon.process.pid, signal.SIGKILL)
+            daemon.process.wait(timeout=5)
 
     @property
     def gcm(self) -> str:

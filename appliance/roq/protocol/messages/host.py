@@ -74,7 +74,8 @@ class ExchangeInfo:
 class CreateQueueOnHost:
     """1002: start the queue's monitor and an exchange (idempotent: a queue already here is
     answered with its addresses), under the assignment `Epoch` the GCM records for this
-    placement (a monitor already here under an older one is started again under it)."""
+    placement (a monitor already here under an older one is started again under it, unless it
+    is the one the queue's record assigns to this host: then `busy`, and it stays)."""
 
     queue: str
     epoch: int = 0  # Epoch

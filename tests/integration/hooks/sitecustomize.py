@@ -1,0 +1,54 @@
+"""Timing hooks for tests/integration/test_restart_monitors.py only.
+
+Python imports `sitecustomize` at the start of every process with this directory on PYTHONPATH:
+a test puts it there for the roq processes it starts (a host's children inherit the
+environment). Each hook is off unless its variable is set; nothing of roq changes otherwise.
+
+- ROQ_TEST_REPLAY_S: each replay of a state log (`log/statelog.py` `_replay`, which
+  `StateLog.open` calls) does its work, then that many seconds of pure-Python work more, taking
+  and giving back the GIL as a long replay does: a stand-in for a state log too big to replay
+  within the host's start deadline, without writing one.
+- ROQ_TEST_REPAIR_WAITS_FOR_HOST: the GCM's host-loss repair, once it has read the live hosts
+  and decided to move a queue's monitor, waits (at most that many seconds) until a host is
+  registered before it reads them again to choose one (`gcm/repair.py`
+  `_hosts_with_free_slots`), once per process: as if its thread had been descheduled at that
+  point while the gone host registered again (the `roq up` restart race, made certain).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+_REPLAY_S = float(os.environ.get("ROQ_TEST_REPLAY_S") or 0)
+_WAIT_FOR_HOST_S = float(os.environ.get("ROQ_TEST_REPAIR_WAITS_FOR_HOST") or 0)
+
+if _REPLAY_S > 0:
+    from roq.log import statelog
+
+    _replay = statelog._replay
+
+    def _slow_replay(state_log, image):  # type: ignore[no-untyped-def]
+        _replay(state_log, image)
+        until = time.monotonic() + _REPLAY_S
+        while time.monotonic() < until:
+            pass
+
+    statelog._replay = _slow_replay
+
+if _WAIT_FOR_HOST_S > 0:
+    from roq.gcm import repair
+
+    _choose = repair.HostLossRepair._hosts_with_free_slots
+    _waited = []
+
+    def _after_a_host_registered(self):  # type: ignore[no-untyped-def]
+        if not _waited:
+            _waited.append(True)
+            until = time.monotonic() + _WAIT_FOR_HOST_S
+            while not self.registry.hosts() and time.monotonic() < until:
+                time.sleep(0.05)
+            repair.log.warning("test hook: a host is registered; the repair goes on")
+        return _choose(self)
+
+    repair.HostLossRepair._hosts_with_free_slots = _after_a_host_registered
