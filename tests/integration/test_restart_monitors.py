@@ -151,6 +151,20 @@ def _restart_as_roq_up(cluster: LocalCluster, gcm: Daemon, host: Daemon) -> tupl
 
 
 @pytest.mark.timeout(400)
+def _serving_queues(cluster: LocalCluster) -> tuple[Daemon, Daemon, dict[str, list[bytes]]]:
+    """A GCM, host h1 and QUEUES on it, each serving (a publish read back): the GCM, the host
+    and what each queue was sent."""
+    gcm = cluster.start_gcm()
+    host = cluster.start_host("h1", **HOST)
+    cluster.wait_ready()
+    with cluster.admin() as admin:
+        for queue in QUEUES:
+            admin.create_queue(queue, host="h1")
+    sent: dict[str, list[bytes]] = {queue: [] for queue in QUEUES}
+    _serves(cluster, sent, 0)
+    return gcm, host, sent
+
+
 def test_a_cluster_restarted_as_roq_up_does_keeps_one_monitor_per_queue_and_serves(
     cluster: LocalCluster,
 ) -> None:
@@ -162,14 +176,7 @@ def test_a_cluster_restarted_as_roq_up_does_keeps_one_monitor_per_queue_and_serv
     host, restarted three times; after each, within SERVE_AGAIN_S, each queue has exactly one
     monitor, under its recorded epoch (1: a restart resumes, nothing is re-placed) and on its
     state log (`state.1`), and every queue takes a publish and reads back all it was sent."""
-    gcm = cluster.start_gcm()
-    host = cluster.start_host("h1", **HOST)
-    cluster.wait_ready()
-    with cluster.admin() as admin:
-        for queue in QUEUES:
-            admin.create_queue(queue, host="h1")
-    sent: dict[str, list[bytes]] = {queue: [] for queue in QUEUES}
-    _serves(cluster, sent, 0)
+    gcm, host, sent = _serving_queues(cluster)
     for round_ in range(1, RESTARTS + 1):
         gcm, host = _restart_as_roq_up(cluster, gcm, host)
         pids = _within(cluster, lambda: _one_monitor_each(cluster, QUEUES), SERVE_AGAIN_S,
@@ -207,14 +214,7 @@ def test_a_host_registered_again_while_the_gcm_moves_its_monitor_keeps_it(
     Before, the GCM chose h1, which restarted its monitor under epoch 2, then withdrew that one
     when its record write found h1 registered: q1 was left without a monitor (this test timed
     out waiting for one). Now the move is called off and every queue keeps its monitor."""
-    gcm = cluster.start_gcm()
-    host = cluster.start_host("h1", **HOST)
-    cluster.wait_ready()
-    with cluster.admin() as admin:
-        for queue in QUEUES:
-            admin.create_queue(queue, host="h1")
-    sent: dict[str, list[bytes]] = {queue: [] for queue in QUEUES}
-    _serves(cluster, sent, 0)
+    gcm, host, sent = _serving_queues(cluster)
     cluster.stop_daemon(host)
     cluster.stop_daemon(gcm)
     _hooked(monkeypatch, ROQ_TEST_REPAIR_WAITS_FOR_HOST=SERVE_AGAIN_S)
