@@ -438,8 +438,9 @@ class _Callbacks:
         try:
             while waiting or not self._inbox.empty() or not self._closed.is_set():
                 self._take_new(waiting, results, link)
-                until = min([w.deadline for w in waiting.values() if w.deadline is not None],
-                            default=time.monotonic() + limits.poll_interval_ms / 1000)  # fmt: skip
+                # back at least every poll interval: tasks handed over meanwhile wait for it
+                deadlines = [w.deadline for w in waiting.values() if w.deadline is not None]
+                until = min([*deadlines, time.monotonic() + limits.poll_interval_ms / 1000])
                 for view in results.ended(until):
                     if view.task in waiting:
                         _call(link, self._locate, waiting.pop(view.task), view)
