@@ -48,7 +48,7 @@ from roq.protocol.messages.monitor import (
     decode_subscriber_notice,
 )
 from roq.protocol.ports import ExchangePort, MonitorPort, sibling
-from roq.testing.cluster import Daemon, LocalCluster, wait_for
+from roq.testing.cluster import Daemon, LocalCluster, ask_once, wait_for
 from roq.transport import Kind, connect, new_context, open_socket, recv_nowait
 from roq.transport.rpc import Requester
 from roq.transport.sockets import wait_readable
@@ -674,19 +674,8 @@ def _gcm(cluster: LocalCluster) -> Daemon:
     return next(d for d in cluster.daemons if d.name.startswith("gcm"))
 
 
-def _ask(endpoint: str, doc: dict[str, Any], timeout_ms: int = 2000) -> dict[str, Any]:
-    """One request to a child's control port (or a monitor's placement port), its reply."""
-    context = new_context()
-    requester = Requester(context, endpoint, timeout_ms)
-    try:
-        return requester.request(doc)
-    finally:
-        requester.close()
-        context.term()
-
-
 def _exchange_status(control: str) -> ExchangeStatus:
-    return ExchangeStatus.decode(Pong.decode(_ask(control, Ping().encode())).status)
+    return ExchangeStatus.decode(Pong.decode(ask_once(control, Ping().encode())).status)
 
 
 def _a_notice_to_subscribers(monitor: MonitorAddress, timeout_s: float = 10) -> ExchangeList:
@@ -729,7 +718,7 @@ def test_a_re_placed_monitor_acts_under_a_higher_epoch_and_the_old_one_is_refuse
     new = locate_monitor("q1", gcm=cluster.gcm)
     assert new.base != old.base and new.epoch == 2 == _record(cluster).epoch
     assert _a_notice_to_subscribers(new).epoch == 2
-    placed = _ask(new.at(MonitorPort.PLACEMENT), PublisherInit("ab" * 8).encode())
+    placed = ask_once(new.at(MonitorPort.PLACEMENT), PublisherInit("ab" * 8).encode())
     assert Reply.decode(placed).ok and Placed.decode(placed).epoch == 2
     wait_for(lambda: _exchange_status(control).epoch == 2, 10, "1031 carried epoch 2")
 
@@ -738,13 +727,13 @@ def test_a_re_placed_monitor_acts_under_a_higher_epoch_and_the_old_one_is_refuse
             Replicas((), None, epoch=1),  # what the old monitor would send every list period
             MonitorMoved(old.base, old.stat_in, epoch=1),  # back to the old monitor
         ):
-            refused = Reply.decode(_ask(control, stale.encode()))
+            refused = Reply.decode(ask_once(control, stale.encode()))
             assert not refused.ok and refused.error == "stale_epoch", refused
         assert _exchange_status(control).stale == 2
-        assert Reply.decode(_ask(control, Replicas((), None, epoch=2).encode())).ok  # taken
+        assert Reply.decode(ask_once(control, Replicas((), None, epoch=2).encode())).ok  # taken
     time.sleep(1.0)  # the refused move left it reporting to the new monitor
     monitored = MonitorStatus.decode(
-        Pong.decode(_ask(sibling(new.base, MonitorPort.REPORTS, MonitorPort.CONTROL),
+        Pong.decode(ask_once(sibling(new.base, MonitorPort.REPORTS, MonitorPort.CONTROL),
                          Ping().encode())).status
     )  # fmt: skip
     assert monitored.epoch == 2 and survivor["Id"] in {x.exchange_id for x in monitored.exchanges}
@@ -800,7 +789,7 @@ def test_a_lost_host_back_before_its_monitors_move_is_recorded_keeps_its_monitor
              f"{h3.log_text()[-3000:]}")  # fmt: skip
     assert "monitor re-placed on" not in gcm.log_text()
     wait_for(lambda: "monitor q1: lease renewed" in h1.log_text(), 10, "h1's monitor acting")
-    placed = _ask(old.at(MonitorPort.PLACEMENT), PublisherInit("ab" * 8).encode())
+    placed = ask_once(old.at(MonitorPort.PLACEMENT), PublisherInit("ab" * 8).encode())
     assert Reply.decode(placed).ok and Placed.decode(placed).epoch == 1
     assert not any(x["Lost"] for x in _queue(cluster)["Exchanges"])
 

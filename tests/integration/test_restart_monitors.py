@@ -37,9 +37,7 @@ from roq.protocol.commands import MonitorCommand, Reason
 from roq.protocol.messages.host import CreateQueueOnHost, StopMonitorOnHost
 from roq.protocol.messages.topics import TopicAsk
 from roq.protocol.ports import MonitorPort
-from roq.testing.cluster import Daemon, LocalCluster, processes_with, wait_for
-from roq.transport import new_context
-from roq.transport.rpc import Requester
+from roq.testing.cluster import Daemon, LocalCluster, ask_once, processes_with, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -235,14 +233,8 @@ def test_a_host_registered_again_while_the_gcm_moves_its_monitor_keeps_it(
     )
 
 
-def _ask(endpoint: str, doc: dict[str, Any], timeout_ms: int = 20_000) -> dict[str, Any]:
-    context = new_context()
-    requester = Requester(context, endpoint, timeout_ms)
-    try:
-        return requester.request(doc)
-    finally:
-        requester.close()
-        context.term()
+def _ask_long(endpoint: str, doc: dict[str, Any]) -> dict[str, Any]:
+    return ask_once(endpoint, doc, 20_000)  # a host's answer may wait for a child's start
 
 
 def test_a_placement_under_a_newer_epoch_leaves_the_hosts_recorded_monitor_alone(
@@ -260,8 +252,8 @@ def test_a_placement_under_a_newer_epoch_leaves_the_hosts_recorded_monitor_alone
         h1 = registry.host("h1")
     assert h1 is not None and record.epoch == 1
     with cluster.as_cluster():  # the GCM's requests: the cluster's own principal
-        placed = _ask(h1.hcm, CreateQueueOnHost("q1", record.epoch + 1).encode())
-        withdrawn = _ask(h1.hcm, StopMonitorOnHost("q1", record.epoch + 1).encode())
+        placed = _ask_long(h1.hcm, CreateQueueOnHost("q1", record.epoch + 1).encode())
+        withdrawn = _ask_long(h1.hcm, StopMonitorOnHost("q1", record.epoch + 1).encode())
     reply = Reply.decode(placed)
     assert not reply.ok and reply.error == Reason.BUSY, placed
     assert "runs the recorded monitor of q1 (epoch 1)" in reply.comment, placed
@@ -284,7 +276,7 @@ def _replaying(record: QueueRecord) -> str | None:
 
 
 def _topic_count(endpoint: str) -> dict[str, Any]:
-    return _ask(endpoint, TopicAsk(MonitorCommand.TOPIC_COUNT).encode(), timeout_ms=2000)
+    return ask_once(endpoint, TopicAsk(MonitorCommand.TOPIC_COUNT).encode(), timeout_ms=2000)
 
 
 @pytest.mark.timeout(300)

@@ -22,7 +22,8 @@ from roq.client.publisher import Publisher
 from roq.client.requests import Worker
 from roq.protocol.ports import EXCHANGE_WIDTH, GCM_WIDTH, MONITOR_WIDTH, STAT_WIDTH
 from roq.system.spawn import child_environment, roq_command
-from roq.transport import security
+from roq.transport import new_context, security
+from roq.transport.rpc import Requester
 
 T = TypeVar("T")
 
@@ -451,3 +452,15 @@ def tcp_connections_to(pid: int, port: int) -> int:
             if state == "01" and int(remote.rsplit(":", 1)[1], 16) == port and inode in inodes:
                 count += 1  # 01: ESTABLISHED
     return count
+
+
+def ask_once(endpoint: str, doc: dict[str, Any], timeout_ms: int = 2000) -> dict[str, Any]:
+    """One request to a process's REP or ROUTER socket (a child's control port, a monitor's
+    placement port), on a context of its own: its reply (RequestTimeout after `timeout_ms`)."""
+    context = new_context()
+    requester = Requester(context, endpoint, timeout_ms)
+    try:
+        return requester.request(doc)
+    finally:
+        requester.close()
+        context.term()
