@@ -6,12 +6,13 @@ scaling.policy=null), creates q1 with an exchange on each host, stops it, and le
 exchange's copy directory a copy of the log of an exchange that no longer exists (`gone-…`):
 `--megabytes` of 64 KiB batches in the log format, as replication would have left it. It then
 starts q1 again: h1's exchange opens and reports the copy, the monitor lists it as a dead log
-with one copy, and after `limits.recopy_grace_s` it has h1's exchange send it to h2's. Times,
+with one copy, and (at once since 26 November; after a 5 s grace before) it has h1's
+exchange send it to h2's. Times,
 from the monitor's STATUS polled every 0.1 s:
 
 - listed: the monitor first lists the gone log (in a real host loss: the re-placed monitor
   has heard from the holder);
-- started: the monitor names a target (`ShortLogs`), i.e. listed + grace + up to one
+- started: the monitor names a target (`ShortLogs`), i.e. listed + up to one
   `monitor.list.period` (2 s);
 - complete: the target's report says its copy ends where the source's does (reports every
   `heartbeat.period`, 200 ms here).

@@ -260,12 +260,9 @@ replication_refused_retry_s = 0.5
 # What a refusal echoes back: the leader id frame as sent (cut), and the reason.
 replication_leader_id_bytes_max = 256
 replication_refusal_chars_max = 300
-# A gone exchange's log is copied again (until it has replicationFactor complete copies on
-# live exchanges) once its exchange has been gone this long: past a restart by its host (whose
-# back-off reaches child_restart_backoff_ms_max only after several fast failures), well within
-# the time a lost host's work takes to be re-placed. The copy is the replication sender's, so
-# it is windowed like replication (replication_window_bytes per target, 1 MiB per frame).
-recopy_grace_s = 5.0
+# A gone exchange's log (dead, lost with its host, retired by a scale-in) is copied again at
+# once until it has replicationFactor complete copies on live exchanges: by the replication
+# sender, windowed like replication (replication_window_bytes per target, 1 MiB per frame).
 recopy_targets_max = 8  # targets one exchange sends copies of gone logs to at once
 
 # --- data plane: subscribers --------------------------------------------------------------

@@ -155,11 +155,8 @@ class Monitor:
         self.bad_frames = 0
         self.relocations = 0
         self.replication_factor = settings.replication_factor
-        # Gone exchanges' logs being copied again (`_plan_copies`), and since when each log
-        # copied on a live exchange has had no live exchange of its own (bounded by the copies
-        # the live exchanges report: an entry leaves when no report names it).
+        # Gone exchanges' logs being copied again (`_plan_copies`)
         self.copy_plans: dict[str, CopyPlan] = {}
-        self._gone_since: dict[str, float] = {}
         self._context = context
         self._controls: dict[str, Any] = {}  # front → DEALER to the exchange's control port
         self._open_sockets(context)
@@ -838,7 +835,7 @@ class Monitor:
         drop_state_before = self.state.older_dropped_below() if self.state is not None else 0
         keepers = list(self.keepers.values())
         sources: dict[str, list[CopySource]] = {x.exchange_id: [] for x in views + keepers}
-        for copy in self._plan_copies(time.monotonic()).values():
+        for copy in self._plan_copies().values():
             for target in copy.targets:
                 copied[target].append(copy.leader_id)  # it takes the copy's writes
                 endpoint = _log_endpoint(by_id[target].front)
@@ -890,23 +887,18 @@ class Monitor:
                      self.replication_factor)  # fmt: skip
         return True
 
-    def _plan_copies(self, now: float) -> dict[str, CopyPlan]:
-        """Plans to copy again each log whose exchange has been gone `limits.recopy_grace_s`
-        (dead, lost with its host, or retired) until it has replicationFactor complete copies
-        on live exchanges (docs/architecture.md §7, "Copying a gone log again")."""
+    def _plan_copies(self) -> dict[str, CopyPlan]:
+        """Plans to copy again, at once, each log whose exchange is gone (dead, lost with its
+        host, or retired) until it has replicationFactor complete copies on live exchanges
+        (docs/architecture.md §7, "Copying a gone log again"). No grace: until then a second
+        failure can take the log's last copy; an exchange its host restarts in place within
+        that time finds its log as it left it, and a copy begun meanwhile only costs disk."""
         live = {x.exchange_id for x in self.exchanges.values()}
         keepers = list(self.keepers.values())
         reported = {
             c for x in [*self.exchanges.values(), *keepers] if not x.leaving for c in x.copies
         }
-        held = reported - live
-        for leader_id in [x for x in self._gone_since if x not in held]:
-            del self._gone_since[leader_id]
-        for leader_id in held:
-            self._gone_since.setdefault(leader_id, now)
-        gone = {x for x, since in self._gone_since.items() if now - since >= limits.recopy_grace_s}
-        # A log kept by its keeper is its lost exchange's, which never comes back: no grace
-        gone |= {x.exchange_id for x in keepers} & held
+        gone = reported - live
         views = list(self.exchanges.values())
         plans = plan_copies(views, self.replication_factor, gone, self.copy_plans, keepers)
         self._log_copy_plans(plans, reported | live)
