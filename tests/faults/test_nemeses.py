@@ -19,6 +19,8 @@ from faultcluster import SESSION_MS
 from faultnet import Network
 from faultrun import RESUME_BOUND_S, FaultRun
 
+from roq.client.live import monitor_status
+from roq.protocol.messages.control import MonitorStatus
 from roq.testing.cluster import wait_for
 
 pytestmark = [pytest.mark.faults, pytest.mark.xdist_group("faults"), pytest.mark.timeout(300)]
@@ -170,16 +172,6 @@ def test_rolling_restart_of_every_machine(fault_run: FaultRun) -> None:
     _assert_passes(fault_run, fault_run.finish())
 
 
-@pytest.mark.skip(
-    reason="issue 30, half fixed 26 Nov: the producer that stalled 31 s (its exchange back at "
-    "the same address under the same epoch, so no fail-over) now finds the restart by the run "
-    "id of its exchange's drain answers and sends its unacknowledged batches again "
-    "(integration/test_durability.py::test_a_publisher_sends_again_what_an_exchange_restarted_"
-    "in_place_never_confirmed), but resumed 10.5 and 11.2 s after the kill (bound 9 s) in two "
-    "runs on a loaded machine: the returning host starts its monitor and then its exchange, "
-    "each a Python process start (3.4 s for the host, 3 s for the monitor, 2 s for the exchange "
-    "in the log). Starting them at once, and probing more often while stalled, are next."
-)
 @pytest.mark.parametrize("back_after_s", [1.5, 5.0], ids=["within-session", "just-past-loss"])
 def test_kill_9_of_a_machine_back_within_seconds(fault_run: FaultRun, back_after_s: float) -> None:
     """Issue 30: a quick return. At 1.5 s the session is alive: nothing is re-placed. At 5 s
@@ -220,4 +212,51 @@ def test_a_second_machine_killed_while_the_firsts_log_is_copied_again(fault_run:
     fault_run.wait_acks(after=time.time(), count=5, timeout_s=RESUME_BOUND_S + 30)
     fault_run.cluster.restart_machine(m1)
     _heal_and_settle(fault_run, "kill -9 m1 while m2's log is copied again")
+    _assert_passes(fault_run, fault_run.finish())
+
+
+def _q1(run: FaultRun) -> tuple[list[tuple[str, str]], MonitorStatus | None]:
+    """q1's recorded exchanges that are not lost, as (host, id), and its monitor's live status."""
+    with run.cluster.admin() as admin:
+        queue = next(q for q in admin.status().queues if q.info.name == "q1")
+    standing = sorted((x.host, x.exchange_id) for x in queue.exchanges if not x.lost)
+    return standing, monitor_status(queue.info.monitor_host)
+
+
+def _copied_in_full(run: FaultRun, leader_id: str, copies: int) -> bool:
+    """The monitor lists the gone `leader_id`'s log with `copies` copies, none of them short."""
+    _, live = _q1(run)
+    if live is None:
+        return False
+    listed = next((c for c in live.copies if c.leader_id == leader_id), None)
+    short = any(s.leader_id == leader_id for s in live.short_logs)
+    return listed is not None and len(listed.replicas) >= copies and not short
+
+
+def test_scale_out_then_in_under_load_then_a_machine_killed(fault_run: FaultRun) -> None:
+    """Issue 30: q1 scales out to a third exchange (on m3) and back in (m2's removed) while the
+    producers publish with acks=all; the removed exchange's log is copied again at once until it
+    has replicationFactor complete copies on live exchanges (scale-in takes no copy away); then
+    m1, which holds q1's monitor, an exchange and a copy of the removed log, is killed: the
+    removed log is still read from m3's copy and nothing acknowledged is lost."""
+    fault_run.start()
+    fault_run.nemesis("scale out to m3", "start")
+    with fault_run.cluster.admin(timeout_ms=30000) as admin:
+        admin.create_exchange("q1", "scale-out-m3", host="m3")
+    wait_for(lambda: len(_q1(fault_run)[0]) == 3, 30, "q1's third exchange", 0.3)
+    fault_run.wait_acks(after=time.time(), count=10, timeout_s=30)
+    standing, _ = _q1(fault_run)
+    removed = next(x for host, x in standing if host == "m2")
+    fault_run.nemesis("scale in: m2's exchange removed", "start")
+    with fault_run.cluster.admin(timeout_ms=30000) as admin:
+        admin.remove_exchange("q1", removed)
+    wait_for(lambda: all(h != "m2" for h, _ in _q1(fault_run)[0]), 30, "m2's exchange gone", 0.3)
+    wait_for(lambda: _copied_in_full(fault_run, removed, 2), 60, "2 copies of the removed log", 0.5)
+    fault_run.wait_acks(after=time.time(), count=10, timeout_s=30)
+    fault_run.nemesis("kill -9 m1 after the scale-in", "start")
+    m1 = fault_run.cluster.machine("m1")
+    fault_run.cluster.kill_machine(m1)
+    fault_run.wait_acks(after=time.time(), count=5, timeout_s=RESUME_BOUND_S + 30)
+    fault_run.cluster.restart_machine(m1)
+    _heal_and_settle(fault_run, "kill -9 m1 after the scale-in")
     _assert_passes(fault_run, fault_run.finish())
