@@ -29,6 +29,8 @@ client_retry_max = 10  # attempts to reach the GCM leader (RoQ: 10)
 # max, which the 10 attempts never reach
 client_retry_backoff_ms = 300
 client_retry_backoff_ms_max = 3_000
+# A client whose GCM has not answered for this long says what it waits for (once per operation)
+client_wait_notice_s = 1.0
 
 # --- host loss (gcm/repair.py) -----------------------------------------------------------
 host_loss_check_s = 1.0  # the leading GCM looks for lost hosts this often
@@ -421,6 +423,9 @@ work_tail_exchanges_max = 64
 work_tail_read_bytes = 1024 * 1024
 work_tail_timeout_ms = 200
 work_exec_timeout_s = 3600.0  # `roq work --exec`: a command running longer is killed (nack)
+# An idle `roq work` waits for its next message in slices this long, so that Ctrl-C and SIGTERM
+# stop it within one (issue 32: it waited for a message first, for ever on an idle queue).
+work_cli_stop_check_s = 0.2
 
 # --- request/response through queues (client/requests.py, monitor/tasks.py) ---------------------
 # A task's record, its result included, is one record of the queue's state log (delivery.state=

@@ -122,6 +122,21 @@ def test_a_restarted_subscriber_resumes_with_no_gap_and_no_duplicate(
     assert lines == [f"a{n}" for n in range(500)] + [f"b{n}" for n in range(500)]
 
 
+def test_a_first_run_that_received_nothing_records_where_it_started(
+    cluster: LocalCluster, tmp_path: Path
+):
+    """Issue 32: `roq sub --offsets F` that received nothing recorded no position, so the next
+    run started at its own "now" and skipped what was published in between."""
+    _start(cluster)
+    offsets = tmp_path / "sub.offsets"
+    first = _sub_cli(cluster, "--offsets", str(offsets), "--timeout", "1")
+    assert first.returncode == 0 and first.stdout == "", first.stderr
+    _publish(cluster, 100, prefix="between")  # while no subscriber runs
+    second = _sub_cli(cluster, "--offsets", str(offsets), "--count", "100", "--timeout", "30")
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.splitlines() == [f"between{n}" for n in range(100)]
+
+
 def test_counted_reads_that_stop_mid_batch_lose_nothing_and_resume_exactly(
     cluster: LocalCluster, tmp_path: Path
 ):

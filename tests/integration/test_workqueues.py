@@ -323,3 +323,27 @@ def test_a_group_with_a_key_prefix_gets_only_those_keys_and_the_rest_counts_as_s
     assert (group.prefix, group.acked, group.lag, group.in_flight) == (b"eu.", 200, 0, 0)
     with pytest.raises(RoqError, match="prefix"):
         Consumer("q1", "eu", gcm=cluster.gcm, prefix=b"us.")  # the group's prefix is fixed
+
+
+# Issue 32: an idle `roq work` must stop on Ctrl-C or SIGTERM (it used to wait for a message
+# first: for ever on an idle queue). The goal is 1 s; the bound here is liveness on a loaded
+# machine, and the old code fails it by never exiting.
+STOP_BOUND_S = 10.0
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_an_idle_roq_work_stops_on_a_signal_and_leaves_its_group(
+    cluster: LocalCluster, tmp_path: Path, signum: int
+):
+    cluster.start_with_queue(**WORK)
+    worker = _worker(cluster, tmp_path, "idle")
+    try:
+        wait_for(lambda: _consumers(cluster) == 1, 30, "the consumer joined\n" + cluster.logs())
+        worker.send_signal(signum)
+        assert worker.wait(timeout=STOP_BOUND_S) == 0
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait(10)
+    # it left its group: its slots are given back, not held until its lease ends
+    wait_for(lambda: _consumers(cluster) == 0, 10, "the consumer left its group")

@@ -27,7 +27,9 @@ NAMESPACE_OPTION = typer.Option("/roq", "--namespace", help="ZooKeeper namespace
 def pub(
     queue: str = typer.Argument(..., help="Queue to publish to."),
     key: str = typer.Option("", "--key", "-k", help="Routing key of every message."),
-    count: int | None = typer.Option(None, "--count", "-n", help="Send N generated messages."),
+    count: int | None = typer.Option(
+        None, "--count", "-n", min=0, help="Send N generated messages."
+    ),
     rate: float = typer.Option(0, "--rate", help="Messages per second (0: as fast as possible)."),
     size: int = typer.Option(100, "--size", help="Payload bytes of generated messages."),
     acks: str = typer.Option("none", "--acks", help="none | leader | all."),
@@ -94,7 +96,7 @@ class _Pacer:
 def sub(
     queue: str = typer.Argument(..., help="Queue to subscribe to."),
     key: str = typer.Option("", "--key", "-k", help="Routing-key prefix ('' = everything)."),
-    count: int | None = typer.Option(None, "--count", "-n", help="Exit after N messages."),
+    count: int | None = typer.Option(None, "--count", "-n", min=1, help="Exit after N messages."),
     timeout: float | None = typer.Option(None, "--timeout", help="Exit after S seconds."),
     from_beginning: bool = typer.Option(
         False, "--from-beginning", help="Start with the oldest message the logs still hold."
@@ -130,6 +132,8 @@ def sub(
             queue, key.encode(), gcm=None if zk else gcm, zk=zk, namespace=namespace,
             start="beginning" if from_beginning else "now", from_offset=from_offset,
             from_time=_parse_time(from_time), offsets_file=offsets,
+            # --timeout bounds the whole command, finding the queue included
+            join_timeout_s=limits.placement_timeout_ms / 1000 if timeout is None else timeout,
         ) as subscriber:  # fmt: skip
             typer.echo(f"roq sub: subscribed to {queue}", err=True)
             deadline = None if timeout is None else time.monotonic() + timeout

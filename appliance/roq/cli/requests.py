@@ -74,7 +74,9 @@ def serve(
         help="Shell command run per request: the payload on its stdin, its "
         "stdout the result; a non-zero exit is the task's error (with its stderr).",
     ),
-    count: int | None = typer.Option(None, "--count", "-n", help="Exit after N requests run."),
+    count: int | None = typer.Option(
+        None, "--count", "-n", min=1, help="Exit after N requests run."
+    ),
     timeout: float | None = typer.Option(
         None, "--timeout", help="Exit after S seconds without a request."
     ),

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+import time
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -11,6 +14,9 @@ from roq import limits
 from roq.cli.app import app
 from roq.cli.common import GCM_OPTION, ZK_OPTION, errors_to_exit, setup_logging, stop_event, table
 from roq.cli.data import NAMESPACE_OPTION
+
+if TYPE_CHECKING:  # imported where used: `roq --help` does not load the client
+    from roq.client.consumer import Consumer, Delivery
 
 group_app = typer.Typer(help="Consumer groups of a queue (work queues).", no_args_is_help=True)
 app.add_typer(group_app, name="group", rich_help_panel="Clients")
@@ -20,7 +26,7 @@ app.add_typer(group_app, name="group", rich_help_panel="Clients")
 def work(
     queue: str = typer.Argument(..., help="Queue to take work from."),
     group: str = typer.Option(..., "--group", "-g", help="Consumer group (created if new)."),
-    count: int | None = typer.Option(None, "--count", "-n", help="Exit after N messages."),
+    count: int | None = typer.Option(None, "--count", "-n", min=1, help="Exit after N messages."),
     timeout: float | None = typer.Option(
         None, "--timeout", help="Exit after S seconds without a message."
     ),
@@ -71,7 +77,7 @@ def work(
         ) as consumer:  # fmt: skip
             typer.echo(f"roq work: consuming {queue} as {consumer.name}", err=True)
             while not stop.is_set() and (count is None or done < count):
-                delivery = consumer.next(timeout)
+                delivery = _next(consumer, timeout, stop)
                 if delivery is None:
                     break
                 if exec_cmd is None:
@@ -84,6 +90,23 @@ def work(
         if count is not None and done < count and not stop.is_set():
             typer.echo(f"roq work: only {done} of {count} messages before the timeout", err=True)
             raise typer.Exit(75)
+
+
+def _next(consumer: Consumer, timeout: float | None, stop: threading.Event) -> Delivery | None:
+    """The next message; None after `timeout` without one, or once stopped. Waited for in
+    slices of `limits.work_cli_stop_check_s`, so Ctrl-C and SIGTERM stop an idle consumer
+    within one; the `with` block then gives its slots back."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not stop.is_set():
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return None
+        step = limits.work_cli_stop_check_s
+        window = step if left is None else min(step, left)
+        delivery = consumer.next(window)
+        if delivery is not None:
+            return delivery
+    return None
 
 
 def _run(command: str, delivery: object) -> None:

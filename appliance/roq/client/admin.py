@@ -14,6 +14,7 @@ and comment; a malformed reply raises `ProtocolError`. Not thread-safe: one Admi
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -52,6 +53,7 @@ from roq.protocol.rules import RuleSet
 from roq.transport import new_context, security
 from roq.transport.rpc import Requester
 
+log = logging.getLogger(__name__)
 # Requests that start or stop processes may take long; any other reply comes at once, so a dead
 # GCM (the one ZooKeeper still names until its session expires) is given up on sooner.
 _SLOW = frozenset(
@@ -77,6 +79,46 @@ class GcmUnreachable(TransportError):
     pass
 
 
+# The wait between attempts: linear from the first, capped (limits.py)
+_BACKOFF_S = (limits.client_retry_backoff_ms / 1000, limits.client_retry_backoff_ms_max / 1000)
+
+
+class _Wait:
+    """One operation's time: its budget (None: the attempts bound it), and a notice, once,
+    when the GCM has not answered within `limits.client_wait_notice_s`: a command whose GCM is
+    down says what it waits for at once instead of being silent until it gives up."""
+
+    def __init__(self, given: str, budget_s: float | None, notice: bool = True):
+        self.given = given
+        self.started = time.monotonic()
+        self.deadline = None if budget_s is None else self.started + budget_s
+        self._noticed = not notice  # a single short attempt (a quick locate) says nothing
+
+    def check(self) -> bool:
+        """Asked while a reply is awaited: True ends the wait (the budget is spent)."""
+        now = time.monotonic()
+        if not self._noticed and now - self.started >= limits.client_wait_notice_s:
+            self._noticed = True
+            left = "" if self.deadline is None else f" (for up to {self.deadline - now:.0f} s more)"
+            log.warning("waiting for %s: no answer yet%s", self.given, left)
+        return self.deadline is not None and now >= self.deadline
+
+    def bound_ms(self, timeout_ms: int) -> int:
+        if self.deadline is None:
+            return timeout_ms
+        return max(1, min(timeout_ms, int((self.deadline - time.monotonic()) * 1000)))
+
+    def sleep(self, seconds: float) -> bool:
+        """Wait before the next attempt; False if the budget ends first (no attempt left)."""
+        if self.deadline is not None and time.monotonic() + seconds >= self.deadline:
+            return False
+        time.sleep(seconds)
+        return True
+
+    def tries(self, attempts: int) -> str:
+        return f"{attempts} attempt(s) in {time.monotonic() - self.started:.1f} s"
+
+
 class AdminClient:
     def __init__(
         self,
@@ -87,10 +129,13 @@ class AdminClient:
         retries: int = limits.client_retry_max,
         *,
         leader: Callable[[], str] | None = None,
+        budget_s: float | None = None,
     ):
         """`leader`, when given, finds the leading GCM's admin endpoint instead of `gcm` and
         `zk`: a process with a ZooKeeper session of its own reads it there (a monitor's
-        actuator), where `zk` would open one more session for each lookup."""
+        actuator), where `zk` would open one more session for each lookup. `budget_s` bounds
+        each operation as a whole, its attempts and their waits together (a command's
+        --timeout); without it the attempts alone bound it."""
         if gcm is None and zk is None:
             gcm = "127.0.0.1:5000"
         self.gcm = gcm
@@ -99,6 +144,7 @@ class AdminClient:
         self.namespace = namespace
         self.timeout_ms = timeout_ms
         self.retries = retries
+        self.budget_s = budget_s
         self._context = new_context()
         self._endpoint: str | None = None
 
@@ -116,41 +162,56 @@ class AdminClient:
             raise ValueError(f"--gcm {self.gcm!r}: expected HOST:PORT (PORT = ports.base)")
         return endpoint_at(host, int(port), GcmPort.ADMIN)
 
+    def _given(self) -> str:
+        """Where the caller said the GCM is, as they said it (errors and notices name it)."""
+        if self._leader is not None:
+            return "the leading GCM"
+        if self.zk is not None:
+            return f"the GCM leader named in ZooKeeper {self.zk} ({self.namespace})"
+        return f"the GCM at {self.gcm}"
+
     def request(self, doc: Mapping[str, Any]) -> Document:
         """One admin request, following the leader; raises AdminRefused or GcmUnreachable.
         Returns the reply document (its envelope checked); the operations below read it."""
-        last_error = "no attempt made"
+        last_error, endpoint = "no attempt made", "?"
         timeout_ms = self.timeout_ms
         if doc.get("CMD") not in _SLOW:
             timeout_ms = min(timeout_ms, limits.request_timeout_ms)
+        wait = _Wait(self._given(), self.budget_s, notice=self.retries > 1)
         for attempt in range(self.retries):
-            endpoint = self._endpoint or self._resolve()
-            requester = Requester(self._context, endpoint, timeout_ms)
+            if attempt and not wait.sleep(backoff_s(attempt, *_BACKOFF_S, linear=True)):
+                break
             try:
-                reply = requester.request(dict(doc))
+                endpoint = self._endpoint or self._resolve()
+                reply = self._attempt(endpoint, doc, wait.bound_ms(timeout_ms), wait)
             except AuthenticationRefused:
                 raise  # another attempt would be refused the same way
             except (RequestTimeout, TransportError) as error:
                 last_error = str(error)
                 self._endpoint = None
-                if attempt + 1 < self.retries:  # no wait after the last attempt
-                    first_s = limits.client_retry_backoff_ms / 1000
-                    most_s = limits.client_retry_backoff_ms_max / 1000
-                    time.sleep(backoff_s(attempt + 1, first_s, most_s, linear=True))
                 continue
-            finally:
-                requester.close()
             envelope = Reply.decode(reply)
             if envelope.result == Result.LEAD_LOST:
                 self._endpoint = envelope.leader or None
                 last_error = f"{endpoint} is not the leader"
-                time.sleep(limits.client_retry_backoff_ms / 1000)
                 continue
             self._endpoint = endpoint
             if not envelope.ok:
                 raise AdminRefused(envelope.error, envelope.comment)
             return reply
-        raise GcmUnreachable(f"GCM unreachable after {self.retries} attempts: {last_error}")
+        raise GcmUnreachable(
+            f"{self._given()} (admin endpoint {endpoint}) did not answer: {wait.tries(attempt + 1)}"
+            f"; last: {last_error}"
+        )
+
+    def _attempt(
+        self, endpoint: str, doc: Mapping[str, Any], timeout_ms: int, wait: _Wait
+    ) -> Document:
+        requester = Requester(self._context, endpoint, timeout_ms)
+        try:
+            return requester.request(dict(doc), cancelled=wait.check)
+        finally:
+            requester.close()
 
     def close(self) -> None:
         self._context.term()

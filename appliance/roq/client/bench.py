@@ -174,10 +174,13 @@ def _report_progress(
         elapsed = time.monotonic() - started
         sent = sum(w.result.lines[-1]["rate"] for w in publishers if w.result.lines)
         got = sum(w.result.lines[-1]["rate"] for w in subscribers if w.result.lines)
-        progress(
-            f"[{elapsed:5.1f}/{description.seconds:.0f} s] published {sent:,.0f} msg/s, "
-            f"delivered {got:,.0f} msg/s"
-        )
+        # past the publishing time the publishers flush what they hold: say so rather than
+        # count on past the total ("7.0/5 s")
+        over = elapsed - description.seconds
+        clock = (f"[{elapsed:5.1f}/{description.seconds:.0f} s]" if over <= 0
+                 else f"[{description.seconds:.0f}/{description.seconds:.0f} s, flushing "
+                      f"for {over:.1f} s]")  # fmt: skip
+        progress(f"{clock} published {sent:,.0f} msg/s, delivered {got:,.0f} msg/s")
 
 
 def summarize(

@@ -53,12 +53,16 @@ def locate_monitor(
     namespace: str = "/roq",
     *,
     quick: bool = False,
+    budget_s: float | None = None,
 ) -> MonitorAddress:
     """Ask the leading GCM where `queue`'s monitor is (raises AdminRefused if it has none).
     `quick`: one attempt within `limits.monitor_locate_timeout_ms` (a client checking whether
-    the monitor moved, from a loop that must not stall for long)."""
+    the monitor moved, from a loop that must not stall for long). `budget_s` bounds the
+    question as a whole (a command's --timeout)."""
     bounds: dict[str, Any] = (
-        {"timeout_ms": limits.monitor_locate_timeout_ms, "retries": 1} if quick else {}
+        {"timeout_ms": limits.monitor_locate_timeout_ms, "retries": 1}
+        if quick
+        else {"budget_s": budget_s}
     )
     with AdminClient(gcm=gcm, zk=zk, namespace=namespace, **bounds) as admin:
         found = admin.get_host_by_qname(queue)

@@ -112,8 +112,11 @@ class Subscriber:
         self.start, self.from_offset, self.from_time = start, from_offset, from_time
         self.subscriber_id = uuid.uuid4().hex
         self.name = f"subscriber {self.subscriber_id[:8]} on {queue}"
+        joining = time.monotonic()  # join_timeout_s bounds the GCM's answer and the join
         self.monitor = (
-            MonitorAddress(monitor) if monitor else locate_monitor(queue, gcm, zk, namespace)
+            MonitorAddress(monitor)
+            if monitor
+            else locate_monitor(queue, gcm, zk, namespace, budget_s=join_timeout_s)
         )
         self._locate = None if monitor else (gcm, zk, namespace)  # to find a moved monitor
         # the queue's highest assignment epoch seen: a monitor's reply or notice of an older
@@ -138,7 +141,7 @@ class Subscriber:
         self._next_refresh = 0.0
         self._started_us = time.time_ns() // 1000
         self._joined = False
-        self._join(join_timeout_s)
+        self._join(max(0.0, join_timeout_s - (time.monotonic() - joining)))
         self._joined = True
 
     @property
@@ -276,13 +279,21 @@ class Subscriber:
     def _wants_history(self, exchange_id: str) -> bool:
         if exchange_id in self._resume.get("exchanges", {}) or self.start == "beginning":
             return True
+        if self._resume.get("since_us") is not None:
+            return True
         return self.from_offset is not None or self.from_time is not None
 
     def _position(self, feed: Feed) -> None:
         """Where a new feed starts: the offsets file, then from_offset, from_time, beginning."""
         resume = self._resume.get("exchanges", {}).get(feed.exchange_id)
+        since_us = self._resume.get("since_us")
         if resume is not None:
             feed.start_at(int(resume))
+        elif since_us is not None:
+            # resumed, but nothing was delivered from this exchange before: from where the
+            # first run started (its "now"), not from this run's, which would skip what was
+            # published in between
+            feed.seek_time(int(since_us))
         elif self.from_offset is not None:
             feed.start_at(self.from_offset)
         elif self.from_time is not None:
@@ -456,11 +467,28 @@ class Subscriber:
         for feed, offset in self.sequencer.held_offsets():
             if isinstance(feed, Feed) and feed.logged and feed.exchange_id in exchanges:
                 exchanges[feed.exchange_id] = min(exchanges[feed.exchange_id], offset)
-        return {
+        state: dict[str, Any] = {
             "queue": self.queue,
             "exchanges": exchanges,
             "streams": [[pid.hex(), key.hex(), seq] for (pid, key), seq in streams.items()],
         }
+        since_us = self._since_us()
+        if since_us is not None:
+            state["since_us"] = since_us
+        return state
+
+    def _since_us(self) -> int | None:
+        """Where this subscriber's history starts in time, for the exchanges it has no offset
+        of: a resumed one keeps its first run's; one that started "now" (or from_time) its own
+        start. A run that received nothing thus still records where it started."""
+        kept = self._resume.get("since_us")
+        if kept is not None:
+            return int(kept)
+        if self.from_time is not None:
+            return int(self.from_time * 1_000_000)
+        if self.start == "now" and self.from_offset is None:
+            return self._started_us
+        return None  # from the beginning or an offset: every exchange has one (or starts at it)
 
     def _load_offsets(self) -> dict[str, Any]:
         if self.offsets_file is None or not self.offsets_file.exists():
