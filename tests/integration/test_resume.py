@@ -169,6 +169,23 @@ def up(tmp_path: Path, port_blocks: PortBlocks) -> Iterator[tuple[Up, LocalClust
         local.stop()
 
 
+def test_a_second_roq_up_on_the_same_data_directory_exits_75_naming_the_first(
+    up: tuple[Up, LocalCluster],
+) -> None:
+    """Issue 32: it printed "roq is up." and then restarted its children for ever."""
+    local, _ = up
+    local.start()
+    assert local.process is not None
+    second = subprocess.run(
+        roq_command(*local.args), env=child_environment(), capture_output=True, text=True,
+        timeout=60, cwd=local.tmp, check=False,
+    )  # fmt: skip
+    assert second.returncode == 75, second.stderr
+    assert f"another roq up (pid {local.process.pid}) runs on" in second.stderr
+    assert "roq is up" not in second.stdout
+    assert local.process.poll() is None, local.log_text()  # the first serves on
+
+
 def _queue_with_messages(up: Up, helper: LocalCluster, count: int) -> list[str]:
     created = helper.cli("queue", "create", "q1", "--gcm", up.gcm, timeout_s=60)
     assert created.returncode == 0, created.stderr + up.log_text()

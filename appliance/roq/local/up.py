@@ -13,7 +13,9 @@ back with their logs."""
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
 import signal
 import subprocess
 import threading
@@ -24,7 +26,7 @@ from pathlib import Path
 from roq import config, limits
 from roq.backoff import backoff_s
 from roq.client.admin import AdminClient
-from roq.errors import EXIT_CONFIG, ConfigError, RoqError
+from roq.errors import EXIT_CONFIG, EXIT_TEMPFAIL, ConfigError, RoqError
 from roq.local.zkserver import ZooKeeperServer, first_reachable
 from roq.protocol.ports import GcmPort, port_at
 from roq.system.spawn import child_environment, die_with_parent, roq_command
@@ -35,6 +37,34 @@ log = logging.getLogger(__name__)
 
 class ClusterFailed(RoqError):
     pass
+
+
+class DataDirInUse(RoqError):
+    """Another `roq up` runs on this data directory: a second one would start a second GCM and
+    host under the same name, which restart each other's children for ever."""
+
+    exit_code = EXIT_TEMPFAIL
+
+
+def lock_data_dir(data_dir: Path) -> object:
+    """Hold `<data_dir>/up.pid` locked for this process's life (the lock dies with it, kill -9
+    included) and write our pid in it; raises DataDirInUse, naming the holder, if taken."""
+    handle = (data_dir / "up.pid").open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise DataDirInUse(
+            f"another roq up (pid {holder}) runs on {data_dir}: stop it first, or give this "
+            "one another --data-dir"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    return handle
 
 
 @dataclass
@@ -89,6 +119,7 @@ class Cluster:
         self._gcm_args = self._args(gcm_config, gcm_over)
         self._hcm_args = self._args(hcm_config, hcm_over)
         self.zookeeper: ZooKeeperServer | None = None
+        self._lock: object | None = None  # the data directory's, from start() on
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.restarts: dict[str, Restarts] = {
             mode: Restarts() for mode in ("zookeeper", "gcm", "host", "http")
@@ -109,6 +140,7 @@ class Cluster:
 
     def start(self, stop: threading.Event) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = lock_data_dir(self.data_dir)  # held until this process exits
         self._secure()
         self._ensure_zookeeper()
         self._spawn("gcm", self._gcm_args)
