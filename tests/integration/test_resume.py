@@ -186,6 +186,48 @@ def test_a_second_roq_up_on_the_same_data_directory_exits_75_naming_the_first(
     assert local.process.poll() is None, local.log_text()  # the first serves on
 
 
+def test_roq_up_port_base_moves_every_port_of_the_cluster(
+    tmp_path: Path, port_blocks: PortBlocks
+) -> None:
+    """Issue 32: a second cluster beside the first took seven -D keys; now one option."""
+    base = port_blocks.take(1200)  # the layout spans base .. base + 1000 + the exchanges'
+    helper = LocalCluster(tmp_path, "", port_blocks)  # its keys and CLI; it starts nothing
+    args = ["up", "--data-dir", str(tmp_path / "data"), "--port-base", str(base),
+            "-D", f"security.dir={tmp_path / 'security'}", "-D", "ports.max.perkind=10",
+            "-D", f"zk.namespace=/roq-test-{uuid.uuid4().hex[:10]}"]  # fmt: skip
+    with (tmp_path / "up.log").open("wb") as log_file:
+        process = subprocess.Popen(
+            roq_command(*args), env=child_environment(), stdin=subprocess.DEVNULL,
+            stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True, cwd=tmp_path,
+        )  # fmt: skip
+
+    def log_text() -> str:
+        return (tmp_path / "up.log").read_text(errors="replace")
+
+    try:
+        wait_for(lambda: "roq is up" in log_text() or process.poll() is not None, 60, "up")
+        assert process.poll() is None, log_text()
+        assert f"127.0.0.1:{base + 90}" in log_text()  # its own ZooKeeper, there
+        assert f"GCM         127.0.0.1:{base} " in log_text()
+        listed = helper.cli("status", "--gcm", f"127.0.0.1:{base}", timeout_s=60)
+        assert listed.returncode == 0 and "hosts (1)" in listed.stdout, listed.stderr
+        made = helper.cli("queue", "create", "q1", "--gcm", f"127.0.0.1:{base}", timeout_s=60)
+        assert made.returncode == 0, made.stderr + log_text()
+        assert (
+            f"127.0.0.1:{base + 500}"
+            in helper.cli("status", "--gcm", f"127.0.0.1:{base}", timeout_s=60).stdout
+        )  # the monitor's ports start at base + 500
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+        for pid in processes_with(str(tmp_path / "data")):
+            os.kill(pid, signal.SIGKILL)
+
+
 def _queue_with_messages(up: Up, helper: LocalCluster, count: int) -> list[str]:
     created = helper.cli("queue", "create", "q1", "--gcm", up.gcm, timeout_s=60)
     assert created.returncode == 0, created.stderr + up.log_text()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import json
 import os
 import signal
 import subprocess
@@ -175,6 +176,11 @@ def test_a_poison_message_reaches_the_dead_letters_after_max_deliveries(
     with cluster.admin() as admin:
         group = admin.get_group("q1", "g")
     assert (group.dead_letters, group.acked, group.lag) == (1, 3, 0)
+    # the operator's view, decoded (issue 32: `roq sub q1.g.dlq` printed raw BSON)
+    shown = cluster.cli("group", "dlq", "q1", "g", "--gcm", cluster.gcm, timeout_s=60)
+    assert shown.returncode == 0, shown.stderr
+    [line] = [json.loads(text) for text in shown.stdout.splitlines()]
+    assert (line["Payload"], line["Deliveries"], line["Group"]) == ("poison0", 5, "g")
 
 
 def _pids(cluster: LocalCluster, fragment: str) -> list[int]:

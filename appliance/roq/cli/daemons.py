@@ -214,15 +214,25 @@ def up(
     data_dir: Path = typer.Option(Path("roq-data"), "--data-dir", help="All state goes here."),
     gcm_config: Path | None = typer.Option(None, "--gcm-config", help="GCM.properties to use."),
     hcm_config: Path | None = typer.Option(None, "--hcm-config", help="HCM.properties to use."),
+    port_base: int | None = typer.Option(
+        None,
+        "--port-base",
+        min=1024,
+        max=60000,
+        help="Every port of this cluster from here (ZooKeeper, GCM, host, monitors, exchanges, "
+        "HTTP; see docs/operations.md): a second cluster beside the first in one option. "
+        "-D keys still win.",
+    ),
     define: list[str] = DEFINE_OPTION,
 ) -> None:
     """Run a one-machine cluster in the foreground: ZooKeeper (if none is reachable), a GCM and
     a host. Ctrl-C or SIGTERM stops all of it."""
     setup_logging()
-    from roq.local.up import Cluster
+    from roq.local.up import Cluster, port_keys
 
     with errors_to_exit():
-        cluster = Cluster(data_dir, gcm_config, hcm_config, config.parse_overrides(define))
+        overrides = {**port_keys(port_base), **config.parse_overrides(define)}
+        cluster = Cluster(data_dir, gcm_config, hcm_config, overrides)
         stop = stop_event()
         try:
             cluster.start(stop)

@@ -87,6 +87,23 @@ class Restarts:
         return delay
 
 
+# Where each kind of port starts, from `roq up --port-base N` (the defaults' layout from 5000;
+# ZooKeeper and the HTTP gateway, which default elsewhere, just under the host's port)
+PORT_OFFSETS = {
+    "ports.base": 0, "zk.servers": 90, "http.port": 80, "hcm.port": 100,
+    "monitor.base.port": 500, "statmonitor.base.port": 800, "exchange.base.port": 1000,
+}  # fmt: skip
+
+
+def port_keys(base: int | None) -> dict[str, str]:
+    """The port keys of a cluster whose ports start at `base` ({} for None: the defaults)."""
+    if base is None:
+        return {}
+    keys = {key: str(base + offset) for key, offset in PORT_OFFSETS.items()}
+    keys["zk.servers"] = f"127.0.0.1:{keys['zk.servers']}"
+    return keys
+
+
 def split_overrides(overrides: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
     gcm_names = {key.name for key in config.GCM_KEYS}
     hcm_names = {key.name for key in config.HCM_KEYS}
