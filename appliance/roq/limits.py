@@ -31,6 +31,7 @@ client_retry_backoff_ms = 300
 client_retry_backoff_ms_max = 3_000
 # A client whose GCM has not answered for this long says what it waits for (once per operation)
 client_wait_notice_s = 1.0
+client_slow_wait_notice_s = 5.0  # ... for a request that starts processes (a queue's create)
 
 # --- host loss (gcm/repair.py) -----------------------------------------------------------
 host_loss_check_s = 1.0  # the leading GCM looks for lost hosts this often
@@ -72,6 +73,9 @@ host_children_reported_max = 100
 # then SIGKILL (supervision.stop)
 shutdown_grace_ms = 5_000
 child_tell_timeout_ms = 2_000  # a control request a host forwards to a child (MONITOR_MOVED)
+# A stopping host asks each child to SHUTDOWN with this bound before it signals it (a child
+# still starting does not answer: the signals follow)
+child_shutdown_ask_ms = 500
 # A child that loses a port race to another program gets this many port blocks before the host
 # gives up starting it (host/service.py).
 child_bind_attempts = 3
@@ -82,6 +86,10 @@ up_restart_backoff_s_min = 0.5
 up_restart_backoff_s_max = 30.0
 up_stable_after_s = 30.0
 up_ready_timeout_s = 60.0  # `roq up` gives up when its GCM and host are not serving by then
+# `roq up` told to stop gives its gateway, host and GCM this long together, then kills them:
+# a host stops its children at once within shutdown_grace_ms, so this is the whole stop's bound
+up_stop_s = 4.5
+up_gateway_stop_s = 2.0  # of which the gateway (first: its publisher flushes to live exchanges)
 
 # --- ZooKeeper ---------------------------------------------------------------------------
 zk_connect_timeout_s = 10.0

@@ -84,7 +84,7 @@ def host(
         secure(settings.security, generate=True)
         from roq.host.service import HostConfigManager
 
-        manager = HostConfigManager(settings)
+        manager = HostConfigManager(settings, stopping=stop)
         _serve(manager, f"host {manager.name}", stop)
 
 
@@ -203,9 +203,13 @@ def http(
         secure(settings.security, generate=False)
         from roq.http.service import run
 
-        stop_event()  # uvicorn calls these handlers again once it has stopped
+        stop = stop_event()  # uvicorn calls these handlers again once it has stopped
         with serving("http gateway"):
-            run(settings, on_ready=lambda where: notify.ready(f"http gateway serving on {where}"))
+            run(
+                settings,
+                on_ready=lambda where: notify.ready(f"http gateway serving on {where}"),
+                stopping=stop,
+            )
         notify.stopping()
 
 

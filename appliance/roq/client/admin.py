@@ -88,16 +88,17 @@ class _Wait:
     when the GCM has not answered within `limits.client_wait_notice_s`: a command whose GCM is
     down says what it waits for at once instead of being silent until it gives up."""
 
-    def __init__(self, given: str, budget_s: float | None, notice: bool = True):
+    def __init__(self, given: str, budget_s: float | None, notice_s: float | None):
         self.given = given
+        self.notice_s = notice_s
         self.started = time.monotonic()
         self.deadline = None if budget_s is None else self.started + budget_s
-        self._noticed = not notice  # a single short attempt (a quick locate) says nothing
+        self._noticed = notice_s is None  # a single short attempt (a quick locate): nothing
 
     def check(self) -> bool:
         """Asked while a reply is awaited: True ends the wait (the budget is spent)."""
         now = time.monotonic()
-        if not self._noticed and now - self.started >= limits.client_wait_notice_s:
+        if not self._noticed and now - self.started >= (self.notice_s or 0.0):
             self._noticed = True
             left = "" if self.deadline is None else f" (for up to {self.deadline - now:.0f} s more)"
             log.warning("waiting for %s: no answer yet%s", self.given, left)
@@ -174,10 +175,11 @@ class AdminClient:
         """One admin request, following the leader; raises AdminRefused or GcmUnreachable.
         Returns the reply document (its envelope checked); the operations below read it."""
         last_error, endpoint = "no attempt made", "?"
-        timeout_ms = self.timeout_ms
+        timeout_ms, notice_s = self.timeout_ms, limits.client_slow_wait_notice_s
         if doc.get("CMD") not in _SLOW:
             timeout_ms = min(timeout_ms, limits.request_timeout_ms)
-        wait = _Wait(self._given(), self.budget_s, notice=self.retries > 1)
+            notice_s = limits.client_wait_notice_s
+        wait = _Wait(self._given(), self.budget_s, notice_s if self.retries > 1 else None)
         for attempt in range(self.retries):
             if attempt and not wait.sleep(backoff_s(attempt, *_BACKOFF_S, linear=True)):
                 break

@@ -92,13 +92,16 @@ class _Adopting:
 
 
 class HostConfigManager:
-    def __init__(self, settings: HostSettings):
+    def __init__(self, settings: HostSettings, stopping: threading.Event | None = None):
+        """`stopping`: the process's stop (SIGTERM), so that one during the adoption of its
+        children at `bind` ends their starts too, not only one during `run`."""
         self.settings = settings
         self.address = resolve_interface(settings.interface)
         self.name = settings.name or self.address
         self.max_exchanges = settings.exchanges_max
         self.context = new_context()
         self._session_lost = threading.Event()  # set from kazoo's thread, acted on in run()
+        self._stopping = stopping or threading.Event()  # run()'s stop, once it runs
         self._next_register = 0.0
         self._reported: list[ChildState] = []  # the children's states in the host's record
         self._next_report = 0.0
@@ -275,6 +278,7 @@ class HostConfigManager:
         log.info("host %s serving on %s", self.name, self.endpoint)
         if on_ready is not None:
             on_ready()
+        self._stopping = stop  # a child's start in progress ends when it is set
         while not stop.is_set():
             if poller.poll(limits.poll_interval_ms):
                 answer(self.sock, self._dispatch, f"host {self.name}", log)
@@ -706,7 +710,7 @@ class HostConfigManager:
         (the caller tries other ports)."""
         start.done = True
         try:
-            supervision.wait_ready(start.child, self.context)
+            supervision.wait_ready(start.child, self.context, self._stopping)
         except PortInUse as error:
             log.warning("%s", error)
             self._release(start.ports)
@@ -805,9 +809,12 @@ class HostConfigManager:
         reachable = session.responds(self.zk)
         if not reachable:
             log.warning("host %s: ZooKeeper unreachable; stopping without unregistering", self.name)
-        for child in sorted(self.children, key=lambda c: c.role != "exchange"):
+        # all at once (exchanges asked first): the slowest child bounds the stop, not the sum
+        children = sorted(self.children, key=lambda c: c.role != "exchange")
+        supervision.stop_all(children, self.context)
+        for child in children:
             try:
-                self._stop_child(child, release=reachable)
+                self._stop_child(child, release=reachable)  # its process is gone: bookkeeping
             except RoqError as error:
                 log.error("stopping %s: %s", child.name, error)
                 # ZooKeeper may have gone since the probe: ask again rather than let every

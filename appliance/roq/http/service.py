@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import socket
 import ssl
+import threading
 from collections.abc import Callable
 
 import uvicorn
@@ -80,8 +81,14 @@ def check_tls(cert: str, key: str) -> bool:
     return True
 
 
-def run(settings: HttpSettings, on_ready: Callable[[str], object]) -> None:
-    """Serve until SIGTERM or SIGINT (the caller's handlers are called once uvicorn is done)."""
+def run(
+    settings: HttpSettings,
+    on_ready: Callable[[str], object],
+    stopping: threading.Event | None = None,
+) -> None:
+    """Serve until SIGTERM or SIGINT (the caller's handlers are called once uvicorn is done).
+    `stopping`, set by a SIGTERM that came while the gateway still started (before uvicorn
+    took the signals over), ends it once it is up, or before it serves at all."""
     tls = check_tls(settings.tls_cert, settings.tls_key)
     address = resolve_interface(settings.interface)
     sock = bind(address, settings.port)
@@ -89,7 +96,15 @@ def run(settings: HttpSettings, on_ready: Callable[[str], object]) -> None:
     gateway = Gateway(settings)
     try:
         gateway.open()
-        app = api.build(gateway, settings, lambda: on_ready(where))
+        if stopping is not None and stopping.is_set():
+            return  # told to stop while it opened: never serve
+
+        def ready() -> None:
+            on_ready(where)
+            if stopping is not None and stopping.is_set():
+                server.should_exit = True  # the signal came before uvicorn's handlers
+
+        app = api.build(gateway, settings, ready)
         server = uvicorn.Server(
             uvicorn.Config(
                 app,

@@ -302,18 +302,38 @@ class Cluster:
             except RoqError as error:
                 log.error("ZooKeeper did not start again: %s", error)
 
-    def stop(self) -> None:
-        for mode in ("http", "host", "gcm"):
-            process = self.processes.pop(mode, None)
-            if process is None or process.poll() is not None:
-                continue
-            process.send_signal(signal.SIGTERM)
+    def _signal(self, modes: list[str]) -> list[tuple[str, subprocess.Popen[bytes]]]:
+        """SIGTERM to those of `modes` that run (taken out of the supervised set)."""
+        running = [(m, self.processes.pop(m)) for m in modes if m in self.processes]
+        for _, process in running:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        return running
+
+    @staticmethod
+    def _reap(
+        running: list[tuple[str, subprocess.Popen[bytes]]], deadline: float, kill: bool = True
+    ) -> None:
+        """Wait for each until `deadline`; then kill it (`kill`) or leave it for later."""
+        for mode, process in running:
             try:
-                # The host stops each child within its own bounds, one after another.
-                process.wait(timeout=3 * limits.shutdown_grace_ms / 1000 + 5)
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
+                if not kill:
+                    continue
                 log.error("roq %s did not stop in time; killing it", mode)
                 process.kill()
                 process.wait(timeout=5)
+
+    def stop(self) -> None:
+        """SIGTERM to the gateway first (its publisher flushes to the exchanges, which must
+        still run), then to the host and the GCM together; everything is given until one
+        deadline (`limits.up_stop_s`), then killed (the host's children, started to die with
+        it, get their SIGTERM then); ZooKeeper last. Whatever they were doing (a queue's
+        start included), `roq up` is gone within about that bound (issue 32: 25 s before)."""
+        deadline = time.monotonic() + limits.up_stop_s
+        gateway = self._signal(["http"])
+        self._reap(gateway, min(deadline, time.monotonic() + limits.up_gateway_stop_s), kill=False)
+        self._reap(gateway + self._signal(["host", "gcm"]), deadline)
         if self.zookeeper is not None:
             self.zookeeper.stop()
