@@ -44,8 +44,9 @@ class Saturation:
     def start(self) -> list[int]:
         """Limit the machine's roq processes and start the busy loops inside the limit; the pids
         moved (processes a roq process starts later inherit the group)."""
-        if not (CPU_ROOT / "cgroup.procs").exists():
-            raise CpuLimitUnavailable(f"{CPU_ROOT} is not a cgroup v1 cpu hierarchy")
+        unavailable = why_unavailable()
+        if unavailable:
+            raise CpuLimitUnavailable(unavailable)
         self.group.mkdir()
         (self.group / "cpu.cfs_period_us").write_text(str(PERIOD_US))
         (self.group / "cpu.cfs_quota_us").write_text(str(QUOTA_US))
@@ -77,6 +78,15 @@ class Saturation:
                 _move(int(pid), CPU_ROOT)
         with contextlib.suppress(OSError):
             self.group.rmdir()
+
+
+def why_unavailable() -> str:
+    """Why no CPU quota can be set here ("" when one can): cgroup v2 only, or no root."""
+    if not (CPU_ROOT / "cgroup.procs").exists():
+        return f"{CPU_ROOT} is not a cgroup v1 cpu hierarchy"
+    if not os.access(CPU_ROOT, os.W_OK):
+        return f"{CPU_ROOT} is not writable (root needed)"
+    return ""
 
 
 def _move(pid: int, group: Path) -> None:
