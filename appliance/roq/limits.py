@@ -134,6 +134,17 @@ poll_interval_ms = 100  # control loops wake at least this often to run their ti
 # An exchange whose main loop has not turned for this long is dead to its monitor even while
 # its pulse thread still beats (exchange/pulse.py); shorter stalls (a saturated disk) are survived.
 exchange_loop_stall_max_ms = 10_000
+# Late is not dead (monitor/detector.py, issue 30 item 6). An exchange silent past its
+# monitor.dead.heartbeats whose control connection is still up (its process alive, so its
+# kernel has not closed it) is declared dead only after this much silence: on a machine past
+# CPU saturation reports and pulses came 1.6-3.4 s late (docs/benchmarks.md §4), and this is
+# what a frozen (SIGSTOP) or unreachable one costs in detection. A killed one's connection
+# drops at once: it is declared dead after its heartbeats, as before.
+monitor_late_silence_max_ms = 5_000
+# A monitor loop turn this much later than its poll's timeout (starved of CPU, or blocked) is
+# time it did not listen: not counted as its exchanges' silence. Above a turn's ordinary
+# jitter (milliseconds), below the shortest deadline a test sets (3 x 0.2 s).
+monitor_turn_late_ms = 250
 
 assert admin_frame_bytes_max <= frame_bytes_max
 assert message_bytes_max < batch_bytes_max <= frame_bytes_max

@@ -4,6 +4,10 @@ and pyzmq's errors reach callers as TransportError."""
 from __future__ import annotations
 
 import logging
+import signal
+import socket
+import subprocess
+import sys
 import time
 
 import pytest
@@ -12,6 +16,7 @@ from roq.errors import TransportError
 from roq.protocol import bsonmsg
 from roq.transport import (
     READABLE,
+    ConnectionWatch,
     Kind,
     Poller,
     drained,
@@ -137,3 +142,45 @@ def test_malformed_and_failing_requests_are_answered_and_the_socket_serves_on(ro
         _serve_until_answered(server, handler, sock)
         reply = bsonmsg.decode_reply(sock.recv())
         assert expected in reply["COMMENT"], reply
+
+
+def _peer(endpoint: str):
+    """A ROUTER in a process of its own: its kernel closes its connections when it dies."""
+    code = (
+        "import sys, time, zmq; s = zmq.Context().socket(zmq.ROUTER); s.bind(sys.argv[1]); "
+        "print('bound', flush=True); time.sleep(60)"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code, endpoint], stdout=subprocess.PIPE)
+    assert child.stdout is not None and child.stdout.readline() == b"bound\n"
+    return child
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGSTOP"])
+def test_a_connection_watch_sees_a_killed_peer_drop_and_a_stopped_one_stay(how: str) -> None:
+    """The monitor's evidence that a silent exchange is late, not dead (monitor/detector.py):
+    a killed peer's connection drops within a round trip; a stopped one's stays up."""
+    with socket.socket() as probe:  # a free port for the peer
+        probe.bind(("127.0.0.1", 0))
+        endpoint = f"tcp://127.0.0.1:{probe.getsockname()[1]}"
+    context = new_context()
+    sock = open_socket(context, Kind.DEALER)
+    watch = ConnectionWatch(sock)
+    child = _peer(endpoint)
+    try:
+        assert not watch.up()  # not connected yet
+        sock.connect(endpoint)  # plain, as the peer is (transport's `connect` adds CURVE)
+        deadline = time.monotonic() + 5
+        while not watch.up() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert watch.up()
+        child.send_signal(getattr(signal, how))
+        deadline = time.monotonic() + (5 if how == "SIGKILL" else 1)
+        while watch.up() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert watch.up() is (how == "SIGSTOP")
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=10)
+        watch.close()
+        sock.close(0)
+        context.term()

@@ -434,7 +434,8 @@ HCM_KEYS: tuple[Key, ...] = (
         "monitor.dead.heartbeats",
         int,
         3,
-        "Heartbeat periods of silence after which the monitor declares an exchange dead.",
+        "Heartbeat periods of silence after which the monitor declares an exchange dead "
+        "(one whose connection is still up is late: dead after 5 s of silence).",
         (2, 100),
         section="Monitor",
     ),

@@ -7,7 +7,8 @@ publishers, and with `acks="none"` what they had in flight. The pulse thread doe
 small send per period, so it keeps beating through such stalls; it says how long ago the loop
 last turned, and the monitor only trusts it while that age stays under
 `limits.exchange_loop_stall_max_ms` — a loop stuck for longer is dead even if its process is not.
-A killed or frozen process stops both, and is declared dead as before.
+A killed process stops both, and is declared dead as before; a frozen one (SIGSTOP) too, once
+its silence passes `limits.monitor_late_silence_max_ms` (monitor/detector.py).
 """
 
 from __future__ import annotations

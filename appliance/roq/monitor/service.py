@@ -18,8 +18,11 @@ report feeds its load window, a timer asks the policy (`policy.py`, pure) for a 
 exchanges it created are filled by re-allocating publishers. Its admin requests run in its own
 actuator thread (`actuator.py`).
 
-An exchange silent for `monitor.dead.heartbeats` of its periods is dead: its publishers are told
-with the exact front address they use (RoQ's never matched) and subscribers get the new list.
+An exchange silent for `monitor.dead.heartbeats` of its periods is dead (its publishers are told
+with the exact front address they use, RoQ's never matched, and subscribers get the new list)
+when its control connection is down, as a killed process leaves it; with that connection up it
+is late, not dead, for up to `limits.monitor_late_silence_max_ms`, and time this monitor's own
+loop did not turn is no exchange's silence (detector.py).
 An exchange whose report says its log refuses appends (`Refusing`: a full or read-only disk) is
 alive but of no use to publishers: with each such report its publishers are told to leave it
 (EXCHANGE_LOST, not dead, with the reason; one that missed a notice hears the next), and no
@@ -44,6 +47,7 @@ from roq.config import MonitorSettings
 from roq.coordination.paths import Paths
 from roq.coordination.session import SharedSession
 from roq.errors import ProtocolError
+from roq.monitor.detector import TurnClock, credited, is_dead, is_late
 from roq.monitor.grouplog import GroupLog
 from roq.monitor.groups import GROUP_COMMANDS, GroupManager, Readable
 from roq.monitor.migration import Migration
@@ -105,6 +109,7 @@ from roq.protocol.principals import Permission, Principal, refusal
 from roq.system.lease import Fence
 from roq.transport import (
     READABLE,
+    ConnectionWatch,
     Kind,
     Poller,
     bind,
@@ -159,6 +164,10 @@ class Monitor:
         self.copy_plans: dict[str, CopyPlan] = {}
         self._context = context
         self._controls: dict[str, Any] = {}  # front → DEALER to the exchange's control port
+        # front → whether that DEALER's connection is up: a dead process's kernel closes it,
+        # a late process's stays up (detector.py)
+        self._links: dict[str, ConnectionWatch] = {}
+        self._late: dict[str, float] = {}  # front → last heard, of those late but not dead
         self._open_sockets(context)
         # its one ZooKeeper session, opened at its first use: the group store's, the task
         # store's and the scaling actuator's (coordination/session.py, SharedSession)
@@ -277,9 +286,12 @@ class Monitor:
         placement = port_at(self.port, MonitorPort.PLACEMENT)
         log.info("%s: placing publishers on tcp://%s:%d (epoch %d)", self.name, self.address,
                  placement, self.epoch)  # fmt: skip
+        clock = TurnClock(now)
         while not (stop.is_set() or self.control.stop_requested):
             self._follow_copies(poller)
-            ready = poller.poll(self._poll_ms())
+            wait_ms = self._poll_ms()
+            ready = poller.poll(wait_ms)
+            self._credit(clock.missed(time.monotonic(), wait_ms / 1000))
             self._check_fence(time.monotonic())  # before the requests that came in are answered
             for sock, _ in ready:
                 if sock in handlers:
@@ -393,7 +405,7 @@ class Monitor:
                 )  # fmt: skip
                 return
             view = self._register(identity, now)
-        view.last_seen = now
+        self._heard(view, now)
         view.period_s = identity.period_s
         if message.leaving or message.load is None:
             self._on_leaving(view)
@@ -431,9 +443,11 @@ class Monitor:
             self.keepers[view.front] = view
             log.warning("%s: log keeper of lost exchange %s joined (%s)", self.name,
                         view.exchange_id, view.front)  # fmt: skip
-        view.last_seen, view.period_s = now, identity.period_s
+        self._heard(view, now)
+        view.period_s = identity.period_s
         if report.leaving or report.load is None:
             del self.keepers[view.front]
+            self._close_control(view.front)
             log.info("%s: log keeper %s left", self.name, view.exchange_id)
         else:
             self._saw_state_copies(view, report.load.copies)
@@ -449,7 +463,7 @@ class Monitor:
         if view is None or view.started != pulse.started:
             return
         if pulse.loop_age_s * 1000 < limits.exchange_loop_stall_max_ms:
-            view.last_seen = now
+            self._heard(view, now)
 
     def _on_subscriptions(self, view: ExchangeView | None, notice: ExchangeSubscriptions) -> None:
         """Subscribers joined or left an exchange: a new one may now take publishers."""
@@ -546,10 +560,46 @@ class Monitor:
         return self.dead_after * view.period_s
 
     def _silent(self, now: float) -> list[ExchangeView]:
+        """The dead: silent past their periods with their connection down, or past
+        `limits.monitor_late_silence_max_ms` with it up (detector.py)."""
         views = self._reporters()
-        return [v for v in views if now - v.last_seen > self._dead_s(v)]
+        return [v for v in views if is_dead(now - v.last_seen, self._dead_s(v), self._linked(v))]
+
+    def _linked(self, view: ExchangeView) -> bool:
+        link = self._links.get(view.front)
+        return link is not None and link.up()
+
+    def _heard(self, view: ExchangeView, now: float) -> None:
+        """A report, or a pulse that counts: the exchange is not silent."""
+        silent_since = self._late.pop(view.front, None)
+        if silent_since is not None:
+            log.warning("%s: exchange %s heard again after %.1f s of silence: late, not dead",
+                        self.name, view.exchange_id, now - silent_since)  # fmt: skip
+        view.last_seen = now
+
+    def _note_late(self, now: float) -> None:
+        """Log each exchange once when it passes its periods but is kept: its connection is up."""
+        for view in self._reporters():
+            silent_s = now - view.last_seen
+            if view.front in self._late or not is_late(silent_s, self._dead_s(view), True):
+                continue
+            if self._linked(view):
+                self._late[view.front] = view.last_seen
+                log.warning("%s: exchange %s silent for %.1f s, its connection up: late, not "
+                            "dead yet", self.name, view.exchange_id, silent_s)  # fmt: skip
+
+    def _credit(self, missed_s: float) -> None:
+        """Time this loop did not turn is no exchange's silence (detector.py)."""
+        if not missed_s:
+            return
+        now = time.monotonic()
+        log.info("%s: its loop turned %.2f s late: not counted as its exchanges' silence",
+                 self.name, missed_s)  # fmt: skip
+        for view in self._reporters():
+            view.last_seen = credited(view.last_seen, missed_s, now)
 
     def _reap(self, now: float) -> None:
+        self._note_late(now)
         if not self._silent(now):
             return
         # Reports that arrived while this loop served something else are not silence.
@@ -559,6 +609,7 @@ class Monitor:
             if view.keeper:
                 log.warning("%s: log keeper %s silent: forgotten", self.name, view.exchange_id)
                 del self.keepers[view.front]
+                self._close_control(view.front)
             else:
                 self._forget(view, now, f"silent for {now - view.last_seen:.1f} s")
         if dead:
@@ -569,9 +620,7 @@ class Monitor:
         """A dead exchange: its publishers fail over (the notice names the address they use)."""
         del self.exchanges[view.front]
         self.scaler.forget(view.exchange_id)
-        control = self._controls.pop(view.front, None)
-        if control is not None:
-            control.close(0)
+        self._close_control(view.front)
         if view.leaving:  # it said it was leaving: its silence is the expected end
             log.info("%s: exchange %s (%s) left", self.name, view.exchange_id, view.front)
         else:
@@ -928,16 +977,29 @@ class Monitor:
     def _tell_exchange(self, view: ExchangeView, assignment: Replicas) -> None:
         if not self._acting:
             return
-        sock = self._controls.get(view.front)
-        if sock is None:
-            sock = self._controls[view.front] = open_socket(
-                self._context, Kind.DEALER, sndhwm=limits.monitor_control_hwm
-            )
-            connect(sock, sibling(view.front, ExchangePort.FRONT, ExchangePort.CONTROL))
+        sock = self._controls.get(view.front) or self._open_control(view.front)
         for _ in drained(sock, limits.control_hwm_messages):  # its high-water mark
             pass  # replies carry nothing we need: discard them
         if not send_nowait(sock, [b"", bsonmsg.encode(assignment.encode())]):
             log.debug("%s: exchange %s control queue full", self.name, view.exchange_id)
+
+    def _open_control(self, front: str) -> Any:
+        """The DEALER to an exchange's control port, watched: its connection is the evidence
+        that a silent exchange is late, not dead (detector.py)."""
+        sock = open_socket(self._context, Kind.DEALER, sndhwm=limits.monitor_control_hwm)
+        self._links[front] = ConnectionWatch(sock)
+        connect(sock, sibling(front, ExchangePort.FRONT, ExchangePort.CONTROL))
+        self._controls[front] = sock
+        return sock
+
+    def _close_control(self, front: str) -> None:
+        self._late.pop(front, None)
+        link = self._links.pop(front, None)
+        if link is not None:
+            link.close()
+        control = self._controls.pop(front, None)
+        if control is not None:
+            control.close(0)
 
     def close(self) -> None:
         self.fence.close()
@@ -946,8 +1008,8 @@ class Monitor:
         if self.state is not None:
             self.state.close()
         self.zk.close()
-        for control in self._controls.values():
-            control.close(0)
+        for front in list(self._controls):
+            self._close_control(front)
         for sock in (
             self.reports, self.requests, self.to_publishers, self.to_subscribers,
             self.stat_in, self.kpi_out,

@@ -7,6 +7,7 @@ where a caller wants them, raise pyzmq's errors untranslated."""
 from roq.transport.sockets import (
     READABLE,
     WRITABLE,
+    ConnectionWatch,
     Context,
     Kind,
     Poller,
@@ -27,6 +28,7 @@ from roq.transport.sockets import (
 __all__ = [
     "READABLE",
     "WRITABLE",
+    "ConnectionWatch",
     "Context",
     "Kind",
     "Poller",

@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import zmq
+from zmq.utils.monitor import parse_monitor_message
 
 from roq import limits
 from roq.errors import PortInUse, TransportError
@@ -168,6 +169,33 @@ def connect(sock: Any, endpoint: str) -> None:
         sock.connect(endpoint)
     except zmq.ZMQError as error:
         raise TransportError(f"cannot connect to {endpoint}: {error}") from None
+
+
+class ConnectionWatch:
+    """Whether a connecting socket's connection to its one peer is up, from the socket's own
+    events, read without blocking (docs/guarantees.md §3, "Late is not dead"). A peer process
+    that dies, kill -9 included, has its connections closed by its kernel: `up()` turns False
+    within a round trip. One that is alive, however starved of CPU, or frozen, keeps them up."""
+
+    def __init__(self, sock: Any) -> None:
+        self._sock = sock
+        self._events = sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+        self._up = False
+
+    def up(self) -> bool:
+        """The state after every event so far: connected and not dropped since."""
+        while self._events.poll(0):
+            event = parse_monitor_message(self._events.recv_multipart())
+            self._up = event["event"] == zmq.EVENT_CONNECTED
+        return self._up
+
+    def close(self) -> None:
+        """Before the socket closes."""
+        try:
+            self._sock.disable_monitor()
+        except zmq.ZMQError:
+            pass  # the socket is closed already
+        self._events.close(0)
 
 
 def new_context() -> Any:
