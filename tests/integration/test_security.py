@@ -280,6 +280,9 @@ def test_permissions_per_queue_prefix_refuse_by_name(one_queue: LocalCluster):
         (writer, ["sub", "q1", "--count", "1", "--timeout", "10"], "permission 'subscribe'"),
         (reader, ["queue", "create", "q2"], "principal reader lacks permission 'admin'"),
         (nobody, ["queue", "delete", "q1"], "principal nobody lacks permission 'admin'"),
+        # refused by the GCM before any monitor is asked: it names what the client wanted
+        (nobody, ["pub", "q1", "--count", "1"], "nobody lacks permission 'publish' on queue"),
+        (nobody, ["sub", "q1", "--count", "1", "--timeout", "10"], "lacks permission 'subscribe'"),
     ]
     for who, args, why in refusals:
         started = time.monotonic()

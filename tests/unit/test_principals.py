@@ -76,6 +76,17 @@ def test_the_admin_api_needs_admin_to_change_and_any_right_to_locate():
     assert authorize(READER, {"CMD": AdminCommand.GET_HOST_BY_QNAME, "QName": "q2"}) is not None
     assert authorize(READER, {"CMD": AdminCommand.GET_STATUS}) is None
     assert authorize(None, {"CMD": AdminCommand.GET_STATUS}) is not None  # revoked
+    # a refusal to locate names the permission the asker wants the monitor for, not admin
+    locate = {"CMD": AdminCommand.GET_HOST_BY_QNAME, "QName": "q1", "Need": "publish"}
+    refused = authorize(READER, locate)
+    assert refused is not None
+    assert refused["COMMENT"] == "principal reader lacks permission 'publish' on queue 'q1'"
+    assert authorize(READER, {**locate, "Need": "subscribe"}) is None
+    refused = authorize(READER, {"CMD": AdminCommand.GET_HOST_BY_QNAME, "QName": "q2"})
+    assert refused is not None and refused["COMMENT"] == (  # an older client: all four named
+        "principal reader lacks permission 'publish', 'subscribe', 'consume' or 'admin' "
+        "on queue 'q2'"
+    )
     admin = Principal("admin", KEY, {"": ALL})
     assert authorize(admin, create) is None
 

@@ -53,15 +53,17 @@ def locate_monitor(
     namespace: str = "/roq",
     *,
     quick: bool = False,
+    need: str = "",
 ) -> MonitorAddress:
     """Ask the leading GCM where `queue`'s monitor is (raises AdminRefused if it has none).
     `quick`: one attempt within `limits.monitor_locate_timeout_ms` (a client checking whether
-    the monitor moved, from a loop that must not stall for long)."""
+    the monitor moved, from a loop that must not stall for long). `need`: the permission the
+    monitor is wanted for (publish, subscribe, consume), which a refusal then names."""
     bounds: dict[str, Any] = (
         {"timeout_ms": limits.monitor_locate_timeout_ms, "retries": 1} if quick else {}
     )
     with AdminClient(gcm=gcm, zk=zk, namespace=namespace, **bounds) as admin:
-        found = admin.get_host_by_qname(queue)
+        found = admin.get_host_by_qname(queue, need)
     return MonitorAddress(found.monitor_host, found.stat_monitor_host, found.epoch)
 
 
@@ -73,7 +75,10 @@ class MonitorLocator:
     first question and keeps one AdminClient, so the leader's address is looked up again only
     when it stops answering."""
 
-    def __init__(self, queue: str, where: tuple[str | None, str | None, str], name: str):
+    def __init__(
+        self, queue: str, where: tuple[str | None, str | None, str], name: str, need: str = ""
+    ):
+        self._need = need  # the permission the monitor is wanted for: a refusal names it
         self.queue = queue
         self._where = where  # (gcm, zk, namespace)
         self._name = name
@@ -110,7 +115,7 @@ class MonitorLocator:
         admin = AdminClient(gcm=gcm, zk=zk, namespace=namespace, **bounds)
         try:
             while self._next():
-                self._answered(self._one(admin.get_host_by_qname))
+                self._answered(self._one(lambda queue: admin.get_host_by_qname(queue, self._need)))
         finally:
             admin.close()
 
