@@ -498,9 +498,16 @@ handshake_failures_undetailed = 3
 # Where `roq up` and a first GCM or host write the cluster's keys when `security.dir` is not set
 # (beside the default `directory`, roq-data/log), and where clients look last.
 security_dir_default = "roq-data/security"
-security_file_bytes_max = 64 * 1024  # a credentials or principals file larger than this is refused
+security_file_bytes_max = 64 * 1024  # a credentials file larger than this is refused
 principals_max = 10_000  # principals of one cluster (ZooKeeper children read at each change)
 principal_grants_max = 256  # queue-name prefixes one principal holds grants on
+# One principal as a host's principals file holds it: 256 grants of 64-character prefixes with
+# all four permissions (~110 bytes each), 16 token digests (68 each), its name and key: ~30 KB.
+principal_record_bytes_max = 32 * 1024
+# The whole file a monitor or exchange reads: every principal the cluster may hold, each at its
+# largest. A table read in part would be no table (it was 1 MiB: ~850 principals with 16 tokens,
+# and past it revoked keys kept passing); a larger file is refused, and refusing denies.
+principals_file_bytes_max = principals_max * principal_record_bytes_max
 principals_poll_s = 0.5  # a monitor or exchange re-reads its host's principals file this often
 # A revoked key's open connections are cut within this (ZooKeeper's watch, the host's file, a
 # child's poll, the cutter's poll): the bound is 5 s.
