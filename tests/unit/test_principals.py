@@ -208,11 +208,10 @@ def _many(count: int) -> list[Principal]:
 
 
 @pytest.fixture
-def gate():
-    security.reset()
-    security.gate().replace([], CLUSTER_KEY)
-    yield security.gate()
-    security.reset()
+def gate() -> security.Gate:
+    gate = security.Gate()
+    gate.replace([], CLUSTER_KEY)
+    return gate
 
 
 def _allowed(gate: security.Gate, key: str) -> bool:
@@ -228,7 +227,7 @@ def test_a_table_of_thousands_of_principals_is_read_whole_and_a_revocation_reach
     table = _many(3_000)
     security.write_principals(path, table)
     assert path.stat().st_size > 3 * 1024 * 1024
-    follower = security.PrincipalsFile(path, [])
+    follower = security.PrincipalsFile(path, [], gate)
     follower.check()
     assert _allowed(gate, table[-1].key)
     security.write_principals(path, table[:-1])  # the last one revoked
@@ -243,7 +242,7 @@ def test_a_table_that_cannot_be_read_denies_every_key_but_the_clusters_and_says_
 ):
     path = tmp_path / ".host-h1.principals"
     security.write_principals(path, [READER])
-    follower = security.PrincipalsFile(path, [])
+    follower = security.PrincipalsFile(path, [], gate)
     follower.check()
     assert _allowed(gate, KEY)
     path.unlink()
@@ -273,7 +272,7 @@ def test_a_table_that_cannot_be_read_denies_every_key_but_the_clusters_and_says_
 def test_a_host_that_cannot_write_the_table_removes_the_old_one(tmp_path, gate, caplog):
     path = tmp_path / ".host-h1.principals"
     security.publish_principals(path, [READER])
-    follower = security.PrincipalsFile(path, [])
+    follower = security.PrincipalsFile(path, [], gate)
     follower.check()
     assert _allowed(gate, KEY)
     # the next write fails for real: its temporary file's name is taken by a directory
@@ -292,6 +291,6 @@ def test_a_host_that_cannot_write_the_table_removes_the_old_one(tmp_path, gate, 
 
 
 def test_before_its_host_writes_the_table_a_child_uses_the_seed(tmp_path, gate):
-    follower = security.PrincipalsFile(tmp_path / ".host-h1.principals", [READER])
+    follower = security.PrincipalsFile(tmp_path / ".host-h1.principals", [READER], gate)
     follower.check()
     assert _allowed(gate, KEY)

@@ -487,8 +487,9 @@ class PrincipalsFile:
     after it was read (its host could not write the last change), leaves only the cluster's key
     allowed, logged as an error once per state of the file; the next change is read again."""
 
-    def __init__(self, path: Path, seed: Iterable[Principal]):
+    def __init__(self, path: Path, seed: Iterable[Principal], gate: Gate | None = None):
         self.path, self.seed = path, list(seed)
+        self.gate = gate or _state.gate  # this process's, unless given one
         self.seen: tuple[int, int] | None = None  # the file's (mtime, size) last acted on
         self.denying = False
 
@@ -509,19 +510,19 @@ class PrincipalsFile:
         except SecurityError as error:
             self._deny(str(error), now)
             return
-        _state.gate.replace(table)  # the table: the seed no more
+        self.gate.replace(table)  # the table: the seed no more
         self.seen, self.denying = now, False
 
     def _gone(self) -> None:
         if self.seen is None and not self.denying:
-            _state.gate.replace(self.seed)  # until the host writes it: cluster.json's
+            self.gate.replace(self.seed)  # until the host writes it: cluster.json's
         elif not self.denying:
             self._deny("it is gone (its host could not write the last change)", None)
 
     def _deny(self, why: str, state: tuple[int, int] | None) -> None:
         if self.denying and state == self.seen:
             return  # said already; read again at the file's next change
-        _state.gate.replace([])
+        self.gate.replace([])
         self.seen, self.denying = state, True
         log.error("principals file %s: %s; every key but the cluster's is refused until it can "
                   "be read", self.path, why)  # fmt: skip
