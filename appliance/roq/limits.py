@@ -397,6 +397,25 @@ http_consumer_retry_s = 1.0  # a log consumer that failed starts again after thi
 http_publisher_replace_s = 1.0  # a failed publisher is replaced at most once per this, per queue
 http_keepalive_s = 5  # an idle keep-alive connection is closed after this
 http_shutdown_s = 5  # on SIGTERM, requests in progress get this long to finish
+# Before a caller has shown a token (http/guard.py, issue 31 finding 5): a connection must send a
+# whole request head within this of opening and of each response (idle or half a head, it held a
+# connection for ever, and 2,000 such made every request a 503); a head larger than this is a 400
+# (h11's bound; the largest roq needs is a 512-character Authorization); connections open from
+# one IP address (more are closed at once): an eighth of http_requests_max, so one address cannot
+# take them all, and more than a client of the gateway holds at once.
+http_head_s = 10.0
+http_head_bytes_max = 16 * 1024
+http_connections_per_ip_max = 256
+# After it (http/api.py): requests in progress per principal, past which a 429 (half of
+# http_requests_max: one token cannot take the gateway from the others); the body of a call that
+# carries names only (every call but publish), refused by its Content-Length before it is read
+# (three names of maxNameLen characters, each up to 6 bytes as JSON escapes, with room); a body
+# must arrive whole within this (a trickled body holds its request); a body larger than this is
+# parsed on a worker thread, not the event loop.
+http_principal_requests_max = 1_000
+http_small_body_bytes_max = 64 * 1024
+http_body_read_s = 30.0
+http_parse_inline_bytes_max = 64 * 1024
 # The gateway's snapshot of its index (http/snapshot.py): taken this often while messages come
 # (a kill -9 costs a re-read of at most this much of the log), copied off the event loop this
 # many topics per loop turn, written through a buffer of this size.
@@ -522,9 +541,16 @@ handshake_failures_undetailed = 3
 # Where `roq up` and a first GCM or host write the cluster's keys when `security.dir` is not set
 # (beside the default `directory`, roq-data/log), and where clients look last.
 security_dir_default = "roq-data/security"
-security_file_bytes_max = 64 * 1024  # a credentials or principals file larger than this is refused
+security_file_bytes_max = 64 * 1024  # a credentials file larger than this is refused
 principals_max = 10_000  # principals of one cluster (ZooKeeper children read at each change)
 principal_grants_max = 256  # queue-name prefixes one principal holds grants on
+# One principal as a host's principals file holds it: 256 grants of 64-character prefixes with
+# all four permissions (~110 bytes each), 16 token digests (68 each), its name and key: ~30 KB.
+principal_record_bytes_max = 32 * 1024
+# The whole file a monitor or exchange reads: every principal the cluster may hold, each at its
+# largest. A table read in part would be no table (it was 1 MiB: ~850 principals with 16 tokens,
+# and past it revoked keys kept passing); a larger file is refused, and refusing denies.
+principals_file_bytes_max = principals_max * principal_record_bytes_max
 principals_poll_s = 0.5  # a monitor or exchange re-reads its host's principals file this often
 # A revoked key's open connections are cut within this (ZooKeeper's watch, the host's file, a
 # child's poll, the cutter's poll): the issue's bound is 5 s.

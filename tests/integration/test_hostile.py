@@ -20,14 +20,26 @@ from typing import Any
 
 import bson
 import pytest
+from bson.binary import Binary
+from bson.code import Code
+from bson.int64 import Int64
+from bson.regex import Regex
 
 from roq import limits, replication
 from roq.client.publisher import Publisher
 from roq.client.subscriber import Subscriber
 from roq.log import format as batchfmt
 from roq.protocol import dataplane
-from roq.protocol.ports import ExchangePort, sibling
-from roq.testing.cluster import LocalCluster, child_pids, processes_with, wait_for
+from roq.protocol.commands import AdminCommand, Reason
+from roq.protocol.ports import ExchangePort, GcmPort, endpoint_at, sibling
+from roq.testing.cluster import (
+    LOOPBACK,
+    LocalCluster,
+    ask_once,
+    child_pids,
+    processes_with,
+    wait_for,
+)
 from roq.transport import Kind, connect, new_context, open_socket
 
 pytestmark = pytest.mark.integration
@@ -340,3 +352,83 @@ def test_probes_from_exchanges_that_are_not_assigned_leaders_create_no_copies(
         [placed] = [q for q in admin.status().queues if q.info.name == queue]
     assert [x.exchange_id for x in placed.exchanges] == [exchange["Id"]]
     assert processes_with(exchange["Id"])
+
+
+# Every string field of every admin request the GCM decodes (issue 31, finding 8), in a request
+# that is otherwise well formed: a value of another BSON type in it must be `bad_request` naming
+# that field. BSON's Code decodes to a subclass of str that cannot be hashed: before the check
+# was exact, a Code `QName` passed as a name and the queue-claim set answered `internal`.
+ADMIN_STRING_FIELDS: list[tuple[dict[str, Any], str]] = [
+    ({"CMD": AdminCommand.GET_HOST_BY_QNAME, "QName": "q1", "Need": "publish"}, field)
+    for field in ("QName", "Need")
+]
+ADMIN_STRING_FIELDS += [
+    ({"CMD": command, "QName": "q1"}, "QName")
+    for command in (
+        AdminCommand.REMOVE_QUEUE,
+        AdminCommand.STOP_QUEUE,
+        AdminCommand.GET_AUTOSCALING_RULE,
+        AdminCommand.CREATE_QUEUE_AUTOMATICALLY,
+        AdminCommand.QUEUE_EXISTS,
+        AdminCommand.LIST_GROUPS,
+    )
+]
+ADMIN_STRING_FIELDS += [
+    ({"CMD": AdminCommand.CREATE_QUEUE, "QName": "q2", "Host": "h1"}, "QName"),
+    ({"CMD": AdminCommand.CREATE_QUEUE, "QName": "q2", "Host": "h1"}, "Host"),
+    ({"CMD": AdminCommand.START_QUEUE, "QName": "q1", "Host": "h1"}, "Host"),
+    ({"CMD": AdminCommand.CREATE_XCHANGE, "QName": "q1", "TransactionID": "t"}, "TransactionID"),
+    (
+        {"CMD": AdminCommand.CREATE_XCHANGE, "QName": "q1", "TransactionID": "t", "Host": "h"},
+        "Host",
+    ),
+    ({"CMD": AdminCommand.REMOVE_XCHANGE, "QName": "q1", "ExchangeID": "x"}, "ExchangeID"),
+    (
+        {
+            "CMD": AdminCommand.ADD_AUTOSCALING_RULE,
+            "QName": "q1",
+            "AUTOSCALING_NAME": "r",
+            "AUTOSCALING_XCHANGE": {"AUTOSCALING_XCHANGE_THR": 5},
+        },
+        "AUTOSCALING_NAME",
+    ),
+    (
+        {
+            "CMD": AdminCommand.REGISTER_FOR_AUTOSCALING_RULE_UPDATE,
+            "QName": "q1",
+            "Address": "tcp://127.0.0.1:1",
+        },
+        "Address",
+    ),
+    ({"CMD": AdminCommand.GET_GROUP, "QName": "q1", "Group": "g"}, "Group"),
+    ({"CMD": AdminCommand.DELETE_GROUP, "QName": "q1", "Group": "g"}, "Group"),
+]
+WRONG_TYPES = {
+    "Code": Code("q1"),
+    "Code with scope": Code("q1", {"x": 1}),
+    "Int64": Int64(5),
+    "list": ["q1"],
+    "dict": {"q1": 1},
+    "binary": Binary(b"q1", 0),
+    "binary subtype 5": Binary(b"q1", 5),
+    "regex": Regex("q1"),
+}
+
+
+def test_admin_fields_of_a_wrong_bson_type_are_bad_requests_naming_the_field(
+    queue: str, cluster: LocalCluster
+):
+    [gcm] = [daemon for daemon in cluster.daemons if daemon.name.startswith("gcm")]
+    admin_port = endpoint_at(LOOPBACK, cluster.gcm_base, GcmPort.ADMIN)
+    wrong = []
+    for request, field in ADMIN_STRING_FIELDS:
+        for kind, value in WRONG_TYPES.items():
+            reply = ask_once(admin_port, {**request, field: value}, timeout_ms=5000)
+            named = field in str(reply.get("COMMENT"))
+            if reply.get("ERROR") != Reason.BAD_REQUEST or not named:
+                wrong.append((int(request["CMD"]), field, kind, reply))
+    assert not wrong, wrong
+    # the same GCM process answered every one of them and serves on
+    assert gcm.process.poll() is None
+    with cluster.admin() as admin:
+        assert admin.queue_exists(queue)

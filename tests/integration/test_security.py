@@ -6,13 +6,14 @@ security, a key the cluster does not know), and the test watches their handshake
 
 from __future__ import annotations
 
+import json
 import re
 import stat
 import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from roq.coordination.paths import Paths
 from roq.coordination.principals import PrincipalStore
 from roq.errors import AuthenticationRefused
 from roq.local.zkserver import ZooKeeperServer
+from roq.protocol import principals
 from roq.protocol.commands import ChildCommand, Reason
 from roq.protocol.ports import ExchangePort, GcmPort, MonitorPort, StatPort, port_at, sibling
 from roq.protocol.principals import Permission, Principal
@@ -280,6 +282,9 @@ def test_permissions_per_queue_prefix_refuse_by_name(one_queue: LocalCluster):
         (writer, ["sub", "q1", "--count", "1", "--timeout", "10"], "permission 'subscribe'"),
         (reader, ["queue", "create", "q2"], "principal reader lacks permission 'admin'"),
         (nobody, ["queue", "delete", "q1"], "principal nobody lacks permission 'admin'"),
+        # refused by the GCM before any monitor is asked: it names what the client wanted
+        (nobody, ["pub", "q1", "--count", "1"], "nobody lacks permission 'publish' on queue"),
+        (nobody, ["sub", "q1", "--count", "1", "--timeout", "10"], "lacks permission 'subscribe'"),
     ]
     for who, args, why in refusals:
         started = time.monotonic()
@@ -306,7 +311,39 @@ def test_permissions_per_queue_prefix_refuse_by_name(one_queue: LocalCluster):
 
 
 def test_a_revoked_key_is_cut_off_within_5_s(one_queue: LocalCluster):
-    cluster = one_queue
+    _revoke_reader_while_it_receives(one_queue)
+
+
+def test_a_revocation_reaches_monitors_and_exchanges_past_1_mib_of_principals(
+    one_queue: LocalCluster,
+):
+    """Issue 31, finding 6: children read at most 1 MiB of their host's principals file and
+    kept the old table, so a revoked key passed. 1,000 more principals with 16 tokens each,
+    added while the reader receives, make the file ~1.3 MB; the reader's revocation must still
+    cut it off within the bound."""
+    table = one_queue.tmp / "h1" / "log" / ".host-h1.principals"
+
+    def grow() -> None:
+        member = session.connect(one_queue.zk, 4000, auth=one_queue.zk_auth)
+        try:
+            paths = Paths(one_queue.namespace)
+            for n in range(1_000):
+                tokens = tuple(principals.token_digest(f"roq_{n}_{t}") for t in range(16))
+                extra = Principal(f"extra{n}", f"{n:040d}", tokens=tokens)
+                member.create(paths.principal(extra.name), json.dumps(extra.encode()).encode())
+            member.set(paths.principals, b"grown")  # what every `roq keys` change sets
+        finally:
+            session.close(member)
+        wait_for(lambda: table.stat().st_size > 1024 * 1024, 20, "the host's file past 1 MiB")
+
+    _revoke_reader_while_it_receives(one_queue, grow)
+
+
+def _revoke_reader_while_it_receives(
+    cluster: LocalCluster, before_revoking: Callable[[], None] = lambda: None
+) -> None:
+    """A reader receiving as a subscriber is revoked and must hear nothing more after the
+    revocation's bound; `before_revoking` runs while it receives."""
     reader = _principal(cluster, "reader", "q1", "subscribe")
     heard: list[float] = []
     sub = subprocess.Popen(
@@ -330,6 +367,7 @@ def test_a_revoked_key_is_cut_off_within_5_s(one_queue: LocalCluster):
                     time.sleep(0.02)
 
             wait_for(lambda: publish_for(0.5) or heard, 30, "the reader receiving")
+            before_revoking()
             revoked = cluster.cli("keys", "revoke", "reader", "--zk", cluster.zk,
                                   "--namespace", cluster.namespace)  # fmt: skip
             assert revoked.returncode == 0, revoked.stderr

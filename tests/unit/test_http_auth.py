@@ -10,6 +10,7 @@ import pytest
 
 from roq import limits
 from roq.errors import ConfigError
+from roq.http.api import BadRequest, Share
 from roq.http.auth import Access, Refused
 from roq.http.service import check_tls
 from roq.protocol.principals import Permission, Principal, new_token, token_digest
@@ -108,3 +109,26 @@ def test_tls_files_are_checked_before_serving(tls_files: dict[str, Path], tmp_pa
             check_tls(*args)
         assert fragment in str(refused.value), (args, refused.value)
         assert refused.value.exit_code == 78
+
+
+def test_a_permission_held_on_no_topic_is_refused_before_the_body_names_one():
+    Access.check_any(WRITER, Permission.PUBLISH)  # news*: the body decides
+    with pytest.raises(Refused) as refused:
+        Access.check_any(WRITER, Permission.SUBSCRIBE)
+    assert refused.value.status == 403
+    assert refused.value.reason == "principal writer lacks permission 'subscribe' on every queue"
+    Access.check_any(Principal("cluster", "", superuser=True), Permission.SUBSCRIBE)
+
+
+def test_a_principal_holds_a_bounded_share_of_the_requests_in_progress():
+    share = Share(2)
+    with share.held(WRITER), share.held(WRITER):
+        with pytest.raises(BadRequest) as busy, share.held(WRITER):
+            pass
+        assert busy.value.status == 429 and "writer has 2 requests" in busy.value.reason
+        with share.held(Principal("other", "o" * 40)):  # others are not held back
+            pass
+        with share.held(Principal("cluster", "", superuser=True)):  # security off: no share
+            pass
+    with share.held(WRITER):  # released
+        assert share.busy == {"writer": 1}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from roq import config
+from roq import config, limits
 from roq.http.api import Ack, BadRequest, Fields, Get, Publish, Register
 
 
@@ -32,3 +32,12 @@ def test_the_first_bad_field_is_named(fields: Fields):
         Publish.read(fields, {"owner": "o", "topic": "t", "msgs": ["a"]}, False)  # v1: no msgs
     with pytest.raises(BadRequest, match="'msgIdx'"):
         Ack.read(fields, {"subscriber": "s", "topic": "t", "msgIdx": True}, True)
+
+
+def test_a_call_declares_the_largest_body_it_can_need(fields: Fields):
+    small = limits.http_small_body_bytes_max
+    for call in ("topic/register", "topic/subscribe", "message/get", "message/ack"):
+        assert fields.body_max(call, v2=True) == fields.body_max(call, v2=False) == small
+    assert fields.body_max("message/publish", v2=True) == limits.http_body_bytes_max
+    one = small + 6 * fields.settings.max_msg_size
+    assert fields.body_max("message/publish", v2=False) == min(one, limits.http_body_bytes_max)

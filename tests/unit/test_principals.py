@@ -5,6 +5,7 @@ hold (their digests, the admin's first one)."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -76,6 +77,17 @@ def test_the_admin_api_needs_admin_to_change_and_any_right_to_locate():
     assert authorize(READER, {"CMD": AdminCommand.GET_HOST_BY_QNAME, "QName": "q2"}) is not None
     assert authorize(READER, {"CMD": AdminCommand.GET_STATUS}) is None
     assert authorize(None, {"CMD": AdminCommand.GET_STATUS}) is not None  # revoked
+    # a refusal to locate names the permission the asker wants the monitor for, not admin
+    locate = {"CMD": AdminCommand.GET_HOST_BY_QNAME, "QName": "q1", "Need": "publish"}
+    refused = authorize(READER, locate)
+    assert refused is not None
+    assert refused["COMMENT"] == "principal reader lacks permission 'publish' on queue 'q1'"
+    assert authorize(READER, {**locate, "Need": "subscribe"}) is None
+    refused = authorize(READER, {"CMD": AdminCommand.GET_HOST_BY_QNAME, "QName": "q2"})
+    assert refused is not None and refused["COMMENT"] == (  # an older client: all four named
+        "principal reader lacks permission 'publish', 'subscribe', 'consume' or 'admin' "
+        "on queue 'q2'"
+    )
     admin = Principal("admin", KEY, {"": ALL})
     assert authorize(admin, create) is None
 
@@ -176,3 +188,109 @@ def test_the_first_start_gives_the_admin_a_token_and_old_files_still_load(tmp_pa
     (old / security.CLUSTER_FILE).write_text(json.dumps({**cluster_doc, "tokens": {"admin": 1}}))
     with pytest.raises(SecurityError, match="'tokens'"):
         security.load_cluster(old)
+
+
+# --- a host's principals file, as its monitors and exchanges follow it (issue 31, finding 6) ---
+CLUSTER_KEY = "c" * 40
+
+
+def _many(count: int) -> list[Principal]:
+    """`count` principals with 16 tokens each: ~1.2 KB apiece in the file."""
+    return [
+        Principal(
+            f"p{n}",
+            f"{n:040d}",
+            {"q": frozenset({Permission.PUBLISH})},
+            tokens=tuple(token_digest(f"roq_{n}_{t}") for t in range(16)),
+        )
+        for n in range(count)
+    ]
+
+
+@pytest.fixture
+def gate() -> security.Gate:
+    gate = security.Gate()
+    gate.replace([], CLUSTER_KEY)
+    return gate
+
+
+def _allowed(gate: security.Gate, key: str) -> bool:
+    return gate.callback(security.ZAP_DOMAIN, key.encode())
+
+
+def test_a_table_of_thousands_of_principals_is_read_whole_and_a_revocation_reaches_it(
+    tmp_path, gate
+):
+    """It was read up to 1 MiB (~850 such principals) and the old table kept: revoked keys
+    passed. 3,000 is 3.6 MB; the bound now is the declared limit's."""
+    path = tmp_path / ".host-h1.principals"
+    table = _many(3_000)
+    security.write_principals(path, table)
+    assert path.stat().st_size > 3 * 1024 * 1024
+    follower = security.PrincipalsFile(path, [], gate)
+    follower.check()
+    assert _allowed(gate, table[-1].key)
+    security.write_principals(path, table[:-1])  # the last one revoked
+    follower.check()
+    assert not _allowed(gate, table[-1].key) and _allowed(gate, table[0].key)
+    assert limits.principals_file_bytes_max >= limits.principals_max * 1_200
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "not a list", "a directory", "too large", "gone"])
+def test_a_table_that_cannot_be_read_denies_every_key_but_the_clusters_and_says_so(
+    tmp_path, gate, caplog, damage
+):
+    path = tmp_path / ".host-h1.principals"
+    security.write_principals(path, [READER])
+    follower = security.PrincipalsFile(path, [], gate)
+    follower.check()
+    assert _allowed(gate, KEY)
+    path.unlink()
+    if damage == "corrupt":
+        path.write_bytes(b'[{"name": "reader", "key": "' + KEY.encode())  # torn mid-write
+    elif damage == "not a list":
+        path.write_text('{"reader": 1}')
+    elif damage == "a directory":
+        path.mkdir()  # unreadable even by root
+    elif damage == "too large":
+        with path.open("wb") as file:  # sparse: no disk spent
+            file.truncate(limits.principals_file_bytes_max + 1)
+    with caplog.at_level("ERROR", logger="roq.transport.security"):
+        follower.check()
+        follower.check()  # said once per state of the file
+    assert not _allowed(gate, KEY) and _allowed(gate, CLUSTER_KEY)
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and str(path) in errors[0], errors
+    # the next change written is read again
+    if path.is_dir():
+        path.rmdir()
+    security.write_principals(path, [READER])
+    follower.check()
+    assert _allowed(gate, KEY)
+
+
+def test_a_host_that_cannot_write_the_table_removes_the_old_one(tmp_path, gate, caplog):
+    path = tmp_path / ".host-h1.principals"
+    security.publish_principals(path, [READER])
+    follower = security.PrincipalsFile(path, [], gate)
+    follower.check()
+    assert _allowed(gate, KEY)
+    # the next write fails for real: its temporary file's name is taken by a directory
+    blocker = path.with_name(f".{path.name}.{os.getpid()}")
+    blocker.mkdir()
+    with caplog.at_level("ERROR", logger="roq.transport.security"):
+        security.publish_principals(path, [])  # reader revoked, not written
+    assert not path.exists()
+    assert any("not written" in r.getMessage() for r in caplog.records)
+    follower.check()
+    assert not _allowed(gate, KEY) and _allowed(gate, CLUSTER_KEY)
+    blocker.rmdir()
+    security.publish_principals(path, [READER])
+    follower.check()
+    assert _allowed(gate, KEY)
+
+
+def test_before_its_host_writes_the_table_a_child_uses_the_seed(tmp_path, gate):
+    follower = security.PrincipalsFile(tmp_path / ".host-h1.principals", [READER], gate)
+    follower.check()
+    assert _allowed(gate, KEY)

@@ -79,7 +79,7 @@ def _kpi_stream(queue: str, gcm: str, stop: threading.Event) -> str:
     deadline = time.monotonic() + KPI_WAIT_S
     while True:
         try:
-            return locate_monitor(queue, gcm=gcm).stat
+            return locate_monitor(queue, gcm=gcm, need="subscribe").stat
         except RoqError:
             if time.monotonic() > deadline or stop.is_set():
                 raise

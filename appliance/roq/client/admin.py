@@ -254,8 +254,9 @@ class AdminClient:
     def status(self) -> ClusterStatus:
         return ClusterStatus.decode(self.request(GetStatus().encode()))
 
-    def get_host_by_qname(self, name: str) -> MonitorLocation:
-        return MonitorLocation.decode(self.request(GetHostByQname(name).encode()))
+    def get_host_by_qname(self, name: str, need: str = "") -> MonitorLocation:
+        """`need`: the permission the monitor is wanted for (a refusal names it)."""
+        return MonitorLocation.decode(self.request(GetHostByQname(name, need).encode()))
 
     def create_exchange(
         self, name: str, transaction_id: str, host: str | None = None, below: int = 0

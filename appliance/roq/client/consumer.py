@@ -171,7 +171,9 @@ class Consumer:
         self.name = f"consumer {self.consumer_id[:8]} of {queue}/{group}"
         self._locate = (gcm, zk, namespace)
         self.monitor = (
-            MonitorAddress(monitor) if monitor else locate_monitor(queue, gcm, zk, namespace)
+            MonitorAddress(monitor)
+            if monitor
+            else locate_monitor(queue, gcm, zk, namespace, need="consume")
         )
         self._context = new_context()
         self._requests = Requester(
@@ -231,7 +233,7 @@ class Consumer:
         if gcm is None and zk is None:
             return
         try:
-            found = locate_monitor(self.queue, gcm, zk, namespace, quick=True)
+            found = locate_monitor(self.queue, gcm, zk, namespace, quick=True, need="consume")
         except RoqError:
             return
         if found.base != self.monitor.base:

@@ -37,10 +37,7 @@ def follow_principals(zk: Any, namespace: str, children_file: Path | None = None
     def changed(table: list[Principal]) -> None:
         security.gate().replace(table)
         if children_file is not None:
-            try:
-                security.write_principals(children_file, table)
-            except OSError as error:
-                log.warning("principals file %s not written: %s", children_file, error)
+            security.publish_principals(children_file, table)
 
     store.watch(changed)
 

@@ -53,19 +53,21 @@ def locate_monitor(
     namespace: str = "/roq",
     *,
     quick: bool = False,
+    need: str = "",
     budget_s: float | None = None,
 ) -> MonitorAddress:
     """Ask the leading GCM where `queue`'s monitor is (raises AdminRefused if it has none).
     `quick`: one attempt within `limits.monitor_locate_timeout_ms` (a client checking whether
-    the monitor moved, from a loop that must not stall for long). `budget_s` bounds the
-    question as a whole (a command's --timeout)."""
+    the monitor moved, from a loop that must not stall for long). `need`: the permission the
+    monitor is wanted for (publish, subscribe, consume), which a refusal then names.
+    `budget_s` bounds the question as a whole (a command's --timeout)."""
     bounds: dict[str, Any] = (
         {"timeout_ms": limits.monitor_locate_timeout_ms, "retries": 1}
         if quick
         else {"budget_s": budget_s}
     )
     with AdminClient(gcm=gcm, zk=zk, namespace=namespace, **bounds) as admin:
-        found = admin.get_host_by_qname(queue)
+        found = admin.get_host_by_qname(queue, need)
     return MonitorAddress(found.monitor_host, found.stat_monitor_host, found.epoch)
 
 
@@ -77,7 +79,10 @@ class MonitorLocator:
     first question and keeps one AdminClient, so the leader's address is looked up again only
     when it stops answering."""
 
-    def __init__(self, queue: str, where: tuple[str | None, str | None, str], name: str):
+    def __init__(
+        self, queue: str, where: tuple[str | None, str | None, str], name: str, need: str = ""
+    ):
+        self._need = need  # the permission the monitor is wanted for: a refusal names it
         self.queue = queue
         self._where = where  # (gcm, zk, namespace)
         self._name = name
@@ -114,7 +119,7 @@ class MonitorLocator:
         admin = AdminClient(gcm=gcm, zk=zk, namespace=namespace, **bounds)
         try:
             while self._next():
-                self._answered(self._one(admin.get_host_by_qname))
+                self._answered(self._one(lambda queue: admin.get_host_by_qname(queue, self._need)))
         finally:
             admin.close()
 

@@ -192,7 +192,11 @@ class Publisher:
         self.name = f"publisher {self.producer_id.hex()} on {queue}"
         self.on_full = on_full
         self.acks = acks
-        where = MonitorAddress(monitor) if monitor else locate_monitor(queue, gcm, zk, namespace)
+        where = (
+            MonitorAddress(monitor)
+            if monitor
+            else locate_monitor(queue, gcm, zk, namespace, need="publish")
+        )
         self._context = _new_context()
         self._shared = _Handover(
             self.name,
@@ -633,7 +637,7 @@ class _PublisherIO(threading.Thread):
         )
         self.locator: MonitorLocator | None = None
         if locate is not None:
-            self.locator = MonitorLocator(queue, locate, shared.producer_id.hex()[:8])
+            self.locator = MonitorLocator(queue, locate, shared.producer_id.hex()[:8], "publish")
         # the exchange process our batches go to, as its drain answers name it (None: not heard
         # yet); another there means it restarted at the same address (`_heard_run`)
         self.exchange_run: bytes | None = None
@@ -789,7 +793,7 @@ class _PublisherIO(threading.Thread):
         if self.locate is None:
             return False
         try:
-            found = locate_monitor(self.queue, *self.locate, quick=True)
+            found = locate_monitor(self.queue, *self.locate, quick=True, need="publish")
         except RoqError as error:
             log.info("%s: where is the monitor? %s", self.pub_name, error)
             return False

@@ -116,7 +116,9 @@ class Subscriber:
         self.monitor = (
             MonitorAddress(monitor)
             if monitor
-            else locate_monitor(queue, gcm, zk, namespace, budget_s=join_timeout_s)
+            else locate_monitor(
+                queue, gcm, zk, namespace, need="subscribe", budget_s=join_timeout_s
+            )
         )
         self._locate = None if monitor else (gcm, zk, namespace)  # to find a moved monitor
         # the queue's highest assignment epoch seen: a monitor's reply or notice of an older
@@ -193,7 +195,7 @@ class Subscriber:
         if self._locate is None:
             return False
         try:
-            found = locate_monitor(self.queue, *self._locate, quick=True)
+            found = locate_monitor(self.queue, *self._locate, quick=True, need="subscribe")
         except RoqError as error:
             log.info("%s: where is the monitor? %s", self.name, error)
             return False

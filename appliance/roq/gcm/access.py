@@ -1,9 +1,10 @@
 """Who may make which admin request (docs/security.md §5): the admin API's authorizer.
 
 Reading the cluster's shape (status, lists, rules, whether a queue exists) is open to every
-principal; finding a queue's monitor (2000) needs publish, subscribe or admin on it, since
-publishers and subscribers ask it; everything that changes the cluster needs admin on the queue
-it names (on every queue, "", when it names none)."""
+principal; finding a queue's monitor (2000) needs publish, subscribe, consume or admin on it,
+since publishers, subscribers and consumers ask it (the one the asker names in `Need`, or
+admin, when it names one: a refusal then names it); everything that changes the cluster needs
+admin on the queue it names (on every queue, "", when it names none)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from typing import Any
 
 from roq.protocol import bsonmsg
 from roq.protocol.commands import AdminCommand, Reason
-from roq.protocol.principals import Permission, Principal, refusal
+from roq.protocol.messages.admin import PERMISSION_NAMES
+from roq.protocol.principals import Permission, Principal, missing_all, refusal
 
 _READ_ONLY = {
     AdminCommand.INIT_REQ,
@@ -21,15 +23,27 @@ _READ_ONLY = {
     AdminCommand.GET_AUTOSCALING_RULE,
     AdminCommand.GET_CLOUD_PROPERTIES,
 }
-_LOCATE = (Permission.ADMIN, Permission.PUBLISH, Permission.SUBSCRIBE, Permission.CONSUME)
+_LOCATE = (Permission.PUBLISH, Permission.SUBSCRIBE, Permission.CONSUME, Permission.ADMIN)
 
 
 def authorize(principal: Principal | None, request: dict[str, Any]) -> dict[str, Any] | None:
     command = request.get("CMD")
     queue = request.get("QName")
-    queue = queue if isinstance(queue, str) else ""
+    queue = queue if bsonmsg.is_text(queue) else ""
     if command in _READ_ONLY and principal is not None:
         return None
-    needs = _LOCATE if command == AdminCommand.GET_HOST_BY_QNAME else (Permission.ADMIN,)
+    needs = _locating(request) if command == AdminCommand.GET_HOST_BY_QNAME else (Permission.ADMIN,)
     why = refusal(principal, needs, queue)
+    if why is not None and principal is not None and needs is _LOCATE:
+        why = missing_all(principal.name, needs, queue)  # the asker did not say what for
     return None if why is None else bsonmsg.fail(Reason.FORBIDDEN, why)
+
+
+def _locating(request: dict[str, Any]) -> tuple[Permission, ...]:
+    """What finding a monitor needs: the permission the asker said it wants it for (`Need`; a
+    refusal then names that one, not `admin`) or admin; without `Need`, any of the four. A
+    `Need` that is no permission is the decoder's bad_request, so it counts as absent here."""
+    need = request.get("Need")
+    if bsonmsg.is_text(need) and need in PERMISSION_NAMES:
+        return (Permission(need), Permission.ADMIN)
+    return _LOCATE

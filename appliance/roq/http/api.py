@@ -3,10 +3,14 @@ reason), the same under /v2 with batch publish, a long-polling get and errors as
 application/problem+json (RFC 9457), and GET /metrics. docs/http.md documents both.
 
 Every call first shows a bearer token (auth.py): none or an unknown one is a 401 before the body
-is read; a principal without the permission on the topic is a 403 naming it.
+is read, and so is a 403 for a principal that holds the call's permission on no topic at all; a
+principal without the permission on the body's topic is a 403 naming it. A principal with
+`limits.http_principal_requests_max` requests in progress gets a 429 (issue 31, finding 5).
 
-Every request body is read in chunks up to `limits.http_body_bytes_max`, parsed as JSON and
-checked field by field before anything else happens; whatever is wrong with it is a 4xx with
+Every request body is refused by its declared length past what its call can need (`body_max`:
+names alone but for a publish) before a byte is read, then read in chunks within
+`limits.http_body_read_s`, parsed as JSON (on a worker thread when large) and checked field by
+field before anything else happens; whatever is wrong with it is a 4xx with
 the reason, never an exception that reaches the server. Each call's body is read once into its
 request class (`Register`, `Publish`, `Subscribe`, `Get`, `Ack`), after the topic's permission
 is checked, and the call (`Calls`) is given that typed request, never the JSON document.
@@ -18,8 +22,9 @@ import asyncio
 import json
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Generic, Self, TypeVar
 
@@ -35,9 +40,10 @@ from roq.errors import CoordinationError, TopicRefused
 from roq.http.auth import Access, Refused
 from roq.http.gateway import EVICTED, NO_MESSAGE, OK, Gateway, Unavailable
 from roq.http.metrics import CONTENT_TYPE, Metrics
-from roq.protocol.principals import Permission
+from roq.protocol.principals import Permission, Principal
 
 Doc = dict[str, Any]  # a JSON body, as read or as answered
+Parse = Callable[[bytes], Awaitable[Any]]  # json.loads, on a worker thread
 Answer = tuple[int, Doc]
 M = TypeVar("M")
 PROBLEM = "application/problem+json"
@@ -47,7 +53,9 @@ TITLES = {
     403: "forbidden",
     404: "not found",
     405: "method not allowed",
+    408: "request timeout",
     413: "request body too large",
+    429: "too many requests",
     EVICTED: "message evicted",
     NO_MESSAGE: "no message",
     503: "unavailable",
@@ -61,18 +69,28 @@ class BadRequest(Exception):
 
 
 # --- reading a request -----------------------------------------------------------------------
-async def read_json(request: Request) -> Doc:
-    declared = request.headers.get("content-length", "0")
-    too_large = BadRequest(f"body larger than {limits.http_body_bytes_max} bytes", 413)
-    if not declared.isdigit() or int(declared) > limits.http_body_bytes_max:
+async def read_json(request: Request, most: int, parse: Parse) -> Doc:
+    """The body as a JSON object: refused by its declared length before a byte is read, read
+    whole within `limits.http_body_read_s`, a large one parsed off the event loop."""
+    declared = request.headers.get("content-length")
+    too_large = BadRequest(f"body larger than {most} bytes", 413)
+    if declared is not None and (not declared.isdigit() or int(declared) > most):
         raise too_large
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limits.http_body_bytes_max:
-            raise too_large
     try:
-        doc = json.loads(body)
+        async with asyncio.timeout(limits.http_body_read_s):
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > most:  # chunked: no length declared
+                    raise too_large
+    except TimeoutError:
+        late = f"the body did not arrive within {limits.http_body_read_s:.0f} s"
+        raise BadRequest(late, 408) from None
+    try:
+        if len(body) > limits.http_parse_inline_bytes_max:
+            doc = await parse(bytes(body))
+        else:
+            doc = json.loads(body)
     except (ValueError, RecursionError):
         raise BadRequest("the body is not JSON") from None
     if not isinstance(doc, dict):
@@ -80,11 +98,47 @@ async def read_json(request: Request) -> Doc:
     return doc
 
 
+class Share:
+    """Requests in progress per principal: past `limits.http_principal_requests_max`, a 429, so
+    that one token (leaked, or a client gone wrong) cannot take every request the gateway
+    serves. The cluster's own principal (security off) is not counted."""
+
+    def __init__(self, most: int):
+        self.most = most
+        self.busy: Counter[str] = Counter()
+
+    @contextmanager
+    def held(self, principal: Principal) -> Iterator[None]:
+        if principal.superuser:
+            yield
+            return
+        name = principal.name
+        if self.busy[name] >= self.most:
+            raise BadRequest(f"principal {name} has {self.most} requests in progress", 429)
+        self.busy[name] += 1
+        try:
+            yield
+        finally:
+            self.busy[name] -= 1
+            if not self.busy[name]:
+                del self.busy[name]
+
+
 class Fields:
     """The checks of a request's fields against the configured limits."""
 
     def __init__(self, settings: HttpSettings):
         self.settings = settings
+
+    def body_max(self, endpoint: str, v2: bool) -> int:
+        """The largest body `endpoint` can need: a v2 publish's batch, a v1 publish's one
+        message (each byte up to 6 as a JSON escape), names alone for every other call."""
+        if endpoint != "message/publish":
+            return limits.http_small_body_bytes_max
+        if v2:
+            return limits.http_body_bytes_max
+        one = limits.http_small_body_bytes_max + 6 * self.settings.max_msg_size
+        return min(one, limits.http_body_bytes_max)
 
     def name(self, doc: Doc, field: str) -> str:
         value = doc.get(field)
@@ -253,21 +307,36 @@ class Endpoint(Generic[M]):
     needs: Permission  # on the topic
 
 
+@dataclass(frozen=True)
+class Guards:
+    """What every call passes before its body is read: who calls (access), whether it may
+    call more now (share); and how a large body is parsed."""
+
+    access: Access
+    share: Share
+    parse: Parse
+
+
 def endpoint(
-    route: Endpoint[Any], v2: bool, access: Access, fields: Fields, metrics: Metrics
+    route: Endpoint[Any], v2: bool, guards: Guards, fields: Fields, metrics: Metrics
 ) -> Callable[[Request], Awaitable[Response]]:
+    access, most = guards.access, fields.body_max(route.name, v2)
+
     async def handle(request: Request) -> Response:
         started = time.monotonic()
         try:
             principal = access.caller(request.headers.get("authorization"))
-            doc = await read_json(request)
-            access.check(principal, route.needs, fields.name(doc, "topic"))
-            status, body = await route.call(route.read(fields, doc, v2), v2)
+            access.check_any(principal, route.needs)  # no body for a token without the grant
+            with guards.share.held(principal):
+                doc = await read_json(request, most, guards.parse)
+                access.check(principal, route.needs, fields.name(doc, "topic"))
+                status, body = await route.call(route.read(fields, doc, v2), v2)
             response = answer(v2, status, body)
         except Refused as refused:
             response = refused_answer(v2, refused)
         except BadRequest as error:
-            response = answer(v2, error.status if v2 else 400, {}, error.reason)
+            status = error.status if v2 or error.status in (408, 429) else 400  # v1: the seed's
+            response = answer(v2, status, {}, error.reason)
         except TopicRefused as refused:
             response = answer(v2, 400, {}, str(refused))
         except (Unavailable, CoordinationError) as error:
@@ -283,6 +352,7 @@ def build(
 ) -> Starlette:
     metrics = Metrics(gateway.index, lambda: gateway.replaced, gateway.read_from_logs)
     fields, access = Fields(settings), gateway.access
+    guards = Guards(access, Share(limits.http_principal_requests_max), gateway.parse_json)
     calls = Calls(gateway, metrics)
 
     async def render_metrics(request: Request) -> Response:
@@ -302,7 +372,7 @@ def build(
             Endpoint("message/get", Get.read, calls.get, Permission.SUBSCRIBE),
             Endpoint("message/ack", Ack.read, calls.ack, Permission.SUBSCRIBE),
         ):
-            handle = endpoint(route, version == "v2", access, fields, metrics)
+            handle = endpoint(route, version == "v2", guards, fields, metrics)
             routes.append(Route(f"/{version}/{route.name}", handle, methods=["POST"]))
 
     @asynccontextmanager

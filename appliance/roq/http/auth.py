@@ -87,6 +87,15 @@ class Access:
         return principal
 
     @staticmethod
+    def check_any(principal: Principal, permission: Permission) -> None:
+        """Refused (403) unless `principal` holds `permission` on some topic: checked before the
+        body (which names the topic) is read, so a token without the grant costs no body."""
+        if principal.superuser or any(permission in held for held in principal.grants.values()):
+            return
+        why = f"principal {principal.name} lacks permission '{permission}' on every queue"
+        raise Refused(403, why, "insufficient_scope")
+
+    @staticmethod
     def check(principal: Principal, permission: Permission, topic: str) -> None:
         """Refused (403) naming the missing permission unless `principal` holds it on `topic`."""
         why = principals.refusal(principal, [permission], topic)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import math
 import threading
@@ -272,6 +273,10 @@ class Gateway:
     async def _run(self, call: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.pool, functools.partial(call, *args))
+
+    async def parse_json(self, body: bytes) -> Any:
+        """A large request body's JSON, parsed on a worker thread: the event loop serves on."""
+        return await self._run(json.loads, body)
 
     def queue_of(self, topic: str) -> str:
         queues = self.settings.queues

@@ -2,10 +2,11 @@
 
 Binding the socket before anything else makes a taken port exit 75 at once, like every roq
 daemon, instead of uvicorn's exit 1 after the cluster was joined. uvicorn runs the h11 protocol
-(pure Python, no C extension to freeze) on the standard asyncio loop, answers 503 past
-`limits.http_requests_max` requests in progress, and on SIGTERM or Ctrl-C stops taking
-requests and gives those in progress `limits.http_shutdown_s`; then the gateway closes (its
-publishers flush, bounded) and the process exits 0.
+(pure Python, no C extension to freeze; with guard.py's head deadline and per-address cap) on
+the standard asyncio loop, answers 503 past `limits.http_requests_max` requests in progress,
+and on SIGTERM or Ctrl-C stops taking requests and gives those in progress
+`limits.http_shutdown_s`; then the gateway closes (its publishers flush, bounded) and the
+process exits 0.
 
 With `http.tls.cert` and `http.tls.key` uvicorn serves HTTPS (Python's ssl, OpenSSL) on that
 same socket. Both files are checked before anything else, so a missing, unreadable or
@@ -22,12 +23,11 @@ import threading
 from collections.abc import Callable
 
 import uvicorn
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from roq import limits
 from roq.config import HttpSettings
 from roq.errors import EXIT_TEMPFAIL, ConfigError, RoqError
-from roq.http import api
+from roq.http import api, guard
 from roq.http.gateway import Gateway
 from roq.system.netaddr import resolve_interface
 
@@ -108,7 +108,10 @@ def run(
         server = uvicorn.Server(
             uvicorn.Config(
                 app,
-                http=H11Protocol,
+                http=guard.protocol(
+                    guard.Guard(limits.http_connections_per_ip_max, limits.http_head_s)
+                ),
+                h11_max_incomplete_event_size=limits.http_head_bytes_max,
                 loop="asyncio",
                 ws="none",
                 lifespan="on",

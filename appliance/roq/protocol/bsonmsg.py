@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Self, TypeVar
+from typing import Any, Final, Self, TypeGuard, TypeVar
 
 import bson
 from bson.errors import BSONError
@@ -76,6 +76,13 @@ def decode_reply(frame: bytes) -> Document:
     return doc
 
 
+def is_text(value: object) -> TypeGuard[str]:
+    """A plain str: BSON's Code (JavaScript, with or without a scope) decodes to a subclass of
+    str that cannot be hashed, so a Code sent as a queue name passed `isinstance` and broke the
+    first set or dict it met (a GCM answered `internal`, issue 31 finding 8)."""
+    return type(value) is str
+
+
 def _missing(name: str, prefix: str, default: T | Required) -> T:
     if isinstance(default, Required):
         raise DecodeError(f"the {prefix}{name} field is not present")
@@ -95,7 +102,7 @@ def field_str(
     value = doc.get(name)  # BSON null counts as absent
     if value is None:
         return _missing(name, prefix, default)
-    if not isinstance(value, str) or not (value or empty_ok):
+    if not is_text(value) or not (value or empty_ok):
         raise DecodeError(
             f"the {prefix}{name} field must be a {'' if empty_ok else 'non-empty '}string"
         )

@@ -54,7 +54,7 @@ def _check_host(host: str, text: str) -> str:
 def parse_endpoint(text: str, *, room: int = 0) -> Endpoint:
     """`tcp://<IPv4, [IPv6] or host name>:<port>`, port 1..65535; `room`: the block of ports
     that starts there must fit too (an exchange's `Front` is F of F..F+3: room 3)."""
-    if not isinstance(text, str) or len(text) > ENDPOINT_CHARS_MAX:
+    if type(text) is not str or len(text) > ENDPOINT_CHARS_MAX:  # not BSON Code
         raise DecodeError("an endpoint must be a string of at most "
                           f"{ENDPOINT_CHARS_MAX} characters")  # fmt: skip
     if not text.startswith("tcp://"):

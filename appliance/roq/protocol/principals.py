@@ -119,6 +119,14 @@ def missing(principal: str, permission: Permission, queue: str) -> str:
     return f"principal {principal} lacks permission '{permission}' on queue '{queue}'"
 
 
+def missing_all(principal: str, permissions: Iterable[Permission], queue: str) -> str:
+    """The refusal of a request any of `permissions` allows, when the asker did not say which
+    it wants (an older client's 2000): every one of them is missing."""
+    names = [f"'{p}'" for p in permissions]
+    listed = f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else names[0]
+    return f"principal {principal} lacks permission {listed} on queue '{queue}'"
+
+
 def check_name(name: str) -> str:
     if not isinstance(name, str) or not NAME.match(name) or name == CLUSTER:
         raise ValueError(
@@ -172,7 +180,8 @@ def decode_tokens(name: str, tokens: Any) -> tuple[str, ...]:
 
 
 def refusal(principal: Principal | None, needs: Iterable[Permission], queue: str) -> str | None:
-    """None when `principal` holds one of `needs` on `queue`; else why not, naming the first."""
+    """None when `principal` holds one of `needs` on `queue`; else why not, naming the first:
+    callers put the permission the request is for first (admin, which also allows, last)."""
     wanted = list(needs)
     if principal is None:
         return "this principal's key is no longer known to the cluster (revoked)"

@@ -27,7 +27,7 @@ RULE_FIELDS: dict[str, tuple[str, ...]] = {
 def validate_rules(request: Mapping[str, Any]) -> dict[str, Any]:
     """The stored form of a 2006 request; ValueError names the offending field."""
     name = request.get("AUTOSCALING_NAME")
-    if not isinstance(name, str) or not name:
+    if type(name) is not str or not name:  # not BSON Code, a str subclass
         raise ValueError("the AUTOSCALING_NAME field is missing or not a non-empty string")
     rules: dict[str, Any] = {"AUTOSCALING_NAME": name}
     for group, fields in RULE_FIELDS.items():

@@ -23,6 +23,7 @@ changes later, swapped whole, so the ZAP thread reads it without a lock.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -426,22 +427,53 @@ def principal_of(frame: Any) -> Principal | None:
 def write_principals(path: Path, principals: Iterable[Principal]) -> None:
     """The principal table for a host's children (no ZooKeeper of their own), replaced whole."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w") as file:
-        json.dump([p.encode() for p in principals], file)
-    os.replace(temporary, path)
+    try:
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w") as file:
+            json.dump([p.encode() for p in principals], file)
+        os.replace(temporary, path)
+    except OSError:
+        with contextlib.suppress(OSError):  # a full disk: leave no half-written table behind
+            os.unlink(temporary)
+        raise
+
+
+def publish_principals(path: Path, principals: Iterable[Principal]) -> None:
+    """For a host: write its children's table, or, when it cannot, remove the old one, so that
+    the children deny every key but the cluster's (a stale table would let a revoked key pass)
+    until the next change is written."""
+    try:
+        write_principals(path, principals)
+    except OSError as error:
+        log.error("principals file %s not written (%s): its monitors and exchanges refuse "
+                  "every key but the cluster's until the next change is written",
+                  path, error)  # fmt: skip
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as gone:
+            log.error("principals file %s: the stale table could not be removed either (%s): "
+                      "revocations do not reach this host's children", path, gone)  # fmt: skip
 
 
 def read_principals(path: Path) -> list[Principal]:
-    """The table a host wrote; a principal that does not decode is left out (denied)."""
+    """The table a host wrote; a principal that does not decode is left out (denied).
+    SecurityError when the file cannot be read whole or is no table: the caller then denies."""
     try:
         with path.open("rb") as file:
-            raw = file.read(limits.security_file_bytes_max * 16 + 1)
+            raw = file.read(limits.principals_file_bytes_max + 1)
+    except OSError as error:
+        raise SecurityError(f"principals file {path}: cannot read it: {error}") from None
+    if len(raw) > limits.principals_file_bytes_max:
+        raise SecurityError(f"principals file {path} is larger than "
+                            f"{limits.principals_file_bytes_max} bytes")  # fmt: skip
+    try:
         docs = json.loads(raw)
-    except (OSError, ValueError) as error:
-        raise SecurityError(f"principals file {path} unreadable: {error}") from None
+    except (ValueError, RecursionError) as error:
+        raise SecurityError(f"principals file {path} is not JSON: {error}") from None
+    if not isinstance(docs, list):
+        raise SecurityError(f"principals file {path} is not a list of principals")
     found = []
-    for doc in docs if isinstance(docs, list) else []:
+    for doc in docs:
         try:
             found.append(principal_table.decode(doc))
         except ValueError as error:
@@ -449,25 +481,61 @@ def read_principals(path: Path) -> list[Principal]:
     return found
 
 
+class PrincipalsFile:
+    """How a monitor or exchange follows its host's principals file: `check` reloads the gate
+    when the file changed. Fails closed: a file that cannot be read or is no table, or one gone
+    after it was read (its host could not write the last change), leaves only the cluster's key
+    allowed, logged as an error once per state of the file; the next change is read again."""
+
+    def __init__(self, path: Path, seed: Iterable[Principal], gate: Gate | None = None):
+        self.path, self.seed = path, list(seed)
+        self.gate = gate or _state.gate  # this process's, unless given one
+        self.seen: tuple[int, int] | None = None  # the file's (mtime, size) last acted on
+        self.denying = False
+
+    def check(self) -> None:
+        try:
+            stat = self.path.stat()
+        except FileNotFoundError:
+            self._gone()
+            return
+        except OSError as error:
+            self._deny(f"cannot look at it: {error}", None)
+            return
+        now = (stat.st_mtime_ns, stat.st_size)
+        if now == self.seen:
+            return
+        try:
+            table = read_principals(self.path)
+        except SecurityError as error:
+            self._deny(str(error), now)
+            return
+        self.gate.replace(table)  # the table: the seed no more
+        self.seen, self.denying = now, False
+
+    def _gone(self) -> None:
+        if self.seen is None and not self.denying:
+            self.gate.replace(self.seed)  # until the host writes it: cluster.json's
+        elif not self.denying:
+            self._deny("it is gone (its host could not write the last change)", None)
+
+    def _deny(self, why: str, state: tuple[int, int] | None) -> None:
+        if self.denying and state == self.seen:
+            return  # said already; read again at the file's next change
+        self.gate.replace([])
+        self.seen, self.denying = state, True
+        log.error("principals file %s: %s; every key but the cluster's is refused until it can "
+                  "be read", self.path, why)  # fmt: skip
+
+
 def follow_principals(path: Path, seed: Iterable[Principal]) -> threading.Thread:
     """A thread that reloads the gate from `path` whenever the file changes, every
     `limits.principals_poll_s`: how a monitor or exchange learns of grants and revocations."""
-    seeded = list(seed)
+    follower = PrincipalsFile(path, seed)
 
     def run() -> None:
-        seen: tuple[int, int] | None = None
         while True:
-            try:
-                stat = path.stat()
-                now = (stat.st_mtime_ns, stat.st_size)
-                if now != seen:
-                    _state.gate.replace(read_principals(path))  # the table: the seed no more
-                    seen = now
-            except FileNotFoundError:
-                if seen is None:
-                    _state.gate.replace(seeded)  # until the host writes it: cluster.json's
-            except (OSError, SecurityError) as error:
-                log.warning("principals not reloaded: %s", error)
+            follower.check()
             time.sleep(limits.principals_poll_s)
 
     thread = threading.Thread(target=run, name="roq-principals", daemon=True)

@@ -29,12 +29,14 @@ from roq.protocol.commands import AdminCommand, BroadcastCommand
 from roq.protocol.epoch import field_epoch
 from roq.protocol.messages.host import ExchangeOnHost, queue_field
 from roq.protocol.messages.monitor import EXCHANGES_MAX
+from roq.protocol.principals import ALL as ALL_PERMISSIONS
 from roq.protocol.rules import RuleSet
 
 QUEUE_STATES: Final = ("CREATING", "RUNNING", "STOPPED", "DELETING")
 CHILD_STATES: Final = ("RESTARTING", "GIVEN_UP")
 CHILD_ROLES: Final = ("monitor", "exchange")
 T = TypeVar("T")
+PERMISSION_NAMES: Final = frozenset(p.value for p in ALL_PERMISSIONS)
 
 
 # --- requests ----------------------------------------------------------------------------------
@@ -91,10 +93,32 @@ class _OfQueue:
         return cls(queue_field(doc))
 
 
-class GetHostByQname(_OfQueue):
-    """2000: where the RUNNING queue's monitor is (`MonitorLocation`)."""
+@dataclass(frozen=True)
+class GetHostByQname:
+    """2000: where the RUNNING queue's monitor is (`MonitorLocation`). `Need`, optional: the
+    permission the asker wants the monitor for (publish, subscribe, consume), so that a refusal
+    names the one it lacks rather than `admin`; older clients omit it."""
 
-    COMMAND = AdminCommand.GET_HOST_BY_QNAME
+    queue: str
+    need: str = ""  # Need: a permission's name, or "" (any of those that locate a monitor)
+
+    def encode(self) -> Document:
+        doc: Document = {"CMD": int(AdminCommand.GET_HOST_BY_QNAME), "QName": self.queue}
+        if self.need:
+            doc["Need"] = self.need
+        return doc
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any]) -> Self:
+        return cls(queue_field(doc), need_field(doc))
+
+
+def need_field(doc: Mapping[str, Any]) -> str:
+    """`Need`: "" or the name of a permission (protocol/principals.py)."""
+    need = field_str(doc, "Need", max_chars=16, empty_ok=True, default="")
+    if need and need not in PERMISSION_NAMES:
+        raise DecodeError(f"the Need field must be one of {', '.join(sorted(PERMISSION_NAMES))}")
+    return need
 
 
 class RemoveQueue(_OfQueue):

@@ -61,7 +61,7 @@ def _acks(doc: Mapping[str, Any]) -> tuple[str, ...]:
         raise DecodeError(
             f"the Acks field must be a list of at most {limits.task_acks_per_request_max} task ids"
         )
-    if not all(isinstance(task, str) for task in value):
+    if not all(bsonmsg.is_text(task) for task in value):
         raise DecodeError("the Acks field must hold task ids (strings)")
     return tuple(check_task_id(task) for task in value)
 
@@ -198,7 +198,7 @@ class TaskConfig:
     def decode(cls, doc: Mapping[str, Any]) -> Self:
         raw = bsonmsg.field_doc(doc, "Settings") if "Settings" in doc else {}
         if len(raw) > 32 or not all(
-            isinstance(k, str) and isinstance(v, str) and len(v) <= limits.task_pattern_chars_max
+            bsonmsg.is_text(k) and bsonmsg.is_text(v) and len(v) <= limits.task_pattern_chars_max
             for k, v in raw.items()
         ):
             raise DecodeError("the Settings field must map at most 32 keys to short strings")
@@ -217,7 +217,7 @@ class TaskSettings:
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
         raw = bsonmsg.field_doc(doc, "Settings")
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
+        if not all(bsonmsg.is_text(k) and bsonmsg.is_text(v) for k, v in raw.items()):
             raise DecodeError("the Settings field must map keys to strings")
         return cls(dict(raw))
 
