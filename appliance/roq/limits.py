@@ -108,6 +108,13 @@ zk_probe_timeout_s = 1.0  # a shutdown skips its ZooKeeper clean-up if a probe w
 # (and the GCM re-places its work host.loss.grace later): docs/guarantees.md §10.
 host_lease_session_share = 0.5
 host_lease_renewals = 4
+# A child whose lease ended this many zk.session.timeouts ago and was not renewed exits by
+# itself (EXIT_FENCED, system/lease.py): by then its host's session has been without an answered
+# renewal for a whole session (expired, or the host stopped or cut off), so the GCM may have
+# re-placed its work; a host that never comes back leaves nothing running. Two, not one: a host
+# whose session expired has that long again to register and confirm its lease (a ZooKeeper
+# outage longer than this costs the children a restart, by their host, once it answers again).
+child_fenced_exit_sessions = 2.0
 # Assignment epochs (protocol/epoch.py): the senders of stale-epoch messages a client or an
 # exchange logs (once each, at debug); refusals past this many sources are only counted.
 epoch_stale_sources_logged_max = 64
