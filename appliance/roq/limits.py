@@ -39,6 +39,10 @@ host_loss_gone_max = 1_000  # gone hosts the GCM remembers (and `roq status` lis
 monitor_moved_retry_first_s = 1.0
 monitor_moved_retry_max_s = 30.0
 monitor_moved_untold_max = 1_000  # (queue, host) pairs waiting to be told again, at most
+# A host that did not answer the request to stop the monitor started for a called-off move
+# (1014, gcm/repair.py) is asked again with the same back-off, this many times at most (about
+# 4 minutes), while it stays registered (registering again, it stops that monitor itself).
+monitor_withdraw_retries_max = 10
 host_loss_stop_join_s = 5.0  # the GCM's close waits this long for its repair thread
 # a repair's wait on a host ends this soon after the GCM lost the lead (transport/rpc.py)
 request_cancel_poll_ms = 100

@@ -557,8 +557,11 @@ class HostConfigManager:
         """1014: a monitor started here for a re-placement the GCM called off (the lost host
         came back first) stops, so no monitor of the queue runs unrecorded; the exchanges here
         go on reporting to the recorded one. Only the monitor of exactly that epoch: a later
-        placement's is left alone."""
+        placement's is left alone, and so is the one the queue's record names (a request asked
+        again, gcm/repair.py, after a later placement chose this very monitor)."""
         for child in self._of(unwanted.queue, "monitor"):
+            if child.meta["epoch"] == unwanted.epoch and self._is_recorded(child):
+                return Done(f"monitor of {unwanted.queue} (epoch {unwanted.epoch}) is recorded")
             if child.meta["epoch"] == unwanted.epoch:
                 self._stop_child(child)
                 return Done(f"monitor of {unwanted.queue} (epoch {unwanted.epoch}) stopped")
