@@ -33,6 +33,9 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_DATAERR = 65  # input data (a log segment) is corrupt
 EXIT_RETIRED = 3  # a log keeper whose logs have their copies: done (host/keepers.py)
+# a child fenced long past its lease (system/lease.py): its host starts it again only if
+# ZooKeeper still assigns it there, once its lease is renewed
+EXIT_FENCED = 4
 EXIT_UNAVAILABLE = 69  # a dependency (ZooKeeper, the GCM) cannot be reached within its bound
 EXIT_SOFTWARE = 70
 EXIT_CANTCREAT = 73  # a directory or file we must write is not writable

@@ -42,6 +42,10 @@ host_loss_gone_max = 1_000  # gone hosts the GCM remembers (and `roq status` lis
 monitor_moved_retry_first_s = 1.0
 monitor_moved_retry_max_s = 30.0
 monitor_moved_untold_max = 1_000  # (queue, host) pairs waiting to be told again, at most
+# A host that did not answer the request to stop the monitor started for a called-off move
+# (1014, gcm/repair.py) is asked again with the same back-off, this many times at most (about
+# 4 minutes), while it stays registered (registering again, it stops that monitor itself).
+monitor_withdraw_retries_max = 10
 host_loss_stop_join_s = 5.0  # the GCM's close waits this long for its repair thread
 # a repair's wait on a host ends this soon after the GCM lost the lead (transport/rpc.py)
 request_cancel_poll_ms = 100
@@ -118,6 +122,13 @@ zk_probe_timeout_s = 1.0  # a shutdown skips its ZooKeeper clean-up if a probe w
 # (and the GCM re-places its work host.loss.grace later): docs/guarantees.md §10.
 host_lease_session_share = 0.5
 host_lease_renewals = 4
+# A child whose lease ended this many zk.session.timeouts ago and was not renewed exits by
+# itself (EXIT_FENCED, system/lease.py): by then its host's session has been without an answered
+# renewal for a whole session (expired, or the host stopped or cut off), so the GCM may have
+# re-placed its work; a host that never comes back leaves nothing running. Two, not one: a host
+# whose session expired has that long again to register and confirm its lease (a ZooKeeper
+# outage longer than this costs the children a restart, by their host, once it answers again).
+child_fenced_exit_sessions = 2.0
 # Assignment epochs (protocol/epoch.py): the senders of stale-epoch messages a client or an
 # exchange logs (once each, at debug); refusals past this many sources are only counted.
 epoch_stale_sources_logged_max = 64

@@ -8,6 +8,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from roq.cli.queues import _render_status
 from roq.coordination.registry import (
     ExchangeRecord,
@@ -35,7 +37,7 @@ from roq.protocol.messages.admin import (
     QueueStatus,
     RecordedExchange,
 )
-from roq.protocol.messages.host import MonitorMovedOnHost
+from roq.protocol.messages.host import MonitorMovedOnHost, StopMonitorOnHost
 
 FENCE = Fence("/roq/gcm/epoch", 1)
 WALL = [1_000_000.0]  # the wall clock the repair records in ZooKeeper
@@ -96,6 +98,7 @@ class FakeManagement:
         self.silent: set[str] = set()  # hosts whose requests time out
         self.replacing: list[str] = []  # the lost host each placement was conditioned on
         self.host_back = False  # the registry's host-absent condition fails (the host is back)
+        self.unwithdrawn = False  # ... and the chosen host did not stop the monitor it started
         self.on_create: Callable[[], object] = lambda: None  # what happens meanwhile
 
     def _start_on_host(
@@ -109,7 +112,9 @@ class FakeManagement:
         self.calls.append(("1002", host.name))
         self.replacing.append(replacing)
         if self.host_back:
-            raise HostBack(Reason.BUSY, f"host {replacing} registered again")
+            epoch = self.registry.records[queue].epoch + 1
+            left = (host.name, epoch) if self.unwithdrawn else None
+            raise HostBack(Reason.BUSY, f"host {replacing} registered again", left)
         record = self.registry.records[queue]
         record.host, record.monitor = host.name, "tcp://127.0.0.1:17500"
         record.monitor_port, record.stat_port = 17500, 17800
@@ -365,6 +370,55 @@ def test_a_move_that_finds_the_lost_host_back_stops_and_tries_no_other_host():
     assert registry.records["q1"].host == "h1" and registry.records["q1"].epoch == 0
     assert not registry.xs["x1"].lost  # nothing of h1's was marked replaced
     assert "registered again" in repair.pending["q1"]
+
+
+def test_a_called_off_moves_monitor_its_host_did_not_stop_is_asked_again_until_it_is():
+    """Issue 30: the chosen host did not answer the request to stop the monitor it started
+    for the called-off move: it is asked again (1014, that epoch) with back-off while it stays
+    registered, until it answers; roq status says so meanwhile."""
+    registry, management, repair = _cluster()
+    repair.tick(FENCE, 100.0)
+    del registry.live["h1"]
+    management.host_back = management.unwithdrawn = True
+    repair.tick(FENCE, 102.0)
+    registry.live["h1"] = HostRecord("h1", "127.0.0.1", "tcp://127.0.0.1:5100", 3)  # it is back
+    management.silent.add("h2")
+    repair.tick(FENCE, 102.5, force=True)  # not yet due (1 s)
+    assert not [c for c in management.calls if c[0] == "host"]
+    assert (
+        "has not stopped the called-off move's monitor"
+        in {p.queue: p.comment for p in repair.report()[1]}["q1"]
+    )
+    repair.tick(FENCE, 103.1, force=True)  # asked, silent again: next in 2 s
+    asked = [c[1] for c in management.calls if c[0] == "host"]
+    assert asked == [("h2", StopMonitorOnHost("q1", 1))]
+    assert repair.unwithdrawn[("q1", "h2")].at == pytest.approx(105.1)
+    management.silent.clear()
+    repair.tick(FENCE, 105.2, force=True)  # answered: done
+    assert len([c for c in management.calls if c[0] == "host"]) == 2
+    assert repair.unwithdrawn == {}
+    repair.tick(FENCE, 140.0, force=True)
+    assert len([c for c in management.calls if c[0] == "host"]) == 2
+
+
+def test_a_called_off_moves_monitor_later_recorded_or_whose_host_left_is_not_asked_again():
+    """The request is not sent again once the queue's record names that very monitor (a
+    later placement chose it) or its host is no longer registered (registering again, it
+    stops every monitor its queue's record does not name)."""
+    for case in ("recorded", "gone"):
+        registry, management, repair = _cluster()
+        repair.tick(FENCE, 100.0)
+        del registry.live["h1"]
+        management.host_back = management.unwithdrawn = True
+        repair.tick(FENCE, 102.0)
+        registry.live["h1"] = HostRecord("h1", "127.0.0.1", "tcp://127.0.0.1:5100", 3)
+        if case == "recorded":
+            registry.records["q1"].host, registry.records["q1"].epoch = "h2", 1
+        else:
+            del registry.live["h2"]
+        repair.tick(FENCE, 110.0, force=True)
+        assert not [c for c in management.calls if c[0] == "host"], case
+        assert repair.unwithdrawn == {}, case
 
 
 def test_the_repair_is_due_when_a_grace_ends_and_a_forced_check_runs_at_once():

@@ -24,7 +24,7 @@ from roq.cli.common import (
     setup_logging,
     stop_event,
 )
-from roq.errors import EXIT_FAILURE, EXIT_RETIRED
+from roq.errors import EXIT_FAILURE, EXIT_FENCED, EXIT_RETIRED
 from roq.system import notify
 
 
@@ -284,6 +284,8 @@ def monitor(
         context = new_context()
         server = Monitor(context, queue, bind, port, stat_port, settings, lease=lease, epoch=epoch)
         _serve_child(server, f"monitor {queue}", context)
+        if server.fenced_out:  # its host decides, from ZooKeeper, whether it starts again
+            raise typer.Exit(EXIT_FENCED)
 
 
 @app.command(rich_help_panel="Daemons (started by roq host)")
@@ -322,3 +324,5 @@ def exchange(
         _serve_child(server, spec.name, context)
         if server.retired:  # a keeper whose logs live exchanges hold: its host restarts none
             raise typer.Exit(EXIT_RETIRED)
+        if server.fenced_out:  # its host decides, from ZooKeeper, whether it starts again
+            raise typer.Exit(EXIT_FENCED)

@@ -84,7 +84,7 @@ from roq.protocol.ports import ExchangePort, endpoint_at, port_at
 from roq.protocol.principals import Permission
 from roq.replication import CopySender, ReplicaStore, Replicator
 from roq.system import procstat
-from roq.system.lease import Fence
+from roq.system.lease import Fence, fenced_exit_s
 from roq.transport import (
     READABLE,
     Kind,
@@ -237,7 +237,8 @@ class Exchange:
         # ... and its publishers (in drain answers): a process restarted at the same address
         # never confirms what was sent to the one before it
         self.run_id = os.urandom(dataplane.RUN_BYTES)
-        self.fence = Fence(spec.lease, spec.name)
+        self.fence = Fence(spec.lease, spec.name, fenced_exit_s(settings.session_timeout_ms))
+        self.fenced_out = False  # its lease ended long ago: it exits EXIT_FENCED
         # the highest assignment epoch of the queue seen (its start's, 1031's, 1030's): a
         # monitor's word of an older one, from a monitor since re-placed, is refused
         self.epochs = EpochWatch(spec.name, spec.epoch)
@@ -360,10 +361,7 @@ class Exchange:
             if (stop.is_set() or self.control.stop_requested) and self.leaving_since is None:
                 self._leave()
             events = dict(poller.poll(limits.poll_interval_ms))
-            if self.fence.acting(time.monotonic()) != self._acting:
-                self._acting = not self._acting
-                poller = self._poller()
-                events.pop(self.front, None)
+            poller = self._follow_fence(poller, events)
             if self.front in events:
                 # A slice of the heartbeat period at most: a saturated exchange on a starved
                 # CPU or a throttled disk must still heartbeat, or the monitor declares it dead.
@@ -423,7 +421,21 @@ class Exchange:
     def _where(self) -> tuple[str, str, str]:
         return self.spec.name, self.spec.front, self.spec.back
 
+    def _follow_fence(self, poller: Poller, events: dict[Any, int]) -> Poller:
+        """This pass's lease check: fenced, it stops reading its publishers' batches (this
+        pass's too); fenced long past the lease, it is done (`fenced_out`: it goes as it is,
+        having acted on nothing since)."""
+        now = time.monotonic()
+        if self.fence.acting(now) != self._acting:
+            self._acting = not self._acting
+            poller = self._poller()
+            events.pop(self.front, None)
+        self.fenced_out = self.fence.given_up(now)
+        return poller
+
     def _finished(self) -> bool:
+        if self.fenced_out:
+            return True
         if self.leaving_since is None:
             return False
         now = time.monotonic()

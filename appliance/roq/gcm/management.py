@@ -162,7 +162,13 @@ class QueueClaims:
 
 class HostBack(Refused):
     """The monitor's re-placement found its lost host registered again: nothing was recorded,
-    the old monitor stays the queue's (gcm/repair.py stops; the host adopts what it has)."""
+    the old monitor stays the queue's (gcm/repair.py stops; the host adopts what it has).
+    `unwithdrawn`: (host, epoch) of the monitor started for the move that its host did not
+    stop when asked (the repair asks again)."""
+
+    def __init__(self, reason: Reason, comment: str, unwithdrawn: tuple[str, int] | None = None):
+        super().__init__(reason, comment)
+        self.unwithdrawn = unwithdrawn
 
 
 class Management:
@@ -486,9 +492,11 @@ class Management:
                 fence, record, version, absent_host=replacing, mark_lost=mark_lost
             )
         except HostRegistered:
-            self._withdraw(name, host, reply, known, fence, epoch)
+            stopped = self._withdraw(name, host, reply, known, fence, epoch)
             raise HostBack(
-                Reason.BUSY, f"host {replacing} registered again: its monitor of {name} stays"
+                Reason.BUSY,
+                f"host {replacing} registered again: its monitor of {name} stays",
+                None if stopped else (host.name, epoch),
             ) from None
 
     def _withdraw(
@@ -499,12 +507,12 @@ class Management:
         known: set[str],
         fence: Fence,
         epoch: int,
-    ) -> None:
+    ) -> bool:
         """A re-placement that lost the race with the returning host: when `host` ran nothing
         of the queue before, it stops what it just started (the logs stay) and the new
         exchanges' records go; otherwise it stops only the monitor it started under `epoch`
-        (1014), and its exchanges of the queue go on. A host that does not answer keeps that
-        monitor, unrecorded (no client or exchange is sent to it), until it restarts."""
+        (1014), and its exchanges of the queue go on. False if `host` did not answer: the
+        repair asks it again to stop that monitor (1014; the new exchanges, recorded, stay)."""
         started = [x.exchange_id for x in reply.exchanges if x.exchange_id not in known]
         request: StopMonitorOnHost | StopQueueOnHost = StopQueueOnHost(name, delete_logs=False)
         if len(started) < len(reply.exchanges):
@@ -513,13 +521,14 @@ class Management:
             self._call_host(host, request, Reply.decode)
         except Refused as error:
             log.warning("queue %s: withdrawing from %s: %s", name, host.name, error)
-            return
+            return False
         if isinstance(request, StopMonitorOnHost):
             log.warning("queue %s: the monitor started on %s for the called-off move stopped",
                         name, host.name)  # fmt: skip
-            return
+            return True
         for exchange_id in started:
             self.registry.delete_exchange(fence, name, exchange_id)
+        return True
 
     def _record_exchanges(
         self, queue: str, host: HostRecord, exchanges: Sequence[ExchangeInfo], fence: Fence

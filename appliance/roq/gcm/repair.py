@@ -24,6 +24,12 @@ watch), when this GCM takes the lead, and when a gone host's grace ends; and at 
    written only while the host is still unregistered: with the monitor's move in step 1 (one
    transaction), else on its own; a host that registered first keeps its exchange.
 
+A move called off because the lost host registered first (docs/guarantees.md §8) stops the
+monitor it started; a chosen host that does not answer that request (1014) is asked again, with
+the same back-off, until it answers, is no longer registered (a host that registers again stops
+every monitor its queue's record does not name), the record names that very monitor (a later
+placement chose it), or `limits.monitor_withdraw_retries_max` requests went unanswered.
+
 What cannot be done now (no host with a free slot, a host that does not answer) is kept as a
 pending repair, shown by `roq status`, and tried again at the next check. When a host was first
 seen gone is recorded in ZooKeeper (`<ns>/gone/<host>`, wall-clock time and the leader's epoch,
@@ -62,7 +68,7 @@ from roq.gcm.management import HostBack, Management, Refused, _address_of
 from roq.protocol.bsonmsg import Reply
 from roq.protocol.commands import Reason
 from roq.protocol.messages.admin import CreateExchange, GoneHost, PendingRepair
-from roq.protocol.messages.host import MonitorMovedOnHost
+from roq.protocol.messages.host import MonitorMovedOnHost, StopMonitorOnHost
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +85,16 @@ class _Due:
 
     moving: set[str]
     lost: set[str]
+
+
+@dataclass(slots=True)
+class _Unwithdrawn:
+    """A monitor started under `epoch` for a called-off move, its host asked to stop it again
+    at `at` after `failures` requests it did not answer."""
+
+    epoch: int
+    at: float
+    failures: int
 
 
 @dataclass(slots=True)
@@ -101,6 +117,9 @@ class HostLossRepair:
         self.gone: dict[str, float] = {}  # host name → when its registration was seen gone
         self.pending: dict[str, str] = {}  # queue → what its repair waits for
         self.untold: dict[tuple[str, str], _Untold] = {}  # (queue, host) to tell again
+        # (queue, host) to ask again to stop the monitor of a called-off move; kept across
+        # terms: each request is checked against the queue's record first
+        self.unwithdrawn: dict[tuple[str, str], _Unwithdrawn] = {}
         self.leading: Callable[[], bool] = lambda: True  # the thread sets it for each term
         self.wall: Callable[[], float] = time.time  # the clock recorded in ZooKeeper
         self._lock = threading.Lock()
@@ -123,6 +142,7 @@ class HostLossRepair:
         live = {h.name for h in self.registry.hosts()}
         self._note_gone(live, now, fence)
         self._tell_again(live, now)
+        self._withdraw_again(live, now)
         # Monitors move as soon as their host's registration is gone (its session expired, or
         # it stopped): their publishers are acknowledged again within the session timeout +
         # a few seconds; exchanges, and so their logs, wait for the grace (a quick return).
@@ -152,6 +172,7 @@ class HostLossRepair:
         with self._lock:
             ends = [s + self.grace_s for n, s in self.gone.items() if n not in self._done]
             ends += [u.at for u in self.untold.values()]
+            ends += [u.at for u in self.unwithdrawn.values()]
         return min([self._next_check, *(at for at in ends if at > self._now)])
 
     def _new_term(self, fence: Fence) -> None:
@@ -324,7 +345,9 @@ class HostLossRepair:
                 self.management._start_on_host(
                     queue, host, fence, replacing=lost, mark_lost=mark_lost
                 )
-            except HostBack:
+            except HostBack as back:
+                if back.unwithdrawn is not None:  # its host did not stop it: asked again
+                    self._unwithdrawn(queue, *back.unwithdrawn, _Unwithdrawn(0, 0.0, 0))
                 raise  # the lost host is back with its monitor: no other host is tried
             except Refused as refused:
                 refusals.append(str(refused))
@@ -411,6 +434,48 @@ class HostLossRepair:
             if host is not None and now >= last.at:
                 self._tell(queue, host, last)
 
+    def _unwithdrawn(self, queue: str, host: str, epoch: int, last: _Unwithdrawn) -> None:
+        """`host` did not stop the monitor of `queue` started under `epoch`: asked again after
+        the back-off, or given up after limits.monitor_withdraw_retries_max requests."""
+        failures = last.failures + 1
+        with self._lock:
+            self.unwithdrawn.pop((queue, host), None)
+            if failures > limits.monitor_withdraw_retries_max:
+                log.error("queue %s: host %s never stopped the monitor of the called-off move "
+                          "(epoch %d); it stays until that host restarts", queue, host,
+                          epoch)  # fmt: skip
+                return
+            wait_s = backoff_s(
+                failures, limits.monitor_moved_retry_first_s, limits.monitor_moved_retry_max_s
+            )
+            self.unwithdrawn[(queue, host)] = _Unwithdrawn(epoch, self._now + wait_s, failures)
+        log.warning("queue %s: host %s did not stop the monitor of the called-off move (epoch "
+                    "%d); asked again in %.0f s", queue, host, epoch, wait_s)  # fmt: skip
+
+    def _withdraw_again(self, live: set[str], now: float) -> None:
+        """The hosts due to be asked again to stop a called-off move's monitor (1014): not one
+        no longer registered (registering again, it stops that monitor itself), nor one whose
+        monitor the queue's record now names (a later placement chose it)."""
+        for (queue, name), last in sorted(self.unwithdrawn.items()):
+            got = self.registry.queue(queue)
+            host = self.registry.host(name) if name in live else None
+            if host is None or got is None or (got[0].host, got[0].epoch) == (name, last.epoch):
+                with self._lock:
+                    self.unwithdrawn.pop((queue, name), None)
+                continue
+            if now < last.at:
+                continue
+            self._check_lead()
+            try:
+                self.management._call_host(host, StopMonitorOnHost(queue, last.epoch), Reply.decode)
+            except Refused:
+                self._unwithdrawn(queue, name, last.epoch, last)
+                continue
+            with self._lock:
+                self.unwithdrawn.pop((queue, name), None)
+            log.warning("queue %s: the monitor started on %s for the called-off move stopped at "
+                        "last", queue, name)  # fmt: skip
+
     def _replace_exchange(self, lost: ExchangeRecord, fence: Fence) -> None:
         """A 2004 as the admin API runs it (the queue is claimed by this thread already)."""
         txid = _replacement(lost)
@@ -428,6 +493,7 @@ class HostLossRepair:
         with self._lock:
             gone_since, done = dict(self.gone), set(self._done)
             waiting, untold = dict(self.pending), sorted(self.untold)
+            unwithdrawn = sorted(self.unwithdrawn)
         gone, pending = [], {}
         for name, since in sorted(gone_since.items()):
             queues = set() if name in done else self._queues_on({name})
@@ -439,8 +505,10 @@ class HostLossRepair:
                     if left > 0
                     else f"host {name} is lost; re-placing"
                 )
-        for queue, host in untold:
-            said = f"host {host} not yet told that the monitor moved"
+        said_of = [(q, f"host {h} not yet told that the monitor moved") for q, h in untold]
+        said_of += [(q, f"host {h} has not stopped the called-off move's monitor")
+                    for q, h in unwithdrawn]  # fmt: skip
+        for queue, said in said_of:
             pending[queue] = f"{pending[queue]}; {said}" if queue in pending else said
         return tuple(gone), tuple(PendingRepair(q, c) for q, c in sorted(pending.items()))
 

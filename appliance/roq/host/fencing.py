@@ -72,6 +72,11 @@ class LeaseKeeper(threading.Thread):
         self._confirmed = session.session_id(self._zk)
         return self.renew()
 
+    def valid(self, now: float) -> bool:
+        """Whether the children's lease runs at monotonic time `now` (renewed on time)."""
+        writer = self.writer
+        return writer is not None and writer.until > now
+
     def suspend(self) -> None:
         """The session expired (kazoo's thread): renew nothing until `confirm` again."""
         self._confirmed = None

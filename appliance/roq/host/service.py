@@ -105,6 +105,7 @@ class HostConfigManager:
         self._next_register = 0.0
         self._reported: list[ChildState] = []  # the children's states in the host's record
         self._next_report = 0.0
+        self._next_fenced_check = 0.0  # children that exited fenced: ZooKeeper asked then
         auth = security.zk_auth()
         self.zk = session.connect(
             settings.zk.servers,
@@ -290,6 +291,7 @@ class HostConfigManager:
             if self._session_lost.is_set():
                 self._reregister(now)
             else:
+                self._restart_fenced(now)
                 self._report_children(now)
 
     def _dispatch(self, request: Document) -> Document:
@@ -531,12 +533,39 @@ class HostConfigManager:
                         self.name, child.name)  # fmt: skip
             self._stop_child(child)
 
+    def _restart_fenced(self, now: float) -> None:
+        """The children that exited fenced (EXIT_FENCED): once the lease runs again (this
+        session is confirmed and answers), each that ZooKeeper still assigns here starts again
+        on its ports; the others go. ZooKeeper is asked at most every reregister interval."""
+        waiting = [c for c in self.children if c.fenced_out]
+        if not waiting or now < self._next_fenced_check or not self.lease.valid(now):
+            return
+        self._next_fenced_check = now + limits.host_reregister_interval_s
+        try:
+            moved = {id(c) for c in adoption.moved_children(self.registry, self.name, waiting)}
+        except RoqError as error:
+            log.warning("host %s: cannot check its fenced children's assignments: %s",
+                        self.name, error)  # fmt: skip
+            return
+        for child in waiting:
+            if id(child) in moved:
+                log.warning("host %s: %s exited fenced and was re-placed meanwhile; it stays "
+                            "stopped", self.name, child.name)  # fmt: skip
+                self._stop_child(child)
+                continue
+            log.warning("host %s: %s exited fenced and is still assigned here; starting it "
+                        "again", self.name, child.name)  # fmt: skip
+            child.fenced_out, child.restart_at = False, now  # `supervision.watch` starts it
+
     def stop_monitor(self, unwanted: StopMonitorOnHost) -> Encodable:
         """1014: a monitor started here for a re-placement the GCM called off (the lost host
         came back first) stops, so no monitor of the queue runs unrecorded; the exchanges here
         go on reporting to the recorded one. Only the monitor of exactly that epoch: a later
-        placement's is left alone."""
+        placement's is left alone, and so is the one the queue's record names (a request asked
+        again, gcm/repair.py, after a later placement chose this very monitor)."""
         for child in self._of(unwanted.queue, "monitor"):
+            if child.meta["epoch"] == unwanted.epoch and self._is_recorded(child):
+                return Done(f"monitor of {unwanted.queue} (epoch {unwanted.epoch}) is recorded")
             if child.meta["epoch"] == unwanted.epoch:
                 self._stop_child(child)
                 return Done(f"monitor of {unwanted.queue} (epoch {unwanted.epoch}) stopped")

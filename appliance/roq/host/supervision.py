@@ -25,6 +25,7 @@ from roq.backoff import backoff_s
 from roq.coordination.registry import ChildState
 from roq.errors import (
     EXIT_CONFIG,
+    EXIT_FENCED,
     EXIT_RETIRED,
     EXIT_TEMPFAIL,
     PortInUse,
@@ -62,6 +63,9 @@ class Child:
     restart_at: float | None = None
     given_up: bool = False
     retired: bool = False  # a log keeper that exited EXIT_RETIRED: done, never restarted
+    # exited EXIT_FENCED (system/lease.py): not restarted in place; its host starts it again
+    # once its lease is renewed, if ZooKeeper still assigns it there
+    fenced_out: bool = False
     last_exit: str = ""  # how its last run or start ended
     state_at: float = 0.0  # wall clock: its next restart, or when it was given up
     meta: dict[str, Any] = field(default_factory=dict)
@@ -224,6 +228,11 @@ def watch(child: Child, context: Any, now: float) -> None:
         if child.role == "keeper" and code == EXIT_RETIRED:
             child.retired, child.process = True, None
             log.info("%s: retired (its logs have their copies on live exchanges)", child.name)
+            return
+        if code == EXIT_FENCED:
+            child.fenced_out, child.process = True, None
+            log.warning("%s: exited, fenced long past its lease; started again only if still "
+                        "assigned here once the lease is renewed", child.name)  # fmt: skip
             return
         _schedule_restart(child, _ended(code), now)
         return

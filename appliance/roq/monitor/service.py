@@ -106,7 +106,7 @@ from roq.protocol.messages.topics import TOPIC_COMMANDS
 from roq.protocol.names import is_state_log
 from roq.protocol.ports import ExchangePort, MonitorPort, StatPort, port_at, sibling
 from roq.protocol.principals import Permission, Principal, refusal
-from roq.system.lease import Fence
+from roq.system.lease import Fence, fenced_exit_s
 from roq.transport import (
     READABLE,
     ConnectionWatch,
@@ -145,7 +145,10 @@ class Monitor:
         # its assignment epoch (protocol/epoch.py), in every reply and notice: a client or an
         # exchange that heard from a monitor placed later refuses this one's word
         self.epoch = epoch
-        self.fence = Fence(lease, self.name)  # fencing: its host's lease (system/lease.py)
+        # fencing: its host's lease (system/lease.py); long past its end, the monitor exits
+        exit_s = fenced_exit_s(settings.zk.session_timeout_ms)
+        self.fence = Fence(lease, self.name, exit_s)
+        self.fenced_out = False
         self._acting = True
         # until then it has not heard from every connected consumer (`_live_consumers`)
         self._deaf_until = time.monotonic() + limits.task_worker_rejoin_ms / 1000
@@ -287,7 +290,7 @@ class Monitor:
         log.info("%s: placing publishers on tcp://%s:%d (epoch %d)", self.name, self.address,
                  placement, self.epoch)  # fmt: skip
         clock = TurnClock(now)
-        while not (stop.is_set() or self.control.stop_requested):
+        while not (stop.is_set() or self.control.stop_requested or self.fenced_out):
             self._follow_copies(poller)
             wait_ms = self._poll_ms()
             ready = poller.poll(wait_ms)
@@ -358,6 +361,7 @@ class Monitor:
         sends no notice; another monitor may already serve the queue. Back under a lease, the
         exchanges' silence while it was not listening is not held against them."""
         acting = self.fence.acting(now)
+        self.fenced_out = self.fence.given_up(now)  # the loop ends: it exits EXIT_FENCED
         if self._acting and not acting:
             self.tasks.release(self._fenced())
             self.groups.release_waits(self._fenced())

@@ -14,6 +14,13 @@ so a child woken after a long stop sees at once that the lease is old. Its write
 thread, its readers read 16 bytes (one pread) per loop pass: no socket, no dependence on the
 host's main loop. The time is written twice in one write; a read that finds the two halves
 different (a write in progress) keeps the previous value.
+
+A child whose lease ended `limits.child_fenced_exit_sessions` session timeouts ago, not renewed
+since, exits with EXIT_FENCED (`Fence.given_up`): its host's session went that long without an
+answered renewal, so its work may run elsewhere, and a host that never comes back (stopped, cut
+off, its process gone while its children lived on) must not leave it running, fenced, for good.
+Its host does not restart it in place: once the lease is renewed, it starts it again only if
+ZooKeeper still assigns it there (host/service.py).
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ import logging
 import os
 import struct
 from pathlib import Path
+
+from roq import limits
 
 log = logging.getLogger(__name__)
 
@@ -76,12 +85,19 @@ class LeaseReader:
             self._fd = None
 
 
+def fenced_exit_s(session_timeout_ms: int) -> float:
+    """How long after its lease ended a child not renewed since exits (limits.py)."""
+    return session_timeout_ms / 1000 * limits.child_fenced_exit_sessions
+
+
 class Fence:
     """Whether a child may act, checked once per loop pass (`acting`); logs each change once
-    at WARNING. Without a lease path (a child run by hand, outside a host) it always acts."""
+    at WARNING. Without a lease path (a child run by hand, outside a host) it always acts.
+    `exit_after_s` (0: never): how long past the lease's end `given_up` says to exit."""
 
-    def __init__(self, path: str, name: str):
+    def __init__(self, path: str, name: str, exit_after_s: float = 0.0):
         self.name = name
+        self.exit_after_s = exit_after_s
         self._reader = LeaseReader(path) if path else None
         self.fenced = False
         self.fenced_at = 0.0  # monotonic time this child noticed its lease had run out
@@ -105,6 +121,18 @@ class Fence:
                 log.warning("%s: lease renewed after %.1f s fenced; acting again",
                             self.name, now - self.fenced_at)  # fmt: skip
         return not expired
+
+    def given_up(self, now: float) -> bool:
+        """Fenced and its lease ended `exit_after_s` ago or more (read by this pass's
+        `acting`): the child exits, EXIT_FENCED. Logged at WARNING."""
+        if self._reader is None or self.exit_after_s <= 0 or not self.fenced:
+            return False
+        if now - self._reader.until < self.exit_after_s:
+            return False
+        log.warning("%s: its lease ended %.1f s ago and was not renewed: exiting (its host starts "
+                    "it again if ZooKeeper still assigns it there)", self.name,
+                    now - self._reader.until)  # fmt: skip
+        return True
 
     def close(self) -> None:
         if self._reader is not None:

@@ -1,4 +1,4 @@
-"""Timing hooks for tests/integration/test_restart_monitors.py only.
+"""Timing hooks for tests/integration/test_restart_monitors.py and test_hostloss.py only.
 
 Python imports `sitecustomize` at the start of every process with this directory on PYTHONPATH:
 a test puts it there for the roq processes it starts (a host's children inherit the
@@ -13,6 +13,9 @@ environment). Each hook is off unless its variable is set; nothing of roq change
   registered before it reads them again to choose one (`gcm/repair.py`
   `_hosts_with_free_slots`), once per process: as if its thread had been descheduled at that
   point while the gone host registered again (the `roq up` restart race, made certain).
+- ROQ_TEST_WITHDRAWAL_UNANSWERED: the GCM's first request to stop a called-off move's monitor
+  (1014, `gcm/management.py` `_withdraw`) fails as one the host did not answer in hcmTIMEOUT
+  (`HostSilent`), without being sent: the host keeps that monitor until it is asked again.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import time
 
 _REPLAY_S = float(os.environ.get("ROQ_TEST_REPLAY_S") or 0)
 _WAIT_FOR_HOST_S = float(os.environ.get("ROQ_TEST_REPAIR_WAITS_FOR_HOST") or 0)
+_WITHDRAWAL_UNANSWERED = bool(os.environ.get("ROQ_TEST_WITHDRAWAL_UNANSWERED"))
 
 if _REPLAY_S > 0:
     from roq.log import statelog
@@ -52,3 +56,20 @@ if _WAIT_FOR_HOST_S > 0:
         return _choose(self)
 
     repair.HostLossRepair._hosts_with_free_slots = _after_a_host_registered
+
+if _WITHDRAWAL_UNANSWERED:
+    from roq.gcm import management
+    from roq.protocol.commands import Reason
+    from roq.protocol.messages.host import StopMonitorOnHost
+
+    _call_host = management.Management._call_host
+    _dropped = []
+
+    def _first_withdrawal_unanswered(self, host, request, decode):  # type: ignore[no-untyped-def]
+        if isinstance(request, StopMonitorOnHost) and not _dropped:
+            _dropped.append(True)
+            management.log.warning("test hook: the request to stop the monitor is not sent")
+            raise management.HostSilent(Reason.HOST_FAILED, f"host {host.name} did not answer")
+        return _call_host(self, host, request, decode)
+
+    management.Management._call_host = _first_withdrawal_unanswered
