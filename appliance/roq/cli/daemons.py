@@ -84,7 +84,7 @@ def host(
         secure(settings.security, generate=True)
         from roq.host.service import HostConfigManager
 
-        manager = HostConfigManager(settings, stopping=stop)
+        manager = HostConfigManager(settings)
         _serve(manager, f"host {manager.name}", stop)
 
 

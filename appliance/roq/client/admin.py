@@ -180,9 +180,11 @@ class AdminClient:
             timeout_ms = min(timeout_ms, limits.request_timeout_ms)
             notice_s = limits.client_wait_notice_s
         wait = _Wait(self._given(), self.budget_s, notice_s if self.retries > 1 else None)
+        attempts = 0
         for attempt in range(self.retries):
             if attempt and not wait.sleep(backoff_s(attempt, *_BACKOFF_S, linear=True)):
                 break
+            attempts += 1
             try:
                 endpoint = self._endpoint or self._resolve()
                 reply = self._attempt(endpoint, doc, wait.bound_ms(timeout_ms), wait)
@@ -202,7 +204,7 @@ class AdminClient:
                 raise AdminRefused(envelope.error, envelope.comment)
             return reply
         raise GcmUnreachable(
-            f"{self._given()} (admin endpoint {endpoint}) did not answer: {wait.tries(attempt + 1)}"
+            f"{self._given()} (admin endpoint {endpoint}) did not answer: {wait.tries(attempts)}"
             f"; last: {last_error}"
         )
 

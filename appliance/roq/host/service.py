@@ -92,16 +92,13 @@ class _Adopting:
 
 
 class HostConfigManager:
-    def __init__(self, settings: HostSettings, stopping: threading.Event | None = None):
-        """`stopping`: the process's stop (SIGTERM), so that one during the adoption of its
-        children at `bind` ends their starts too, not only one during `run`."""
+    def __init__(self, settings: HostSettings):
         self.settings = settings
         self.address = resolve_interface(settings.interface)
         self.name = settings.name or self.address
         self.max_exchanges = settings.exchanges_max
         self.context = new_context()
         self._session_lost = threading.Event()  # set from kazoo's thread, acted on in run()
-        self._stopping = stopping or threading.Event()  # run()'s stop, once it runs
         self._next_register = 0.0
         self._reported: list[ChildState] = []  # the children's states in the host's record
         self._next_report = 0.0
@@ -279,7 +276,6 @@ class HostConfigManager:
         log.info("host %s serving on %s", self.name, self.endpoint)
         if on_ready is not None:
             on_ready()
-        self._stopping = stop  # a child's start in progress ends when it is set
         while not stop.is_set():
             if poller.poll(limits.poll_interval_ms):
                 answer(self.sock, self._dispatch, f"host {self.name}", log)
@@ -739,7 +735,7 @@ class HostConfigManager:
         (the caller tries other ports)."""
         start.done = True
         try:
-            supervision.wait_ready(start.child, self.context, self._stopping)
+            supervision.wait_ready(start.child, self.context)
         except PortInUse as error:
             log.warning("%s", error)
             self._release(start.ports)

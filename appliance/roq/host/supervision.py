@@ -14,7 +14,6 @@ import logging
 import os
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -89,24 +88,20 @@ def spawn(child: Child) -> None:
     child.started_at = time.monotonic()
 
 
-def wait_ready(child: Child, context: Any, stopping: threading.Event | None = None) -> None:
+def wait_ready(child: Child, context: Any) -> None:
     """Wait until a spawned child answers PING; raise PortInUse or ChildFailed (then it is
-    stopped). `stopping` (the host's stop) ends the wait at once: a host told to stop does
-    not wait out a child's start (issue 32: a SIGTERM during a queue's start took 25 s)."""
+    stopped)."""
     assert child.process is not None
-    _wait_ready(child, context, stopping or threading.Event())
+    _wait_ready(child, context)
     log.info("%s started (pid %d, control %s)", child.name, child.process.pid, child.control)
 
 
-def _wait_ready(child: Child, context: Any, stopping: threading.Event) -> None:
+def _wait_ready(child: Child, context: Any) -> None:
     assert child.process is not None
     deadline = time.monotonic() + limits.child_ready_timeout_ms / 1000
     requester = Requester(context, child.control, timeout_ms=250)
     try:
         while time.monotonic() < deadline:
-            if stopping.is_set():
-                stop(child, context)
-                raise ChildFailed(f"{child.name}: the host is stopping")
             code = child.process.poll()
             if code is not None:
                 raise _exit_error(child, code)
