@@ -163,8 +163,7 @@ class Monitor:
         self.bad_frames = 0
         self.relocations = 0
         self.replication_factor = settings.replication_factor
-        # Gone exchanges' logs being copied again (`_plan_copies`)
-        self.copy_plans: dict[str, CopyPlan] = {}
+        self.copy_plans: dict[str, CopyPlan] = {}  # gone logs being copied again (_plan_copies)
         self._context = context
         self._controls: dict[str, Any] = {}  # front → DEALER to the exchange's control port
         # front → whether that DEALER's connection is up: a dead process's kernel closes it,
