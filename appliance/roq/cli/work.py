@@ -198,7 +198,8 @@ def group_dlq(
 
         with _admin(gcm, zk, namespace) as admin:
             letters = admin.get_group(queue, group).dead_letter_queue
-        if not _queue_exists(letters, gcm, zk, namespace):
+            exists = admin.queue_exists(letters)
+        if not exists:
             typer.echo(f"roq group dlq: {queue}/{group} has no dead letters ({letters})", err=True)
             return
         stop = stop_event()
@@ -214,11 +215,6 @@ def group_dlq(
                 shown += len(batch)
                 if not batch:
                     break
-
-
-def _queue_exists(name: str, gcm: str, zk: str | None, namespace: str) -> bool:
-    with _admin(gcm, zk, namespace) as admin:
-        return bool(admin.queue_exists(name))
 
 
 def dead_letter_fields(payload: bytes) -> dict[str, object]:
