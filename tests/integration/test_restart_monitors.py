@@ -15,13 +15,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+import zkrecords
 
 from roq import limits
 from roq.client.live import monitor_status
@@ -29,9 +29,7 @@ from roq.client.locate import MonitorAddress
 from roq.client.publisher import Publisher
 from roq.client.subscriber import Subscriber
 from roq.client.topics import TopicClient
-from roq.coordination import session
-from roq.coordination.paths import Paths
-from roq.coordination.registry import QueueRecord, Registry
+from roq.coordination.registry import QueueRecord
 from roq.protocol.bsonmsg import Reply
 from roq.protocol.commands import MonitorCommand, Reason
 from roq.protocol.messages.host import CreateQueueOnHost, StopMonitorOnHost
@@ -65,17 +63,8 @@ def _within(
         raise AssertionError(f"{error}\n{cluster.logs()}") from None
 
 
-@contextlib.contextmanager
-def _registry(cluster: LocalCluster) -> Iterator[Registry]:
-    client = session.connect(cluster.zk, 4000, auth=cluster.zk_auth)
-    try:
-        yield Registry(client, Paths(cluster.namespace))
-    finally:
-        session.close(client)
-
-
 def _records(cluster: LocalCluster, queues: tuple[str, ...]) -> dict[str, QueueRecord]:
-    with _registry(cluster) as registry:
+    with zkrecords.registry(cluster) as registry:
         found = {q: registry.queue(q) for q in queues}
     return {q: got[0] for q, got in found.items() if got is not None}
 
@@ -248,7 +237,7 @@ def test_a_placement_under_a_newer_epoch_leaves_the_hosts_recorded_monitor_alone
     cluster.start_with_queue(1)
     [monitor] = _monitors(cluster, "q1")
     [record] = _records(cluster, ("q1",)).values()
-    with _registry(cluster) as registry:
+    with zkrecords.registry(cluster) as registry:
         h1 = registry.host("h1")
     assert h1 is not None and record.epoch == 1
     with cluster.as_cluster():  # the GCM's requests: the cluster's own principal

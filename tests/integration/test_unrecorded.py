@@ -22,17 +22,15 @@ import json
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import zkrecords
 
 from roq import limits
 from roq.client.publisher import Publisher
-from roq.coordination import session
-from roq.coordination.paths import Paths
-from roq.coordination.registry import ExchangeRecord, QueueRecord, Registry
+from roq.coordination.registry import ExchangeRecord, QueueRecord
 from roq.testing.cluster import Daemon, LocalCluster, wait_for
 
 pytestmark = pytest.mark.integration
@@ -128,15 +126,6 @@ class Watch:
                 self.longest[pid] = (span, why)
 
 
-@contextlib.contextmanager
-def _registry(cluster: LocalCluster) -> Iterator[Registry]:
-    client = session.connect(cluster.zk, 4000, auth=cluster.zk_auth)
-    try:
-        yield Registry(client, Paths(cluster.namespace))
-    finally:
-        session.close(client)
-
-
 def _keep_publishing(pubs: list[Publisher], stop: threading.Event) -> threading.Thread:
     """Each publisher sends a message every 10 ms (acks=all), never flushed: the load the
     exchanges act on while the host is killed and comes back."""
@@ -219,7 +208,7 @@ def _sample(cluster: LocalCluster, watch: Watch) -> None:
     """Sample until WATCH_S after h1 registered again (it must within a start's bound)."""
     gcm = cluster.daemons[0]
     deadline = time.monotonic() + 60  # h1 registers within this
-    with _registry(cluster) as registry:
+    with zkrecords.registry(cluster) as registry:
         while True:
             now = time.monotonic()
             if watch.registered_at is None:
@@ -284,7 +273,7 @@ def test_children_of_a_host_that_never_comes_back_exit_by_themselves(
     assert h1.log_text().count("was not renewed: exiting") == 2, h1.log_text()[-4000:]
     wait_for(lambda: "registered again after its ZooKeeper session expired" in h1.log_text(),
              20, "h1 registered again")  # fmt: skip
-    with _registry(cluster) as registry:
+    with zkrecords.registry(cluster) as registry:
         wait_for(lambda: any(x.lost for x in registry.exchanges("q1")), 15, "h1's exchange lost")
         got = registry.queue("q1")
         assert got is not None and got[0].host == "h2"
@@ -315,7 +304,7 @@ def test_fenced_children_still_assigned_are_started_again_by_their_host(
     wait_for(lambda: h1.log_text().count("is still assigned here; starting it again") == 2, 30,
              f"h1 started its children again\n{h1.log_text()[-3000:]}")  # fmt: skip
     wait_for(lambda: len(cluster.queue_processes(host="h1")) == 2, 30, "h1's monitor, exchange")
-    with _registry(cluster) as registry:
+    with zkrecords.registry(cluster) as registry:
         got = registry.queue("q1")
         assert got is not None and (got[0].host, got[0].epoch) == ("h1", 1)
         assert not any(x.lost for x in registry.exchanges("q1"))
