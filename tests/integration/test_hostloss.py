@@ -278,8 +278,14 @@ def test_a_returning_host_serves_its_lost_exchanges_logs_and_copies_them_on(
     wait_for(lambda: lost("h2"), SESSION_S + 15, f"h2's exchange lost\n{cluster.logs()}")
     back = cluster.start_host("h2", **settings)
     wait_for(lambda: lost("h1"), SESSION_S + 20, f"h1's exchange lost\n{cluster.logs()}")
-    keepers = [_cmdline(p) for p in cluster.queue_processes(host="h2")]
-    assert any(f"--id {ids['h2']}" in c and "--keeper" in c for c in keepers), keepers
+
+    # h2 starts the keeper when it adopts its work, which on a loaded machine can come after h1
+    # was declared lost: wait for it rather than look once
+    def keeper() -> bool:
+        running = [_cmdline(p) for p in cluster.queue_processes(host="h2")]
+        return any(f"--id {ids['h2']}" in c and "--keeper" in c for c in running)
+
+    wait_for(keeper, 30, f"h2's keeper of its lost log\n{back.log_text()[-3000:]}", 0.2)
     _read_acknowledged(cluster, acknowledged, 60)
 
     # The keeper sends what it holds on: each lost log reaches two complete copies on live
@@ -502,8 +508,11 @@ def test_the_gone_clock_survives_a_gcm_fail_over(cluster: LocalCluster) -> None:
              f"the leader saw h1 gone\n{first.log_text()[-3000:]}")  # fmt: skip
     seen = time.monotonic()
     time.sleep(5.0)  # well into the grace, so a fresh clock would end long after the recorded one
-    assert _queue(cluster)["Host"] == "h2"  # the monitor moved at once (issue 30 item 5)
-    assert not any(x["Lost"] for x in _queue(cluster)["Exchanges"])  # the exchange waits
+    status = _queue(cluster)
+    assert status["Host"] == "h2"  # the monitor moved at once (issue 30 item 5)
+    # an answer that came past the grace (a loaded CI machine) can tell nothing of the wait
+    if time.monotonic() - seen < grace_s - 1:
+        assert not any(x["Lost"] for x in status["Exchanges"])  # the exchange waits
     cluster.kill(first)
 
     def h1s_exchange_lost() -> bool:
