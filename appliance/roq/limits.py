@@ -84,6 +84,16 @@ child_shutdown_ask_ms = 500
 # gives up starting it (host/service.py).
 child_bind_attempts = 3
 
+# A host's exchanges when exchange.max.perhost is 0 (the default), derived at its start from
+# the machine (host/capacity.py): per core, and per memory budget of one exchange (its memory
+# log, log.memory.bytes, plus this for the process, its buffers and its share of the queue's
+# monitor: an idle exchange is ~45 MiB, one under full load 130-210 MB, benchmarks.md), never
+# fewer than the floor (the fixed default until 26 Nov 2026) nor more than the key's bound.
+host_exchanges_per_core = 8  # an idle exchange takes ~1-2 % of a core, a busy one about one
+host_exchange_memory_bytes = 128 * 1024 * 1024
+host_exchanges_floor = 8
+host_exchanges_ceiling = 1000
+
 # `roq up` restarts a GCM, host or ZooKeeper it started that died, after a back-off that
 # doubles from the min to the max; one that lived `up_stable_after_s` resets it.
 up_restart_backoff_s_min = 0.5
