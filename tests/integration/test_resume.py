@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from roq.client.publisher import Publisher
-from roq.errors import RoqError
+from roq.errors import EXIT_NOT_SERVING, RoqError
 from roq.system.spawn import child_environment, roq_command
 from roq.testing.cluster import LocalCluster, PortBlocks, child_pids, processes_with, wait_for
 
@@ -321,7 +321,7 @@ def test_a_host_killed_and_started_again_serves_its_queues_with_their_logs(
     cluster.kill(host)  # the host's process group: its children die with it
     wait_for(lambda: not _queue_processes(cluster, "q1"), 10, "q1's processes gone")
     wait_for(
-        lambda: "NOT SERVING: host h1 is down" in _roq(cluster, "status"),
+        lambda: "NOT SERVING: host h1 is down" in _not_serving(cluster),
         15,
         "status saying why q1 is not served (h1's session expires in 4 s)",
     )
@@ -334,6 +334,13 @@ def test_a_host_killed_and_started_again_serves_its_queues_with_their_logs(
 def _roq(cluster: LocalCluster, *args: str) -> str:
     result = cluster.cli(*args, "--gcm", cluster.gcm, timeout_s=60)
     assert result.returncode == 0, f"roq {' '.join(args)}: {result.stderr}\n{cluster.logs()}"
+    return result.stdout
+
+
+def _not_serving(cluster: LocalCluster) -> str:
+    """`roq status` while a queue is not served: it exits EXIT_NOT_SERVING (issue 32)."""
+    result = cluster.cli("status", "--gcm", cluster.gcm, timeout_s=60)
+    assert result.returncode == EXIT_NOT_SERVING, f"roq status: {result.stderr}"
     return result.stdout
 
 

@@ -43,6 +43,7 @@ def analytics(
     if report_dir:
         job_args += ["--report-dir", report_dir]
     with errors_to_exit():
+        submit.check_input(log_dir, kpi_dir)  # refused at once, not after a Spark start
         code = submit.run(log_dir, out, master, job_args, driver_memory)
     if code != 0:
         raise fail(f"spark-submit exited with {code}", code)

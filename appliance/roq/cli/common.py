@@ -58,7 +58,10 @@ def setup_logging(level: str = "INFO") -> None:
         format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s",
         stream=sys.stderr,
     )
-    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    # kazoo one level above the command's: a daemon (INFO) logs its warnings, a client command
+    # (WARNING) not its connection retries, which came before its own error naming the address
+    kazoo_level = max(logging.WARNING, logging.getLogger().getEffectiveLevel() + 10)
+    logging.getLogger("kazoo").setLevel(kazoo_level)
 
 
 def fail(message: str, code: int) -> typer.Exit:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
 
 import typer
 
@@ -18,6 +20,10 @@ from roq.cli.common import (
     setup_logging,
     stop_event,
 )
+from roq.errors import BadInput
+
+if TYPE_CHECKING:  # imported where used: `roq --help` does not load the client
+    from roq.log.format import Record
 
 log = logging.getLogger("roq.cli")
 NAMESPACE_OPTION = typer.Option("/roq", "--namespace", help="ZooKeeper namespace (with --zk).")
@@ -69,12 +75,26 @@ def pub(
 
 def _payloads(count: int | None, size: int):  # type: ignore[no-untyped-def]
     if count is None:
-        for line in sys.stdin.buffer:
-            yield line.rstrip(b"\n")
+        yield from _stdin_lines(sys.stdin.buffer)
         return
     filler = b"x" * max(0, size - 12)
     for index in range(count):
         yield (b"%011d " % index + filler)[: max(size, 12)]
+
+
+def _stdin_lines(stream: BinaryIO) -> Iterator[bytes]:
+    """Each line without its newline; a line longer than a message ends the command as bad input
+    (exit 65), read no further than the bound: a 10 GB line costs no 10 GB of memory."""
+    number = 0
+    while line := stream.readline(limits.message_bytes_max + 2):
+        number += 1
+        payload = line.removesuffix(b"\n")
+        if len(payload) > limits.message_bytes_max:
+            raise BadInput(
+                f"stdin line {number} is longer than a message may be ({limits.message_bytes_max}"
+                f" bytes, limits.message_bytes_max); the {number - 1} lines before it were sent"
+            )
+        yield payload
 
 
 class _Pacer:
@@ -126,7 +146,7 @@ def sub(
         from roq.client.subscriber import Subscriber
 
         stop = stop_event()
-        received = 0
+        received = requests = 0
         out = sys.stdout.buffer
         with Subscriber(
             queue, key.encode(), gcm=None if zk else gcm, zk=zk, namespace=namespace,
@@ -144,10 +164,16 @@ def sub(
                 window = 0.2 if left is None else min(0.2, left)
                 wanted = None if count is None else count - received
                 for record in subscriber.messages(wanted, window):
+                    if _is_request(record):
+                        requests += 1
+                        continue
                     out.write(record.payload + b"\n")
                     received += 1
                 out.flush()
                 subscriber.commit()  # after the output is out: at-least-once across a kill
+            if requests:
+                typer.echo(f"roq sub: skipped {requests} requests of services (roq call; "
+                           "`roq task show` reads one)", err=True)  # fmt: skip
             if subscriber.corrupt_records or subscriber.skipped_bytes:
                 typer.echo(f"roq sub: skipped {subscriber.corrupt_records} records of corrupt "
                            f"batches and {subscriber.skipped_bytes} damaged log bytes",
@@ -155,6 +181,17 @@ def sub(
         if count is not None and received < count and not stop.is_set():
             typer.echo(f"roq sub: only {received} of {count} messages before the timeout", err=True)
             raise typer.Exit(75)
+
+
+def _is_request(record: Record) -> bool:
+    """A request of `roq call` (a BSON task record keyed `<service>/`, docs/requests.md) rather
+    than a message: `roq sub` prints payloads, one per line, for text tools; a request's BSON
+    belongs to its service's workers, and its payload is read with `roq task show`."""
+    if not record.key.endswith(b"/"):
+        return False
+    from roq.protocol.messages.tasks import request_of
+
+    return request_of(record.key, record.payload) is not None
 
 
 def _parse_time(text: str | None) -> float | None:
