@@ -47,6 +47,8 @@ EXIT_CANTCREAT = 73  # a directory or file we must write is not writable
 EXIT_TEMPFAIL = 75  # a port we must bind is taken; a retry later may succeed
 EXIT_NOPERM = 77  # credentials missing, or refused by a server (sysexits' EX_NOPERM)
 EXIT_CONFIG = 78
+# a client command stopped (Ctrl-C, SIGTERM) with nothing to settle: typer's for KeyboardInterrupt
+EXIT_INTERRUPTED = 130
 
 
 class RoqError(Exception):

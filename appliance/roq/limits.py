@@ -398,6 +398,7 @@ assert state_snapshot_batch_bytes <= batch_bytes_max
 bench_ready_timeout_s = 30.0  # a bench subscriber process must say it is ready within this
 bench_drain_quiet_s = 1.5  # a subscriber stops after the run once nothing arrived for this long
 bench_drain_max_s = 20.0  # ... or this long after the run at the latest
+bench_stop_grace_s = 0.5  # `roq bench` stopped: its workers get this long after SIGTERM
 bench_latency_samples_max = 20_000  # latency samples kept per worker and run
 
 # --- the HTTP gateway (roq/http/); its API limits are keys (maxQueueSize, maxMsgSize, ...) ----
@@ -485,6 +486,9 @@ work_exec_timeout_s = 3600.0  # `roq work --exec`: a command running longer is k
 # An idle `roq work` waits for its next message in slices this long, so that Ctrl-C and SIGTERM
 # stop it within one (issue 32: it waited for a message first, for ever on an idle queue).
 work_cli_stop_check_s = 0.2
+# A `roq work --exec` command still running when its consumer is stopped gets this long after
+# SIGTERM before SIGKILL (and its message is released): the whole stop stays within a second.
+work_exec_stop_grace_s = 0.3
 
 # --- request/response through queues (client/requests.py, monitor/tasks.py) ---------------------
 # A task's record, its result included, is one record of the queue's state log (delivery.state=

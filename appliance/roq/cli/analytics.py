@@ -12,7 +12,14 @@ import typer
 
 from roq.analytics.kpi import KpiRecorder
 from roq.cli.app import app
-from roq.cli.common import GCM_OPTION, errors_to_exit, fail, setup_logging, stop_event
+from roq.cli.common import (
+    GCM_OPTION,
+    errors_to_exit,
+    fail,
+    interruptible,
+    setup_logging,
+    stop_event,
+)
 from roq.client.locate import locate_monitor
 from roq.errors import CorruptRecord, ProtocolError, RoqError
 from roq.protocol import bsonmsg
@@ -66,7 +73,8 @@ def kpi_record(
     setup_logging()
     stop = stop_event()
     with errors_to_exit():
-        streams = [_kpi_stream(queue, gcm, stop) for queue in queues]
+        with interruptible(stop):  # finding the queues' monitors: nothing recorded yet
+            streams = [_kpi_stream(queue, gcm, stop) for queue in queues]
         recorder = KpiRecorder(directory, source, KPI_SEGMENT_BYTES)
         try:
             recorded = _record(streams, recorder, stop, seconds)

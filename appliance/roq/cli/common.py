@@ -94,14 +94,36 @@ def serving(what: str) -> Iterator[None]:
         raise fail(f"{what}: unexpected {type(error).__name__}: {error}", 70) from None
 
 
+# "waiting" is set by `interruptible` while the main thread waits with nothing in flight to settle
+_main_thread = {"waiting": False}
+
+
 def stop_event() -> threading.Event:
-    """An event set by SIGTERM or SIGINT (Ctrl-C): daemons drain and exit 0."""
+    """An event set by SIGTERM or SIGINT (Ctrl-C): daemons drain and exit 0, a client command
+    settles what it holds and exits 0. Inside `interruptible` the signal also ends the wait at
+    once: KeyboardInterrupt, which typer makes exit 130."""
     event = threading.Event()
 
     def handler(signum: int, _frame: object) -> None:
         logging.getLogger("roq").info("received %s; stopping", signal.Signals(signum).name)
         event.set()
+        if _main_thread["waiting"]:
+            raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
     return event
+
+
+@contextmanager
+def interruptible(stop: threading.Event) -> Iterator[None]:
+    """Around a client's waits that hold nothing to settle (finding and joining a queue, reading
+    stdin, waiting for a result): a signal of `stop_event` ends them at once rather than when
+    they time out (issue 32: every client command stops within 1 s of Ctrl-C or SIGTERM)."""
+    if stop.is_set():
+        raise KeyboardInterrupt
+    _main_thread["waiting"] = True
+    try:
+        yield
+    finally:
+        _main_thread["waiting"] = False

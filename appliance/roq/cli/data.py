@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from roq.cli.common import (
     GCM_OPTION,
     ZK_OPTION,
     errors_to_exit,
+    interruptible,
     setup_logging,
     stop_event,
 )
@@ -55,14 +57,15 @@ def pub(
         from roq.client.publisher import Publisher
 
         stop = stop_event()
-        publisher = Publisher(
-            queue, gcm=None if zk else gcm, zk=zk, namespace=namespace,
-            acks=acks, linger_ms=linger_ms,
-        )  # fmt: skip
+        with interruptible(stop):  # finding the queue and its exchange: nothing sent yet
+            publisher = Publisher(
+                queue, gcm=None if zk else gcm, zk=zk, namespace=namespace,
+                acks=acks, linger_ms=linger_ms,
+            )  # fmt: skip
         sent = 0
         try:
             pacer = _Pacer(rate)
-            for payload in _payloads(count, size):
+            for payload in _payloads(count, size, stop):
                 if stop.is_set():
                     break
                 publisher.send(payload, key.encode())
@@ -73,20 +76,28 @@ def pub(
         typer.echo(f"roq pub: {sent} messages sent to {queue}", err=True)
 
 
-def _payloads(count: int | None, size: int):  # type: ignore[no-untyped-def]
+def _payloads(count: int | None, size: int, stop: threading.Event):  # type: ignore[no-untyped-def]
     if count is None:
-        yield from _stdin_lines(sys.stdin.buffer)
+        yield from _stdin_lines(sys.stdin.buffer, stop)
         return
     filler = b"x" * max(0, size - 12)
     for index in range(count):
         yield (b"%011d " % index + filler)[: max(size, 12)]
 
 
-def _stdin_lines(stream: BinaryIO) -> Iterator[bytes]:
+def _stdin_lines(stream: BinaryIO, stop: threading.Event) -> Iterator[bytes]:
     """Each line without its newline; a line longer than a message ends the command as bad input
-    (exit 65), read no further than the bound: a 10 GB line costs no 10 GB of memory."""
+    (exit 65), read no further than the bound: a 10 GB line costs no 10 GB of memory. Ctrl-C or
+    SIGTERM ends the input even while a read waits for it (what was sent is then flushed)."""
     number = 0
-    while line := stream.readline(limits.message_bytes_max + 2):
+    while True:
+        try:
+            with interruptible(stop):
+                line = stream.readline(limits.message_bytes_max + 2)
+        except KeyboardInterrupt:
+            return
+        if not line:
+            return
         number += 1
         payload = line.removesuffix(b"\n")
         if len(payload) > limits.message_bytes_max:
@@ -148,13 +159,15 @@ def sub(
         stop = stop_event()
         received = requests = 0
         out = sys.stdout.buffer
-        with Subscriber(
-            queue, key.encode(), gcm=None if zk else gcm, zk=zk, namespace=namespace,
-            start="beginning" if from_beginning else "now", from_offset=from_offset,
-            from_time=_parse_time(from_time), offsets_file=offsets,
-            # --timeout bounds the whole command, finding the queue included
-            join_timeout_s=limits.placement_timeout_ms / 1000 if timeout is None else timeout,
-        ) as subscriber:  # fmt: skip
+        with interruptible(stop):  # finding and joining the queue: nothing received yet
+            subscriber = Subscriber(
+                queue, key.encode(), gcm=None if zk else gcm, zk=zk, namespace=namespace,
+                start="beginning" if from_beginning else "now", from_offset=from_offset,
+                from_time=_parse_time(from_time), offsets_file=offsets,
+                # --timeout bounds the whole command, finding the queue included
+                join_timeout_s=limits.placement_timeout_ms / 1000 if timeout is None else timeout,
+            )  # fmt: skip
+        with subscriber:
             typer.echo(f"roq sub: subscribed to {queue}", err=True)
             deadline = None if timeout is None else time.monotonic() + timeout
             while not stop.is_set() and (count is None or received < count):
@@ -253,7 +266,10 @@ def bench(
             if not admin.queue_exists(queue):
                 admin.create_queue(queue)
                 typer.echo(f"roq bench: created queue {queue}", err=True)
-        summary = benchmod.run(description, queue, client_args, lambda s: typer.echo(s, err=True))
+        # Ctrl-C or SIGTERM: its workers are ended and it exits 130, with no summary
+        with interruptible(stop_event()):
+            summary = benchmod.run(description, queue, client_args,
+                                   lambda s: typer.echo(s, err=True))  # fmt: skip
         if chart is not None:
             benchmod.draw_chart(summary, str(chart))
             typer.echo(f"roq bench: chart written to {chart}", err=True)
