@@ -21,7 +21,9 @@ CONFIG_OPTION = typer.Option(
 DEFINE_OPTION = typer.Option(
     [], "--define", "-D", help="Override a key: -D key=value (repeatable)."
 )
-GCM_OPTION = typer.Option("127.0.0.1:5000", "--gcm", help="GCM HOST:PORT (PORT = ports.base).")
+GCM_OPTION = typer.Option(
+    "127.0.0.1:5000", "--gcm", envvar="ROQ_GCM", help="GCM HOST:PORT (PORT = ports.base)."
+)
 ZK_OPTION = typer.Option(None, "--zk", help="ZooKeeper connect string: find the leading GCM there.")
 
 
