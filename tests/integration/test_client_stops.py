@@ -34,6 +34,10 @@ def cluster(
     local = LocalCluster(tmp_path_factory.mktemp("stops"), zookeeper, port_blocks)
     try:
         local.start_with_queue(**WORK)
+        # a task whose worker was stopped (or that has none yet) waits for one: ended "no
+        # worker" after 3 looks by default, before the next worker's Python has started
+        assert local.cli("task", "config", "q1", "request.delegator.repeats=1000",
+                         "--gcm", local.gcm).returncode == 0  # fmt: skip
         yield local
     finally:
         local.stop()
@@ -182,9 +186,6 @@ def test_a_busy_serve_stops_and_hands_its_request_to_another_worker(
 def test_a_call_waiting_for_its_result_stops_and_the_task_goes_on(
     cluster: LocalCluster, tmp_path: Path, signum: int
 ):
-    # no worker of `nobody` for a long time yet: the task stays accepted while the call waits
-    assert cluster.cli("task", "config", "q1", "request.delegator.repeats=1000",
-                       *_gcm(cluster)).returncode == 0  # fmt: skip
     task = f"q1/stop-{signum}-{time.monotonic_ns()}"
     call = Command(cluster, tmp_path, "call", "q1", "nobody", "--request-id",
                    task.split("/")[1], *_gcm(cluster), stdin=subprocess.PIPE)  # fmt: skip

@@ -117,15 +117,23 @@ def stop_event() -> threading.Event:
     return event
 
 
-@contextmanager
-def interruptible(stop: threading.Event) -> Iterator[None]:
+class Interruptible:
     """Around a client's waits that hold nothing to settle (finding and joining a queue, reading
     stdin, waiting for a result): a signal of `stop_event` ends them at once rather than when
-    they time out (issue 32: every client command stops within 1 s of Ctrl-C or SIGTERM)."""
-    if stop.is_set():
-        raise KeyboardInterrupt
-    _main_thread["waiting"] = True
-    try:
-        yield
-    finally:
+    they time out (issue 32: every client command stops within 1 s of Ctrl-C or SIGTERM). A
+    class, not a generator, and reusable: `roq pub` enters one per line of stdin."""
+
+    def __init__(self, stop: threading.Event):
+        self.stop = stop
+
+    def __enter__(self) -> None:
+        if self.stop.is_set():
+            raise KeyboardInterrupt
+        _main_thread["waiting"] = True
+
+    def __exit__(self, *exc: object) -> None:
         _main_thread["waiting"] = False
+
+
+def interruptible(stop: threading.Event) -> Interruptible:
+    return Interruptible(stop)

@@ -90,9 +90,10 @@ def _stdin_lines(stream: BinaryIO, stop: threading.Event) -> Iterator[bytes]:
     (exit 65), read no further than the bound: a 10 GB line costs no 10 GB of memory. Ctrl-C or
     SIGTERM ends the input even while a read waits for it (what was sent is then flushed)."""
     number = 0
+    waiting = interruptible(stop)
     while True:
         try:
-            with interruptible(stop):
+            with waiting:
                 line = stream.readline(limits.message_bytes_max + 2)
         except KeyboardInterrupt:
             return
