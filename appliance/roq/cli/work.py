@@ -27,6 +27,7 @@ from roq.cli.common import (
     table,
 )
 from roq.cli.data import NAMESPACE_OPTION
+from roq.errors import RoqError
 
 if TYPE_CHECKING:  # imported where used: `roq --help` does not load the client
     from roq.client.consumer import Consumer, Delivery
@@ -89,6 +90,7 @@ def work(
                 start="now" if from_now else "beginning", ordered=ordered,
                 prefix=prefix.encode(), inflight=prefetch or (1 if exec_cmd else 100),
             )  # fmt: skip
+        consumer.stop_with(stop)  # its monitor gone (queue deleted), the stop still takes < 1 s
         with consumer:
             typer.echo(f"roq work: consuming {queue} as {consumer.name}", err=True)
             while not stop.is_set() and (count is None or done < count):
@@ -118,7 +120,12 @@ def _next(consumer: Consumer, timeout: float | None, stop: threading.Event) -> D
             return None
         step = limits.work_cli_stop_check_s
         window = step if left is None else min(step, left)
-        delivery = consumer.next(window)
+        try:
+            delivery = consumer.next(window)
+        except RoqError:
+            if stop.is_set():
+                return None  # stopped while its monitor did not answer (`stop_with`)
+            raise
         if delivery is not None:
             return delivery
     return None

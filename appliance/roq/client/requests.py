@@ -663,6 +663,7 @@ class Worker:
         """Take requests until `stop` (or `count` executed, or `idle_timeout_s` without a
         request), then let the running ones finish; the number executed."""
         idle_since = time.monotonic()
+        self.consumer.stop_with(stop)  # a gone monitor does not hold up the stop
         while not stop.is_set():
             self._tend()
             started = self.executed + len(self._running)
@@ -674,7 +675,12 @@ class Worker:
             if len(self._running) >= self.concurrency:
                 self._wait_finished()
                 continue
-            delivery = self.consumer.next(timeout_s=self._next_wait_s())
+            try:
+                delivery = self.consumer.next(timeout_s=self._next_wait_s())
+            except RoqError:
+                if stop.is_set():
+                    break  # stopped while its monitor did not answer
+                raise
             if delivery is not None:
                 self._begin(delivery)
                 idle_since = time.monotonic()
