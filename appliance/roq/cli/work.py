@@ -154,7 +154,9 @@ def _fed_and_waited(child: subprocess.Popen[bytes], payload: bytes, stop: thread
     """The payload on the child's stdin, then its exit code: -1 past limits.work_exec_timeout_s
     or once stopped, when its process group is ended (TERM, then KILL)."""
     assert child.stdin is not None
-    feeder = threading.Thread(target=_feed, args=(child.stdin, payload), daemon=True)
+    feeder = threading.Thread(
+        target=_feed, args=(child.stdin, payload), name="roq-work-feed", daemon=True
+    )
     feeder.start()  # a payload larger than the pipe must not block the wait
     deadline = time.monotonic() + limits.work_exec_timeout_s
     while not stop.is_set() and time.monotonic() < deadline:
