@@ -137,7 +137,7 @@ def test_a_busy_work_stops_and_releases_its_message(cluster: LocalCluster, tmp_p
     """Its --exec command runs (a long one): it is ended and the message handed back at once,
     so that another consumer has it (before, the stop waited for the command)."""
     marker = tmp_path / "running"
-    work = Command(cluster, tmp_path, "work", "q1", "--group", "busy", "--exec",
+    work = Command(cluster, tmp_path, "work", "q1", "--group", "busy", "--from-now", "--exec",
                    f"touch {marker}; sleep 60", *_gcm(cluster))  # fmt: skip
     work.wait_said("consuming q1")
     assert cluster.cli("pub", "q1", "--acks", "leader", *_gcm(cluster),
@@ -186,7 +186,7 @@ def test_a_busy_serve_stops_and_hands_its_request_to_another_worker(
 def test_a_call_waiting_for_its_result_stops_and_the_task_goes_on(
     cluster: LocalCluster, tmp_path: Path, signum: int
 ):
-    task = f"q1/stop-{signum}-{time.monotonic_ns()}"
+    task = f"q1/stop-{int(signum)}-{time.monotonic_ns()}"
     call = Command(cluster, tmp_path, "call", "q1", "nobody", "--request-id",
                    task.split("/")[1], *_gcm(cluster), stdin=subprocess.PIPE)  # fmt: skip
     assert call.process.stdin is not None
