@@ -489,6 +489,10 @@ work_cli_stop_check_s = 0.2
 # A `roq work --exec` command still running when its consumer is stopped gets this long after
 # SIGTERM before SIGKILL (and its message is released): the whole stop stays within a second.
 work_exec_stop_grace_s = 0.3
+# ... which first gets this long from the stop to finish (its message acked, its request's result
+# stored: a stop loses no run that ends by then), waited for in slices of exec_stop_check_s
+exec_stop_finish_s = 0.4
+exec_stop_check_s = 0.05
 # A consumer told to stop (Consumer.stop_with) gives its requests to the monitor this long more,
 # then ends them: a gone monitor (its queue deleted) does not hold the stop for work_monitor_wait_s.
 work_stop_grace_s = 0.3

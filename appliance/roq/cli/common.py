@@ -8,11 +8,13 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
 import typer
 
+from roq import limits
 from roq.errors import RoqError
 
 CONFIG_OPTION = typer.Option(
@@ -137,3 +139,24 @@ class Interruptible:
 
 def interruptible(stop: threading.Event) -> Interruptible:
     return Interruptible(stop)
+
+
+class StopGrace:
+    """For an `--exec` command running when its worker is told to stop: it gets
+    limits.exec_stop_finish_s from the stop to finish (its outcome kept: acked, or stored), then
+    `over()` says end it and hand its work back, so that the stop takes less than a second."""
+
+    def __init__(self, stop: threading.Event):
+        self.stop = stop
+        self._seen = 0.0  # when the stop was first seen
+
+    def over(self) -> bool:
+        if not self.stop.is_set():
+            return False
+        now = time.monotonic()
+        self._seen = self._seen or now
+        return now - self._seen > limits.exec_stop_finish_s
+
+    def slice_s(self) -> float:
+        """How long to wait for the command before asking again."""
+        return limits.exec_stop_check_s if self.stop.is_set() else limits.work_cli_stop_check_s

@@ -19,6 +19,7 @@ from roq.cli.app import app
 from roq.cli.common import (
     GCM_OPTION,
     ZK_OPTION,
+    StopGrace,
     errors_to_exit,
     interruptible,
     setup_logging,
@@ -118,8 +119,8 @@ def serve(
 
     Workers of one service share its requests (a consumer group); a worker that dies mid-task
     leaves the request to another after the group's lease (work.lease.ms). SIGTERM or Ctrl-C:
-    no new request is taken, running commands are ended and their requests handed back to the
-    service's other workers at once, then it exits 0.
+    no new request is taken, running commands get 0.4 s to finish (their results stored), then
+    are ended and their requests handed back to the service's other workers, and it exits 0.
     """
     setup_logging("WARNING")
     with errors_to_exit():
@@ -175,8 +176,9 @@ class CommandFailed(Exception):
 
 def _run(command: str, payload: bytes, stop: threading.Event) -> bytes:
     """--exec on one request (on a pool thread): its stdout, or CommandFailed with its exit and
-    stderr. Stopped meanwhile (Ctrl-C, SIGTERM), the command is ended and the request handed
-    back (HandlerStopped), so that the worker stops within a second, not when it is done."""
+    stderr. Stopped meanwhile (Ctrl-C, SIGTERM), the command gets limits.exec_stop_finish_s to
+    finish (its result stored), then is ended and the request handed back (HandlerStopped), so
+    that the worker stops within a second, not when the command is done."""
     from roq.client.requests import HandlerStopped
 
     child = subprocess.Popen(  # noqa: S602 (the operator's own command line, as with ssh)
@@ -184,14 +186,15 @@ def _run(command: str, payload: bytes, stop: threading.Event) -> bytes:
         stderr=subprocess.PIPE, start_new_session=True,
     )  # fmt: skip
     deadline = time.monotonic() + limits.work_exec_timeout_s
+    grace = StopGrace(stop)  # finished soon after the stop, its result is stored
     given: bytes | None = payload  # communicate takes the input once
     while True:
         try:
-            out, err = child.communicate(given, timeout=limits.work_cli_stop_check_s)
+            out, err = child.communicate(given, timeout=grace.slice_s())
             break
         except subprocess.TimeoutExpired:
             given = None
-            if stop.is_set() or time.monotonic() > deadline:
+            if grace.over() or time.monotonic() > deadline:
                 _end_group(child)
                 if stop.is_set():
                     raise HandlerStopped(command) from None

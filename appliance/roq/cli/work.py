@@ -20,6 +20,7 @@ from roq.cli.app import app
 from roq.cli.common import (
     GCM_OPTION,
     ZK_OPTION,
+    StopGrace,
     errors_to_exit,
     interruptible,
     setup_logging,
@@ -133,8 +134,9 @@ def _next(consumer: Consumer, timeout: float | None, stop: threading.Event) -> D
 
 def _run(command: str, delivery: object, stop: threading.Event) -> None:
     """--exec on one message: ack on exit 0, nack otherwise. Stopped (Ctrl-C, SIGTERM) while it
-    runs, the command is ended and the message released at once (nack with no delay): another
-    consumer takes it, rather than this one waiting out the command (issue 32)."""
+    runs, the command gets limits.exec_stop_finish_s to finish, then is ended and the message
+    released at once (nack with no delay): another consumer takes it, rather than this one
+    waiting out the command (issue 32)."""
     from roq.client.consumer import Delivery
 
     assert isinstance(delivery, Delivery)
@@ -152,16 +154,17 @@ def _run(command: str, delivery: object, stop: threading.Event) -> None:
 
 def _fed_and_waited(child: subprocess.Popen[bytes], payload: bytes, stop: threading.Event) -> int:
     """The payload on the child's stdin, then its exit code: -1 past limits.work_exec_timeout_s
-    or once stopped, when its process group is ended (TERM, then KILL)."""
+    or past the stop's grace (StopGrace), when its process group is ended (TERM, then KILL)."""
     assert child.stdin is not None
     feeder = threading.Thread(
         target=_feed, args=(child.stdin, payload), name="roq-work-feed", daemon=True
     )
     feeder.start()  # a payload larger than the pipe must not block the wait
     deadline = time.monotonic() + limits.work_exec_timeout_s
-    while not stop.is_set() and time.monotonic() < deadline:
+    grace = StopGrace(stop)  # finished soon after the stop, its message is acked
+    while not grace.over() and time.monotonic() < deadline:
         try:
-            return child.wait(limits.work_cli_stop_check_s)
+            return child.wait(grace.slice_s())
         except subprocess.TimeoutExpired:
             continue
     for signum in (signal.SIGTERM, signal.SIGKILL):
