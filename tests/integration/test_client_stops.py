@@ -46,7 +46,9 @@ def cluster(
 class Command:
     """A `roq` command with its stderr in a file (read while it runs)."""
 
-    def __init__(self, cluster: LocalCluster, tmp: Path, *args: str, stdin: int | None = None):
+    def __init__(
+        self, cluster: LocalCluster, tmp: Path, *args: str, stdin: int = subprocess.DEVNULL
+    ):
         self.err_path = tmp / f"{args[0]}-{time.monotonic_ns()}.err"
         with self.err_path.open("wb") as err:
             self.process = subprocess.Popen(
