@@ -75,7 +75,9 @@ class Command:
             if self.process.poll() is None:
                 self.process.kill()
                 self.process.wait(10)
-        return code, time.monotonic() - started
+        took = time.monotonic() - started
+        print(f"{self.err_path.name}: {signal.Signals(signum).name} -> exit {code} in {took:.2f} s")
+        return code, took
 
 
 def _gcm(cluster: LocalCluster) -> list[str]:
