@@ -84,11 +84,11 @@ def _serves_again(logs: Callable[[], str], gcm: str, since: float, bound_s: floa
 class Up:
     """A `roq up` on its own data directory and ports; `start()` again resumes it."""
 
-    def __init__(self, tmp: Path, ports: PortBlocks, *, as_user: bool = False):
-        """`as_user`: as `make run` does, in `tmp` with the default data directory (roq-data)
-        and the keys it writes there; otherwise the keys of the helper LocalCluster."""
+    def __init__(self, tmp: Path, ports: PortBlocks):
+        """With the keys of the helper LocalCluster (the README's tour as a user runs it, with
+        roq-data in its directory, is test_tour.py's)."""
         self.tmp = tmp
-        self.data = tmp / ("roq-data" if as_user else "data")
+        self.data = tmp / "data"
         self.base = ports.take(6)
         values = {
             "zk.servers": f"127.0.0.1:{ports.take(1)}",  # free: `roq up` starts its ZooKeeper
@@ -103,10 +103,8 @@ class Up:
             "heartbeat.period": 200,
             "zk.namespace": f"/roq-test-{uuid.uuid4().hex[:10]}",
         }
-        self.args = ["up"]
-        if not as_user:  # the keys of the helper LocalCluster, whose CLI the tests use
-            values["security.dir"] = str(tmp / "security")
-            self.args += ["--data-dir", str(self.data)]
+        values["security.dir"] = str(tmp / "security")  # the helper's, whose CLI the tests use
+        self.args = ["up", "--data-dir", str(self.data)]
         for key, value in values.items():
             self.args += ["-D", f"{key}={value}"]
         self.process: subprocess.Popen[bytes] | None = None
