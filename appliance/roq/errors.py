@@ -21,6 +21,8 @@ RoqError
 │   └── RequestTimeout
 ├── AdminError             an admin request was refused (unknown queue, already exists, ...)
 │   └── HostRegistered     a write that required a host to be gone found it registered
+├── BadInput               a file or line given to a command is unusable (exit code 65)
+│   └── NoInput            an input path does not exist or holds nothing to read (exit code 66)
 └── SecurityError          credentials missing or unreadable (exit code 77)
     └── AuthenticationRefused  a server refused our key in the CURVE handshake (a TransportError)
 """
@@ -31,17 +33,22 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
-EXIT_DATAERR = 65  # input data (a log segment) is corrupt
+EXIT_DATAERR = 65  # input data is corrupt or unusable: a log segment, an offsets file, a stdin line
+EXIT_NOINPUT = 66  # an input path does not exist (a log directory to read)
 EXIT_RETIRED = 3  # a log keeper whose logs have their copies: done (host/keepers.py)
 # a child fenced long past its lease (system/lease.py): its host starts it again only if
 # ZooKeeper still assigns it there, once its lease is renewed
 EXIT_FENCED = 4
+# `roq status`: a RUNNING queue is NOT SERVING (its monitor does not answer); printed all the same
+EXIT_NOT_SERVING = 5
 EXIT_UNAVAILABLE = 69  # a dependency (ZooKeeper, the GCM) cannot be reached within its bound
 EXIT_SOFTWARE = 70
 EXIT_CANTCREAT = 73  # a directory or file we must write is not writable
 EXIT_TEMPFAIL = 75  # a port we must bind is taken; a retry later may succeed
 EXIT_NOPERM = 77  # credentials missing, or refused by a server (sysexits' EX_NOPERM)
 EXIT_CONFIG = 78
+# a client command stopped (Ctrl-C, SIGTERM) with nothing to settle: typer's for KeyboardInterrupt
+EXIT_INTERRUPTED = 130
 
 
 class RoqError(Exception):
@@ -153,6 +160,19 @@ class AdminError(RoqError):
 class HostRegistered(AdminError):
     """A leader write made on condition that a host has no registration (the re-placement of
     a lost host's monitor) found the host registered again: nothing was written."""
+
+
+class BadInput(RoqError):
+    """What a command was given to read is unusable: an offsets file that is not one, a stdin
+    line longer than a message (EX_DATAERR). Exit 1 is a refusal by the GCM."""
+
+    exit_code = EXIT_DATAERR
+
+
+class NoInput(BadInput):
+    """An input path does not exist, or holds nothing the command reads (EX_NOINPUT)."""
+
+    exit_code = EXIT_NOINPUT
 
 
 class SecurityError(RoqError):

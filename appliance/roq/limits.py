@@ -84,6 +84,16 @@ child_shutdown_ask_ms = 500
 # gives up starting it (host/service.py).
 child_bind_attempts = 3
 
+# A host's exchanges when exchange.max.perhost is 0 (the default), derived at its start from
+# the machine (host/capacity.py): per core, and per memory budget of one exchange (its memory
+# log, log.memory.bytes, plus this for the process, its buffers and its share of the queue's
+# monitor: an idle exchange is ~45 MiB, one under full load 130-210 MB, benchmarks.md), never
+# fewer than the floor (the fixed default until 26 Nov 2026) nor more than the key's bound.
+host_exchanges_per_core = 8  # an idle exchange takes ~1-2 % of a core, a busy one about one
+host_exchange_memory_bytes = 128 * 1024 * 1024
+host_exchanges_floor = 8
+host_exchanges_ceiling = 1000
+
 # `roq up` restarts a GCM, host or ZooKeeper it started that died, after a back-off that
 # doubles from the min to the max; one that lived `up_stable_after_s` resets it.
 up_restart_backoff_s_min = 0.5
@@ -388,6 +398,7 @@ assert state_snapshot_batch_bytes <= batch_bytes_max
 bench_ready_timeout_s = 30.0  # a bench subscriber process must say it is ready within this
 bench_drain_quiet_s = 1.5  # a subscriber stops after the run once nothing arrived for this long
 bench_drain_max_s = 20.0  # ... or this long after the run at the latest
+bench_stop_grace_s = 0.5  # `roq bench` stopped: its workers get this long after SIGTERM
 bench_latency_samples_max = 20_000  # latency samples kept per worker and run
 
 # --- the HTTP gateway (roq/http/); its API limits are keys (maxQueueSize, maxMsgSize, ...) ----
@@ -475,6 +486,16 @@ work_exec_timeout_s = 3600.0  # `roq work --exec`: a command running longer is k
 # An idle `roq work` waits for its next message in slices this long, so that Ctrl-C and SIGTERM
 # stop it within one (issue 32: it waited for a message first, for ever on an idle queue).
 work_cli_stop_check_s = 0.2
+# A `roq work --exec` command still running when its consumer is stopped gets this long after
+# SIGTERM before SIGKILL (and its message is released): the whole stop stays within a second.
+work_exec_stop_grace_s = 0.3
+# ... which first gets this long from the stop to finish (its message acked, its request's result
+# stored: a stop loses no run that ends by then), waited for in slices of exec_stop_check_s
+exec_stop_finish_s = 0.4
+exec_stop_check_s = 0.05
+# A consumer told to stop (Consumer.stop_with) gives its requests to the monitor this long more,
+# then ends them: a gone monitor (its queue deleted) does not hold the stop for work_monitor_wait_s.
+work_stop_grace_s = 0.3
 
 # --- request/response through queues (client/requests.py, monitor/tasks.py) ---------------------
 # A task's record, its result included, is one record of the queue's state log (delivery.state=

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from roq.client.publisher import Publisher
-from roq.errors import RoqError
+from roq.errors import EXIT_NOT_SERVING, RoqError
 from roq.system.spawn import child_environment, roq_command
 from roq.testing.cluster import LocalCluster, PortBlocks, child_pids, processes_with, wait_for
 
@@ -84,11 +84,11 @@ def _serves_again(logs: Callable[[], str], gcm: str, since: float, bound_s: floa
 class Up:
     """A `roq up` on its own data directory and ports; `start()` again resumes it."""
 
-    def __init__(self, tmp: Path, ports: PortBlocks, *, as_user: bool = False):
-        """`as_user`: as `make run` does, in `tmp` with the default data directory (roq-data)
-        and the keys it writes there; otherwise the keys of the helper LocalCluster."""
+    def __init__(self, tmp: Path, ports: PortBlocks):
+        """With the keys of the helper LocalCluster (the README's tour as a user runs it, with
+        roq-data in its directory, is test_tour.py's)."""
         self.tmp = tmp
-        self.data = tmp / ("roq-data" if as_user else "data")
+        self.data = tmp / "data"
         self.base = ports.take(6)
         values = {
             "zk.servers": f"127.0.0.1:{ports.take(1)}",  # free: `roq up` starts its ZooKeeper
@@ -103,10 +103,8 @@ class Up:
             "heartbeat.period": 200,
             "zk.namespace": f"/roq-test-{uuid.uuid4().hex[:10]}",
         }
-        self.args = ["up"]
-        if not as_user:  # the keys of the helper LocalCluster, whose CLI the tests use
-            values["security.dir"] = str(tmp / "security")
-            self.args += ["--data-dir", str(self.data)]
+        values["security.dir"] = str(tmp / "security")  # the helper's, whose CLI the tests use
+        self.args = ["up", "--data-dir", str(self.data)]
         for key, value in values.items():
             self.args += ["-D", f"{key}={value}"]
         self.process: subprocess.Popen[bytes] | None = None
@@ -321,7 +319,7 @@ def test_a_host_killed_and_started_again_serves_its_queues_with_their_logs(
     cluster.kill(host)  # the host's process group: its children die with it
     wait_for(lambda: not _queue_processes(cluster, "q1"), 10, "q1's processes gone")
     wait_for(
-        lambda: "NOT SERVING: host h1 is down" in _roq(cluster, "status"),
+        lambda: "NOT SERVING: host h1 is down" in _not_serving(cluster),
         15,
         "status saying why q1 is not served (h1's session expires in 4 s)",
     )
@@ -334,6 +332,13 @@ def test_a_host_killed_and_started_again_serves_its_queues_with_their_logs(
 def _roq(cluster: LocalCluster, *args: str) -> str:
     result = cluster.cli(*args, "--gcm", cluster.gcm, timeout_s=60)
     assert result.returncode == 0, f"roq {' '.join(args)}: {result.stderr}\n{cluster.logs()}"
+    return result.stdout
+
+
+def _not_serving(cluster: LocalCluster) -> str:
+    """`roq status` while a queue is not served: it exits EXIT_NOT_SERVING (issue 32)."""
+    result = cluster.cli("status", "--gcm", cluster.gcm, timeout_s=60)
+    assert result.returncode == EXIT_NOT_SERVING, f"roq status: {result.stderr}"
     return result.stdout
 
 
@@ -377,67 +382,3 @@ def test_stop_start_keeps_the_log_and_delete_removes_it(cluster: LocalCluster) -
     _roq(cluster, "queue", "create", "q1")
     assert _pub(cluster, cluster.gcm, ["fresh"], 30)
     assert _read_all(cluster, cluster.gcm, 1) == ["fresh"]
-
-
-# --- the README's tour ---------------------------------------------------------------------------
-README = Path(__file__).resolve().parents[2] / "README.md"
-
-
-def _tour_lines() -> list[str]:
-    """The first code block after "## A two-minute tour", as a user types it."""
-    text = README.read_text().split("## A two-minute tour", 1)[1]
-    block = text.split("```", 2)[1]
-    return [line for line in block.splitlines() if line.strip()]
-
-
-def test_the_readme_tour_runs_as_written_on_a_first_roq_up(
-    tmp_path: Path, port_blocks: PortBlocks
-) -> None:
-    """`make run`'s cluster is secured from its first start, and the tour's commands find the
-    keys it wrote (roq-data/security in the working directory) with nothing set: no
-    ROQ_CREDENTIALS, ROQ_HOME or --credentials. The one change to the lines: `roq` is a wrapper
-    that adds this test's `--gcm` (the default port 5000 may be taken on a test machine)."""
-    up = Up(tmp_path, port_blocks, as_user=True)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    wrapper = bin_dir / "roq"
-    wrapper.write_text(f'#!/bin/sh\nexec {" ".join(roq_command())} "$@" --gcm {up.gcm}\n')
-    wrapper.chmod(0o755)
-    env = {k: v for k, v in child_environment().items() if not k.startswith("ROQ_")}
-    env["PATH"] = f"{bin_dir}:{env.get('PATH', '')}"
-    background: list[subprocess.Popen[str]] = []
-    try:
-        up.start()
-        assert (tmp_path / "roq-data" / "security" / "admin.json").exists(), up.log_text()
-        for line in _tour_lines():
-            command, _, expected = (part.strip() for part in line.partition("#"))
-            if command.endswith("&"):
-                background.append(_in_background(command.rstrip("& "), tmp_path, env))
-                continue
-            if command.startswith("wc "):  # the background reader has all it waits for
-                background[-1].wait(timeout=60)
-            done = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, text=True,
-                                  capture_output=True, timeout=120, check=False)  # fmt: skip
-            assert done.returncode == 0, (line, done.stderr, up.log_text()[-3000:])
-            if command.startswith("wc "):
-                assert done.stdout.split() == expected.split(), (line, done.stdout)
-    finally:
-        for process in background:
-            process.kill()
-            process.wait(10)
-        up.stop()
-
-
-def _in_background(command: str, cwd: Path, env: dict[str, str]) -> subprocess.Popen[str]:
-    """A tour line ending in `&`, started once it says it is subscribed (stderr)."""
-    errors = cwd / f"background-{uuid.uuid4().hex[:6]}.err"
-    with errors.open("w") as err:
-        process = subprocess.Popen(["bash", "-c", command], cwd=cwd, env=env, text=True,
-                                   stdin=subprocess.DEVNULL, stderr=err)  # fmt: skip
-    wait_for(
-        lambda: "subscribed" in errors.read_text() or process.poll() is not None,
-        30,
-        f"{command!r} subscribed",
-    )
-    assert process.poll() is None, errors.read_text()
-    return process

@@ -174,7 +174,7 @@ def test_invalid_value_names_key_value_and_file(tmp_path, line, fragment):
     [
         ("gcm", "ports.base", "five"),
         ("gcm", "zk.session.timeout", "10"),
-        ("host", "exchange.max.perhost", "0"),
+        ("host", "exchange.max.perhost", "-1"),
         ("host", "heartbeat.period", "x"),
         ("host", "useLog", "perhaps"),
     ],

@@ -19,7 +19,8 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from roq.analytics import files, tasks
+from roq.analytics import files, submit, tasks
+from roq.errors import NoInput
 from roq.protocol.latency import BUCKETS_PER_OCTAVE
 
 log = logging.getLogger("roq.analytics.job")  # __name__ is __main__ under spark-submit
@@ -268,6 +269,11 @@ def main(argv: list[str]) -> int:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     args = parse_args(argv)
+    try:  # spark-submit run by hand (packaging/roq-analytics.sh) refuses it too
+        submit.check_input(args.log_dir, args.kpi_dir)
+    except NoInput as error:
+        log.error("%s", error)
+        return error.exit_code
     spark = (
         SparkSession.builder.appName("roq-analytics")
         .config("spark.sql.session.timeZone", "UTC")

@@ -16,7 +16,7 @@ import zipfile
 from pathlib import Path
 
 import roq
-from roq.errors import ConfigError
+from roq.errors import ConfigError, NoInput
 
 PACKAGE = Path(roq.__file__).resolve().parent
 JOB = PACKAGE / "analytics" / "job.py"
@@ -71,6 +71,28 @@ def environment(master: str) -> dict[str, str]:
     if master.startswith("local"):
         env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     return env
+
+
+def check_input(log_dir: str, kpi_dir: str | None = None) -> int:
+    """How many segment files the job would read; NoInput (exit 66) at once when the directory
+    does not exist or holds none: a job over nothing took ~40 s of Spark to report "every batch
+    passed its CRC" and exit 0 (issue 32)."""
+    try:
+        from roq.analytics import files  # pyarrow: the analytics extra
+    except ImportError as error:
+        raise ConfigError(f"{error}: pip install 'roq[analytics]'") from None
+    for option, where in (("--log-dir", log_dir), ("--kpi-dir", kpi_dir)):
+        if where and "://" not in where and not os.path.isdir(where):
+            raise NoInput(f"{option} {where} does not exist or is not a directory")
+    found = len(files.list_segments(log_dir, "log"))
+    found += len(files.list_segments(kpi_dir or log_dir, "kpi"))
+    if not found:
+        kpi = f" nor {kpi_dir}/_kpi/<source>/" if kpi_dir else " nor _kpi/<source>/"
+        raise NoInput(
+            f"--log-dir {log_dir} holds no log segment (<queue>/<exchange>/<offset>.log){kpi}"
+            ": nothing to analyse (a host's log directory, `directory` in HCM.properties?)"
+        )
+    return found
 
 
 def run(

@@ -12,7 +12,14 @@ import typer
 
 from roq.analytics.kpi import KpiRecorder
 from roq.cli.app import app
-from roq.cli.common import GCM_OPTION, errors_to_exit, fail, setup_logging, stop_event
+from roq.cli.common import (
+    GCM_OPTION,
+    errors_to_exit,
+    fail,
+    interruptible,
+    setup_logging,
+    stop_event,
+)
 from roq.client.locate import locate_monitor
 from roq.errors import CorruptRecord, ProtocolError, RoqError
 from roq.protocol import bsonmsg
@@ -43,6 +50,7 @@ def analytics(
     if report_dir:
         job_args += ["--report-dir", report_dir]
     with errors_to_exit():
+        submit.check_input(log_dir, kpi_dir)  # refused at once, not after a Spark start
         code = submit.run(log_dir, out, master, job_args, driver_memory)
     if code != 0:
         raise fail(f"spark-submit exited with {code}", code)
@@ -65,7 +73,8 @@ def kpi_record(
     setup_logging()
     stop = stop_event()
     with errors_to_exit():
-        streams = [_kpi_stream(queue, gcm, stop) for queue in queues]
+        with interruptible(stop):  # finding the queues' monitors: nothing recorded yet
+            streams = [_kpi_stream(queue, gcm, stop) for queue in queues]
         recorder = KpiRecorder(directory, source, KPI_SEGMENT_BYTES)
         try:
             recorded = _record(streams, recorder, stop, seconds)

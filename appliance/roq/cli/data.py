@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
 
 import typer
 
@@ -15,9 +18,14 @@ from roq.cli.common import (
     GCM_OPTION,
     ZK_OPTION,
     errors_to_exit,
+    interruptible,
     setup_logging,
     stop_event,
 )
+from roq.errors import BadInput
+
+if TYPE_CHECKING:  # imported where used: `roq --help` does not load the client
+    from roq.log.format import Record
 
 log = logging.getLogger("roq.cli")
 NAMESPACE_OPTION = typer.Option("/roq", "--namespace", help="ZooKeeper namespace (with --zk).")
@@ -49,14 +57,15 @@ def pub(
         from roq.client.publisher import Publisher
 
         stop = stop_event()
-        publisher = Publisher(
-            queue, gcm=None if zk else gcm, zk=zk, namespace=namespace,
-            acks=acks, linger_ms=linger_ms,
-        )  # fmt: skip
+        with interruptible(stop):  # finding the queue and its exchange: nothing sent yet
+            publisher = Publisher(
+                queue, gcm=None if zk else gcm, zk=zk, namespace=namespace,
+                acks=acks, linger_ms=linger_ms,
+            )  # fmt: skip
         sent = 0
         try:
             pacer = _Pacer(rate)
-            for payload in _payloads(count, size):
+            for payload in _payloads(count, size, stop):
                 if stop.is_set():
                     break
                 publisher.send(payload, key.encode())
@@ -67,14 +76,37 @@ def pub(
         typer.echo(f"roq pub: {sent} messages sent to {queue}", err=True)
 
 
-def _payloads(count: int | None, size: int):  # type: ignore[no-untyped-def]
+def _payloads(count: int | None, size: int, stop: threading.Event):  # type: ignore[no-untyped-def]
     if count is None:
-        for line in sys.stdin.buffer:
-            yield line.rstrip(b"\n")
+        yield from _stdin_lines(sys.stdin.buffer, stop)
         return
     filler = b"x" * max(0, size - 12)
     for index in range(count):
         yield (b"%011d " % index + filler)[: max(size, 12)]
+
+
+def _stdin_lines(stream: BinaryIO, stop: threading.Event) -> Iterator[bytes]:
+    """Each line without its newline; a line longer than a message ends the command as bad input
+    (exit 65), read no further than the bound: a 10 GB line costs no 10 GB of memory. Ctrl-C or
+    SIGTERM ends the input even while a read waits for it (what was sent is then flushed)."""
+    number = 0
+    waiting = interruptible(stop)
+    while True:
+        try:
+            with waiting:
+                line = stream.readline(limits.message_bytes_max + 2)
+        except KeyboardInterrupt:
+            return
+        if not line:
+            return
+        number += 1
+        payload = line.removesuffix(b"\n")
+        if len(payload) > limits.message_bytes_max:
+            raise BadInput(
+                f"stdin line {number} is longer than a message may be ({limits.message_bytes_max}"
+                f" bytes, limits.message_bytes_max); the {number - 1} lines before it were sent"
+            )
+        yield payload
 
 
 class _Pacer:
@@ -126,15 +158,17 @@ def sub(
         from roq.client.subscriber import Subscriber
 
         stop = stop_event()
-        received = 0
+        received = requests = 0
         out = sys.stdout.buffer
-        with Subscriber(
-            queue, key.encode(), gcm=None if zk else gcm, zk=zk, namespace=namespace,
-            start="beginning" if from_beginning else "now", from_offset=from_offset,
-            from_time=_parse_time(from_time), offsets_file=offsets,
-            # --timeout bounds the whole command, finding the queue included
-            join_timeout_s=limits.placement_timeout_ms / 1000 if timeout is None else timeout,
-        ) as subscriber:  # fmt: skip
+        with interruptible(stop):  # finding and joining the queue: nothing received yet
+            subscriber = Subscriber(
+                queue, key.encode(), gcm=None if zk else gcm, zk=zk, namespace=namespace,
+                start="beginning" if from_beginning else "now", from_offset=from_offset,
+                from_time=_parse_time(from_time), offsets_file=offsets,
+                # --timeout bounds the whole command, finding the queue included
+                join_timeout_s=limits.placement_timeout_ms / 1000 if timeout is None else timeout,
+            )  # fmt: skip
+        with subscriber:
             typer.echo(f"roq sub: subscribed to {queue}", err=True)
             deadline = None if timeout is None else time.monotonic() + timeout
             while not stop.is_set() and (count is None or received < count):
@@ -144,10 +178,16 @@ def sub(
                 window = 0.2 if left is None else min(0.2, left)
                 wanted = None if count is None else count - received
                 for record in subscriber.messages(wanted, window):
+                    if _is_request(record):
+                        requests += 1
+                        continue
                     out.write(record.payload + b"\n")
                     received += 1
                 out.flush()
                 subscriber.commit()  # after the output is out: at-least-once across a kill
+            if requests:
+                typer.echo(f"roq sub: skipped {requests} requests of services (roq call; "
+                           "`roq task show` reads one)", err=True)  # fmt: skip
             if subscriber.corrupt_records or subscriber.skipped_bytes:
                 typer.echo(f"roq sub: skipped {subscriber.corrupt_records} records of corrupt "
                            f"batches and {subscriber.skipped_bytes} damaged log bytes",
@@ -155,6 +195,17 @@ def sub(
         if count is not None and received < count and not stop.is_set():
             typer.echo(f"roq sub: only {received} of {count} messages before the timeout", err=True)
             raise typer.Exit(75)
+
+
+def _is_request(record: Record) -> bool:
+    """A request of `roq call` (a BSON task record keyed `<service>/`, docs/requests.md) rather
+    than a message: `roq sub` prints payloads, one per line, for text tools; a request's BSON
+    belongs to its service's workers, and its payload is read with `roq task show`."""
+    if not record.key.endswith(b"/"):
+        return False
+    from roq.protocol.messages.tasks import request_of
+
+    return request_of(record.key, record.payload) is not None
 
 
 def _parse_time(text: str | None) -> float | None:
@@ -216,7 +267,10 @@ def bench(
             if not admin.queue_exists(queue):
                 admin.create_queue(queue)
                 typer.echo(f"roq bench: created queue {queue}", err=True)
-        summary = benchmod.run(description, queue, client_args, lambda s: typer.echo(s, err=True))
+        # Ctrl-C or SIGTERM: its workers are ended and it exits 130, with no summary
+        with interruptible(stop_event()):
+            summary = benchmod.run(description, queue, client_args,
+                                   lambda s: typer.echo(s, err=True))  # fmt: skip
         if chart is not None:
             benchmod.draw_chart(summary, str(chart))
             typer.echo(f"roq bench: chart written to {chart}", err=True)

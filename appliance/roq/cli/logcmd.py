@@ -16,11 +16,10 @@ from pathlib import Path
 import typer
 
 from roq.cli.app import app
-from roq.errors import EXIT_DATAERR, EXIT_OK
+from roq.errors import EXIT_DATAERR, EXIT_NOINPUT, EXIT_OK
 from roq.log import format as fmt
 from roq.log.inspect import Batch, Corrupt, Gap, Summary, segment_files, walk
 
-EXIT_NOINPUT = 66  # sysexits.h: the input path does not exist
 EXIT_IOERR = 74  # sysexits.h: reading failed
 
 log_app = typer.Typer(name="log", help="Inspect message-log segment files.", no_args_is_help=True)

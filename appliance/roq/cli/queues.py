@@ -13,6 +13,7 @@ import typer
 from roq.cli.app import app
 from roq.cli.common import GCM_OPTION, ZK_OPTION, errors_to_exit, fail, table
 from roq.client.admin import AdminClient, AdminRefused
+from roq.errors import EXIT_NOT_SERVING
 from roq.protocol.messages.admin import ChildReport, ClusterStatus, QueueStatus
 from roq.protocol.messages.control import (
     MonitoredExchange,
@@ -116,7 +117,11 @@ def status(
     zk: str = ZK_OPTION,
     namespace: str = NS_OPTION,
 ) -> None:
-    """Show hosts, queues, their state, monitors and exchanges with their addresses."""
+    """Show hosts, queues, their state, monitors and exchanges with their addresses.
+
+    Exit code 5 when a RUNNING queue is NOT SERVING (its monitor does not answer; the output
+    says why), after printing the same; 0 when every running queue serves.
+    """
     reply = _run(gcm, zk, namespace, lambda c: c.status())
     from roq.client.live import monitor_status
 
@@ -135,8 +140,10 @@ def status(
             "GoneHosts": [g.fields() for g in reply.gone],
             "Repairs": [r.fields() for r in reply.repairs],
         }))  # fmt: skip
-        return
-    typer.echo(_render_status(reply, lives))
+    else:
+        typer.echo(_render_status(reply, lives))
+    if any(live is None for live in lives.values()):  # a script or probe can tell (README)
+        raise typer.Exit(EXIT_NOT_SERVING)
 
 
 def _fields(live: MonitorStatus | None) -> dict[str, Any] | None:

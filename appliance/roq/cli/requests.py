@@ -3,16 +3,30 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable
 
 import typer
 
 from roq import limits
 from roq.cli.app import app
-from roq.cli.common import GCM_OPTION, ZK_OPTION, errors_to_exit, setup_logging, stop_event
+from roq.cli.common import (
+    GCM_OPTION,
+    ZK_OPTION,
+    StopGrace,
+    errors_to_exit,
+    interruptible,
+    setup_logging,
+    stop_event,
+)
 from roq.cli.data import NAMESPACE_OPTION
+from roq.errors import EXIT_INTERRUPTED
 
 task_app = typer.Typer(
     help="Tasks of request queues (roq call / roq serve): state, settings.", no_args_is_help=True
@@ -55,13 +69,15 @@ def call(
     with errors_to_exit():
         from roq.client.requests import Requester
 
-        payload = sys.stdin.buffer.read(limits.task_payload_bytes_max + 1)
+        stop = stop_event()
+        with interruptible(stop):  # nothing submitted yet
+            payload = sys.stdin.buffer.read(limits.task_payload_bytes_max + 1)
         with Requester(queue, gcm=None if zk else gcm, zk=zk, namespace=namespace) as requester:
             task = requester.submit(service, payload, request_id)
             if no_wait:
                 typer.echo(f"{queue}/{task.id}")
                 return
-            _print_result("roq call", f"{queue}/{task.id}", lambda: task.result(timeout))
+            _print_result("roq call", f"{queue}/{task.id}", lambda: task.result(timeout), stop)
 
 
 @app.command(rich_help_panel="Messages")
@@ -103,30 +119,47 @@ def serve(
 
     Workers of one service share its requests (a consumer group); a worker that dies mid-task
     leaves the request to another after the group's lease (work.lease.ms). SIGTERM or Ctrl-C:
-    no new request is taken, the running ones finish and are stored, then it exits 0.
+    no new request is taken, running commands get 0.4 s to finish (their results stored), then
+    are ended and their requests handed back to the service's other workers, and it exits 0.
     """
     setup_logging("WARNING")
     with errors_to_exit():
         from roq.client.requests import Worker
 
-        def run(payload: bytes) -> bytes:
-            return _run(exec_cmd, payload)
-
         stop = stop_event()
-        with Worker(queue, service, run, gcm=None if zk else gcm, zk=zk,
-                    namespace=namespace, concurrency=concurrency,
-                    prefetch=prefetch) as worker:  # fmt: skip
+
+        def run(payload: bytes) -> bytes:
+            return _run(exec_cmd, payload, stop)
+
+        with interruptible(stop):  # joining its group: no request taken yet
+            worker = Worker(
+                queue,
+                service,
+                run,
+                gcm=None if zk else gcm,
+                zk=zk,
+                namespace=namespace,
+                concurrency=concurrency,
+                prefetch=prefetch,
+            )
+        with worker:
             typer.echo(f"roq serve: {worker.name}", err=True)
             worker.run(stop, count, timeout)
 
 
-def _print_result(command: str, ref: str, wait: Callable[[], bytes]) -> None:
+def _print_result(command: str, ref: str, wait: Callable[[], bytes], stop: threading.Event) -> None:
     """The result `wait` returns on stdout, or the exit code of its task's end (_EXIT, 75 for
-    a timeout) with why on stderr."""
+    a timeout) with why on stderr. Ctrl-C or SIGTERM stops the wait at once (exit 130): the
+    task goes on, its result kept for `roq task result`."""
     from roq.client.requests import TaskFailed, TaskTimeout
 
     try:
-        result = wait()
+        with interruptible(stop):
+            result = wait()
+    except KeyboardInterrupt:
+        typer.echo(f"{command}: stopped waiting; task {ref} goes on (roq task result {ref})",
+                   err=True)  # fmt: skip
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     except TaskTimeout as error:
         typer.echo(f"{command}: {error}; task {ref}", err=True)
         raise typer.Exit(75) from None
@@ -141,18 +174,49 @@ class CommandFailed(Exception):
     """--exec exited non-zero; its text is the task's error."""
 
 
-def _run(command: str, payload: bytes) -> bytes:
-    try:
-        done = subprocess.run(  # noqa: S602 (the operator's own command line, as with ssh)
-            command, shell=True, input=payload, capture_output=True, check=False,
-            timeout=limits.work_exec_timeout_s,
-        )  # fmt: skip
-    except subprocess.TimeoutExpired:
-        raise CommandFailed(f"--exec ran longer than {limits.work_exec_timeout_s} s") from None
-    if done.returncode != 0:
-        err = done.stderr.decode(errors="replace").strip()[-500:]
-        raise CommandFailed(f"exit {done.returncode}: {err}")
-    return done.stdout
+def _run(command: str, payload: bytes, stop: threading.Event) -> bytes:
+    """--exec on one request (on a pool thread): its stdout, or CommandFailed with its exit and
+    stderr. Stopped meanwhile (Ctrl-C, SIGTERM), the command gets limits.exec_stop_finish_s to
+    finish (its result stored), then is ended and the request handed back (HandlerStopped), so
+    that the worker stops within a second, not when the command is done."""
+    from roq.client.requests import HandlerStopped
+
+    child = subprocess.Popen(  # noqa: S602 (the operator's own command line, as with ssh)
+        command, shell=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + limits.work_exec_timeout_s
+    grace = StopGrace(stop)  # finished soon after the stop, its result is stored
+    given: bytes | None = payload  # communicate takes the input once
+    while True:
+        try:
+            out, err = child.communicate(given, timeout=grace.slice_s())
+            break
+        except subprocess.TimeoutExpired:
+            given = None
+            if grace.over() or time.monotonic() > deadline:
+                _end_group(child)
+                if stop.is_set():
+                    raise HandlerStopped(command) from None
+                raise CommandFailed(
+                    f"--exec ran longer than {limits.work_exec_timeout_s} s"
+                ) from None
+    if child.returncode != 0:
+        text = err.decode(errors="replace").strip()[-500:]
+        raise CommandFailed(f"exit {child.returncode}: {text}")
+    return out
+
+
+def _end_group(child: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the command's process group, SIGKILL past limits.work_exec_stop_grace_s."""
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signum)
+        try:
+            child.communicate(timeout=limits.work_exec_stop_grace_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _split(ref: str, queue: str | None) -> tuple[str, str]:
@@ -222,10 +286,11 @@ def task_result(
         from roq.client.requests import Requester
 
         name, task_id = _split(ref, queue)
+        stop = stop_event()
         with Requester(name, gcm=None if zk else gcm, zk=zk, namespace=namespace) as requester:
             task = requester.task(task_id)
             _print_result("roq task result", f"{name}/{task_id}",
-                          lambda: task.result(timeout, ack=not keep))  # fmt: skip
+                          lambda: task.result(timeout, ack=not keep), stop)  # fmt: skip
 
 
 @task_app.command("config")

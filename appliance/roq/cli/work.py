@@ -3,19 +3,32 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 import typer
 
 from roq import limits
 from roq.cli.app import app
-from roq.cli.common import GCM_OPTION, ZK_OPTION, errors_to_exit, setup_logging, stop_event, table
+from roq.cli.common import (
+    GCM_OPTION,
+    ZK_OPTION,
+    StopGrace,
+    errors_to_exit,
+    interruptible,
+    setup_logging,
+    stop_event,
+    table,
+)
 from roq.cli.data import NAMESPACE_OPTION
+from roq.errors import RoqError
 
 if TYPE_CHECKING:  # imported where used: `roq --help` does not load the client
     from roq.client.consumer import Consumer, Delivery
@@ -72,11 +85,14 @@ def work(
         stop = stop_event()
         done = 0
         out = sys.stdout.buffer
-        with Consumer(
-            queue, group, gcm=None if zk else gcm, zk=zk, namespace=namespace,
-            start="now" if from_now else "beginning", ordered=ordered,
-            prefix=prefix.encode(), inflight=prefetch or (1 if exec_cmd else 100),
-        ) as consumer:  # fmt: skip
+        with interruptible(stop):  # joining the group: nothing handed out yet
+            consumer = Consumer(
+                queue, group, gcm=None if zk else gcm, zk=zk, namespace=namespace,
+                start="now" if from_now else "beginning", ordered=ordered,
+                prefix=prefix.encode(), inflight=prefetch or (1 if exec_cmd else 100),
+            )  # fmt: skip
+        consumer.stop_with(stop)  # its monitor gone (queue deleted), the stop still takes < 1 s
+        with consumer:
             typer.echo(f"roq work: consuming {queue} as {consumer.name}", err=True)
             while not stop.is_set() and (count is None or done < count):
                 delivery = _next(consumer, timeout, stop)
@@ -87,7 +103,7 @@ def work(
                     out.flush()
                     delivery.ack()
                 else:
-                    _run(exec_cmd, delivery)
+                    _run(exec_cmd, delivery, stop)
                 done += 1
         if count is not None and done < count and not stop.is_set():
             typer.echo(f"roq work: only {done} of {count} messages before the timeout", err=True)
@@ -105,27 +121,67 @@ def _next(consumer: Consumer, timeout: float | None, stop: threading.Event) -> D
             return None
         step = limits.work_cli_stop_check_s
         window = step if left is None else min(step, left)
-        delivery = consumer.next(window)
+        try:
+            delivery = consumer.next(window)
+        except RoqError:
+            if stop.is_set():
+                return None  # stopped while its monitor did not answer (`stop_with`)
+            raise
         if delivery is not None:
             return delivery
     return None
 
 
-def _run(command: str, delivery: object) -> None:
+def _run(command: str, delivery: object, stop: threading.Event) -> None:
+    """--exec on one message: ack on exit 0, nack otherwise. Stopped (Ctrl-C, SIGTERM) while it
+    runs, the command gets limits.exec_stop_finish_s to finish, then is ended and the message
+    released at once (nack with no delay): another consumer takes it, rather than this one
+    waiting out the command (issue 32)."""
     from roq.client.consumer import Delivery
 
     assert isinstance(delivery, Delivery)
-    try:
-        code = subprocess.run(  # noqa: S602 (the operator's own command line, as with ssh)
-            command, shell=True, input=delivery.payload, check=False,
-            timeout=limits.work_exec_timeout_s,
-        ).returncode  # fmt: skip
-    except subprocess.TimeoutExpired:
-        code = -1
+    child = subprocess.Popen(  # noqa: S602 (the operator's own command line, as with ssh)
+        command, shell=True, stdin=subprocess.PIPE, start_new_session=True
+    )
+    code = _fed_and_waited(child, delivery.payload, stop)
     if code == 0:
         delivery.ack()
+    elif stop.is_set():
+        delivery.nack(delay_s=0, reason="its consumer was stopped while --exec ran")
     else:
         delivery.nack(reason=f"--exec exited {code}")
+
+
+def _fed_and_waited(child: subprocess.Popen[bytes], payload: bytes, stop: threading.Event) -> int:
+    """The payload on the child's stdin, then its exit code: -1 past limits.work_exec_timeout_s
+    or past the stop's grace (StopGrace), when its process group is ended (TERM, then KILL)."""
+    assert child.stdin is not None
+    feeder = threading.Thread(
+        target=_feed, args=(child.stdin, payload), name="roq-work-feed", daemon=True
+    )
+    feeder.start()  # a payload larger than the pipe must not block the wait
+    deadline = time.monotonic() + limits.work_exec_timeout_s
+    grace = StopGrace(stop)  # finished soon after the stop, its message is acked
+    while not grace.over() and time.monotonic() < deadline:
+        try:
+            return child.wait(grace.slice_s())
+        except subprocess.TimeoutExpired:
+            continue
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signum)
+        try:
+            child.wait(limits.work_exec_stop_grace_s)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    return -1
+
+
+def _feed(pipe: IO[bytes], payload: bytes) -> None:
+    with contextlib.suppress(OSError):  # the command need not read it all
+        pipe.write(payload)
+        pipe.close()
 
 
 def _admin(gcm: str, zk: str | None, namespace: str):  # type: ignore[no-untyped-def]

@@ -138,21 +138,50 @@ def run(
     client_args: list[str],
     progress: Callable[[str], None],
 ) -> dict[str, Any]:
-    """Run the load and return the summary (see `summarize`)."""
+    """Run the load and return the summary (see `summarize`). Interrupted (KeyboardInterrupt:
+    Ctrl-C or SIGTERM in `roq bench`) or failed, it ends every worker it started before it
+    raises: none goes on loading the queue after the bench is gone."""
     common = [queue, *client_args, "--load", json.dumps(asdict(description))]
-    subscribers = [Worker("sub", common) for _ in range(description.maxSub)]
-    for worker in subscribers:
-        if not worker.ready.wait(limits.bench_ready_timeout_s) or worker.process.poll() is not None:
-            raise ConfigError(f"a bench subscriber did not start (exit {worker.process.poll()})")
-    time.sleep(description.delay)
-    publishers = list(_spawn_publishers(description, common))
-    started = time.monotonic()
-    _report_progress(description, publishers, subscribers, started, progress)
-    for worker in publishers:
-        worker.wait(description.seconds + 60)
-    for worker in subscribers:
-        worker.wait(limits.bench_drain_max_s + 10)
+    subscribers: list[Worker] = []
+    publishers: list[Worker] = []
+    try:
+        for _ in range(description.maxSub):
+            subscribers.append(Worker("sub", common))
+        for worker in subscribers:
+            if (
+                not worker.ready.wait(limits.bench_ready_timeout_s)
+                or worker.process.poll() is not None
+            ):
+                raise ConfigError(
+                    f"a bench subscriber did not start (exit {worker.process.poll()})"
+                )
+        time.sleep(description.delay)
+        for worker in _spawn_publishers(description, common):
+            publishers.append(worker)
+        started = time.monotonic()
+        _report_progress(description, publishers, subscribers, started, progress)
+        for worker in publishers:
+            worker.wait(description.seconds + 60)
+        for worker in subscribers:
+            worker.wait(limits.bench_drain_max_s + 10)
+    except BaseException:
+        _end_all(publishers + subscribers)
+        raise
     return summarize(description, publishers, subscribers)
+
+
+def _end_all(workers: list[Worker]) -> None:
+    """SIGTERM to every worker still running (they stop at once), SIGKILL past the grace."""
+    running = [w.process for w in workers if w.process.poll() is None]
+    for process in running:
+        process.terminate()
+    deadline = time.monotonic() + limits.bench_stop_grace_s
+    for process in running:
+        try:
+            process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def _spawn_publishers(description: LoadDescription, common: list[str]) -> Iterator[Worker]:

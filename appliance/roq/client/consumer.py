@@ -187,6 +187,8 @@ class Consumer:
         self._parked: dict[str, _Slot] = {}
         self._ready: collections.deque[Delivery] = collections.deque()
         self._dlq: Publisher | None = None
+        self._stop: threading.Event | None = None  # `stop_with`
+        self._stopped_at = 0.0
         self._last_flush = time.monotonic()
         self._full_logged = False
         self._seq = 0  # numbers this consumer's settles; a reply's Written confirms up to one
@@ -201,14 +203,32 @@ class Consumer:
         self.inflight = min(inflight or self.settings.inflight, self.settings.inflight)
 
     # --- requests to the monitor --------------------------------------------------------------
+    def stop_with(self, stop: threading.Event) -> None:
+        """Once `stop` is set (its owner stops: Ctrl-C), requests to the monitor get
+        limits.work_stop_grace_s more, then end (RoqError): a consumer whose monitor is gone
+        (its queue stopped or deleted) stops within a second, not after work_monitor_wait_s,
+        and one whose monitor answers still settles, releases and leaves."""
+        self._stop = stop
+
+    def _stopping(self) -> bool:
+        """True once the stop's grace is over (see `stop_with`)."""
+        if self._stop is None or not self._stop.is_set():
+            return False
+        now = time.monotonic()
+        if not self._stopped_at:
+            self._stopped_at = now
+        return now - self._stopped_at > limits.work_stop_grace_s
+
     def _ask(self, doc: dict[str, Any]) -> dict[str, Any]:
         """One request; a monitor that does not answer, is busy (ZooKeeper) or fenced (its host
         lost its lease) is asked again (it may be restarting, or have moved: then the GCM is
-        asked where), for at most 30 s."""
+        asked where), for at most 30 s, or until the stop's grace is over (`stop_with`)."""
         deadline = time.monotonic() + limits.work_monitor_wait_s
         while True:
+            if self._stopping():
+                raise RoqError(f"{self.name}: stopped before the monitor answered")
             try:
-                reply = self._requests.request(doc)
+                reply = self._requests.request(doc, cancelled=self._stopping)
             except TransportError as error:  # no answer (RequestTimeout is one)
                 problem = str(error)
                 self._follow_monitor()
@@ -811,7 +831,8 @@ class Consumer:
                 for slot in self._slots():
                     self._release(slot)
             self._requests.request(ConsumerRequest(MonitorCommand.GROUP_LEAVE, self.group,
-                                                   self.consumer_id).encode())  # fmt: skip
+                                                   self.consumer_id).encode(),
+                                   cancelled=self._stopping)  # fmt: skip
         except RoqError as error:
             log.warning("%s: leaving: %s", self.name, error)
         finally:

@@ -215,7 +215,11 @@ class Publisher:
         self._shared.wake = open_socket(self._context, Kind.PAIR)
         connect(self._shared.wake, wake_endpoint)
         self._io.start()
-        self._io.placed.wait(limits.placement_timeout_ms / 1000 + 5)
+        try:
+            self._io.placed.wait(limits.placement_timeout_ms / 1000 + 5)
+        except BaseException:  # interrupted (Ctrl-C in roq pub): no I/O thread outlives it
+            self.close(timeout_s=0.1)
+            raise
         if self.failure is not None or self.exchange is None:
             self.close(timeout_s=0.1)
             raise PublishError(f"{self.name}: no exchange: {self.failure or 'timed out'}")

@@ -84,6 +84,12 @@ class NoWorker(TaskFailed):
     """No worker of the service for the queue's delegator repeats."""
 
 
+class HandlerStopped(Exception):
+    """Raised by a handler that its worker's stop ended (`roq serve --exec` on Ctrl-C or
+    SIGTERM): no outcome is stored and the request is handed back (nack, no delay) to another
+    worker at once; its run counts as a probe (request.send.probes), as a worker that died."""
+
+
 class TaskTimeout(RoqError):
     """`Task.result(timeout_s)` ran out before the task ended (it goes on)."""
 
@@ -657,6 +663,7 @@ class Worker:
         """Take requests until `stop` (or `count` executed, or `idle_timeout_s` without a
         request), then let the running ones finish; the number executed."""
         idle_since = time.monotonic()
+        self.consumer.stop_with(stop)  # a gone monitor does not hold up the stop
         while not stop.is_set():
             self._tend()
             started = self.executed + len(self._running)
@@ -668,7 +675,12 @@ class Worker:
             if len(self._running) >= self.concurrency:
                 self._wait_finished()
                 continue
-            delivery = self.consumer.next(timeout_s=self._next_wait_s())
+            try:
+                delivery = self.consumer.next(timeout_s=self._next_wait_s())
+            except RoqError:
+                if stop.is_set():
+                    break  # stopped while its monitor did not answer
+                raise
             if delivery is not None:
                 self._begin(delivery)
                 idle_since = time.monotonic()
@@ -724,9 +736,12 @@ class Worker:
         self._running[future] = _Run(message, delivery, time.monotonic() + self._renew_period_s())
 
     def _execute_and_store(self, message: RequestMessage) -> TaskView:
-        """On a pool thread: run the handler, store its outcome, return the monitor's answer."""
+        """On a pool thread: run the handler, store its outcome, return the monitor's answer.
+        A handler that raised HandlerStopped stores none (raised again: `_settle` releases)."""
         try:
             finish = self._execute(message)
+        except HandlerStopped:
+            raise
         except BaseException:  # a handler's SystemExit is its task's error too
             finish = TaskFinish(message.task, message.attempt, False, error="the handler died")
         return self._thread_link().view(finish.encode())
@@ -737,6 +752,10 @@ class Worker:
         self.executed += 1
         try:
             outcome = future.result()
+        except HandlerStopped:  # its worker stops: the request goes to another one at once
+            log.info("%s: task %s handed back (stopped while it ran)", self.name, message.task)
+            delivery.nack(delay_s=0, reason="its worker was stopped while it ran")
+            return
         except RoqError as error:  # the monitor did not answer: the request is run again
             log.warning("%s: task %s: its outcome was not stored: %s", self.name, message.task,
                         error)  # fmt: skip
@@ -775,6 +794,8 @@ class Worker:
     def _execute(self, message: RequestMessage) -> TaskFinish:
         try:
             result = self.handler(message.payload)
+        except HandlerStopped:
+            raise
         except Exception as error:  # the service's error is the task's outcome
             text = f"{type(error).__name__}: {error}"[: limits.task_error_chars_max]
             return TaskFinish(message.task, message.attempt, False, error=text)

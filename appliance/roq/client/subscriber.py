@@ -54,7 +54,13 @@ from roq import limits
 from roq.client.feed import Feed
 from roq.client.locate import MonitorAddress, locate_monitor
 from roq.client.sequencer import Delivery, Sequencer
-from roq.errors import EXIT_NOPERM, AuthenticationRefused, ProtocolError, RoqError
+from roq.errors import (
+    EXIT_NOPERM,
+    AuthenticationRefused,
+    BadInput,
+    ProtocolError,
+    RoqError,
+)
 from roq.log import format as batchfmt
 from roq.protocol import bsonmsg
 from roq.protocol.bsonmsg import Reply
@@ -498,7 +504,7 @@ class Subscriber:
         try:
             return self._apply_resume(json.loads(self.offsets_file.read_text()))
         except (OSError, ValueError, TypeError) as error:
-            raise RoqError(f"offsets file {self.offsets_file} is unreadable: {error}") from None
+            raise BadInput(f"offsets file {self.offsets_file} is unreadable: {error}") from None
 
     def _apply_resume(self, state: dict[str, Any]) -> dict[str, Any]:
         for pid, key, next_seq in state.get("streams", []):

@@ -268,7 +268,8 @@ class HostSettings:
     stat_base_port: int = field(metadata=key("statmonitor.base.port"))
     exchange_base_port: int = field(metadata=key("exchange.base.port"))
     ports_per_kind_max: int = field(metadata=key("ports.max.perkind"))
-    exchanges_max: int = field(metadata=key("exchange.max.perhost"))
+    exchanges_max: int = field(metadata=key("exchange.max.perhost"))  # 0: from the machine
+    memory_log_bytes: int = field(metadata=key("log.memory.bytes"))  # each exchange's (capacity)
     zk: ZooKeeperSettings
     use_log: bool = field(metadata=key("useLog"))
     # the queues' logs and the copies of other exchanges' logs

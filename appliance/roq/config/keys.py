@@ -385,10 +385,12 @@ HCM_KEYS: tuple[Key, ...] = (
     Key(
         "exchange.max.perhost",
         int,
-        8,
-        "Exchanges this host may run, all queues together (enforced). RoQ's was 3; a queue "
-        "now keeps replicationFactor (2) exchanges, so that one host holds four queues.",
-        (1, 1000),
+        0,
+        "Exchanges this host may run, all queues together (enforced). 0: derived from the "
+        "machine at the host's start, min(8 per core, memory / (log.memory.bytes + 128 MiB)), "
+        "at least 8 (the host logs the number and how it came about). A queue keeps "
+        "replicationFactor (2) exchanges. RoQ's default was 3.",
+        (0, 1000),
         section="Capacity",
     ),
     Key(

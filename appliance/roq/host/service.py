@@ -34,7 +34,7 @@ from roq.coordination.registry import (
     Registry,
 )
 from roq.errors import NameTaken, PortInUse, RoqError
-from roq.host import adoption, keepers, supervision
+from roq.host import adoption, capacity, keepers, supervision
 from roq.host.fencing import LeaseKeeper, lease_path, lease_seconds
 from roq.host.ports import PortAllocator
 from roq.host.supervision import Child
@@ -96,7 +96,8 @@ class HostConfigManager:
         self.settings = settings
         self.address = resolve_interface(settings.interface)
         self.name = settings.name or self.address
-        self.max_exchanges = settings.exchanges_max
+        self.capacity = capacity.of_host(settings.exchanges_max, settings.memory_log_bytes)
+        self.max_exchanges = self.capacity.exchanges
         self.context = new_context()
         self._session_lost = threading.Event()  # set from kazoo's thread, acted on in run()
         self._next_register = 0.0
@@ -274,6 +275,8 @@ class HostConfigManager:
         poller = Poller()
         poller.register(self.sock, READABLE)
         log.info("host %s serving on %s", self.name, self.endpoint)
+        log.info("host %s runs at most exchange.max.perhost=%d exchanges, %s", self.name,
+                 self.max_exchanges, self.capacity.why)  # fmt: skip
         if on_ready is not None:
             on_ready()
         while not stop.is_set():
@@ -612,9 +615,12 @@ class HostConfigManager:
         return told
 
     def _no_capacity(self, queue: str) -> Refused:
+        # the GCM prefixes "host <name>: " and the CLI prints it: say which setting to raise
         comment = (
-            f"host {self.name} runs {self._exchange_count()} exchanges, its limit "
-            f"exchange.max.perhost={self.max_exchanges}; cannot place queue {queue}"
+            f"{self._exchange_count()} exchanges run here, its limit (exchange.max.perhost="
+            f"{self.max_exchanges} {self.capacity.why}); cannot place queue {queue}: raise "
+            "exchange.max.perhost in this host's HCM.properties (or roq up -D "
+            "exchange.max.perhost=N), add a host, or delete a queue"
         )
         log.warning(comment)
         return Refused(Reason.NO_CAPACITY, comment)

@@ -243,6 +243,8 @@ class Cluster:
                 *self._http_lines(),
                 f"  data        {self.data_dir}",
                 "From another terminal:",
+                # clients default to 127.0.0.1:5000: elsewhere (--port-base) they are told
+                *([] if gcm == "127.0.0.1:5000" else [f"  export ROQ_GCM={gcm}"]),
                 "  roq queue create q1",
                 "  roq sub q1 --count 10 &",
                 "  roq pub q1 --count 10",

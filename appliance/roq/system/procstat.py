@@ -22,6 +22,27 @@ def rss_bytes() -> int:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def machine_cores() -> int:
+    """The cores this process may run on (its CPU affinity, which taskset and cpusets narrow),
+    at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def machine_memory_bytes() -> int:
+    """The machine's memory (MemTotal of /proc/meminfo); 0 when it cannot be read."""
+    try:
+        with open("/proc/meminfo", "rb") as meminfo:
+            for line in meminfo:
+                if line.startswith(b"MemTotal:"):
+                    return int(line.split()[1]) * 1024  # in kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 def load_average() -> float:
     try:
         return os.getloadavg()[0]

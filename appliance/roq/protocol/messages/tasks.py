@@ -14,6 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Self
 
+import bson
+from bson.errors import BSONError
+
 from roq import limits
 from roq.errors import DecodeError
 from roq.protocol import bsonmsg
@@ -44,6 +47,18 @@ def service_key(service: str) -> bytes:
     """The routing key of a service's requests; '/' never occurs in a name, so a group taking
     the key prefix `a/` never takes service `ab`'s requests."""
     return f"{service}/".encode()
+
+
+def request_of(key: bytes, payload: bytes) -> RequestMessage | None:
+    """The request a message of a queue is, or None when it is not one: keyed
+    `service_key(service)` of the service it names, its payload a request's BSON document."""
+    if not key.endswith(b"/") or len(payload) < 5 or payload[-1] != 0:
+        return None  # a BSON document ends with a NUL: a text line does not
+    try:
+        request = RequestMessage.decode(bson.decode(payload))
+    except (DecodeError, BSONError, TypeError, ValueError, IndexError, OverflowError):
+        return None
+    return request if service_key(request.service) == key else None
 
 
 def service_group(service: str) -> str:
