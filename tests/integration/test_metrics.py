@@ -197,14 +197,18 @@ def test_prometheus_scrapes_per_queue_rates_and_consumer_lag(up: Up, prometheus:
 
 
 def _assert_queried(up: Up, prometheus: Prometheus, errors: list[BaseException]) -> None:
-    rate = 'sum(rate(roq_exchange_messages_in_total{queue="q1"}[5s]))'
-    wait_for(lambda: not errors and prometheus.value(rate) > 0, 90,
-             f"a message rate for q1\n{prometheus.targets_up()}\n{errors}")  # fmt: skip
-    assert prometheus.value('sum(rate(roq_exchange_bytes_in_total{queue="q1"}[5s]))') > 0
+    # first what the consumer's lease (work.lease.ms, 30 s without a request) holds
+    in_flight = 'roq_group_in_flight_messages{queue="q1",group="g1"}'
+    wait_for(lambda: prometheus.value(in_flight) > 0, 25,
+             f"g1's messages in flight\n{prometheus.targets_up()}")  # fmt: skip
     lag = 'roq_group_lag_messages{queue="q1",group="g1"}'
     wait_for(lambda: prometheus.value(lag) > 0, 60, "g1's lag")
-    assert prometheus.value('roq_group_in_flight_messages{queue="q1",group="g1"}') > 0
     assert prometheus.value('roq_group_acked_total{queue="q1",group="g1"}') >= 5
+    rate = 'sum(rate(roq_exchange_messages_in_total{queue="q1"}[5s]))'
+    wait_for(lambda: not errors and prometheus.value(rate) > 0, 60,
+             f"a message rate for q1\n{prometheus.targets_up()}\n{errors}")  # fmt: skip
+    print(f"q1: {prometheus.value(rate):.0f} msg/s in, g1 lag {prometheus.value(lag):.0f}")
+    assert prometheus.value('sum(rate(roq_exchange_bytes_in_total{queue="q1"}[5s]))') > 0
     assert prometheus.value("max(roq_gcm_leader)") == 1
     assert prometheus.value('sum(roq_host_children{state="running"})') >= 2
     health = prometheus.targets_up()

@@ -287,3 +287,37 @@ def test_operations_md_documents_every_metric_as_declared():
     }
     declared = {m.name: (m.kind, m.labels) for m in CATALOGUE}
     assert documented == declared
+
+
+# --- a child's samples over its control socket (in process, on loopback) --------------------
+def test_a_child_answers_metrics_on_its_control_socket_as_its_host_asks():
+    import threading
+
+    from roq.host.metrics import _ask
+    from roq.protocol.metrics import MetricsRequest
+    from roq.transport import new_context
+    from roq.transport.control import ControlServer
+
+    context = new_context()
+    control = ControlServer(context, "127.0.0.1", _free_port(), "exchange q1/x1")
+    control.metrics = lambda: [sample("roq_exchange_messages_in_total", 5, "q1", "x1")]
+    stop = threading.Event()
+
+    def serve() -> None:  # the child's main loop, as far as its control socket goes
+        while not stop.is_set():
+            if control.sock.poll(50):
+                control.handle()
+
+    loop = threading.Thread(target=serve, name="child-loop")
+    loop.start()
+    try:
+        doc = _ask(context, control.endpoint, MetricsRequest().encode(), 2000)
+        assert doc is not None
+        reply, refused = MetricsReply.decode(doc)
+        assert reply.samples == (sample("roq_exchange_messages_in_total", 5, "q1", "x1"),)
+        assert refused == 0
+    finally:
+        stop.set()
+        loop.join()
+        control.close()
+        context.term()
