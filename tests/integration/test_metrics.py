@@ -213,6 +213,11 @@ def _assert_queried(up: Up, prometheus: Prometheus, errors: list[BaseException])
     assert prometheus.value('sum(roq_host_children{state="running"})') >= 2
     health = prometheus.targets_up()
     assert len(health) == 3 and set(health.values()) == {"up"}, health
+    # the gateway's request series appear once it has answered a request (the scrapes of its
+    # /metrics are not counted): one it refuses, 404
+    gateway = f"http://127.0.0.1:{up.base + 80}"
+    auth = {"Authorization": f"Bearer {up.helper.token}"}
+    assert httpx.get(f"{gateway}/v1/nothing", headers=auth, timeout=5).status_code == 404
     _assert_dashboard_names_scraped(prometheus)
     checked = up.cli("health", "--zk", up.zk)
     assert checked.returncode == 0, checked.stdout + checked.stderr
@@ -228,7 +233,6 @@ def dashboard_metrics() -> set[str]:
 
 
 def _assert_dashboard_names_scraped(prometheus: Prometheus) -> None:
-    # the gateway's request series appear once it has answered a request (the scrapes do)
     wait_for(lambda: "roq_http_requests_total" in prometheus.names(), 30, "the gateway's series")
     missing = dashboard_metrics() - prometheus.names() - CONDITIONAL
     assert missing == set(), f"the dashboard names metrics no target exposes: {missing}"
