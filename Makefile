@@ -26,6 +26,7 @@ system-deps:
 	command -v systemd-analyze >/dev/null || missing="$$missing systemd"; \
 	command -v ip >/dev/null && command -v tc >/dev/null || missing="$$missing iproute2"; \
 	command -v curl >/dev/null || missing="$$missing curl"; \
+	command -v prometheus >/dev/null || missing="$$missing prometheus"; \
 	$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || missing="$$missing python3-venv"; \
 	if [ -n "$$missing" ]; then \
 	  echo "make: installing system packages:$$missing"; \

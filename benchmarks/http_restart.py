@@ -86,7 +86,7 @@ class Gateway:
         raise SystemExit(f"roq http did not answer within {timeout_s} s")
 
     def read_from_logs(self) -> int:
-        found = re.search(r"^roq_http_log_messages_read (\S+)$", self.wait_metrics(), re.M)
+        found = re.search(r"^roq_http_log_messages_read_total (\S+)$", self.wait_metrics(), re.M)
         return int(float(found.group(1))) if found else -1
 
     def stop(self) -> None:

@@ -2,7 +2,8 @@
 of every module (inside functions too; relative imports resolved to absolute names).
 
 - Third-party owners: only roq.transport imports zmq, only roq.coordination kazoo, only
-  roq.analytics pyspark, only roq.cloud boto3 (the ec2 provisioner's client, SSM parameters).
+  roq.analytics pyspark, only roq.cloud boto3 (the ec2 provisioner's client, SSM parameters),
+  only roq.metrics prometheus_client.
 - The pure layers, roq.log and roq.protocol, import the standard library (but not `socket`),
   bson and the roq modules their row allows: no sockets, no ZooKeeper. roq.system imports the
   standard library only.
@@ -29,6 +30,9 @@ OWNERS = {
     "botocore": "cloud",
     "mypy_boto3_ec2": "gcm",  # types only: the provisioner's RunInstances request
     "mypy_boto3_ssm": "cloud",
+    # the Prometheus client: roq.metrics only (the listener, the exposition, the gateway's
+    # counter classes passed on), so one package knows its API
+    "prometheus_client": "metrics",
 }
 
 # What every part of roq may import: the package itself (its version), the error tree, the bounds
@@ -65,21 +69,26 @@ MAY_IMPORT: dict[str, set[str] | str] = {
     "coordination": {"protocol"},
     "client": {"protocol", "transport", "coordination", "log", "system"},  # system: bench spawns
     "analytics": {"log", "protocol"},  # Spark executors run without a broker
+    # Prometheus exposition and the /metrics, /healthz, /readyz listener: the metric catalogue
+    # and samples are protocol's (children send them to their host)
+    "metrics": {"protocol"},
     # AWS (boto3): the SSM parameter holding cluster.json is checked as transport reads it
     "cloud": {"config", "transport"},
     # log replication (leader links, copies): the exchanges' message logs and the monitor's
     # delivery-state log are copied by the same code
     "replication": {"log", "protocol", "transport"},
     # processes
-    "gcm": DAEMON | {"cloud"},  # the ec2 provisioner
-    "host": DAEMON,
+    # metrics: a GCM's and a host's listener (the host serves its children's samples too)
+    "gcm": DAEMON | {"cloud", "metrics"},  # cloud: the ec2 provisioner
+    "host": DAEMON | {"metrics"},
     "monitor": DAEMON,
     "exchange": DAEMON,
     "local": DAEMON,
     # the HTTP gateway: publishes and reads through the client API, keeps its topics in
     # ZooKeeper through coordination, never touches zmq or kazoo itself; the principal model
     # (protocol) for its bearer tokens
-    "http": {"client", "coordination", "config", "system", "protocol", "log"},  # log: fsync
+    # log: fsync; metrics: its counters and /metrics (prometheus_client through roq.metrics)
+    "http": {"client", "coordination", "config", "system", "protocol", "log", "metrics"},
     # drivers
     # a real cluster for tests, driven like a user (transport: it makes the cluster's keys)
     "testing": {"client", "protocol", "system", "transport"},

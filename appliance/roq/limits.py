@@ -609,3 +609,32 @@ ssm_value_bytes_max = 4096  # a Standard-tier parameter's value; a compact clust
 # idempotent, so a failed attempt is retried (botocore's standard mode: throttling, 5xx, timeouts).
 ssm_request_timeout_s = 10.0
 ssm_request_attempts = 3
+
+# --- metrics and health (roq/metrics/, protocol/metrics.py; docs/operations.md, "Metrics") ----
+# Series are bounded by their labels: a process exports the series of at most this many queues
+# (the first by name; the others are counted in roq_host_series_dropped_total), a monitor those
+# of at most this many consumer groups, a label value at most this many characters.
+metrics_queues_max = 100
+metrics_groups_max = 50
+metrics_label_chars_max = 200
+metrics_samples_max = 10_000  # samples of one child's METRICS reply
+# A host asks each child for its samples with this bound, and spends at most the budget on all
+# of them in one scrape (a child that does not answer is skipped: Prometheus's scrape_timeout
+# defaults to 10 s).
+metrics_child_timeout_ms = 1_000
+metrics_gather_budget_s = 5.0
+# The listener (/metrics, /healthz, /readyz): requests served at once (past it: 503), and how
+# long a connection may take to send its request.
+metrics_connections_max = 16
+metrics_request_timeout_s = 5.0
+# /healthz fails when the process's main loop has not turned for this long: a host's loop may
+# block up to child_ready_timeout_ms while a child starts, plus a stop's grace.
+health_loop_stall_s = 30.0
+# /readyz's and `roq health`'s checks: each of its requests (a child's PING, a ZooKeeper read)
+health_check_timeout_ms = 1_000
+# Targets (roq/metrics listeners) a cluster registers in ZooKeeper, read by `roq metrics
+# scrape-config` and `roq health`, at most.
+metrics_targets_max = 1_000
+# A process looks this often whether its target znode (coordination/targets.py) still exists
+# (a session that expired took it) and writes it again.
+metrics_target_check_s = 5.0

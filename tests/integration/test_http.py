@@ -493,7 +493,7 @@ def test_restarts_of_gateway_and_exchange_keep_everything(cluster: LocalCluster)
 
 def _read_from_logs(api: Api) -> int:
     text = api.client.get("/metrics", timeout=5).text
-    found = re.search(r"^roq_http_log_messages_read (\S+)$", text, re.M)
+    found = re.search(r"^roq_http_log_messages_read_total (\S+)$", text, re.M)
     assert found, text
     return int(float(found.group(1)))
 
@@ -639,7 +639,7 @@ def test_a_publisher_that_failed_with_its_queue_stopped_is_replaced_once_it_runs
     wait_for(lambda: api.v1("message/publish", owner="o", topic="t", msg="after")[0] == 200, 60,
              f"a publish once http-0 runs again\n{cluster.logs()}")  # fmt: skip
     assert "replacing it" in daemon.log_text()
-    replaced = re.search(r"^roq_http_publishers_replaced (\S+)$",
+    replaced = re.search(r"^roq_http_publishers_replaced_total (\S+)$",
                          api.client.get("/metrics", timeout=5).text, re.M)  # fmt: skip
     assert replaced is not None and float(replaced.group(1)) >= 1
     # what the stopped queue refused was never stored: read as evicted, between the two

@@ -2,7 +2,7 @@
 
 Each module owns its commands: daemons (gcm, host, up, monitor, exchange), queues (queue ...,
 status), data (pub, sub, bench), logcmd (log ...), analytics, scaling (scaling ...),
-keys (keys ...).
+keys (keys ...), metrics (metrics scrape-config, health).
 """
 
 from roq.cli import (  # noqa: F401
@@ -11,6 +11,7 @@ from roq.cli import (  # noqa: F401
     data,
     keys,
     logcmd,
+    metrics,
     queues,
     requests,
     scaling,

@@ -246,6 +246,7 @@ class GcmSettings:
     # a host gone this long has its work re-placed
     host_loss_grace_s: float = field(metadata=key("host.loss.grace"))
     format_db: bool = field(metadata=key("formatDB"))
+    metrics_port: int = field(metadata=key("metrics.port"))  # 0: no listener
     zk: ZooKeeperSettings
     cloud: CloudSettings
     provisioning: ProvisioningSettings
@@ -264,6 +265,7 @@ class HostSettings:
     interface: str = field(metadata=key("network.interface"))
     name: str = field(metadata=key("host.name"))  # empty: the announced address
     hcm_port: int = field(metadata=key("hcm.port"))
+    metrics_port: int = field(metadata=key("hcm.metrics.port"))  # 0: no listener
     monitor_base_port: int = field(metadata=key("monitor.base.port"))
     stat_base_port: int = field(metadata=key("statmonitor.base.port"))
     exchange_base_port: int = field(metadata=key("exchange.base.port"))
@@ -524,6 +526,8 @@ class UpSettings:
     http_enabled: bool  # http.enabled: `roq up` starts `roq http`
     http_port: int
     http_tls: bool  # http.tls.cert is set: the gateway serves HTTPS
+    gcm_metrics_port: int  # the GCM's metrics.port (0: no listener)
+    host_metrics_port: int  # the host's hcm.metrics.port (0: no listener)
 
     @classmethod
     def from_settings(cls, gcm: Settings, hcm: Settings) -> UpSettings:
@@ -538,4 +542,6 @@ class UpSettings:
             http_enabled=hcm._bool("http.enabled"),
             http_port=hcm._int("http.port"),
             http_tls=bool(hcm._str("http.tls.cert")),
+            gcm_metrics_port=gcm._int("metrics.port"),
+            host_metrics_port=hcm._int("hcm.metrics.port"),
         )

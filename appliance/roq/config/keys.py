@@ -78,6 +78,7 @@ def _fmt(number: float) -> str:
 
 
 PORT = (1024.0, 65535.0)
+METRICS_PORT = (0.0, 65535.0)  # 0: off
 MS = (10.0, 86_400_000.0)
 
 _ZK_KEYS = (
@@ -136,6 +137,16 @@ GCM_KEYS: tuple[Key, ...] = (
         "Base of the GCM ports: +0 topology requests (BSON), "
         "+3 admin API (BSON, RoQ commands 2000-2011), +5 config broadcast (PUB, CMD 1500).",
         (1024, 65529),
+        section="Ports",
+    ),
+    Key(
+        "metrics.port",
+        int,
+        0,
+        "Port of the GCM's HTTP listener on network.interface: GET /metrics (Prometheus), "
+        "/healthz and /readyz, without authentication (docs/operations.md, Metrics). 0: no "
+        "listener. roq up sets it.",
+        METRICS_PORT,
         section="Ports",
     ),
     Key(
@@ -348,6 +359,16 @@ HCM_KEYS: tuple[Key, ...] = (
         5100,
         "Port of the host's request socket (RoQ's fixed 5100).",
         PORT,
+        section="Ports",
+    ),
+    Key(
+        "hcm.metrics.port",
+        int,
+        0,
+        "Port of the host's HTTP listener on network.interface: GET /metrics (Prometheus: the "
+        "host's and its monitors' and exchanges' series), /healthz and /readyz, without "
+        "authentication (docs/operations.md, Metrics). 0: no listener. roq up sets it.",
+        METRICS_PORT,
         section="Ports",
     ),
     Key(

@@ -24,6 +24,9 @@
 <ns>/tasks/<q>                 PERSISTENT queue q's request settings that differ from the
                                           defaults (JSON; coordination/taskstore.py)
 <ns>/tasks/<q>/<task>          PERSISTENT a request/response task's record (BSON, at most 64 KiB)
+<ns>/metrics/<role>@<name>     EPHEMERAL  a metrics and health listener (GCM, host, HTTP gateway):
+                                          {"role", "name", "address", "scheme", "token"}
+                                          (coordination/targets.py)
 <ns>/security/principals       PERSISTENT its data is set by every change (one watch sees all)
 <ns>/security/principals/<n>   PERSISTENT a principal: {"name", "key", "grants"[, "tokens"]}
                                           (coordination/principals.py)
@@ -151,6 +154,13 @@ class Paths:
 
     def gone_host(self, name: str) -> str:
         return f"{self.gone}/{name}"
+
+    @property
+    def metrics(self) -> str:
+        return f"{self.namespace}/metrics"
+
+    def metrics_target(self, role: str, name: str) -> str:
+        return f"{self.metrics}/{quote(role, safe='')}@{quote(name, safe='')}"
 
     def roots(self) -> tuple[str, ...]:
         """Persistent roots created at start-up (and wiped by formatDB, election excluded)."""

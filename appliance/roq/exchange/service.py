@@ -60,6 +60,7 @@ from typing import Any
 from roq import limits
 from roq.config import ExchangeSettings
 from roq.errors import CorruptRecord, LogUnavailable, ProtocolError
+from roq.exchange import metrics
 from roq.exchange.logserver import LogServer
 from roq.exchange.pulse import Pulse
 from roq.exchange.slotcuts import SlotCuts
@@ -186,6 +187,18 @@ class LoadMeter:
         return rates
 
 
+@dataclass
+class Forwarded:
+    """Messages and payload bytes forwarded to live subscribers since the start."""
+
+    msgs: int = 0
+    payload: int = 0
+
+    def add(self, count: int, payload_bytes: int) -> None:
+        self.msgs += count
+        self.payload += payload_bytes
+
+
 class BadFrameLog:
     """Logs refused frames without letting a flood of them flood the log: at most `per_period`
     lines per period, then one line saying how many were not shown."""
@@ -224,6 +237,7 @@ class Exchange:
         self.kpi_load = LoadMeter()
         self.bad = BadFrameLog(spec.name)
         self.subscriptions = 0  # (subscriber connection, key prefix) pairs on the XPUB socket
+        self.forwarded = Forwarded()  # to live subscribers (roq_exchange_messages_out_total)
         self._subscriptions_told = 0
         self._next_subscriptions_notice = 0.0
         self.refusing = ""  # why the log refuses appends ("" while they succeed)
@@ -321,6 +335,7 @@ class Exchange:
             extra[ChildCommand.REPLICAS] = route(Replicas.decode, self.assign_replicas)
         self.control = ControlServer(context, spec.address, control, spec.name, extra)
         self.control.status = self.status
+        self.control.metrics = lambda: metrics.samples(self)
         # an XPUB, so that a monitor's subscription (it started, or this exchange was pointed at
         # a new one) is seen and answered with a report at once
         self.reports = open_socket(context, Kind.XPUB, sndhwm=limits.exchange_reports_hwm)
@@ -649,6 +664,8 @@ class Exchange:
             self.back.send_multipart([header.key, batch], copy=False)
         payload = header.size - batchfmt.HEADER_BYTES - len(header.key)
         payload -= batchfmt.RECORD_BYTES * header.count
+        if self.subscriptions:  # the XPUB socket drops what no subscriber asked for
+            self.forwarded.add(header.count, payload)
         self.load.add(header.producer_id, header.count, payload)
         self.kpi_load.add(header.producer_id, header.count, payload)
         self.accepted_bytes += header.size

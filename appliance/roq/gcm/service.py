@@ -33,6 +33,7 @@ from roq.coordination.registry import Fence, Registry
 from roq.errors import CoordinationError, NotLeader
 from roq.gcm import access
 from roq.gcm.management import Management
+from roq.gcm.metrics import GcmMetrics
 from roq.gcm.repair import HostLossRepair, RepairThread
 from roq.protocol import bsonmsg
 from roq.protocol.bsonmsg import Document
@@ -58,7 +59,11 @@ class GlobalConfigurationManager:
         self.id = f"gcm-{self.address}-{self.base}-{uuid.uuid4().hex[:6]}"
         self.context = new_context()
         auth = security.zk_auth()
-        self.zk = session.connect(settings.zk.servers, settings.zk.session_timeout_ms, auth=auth)
+        self.session_losses = 0  # roq_zookeeper_session_losses_total (kazoo's thread counts)
+        self.zk = session.connect(
+            settings.zk.servers, settings.zk.session_timeout_ms, auth=auth,
+            on_state=self._on_session_state,
+        )  # fmt: skip
         session.secure_namespace(self.zk, Paths(settings.zk.namespace), auth)
         credentials.follow_principals(self.zk, settings.zk.namespace)
         self.registry = Registry(self.zk, Paths(settings.zk.namespace))
@@ -69,12 +74,18 @@ class GlobalConfigurationManager:
         self.leadership = Leadership(self.registry, self._identity(), self._on_elected)
         self.repair_thread = RepairThread(self.repair, lambda: self.leadership.fence)
         self._sockets: dict[str, Any] = {}
+        # /metrics, /healthz, /readyz on metrics.port (0: none), from bind() on
+        self.metrics: GcmMetrics | None = None
         # The topology port (ports.base) serves two of the admin API's routes, read-only.
         admin = self.management.table
         self.topology = Table(
             "gcm topology", {c: admin.routes[c] for c in _TOPOLOGY}, unknown=admin.unknown,
             bad=admin.bad,
         )  # fmt: skip
+
+    def _on_session_state(self, state: str) -> None:
+        if state == "LOST":
+            self.session_losses += 1
 
     def endpoint(self, offset: GcmPort) -> str:
         return endpoint_at(self.address, self.base, offset)
@@ -103,6 +114,9 @@ class GlobalConfigurationManager:
             sock = open_socket(self.context, kind)
             self._sockets[name] = sock
             bind(sock, self.address, port_at(self.base, offset))
+        if self.settings.metrics_port:
+            self.metrics = GcmMetrics(self, self.settings.metrics_port)
+            self.metrics.start()
 
     def run(self, stop: threading.Event, on_ready: Callable[[], object] | None = None) -> None:
         self.leadership.start()
@@ -116,6 +130,8 @@ class GlobalConfigurationManager:
             on_ready()
         next_broadcast = time.monotonic() + self.period_s
         while not stop.is_set():
+            if self.metrics is not None:
+                self.metrics.health.beat()
             for sock, _ in poller.poll(limits.poll_interval_ms):
                 if sock is self._sockets["admin"]:
                     answer(sock, self._admin, "gcm admin", log, access.authorize)
@@ -182,6 +198,8 @@ class GlobalConfigurationManager:
         )
 
     def close(self) -> None:
+        if self.metrics is not None:
+            self.metrics.stop()
         self.repair_thread.stop()  # its host requests' sockets close before the context ends
         self.management.close()  # its rules listeners' sockets, before the context ends
         self.leadership.stop()

@@ -36,6 +36,7 @@ from roq.coordination.registry import (
 from roq.errors import NameTaken, PortInUse, RoqError
 from roq.host import adoption, capacity, keepers, supervision
 from roq.host.fencing import LeaseKeeper, lease_path, lease_seconds
+from roq.host.metrics import HostMetrics
 from roq.host.ports import PortAllocator
 from roq.host.supervision import Child
 from roq.log import replica_root, state_root
@@ -100,6 +101,7 @@ class HostConfigManager:
         self.max_exchanges = self.capacity.exchanges
         self.context = new_context()
         self._session_lost = threading.Event()  # set from kazoo's thread, acted on in run()
+        self.session_losses = 0  # roq_zookeeper_session_losses_total
         self._next_register = 0.0
         self._reported: list[ChildState] = []  # the children's states in the host's record
         self._next_report = 0.0
@@ -136,6 +138,8 @@ class HostConfigManager:
         )
         self.children: list[Child] = []
         self.sock: Any = None
+        # /metrics, /healthz, /readyz on hcm.metrics.port (0: none), from bind() on
+        self.metrics: HostMetrics | None = None
         # The GCM's requests (docs/protocol.md, "Host commands"): one typed entry each.
         self.table: Table[None] = Table(
             f"host {self.name}",
@@ -164,6 +168,9 @@ class HostConfigManager:
         self.sock = open_socket(self.context, Kind.REP)
         # Only the cluster's own processes (the GCM) may ask a host to start or stop anything.
         bind(self.sock, self.address, self.settings.hcm_port, security.access_domain(cluster=True))
+        if self.settings.metrics_port:  # before adopting: /healthz answers while it runs
+            self.metrics = HostMetrics(self, self.settings.metrics_port)
+            self.metrics.start()
         # Own the name first: until then the claims may belong to a live host of this name.
         self._claim_name()
         # This session's registration is checked: the children started next act at once.
@@ -241,6 +248,7 @@ class HostConfigManager:
         new session, and the main loop registers the host again on it."""
         if state == "LOST":
             self.lease.suspend()  # the new session renews nothing before it is confirmed
+            self.session_losses += 1
             self._session_lost.set()
 
     def _reregister(self, now: float) -> None:
@@ -271,6 +279,11 @@ class HostConfigManager:
             log.info("releasing port %d left by a previous run (%s)", port, owner)
             self.registry.release_port(self.name, port)
 
+    @property
+    def registration_lost(self) -> bool:
+        """Its session expired and it has not registered again yet (read by /readyz)."""
+        return self._session_lost.is_set()
+
     def run(self, stop: threading.Event, on_ready: Callable[[], object] | None = None) -> None:
         poller = Poller()
         poller.register(self.sock, READABLE)
@@ -280,6 +293,8 @@ class HostConfigManager:
         if on_ready is not None:
             on_ready()
         while not stop.is_set():
+            if self.metrics is not None:
+                self.metrics.health.beat()
             if poller.poll(limits.poll_interval_ms):
                 answer(self.sock, self._dispatch, f"host {self.name}", log)
             now = time.monotonic()
@@ -837,6 +852,8 @@ class HostConfigManager:
         """Stop every child (exchanges first), unregister, close. Bounded by the children's
         shutdown bounds. Without ZooKeeper the children still stop; the port claims stay for the
         next start to reclaim, and the host's ephemeral record goes with the session."""
+        if self.metrics is not None:
+            self.metrics.stop()
         reachable = session.responds(self.zk)
         if not reachable:
             log.warning("host %s: ZooKeeper unreachable; stopping without unregistering", self.name)

@@ -66,6 +66,7 @@ class Child:
     # once its lease is renewed, if ZooKeeper still assigns it there
     fenced_out: bool = False
     last_exit: str = ""  # how its last run or start ended
+    restarts: int = 0  # restarts tried since the host started it (roq_host_child_restarts_total)
     state_at: float = 0.0  # wall clock: its next restart, or when it was given up
     meta: dict[str, Any] = field(default_factory=dict)
 
@@ -233,6 +234,7 @@ def watch(child: Child, context: Any, now: float) -> None:
         return
     if child.restart_at is not None and now >= child.restart_at:
         child.restart_at = None
+        child.restarts += 1
         try:
             start(child, context)
         except RoqError as error:

@@ -31,7 +31,7 @@ from typing import Any, Generic, Self, TypeVar
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from roq import limits
@@ -363,7 +363,21 @@ def build(
             return Response(f"{refused.reason}\n", refused.status, headers, "text/plain")
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
-    routes = [Route("/metrics", render_metrics, methods=["GET"])]
+    serving = asyncio.Event()  # set once the lifespan started the log consumers
+
+    async def healthz(_: Request) -> Response:  # answered: the event loop turns
+        return PlainTextResponse("ok\n")
+
+    async def readyz(_: Request) -> Response:
+        problems = gateway.problems() + ([] if serving.is_set() else ["still starting"])
+        return PlainTextResponse("\n".join(problems or ["ready"]) + "\n", 503 if problems else 200)
+
+    # /healthz and /readyz without a token, as for any load balancer's probe: they say no more
+    routes = [
+        Route("/metrics", render_metrics, methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+    ]
     for version in ("v1", "v2"):
         for route in (
             Endpoint("topic/register", Register.read, calls.register, Permission.PUBLISH),
@@ -379,6 +393,7 @@ def build(
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         gateway.start_consumers(asyncio.get_running_loop())
         on_ready()
+        serving.set()
         yield
         await gateway.stop_consumers()  # and a last snapshot: the next start reads less log
 

@@ -252,6 +252,12 @@ class Gateway:
                             "delete: %s", queue, error)  # fmt: skip
         return True
 
+    def problems(self) -> list[str]:
+        """What keeps the gateway from serving (GET /readyz): its ZooKeeper session."""
+        if self.zk is None or not self.zk.connected:
+            return ["ZooKeeper session not connected"]
+        return []
+
     def close(self) -> None:
         for consumer in self.consumers:
             consumer.stop.set()

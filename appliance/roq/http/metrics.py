@@ -1,17 +1,23 @@
-"""`GET /metrics`: the gateway's counters in the Prometheus text format (prometheus_client),
-in a registry of its own (not the library's global one, which would also export whatever
-else the process imported)."""
+"""`GET /metrics`: the gateway's counters in the Prometheus text format (prometheus_client,
+through roq.metrics), in a registry of its own (not the library's global one, which would also
+export whatever else the process imported)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
-
 from roq.http.index import TopicIndex
+from roq.metrics import (
+    CONTENT_TYPE,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    counter_function,
+    generate_latest,
+)
 
-CONTENT_TYPE = CONTENT_TYPE_LATEST
+__all__ = ["CONTENT_TYPE", "Metrics"]
 
 
 class Metrics:
@@ -41,16 +47,13 @@ class Metrics:
             registry=self.registry,
         )  # fmt: skip
         held.set_function(lambda: index.count)
-        failed = Gauge(
-            "roq_http_publishers_replaced", "Failed publishers this gateway replaced.",
-            registry=self.registry,
+        # counts the gateway keeps: counters (`_total`) read at each scrape
+        counter_function(self.registry, "roq_http_publishers_replaced_total",
+                         "Failed publishers this gateway replaced.", replaced)  # fmt: skip
+        counter_function(
+            self.registry, "roq_http_log_messages_read_total", "Messages this gateway read "
+            "from its queues' logs since it started (after its snapshot's position).", read,
         )  # fmt: skip
-        failed.set_function(replaced)
-        from_logs = Gauge(
-            "roq_http_log_messages_read", "Messages this gateway read from its queues' logs "
-            "since it started (after its snapshot's position).", registry=self.registry,
-        )  # fmt: skip
-        from_logs.set_function(read)
 
     def observe(self, endpoint: str, status: int, seconds: float) -> None:
         self.requests.labels(endpoint, str(status)).inc()

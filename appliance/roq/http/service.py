@@ -26,6 +26,7 @@ import uvicorn
 
 from roq import limits
 from roq.config import HttpSettings
+from roq.coordination.targets import Target, TargetKeeper
 from roq.errors import EXIT_TEMPFAIL, ConfigError, RoqError
 from roq.http import api, guard
 from roq.http.gateway import Gateway
@@ -94,8 +95,14 @@ def run(
     sock = bind(address, settings.port)
     where = f"{'https' if tls else 'http'}://{address}:{settings.port}"
     gateway = Gateway(settings)
+    target: TargetKeeper | None = None
     try:
         gateway.open()
+        # found by `roq metrics scrape-config` and `roq health` (its /metrics wants a token)
+        listener = Target("http", f"{address}:{settings.port}", f"{address}:{settings.port}",
+                          "https" if tls else "http", token=True)  # fmt: skip
+        target = TargetKeeper(gateway.zk, gateway.paths, listener)
+        target.start()
         if stopping is not None and stopping.is_set():
             return  # told to stop while it opened: never serve
 
@@ -131,5 +138,7 @@ def run(
         if not server.started:
             raise RoqError("http: the gateway did not start (see the log above)")
     finally:
+        if target is not None:
+            target.stop()
         gateway.close()
         sock.close()

@@ -88,11 +88,35 @@ class Restarts:
 
 
 # Where each kind of port starts, from `roq up --port-base N` (the defaults' layout from 5000;
-# ZooKeeper and the HTTP gateway, which default elsewhere, just under the host's port)
+# ZooKeeper and the HTTP gateway, which default elsewhere, just under the host's port; the GCM's
+# and the host's metrics listeners at +70 and +110)
 PORT_OFFSETS = {
-    "ports.base": 0, "zk.servers": 90, "http.port": 80, "hcm.port": 100,
-    "monitor.base.port": 500, "statmonitor.base.port": 800, "exchange.base.port": 1000,
+    "ports.base": 0, "metrics.port": 70, "zk.servers": 90, "http.port": 80, "hcm.port": 100,
+    "hcm.metrics.port": 110, "monitor.base.port": 500, "statmonitor.base.port": 800,
+    "exchange.base.port": 1000,
 }  # fmt: skip
+DEFAULT_BASE = 5000  # ports.base's default: the layout PORT_OFFSETS repeats
+
+
+def metrics_ports(
+    settings: config.UpSettings, gcm_over: dict[str, str], hcm_over: dict[str, str]
+) -> bool:
+    """Without --port-base, on the default layout (ports.base 5000, hcm.port 5100), `roq up`
+    serves metrics too, at 5070 and 5110, unless a file or -D sets them (0: none). Not on a
+    layout of one's own, where those ports may be another's: set the two keys there. Whether
+    any key was added."""
+    default = settings.gcm_ports_base == DEFAULT_BASE and (
+        settings.hcm_port == DEFAULT_BASE + PORT_OFFSETS["hcm.port"]
+    )
+    changed = False
+    for key, over, value in (
+        ("metrics.port", gcm_over, settings.gcm_metrics_port),
+        ("hcm.metrics.port", hcm_over, settings.host_metrics_port),
+    ):
+        if default and value == 0 and key not in over:
+            over[key] = str(DEFAULT_BASE + PORT_OFFSETS[key])
+            changed = True
+    return changed
 
 
 def port_keys(base: int | None) -> dict[str, str]:
@@ -133,6 +157,10 @@ class Cluster:
         self.settings = config.UpSettings.from_settings(
             config.load_gcm(gcm_config, gcm_over), config.load_hcm(hcm_config, hcm_over)
         )
+        if metrics_ports(self.settings, gcm_over, hcm_over):
+            self.settings = config.UpSettings.from_settings(
+                config.load_gcm(gcm_config, gcm_over), config.load_hcm(hcm_config, hcm_over)
+            )
         self._gcm_args = self._args(gcm_config, gcm_over)
         self._hcm_args = self._args(hcm_config, hcm_over)
         self.zookeeper: ZooKeeperServer | None = None
@@ -241,6 +269,7 @@ class Cluster:
                 f"{port_at(self.settings.gcm_ports_base, GcmPort.ADMIN)})",
                 f"  host        {self.settings.host_interface}:{self.settings.hcm_port}",
                 *self._http_lines(),
+                *self._metrics_lines(),
                 f"  data        {self.data_dir}",
                 "From another terminal:",
                 # clients default to 127.0.0.1:5000: elsewhere (--port-base) they are told
@@ -260,6 +289,14 @@ class Cluster:
         scheme = "https" if self.settings.http_tls else "http"
         token = "; a bearer token: roq keys token" if self.settings.security.enabled else ""
         return [f"  HTTP        {scheme}://{where} (the mq API, docs/http.md{token})"]
+
+    def _metrics_lines(self) -> list[str]:
+        gcm, host = self.settings.gcm_metrics_port, self.settings.host_metrics_port
+        if not (gcm or host):
+            return []
+        where = [f"GCM :{gcm}"] * bool(gcm) + [f"host :{host}"] * bool(host)
+        return [f"  metrics     {', '.join(where)} (/metrics, /healthz, /readyz; "
+                "roq metrics scrape-config)"]  # fmt: skip
 
     def _zk_text(self) -> str:
         if self.zookeeper is None:

@@ -561,6 +561,14 @@ class GroupManager:
         names = [ask.group] if ask.group else sorted(self.groups)
         return self._answered(Groups(tuple(self._view(self.groups[n]) for n in names)))
 
+    def views(self, most: int) -> list[tuple[GroupView, int]]:
+        """The first `most` groups by name, each with its redeliveries (for its metrics);
+        none while they are not read back yet."""
+        if not self._loaded:
+            return []
+        groups = [self.groups[name] for name in sorted(self.groups)[:most]]
+        return [(self._view(group), group.redelivered) for group in groups]
+
     def _view(self, group: Group) -> GroupView:
         now = time.monotonic()
         slots = list(group.slots.values())

@@ -71,6 +71,7 @@ class Scaler:
         self.events: collections.deque[ScalingEvent] = collections.deque(
             maxlen=limits.scaling_events_kept
         )
+        self.decisions: dict[str, int] = {}  # events by kind since the start
         self.in_flight: tuple[str, str, float] | None = None  # (action, argument, since)
         self.fresh: dict[str, float] = {}  # exchanges created here, awaiting rebalancing
         self.scaled_out = self.scaled_in = 0
@@ -273,6 +274,8 @@ class Scaler:
         extra = {k: v for k, v in event.entry().items() if k not in shown}
         log.info("%s: scaling %s: %s %s", self.name, kind, reason, extra or "")
         self.events.append(event)
+        # by kind, a fixed vocabulary (roq_monitor_scaling_decisions_total)
+        self.decisions[kind] = self.decisions.get(kind, 0) + 1
         self._emit(event)
 
     def status(self, now: float) -> ScalingStatus:

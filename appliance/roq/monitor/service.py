@@ -47,6 +47,7 @@ from roq.config import MonitorSettings
 from roq.coordination.paths import Paths
 from roq.coordination.session import SharedSession
 from roq.errors import ProtocolError
+from roq.monitor import metrics
 from roq.monitor.detector import TurnClock, credited, is_dead, is_late
 from roq.monitor.grouplog import GroupLog
 from roq.monitor.groups import GROUP_COMMANDS, GroupManager, Readable
@@ -260,6 +261,7 @@ class Monitor:
         )
         self.control = ControlServer(context, self.address, at(MonitorPort.CONTROL), self.name)
         self.control.status = self.status
+        self.control.metrics = lambda: metrics.samples(self)
 
     # --- main loop -----------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:

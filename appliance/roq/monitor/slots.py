@@ -198,6 +198,7 @@ class Group:
     dirty: bool = True  # the group's own record (cursors)
     acked: int = 0
     dead_letters: int = 0
+    redelivered: int = 0  # messages handed out again (roq_group_redeliveries_total)
     skipped: int = 0  # outside the key prefix
     full_slots_logged: bool = False
 
@@ -391,6 +392,7 @@ class Group:
                 result.clipped += 1
                 continue
             slot.deliveries[index] = count + 1
+            self.redelivered += 1 if count else 0
             slot.handed.add(index)
             slot.not_before.pop(index, None)
             result.given.append(index)

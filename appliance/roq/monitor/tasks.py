@@ -177,6 +177,13 @@ class TaskCache:
             _, (old, _) = self._records.popitem(last=False)
             self.bytes -= _cost(old)
 
+    def states(self) -> dict[str, int]:
+        """How many of the cached records are in each state."""
+        counts: dict[str, int] = {}
+        for record, _ in self._records.values():
+            counts[record.state] = counts.get(record.state, 0) + 1
+        return counts
+
     def drop(self, task: str) -> None:
         found = self._records.pop(task, None)
         if found is not None:

@@ -93,6 +93,7 @@ class ChildCommand(enum.IntEnum):
     SHUTDOWN = 1100
     REPLICAS = 1030  # monitor → exchange: the replicas of your log are `Replicas` [{Id, Endpoint}]
     MONITOR_MOVED = 1031  # host → exchange: report to the monitor at `Monitor` and `Stat` now
+    METRICS = 1040  # host → monitor or exchange: your Prometheus samples (protocol/metrics.py)
 
 
 @enum.unique

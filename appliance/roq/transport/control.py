@@ -3,15 +3,16 @@
 The host learns that a child is up when the child answers PING on its control port, and stops it
 with SHUTDOWN (then SIGTERM, then SIGKILL, each bounded). A child's main loop registers
 `ControlServer.sock` in its poller and calls `handle()` when it is readable; `handle()` always
-sends exactly one reply. The socket's `table` (protocol/dispatch.py) serves PING and SHUTDOWN
-and the child's own commands, given as `extra` routes (the exchange's REPLICAS and
-MONITOR_MOVED): each handler is given its typed message.
+sends exactly one reply. The socket's `table` (protocol/dispatch.py) serves PING, SHUTDOWN,
+METRICS (the child's Prometheus samples, for its host's /metrics) and the child's own commands,
+given as `extra` routes (the exchange's REPLICAS and MONITOR_MOVED): each handler is given its
+typed message.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from roq.protocol import bsonmsg
@@ -19,6 +20,7 @@ from roq.protocol.bsonmsg import Document
 from roq.protocol.commands import ChildCommand, Reason
 from roq.protocol.dispatch import Done, Encodable, Route, Table, route
 from roq.protocol.messages.control import Ping, Pong, Shutdown
+from roq.protocol.metrics import MetricsReply, MetricsRequest, Sample
 from roq.protocol.principals import Principal
 from roq.transport import Kind, bind, open_socket
 from roq.transport.rpc import answer
@@ -59,9 +61,12 @@ class ControlServer:
         self.endpoint = bind(self.sock, host, port)
         self.stop_requested = False
         self.status: Callable[[], Mapping[str, Any]] = dict
+        # its Prometheus samples, which its host serves on its /metrics (protocol/metrics.py)
+        self.metrics: Callable[[], Sequence[Sample]] = tuple
         own: dict[int, Route[Any, None]] = {
             ChildCommand.PING: route(Ping.decode, self.ping),
             ChildCommand.SHUTDOWN: route(Shutdown.decode, self.shutdown),
+            ChildCommand.METRICS: route(MetricsRequest.decode, self.samples),
         }
         self.table: Table[None] = Table(name, {**(extra or {}), **own}, unknown=_unknown)
 
@@ -75,6 +80,9 @@ class ControlServer:
 
     def ping(self, _: Ping) -> Encodable:
         return Pong(self.name, self.status())
+
+    def samples(self, _: MetricsRequest) -> Encodable:
+        return MetricsReply(self.name, self.metrics())
 
     def shutdown(self, _: Shutdown) -> Encodable:
         log.info("%s: shutdown requested", self.name)
