@@ -6,6 +6,7 @@ import logging
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -112,11 +113,21 @@ def sub(
     offsets: Path | None = typer.Option(
         None, "--offsets", help="Resume from and record the position in this file."
     ),
+    meta: bool = typer.Option(
+        False,
+        "--meta",
+        help="Print each message's meta (headers, id, times) as JSON, a tab, then the payload.",
+    ),
     gcm: str = GCM_OPTION,
     zk: str | None = ZK_OPTION,
     namespace: str = NAMESPACE_OPTION,
 ) -> None:
     """Print messages, one per line on stdout, until --count messages or --timeout seconds.
+
+    With --meta each line starts with a JSON object: "headers" (name → value, values as UTF-8
+    with bad bytes escaped; a name given twice lists its values), "id" (hex, or null: the
+    message is then identified by its producer and sequence number), "expires_at_us" and
+    "not_before_us" (null when absent), then a tab.
 
     Exit code 0 when --count messages arrived (or on Ctrl-C / --timeout without --count),
     75 (try again) when --timeout ran out before --count messages.
@@ -144,7 +155,8 @@ def sub(
                 window = 0.2 if left is None else min(0.2, left)
                 wanted = None if count is None else count - received
                 for record in subscriber.messages(wanted, window):
-                    out.write(record.payload + b"\n")
+                    out.write(_meta_json(record) + record.payload + b"\n" if meta else
+                              record.payload + b"\n")  # fmt: skip
                     received += 1
                 out.flush()
                 subscriber.commit()  # after the output is out: at-least-once across a kill
@@ -155,6 +167,28 @@ def sub(
         if count is not None and received < count and not stop.is_set():
             typer.echo(f"roq sub: only {received} of {count} messages before the timeout", err=True)
             raise typer.Exit(75)
+
+
+def _meta_json(record: Any) -> bytes:
+    """`roq sub --meta`'s prefix: the record's meta as one JSON object and a tab."""
+    import json
+
+    headers: dict[str, Any] = {}
+    for name, value in record.headers:
+        text = value.decode(errors="backslashreplace")
+        if name in headers:
+            before = headers[name]
+            headers[name] = [*before, text] if isinstance(before, list) else [before, text]
+        else:
+            headers[name] = text
+    message_id = record.message_id
+    doc = {
+        "headers": headers,
+        "id": None if message_id is None else message_id.hex(),
+        "expires_at_us": record.expires_at_us,
+        "not_before_us": record.not_before_us,
+    }
+    return json.dumps(doc, ensure_ascii=False).encode() + b"\t"
 
 
 def _parse_time(text: str | None) -> float | None:
@@ -190,6 +224,10 @@ def bench(
         help="A batch leaves at this many bytes; 1 = a frame per message.",
     ),
     acks: str = typer.Option("none", "--acks", help="none | leader | all."),
+    headers: int = typer.Option(0, "--headers", min=0, help="Headers per message (log format v2)."),
+    header_bytes: int = typer.Option(
+        32, "--header-bytes", min=0, help="Bytes of each header's value."
+    ),
     chart: Path | None = typer.Option(None, "--chart", help="Draw throughput/latency PNG."),
     gcm: str = GCM_OPTION,
     zk: str | None = ZK_OPTION,
@@ -210,6 +248,7 @@ def bench(
             description = benchmod.LoadDescription(
                 seconds=seconds, maxPub=publishers, maxSub=subscribers, payload=payload,
                 rate=rate, linger_ms=linger_ms, batch_bytes=batch_bytes, acks=acks,
+                headers=headers, header_bytes=header_bytes,
             ).checked()  # fmt: skip
         client_args = ["--zk", zk, "--namespace", namespace] if zk else ["--gcm", gcm]
         with AdminClient(gcm=None if zk else gcm, zk=zk, namespace=namespace) as admin:
