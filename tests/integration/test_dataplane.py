@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import pytest
 
 from roq import limits, replication
+from roq.client.consumer import Consumer
 from roq.client.live import monitor_status
 from roq.client.locate import locate_monitor
 from roq.client.publisher import BufferFull, Publisher, PublishTimeout
@@ -686,6 +687,14 @@ def test_v2_messages_carry_headers_ids_and_times_to_subscribers_the_log_and_roq_
         assert by_payload[b"v1-%d" % n].meta is None
     assert all(by_payload[b"plain-%d" % n].meta is None for n in range(9, 50, 10))
     assert {by_payload[b"many-%d" % n].header("type") for n in range(20)} == {b"json"}
+
+    with Consumer(queue, "g", gcm=cluster.gcm) as consumer:  # a consumer group sees them too
+        handed = {d.payload: d for d in consumer.deliveries(125, timeout_s=30)}
+        for delivery in handed.values():
+            delivery.ack()
+    assert len(handed) == 125
+    assert handed[b"v2-3"].headers == by_payload[b"v2-3"].headers
+    assert handed[b"v2-3"].message_id == ids[3] and handed[b"v1-3"].meta is None
 
     shown = cluster.cli("sub", queue, "--gcm", cluster.gcm, "--from-beginning", "--count",
                         "125", "--timeout", "30", "--meta", timeout_s=60)  # fmt: skip
