@@ -304,30 +304,54 @@ def _check_meta(data: bytes, pos: int, size: int) -> str:
     return "" if expected == size else f"meta of {size} bytes, its lengths say {expected}"
 
 
+class _Plan(NamedTuple):
+    """Where a meta of one shape keeps its fields (0: absent; no field starts at byte 0)."""
+
+    size: int
+    id_at: int
+    expires_at: int
+    not_before_at: int
+    headers: tuple[tuple[int, int, int], ...]  # (name start, value start, value end)
+
+
+_plans: dict[bytes, _Plan] = {}  # shape -> plan: a subscriber decodes each shape's layout once
+
+
+def _plan_of(shape: bytes, size: int) -> _Plan:
+    flags, pos, lengths = shape[0], len(shape), _HEADER_LENGTHS.iter_unpack(shape[2:])
+    at = {}
+    for bit, width in ((META_ID, MESSAGE_ID_BYTES), (META_EXPIRES, 8), (META_NOT_BEFORE, 8)):
+        if flags & bit:
+            at[bit], pos = pos, pos + width
+    spans = []
+    for name_len, value_len in lengths if flags & META_HEADERS else ():
+        spans.append((pos, pos + name_len, pos + name_len + value_len))
+        pos += name_len + value_len
+    plan = _Plan(size, at.get(META_ID, 0), at.get(META_EXPIRES, 0),
+                 at.get(META_NOT_BEFORE, 0), tuple(spans))  # fmt: skip
+    if len(_plans) >= _SHAPES_CACHED_MAX:
+        _plans.clear()
+    _plans[shape] = plan
+    return plan
+
+
 def decode_meta(meta: bytes) -> RecordMeta:
-    """A meta section's fields; CorruptRecord if it is unsound."""
-    problem = _check_meta(meta, 0, len(meta)) if meta else "an empty meta"
-    if problem:
-        raise CorruptRecord(problem)
-    flags, pos = meta[0], 1
-    lengths: list[tuple[int, int]] = []
-    if flags & META_HEADERS:
-        pos = 2 + 3 * meta[1]
-        lengths = list(_HEADER_LENGTHS.iter_unpack(meta[2:pos]))
-    message_id = expires = not_before = None
-    if flags & META_ID:
-        message_id, pos = meta[pos : pos + MESSAGE_ID_BYTES], pos + MESSAGE_ID_BYTES
-    if flags & META_EXPIRES:
-        expires, pos = _TIME.unpack_from(meta, pos)[0], pos + 8
-    if flags & META_NOT_BEFORE:
-        not_before, pos = _TIME.unpack_from(meta, pos)[0], pos + 8
-    headers = []
-    for name_len, value_len in lengths:
-        name = meta[pos : pos + name_len].decode(errors="replace")
-        pos += name_len
-        headers.append((name, meta[pos : pos + value_len]))
-        pos += value_len
-    return RecordMeta(message_id, expires, not_before, tuple(headers))
+    """A meta section's fields; CorruptRecord if it is unsound. One dictionary lookup finds
+    where its fields are (`_Plan`, per distinct shape), then only slices."""
+    size = len(meta)
+    shape = meta[: 2 + 3 * meta[1]] if size > 1 and meta[0] & META_HEADERS else meta[:1]
+    plan = _plans.get(shape)
+    if plan is None or plan.size != size:
+        problem = _check_meta(meta, 0, size) if meta else "an empty meta"
+        if problem:
+            raise CorruptRecord(problem)
+        plan = _plan_of(shape, size)
+    at = plan.id_at
+    message_id = meta[at : at + MESSAGE_ID_BYTES] if at else None
+    expires = _TIME.unpack_from(meta, plan.expires_at)[0] if plan.expires_at else None
+    not_before = _TIME.unpack_from(meta, plan.not_before_at)[0] if plan.not_before_at else None
+    headers = tuple([(meta[a:b].decode("utf-8", "replace"), meta[b:c]) for a, b, c in plan.headers])
+    return RecordMeta(message_id, expires, not_before, headers)
 
 
 def encode_batch(
