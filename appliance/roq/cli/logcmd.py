@@ -32,7 +32,10 @@ PAYLOAD_SHOWN_BYTES = 60
 def _ts(us: int | None) -> str:
     if us is None:
         return "-"
-    return datetime.fromtimestamp(us / 1e6, tz=UTC).isoformat(timespec="microseconds")
+    try:
+        return datetime.fromtimestamp(us / 1e6, tz=UTC).isoformat(timespec="microseconds")
+    except (OverflowError, OSError, ValueError):  # a v2 time may be any int64
+        return f"{us}us"
 
 
 def _key(key: bytes) -> str:
