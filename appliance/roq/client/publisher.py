@@ -292,7 +292,9 @@ class Publisher:
         biggest = max(sizes)
         if biggest > limits.message_bytes_max:
             _check_size(payloads[sizes.index(biggest)])
-        meta = batchfmt.encode_meta(headers, None, expires_at_us, not_before_us)
+        meta = b""  # the default path: v1, no call
+        if headers or expires_at_us is not None or not_before_us is not None:
+            meta = batchfmt.encode_meta(headers, None, expires_at_us, not_before_us)
         extra = len(meta) + 2 if meta else 0  # a v2 record's meta and meta_len
         shared = self._shared
         taken = 0
