@@ -144,9 +144,13 @@ class BufferFull(PublishError):
     pass
 
 
+# what a buffer may hold before a message with meta (at most META_BYTES_MAX and its meta_len)
+_META_ROOM = limits.batch_bytes_max - batchfmt.META_BYTES_MAX - 2
+
+
 def _growth(buffer: _KeyBuffer, meta: bytes) -> int:
     """Bytes a v1 buffer grows by when a message with meta turns it into a v2 batch."""
-    return 2 * len(buffer.payloads) if meta and buffer.metas is None else 0
+    return 2 * len(buffer.payloads) if buffer.metas is None else 0
 
 
 def _add_meta(buffer: _KeyBuffer, meta: bytes) -> None:
@@ -450,8 +454,8 @@ class _Handover:
         buffer = self.buffers.get(key)
         if buffer is None:
             buffer = self._new_buffer(key)
-        elif buffer.size + len(payload) + len(meta) + 512 + _growth(buffer, meta) > (
-            limits.batch_bytes_max
+        elif buffer.size + len(payload) + 512 > limits.batch_bytes_max or (
+            meta and buffer.size + len(payload) + 512 + _growth(buffer, meta) > _META_ROOM
         ):
             self._seal(key, buffer)  # the big message would not fit: send what is there
             buffer = self._new_buffer(key)
