@@ -28,9 +28,10 @@ def start_cluster(tree: Path, base: int, name: str, args: argparse.Namespace) ->
     return UpCluster.start(tree, base, f"ab-{name}", [*defines, *args.define])
 
 
-def bench(cluster: UpCluster, args: argparse.Namespace) -> dict[str, Any]:
+def bench(cluster: UpCluster, args: argparse.Namespace, side: str = "a") -> dict[str, Any]:
+    only_b = args.b_bench.split() if side == "b" else []  # e.g. "--headers 2": B's load only
     return cluster.bench(["--seconds", str(args.seconds), "--payload", str(args.payload),
-                          *args.bench])  # fmt: skip
+                          *only_b, *args.bench])  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> None:
@@ -43,7 +44,7 @@ def run(args: argparse.Namespace) -> None:
         with Path(args.out).open("a") as out:
             for pair in range(args.pairs):
                 for side in ("a", "b") if pair % 2 == 0 else ("b", "a"):
-                    result = bench(clusters[side], args)
+                    result = bench(clusters[side], args, side)
                     line = {"side": side, "tree": str(trees[side]), "pair": pair, **result}
                     line["load1"] = os.getloadavg()[0]
                     out.write(json.dumps(line) + "\n")
@@ -84,6 +85,7 @@ def main() -> None:
     parser.add_argument("--b-offset", type=int, default=2000, help="cluster B's ports.base - A's")
     parser.add_argument("--zk-port", type=int, default=2181)
     parser.add_argument("-D", dest="define", action="append", default=[], help="key=value")
+    parser.add_argument("--b-bench", default="", help="bench args for side B only, one string")
     parser.add_argument("--bench", nargs=argparse.REMAINDER, default=[], help="more bench args")
     parser.add_argument("--out", default="ab.jsonl")
     parser.add_argument("--summarize", type=Path)

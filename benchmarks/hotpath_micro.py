@@ -5,9 +5,13 @@ records fill the batch; the bytearray copy for the log; Log.append: pwrite + mem
 LoadMeter.add calls) and what the publisher (`encode_batch`) and subscriber (`read_header`,
 `iter_records`) do, for a batch of 100 records and a batch of 1 record, 100 B and 1 KiB
 payloads, and a 64 KiB batch of 100 B records (600). `--mixed` gives the records sizes of
-payload ± 20 B instead of one size (check_records then walks the record heads). One process.
+payload ± 20 B instead of one size (check_records then walks the record heads). `--headers N`
+writes log format v2: N headers of `--header-bytes` bytes of value on every record, the same
+bytes on every record, or with `--distinct` values that differ per record (same lengths: the
+strided check still applies; with `--mixed` too it walks and checks each meta). One process.
 
     python benchmarks/hotpath_micro.py [--log-dir /tmp/roq-micro] [--mixed] [--only-checks]
+        [--headers 2 [--header-bytes 32] [--distinct]]
 """
 
 from __future__ import annotations
@@ -37,13 +41,31 @@ def per_call_us(fn: Callable[[], Any], number: int) -> float:
     return min(timeit.repeat(fn, number=number, repeat=REPEAT)) / number * 1e6
 
 
+def _metas(count: int, args: argparse.Namespace) -> list[bytes] | None:
+    """One meta per record (log format v2), or None (v1)."""
+    if not getattr(args, "headers", 0):
+        return None
+    if not args.distinct:
+        shared = {f"h{i}": b"v" * args.header_bytes for i in range(args.headers)}
+        return [batchfmt.encode_meta(shared)] * count
+    return [
+        batchfmt.encode_meta(
+            {f"h{i}": b"%0*d" % (args.header_bytes, n) for i in range(args.headers)}
+        )
+        for n in range(count)
+    ]
+
+
 def one_case(
-    count: int, payload: int, log_dir: Path, mixed: bool, only_checks: bool
-) -> dict[str, Any]:
+    count: int, payload: int, log_dir: Path, mixed: bool, only_checks: bool,
+    args: argparse.Namespace | None = None,
+) -> dict[str, Any]:  # fmt: skip
     pid = uuid.uuid4().bytes
     payloads = [b"x" * (payload + (i * 7 % 41 - 20 if mixed else 0)) for i in range(count)]
     stamps = [time.time_ns() // 1000 + i for i in range(count)]
-    batch = batchfmt.encode_batch(pid, 0, b"test", payloads, stamps)
+    metas = _metas(count, args) if args is not None else None
+    extra = () if metas is None else (metas,)  # older trees: encode_batch without metas
+    batch = batchfmt.encode_batch(pid, 0, b"test", payloads, stamps, *extra)
     view = memoryview(batch)
     header = batchfmt.check_batch(view)
     number = max(200, 200_000 // count)
@@ -52,7 +74,7 @@ def one_case(
     log = Log.open(directory, LogSettings(flush=FlushPolicy("os")), name="micro")
     calls: dict[str, Callable[[], Any]] = {
         "encode_batch (publisher)": lambda: batchfmt.encode_batch(
-            pid, 0, b"test", payloads, stamps
+            pid, 0, b"test", payloads, stamps, *extra
         ),
         "read_header": lambda: batchfmt.read_header(view),
         "check_batch (header + CRC)": lambda: batchfmt.check_batch(view),
@@ -94,9 +116,15 @@ def main(argv: list[str]) -> None:
     parser.add_argument(
         "--only-checks", action="store_true", help="time the header and batch checks only"
     )
+    parser.add_argument("--headers", type=int, default=0, help="headers per record (v2)")
+    parser.add_argument("--header-bytes", type=int, default=32, help="bytes of each value")
+    parser.add_argument("--distinct", action="store_true", help="values differ per record")
+    parser.add_argument("--cases", default="100x100,100x1024,1x100,1x1024,600x100",
+                        help="records x payload bytes, comma-separated")  # fmt: skip
     args = parser.parse_args(argv)
-    for count, payload in ((100, 100), (100, 1024), (1, 100), (1, 1024), (600, 100)):
-        case = one_case(count, payload, Path(args.log_dir), args.mixed, args.only_checks)
+    cases = [tuple(int(n) for n in case.split("x")) for case in args.cases.split(",")]
+    for count, payload in cases:
+        case = one_case(count, payload, Path(args.log_dir), args.mixed, args.only_checks, args)
         print(json.dumps(case), flush=True)
 
 

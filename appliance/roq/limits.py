@@ -12,6 +12,11 @@ admin_frame_bytes_max = 1024 * 1024  # a BSON admin request; bigger is refused b
 message_bytes_max = 4 * 1024 * 1024  # one message's payload
 batch_bytes_max = message_bytes_max + 64 * 1024  # one record batch: the largest message fits
 key_bytes_max = 255  # routing key
+# A record's meta (log format v2, docs/log-format.md §1): headers per record, and the bytes of
+# their names and values together; a header name's length is one byte on the wire.
+record_headers_max = 32
+record_headers_bytes_max = 8 * 1024
+record_header_name_bytes_max = 255
 queue_name_chars_max = 64
 
 # --- sockets -----------------------------------------------------------------------------
@@ -169,6 +174,8 @@ monitor_turn_late_ms = 250
 
 assert admin_frame_bytes_max <= frame_bytes_max
 assert message_bytes_max < batch_bytes_max <= frame_bytes_max
+# the largest message with the largest meta (~8.3 KiB) and key still fits one batch
+assert message_bytes_max + 2 * record_headers_bytes_max + 4 * key_bytes_max <= batch_bytes_max
 
 # --- control messages: the schemas of protocol/messages ----------------------------------------
 message_str_chars_max = 1024  # a string field without a bound of its own

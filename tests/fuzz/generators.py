@@ -243,10 +243,23 @@ def statistics() -> st.SearchStrategy[Frames]:
 PRODUCER = bytes(range(16))
 
 
-def _good_batch(key: bytes, count: int) -> bytearray:
+def _good_batch(key: bytes, count: int, metas: list[bytes] | None = None) -> bytearray:
     stamps = [time.time_ns() // 1000] * count
     payloads = [b"p%d" % n for n in range(count)]
-    return bytearray(batchfmt.encode_batch(PRODUCER, 0, key, payloads, stamps))
+    metas = None if metas is None else (metas * count)[:count]
+    return bytearray(batchfmt.encode_batch(PRODUCER, 0, key, payloads, stamps, metas))
+
+
+# v2 records' metas (log format v2): headers, an id, times, or none (b"")
+_METAS = st.lists(
+    st.sampled_from([
+        b"",
+        batchfmt.encode_meta({"trace": b"t" * 32, "type": "x"}),
+        batchfmt.encode_meta(message_id=bytes(16), expires_at_us=2**63 - 1, not_before_us=-1),
+        batchfmt.encode_meta([(f"h{i}", b"v" * 200) for i in range(32)]),
+    ]),
+    min_size=1, max_size=4,
+)  # fmt: skip
 
 
 def _fix_crc(batch: bytearray) -> bytes:
@@ -258,9 +271,10 @@ def _fix_crc(batch: bytearray) -> bytes:
 
 @st.composite
 def bad_batches(draw: st.DrawFn) -> bytes:
-    """A batch with the right CRC and bad contents: a header field or record length overwritten
-    with an extreme value, a truncated or padded body."""
-    batch = _good_batch(draw(st.binary(min_size=1, max_size=8)), draw(st.integers(1, 4)))
+    """A batch (v1, or v2 with metas) with the right CRC and bad contents: a header field,
+    record length or meta byte overwritten with an extreme value, a truncated or padded body."""
+    metas = draw(st.one_of(st.none(), _METAS))  # a v1 batch, or a v2 one
+    batch = _good_batch(draw(st.binary(min_size=1, max_size=8)), draw(st.integers(1, 4)), metas)
     at = draw(st.integers(0, len(batch) - 1))
     width = draw(st.sampled_from([1, 2, 4, 8]))
     value = draw(st.sampled_from([0, 1, 2 ** (width * 8) - 1, 2 ** (width * 8 - 1), 2**63 + 5]))

@@ -34,8 +34,15 @@ class SegmentWriter:
         self.size = 0
         self.out = out
 
-    def append(self, producer: bytes, first_seq: int, payloads: list[bytes], ts: list[int]) -> None:
-        batch = bytearray(fmt.encode_batch(producer, first_seq, b"key", payloads, ts))
+    def append(
+        self,
+        producer: bytes,
+        first_seq: int,
+        payloads: list[bytes],
+        ts: list[int],
+        metas: list[bytes] | None = None,  # log format v2: one meta per payload
+    ) -> None:
+        batch = bytearray(fmt.encode_batch(producer, first_seq, b"key", payloads, ts, metas))
         if self.size and self.size + len(batch) > self.segment_bytes:
             self.base, self.size = self.base + self.size, 0
         fmt.stamp_offset(batch, self.base + self.size)

@@ -55,7 +55,13 @@ def _write_log(root: Path, rng: random.Random) -> tuple[Written, dict[Path, list
                 payloads = [rng.randbytes(rng.randrange(0, 200)) for _ in range(count)]
                 ts = T0 + n * 4_000_000 + k * 1000
                 before = len(written.batch_positions)
-                writer.append(producer_id(name), seq, payloads, [ts + i for i in range(count)])
+                # every third batch in log format v2: headers that are not payload bytes
+                metas = None
+                if n % 3 == 1:
+                    meta = fmt.encode_meta({"trace": rng.randbytes(32)}, expires_at_us=ts)
+                    metas = [meta if i % 2 else b"" for i in range(count)]
+                stamps = [ts + i for i in range(count)]
+                writer.append(producer_id(name), seq, payloads, stamps, metas)
                 path, at, size, _ = written.batch_positions[before]
                 per_file.setdefault(path, []).append((queue, name, at, size, count, payloads))
                 seq += count

@@ -25,7 +25,9 @@ from typing import Protocol
 from roq.errors import CorruptRecord
 from roq.log import format as fmt
 
-MARK = bytes([fmt.MAGIC, fmt.FORMAT_VERSION, 0, 0])  # magic, version, flags=0 at byte 16
+# magic, version, flags=0 at byte 16: one mark per format version (v2: records with meta)
+MARKS = tuple(bytes([fmt.MAGIC, version, 0, 0]) for version in fmt.FORMAT_VERSIONS)
+MARK = MARKS[0]
 MARK_AT = 16
 WINDOW_BYTES = 4 * 1024 * 1024
 SCAN_BYTES = 1024 * 1024
@@ -110,7 +112,7 @@ def resync(window: Window, base: int, pos: int) -> int:
     """The first position >= pos where a valid batch starts, or the file size."""
     while pos < window.size:
         buf, i = window.get(pos, SCAN_BYTES + MARK_AT + len(MARK))
-        found = buf.find(MARK, i + MARK_AT, i + SCAN_BYTES + MARK_AT + len(MARK))
+        found = _find_mark(buf, i + MARK_AT, i + SCAN_BYTES + MARK_AT + len(MARK))
         if found < 0:
             pos += SCAN_BYTES
             continue
@@ -124,6 +126,12 @@ def resync(window: Window, base: int, pos: int) -> int:
                 pass
         pos = candidate + 1
     return window.size
+
+
+def _find_mark(buf: bytes, start: int, end: int) -> int:
+    """The first position in buf[start:end] of any version's mark, or -1."""
+    found = [at for at in (buf.find(mark, start, end) for mark in MARKS) if at >= 0]
+    return min(found, default=-1)
 
 
 def scan_range(
@@ -161,16 +169,23 @@ def count_records(
     pos = i + fmt.HEADER_BYTES + len(header.key)
     end = i + header.size
     first_ts = header.first_ts_us
-    unpack = fmt.RECORD.unpack_from
+    # v2 records carry a meta_len after the payload_len: skipped, not counted as payload
+    v1 = header.version == fmt.FORMAT_VERSION
+    head = header.record_head_bytes
+    unpack = fmt.RECORD.unpack_from if v1 else fmt.RECORD_V2.unpack_from
     # minute -> [messages, bytes, min_ts, max_ts, first index, last index]
     cells: dict[int, list[int]] = {}
     minute = -1
     cell: list[int] = []
     for index in range(header.count):
-        if pos + fmt.RECORD_BYTES > end:
+        if pos + head > end:
             raise CorruptRecord(f"record {index} is torn")
-        delta, size = unpack(buf, pos)
-        pos += fmt.RECORD_BYTES + size
+        if v1:
+            delta, size = unpack(buf, pos)
+            pos += head + size
+        else:
+            delta, size, meta = unpack(buf, pos)
+            pos += head + meta + size
         if pos > end:
             raise CorruptRecord(f"record {index} overruns the batch")
         ts = first_ts + delta

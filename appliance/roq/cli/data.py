@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import typer
 
@@ -144,11 +144,21 @@ def sub(
     offsets: Path | None = typer.Option(
         None, "--offsets", help="Resume from and record the position in this file."
     ),
+    meta: bool = typer.Option(
+        False,
+        "--meta",
+        help="Print each message's meta (headers, id, times) as JSON, a tab, then the payload.",
+    ),
     gcm: str = GCM_OPTION,
     zk: str | None = ZK_OPTION,
     namespace: str = NAMESPACE_OPTION,
 ) -> None:
     """Print messages, one per line on stdout, until --count messages or --timeout seconds.
+
+    With --meta each line starts with a JSON object: "headers" (name → value, values as UTF-8
+    with bad bytes escaped; a name given twice lists its values), "id" (hex, or null: the
+    message is then identified by its producer and sequence number), "expires_at_us" and
+    "not_before_us" (null when absent), then a tab.
 
     Exit code 0 when --count messages arrived (or on Ctrl-C / --timeout without --count),
     75 (try again) when --timeout ran out before --count messages.
@@ -181,7 +191,8 @@ def sub(
                     if _is_request(record):
                         requests += 1
                         continue
-                    out.write(record.payload + b"\n")
+                    out.write(_meta_json(record) + record.payload + b"\n" if meta else
+                              record.payload + b"\n")  # fmt: skip
                     received += 1
                 out.flush()
                 subscriber.commit()  # after the output is out: at-least-once across a kill
@@ -206,6 +217,28 @@ def _is_request(record: Record) -> bool:
     from roq.protocol.messages.tasks import request_of
 
     return request_of(record.key, record.payload) is not None
+
+
+def _meta_json(record: Any) -> bytes:
+    """`roq sub --meta`'s prefix: the record's meta as one JSON object and a tab."""
+    import json
+
+    headers: dict[str, Any] = {}
+    for name, value in record.headers:
+        text = value.decode(errors="backslashreplace")
+        if name in headers:
+            before = headers[name]
+            headers[name] = [*before, text] if isinstance(before, list) else [before, text]
+        else:
+            headers[name] = text
+    message_id = record.message_id
+    doc = {
+        "headers": headers,
+        "id": None if message_id is None else message_id.hex(),
+        "expires_at_us": record.expires_at_us,
+        "not_before_us": record.not_before_us,
+    }
+    return json.dumps(doc, ensure_ascii=False).encode() + b"\t"
 
 
 def _parse_time(text: str | None) -> float | None:
@@ -241,6 +274,10 @@ def bench(
         help="A batch leaves at this many bytes; 1 = a frame per message.",
     ),
     acks: str = typer.Option("none", "--acks", help="none | leader | all."),
+    headers: int = typer.Option(0, "--headers", min=0, help="Headers per message (log format v2)."),
+    header_bytes: int = typer.Option(
+        32, "--header-bytes", min=0, help="Bytes of each header's value."
+    ),
     chart: Path | None = typer.Option(None, "--chart", help="Draw throughput/latency PNG."),
     gcm: str = GCM_OPTION,
     zk: str | None = ZK_OPTION,
@@ -261,6 +298,7 @@ def bench(
             description = benchmod.LoadDescription(
                 seconds=seconds, maxPub=publishers, maxSub=subscribers, payload=payload,
                 rate=rate, linger_ms=linger_ms, batch_bytes=batch_bytes, acks=acks,
+                headers=headers, header_bytes=header_bytes,
             ).checked()  # fmt: skip
         client_args = ["--zk", zk, "--namespace", namespace] if zk else ["--gcm", gcm]
         with AdminClient(gcm=None if zk else gcm, zk=zk, namespace=namespace) as admin:

@@ -31,7 +31,10 @@ PAYLOAD_SHOWN_BYTES = 60
 def _ts(us: int | None) -> str:
     if us is None:
         return "-"
-    return datetime.fromtimestamp(us / 1e6, tz=UTC).isoformat(timespec="microseconds")
+    try:
+        return datetime.fromtimestamp(us / 1e6, tz=UTC).isoformat(timespec="microseconds")
+    except (OverflowError, OSError, ValueError):  # a v2 time may be any int64
+        return f"{us}us"
 
 
 def _key(key: bytes) -> str:
@@ -54,8 +57,27 @@ def _print_batch(item: Batch, records: bool) -> None:
             more = "..." if len(record.payload) > PAYLOAD_SHOWN_BYTES else ""
             typer.echo(
                 f"  seq={record.seq} ts={_ts(record.timestamp_us)} "
-                f"len={len(record.payload)} payload={shown!r}{more}"
+                f"len={len(record.payload)}{_meta(record)} payload={shown!r}{more}"
             )
+
+
+def _meta(record: fmt.Record) -> str:
+    """A v2 record's meta as ` id=… expires=… not_before=… headers=[…]` ("" without)."""
+    if record.meta is None:
+        return ""
+    shown = ""
+    if record.message_id is not None:
+        shown += f" id={record.message_id.hex()}"
+    if record.expires_at_us is not None:
+        shown += f" expires={_ts(record.expires_at_us)}"
+    if record.not_before_us is not None:
+        shown += f" not_before={_ts(record.not_before_us)}"
+    if record.headers:
+        pairs = ", ".join(
+            f"{name}={value[:PAYLOAD_SHOWN_BYTES]!r}" for name, value in record.headers
+        )
+        shown += f" headers=[{pairs}]"
+    return shown
 
 
 def _print_problem(item: Corrupt | Gap) -> None:

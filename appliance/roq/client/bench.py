@@ -8,7 +8,8 @@ driver prints progress and ends with one JSON summary line.
 Load description fields (all optional; RoQ's names): delay (s), duration (minutes), maxPub,
 maxSub, payload (bytes), rate (msg/s per publisher, 0 = as fast as possible), spawnRate
 (publishers started per second), throughput (total msg/s when rate is 0). roq adds: seconds
-(duration in seconds, wins over duration), linger_ms, batch_bytes, key, acks.
+(duration in seconds, wins over duration), linger_ms, batch_bytes, key, acks, headers (each message
+carries that many headers, `h0`, `h1`, ..., of header_bytes bytes of value each: log format v2).
 
 Batched (linger_ms > 0) publishers hand messages over with `send_many`, 1,000 per call (or one
 millisecond's worth at a set rate). Unbatched (linger_ms = 0) publishers call `send` once per
@@ -50,6 +51,8 @@ class LoadDescription:
     batch_bytes: int = limits.publisher_batch_bytes_default
     key: str = "test"
     acks: str = "none"
+    headers: int = 0
+    header_bytes: int = 32
 
     @classmethod
     def from_json(cls, text: str, where: str) -> LoadDescription:
@@ -79,6 +82,12 @@ class LoadDescription:
     def checked(self, where: str = "load description") -> LoadDescription:
         if self.maxPub < 1 or self.maxSub < 0 or self.payload < 12 or self.seconds <= 0:
             raise ConfigError(f"{where}: need maxPub ≥ 1, maxSub ≥ 0, payload ≥ 12, seconds > 0")
+        if not 0 <= self.headers <= limits.record_headers_max or (
+            self.headers * (self.header_bytes + 3) > limits.record_headers_bytes_max
+            or self.header_bytes < 0
+        ):
+            raise ConfigError(f"{where}: need 0 ≤ headers ≤ {limits.record_headers_max} and "
+                              f"their bytes within {limits.record_headers_bytes_max}")  # fmt: skip
         if self.rate == 0 and self.throughput:
             self.rate = max(1, self.throughput // max(1, self.maxPub))
         return self
@@ -330,15 +339,17 @@ def publisher_worker(description: LoadDescription, queue: str, client: dict[str,
     sent, started = 0, time.monotonic()
     end = started + description.seconds
     next_tick, last_sent = started + 1.0, 0
+    # headers: with send_many one set per call (encoded once), with send() encoded per message
+    headers = {f"h{i}": b"v" * description.header_bytes for i in range(description.headers)}
     if description.linger_ms > 0:
         chunk = max(1, min(1000, description.rate // 1000)) if description.rate else 1000
         payloads = [payload] * chunk  # one send_many per chunk: one lock and timestamp per call
-        send_chunk = functools.partial(publisher.send_many, payloads, key)
+        send_chunk = functools.partial(publisher.send_many, payloads, key, headers=headers)
     else:
         # A message per send(), in 1 ms ticks at a set rate (a sleep per message would cost this
         # 2-core machine more CPU than the broker: docs/benchmarks.md §2); a clock read per 100.
         chunk = max(1, min(100, description.rate // 1000)) if description.rate else 100
-        send_chunk = functools.partial(_send_each, publisher, payload, key, chunk)
+        send_chunk = functools.partial(_send_each, publisher, payload, key, chunk, headers)
     try:
         while (now := time.monotonic()) < end:
             if description.rate and sent >= description.rate * (now - started):
@@ -356,9 +367,15 @@ def publisher_worker(description: LoadDescription, queue: str, client: dict[str,
            "batches": publisher.sent_batches})  # fmt: skip
 
 
-def _send_each(publisher: Any, payload: bytes, key: bytes, count: int) -> None:
+def _send_each(
+    publisher: Any, payload: bytes, key: bytes, count: int, headers: dict[str, bytes]
+) -> None:
+    if not headers:
+        for _ in range(count):
+            publisher.send(payload, key)
+        return
     for _ in range(count):
-        publisher.send(payload, key)
+        publisher.send(payload, key, headers=headers)
 
 
 def subscriber_worker(description: LoadDescription, queue: str, client: dict[str, Any]) -> None:

@@ -96,7 +96,17 @@ class Delivery:
     slot: str
     index: int  # its position in the slot
     deliveries: int  # times handed out, this one included
+    meta: batchfmt.RecordMeta | None = None  # headers, id, times (log format v2); carried only
     _consumer: Consumer | None = field(default=None, repr=False)
+
+    @property
+    def headers(self) -> batchfmt.Headers:
+        return () if self.meta is None else self.meta.headers
+
+    @property
+    def message_id(self) -> bytes | None:
+        """The publisher's id, or None: the message is then identified by (producer_id, seq)."""
+        return None if self.meta is None else self.meta.message_id
 
     def ack(self) -> None:
         self._settle().ack(self)
@@ -627,7 +637,7 @@ class Consumer:
         record, position = slot.records[index]
         return Delivery(record.payload, record.key, record.producer_id, record.seq,
                         record.timestamp_us, slot.lease.exchange, record.offset, position,
-                        slot.lease.slot, index, deliveries)  # fmt: skip
+                        slot.lease.slot, index, deliveries, record.meta)  # fmt: skip
 
     def _send(self, slot: _Slot, give: list[int], *, release: bool = False,
               next_give: int = -1, sync: bool = False) -> Settled:  # fmt: skip
@@ -803,7 +813,13 @@ class Consumer:
             "Producer": delivery.producer_id, "Seq": delivery.seq,
             "Timestamp": delivery.timestamp_us, "Payload": delivery.payload,
         }  # fmt: skip
-        self._dlq.send(bson.encode(document), delivery.key)
+        meta = delivery.meta  # a dead letter keeps the message's headers, id and times
+        if meta is None:
+            self._dlq.send(bson.encode(document), delivery.key)
+        else:
+            self._dlq.send(bson.encode(document), delivery.key, headers=meta.headers,
+                           message_id=meta.message_id, expires_at_us=meta.expires_at_us,
+                           not_before_us=meta.not_before_us)  # fmt: skip
         self._dlq.flush()  # on the dead-letter queue before the message is settled
         self.stats["dead_lettered"] += 1
         log.warning("%s: message %s#%d (exchange %s, offset %d) to %s after %d deliveries: %s",

@@ -23,6 +23,11 @@ and a busy one sends what arrived while it was sending as one batch (Kafka's `li
 Sequence numbers count per (publisher, routing key) from 0; subscribers use them to restore
 order across a move and to drop duplicates.
 
+Meta. `send` takes headers, a message id, and expiry and not-before times as keyword arguments
+(`send_many` the same headers and times for all its messages); a batch holding any message with
+them is written in the log format's version 2, every other batch in version 1, as before
+(docs/log-format.md §1). They are carried to subscribers, **not yet** enforced.
+
 Back-pressure (never a silent drop). Encoded batches wait in a buffer of `buffer_bytes` (and at
 most `limits.publisher_pending_batches_max` batches) for the socket; ZeroMQ queues at most
 `limits.data_hwm_messages` batches per connection and then pushes back through TCP. When the
@@ -92,6 +97,7 @@ from roq.client.locate import (
 )
 from roq.errors import AuthenticationRefused, ProtocolError, RoqError
 from roq.log import format as batchfmt
+from roq.log.format import new_message_id  # noqa: F401  (re-exported: a random 16-byte id)
 from roq.protocol import bsonmsg, dataplane
 from roq.protocol.bsonmsg import Reply
 from roq.protocol.commands import Reason
@@ -138,6 +144,25 @@ class BufferFull(PublishError):
     pass
 
 
+# what a buffer may hold before a message with meta (at most META_BYTES_MAX and its meta_len)
+_META_ROOM = limits.batch_bytes_max - batchfmt.META_BYTES_MAX - 2
+
+
+def _growth(buffer: _KeyBuffer, meta: bytes) -> int:
+    """Bytes a v1 buffer grows by when a message with meta turns it into a v2 batch."""
+    return 2 * len(buffer.payloads) if buffer.metas is None else 0
+
+
+def _add_meta(buffer: _KeyBuffer, meta: bytes) -> None:
+    """Record a message's meta (b"": none) in the buffer, turning it into a v2 batch (each
+    record 2 bytes more for its meta_len) if it was not one."""
+    if buffer.metas is None:
+        buffer.metas = [b""] * len(buffer.payloads)
+        buffer.size += 2 * len(buffer.payloads)
+    buffer.metas.append(meta)
+    buffer.size += 2 + len(meta)
+
+
 class PublishTimeout(PublishError):
     pass
 
@@ -152,6 +177,7 @@ class _KeyBuffer:
     stamps: list[int] = field(default_factory=list)
     size: int = 0
     since: float = 0.0
+    metas: list[bytes] | None = None  # one per payload once a message has meta (a v2 batch)
 
 
 @dataclass
@@ -225,44 +251,77 @@ class Publisher:
             raise PublishError(f"{self.name}: no exchange: {self.failure or 'timed out'}")
 
     # --- caller side ---------------------------------------------------------------------------
-    def send(self, payload: bytes, key: bytes = b"") -> None:
+    def send(
+        self,
+        payload: bytes,
+        key: bytes = b"",
+        *,
+        headers: batchfmt.HeadersIn | None = None,
+        message_id: bytes | uuid.UUID | None = None,
+        expires_at_us: int | None = None,
+        not_before_us: int | None = None,
+    ) -> None:
         """Queue one message; it leaves within `linger_ms` or when its batch is full.
 
-        A full buffer blocks or raises *before* the message is queued: when `send` raises,
-        the message was not taken."""
+        `headers` (a mapping or (name, value) pairs: str names, bytes or str values), a
+        16-byte `message_id` and the absolute times `expires_at_us` and `not_before_us` (µs
+        since the Unix epoch, this machine's wall clock) travel with the message, checked
+        against `limits.record_headers_*` (ValueError); they are **not yet** enforced
+        (docs/log-format.md §1). A full buffer blocks or raises *before* the message is
+        queued: when `send` raises, the message was not taken."""
         _check_size(payload)
+        meta = b""
+        if headers or message_id is not None or expires_at_us is not None:
+            meta = batchfmt.encode_meta(headers, message_id, expires_at_us, not_before_us)
+        elif not_before_us is not None:
+            meta = batchfmt.encode_meta(None, None, None, not_before_us)
         shared = self._shared
         with shared.lock:
             shared.check_usable()
             shared.wait_for_space()
-            shared.append(key, payload, time.time_ns() // 1000)
+            shared.append(key, payload, time.time_ns() // 1000, meta)
 
-    def send_many(self, payloads: Sequence[bytes], key: bytes = b"") -> None:
+    def send_many(
+        self,
+        payloads: Sequence[bytes],
+        key: bytes = b"",
+        *,
+        headers: batchfmt.HeadersIn | None = None,
+        expires_at_us: int | None = None,
+        not_before_us: int | None = None,
+    ) -> None:
         """Queue several messages for one key under one lock and one timestamp: the fast path
         for a producer that has messages at hand. Messages are taken in order; if it raises
-        on a full buffer, `error.taken` of them were queued and the rest were not."""
+        on a full buffer, `error.taken` of them were queued and the rest were not. `headers`
+        and the times, as in `send`, go with every message of the call (encoded once)."""
         sizes = [len(payload) for payload in payloads]
         if not sizes:
             return
         biggest = max(sizes)
         if biggest > limits.message_bytes_max:
             _check_size(payloads[sizes.index(biggest)])
+        meta = b""  # the default path: v1, no call
+        if headers or expires_at_us is not None or not_before_us is not None:
+            meta = batchfmt.encode_meta(headers, None, expires_at_us, not_before_us)
+        extra = len(meta) + 2 if meta else 0  # a v2 record's meta and meta_len
         shared = self._shared
         taken = 0
         with shared.lock:
             stamp = time.time_ns() // 1000  # under the lock: threads' stamps in append order
             shared.check_usable()
             try:
-                if shared.batch_bytes + biggest + 512 > limits.batch_bytes_max:
+                if shared.batch_bytes + biggest + extra + 512 > limits.batch_bytes_max:
                     for payload in payloads:  # a message may not fit beside others: one by one
                         shared.wait_for_space()
-                        shared.append(key, payload, stamp)
+                        shared.append(key, payload, stamp, meta)
                         taken += 1
                     return
-                ends = list(itertools.accumulate(size + batchfmt.RECORD_BYTES for size in sizes))
+                ends = list(itertools.accumulate(
+                    size + batchfmt.RECORD_BYTES + extra for size in sizes
+                ))  # fmt: skip
                 while taken < len(sizes):
                     shared.wait_for_space()
-                    taken = shared.append_run(key, payloads, ends, taken, stamp)
+                    taken = shared.append_run(key, payloads, ends, taken, stamp, meta)
             except PublishError as error:
                 error.taken = taken
                 raise
@@ -395,13 +454,17 @@ class _Handover:
         if self.closing:
             raise PublishError(f"{self.name} is closed")
 
-    def append(self, key: bytes, payload: bytes, stamp: int) -> None:
+    def append(self, key: bytes, payload: bytes, stamp: int, meta: bytes = b"") -> None:
         buffer = self.buffers.get(key)
         if buffer is None:
             buffer = self._new_buffer(key)
-        elif buffer.size + len(payload) + 512 > limits.batch_bytes_max:
+        elif buffer.size + len(payload) + 512 > limits.batch_bytes_max or (
+            meta and buffer.size + len(payload) + 512 + _growth(buffer, meta) > _META_ROOM
+        ):
             self._seal(key, buffer)  # the big message would not fit: send what is there
             buffer = self._new_buffer(key)
+        if meta or buffer.metas is not None:
+            _add_meta(buffer, meta)
         buffer.payloads.append(payload)
         buffer.stamps.append(stamp)
         buffer.size += len(payload) + batchfmt.RECORD_BYTES
@@ -409,18 +472,32 @@ class _Handover:
             self._seal(key, buffer)
 
     def append_run(
-        self, key: bytes, payloads: Sequence[bytes], ends: list[int], start: int, stamp: int
+        self,
+        key: bytes,
+        payloads: Sequence[bytes],
+        ends: list[int],
+        start: int,
+        stamp: int,
+        meta: bytes = b"",
     ) -> int:
         """Append payloads[start:] up to the one that fills the key's batch (`ends` holds the
-        running total of record sizes); returns where the next run starts. One list extend per
-        batch instead of one append per message: send_many's speed is the publisher's."""
-        buffer = self.buffers.get(key) or self._new_buffer(key)
+        running total of record sizes, metas included); returns where the next run starts. One
+        list extend per batch instead of one append per message: send_many's speed is the
+        publisher's. A run goes into a buffer of its own format (v1 without meta, v2 with)."""
+        buffer = self.buffers.get(key)
+        if buffer is not None and buffer.payloads and (buffer.metas is None) == bool(meta):
+            self._seal(key, buffer)
+            buffer = None
+        buffer = buffer or self._new_buffer(key)
         before = ends[start - 1] if start else 0
         # the first record whose running total reaches batch_bytes closes the batch
         stop = min(bisect.bisect_left(ends, before + self.batch_bytes - buffer.size, start) + 1,
                    len(ends))  # fmt: skip
         buffer.payloads.extend(payloads[start:stop])
         buffer.stamps.extend(itertools.repeat(stamp, stop - start))
+        if meta:
+            buffer.metas = buffer.metas or []
+            buffer.metas.extend(itertools.repeat(meta, stop - start))
         buffer.size += ends[stop - 1] - before
         if buffer.size >= self.batch_bytes:
             self._seal(key, buffer)
@@ -455,7 +532,9 @@ class _Handover:
             # another thread appended. It takes the first's time: raising here would leave the
             # batch in place and fail every later seal, the caller's and the I/O thread's.
             stamps = [max(stamp, stamps[0]) for stamp in stamps]
-        batch = batchfmt.encode_batch(self.producer_id, first, key, buffer.payloads, stamps)
+        batch = batchfmt.encode_batch(
+            self.producer_id, first, key, buffer.payloads, stamps, buffer.metas
+        )
         count = len(buffer.payloads)
         self.seq[key] = first + count
         del self.buffers[key]

@@ -21,6 +21,21 @@ A batch holds the records of one producer for one routing key. All integers are 
     +4     4    payload_len
     +8     n    payload
 
+A batch of version 2 has the same header; each of its records has a 10-byte head and an
+optional meta section (headers, a message id, expiry and not-before times) before the payload:
+
+    +0     4    ts_delta_us
+    +4     4    payload_len   n
+    +8     2    meta_len      m (0: no meta)
+    +10    m    meta          flags (1), [header count (1), per header name_len (1) and
+                              value_len (2)], [message_id 16], [expires_at_us 8], [not_before_us 8],
+                              [each header's name then value]
+    +10+m  n    payload
+
+Publishers write version 1 unless a message of the batch carries meta, so v1 stays the default
+and every v1 log stays readable. The meta's lengths come first (its *shape*): the shape alone says
+whether a meta is sound, which lets the checks work per distinct shape, not per record.
+
 The CRC does not cover `length` (checked against the frame or file) nor `base_offset`, so the
 exchange stamps the offset without recomputing the CRC. See docs/log-format.md.
 
@@ -34,22 +49,28 @@ from __future__ import annotations
 import itertools
 import operator
 import struct
+import uuid
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Union
 
 from roq import limits
 from roq.errors import CorruptRecord
 
 MAGIC = 0xB7
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1  # what a batch without meta is written as
+FORMAT_VERSION_META = 2  # records with a meta section
+FORMAT_VERSIONS = (FORMAT_VERSION, FORMAT_VERSION_META)
 FLAGS_KNOWN = 0
 
 HEADER = struct.Struct("<IQIBBHIQQ16sH")
 HEADER_BYTES = HEADER.size  # 58
 RECORD = struct.Struct("<II")
 RECORD_BYTES = RECORD.size  # 8
+RECORD_V2 = struct.Struct("<IIH")
+RECORD_V2_BYTES = RECORD_V2.size  # 10
+_SIZES_V2 = struct.Struct("<4xIH").unpack_from  # a v2 record head's payload_len and meta_len
 LENGTH = struct.Struct("<I")
 _PAYLOAD_LEN = struct.Struct("<4xI").unpack_from  # a record head's payload_len
 OFFSET = struct.Struct("<Q")
@@ -63,7 +84,20 @@ ts_delta_us_max = 2**32 - 1
 _SEQ_END_MAX = limits.int64_max + 1
 _FIRST_TS_US_MAX = limits.int64_max - ts_delta_us_max
 
-assert HEADER_BYTES == 58 and RECORD_BYTES == 8
+# A record's meta section (version 2)
+META_ID, META_EXPIRES, META_NOT_BEFORE, META_HEADERS = 1, 2, 4, 8
+META_FLAGS_KNOWN = META_ID | META_EXPIRES | META_NOT_BEFORE | META_HEADERS
+MESSAGE_ID_BYTES = 16
+_HEADER_LENGTHS = struct.Struct("<BH")  # a header's name_len and value_len
+_TIME = struct.Struct("<q")  # expires_at_us, not_before_us: signed µs since the epoch
+META_BYTES_MAX = (
+    2 + 3 * limits.record_headers_max + MESSAGE_ID_BYTES + 2 * _TIME.size
+    + limits.record_headers_bytes_max
+)  # fmt: skip
+_SHAPES_CACHED_MAX = 4096
+
+assert HEADER_BYTES == 58 and RECORD_BYTES == 8 and RECORD_V2_BYTES == 10
+assert META_BYTES_MAX < 2**16 and limits.record_header_name_bytes_max < 2**8
 
 
 @dataclass(slots=True)
@@ -79,6 +113,7 @@ class BatchHeader:
     first_ts_us: int
     producer_id: bytes
     key: bytes
+    version: int = FORMAT_VERSION
 
     @property
     def size(self) -> int:
@@ -86,13 +121,32 @@ class BatchHeader:
         return 4 + self.length
 
     @property
+    def record_head_bytes(self) -> int:
+        """Bytes of each record's head: 8 (v1) or 10 (v2, with meta_len)."""
+        return RECORD_BYTES if self.version == FORMAT_VERSION else RECORD_V2_BYTES
+
+    @property
     def last_seq(self) -> int:
         return self.first_seq + self.count - 1
 
 
+Headers = tuple[tuple[str, bytes], ...]
+HeadersIn = Union[Mapping[str, bytes | str], Iterable[tuple[str, bytes | str]]]  # noqa: UP007
+
+
+class RecordMeta(NamedTuple):
+    """A v2 record's meta section, decoded. Carried, not enforced (docs/log-format.md §1)."""
+
+    message_id: bytes | None = None  # 16 bytes the publisher chose; None: (producer, seq)
+    expires_at_us: int | None = None  # µs since the Unix epoch, the publisher's wall clock
+    not_before_us: int | None = None
+    headers: Headers = ()  # (name, value) in the publisher's order; names may repeat
+
+
 class Record(NamedTuple):
     """One message as a reader sees it. A named tuple: immutable, and built 3x faster than a
-    frozen dataclass, which is most of a subscriber's per-message cost."""
+    frozen dataclass, which is most of a subscriber's per-message cost. A v1 record, or a v2 one
+    without meta, has `meta` None: the properties below then answer empty."""
 
     offset: int  # base offset of the batch that holds it (the thesis: its byte position)
     producer_id: bytes
@@ -100,6 +154,204 @@ class Record(NamedTuple):
     timestamp_us: int
     key: bytes
     payload: bytes
+    meta: RecordMeta | None = None
+
+    @property
+    def headers(self) -> Headers:
+        return () if self.meta is None else self.meta.headers
+
+    @property
+    def message_id(self) -> bytes | None:
+        """The publisher's id, or None: the message is then identified by (producer_id, seq)."""
+        return None if self.meta is None else self.meta.message_id
+
+    @property
+    def expires_at_us(self) -> int | None:
+        return None if self.meta is None else self.meta.expires_at_us
+
+    @property
+    def not_before_us(self) -> int | None:
+        return None if self.meta is None else self.meta.not_before_us
+
+    def header(self, name: str) -> bytes | None:
+        """The value of the first header called `name`, or None."""
+        for found, value in self.headers:
+            if found == name:
+                return value
+        return None
+
+
+def new_message_id() -> bytes:
+    """A random 16-byte message id (a uuid4's bytes)."""
+    return uuid.uuid4().bytes
+
+
+def encode_meta(
+    headers: HeadersIn | None = None,
+    message_id: bytes | uuid.UUID | None = None,
+    expires_at_us: int | None = None,
+    not_before_us: int | None = None,
+) -> bytes:
+    """A record's meta section (b"" when it has none). ValueError names what breaks a bound.
+    On a publisher's path once per message with meta: one pass over the headers, no helper
+    call per header."""
+    flags, fixed = 0, b""
+    if message_id is not None:
+        raw = message_id.bytes if isinstance(message_id, uuid.UUID) else bytes(message_id)
+        if len(raw) != MESSAGE_ID_BYTES:
+            raise ValueError(f"message id of {len(raw)} bytes: it must be {MESSAGE_ID_BYTES}")
+        flags, fixed = META_ID, raw
+    if expires_at_us is not None:
+        flags, fixed = flags | META_EXPIRES, fixed + _pack_time(expires_at_us, "expires_at_us")
+    if not_before_us is not None:
+        flags, fixed = flags | META_NOT_BEFORE, fixed + _pack_time(not_before_us, "not_before_us")
+    if not headers:
+        return bytes((flags,)) + fixed if flags else b""
+    items = headers.items() if isinstance(headers, dict | Mapping) else headers
+    shape: list[bytes] = [b""]
+    body: list[bytes] = []
+    total = 0
+    for name, value in items:
+        raw_name = name.encode() if type(name) is str else _refuse_name(name)
+        raw_value = value if type(value) is bytes else _value_bytes(value)
+        if not 0 < len(raw_name) <= limits.record_header_name_bytes_max:
+            raise ValueError(f"header name {name[:40]!r} must have 1 to "
+                             f"{limits.record_header_name_bytes_max} bytes")  # fmt: skip
+        total += len(raw_name) + len(raw_value)
+        shape.append(_HEADER_LENGTHS.pack(len(raw_name), len(raw_value)))
+        body += (raw_name, raw_value)
+    count = len(shape) - 1
+    if count > limits.record_headers_max:
+        raise ValueError(f"{count} headers: at most {limits.record_headers_max} per message")
+    if total > limits.record_headers_bytes_max:
+        raise ValueError(f"headers of {total} bytes: names and values may have at most "
+                         f"{limits.record_headers_bytes_max} together")  # fmt: skip
+    shape[0] = bytes((flags | META_HEADERS, count))
+    return b"".join(shape) + fixed + b"".join(body)
+
+
+def _pack_time(value: int, what: str) -> bytes:
+    if type(value) is not int or not -(2**63) <= value <= limits.int64_max:
+        raise ValueError(f"{what} {value!r} is not a signed 64-bit count of µs")
+    return _TIME.pack(value)
+
+
+def _refuse_name(name: object) -> bytes:
+    raise ValueError(f"header name {name!r} must be str")
+
+
+def _value_bytes(value: object) -> bytes:
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    raise ValueError(f"header value {value!r} must be str or bytes")
+
+
+# shape bytes -> the size of the meta it describes (or the reason it is unsound)
+_shapes: dict[bytes, int | str] = {}
+
+
+def _meta_size(shape: bytes) -> int | str:
+    """The meta size a shape describes, or why it is unsound; cached per distinct shape."""
+    found = _shapes.get(shape)
+    if found is None:
+        found = _size_of_shape(shape)
+        if len(_shapes) >= _SHAPES_CACHED_MAX:
+            _shapes.clear()
+        _shapes[shape] = found
+    return found
+
+
+def _size_of_shape(shape: bytes) -> int | str:
+    flags = shape[0]
+    if not flags or flags & ~META_FLAGS_KNOWN:
+        return f"meta flags 0x{flags:02x} are unknown or none"
+    size = 1 + MESSAGE_ID_BYTES * (flags & META_ID) + 4 * (flags & META_EXPIRES)
+    size += 2 * (flags & META_NOT_BEFORE)  # 8 bytes for each time present
+    if not flags & META_HEADERS:
+        return size
+    count = shape[1]
+    if not 0 < count <= limits.record_headers_max:
+        return f"{count} headers (1 to {limits.record_headers_max})"
+    total = 0
+    for name_len, value_len in _HEADER_LENGTHS.iter_unpack(shape[2:]):
+        if not name_len:
+            return "a header with an empty name"
+        total += name_len + value_len
+    if total > limits.record_headers_bytes_max:
+        return f"headers of {total} bytes (at most {limits.record_headers_bytes_max})"
+    return size + 1 + 3 * count + total
+
+
+def _shape_at(data: bytes, pos: int, size: int) -> bytes | None:
+    """The shape of the meta data[pos:pos+size] (None: too short to hold its own shape)."""
+    if data[pos] & META_HEADERS:
+        if size < 2 or size < 2 + 3 * data[pos + 1]:
+            return None
+        return data[pos : pos + 2 + 3 * data[pos + 1]]
+    return data[pos : pos + 1]
+
+
+def _check_meta(data: bytes, pos: int, size: int) -> str:
+    """Why the meta data[pos:pos+size] is unsound, or ""."""
+    shape = _shape_at(data, pos, size)
+    if shape is None:
+        return f"meta of {size} bytes is too short for its own lengths"
+    expected = _meta_size(shape)
+    if isinstance(expected, str):
+        return expected
+    return "" if expected == size else f"meta of {size} bytes, its lengths say {expected}"
+
+
+class _Plan(NamedTuple):
+    """Where a meta of one shape keeps its fields (0: absent; no field starts at byte 0)."""
+
+    size: int
+    id_at: int
+    expires_at: int
+    not_before_at: int
+    headers: tuple[tuple[int, int, int], ...]  # (name start, value start, value end)
+
+
+_plans: dict[bytes, _Plan] = {}  # shape -> plan: a subscriber decodes each shape's layout once
+
+
+def _plan_of(shape: bytes, size: int) -> _Plan:
+    flags, pos, lengths = shape[0], len(shape), _HEADER_LENGTHS.iter_unpack(shape[2:])
+    at = {}
+    for bit, width in ((META_ID, MESSAGE_ID_BYTES), (META_EXPIRES, 8), (META_NOT_BEFORE, 8)):
+        if flags & bit:
+            at[bit], pos = pos, pos + width
+    spans = []
+    for name_len, value_len in lengths if flags & META_HEADERS else ():
+        spans.append((pos, pos + name_len, pos + name_len + value_len))
+        pos += name_len + value_len
+    plan = _Plan(size, at.get(META_ID, 0), at.get(META_EXPIRES, 0),
+                 at.get(META_NOT_BEFORE, 0), tuple(spans))  # fmt: skip
+    if len(_plans) >= _SHAPES_CACHED_MAX:
+        _plans.clear()
+    _plans[shape] = plan
+    return plan
+
+
+def decode_meta(meta: bytes) -> RecordMeta:
+    """A meta section's fields; CorruptRecord if it is unsound. One dictionary lookup finds
+    where its fields are (`_Plan`, per distinct shape), then only slices."""
+    size = len(meta)
+    shape = meta[: 2 + 3 * meta[1]] if size > 1 and meta[0] & META_HEADERS else meta[:1]
+    plan = _plans.get(shape)
+    if plan is None or plan.size != size:
+        problem = _check_meta(meta, 0, size) if meta else "an empty meta"
+        if problem:
+            raise CorruptRecord(problem)
+        plan = _plan_of(shape, size)
+    at = plan.id_at
+    message_id = meta[at : at + MESSAGE_ID_BYTES] if at else None
+    expires = _TIME.unpack_from(meta, plan.expires_at)[0] if plan.expires_at else None
+    not_before = _TIME.unpack_from(meta, plan.not_before_at)[0] if plan.not_before_at else None
+    headers = tuple([(meta[a:b].decode("utf-8", "replace"), meta[b:c]) for a, b, c in plan.headers])
+    return RecordMeta(message_id, expires, not_before, headers)
 
 
 def encode_batch(
@@ -108,9 +360,11 @@ def encode_batch(
     key: bytes,
     payloads: Sequence[bytes],
     timestamps_us: Sequence[int],
+    metas: Sequence[bytes] | None = None,
 ) -> bytes:
     """Pack one batch. Timestamps must not decrease by more than the first one's value and must
-    span less than 2**32 µs (71 minutes); callers batch within milliseconds."""
+    span less than 2**32 µs (71 minutes); callers batch within milliseconds. Without `metas` the
+    batch is version 1; with them (one `encode_meta` per payload, b"" for none) version 2."""
     assert len(producer_id) == 16
     assert payloads and len(payloads) == len(timestamps_us)
     if len(key) > limits.key_bytes_max:
@@ -119,15 +373,22 @@ def encode_batch(
     # Record headers and payloads interleaved by slice assignment, the headers packed by map():
     # no Python-level loop per record, which made this the publisher's largest cost.
     deltas = map(operator.sub, timestamps_us, itertools.repeat(first_ts))
-    parts: list[bytes] = [b""] * (2 * len(payloads))
-    parts[::2] = map(RECORD.pack, deltas, map(len, payloads))
-    parts[1::2] = payloads
+    if metas is None:
+        version, parts = FORMAT_VERSION, [b""] * (2 * len(payloads))
+        parts[::2] = map(RECORD.pack, deltas, map(len, payloads))
+        parts[1::2] = payloads
+    else:
+        assert len(metas) == len(payloads)
+        version, parts = FORMAT_VERSION_META, [b""] * (3 * len(payloads))
+        parts[::3] = map(RECORD_V2.pack, deltas, map(len, payloads), map(len, metas))
+        parts[1::3] = metas
+        parts[2::3] = payloads
     body = b"".join(parts)
     tail = (
         struct.pack(
             "<BBHIQQ16sH",
             MAGIC,
-            FORMAT_VERSION,
+            version,
             0,
             len(payloads),
             first_seq,
@@ -154,7 +415,7 @@ def read_header(buf: bytes | memoryview, at: int = 0) -> BatchHeader:
     )
     if magic != MAGIC:
         raise CorruptRecord(f"bad magic 0x{magic:02x} at byte {at}")
-    if version != FORMAT_VERSION:
+    if version not in FORMAT_VERSIONS:
         raise CorruptRecord(f"unknown format version {version} at byte {at}")
     if flags & ~FLAGS_KNOWN:
         raise CorruptRecord(f"unknown flags 0x{flags:04x} at byte {at}")
@@ -173,7 +434,7 @@ def read_header(buf: bytes | memoryview, at: int = 0) -> BatchHeader:
             f"batch at byte {at} claims {4 + length} bytes, only {len(buf) - at} present"
         )
     key = bytes(buf[at + HEADER_BYTES : at + HEADER_BYTES + key_len])
-    return BatchHeader(length, base, crc, count, seq, ts, bytes(pid), key)
+    return BatchHeader(length, base, crc, count, seq, ts, bytes(pid), key, version)
 
 
 def check_batch(buf: bytes | memoryview, at: int = 0) -> BatchHeader:
@@ -200,6 +461,9 @@ def check_records(buf: bytes | memoryview, header: BatchHeader, at: int = 0) -> 
     hot path, so no Python work per record in the common case: when every record has the size
     of the first (a publisher's usual batch) the check is four strided byte slices; otherwise
     it walks the record heads (~80 ns a record; docs/benchmarks.md §6b)."""
+    if header.version != FORMAT_VERSION:
+        _check_records_v2(buf, header, at)
+        return
     start, end, count = at + HEADER_BYTES + len(header.key), at + header.size, header.count
     if count * RECORD_BYTES > end - start:
         raise CorruptRecord(f"batch at byte {at} is too short for its {count} records")
@@ -218,6 +482,62 @@ def check_records(buf: bytes | memoryview, header: BatchHeader, at: int = 0) -> 
             for _ in iter_records(buf, at):
                 pass  # raises, naming the first bad record
             raise CorruptRecord(f"the records of the batch at byte {at} do not fill it")
+
+
+def _check_records_v2(buf: bytes | memoryview, header: BatchHeader, at: int) -> None:
+    """check_records of a v2 batch: the records fill it and every meta is sound. Strided
+    slices when every record has the first one's sizes and meta shape; else a walk that looks
+    each meta's shape up (`_meta_size`)."""
+    start, end, count = at + HEADER_BYTES + len(header.key), at + header.size, header.count
+    if count * RECORD_V2_BYTES > end - start:
+        raise CorruptRecord(f"batch at byte {at} is too short for its {count} records")
+    data, shift = _bytes_of(buf, start, end)
+    start, end = start - shift, end - shift
+    if _same_shapes_v2(data, start, end, count):
+        return
+    pos, shapes = start, _shapes
+    for index in range(count):
+        if pos + RECORD_V2_BYTES > end:
+            break
+        size, meta = _SIZES_V2(data, pos)
+        pos += RECORD_V2_BYTES
+        if meta and pos + meta <= end:
+            # inline: the shape's cached size is the common case (~a third of the walk's cost
+            # as a call); a shape longer than the meta never caches to `meta`, so it is checked
+            if data[pos] & META_HEADERS and meta > 1:
+                known = shapes.get(data[pos : pos + 2 + 3 * data[pos + 1]])
+            else:
+                known = shapes.get(data[pos : pos + 1])
+            problem = "" if known == meta else _check_meta(data, pos, meta)
+            if problem:
+                raise CorruptRecord(f"record {index} of batch at byte {at}: {problem}")
+        pos += meta + size
+    else:
+        if pos == end:
+            return
+    for _ in iter_records(buf, at):
+        pass  # raises, naming the first bad record
+    raise CorruptRecord(f"the records of the batch at byte {at} do not fill it")
+
+
+def _same_shapes_v2(data: bytes, start: int, end: int, count: int) -> bool:
+    """Whether all `count` v2 records in data[start:end] have the first one's payload_len,
+    meta_len and meta shape, that shape is sound, and they fill it exactly (C loops only)."""
+    size, meta = _SIZES_V2(data, start)
+    stride = RECORD_V2_BYTES + meta + size
+    if stride * count != end - start:
+        return False
+    if meta:
+        shape = _shape_at(data, start + RECORD_V2_BYTES, meta)
+        if shape is None or _meta_size(shape) != meta:
+            return False
+        same = data[start + 4 : start + RECORD_V2_BYTES + len(shape)]
+    else:
+        same = data[start + 4 : start + RECORD_V2_BYTES]
+    if count == 1:
+        return True
+    at = start + 4
+    return all(data[at + i : end : stride].count(byte) == count for i, byte in enumerate(same))
 
 
 def _bytes_of(buf: bytes | memoryview, start: int, end: int) -> tuple[bytes, int]:
@@ -255,12 +575,16 @@ def stamp_offset(batch: bytearray | memoryview, base_offset: int, at: int = 0) -
 
 
 def iter_records(buf: bytes | memoryview, at: int = 0) -> Iterator[Record]:
-    """Every record of the batch at `at`, with its bounds checked (the CRC is not re-checked)."""
+    """Every record of the batch at `at`, with its bounds checked (the CRC is not re-checked);
+    a v2 record's meta is decoded into `Record.meta` (CorruptRecord if it is unsound)."""
     header = read_header(buf, at)
     start = at + HEADER_BYTES + len(header.key)
     # One copy of the records' bytes, then plain bytes slices: cheaper per record than slicing
     # a memoryview and copying each payload out of it.
     data = bytes(memoryview(buf)[start : at + header.size])
+    if header.version != FORMAT_VERSION:
+        yield from _iter_records_v2(data, header, at)
+        return
     end, pos = len(data), 0
     unpack = RECORD.unpack_from
     offset, producer, key = header.base_offset, header.producer_id, header.key
@@ -277,6 +601,49 @@ def iter_records(buf: bytes | memoryview, at: int = 0) -> Iterator[Record]:
         pos = stop
     if pos != end:
         raise CorruptRecord(f"batch at byte {at} has {end - pos} bytes after its last record")
+
+
+def _iter_records_v2(data: bytes, header: BatchHeader, at: int) -> Iterator[Record]:
+    end, pos = len(data), 0
+    offset, producer, key = header.base_offset, header.producer_id, header.key
+    seq, stamp = header.first_seq, header.first_ts_us
+    metas: dict[bytes, RecordMeta] = {}  # a batch's records often share one meta: decode it once
+    for index in range(header.count):
+        if pos + RECORD_V2_BYTES > end:
+            raise CorruptRecord(f"record {index} of batch at byte {at} is torn")
+        delta, size, meta_len = RECORD_V2.unpack_from(data, pos)
+        pos += RECORD_V2_BYTES
+        stop = pos + meta_len + size
+        if stop > end:
+            raise CorruptRecord(f"record {index} of batch at byte {at} overruns the batch")
+        meta = None
+        if meta_len:
+            raw = data[pos : pos + meta_len]
+            meta = metas.get(raw)
+            if meta is None:
+                try:
+                    meta = metas[raw] = decode_meta(raw)
+                except CorruptRecord as error:
+                    raise CorruptRecord(f"record {index} of batch at byte {at}: {error}") from None
+        yield Record(offset, producer, seq + index, stamp + delta, key,
+                     data[pos + meta_len : stop], meta)  # fmt: skip
+        pos = stop
+    if pos != end:
+        raise CorruptRecord(f"batch at byte {at} has {end - pos} bytes after its last record")
+
+
+def payload_bytes(buf: bytes | memoryview, header: BatchHeader, at: int = 0) -> int:
+    """Bytes of the batch's payloads (v2: without the metas; the records must be sound)."""
+    heads = header.record_head_bytes * header.count
+    total = header.size - HEADER_BYTES - len(header.key) - heads
+    if header.version == FORMAT_VERSION:
+        return total
+    pos = at + HEADER_BYTES + len(header.key)
+    for _ in range(header.count):
+        size, meta = _SIZES_V2(buf, pos)
+        total -= meta
+        pos += RECORD_V2_BYTES + meta + size
+    return total
 
 
 def iter_batches(

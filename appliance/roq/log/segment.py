@@ -320,11 +320,11 @@ def _peek_header(data: bytes) -> fmt.BatchHeader:
         raise CorruptRecord(f"only {len(data)} bytes left")
     fields = fmt.HEADER.unpack_from(data, 0)
     length, base, crc, magic, version, flags, count, seq, ts, pid, _ = fields
-    if magic != fmt.MAGIC or version != fmt.FORMAT_VERSION or flags or count < 1:
+    if magic != fmt.MAGIC or version not in fmt.FORMAT_VERSIONS or flags or count < 1:
         raise CorruptRecord("no batch header there")
     if not fmt.HEADER_BYTES + fmt.RECORD_BYTES <= length + 4 <= fmt.batch_bytes_max:
         raise CorruptRecord(f"impossible batch length {length}")
-    return fmt.BatchHeader(length, base, crc, count, seq, ts, bytes(pid), b"")
+    return fmt.BatchHeader(length, base, crc, count, seq, ts, bytes(pid), b"", version)
 
 
 def _sound_prefix(view: memoryview) -> int:
