@@ -58,7 +58,12 @@ class GlobalConfigurationManager:
         self.id = f"gcm-{self.address}-{self.base}-{uuid.uuid4().hex[:6]}"
         self.context = new_context()
         auth = security.zk_auth()
-        self.zk = session.connect(settings.zk.servers, settings.zk.session_timeout_ms, auth=auth)
+        self.zk = session.connect(
+            settings.zk.servers,
+            settings.zk.session_timeout_ms,
+            auth=auth,
+            tls=security.zk_tls(),
+        )
         session.secure_namespace(self.zk, Paths(settings.zk.namespace), auth)
         credentials.follow_principals(self.zk, settings.zk.namespace)
         self.registry = Registry(self.zk, Paths(settings.zk.namespace))
