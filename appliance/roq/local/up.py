@@ -268,7 +268,8 @@ class Cluster:
     def _zk_text(self) -> str:
         if self.zookeeper is None:
             return self.zk_servers
-        return f"{self.zookeeper.connect_string} (started here)"
+        tls = ", TLS only" if self.zookeeper.tls is not None else ""
+        return f"{self.zookeeper.connect_string} (started here{tls})"
 
     def wait(self, stop: threading.Event) -> None:
         while not stop.wait(0.5):
