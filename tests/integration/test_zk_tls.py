@@ -102,7 +102,7 @@ def test_the_credential_and_znodes_cross_to_zookeeper_only_encrypted(
         password = secrets.zk_auth.partition(":")[2]
         wait_for(lambda: digest.encode() in relay.bytes() or tls, 10, "the token's write")
         captured = relay.bytes()
-        assert len(captured) > 10_000, "the relay saw no session"
+        assert len(captured) > 2_000, "the relay saw no session"
         clear = {
             "the digest credential": password.encode() in captured,
             "the queue's name": queue.encode() in captured,
