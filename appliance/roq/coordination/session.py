@@ -138,7 +138,7 @@ def connect(
     except (KazooTimeoutError, KazooException, OSError) as error:
         client.stop()
         client.close()
-        over = " over TLS (a ZooKeeper without TLS needs zk.tls=false)" if tls else ""
+        over = " over TLS (without TLS: zk.tls=false, ROQ_ZK_TLS=off for clients)" if tls else ""
         raise CoordinationError(
             f"cannot reach ZooKeeper at {servers}{over} within {connect_timeout_s:.0f} s ({error})"
         ) from None
