@@ -269,9 +269,11 @@ def test_units_exec_start_report_ready_and_stop(
     namespace = f"/roq-test-{uuid.uuid4().hex[:10]}"
     base = port_blocks.take(6)
     common = {"zk.servers": zookeeper, "zk.namespace": namespace, "network.interface": "127.0.0.1",
-              "security.dir": tmp_path / "security"}  # fmt: skip
+              "security.dir": tmp_path / "security",
+              "zk.tls": "false"}  # the tests' shared ZooKeeper is plain  # fmt: skip
     # the frozen commands act as the admin the GCM writes there on its first start
     monkeypatch.delenv("ROQ_SECURITY", raising=False)
+    monkeypatch.setenv("ROQ_ZK_TLS", "off")
     monkeypatch.setenv("ROQ_CREDENTIALS", str(tmp_path / "security" / "admin.json"))
     gcm_over = {**common, "ports.base": base, "period": 500}
     hcm_over = {
