@@ -21,6 +21,8 @@ chmod 0755 /opt/roq/roq
 ln -sf /opt/roq/roq /usr/local/bin/roq
 install -m 0755 "$src/files/roq-configure" /opt/roq/bin/roq-configure
 install -m 0644 "$src/config/GCM.properties" "$src/config/HCM.properties" /opt/roq/config/
+# roq-configure writes /etc/roq/zoo.cfg from it with the listener of the machine's role
+install -m 0644 "$src/files/zoo.cfg" /opt/roq/config/zoo.cfg
 install -m 0644 "$src/operations.md" /opt/roq/docs/operations.md
 
 # The shipped files are the defaults; roq-configure rewrites /etc/roq from them at first boot.

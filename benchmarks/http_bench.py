@@ -207,7 +207,7 @@ def zk_acks(servers: str, namespace: str, threads: int, count: int, tag: str) ->
     from roq.coordination.paths import Paths
     from roq.coordination.topics import TopicStore
 
-    client = session.connect(servers, 10_000, auth=credentials.zk_auth())
+    client = session.connect(servers, 10_000, auth=credentials.zk_auth(), tls=credentials.zk_tls())
     try:
         store = TopicStore(client, Paths(namespace))
         store.ensure_root()

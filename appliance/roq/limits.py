@@ -581,6 +581,12 @@ handshake_failures_undetailed = 3
 # (beside the default `directory`, roq-data/log), and where clients look last.
 security_dir_default = "roq-data/security"
 security_file_bytes_max = 64 * 1024  # a credentials file larger than this is refused
+# ZooKeeper's TLS (transport/certificates.py, docs/security.md §4): one PEM text of cluster.json's
+# `zk_tls` (a P-256 certificate is ~600 characters, its key ~240), and how long what the first
+# start makes stays valid: as long as the cluster's CURVE key, which expires never; 100 years
+# stands for that, since a certificate must end (a new one comes with a new cluster key, §6).
+zk_tls_pem_chars_max = 8192
+zk_tls_validity_days = 36_500
 principals_max = 10_000  # principals of one cluster (ZooKeeper children read at each change)
 principal_grants_max = 256  # queue-name prefixes one principal holds grants on
 # One principal as a host's principals file holds it: 256 grants of 64-character prefixes with
@@ -611,7 +617,7 @@ http_limit_max = 10_000_000
 # --- the cluster's secret in AWS Systems Manager Parameter Store (issue 23) --------------------
 # `roq keys ssm-put|ssm-get` (roq.cloud.parameters): the cluster.json an EC2 host fetches at boot.
 ssm_parameter_name_chars_max = 1011  # SSM's own limit on a parameter name, its path included
-ssm_value_bytes_max = 4096  # a Standard-tier parameter's value; a compact cluster.json is ~300 B
+ssm_value_bytes_max = 4096  # a Standard-tier parameter's value; a compact cluster.json is ~2 KB
 # Connect and each read of one SSM request, per attempt; GetParameter and PutParameter are
 # idempotent, so a failed attempt is retried (botocore's standard mode: throttling, 5xx, timeouts).
 ssm_request_timeout_s = 10.0

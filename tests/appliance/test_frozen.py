@@ -51,8 +51,9 @@ def test_every_mode_is_in_the_executable(frozen_roq: Path, mode: str) -> None:
 
 def _own_keys(tmp_path: Path) -> list[str]:
     """A daemon's first start writes the cluster's keys: here, not in the checkout's roq-data.
-    Keys of its own need a namespace of its own: znodes carry the digest ACL of their writer."""
-    return ["-D", f"security.dir={tmp_path / 'security'}"]
+    Keys of its own need a namespace of its own: znodes carry the digest ACL of their writer.
+    The tests' shared ZooKeeper is plain (each test's keys have a CA of their own)."""
+    return ["-D", f"security.dir={tmp_path / 'security'}", "-D", "zk.tls=false"]
 
 
 @pytest.mark.parametrize(
@@ -224,6 +225,7 @@ def test_the_ec2_provisioner_is_in_the_executable(
         "zk.servers": zookeeper,
         "ports.base": str(port_blocks.take(6)),
         "security.dir": str(tmp_path / "security"),
+        "zk.tls": "false",  # the tests' shared ZooKeeper is plain
     }
     args = [arg for name, value in defines.items() for arg in ("-D", f"{name}={value}")]
     wanted = (

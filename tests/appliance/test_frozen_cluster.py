@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 from appliance_support import ROOT, frozen_env, run_frozen
 
-from roq.local.zkserver import is_serving
+from roq.local.zkserver import is_serving, listener_config, write_tls_files
 from roq.testing.cluster import PortBlocks, child_pids, wait_for
+from roq.transport import security
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -268,9 +269,11 @@ def test_units_exec_start_report_ready_and_stop(
     namespace = f"/roq-test-{uuid.uuid4().hex[:10]}"
     base = port_blocks.take(6)
     common = {"zk.servers": zookeeper, "zk.namespace": namespace, "network.interface": "127.0.0.1",
-              "security.dir": tmp_path / "security"}  # fmt: skip
+              "security.dir": tmp_path / "security",
+              "zk.tls": "false"}  # the tests' shared ZooKeeper is plain  # fmt: skip
     # the frozen commands act as the admin the GCM writes there on its first start
     monkeypatch.delenv("ROQ_SECURITY", raising=False)
+    monkeypatch.setenv("ROQ_ZK_TLS", "off")
     monkeypatch.setenv("ROQ_CREDENTIALS", str(tmp_path / "security" / "admin.json"))
     gcm_over = {**common, "ports.base": base, "period": 500}
     hcm_over = {
@@ -317,10 +320,14 @@ def test_units_exec_start_report_ready_and_stop(
 def test_zookeeper_unit_command_serves_with_the_shipped_zoo_cfg(
     tmp_path: Path, port_blocks: PortBlocks
 ) -> None:
+    # with the listener roq-configure appends (`roq keys zookeeper-tls`): TLS only, whose
+    # Netty codec the unit's class path must hold
     port = port_blocks.take(1)
+    tls = security.generate(tmp_path / "security").zk_tls
+    assert tls is not None
     cfg = (ROOT / "ami" / "files" / "zoo.cfg").read_text()
     cfg = cfg.replace("dataDir=/var/lib/roq-zookeeper", f"dataDir={tmp_path / 'zk'}")
-    cfg = cfg.replace("clientPort=2181", f"clientPort={port}\nclientPortAddress=127.0.0.1")
+    cfg += listener_config(port, "127.0.0.1", write_tls_files(tmp_path / "zk-tls", tls))
     (tmp_path / "zoo.cfg").write_text(cfg)
     line = next(
         line
@@ -333,7 +340,8 @@ def test_zookeeper_unit_command_serves_with_the_shipped_zoo_cfg(
     with (tmp_path / "zk.log").open("wb") as log_file:
         process = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT)
     try:
-        wait_for(lambda: is_serving("127.0.0.1", port), 30, f"ZooKeeper on {port}")
+        wait_for(lambda: is_serving("127.0.0.1", port, tls=tls), 30, f"ZooKeeper on {port}")
+        assert not is_serving("127.0.0.1", port), "it answered in plain TCP"
         process.send_signal(signal.SIGTERM)
         # SuccessExitStatus=143 in the unit: the JVM's answer to SIGTERM.
         assert process.wait(timeout=30) == 143

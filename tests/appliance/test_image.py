@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import subprocess
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 from appliance_support import ROOT
 
 from roq import config
+from roq.system.spawn import roq_command
 
 pytestmark = pytest.mark.e2e
 
@@ -55,6 +57,7 @@ def configure(
 ) -> subprocess.CompletedProcess[str]:  # fmt: skip
     (etc / "role.env").write_text(role_env)
     env = {**os.environ, "ROQ_ETC": str(etc), "ROQ_SHIPPED": str(ROOT / "config")}
+    env["ROQ_SHIPPED_ZOO_CFG"] = str(ROOT / "ami" / "files" / "zoo.cfg")
     env |= {"ROQ_STATE": str(etc / "state"), **more_env}
     return subprocess.run(
         ["sh", str(CONFIGURE), "--no-start"],
@@ -82,12 +85,51 @@ def test_configure_writes_a_host(tmp_path: Path) -> None:
     assert gcm.values["network.interface"] == "127.0.0.1"
 
 
+def _real_roq(tmp_path: Path) -> str:
+    wrapper = tmp_path / "roq"
+    wrapper.write_text(f'#!/bin/sh\nexec {" ".join(roq_command())} "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
 def test_configure_gcm_role_starts_zookeeper_and_gcm(tmp_path: Path) -> None:
     result = configure(
-        tmp_path, "ROQ_ROLE=gcm\nROQ_GCM_ADDRESS=10.0.1.10\nROQ_ZK_SERVERS=10.0.1.10:2181\n"
-    )
+        tmp_path, "ROQ_ROLE=gcm\nROQ_GCM_ADDRESS=10.0.1.10\nROQ_ZK_SERVERS=10.0.1.10:2181\n",
+        ROQ_BIN=_real_roq(tmp_path),
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "roq-zookeeper.service roq-gcm.service" in result.stdout
+
+
+def test_configure_serves_zookeeper_over_tls_only_on_one_address(tmp_path: Path) -> None:
+    """Issue 31: the image's ZooKeeper listened in clear on every interface. Now its one port
+    is TLS (the cluster's certificates, written for it from cluster.json), bound to the address
+    the hosts connect to, or to ROQ_ZK_ADDRESS; plain only with ROQ_ZK_TLS=off."""
+    role = "ROQ_ROLE=all\nROQ_GCM_ADDRESS=10.0.1.10\nROQ_ZK_SERVERS=10.0.1.10:2182\n"
+    result = configure(tmp_path, role, ROQ_BIN=_real_roq(tmp_path))
+    assert result.returncode == 0, result.stderr
+    cfg = (tmp_path / "zoo.cfg").read_text()
+    secdir = tmp_path / "state" / "roq-data" / "security"
+    assert "secureClientPort=2182\nsecureClientPortAddress=10.0.1.10\n" in cfg
+    assert "\nclientPort" not in cfg and "ssl.clientAuth=need" in cfg
+    assert f"ssl.keyStore.location={secdir / 'zookeeper' / 'keystore.pem'}" in cfg
+    for name in ("keystore.pem", "truststore.pem"):
+        assert stat.S_IMODE((secdir / "zookeeper" / name).stat().st_mode) == 0o600
+    assert (secdir / "cluster.json").exists()  # made here: the GCM finds them
+    assert config.load_gcm(tmp_path / "GCM.properties", {}).values["zk.tls"] is True
+
+    bound = configure(tmp_path, role + "ROQ_ZK_ADDRESS=10.0.2.7\n", ROQ_BIN=_real_roq(tmp_path))
+    assert bound.returncode == 0, bound.stderr
+    assert "secureClientPortAddress=10.0.2.7\n" in (tmp_path / "zoo.cfg").read_text()
+
+    plain = configure(tmp_path, role + "ROQ_ZK_TLS=off\n", ROQ_BIN="/bin/false")
+    assert plain.returncode == 0, plain.stderr
+    cfg = (tmp_path / "zoo.cfg").read_text()
+    settings = [line for line in cfg.splitlines() if not line.startswith("#")]
+    assert settings[-2:] == ["clientPort=2182", "clientPortAddress=10.0.1.10"]
+    assert not any("secure" in line or "ssl." in line for line in settings)
+    for load, name in ((config.load_hcm, "HCM"), (config.load_gcm, "GCM")):
+        assert load(tmp_path / f"{name}.properties", {}).values["zk.tls"] is False
 
 
 @pytest.mark.parametrize(
@@ -162,7 +204,10 @@ def test_configure_fetches_the_named_keys_before_any_unit_and_passes_the_name_on
     result = configure(tmp_path, role, ROQ_BIN=str(fake))
     assert result.returncode == 0, result.stderr
     secdir = tmp_path / "state" / "roq-data" / "security"
-    assert calls.read_text() == f"keys ssm-get /roq/prod/cluster --security-dir {secdir}\n"
+    assert calls.read_text() == (
+        f"keys ssm-get /roq/prod/cluster --security-dir {secdir}\n"
+        f"keys zookeeper-tls --security-dir {secdir} --port 2181 --address 10.0.1.10\n"
+    )  # the keys fetched, not made: no --generate
     gcm = config.load_gcm(tmp_path / "GCM.properties", {})
     assert gcm.values["cloud.cluster.parameter"] == "/roq/prod/cluster"  # for its provisioner
     assert gcm.values["security.dir"] == str(secdir)

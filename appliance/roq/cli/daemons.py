@@ -140,7 +140,10 @@ def secure(settings: config.SecuritySettings, *, generate: bool, lease: str = ""
         return
     directory = Path(settings.directory)
     secrets = security.generate(directory) if generate else security.load_cluster(directory)
-    security.use(secrets.identity(), secrets.principals)
+    identity = secrets.identity()
+    if not settings.zk_tls:
+        identity = security.without_zk_tls(identity, "zk.tls=false in the configuration")
+    security.use(identity, secrets.principals)
     table = principals_file(lease)
     if table is not None:
         security.follow_principals(table, secrets.principals)

@@ -9,7 +9,7 @@ revocation takes effect within seconds, without a restart.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -43,7 +43,9 @@ def _store(zk: str, namespace: str) -> PrincipalStore:
         raise SecurityError(
             "these credentials hold no ZooKeeper credential: use the admin's (admin.json)"
         )
-    client = session.connect(zk, limits.zk_client_session_ms, connect_timeout_s=5.0, auth=auth)
+    client = session.connect(
+        zk, limits.zk_client_session_ms, connect_timeout_s=5.0, auth=auth, tls=security.zk_tls()
+    )
     return PrincipalStore(client, namespace)
 
 
@@ -88,11 +90,13 @@ def _new_credentials(name: str, out: Path | None) -> tuple[Path, str]:
     path = out or Path(f"{name}.json")
     keys = security.KeyPair.new()
     current = security.load_credentials(security.find_credentials(None))
-    doc = {"principal": name, "public": keys.public, "secret": keys.secret,
-           "server": current.server_public}  # fmt: skip
+    doc: dict[str, Any] = {"principal": name, "public": keys.public, "secret": keys.secret,
+                           "server": current.server_public}  # fmt: skip
     if current.principal == name:
         doc.update({k: v for k, v in (("zk_auth", current.zk_auth),
                                       ("token", current.token)) if v})  # fmt: skip
+        if current.zk_tls is not None:  # its ZooKeeper sessions, as the old file's
+            doc["zk_tls"] = current.zk_tls.encode()
     if not security.write_private(path, doc):
         raise fail(f"{path} exists already: choose another --out", EXIT_USAGE)
     return path, keys.public
@@ -337,3 +341,36 @@ def ssm_get(
         written = parameters.install_cluster(doc, directory)
     what = "written" if written else "there already, the same"
     typer.echo(f"cluster.json from SSM parameter {parameter}: {what} in {directory}")
+
+
+@keys_app.command("zookeeper-tls")
+def zookeeper_tls(
+    security_dir: Path | None = SECURITY_DIR,
+    port: int = typer.Option(2181, "--port", help="The port ZooKeeper serves TLS on."),
+    address: str = typer.Option(
+        ..., "--address", help="The address it binds (clientPortAddress: one interface)."
+    ),
+    generate: bool = typer.Option(
+        False, "--generate", help="Write new keys (cluster.json, admin.json) first if none."
+    ),
+) -> None:
+    """Write ZooKeeper's TLS files from cluster.json and print its listener's zoo.cfg lines.
+
+    The files: SECURITY_DIR/zookeeper/keystore.pem and truststore.pem (mode 0600). The lines:
+    a secure port only, clients must present a certificate of the cluster's CA.
+
+    Run by the image's roq-configure before roq-zookeeper starts. Exit 78: cluster.json holds no
+    ZooKeeper certificates (written before ZooKeeper TLS) or is missing."""
+    from roq.errors import EXIT_CONFIG
+    from roq.local.zkserver import listener_config, write_tls_files
+    from roq.transport import security
+
+    directory = _security_dir(security_dir)
+    with errors_to_exit():
+        secrets = security.generate(directory) if generate else security.load_cluster(directory)
+        if secrets.zk_tls is None:
+            raise fail(f"{directory / security.CLUSTER_FILE} holds no ZooKeeper certificates "
+                       "(written before ZooKeeper TLS): make new keys (docs/security.md §6), "
+                       "or run ZooKeeper without TLS (ROQ_ZK_TLS=off)", EXIT_CONFIG)  # fmt: skip
+        tls_dir = write_tls_files(directory / "zookeeper", secrets.zk_tls)
+    typer.echo(listener_config(port, address, tls_dir), nl=False)

@@ -36,7 +36,11 @@ def _targets(zk: str, namespace: str) -> list[Target]:
     from roq.transport import security
 
     client = session.connect(
-        zk, limits.zk_client_session_ms, connect_timeout_s=5.0, auth=security.zk_auth()
+        zk,
+        limits.zk_client_session_ms,
+        connect_timeout_s=5.0,
+        auth=security.zk_auth(),
+        tls=security.zk_tls(),
     )
     try:
         found = read_targets(client, Paths(namespace))

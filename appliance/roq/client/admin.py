@@ -156,7 +156,9 @@ class AdminClient:
         if self.zk is not None:
             from roq.coordination.discovery import leader_admin_endpoint
 
-            return leader_admin_endpoint(self.zk, self.namespace, security.zk_auth())
+            return leader_admin_endpoint(
+                self.zk, self.namespace, security.zk_auth(), security.zk_tls()
+            )
         assert self.gcm is not None
         host, _, port = self.gcm.rpartition(":")
         if not host or not port.isdigit():

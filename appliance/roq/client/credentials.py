@@ -10,6 +10,7 @@ from typing import Any
 
 from roq.coordination.principals import PrincipalStore
 from roq.protocol.principals import Principal
+from roq.protocol.zktls import ZkTls
 from roq.transport import security
 
 log = logging.getLogger(__name__)
@@ -18,6 +19,11 @@ log = logging.getLogger(__name__)
 def zk_auth() -> str | None:
     """The digest credential to open a ZooKeeper session with; None with security off."""
     return security.zk_auth()
+
+
+def zk_tls() -> ZkTls | None:
+    """The TLS material to open a ZooKeeper session with; None: plain TCP (docs/security.md §4)."""
+    return security.zk_tls()
 
 
 def secured() -> bool:

@@ -79,6 +79,7 @@ class ZooKeeperSettings:
 class SecuritySettings:
     enabled: bool = field(metadata=key("security"))
     directory: str = field(metadata=key("security.dir"))  # cluster.json and admin.json
+    zk_tls: bool = field(metadata=key("zk.tls"))  # TLS to ZooKeeper when cluster.json has it
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SecuritySettings:

@@ -127,6 +127,16 @@ _SECURITY_KEYS = (
         "cluster.json.",
         section="Security",
     ),
+    Key(
+        "zk.tls",
+        bool,
+        True,
+        "TLS to ZooKeeper, with the certificates of cluster.json (docs/security.md §4): "
+        "zk.servers names ZooKeeper's secure port, and `roq up`'s ZooKeeper serves TLS only. "
+        "false: plain TCP, for an external ZooKeeper without TLS; the digest credential and "
+        "every znode then cross the network in clear (logged as a warning at every start).",
+        section="Security",
+    ),
 )
 
 GCM_KEYS: tuple[Key, ...] = (

@@ -11,12 +11,17 @@ from roq import limits
 from roq.coordination import session
 from roq.coordination.paths import Paths
 from roq.errors import CoordinationError
+from roq.protocol.zktls import ZkTls
 
 
-def leader_admin_endpoint(servers: str, namespace: str = "/roq", auth: str | None = None) -> str:
+def leader_admin_endpoint(
+    servers: str, namespace: str = "/roq", auth: str | None = None, tls: ZkTls | None = None
+) -> str:
     """The leader's admin endpoint, read through a session of its own, closed after the read (a
-    client's); `auth` is the digest credential of a secured cluster."""
-    client = session.connect(servers, limits.zk_client_session_ms, connect_timeout_s=5.0, auth=auth)
+    client's); `auth` is the digest credential of a secured cluster, `tls` its ZooKeeper TLS."""
+    client = session.connect(
+        servers, limits.zk_client_session_ms, connect_timeout_s=5.0, auth=auth, tls=tls
+    )
     try:
         return read_leader_admin(client, Paths(namespace), f" at {servers}")
     finally:

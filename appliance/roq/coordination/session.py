@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
+import socket
+import ssl
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +20,7 @@ from kazoo.security import make_digest_acl
 from roq import limits
 from roq.coordination.paths import Paths
 from roq.errors import CoordinationError, SecurityError
+from roq.protocol.zktls import ZkTls
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +50,50 @@ class _BoundedResult(utils.AsyncResult):  # type: ignore[misc]
 
 
 class _BoundedHandler(SequentialThreadingHandler):  # type: ignore[misc]
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
+        super().__init__()
+        self._tls = tls
+
     def async_result(self) -> _BoundedResult:
         return _BoundedResult(self)
+
+    def create_connection(self, *args: Any, **kwargs: Any) -> Any:
+        """With TLS, a connection through the cluster's context (`tls_context`), never kazoo's:
+        kazoo's own also trusts every CA of the system, so any publicly issued certificate
+        would pass for ZooKeeper's and receive the digest credential."""
+        if self._tls is None:
+            return super().create_connection(*args, **kwargs)
+        raw = socket.create_connection(kwargs["address"], kwargs.get("timeout"))
+        try:
+            connection = self._tls.wrap_socket(raw)  # the handshake, within the same timeout
+        except BaseException:
+            raw.close()
+            raise
+        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return connection
+
+
+# --- ZooKeeper's TLS (docs/security.md §4) -------------------------------------------------------
+def tls_context(tls: ZkTls) -> ssl.SSLContext:
+    """A client context that trusts the cluster's CA alone (no system CA), checks no host name
+    (no certificate names one: transport/certificates.py) and presents `tls`'s certificate."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # CERT_REQUIRED
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.check_hostname = False
+    context.load_verify_locations(cadata=tls.ca)
+    # load_cert_chain reads files only: the key goes through an anonymous memory file, so a
+    # client never writes it to disk
+    memory = os.memfd_create("roq-zk-tls", os.MFD_CLOEXEC)
+    try:
+        data = (tls.key + tls.cert).encode("ascii")
+        while data:
+            data = data[os.write(memory, data) :]
+        context.load_cert_chain(f"/proc/self/fd/{memory}")
+    except (OSError, ValueError) as error:
+        raise SecurityError(f"the credentials' ZooKeeper TLS certificate or key: {error}") from None
+    finally:
+        os.close(memory)
+    return context
 
 
 def digest_acl(auth: str) -> list[Any]:
@@ -64,16 +110,19 @@ def connect(
     connect_timeout_s: float = limits.zk_connect_timeout_s,
     on_state: Callable[[str], None] | None = None,
     auth: str | None = None,
+    tls: ZkTls | None = None,
 ) -> Any:
     """A started KazooClient, or CoordinationError naming the servers within the bound.
 
     With `auth` ("user:password", the cluster's digest credential: docs/security.md) the session
     authenticates, and kazoo sends the credential again on every reconnection, a new session's
     too; every znode it creates carries `digest_acl(auth)`. Without it the session is anonymous:
-    it can still create open znodes, and cannot read a secured cluster's."""
+    it can still create open znodes, and cannot read a secured cluster's. With `tls` every
+    connection is TLS (`tls_context`): the credential and the znodes never cross in clear."""
     client = KazooClient(
         hosts=servers,
-        handler=_BoundedHandler(),
+        handler=_BoundedHandler(tls_context(tls) if tls is not None else None),
+        use_ssl=tls is not None,  # what kazoo logs; the connection is the handler's
         auth_data=[("digest", auth)] if auth else None,
         default_acl=digest_acl(auth) if auth else None,
         timeout=session_timeout_ms / 1000.0,
@@ -89,8 +138,9 @@ def connect(
     except (KazooTimeoutError, KazooException, OSError) as error:
         client.stop()
         client.close()
+        over = " over TLS (without TLS: zk.tls=false, ROQ_ZK_TLS=off for clients)" if tls else ""
         raise CoordinationError(
-            f"cannot reach ZooKeeper at {servers} within {connect_timeout_s:.0f} s ({error})"
+            f"cannot reach ZooKeeper at {servers}{over} within {connect_timeout_s:.0f} s ({error})"
         ) from None
     return client
 
@@ -106,8 +156,15 @@ class SharedSession:
     by its host's lease, system/lease.py). A KazooClient is thread-safe, so users on several
     threads share it; the lock only makes the first use connect once."""
 
-    def __init__(self, servers: str, session_timeout_ms: int, auth: str | None = None):
+    def __init__(
+        self,
+        servers: str,
+        session_timeout_ms: int,
+        auth: str | None = None,
+        tls: ZkTls | None = None,
+    ):
         self._servers, self._timeout_ms, self._auth = servers, session_timeout_ms, auth
+        self._tls = tls
         self._lock = threading.Lock()
         self._client: Any = None
         self._closed = False
@@ -127,7 +184,9 @@ class SharedSession:
                 if self._attempts != attempts:
                     raise CoordinationError(self._failure)
                 try:
-                    self._client = connect(self._servers, self._timeout_ms, auth=self._auth)
+                    self._client = connect(
+                        self._servers, self._timeout_ms, auth=self._auth, tls=self._tls
+                    )
                 except CoordinationError as error:
                     self._failure = str(error)
                     raise

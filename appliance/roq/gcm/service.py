@@ -62,7 +62,7 @@ class GlobalConfigurationManager:
         self.session_losses = 0  # roq_zookeeper_session_losses_total (kazoo's thread counts)
         self.zk = session.connect(
             settings.zk.servers, settings.zk.session_timeout_ms, auth=auth,
-            on_state=self._on_session_state,
+            on_state=self._on_session_state, tls=security.zk_tls(),
         )  # fmt: skip
         session.secure_namespace(self.zk, Paths(settings.zk.namespace), auth)
         credentials.follow_principals(self.zk, settings.zk.namespace)

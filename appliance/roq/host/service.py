@@ -112,6 +112,7 @@ class HostConfigManager:
             settings.zk.session_timeout_ms,
             on_state=self._on_session_state,
             auth=auth,
+            tls=security.zk_tls(),
         )
         session.secure_namespace(self.zk, Paths(settings.zk.namespace), auth)
         # The children (no ZooKeeper of their own) read the principal table beside their lease.

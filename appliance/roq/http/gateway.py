@@ -103,7 +103,9 @@ class Gateway:
         """Blocking, before serving: ZooKeeper, the callers' tokens, the queues (created when
         missing), publishers."""
         zk = self.settings.zk
-        self.zk = session.connect(zk.servers, zk.session_timeout_ms, auth=credentials.zk_auth())
+        self.zk = session.connect(
+            zk.servers, zk.session_timeout_ms, auth=credentials.zk_auth(), tls=credentials.zk_tls()
+        )
         self.access.follow(self.zk, zk.namespace)
         if self.settings.delivery_state == "log":
             locate = (None, zk.servers, zk.namespace)

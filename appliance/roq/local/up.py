@@ -204,18 +204,24 @@ class Cluster:
             security.use_off("security=off in the configuration")
             return
         secrets = security.generate(Path(settings.directory))
-        security.use(secrets.identity(), secrets.principals)
+        identity = secrets.identity()
+        if not settings.zk_tls:
+            identity = security.without_zk_tls(identity, "zk.tls=false in the configuration")
+        security.use(identity, secrets.principals)
 
     def _ensure_zookeeper(self) -> None:
-        servers = self.zk_servers
-        if first_reachable(servers):
-            log.info("using the ZooKeeper at %s", servers)
+        servers, tls = self.zk_servers, security.zk_tls()
+        if first_reachable(servers, tls):
+            log.info("using the ZooKeeper at %s%s", servers, " over TLS" if tls else "")
             return
+        if tls is not None and first_reachable(servers):
+            raise ClusterFailed(f"the ZooKeeper at {servers} does not speak TLS: stop it, or "
+                                "use it with -D zk.tls=false (traffic in clear)")  # fmt: skip
         host, _, port = servers.split(",")[0].partition(":")
         if host not in ("127.0.0.1", "localhost") or not port.isdigit():
             raise ClusterFailed(f"ZooKeeper at {servers} is not reachable")
         log.info("no ZooKeeper at %s: starting one under %s", servers, self.data_dir)
-        self.zookeeper = ZooKeeperServer(self.data_dir / "zookeeper", int(port))
+        self.zookeeper = ZooKeeperServer(self.data_dir / "zookeeper", int(port), tls=tls)
         self.zookeeper.start()
         overrides = ["-D", f"zk.servers={self.zookeeper.connect_string}"]
         self._gcm_args += overrides
@@ -301,7 +307,8 @@ class Cluster:
     def _zk_text(self) -> str:
         if self.zookeeper is None:
             return self.zk_servers
-        return f"{self.zookeeper.connect_string} (started here)"
+        tls = ", TLS only" if self.zookeeper.tls is not None else ""
+        return f"{self.zookeeper.connect_string} (started here{tls})"
 
     def wait(self, stop: threading.Event) -> None:
         while not stop.wait(0.5):

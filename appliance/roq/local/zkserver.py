@@ -2,7 +2,8 @@
 
 Used by `roq up` when `zk.servers` is not reachable, and by the tests. The server binds
 127.0.0.1 only, keeps its data under the given directory, and is stopped with SIGTERM (then
-SIGKILL) within a bound.
+SIGKILL) within a bound. With the cluster's TLS material it serves TLS only (docs/security.md
+§4): its one port is ZooKeeper's secure port, and its readiness probe speaks TLS too.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import time
 from pathlib import Path
 
 from roq import limits
+from roq.coordination.session import tls_context
 from roq.errors import EXIT_UNAVAILABLE, RoqError
+from roq.protocol.zktls import ZkTls
 from roq.system.spawn import die_with_parent
 
 log = logging.getLogger(__name__)
@@ -38,39 +41,87 @@ def classpath() -> str:
             "(make run and make test do it for you)"
         )
     parts = [str(CONF_DIR), str(jar)]
-    # Logging jars make the server log instead of printing "NOP logger".
-    for extra in ("slf4j-log4j12.jar", "log4j-1.2.jar"):
+    # Logging jars make the server log instead of printing "NOP logger". Netty's codec and
+    # resolver: the TLS listener (NettyServerCnxnFactory) needs them, and Debian's zookeeper.jar
+    # leaves them out of its Class-Path (NoClassDefFoundError at the first TLS connection).
+    for extra in ("slf4j-log4j12.jar", "log4j-1.2.jar", "netty-codec.jar", "netty-resolver.jar"):
         if (JAR_DIR / extra).exists():
             parts.append(str(JAR_DIR / extra))
     return ":".join(parts)
 
 
-def is_serving(host: str, port: int, timeout_s: float = 1.0) -> bool:
-    """True if a ZooKeeper answers the `ruok` four-letter word with `imok`."""
+def is_serving(host: str, port: int, timeout_s: float = 1.0, tls: ZkTls | None = None) -> bool:
+    """True if a ZooKeeper answers the `ruok` four-letter word with `imok` (over TLS, with
+    `tls`'s certificate, when given)."""
     try:
-        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+        with socket.create_connection((host, port), timeout=timeout_s) as raw:
+            sock = tls_context(tls).wrap_socket(raw) if tls is not None else raw
             sock.sendall(b"ruok")
             sock.settimeout(timeout_s)
             return sock.recv(16) == b"imok"
-    except OSError:
+    except OSError:  # ssl.SSLError too: a plain server, or one of another cluster
         return False
 
 
-def first_reachable(servers: str) -> bool:
+def first_reachable(servers: str, tls: ZkTls | None = None) -> bool:
     for server in servers.split(","):
         host, _, port = server.strip().partition(":")
-        if host and port.isdigit() and is_serving(host, int(port)):
+        if host and port.isdigit() and is_serving(host, int(port), tls=tls):
             return True
     return False
+
+
+# --- TLS (zktls): the listener's lines of zoo.cfg and its files ----------------------------------
+def listener_config(port: int, address: str, tls_dir: Path | None) -> str:
+    """zoo.cfg's client listener, on `address`:`port`. With `tls_dir` (where `write_tls_files`
+    put the cluster's files) TLS only: the secure port, clients must present a certificate of
+    the cluster's CA (`ssl.clientAuth=need`: an anonymous peer opens no session at all), no host
+    name checked (no certificate names one), TLS 1.2; the plain port is not opened, since
+    nothing of roq needs it (the probe speaks TLS). Without: plain TCP (zk.tls=false)."""
+    if tls_dir is None:
+        return f"clientPort={port}\nclientPortAddress={address}\n"
+    return (
+        f"secureClientPort={port}\nsecureClientPortAddress={address}\n"
+        "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n"
+        f"ssl.keyStore.location={tls_dir / KEYSTORE}\nssl.keyStore.type=PEM\n"
+        f"ssl.trustStore.location={tls_dir / TRUSTSTORE}\nssl.trustStore.type=PEM\n"
+        "ssl.clientAuth=need\nssl.hostnameVerification=false\n"
+        # the Debian package's Netty (4.1.48) fails every TLS 1.3 handshake under Java 17
+        "ssl.protocol=TLSv1.2\nssl.enabledProtocols=TLSv1.2\n"
+    )
+
+
+KEYSTORE = "keystore.pem"  # the node's private key and certificate
+TRUSTSTORE = "truststore.pem"  # the cluster CA's certificate
+
+
+def write_tls_files(directory: Path, tls: ZkTls) -> Path:
+    """The PEM files ZooKeeper reads, from cluster.json's `zk_tls`, each replaced whole, mode
+    0600 in a 0700 directory (the key store holds the node's private key). Returns `directory`."""
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(directory, 0o700)
+    for name, text in ((KEYSTORE, tls.key + tls.cert), (TRUSTSTORE, tls.ca)):
+        temporary = directory / f".{name}.{os.getpid()}"
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w") as file:
+            file.write(text)
+        os.replace(temporary, directory / name)
+    return directory
+
+
+# --- the server ------------------------------------------------------------------------------
 
 
 class ZooKeeperServer:
     """One standalone ZooKeeper process. Owned by the thread that started it."""
 
-    def __init__(self, data_dir: Path, port: int, host: str = "127.0.0.1"):
+    def __init__(
+        self, data_dir: Path, port: int, host: str = "127.0.0.1", tls: ZkTls | None = None
+    ):
         self.data_dir = data_dir
         self.port = port
         self.host = host
+        self.tls = tls  # the cluster's: TLS only (listener_config)
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -82,14 +133,21 @@ class ZooKeeperServer:
         config = self.data_dir / "zoo.cfg"
         config.write_text(
             "tickTime=500\ninitLimit=10\nsyncLimit=5\n"
-            f"dataDir={self.data_dir / 'data'}\nclientPort={self.port}\n"
-            f"clientPortAddress={self.host}\nadmin.enableServer=false\n"
+            f"dataDir={self.data_dir / 'data'}\n"
+            "admin.enableServer=false\n"
             "4lw.commands.whitelist=ruok,srvr,stat,mntr\n"
             "minSessionTimeout=1000\nmaxSessionTimeout=60000\n"
             # roq's znodes carry digest ACLs (docs/security.md): ZooKeeper must check them.
             "skipACL=no\n"
         )
+        with config.open("a") as file:  # TLS (zktls): the client listener, below the rest
+            file.write(self._listener())
         return config
+
+    # --- TLS (zktls) ---------------------------------------------------------------------------
+    def _listener(self) -> str:
+        tls_dir = write_tls_files(self.data_dir / "tls", self.tls) if self.tls else None
+        return listener_config(self.port, self.host, tls_dir)
 
     def start(self, timeout_s: float = limits.zk_server_start_timeout_s) -> None:
         java = shutil.which("java")
@@ -132,7 +190,7 @@ class ZooKeeperServer:
                     f"ZooKeeper exited with code {self.process.returncode}; "
                     f"see {self.data_dir / 'zookeeper.log'}"
                 )
-            if is_serving(self.host, self.port, timeout_s=0.5):
+            if is_serving(self.host, self.port, timeout_s=0.5, tls=self.tls):
                 return
             time.sleep(0.1)
         self.stop()

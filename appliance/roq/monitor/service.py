@@ -175,7 +175,10 @@ class Monitor:
         # its one ZooKeeper session, opened at its first use: the group store's, the task
         # store's and the scaling actuator's (coordination/session.py, SharedSession)
         self.zk = SharedSession(
-            settings.zk.servers, settings.zk.session_timeout_ms, security.zk_auth()
+            settings.zk.servers,
+            settings.zk.session_timeout_ms,
+            security.zk_auth(),
+            security.zk_tls(),
         )
         self.scaler = Scaler(
             context, queue, settings, self.zk, address, port_at(port, MonitorPort.RULES),

@@ -96,11 +96,17 @@ class Daemon:
             return ""
 
 
-def act_as_admin(security_dir: Path, secure: bool = True) -> None:
+def act_as_admin(security_dir: Path, secure: bool = True, zk_tls: bool = False) -> None:
     """This process (a test) and the `roq` commands it runs act as the admin principal of the
     cluster whose secrets are in `security_dir`, generated there now as a first start would.
-    With `secure` False they talk to a cluster run with security=off instead."""
+    With `secure` False they talk to a cluster run with security=off instead. Without `zk_tls`
+    they, and the processes they start, talk to ZooKeeper in plain TCP (ROQ_ZK_TLS=off): the
+    tests' shared ZooKeeper is plain, since every test cluster has a CA of its own."""
     security.reset()
+    if zk_tls:
+        os.environ.pop(security.ZK_TLS_ENV, None)
+    else:
+        os.environ[security.ZK_TLS_ENV] = "off"
     if not secure:
         os.environ[security.SECURITY_ENV] = "off"
         os.environ.pop(security.CREDENTIALS_ENV, None)
@@ -124,11 +130,12 @@ class LocalCluster:
     gcm_base: int = 0
     daemons: list[Daemon] = field(default_factory=list)
     secure: bool = True  # like a user's cluster; False runs it with security=off
+    zk_tls: bool = False  # TLS to `zk` (a ZooKeeper serving this cluster's certificates)
 
     def __post_init__(self) -> None:
         """The cluster's keys, as a first `roq up` makes them, and this process (the test) and
         the `roq` commands it runs as the generated admin principal."""
-        act_as_admin(self.security_dir, self.secure)
+        act_as_admin(self.security_dir, self.secure, self.zk_tls)
 
     @contextlib.contextmanager
     def as_cluster(self) -> Iterator[None]:
@@ -165,7 +172,8 @@ class LocalCluster:
         return security.load_cluster(self.security_dir).zk_auth if self.secure else None
 
     def _security_args(self) -> dict[str, Any]:
-        return {"security": self.secure, "security.dir": str(self.security_dir)}
+        return {"security": self.secure, "security.dir": str(self.security_dir),
+                "zk.tls": self.zk_tls}  # fmt: skip
 
     def gcm_args(self, base: int, **overrides: Any) -> list[str]:
         values = {

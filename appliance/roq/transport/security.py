@@ -24,6 +24,7 @@ changes later, swapped whole, so the ZAP thread reads it without a lock.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -45,6 +46,8 @@ from roq.errors import SecurityError
 from roq.protocol import principals as principal_table
 from roq.protocol.principals import ALL as ALL_PERMISSIONS
 from roq.protocol.principals import Permission, Principal
+from roq.protocol.zktls import ZkTls
+from roq.protocol.zktls import decode as decode_zk_tls
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +56,7 @@ ADMIN_FILE = "admin.json"  # the admin principal's credentials: what `roq` comma
 CREDENTIALS_ENV = "ROQ_CREDENTIALS"  # a credentials file, for clients
 HOME_ENV = "ROQ_HOME"  # a data directory: clients use its security/admin.json
 SECURITY_ENV = "ROQ_SECURITY"  # "off": clients talk to a cluster run with security=off
+ZK_TLS_ENV = "ROQ_ZK_TLS"  # "off": plain TCP to ZooKeeper (an external one without TLS: zk.tls)
 ZAP_DOMAIN = "roq"  # any principal of the cluster
 CLUSTER_DOMAIN = "cluster"  # only the cluster's own processes
 CLUSTER_PRINCIPAL = "cluster"
@@ -89,6 +93,7 @@ class Identity:
     serves: bool = False
     zk_auth: str = ""  # the ZooKeeper digest credential, for those who may read the cluster's state
     token: str = ""  # an HTTP bearer token of this principal (admin.json's), for `roq keys token`
+    zk_tls: ZkTls | None = None  # ZooKeeper's TLS (CA, certificate, key); None: plain TCP
 
 
 @dataclass(frozen=True)
@@ -98,9 +103,12 @@ class ClusterSecrets:
     keys: KeyPair
     principals: tuple[Principal, ...]  # the seed: the admin principal, every right on every queue
     zk_auth: str  # "user:password", the ZooKeeper digest credential of roq's znodes
+    zk_tls: ZkTls | None = None  # None in a cluster.json written before ZooKeeper TLS
 
     def identity(self) -> Identity:
-        return Identity(CLUSTER_PRINCIPAL, self.keys, self.keys.public, True, self.zk_auth)
+        return Identity(
+            CLUSTER_PRINCIPAL, self.keys, self.keys.public, True, self.zk_auth, zk_tls=self.zk_tls
+        )
 
 
 class Gate:
@@ -220,6 +228,24 @@ def zk_auth() -> str | None:
     return (identity.zk_auth or None) if identity is not None else None
 
 
+def zk_tls() -> ZkTls | None:
+    """The TLS material to open ZooKeeper sessions with; None for plain TCP: security off,
+    credentials written before ZooKeeper TLS (or a principal's, which hold none), `zk.tls=false`
+    in a daemon's configuration, or ROQ_ZK_TLS=off in the environment (docs/security.md §4)."""
+    identity = _identity()
+    if identity is None or os.environ.get(ZK_TLS_ENV, "").lower() == "off":
+        return None
+    return identity.zk_tls
+
+
+def without_zk_tls(identity: Identity, why: str) -> Identity:
+    """`identity` talking to ZooKeeper in plain TCP (zk.tls=false), logged as a warning."""
+    if identity.zk_tls is not None:
+        log.warning("ZOOKEEPER TLS IS OFF (%s): the ZooKeeper credential and every znode cross "
+                    "the network in clear", why)  # fmt: skip
+    return dataclasses.replace(identity, zk_tls=None)
+
+
 def gate() -> Gate:
     return _state.gate
 
@@ -302,7 +328,15 @@ def load_credentials(path: Path) -> Identity:
     if not isinstance(token, str):
         raise SecurityError(f"credentials {path}: 'token' is not a string")
     server = _key(doc, "server", path)
-    return Identity(principal, keys, server, zk_auth=zk_auth, token=token)
+    return Identity(principal, keys, server, zk_auth=zk_auth, token=token,
+                    zk_tls=_zk_tls(doc, path))  # fmt: skip
+
+
+def _zk_tls(doc: Mapping[str, Any], path: Path | str) -> ZkTls | None:
+    try:
+        return decode_zk_tls(doc.get("zk_tls"), f"credentials {path}")
+    except ValueError as error:
+        raise SecurityError(str(error)) from None
 
 
 def load_cluster(directory: Path) -> ClusterSecrets:
@@ -334,7 +368,7 @@ def parse_cluster(doc: Mapping[str, Any], path: Path | str) -> ClusterSecrets:
     tokens = _seed_tokens(doc, path)
     everything = {"": ALL_PERMISSIONS}
     seeded = (Principal(n, k, everything, tokens=tokens.get(n, ())) for k, n in seeds.items())
-    return ClusterSecrets(keys, tuple(seeded), zk_auth)
+    return ClusterSecrets(keys, tuple(seeded), zk_auth, _zk_tls(doc, path))
 
 
 def _seed_tokens(doc: Mapping[str, Any], path: Path | str) -> dict[str, tuple[str, ...]]:
@@ -371,13 +405,17 @@ def write_private(path: Path, doc: Mapping[str, Any]) -> bool:
 def generate(directory: Path) -> ClusterSecrets:
     """The cluster's secrets under `directory`, created on the first start: the cluster key
     pair, an admin principal with its own key pair and HTTP bearer token (admin.json, for `roq`
-    commands; cluster.json seeds only the token's digest) and the ZooKeeper digest credential.
-    Files that exist are kept: a second start uses them."""
+    commands; cluster.json seeds only the token's digest), the ZooKeeper digest credential, and
+    ZooKeeper's TLS: a cluster CA's certificate with the node's certificate and key (cluster.json)
+    and the admin's (admin.json). Files that exist are kept: a second start uses them."""
     cluster_path, admin_path = directory / CLUSTER_FILE, directory / ADMIN_FILE
     if not cluster_path.exists():
         cluster, admin = KeyPair.new(), KeyPair.new()
         zk_auth = f"roq:{KeyPair.new().secret}"  # 40 random Z85 characters, ~256 bits
         token = principal_table.new_token()  # the admin's for the HTTP gateway
+        from roq.transport.certificates import new_cluster_tls  # `cryptography`: first starts
+
+        node_tls, admin_tls = new_cluster_tls()
         written = write_private(
             cluster_path,
             {
@@ -386,11 +424,13 @@ def generate(directory: Path) -> ClusterSecrets:
                 "principals": {admin.public: ADMIN_PRINCIPAL},
                 "tokens": {ADMIN_PRINCIPAL: [principal_table.token_digest(token)]},
                 "zk_auth": zk_auth,
+                "zk_tls": node_tls.encode(),
             },
         )
         if written:
-            admin_doc = {"principal": ADMIN_PRINCIPAL, "server": cluster.public}
+            admin_doc: dict[str, Any] = {"principal": ADMIN_PRINCIPAL, "server": cluster.public}
             admin_doc |= {**_pair(admin), "zk_auth": zk_auth, "token": token}
+            admin_doc["zk_tls"] = admin_tls.encode()
             write_private(admin_path, admin_doc)
             log.warning(
                 "generated this cluster's keys in %s (cluster.json: copy it to every GCM and "
