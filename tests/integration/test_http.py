@@ -374,8 +374,8 @@ def test_tokens_act_as_their_principal_per_topic_prefix_until_revoked(
     served: tuple[LocalCluster, Api],
 ) -> None:
     cluster, admin = served
-    writer = Api(admin.port, principal_with_token(cluster, "newsdesk", "news", "publish"))
-    reader = Api(admin.port, principal_with_token(cluster, "fan", "sport", "subscribe"))
+    writer = Api(admin.port, principal_with_token(cluster, "newsdesk", "topic:news", "publish"))
+    reader = Api(admin.port, principal_with_token(cluster, "fan", "topic:sport", "subscribe"))
     # usable once the table reached the gateway (its watch): within seconds
     wait_for(lambda: status_of(writer, "/v1/topic/register", owner="w", topic="news1") == 200,
              5, "the new principal's token is usable")  # fmt: skip
@@ -384,11 +384,11 @@ def test_tokens_act_as_their_principal_per_topic_prefix_until_revoked(
     status, body = writer.v1("message/get", subscriber="w", topic="news1")
     assert status == 403, body
     # no grant of subscribe anywhere: refused from the head, before the body names the topic
-    assert body["error"] == "principal newsdesk lacks permission 'subscribe' on every queue"
+    assert body["error"] == "principal newsdesk lacks permission 'subscribe' on every topic"
     status, body = writer.v2("topic/subscribe", subscriber="w", topic="news1")
     assert status == 403 and "lacks permission 'subscribe'" in body["detail"]
     status, body = writer.v1("topic/register", owner="w", topic="sport1")
-    assert status == 403 and "'publish' on queue 'sport1'" in body["error"]
+    assert status == 403 and "'publish' on topic 'sport1'" in body["error"]
     # subscribe only, on another prefix: reads and acks, cannot write
     wait_for(lambda: status_of(reader, "/v1/topic/subscribe", subscriber="f", topic="x") != 401,
              5, "the reader's token is usable")  # fmt: skip
@@ -400,7 +400,7 @@ def test_tokens_act_as_their_principal_per_topic_prefix_until_revoked(
     assert reader.v1("message/ack", subscriber="f", topic="sport1", msgIdx=1)[0] == 200
     status, body = reader.v1("message/publish", owner="a", topic="sport1", msg="x")
     assert status == 403
-    assert body["error"] == "principal fan lacks permission 'publish' on every queue"
+    assert body["error"] == "principal fan lacks permission 'publish' on every topic"
     assert reader.v1("message/get", subscriber="f", topic="news1")[0] == 403
     assert reader.client.get("/metrics").status_code == 200  # any valid token
     listed = keys(cluster, "list").stdout
@@ -415,6 +415,36 @@ def test_tokens_act_as_their_principal_per_topic_prefix_until_revoked(
              5, "the dropped token refused")  # fmt: skip
     assert re.search(r"^fan .*tokens: 0$", keys(cluster, "list").stdout, re.MULTILINE)
     assert admin.v1("message/get", subscriber="f", topic="sport1")[0] == 231  # others go on
+
+
+def test_a_topic_grant_reaches_no_queue_of_the_gateway_over_zeromq(
+    served: tuple[LocalCluster, Api],
+) -> None:
+    """Issue 31, finding 4: a grant on `http` let its holder read queue http-0 over ZeroMQ (every
+    topic's messages) and publish forged records into it. Now a topic is granted as
+    `topic:http`, and the gateway's queues are the cluster's: even a queue grant on `http` gives
+    no publish or subscribe on http-N (each refused by the GCM naming why)."""
+    cluster, admin = served
+    token = principal_with_token(cluster, "tenant", "topic:http", "publish")
+    keys(cluster, "grant", "tenant", "topic:http", "subscribe")
+    keys(cluster, "grant", "tenant", "http", "publish", "subscribe")  # as topics were granted
+    tenant = Api(admin.port, token)
+    wait_for(lambda: status_of(tenant, "/v1/topic/register", owner="t", topic="http1") == 200,
+             10, "the tenant's token usable")  # fmt: skip
+    assert tenant.v1("message/publish", owner="t", topic="http1", msg="mine")[0] == 200
+    for topic in ("other1", "other2", "other3", "other4"):  # someone else's, in both queues
+        assert admin.v1("topic/register", owner="o", topic=topic)[0] == 200
+        assert admin.v1("message/publish", owner="o", topic=topic, msg="secret")[0] == 200
+    credentials = str(cluster.tmp / "tenant.json")
+    gcm = ("--gcm", cluster.gcm)
+    for queue in ("http-0", "http-1"):
+        for args in (["sub", queue, "--from-beginning", "--count", "1", "--timeout", "10"],
+                     ["pub", queue, "--count", "1"]):  # fmt: skip
+            done = cluster.cli("--credentials", credentials, *args, *gcm, timeout_s=60)
+            assert done.returncode != 0, (args, done.stdout)
+            assert "secret" not in done.stdout
+            assert f"queue '{queue}' is the HTTP gateway's" in done.stderr, (args, done.stderr)
+    assert admin.v1("topic/subscribe", subscriber="s", topic="http1")[0] == 200  # served on
 
 
 def test_https_with_the_configured_certificate(

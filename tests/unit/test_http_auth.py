@@ -16,7 +16,7 @@ from roq.http.service import check_tls
 from roq.protocol.principals import Permission, Principal, new_token, token_digest
 
 TOKEN = new_token()
-WRITER = Principal("writer", "k" * 40, {"news": frozenset({Permission.PUBLISH})}).with_token(
+WRITER = Principal("writer", "k" * 40, {"topic:news": frozenset({Permission.PUBLISH})}).with_token(
     token_digest(TOKEN)
 )
 
@@ -77,9 +77,19 @@ def test_a_principal_without_the_permission_on_the_topic_is_403_naming_it():
     with pytest.raises(Refused) as refused:
         Access.check(WRITER, Permission.SUBSCRIBE, "news1")
     assert refused.value.status == 403
-    assert refused.value.reason == "principal writer lacks permission 'subscribe' on queue 'news1'"
-    with pytest.raises(Refused, match="'publish' on queue 'sports'"):
+    assert refused.value.reason == "principal writer lacks permission 'subscribe' on topic 'news1'"
+    with pytest.raises(Refused, match="'publish' on topic 'sports'"):
         Access.check(WRITER, Permission.PUBLISH, "sports")
+
+
+def test_a_queue_grant_reaches_no_topic():
+    """Topics have a grant namespace of their own (issue 31, finding 4): a grant on queue prefix
+    `news` (or every queue) lets no caller publish to topic `news`."""
+    queues = Principal("q", "q" * 40, {"news": frozenset({Permission.PUBLISH}), "": frozenset()})
+    with pytest.raises(Refused, match="'publish' on topic 'news'"):
+        Access.check(queues, Permission.PUBLISH, "news")
+    with pytest.raises(Refused, match="on every topic"):
+        Access.check_any(queues, Permission.PUBLISH)
 
 
 def test_with_security_off_no_token_is_asked():
@@ -116,7 +126,7 @@ def test_a_permission_held_on_no_topic_is_refused_before_the_body_names_one():
     with pytest.raises(Refused) as refused:
         Access.check_any(WRITER, Permission.SUBSCRIBE)
     assert refused.value.status == 403
-    assert refused.value.reason == "principal writer lacks permission 'subscribe' on every queue"
+    assert refused.value.reason == "principal writer lacks permission 'subscribe' on every topic"
     Access.check_any(Principal("cluster", "", superuser=True), Permission.SUBSCRIBE)
 
 

@@ -79,6 +79,8 @@ class ZooKeeperSettings:
 class SecuritySettings:
     enabled: bool = field(metadata=key("security"))
     directory: str = field(metadata=key("security.dir"))  # cluster.json and admin.json
+    # the HTTP gateway's queues, <prefix>-N, are the cluster's (protocol/principals.py)
+    gateway_queue_prefix: str = field(metadata=key("http.queue.prefix"))
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SecuritySettings:

@@ -126,6 +126,15 @@ _SECURITY_KEYS = (
         "cluster.json.",
         section="Security",
     ),
+    Key(
+        "http.queue.prefix",
+        str,
+        "http",
+        "Names of the HTTP gateway's queues: <prefix>-0, <prefix>-1, ... (created by the gateway "
+        "if missing). They are the cluster's: no grant gives publish, subscribe or consume on "
+        "them; set the same value in GCM.properties and HCM.properties.",
+        section="Security",
+    ),
 )
 
 GCM_KEYS: tuple[Key, ...] = (
@@ -746,13 +755,6 @@ HCM_KEYS: tuple[Key, ...] = (
         "roq queues that hold the gateway's messages; a topic is a routing key of one of them "
         "(by a hash of its name). More queues spread the load over more exchanges.",
         (1, 64),
-        section="HTTP gateway",
-    ),
-    Key(
-        "http.queue.prefix",
-        str,
-        "http",
-        "Names of those queues: <prefix>-0, <prefix>-1, ... (created by the gateway if missing).",
         section="HTTP gateway",
     ),
     Key(
