@@ -447,6 +447,90 @@ def test_a_topic_grant_reaches_no_queue_of_the_gateway_over_zeromq(
     assert admin.v1("topic/subscribe", subscriber="s", topic="http1")[0] == 200  # served on
 
 
+def _tenants(cluster: LocalCluster, port: int, prefix: str) -> tuple[Api, Api]:
+    """Two principals, each allowed to publish and subscribe on topic:<prefix>, as their Apis."""
+    apis = []
+    for name in (f"{prefix}-a", f"{prefix}-b"):
+        api = Api(port, principal_with_token(cluster, name, f"topic:{prefix}", "publish"))
+        keys(cluster, "grant", name, f"topic:{prefix}", "subscribe")
+        wait_for(_knows(api, f"{prefix}n"), 10, f"{name}'s grants known")
+        apis.append(api)
+    return apis[0], apis[1]
+
+
+def _knows(api: Api, unknown: str) -> Any:
+    """Whether the gateway knows the principal's grant of subscribe: then a topic that does not
+    exist is a 400 (a 401 or 403 before)."""
+    return lambda: status_of(api, "/v1/topic/subscribe", subscriber="x", topic=unknown) == 400
+
+
+def _stores(served: tuple[LocalCluster, Api], store: str) -> tuple[LocalCluster, Api]:
+    """The served gateway (topics in the state log), or one keeping them in ZooKeeper."""
+    cluster, admin = served
+    if store == "log":
+        return cluster, admin
+    _, api = start_gateway(cluster, **{"delivery.state": "zookeeper"})
+    return cluster, api
+
+
+@pytest.mark.parametrize("store", ["log", "zookeeper"])
+def test_a_principal_cannot_read_ack_or_reset_another_principals_subscriber(
+    served: tuple[LocalCluster, Api], store: str
+) -> None:
+    """Issue 31, finding 3: a subscriber's name was a free string, so any principal allowed to
+    subscribe to a topic read, acknowledged or reset another's position by naming it. Now a
+    subscriber is the principal's that subscribed it: another's get, ack and subscribe are 403
+    and change nothing; a principal holding admin on the topic may still act on it."""
+    cluster, admin = _stores(served, store)
+    alice, bob = _tenants(cluster, admin.port, f"sub{store[0]}")
+    topic = f"sub{store[0]}1"
+    assert alice.v1("topic/register", owner="a", topic=topic)[0] == 200
+    assert alice.v1("topic/subscribe", subscriber="s", topic=topic) == (200, {"nextIdx": 1})
+    assert alice.v2("message/publish", owner="a", topic=topic, msgs=["m1", "m2"])[0] == 200
+    refused = [
+        bob.v1("message/get", subscriber="s", topic=topic),
+        bob.v1("message/ack", subscriber="s", topic=topic, msgIdx=1),
+        bob.v1("topic/subscribe", subscriber="s", topic=topic),
+    ]
+    for status, body in refused:
+        assert (status, body.get("error")) == (
+            403,
+            f"subscriber 's' of topic '{topic}' belongs to another principal",
+        ), refused
+    status, problem = bob.v2("message/get", subscriber="s", topic=topic)
+    assert status == 403 and problem["title"] == "forbidden", problem
+    # alice's position is where she left it: nothing read for her, acknowledged or reset
+    assert alice.v1("message/get", subscriber="s", topic=topic) == (200, {"msgIdx": 1, "msg": "m1"})
+    # bob's own subscriber of the same topic is his: a name of his own
+    assert bob.v1("topic/subscribe", subscriber="t", topic=topic) == (200, {"nextIdx": 3})
+    assert alice.v1("message/get", subscriber="t", topic=topic)[0] == 403
+    # the admin (admin on every topic) acts on any subscriber
+    assert admin.v1("message/ack", subscriber="s", topic=topic, msgIdx=1) == (200, {"nextIdx": 2})
+    assert alice.v1("message/get", subscriber="s", topic=topic) == (200, {"msgIdx": 2, "msg": "m2"})
+
+
+@pytest.mark.parametrize("store", ["log", "zookeeper"])
+def test_a_principal_cannot_publish_as_another_principals_owner(
+    served: tuple[LocalCluster, Api], store: str
+) -> None:
+    """Issue 31, finding 3: the owner was a free string, so any principal allowed to publish
+    on a topic's prefix published to it as its owner. Now the owner is the principal's that
+    registered the topic: another's publish (v1 and v2) is 403 and takes no index."""
+    cluster, admin = _stores(served, store)
+    alice, bob = _tenants(cluster, admin.port, f"own{store[0]}")
+    topic = f"own{store[0]}1"
+    assert alice.v1("topic/register", owner="a", topic=topic)[0] == 200
+    status, body = bob.v1("message/publish", owner="a", topic=topic, msg="forged")
+    assert (status, body.get("error")) == (
+        403,
+        f"owner 'a' of topic '{topic}' belongs to another principal",
+    ), body
+    assert bob.v2("message/publish", owner="a", topic=topic, msgs=["forged"])[0] == 403
+    assert bob.v1("message/publish", owner="b", topic=topic, msg="x")[0] == 400  # not the owner
+    assert alice.v1("message/publish", owner="a", topic=topic, msg="real") == (200, {"msgIdx": 1})
+    assert admin.v1("message/publish", owner="a", topic=topic, msg="ops") == (200, {"msgIdx": 2})
+
+
 def test_https_with_the_configured_certificate(
     served: tuple[LocalCluster, Api], tls_files: dict[str, Path]
 ) -> None:

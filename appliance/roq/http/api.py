@@ -4,7 +4,8 @@ application/problem+json (RFC 9457), and GET /metrics. docs/http.md documents bo
 
 Every call first shows a bearer token (auth.py): none or an unknown one is a 401 before the body
 is read, and so is a 403 for a principal that holds the call's permission on no topic at all; a
-principal without the permission on the body's topic is a 403 naming it. A principal with
+principal without the permission on the body's topic is a 403 naming it, and so is one that
+names another principal's owner or subscriber (the monitor refuses it). A principal with
 `limits.http_principal_requests_max` requests in progress gets a 429 (issue 31, finding 5).
 
 Every request body is refused by its declared length past what its call can need (`body_max`:
@@ -36,7 +37,7 @@ from starlette.routing import Route
 
 from roq import limits
 from roq.config import HttpSettings
-from roq.errors import CoordinationError, TopicRefused
+from roq.errors import CoordinationError, TopicForbidden, TopicRefused
 from roq.http.auth import Access, Refused
 from roq.http.gateway import EVICTED, NO_MESSAGE, OK, Gateway, Unavailable
 from roq.http.metrics import CONTENT_TYPE, Metrics
@@ -251,31 +252,38 @@ class Ack:
 
 # --- the calls -------------------------------------------------------------------------------
 class Calls:
+    """Each call with its caller's principal: whose owners and subscribers its names are
+    (`Access.names`)."""
+
     def __init__(self, gateway: Gateway, metrics: Metrics):
         self.gateway, self.metrics = gateway, metrics
 
-    async def register(self, wanted: Register, _v2: bool) -> Answer:
-        await self.gateway.register(wanted.owner, wanted.topic)
+    async def register(self, wanted: Register, _v2: bool, principal: Principal) -> Answer:
+        caller = Access.names(principal, wanted.topic)
+        await self.gateway.register(wanted.owner, wanted.topic, caller)
         return OK, {}
 
-    async def publish(self, wanted: Publish, v2: bool) -> Answer:
-        messages = wanted.messages
-        first = await self.gateway.publish(wanted.owner, wanted.topic, messages)
+    async def publish(self, wanted: Publish, v2: bool, principal: Principal) -> Answer:
+        messages, caller = wanted.messages, Access.names(principal, wanted.topic)
+        first = await self.gateway.publish(wanted.owner, wanted.topic, messages, caller)
         self.metrics.published.inc(len(messages))
         return OK, {"msgIdx": first, "count": len(messages)} if v2 else {"msgIdx": first}
 
-    async def subscribe(self, wanted: Subscribe, _v2: bool) -> Answer:
-        following = await self.gateway.subscribe(wanted.subscriber, wanted.topic)
+    async def subscribe(self, wanted: Subscribe, _v2: bool, principal: Principal) -> Answer:
+        caller = Access.names(principal, wanted.topic)
+        following = await self.gateway.subscribe(wanted.subscriber, wanted.topic, caller)
         return OK, {"nextIdx": following}
 
-    async def get(self, wanted: Get, _v2: bool) -> Answer:
-        got = await self.gateway.get(wanted.subscriber, wanted.topic, wanted.wait)
+    async def get(self, wanted: Get, _v2: bool, principal: Principal) -> Answer:
+        caller = Access.names(principal, wanted.topic)
+        got = await self.gateway.get(wanted.subscriber, wanted.topic, wanted.wait, caller)
         if got.status == OK:
             return OK, {"msgIdx": got.index, "msg": got.message}
         return got.status, {"msgIdx": got.index}
 
-    async def ack(self, wanted: Ack, _v2: bool) -> Answer:
-        following = await self.gateway.ack(wanted.subscriber, wanted.topic, wanted.index)
+    async def ack(self, wanted: Ack, _v2: bool, principal: Principal) -> Answer:
+        caller = Access.names(principal, wanted.topic)
+        following = await self.gateway.ack(wanted.subscriber, wanted.topic, wanted.index, caller)
         return OK, {"nextIdx": following}
 
 
@@ -303,7 +311,7 @@ def refused_answer(v2: bool, refused: Refused) -> Response:
 class Endpoint(Generic[M]):
     name: str  # the path under /v1 or /v2, the metrics' label
     read: Callable[[Fields, Doc, bool], M]  # the body, once, as the call's request
-    call: Callable[[M, bool], Awaitable[Answer]]
+    call: Callable[[M, bool, Principal], Awaitable[Answer]]
     needs: Permission  # on the topic
 
 
@@ -330,13 +338,15 @@ def endpoint(
             with guards.share.held(principal):
                 doc = await read_json(request, most, guards.parse)
                 access.check(principal, route.needs, fields.name(doc, "topic"))
-                status, body = await route.call(route.read(fields, doc, v2), v2)
+                status, body = await route.call(route.read(fields, doc, v2), v2, principal)
             response = answer(v2, status, body)
         except Refused as refused:
             response = refused_answer(v2, refused)
         except BadRequest as error:
             status = error.status if v2 or error.status in (408, 429) else 400  # v1: the seed's
             response = answer(v2, status, {}, error.reason)
+        except TopicForbidden as forbidden:
+            response = answer(v2, 403, {}, str(forbidden))
         except TopicRefused as refused:
             response = answer(v2, 400, {}, str(refused))
         except (Unavailable, CoordinationError) as error:

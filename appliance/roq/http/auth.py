@@ -13,6 +13,10 @@ are the cluster's, written with its key; no grant reaches them over ZeroMQ). Reg
 publishing need `publish`; subscribing, getting and acking need `subscribe`; `/metrics` any
 valid token.
 
+Owners and subscribers are the caller's (issue 31, finding 3): the monitor of a topic records
+the principal that registered it, or subscribed a subscriber, and refuses another principal
+that names them (403), unless that one holds `admin` on the topic (`names`).
+
 With security off nothing is asked: every caller acts as the cluster, as on every other port.
 """
 
@@ -25,6 +29,7 @@ from typing import Any
 from roq import limits
 from roq.coordination.principals import PrincipalStore
 from roq.protocol import principals
+from roq.protocol.messages.topics import NOBODY, Caller
 from roq.protocol.principals import Permission, Principal
 
 log = logging.getLogger(__name__)
@@ -98,6 +103,14 @@ class Access:
             return
         why = f"principal {principal.name} lacks permission '{permission}' on every topic"
         raise Refused(403, why, "insufficient_scope")
+
+    @staticmethod
+    def names(principal: Principal, topic: str) -> Caller:
+        """Whose owners and subscribers a call's names are: its principal's own; any
+        principal's for one holding admin on the topic; nobody's with security off."""
+        if principal.superuser:
+            return NOBODY
+        return Caller(principal.name, principal.allows_topic(Permission.ADMIN, topic))
 
     @staticmethod
     def check(principal: Principal, permission: Permission, topic: str) -> None:
