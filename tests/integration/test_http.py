@@ -43,7 +43,7 @@ pytestmark = pytest.mark.integration
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 # small limits, so every edge is cheap to reach
-LIMITS = {"maxQueueSize": 3, "maxNameLen": 8, "maxMsgSize": 16, "maxTopics": 50,
+LIMITS = {"maxQueueSize": 3, "maxNameLen": 8, "maxMsgSize": 16, "maxTopics": 100,
           "maxSubscribers": 3}  # fmt: skip
 
 
@@ -464,12 +464,15 @@ def _knows(api: Api, unknown: str) -> Any:
     return lambda: status_of(api, "/v1/topic/subscribe", subscriber="x", topic=unknown) == 400
 
 
-def _stores(served: tuple[LocalCluster, Api], store: str) -> tuple[LocalCluster, Api]:
-    """The served gateway (topics in the state log), or one keeping them in ZooKeeper."""
+def _stores(
+    served: tuple[LocalCluster, Api], store: str, **overrides: Any
+) -> tuple[LocalCluster, Api]:
+    """The served gateway (topics in the state log), or one keeping them in ZooKeeper; a new one
+    on the state log with `overrides`."""
     cluster, admin = served
-    if store == "log":
+    if store == "log" and not overrides:
         return cluster, admin
-    _, api = start_gateway(cluster, **{"delivery.state": "zookeeper"})
+    _, api = start_gateway(cluster, **{"delivery.state": store, **overrides})
     return cluster, api
 
 
@@ -529,6 +532,31 @@ def test_a_principal_cannot_publish_as_another_principals_owner(
     assert bob.v1("message/publish", owner="b", topic=topic, msg="x")[0] == 400  # not the owner
     assert alice.v1("message/publish", owner="a", topic=topic, msg="real") == (200, {"msgIdx": 1})
     assert admin.v1("message/publish", owner="a", topic=topic, msg="ops") == (200, {"msgIdx": 2})
+
+
+@pytest.mark.parametrize("store", ["log", "zookeeper"])
+def test_a_principal_at_its_topic_quota_registers_no_more_while_another_still_can(
+    served: tuple[LocalCluster, Api], store: str
+) -> None:
+    """Issue 31, finding 7: maxTopics is the cluster's, so one tenant with a narrow grant took
+    every topic (10,000 in 42 s) and nobody could register. Now each principal registers at
+    most http.topics.per.principal, counted through every gateway and queue together; past it
+    a 403 naming the setting, while the others register on."""
+    cluster, admin = _stores(served, store, **{"http.topics.per.principal": 3})
+    greedy, other = _tenants(cluster, admin.port, f"quota{store[0]}")
+    prefix = f"quota{store[0]}"
+    for n in range(3):  # spread over both queues (http.queues 2)
+        assert greedy.v1("topic/register", owner="g", topic=f"{prefix}g{n}")[0] == 200
+    status, body = greedy.v1("topic/register", owner="g", topic=f"{prefix}g3")
+    assert status == 403 and body["error"].startswith(
+        f"principal {prefix}-a holds 3 topics: its quota (http.topics.per.principal)"
+    ), body
+    status, problem = greedy.v2("topic/register", owner="g", topic=f"{prefix}g4")
+    assert status == 403 and "http.topics.per.principal" in problem["detail"], problem
+    assert other.v1("topic/register", owner="o", topic=f"{prefix}o0")[0] == 200  # others go on
+    assert greedy.v1("message/publish", owner="g", topic=f"{prefix}g0", msg="x")[0] == 200
+    for n in range(4):  # the cluster's operator (admin on topic:*) is held to none
+        assert admin.v1("topic/register", owner="a", topic=f"{prefix}a{n}")[0] == 200
 
 
 def test_https_with_the_configured_certificate(

@@ -10,7 +10,7 @@ import pytest
 
 from roq import limits
 from roq.errors import ConfigError
-from roq.http.api import BadRequest, Share
+from roq.http.api import BadRequest, Rate, Share
 from roq.http.auth import Access, Refused
 from roq.http.service import check_tls
 from roq.protocol.principals import Permission, Principal, new_token, token_digest
@@ -142,3 +142,23 @@ def test_a_principal_holds_a_bounded_share_of_the_requests_in_progress():
             pass
     with share.held(WRITER):  # released
         assert share.busy == {"writer": 1}
+
+
+def test_a_principal_past_its_bytes_per_second_waits_with_retry_after():
+    """Issue 31, finding 7: http.publish.bytes.per.principal, a bucket of one second's bytes per
+    principal; a batch may borrow ahead, then the principal waits; others and the cluster's
+    operator (admin on every topic) are not held back."""
+    rate = Rate(1000)
+    rate.take(WRITER, 600)
+    rate.take(WRITER, 3000)  # borrows ahead: the bucket was not empty
+    with pytest.raises(BadRequest) as late:
+        rate.take(WRITER, 1)
+    assert late.value.status == 429 and "(http.publish.bytes.per.principal)" in late.value.reason
+    assert late.value.headers is not None and 2 <= int(late.value.headers["Retry-After"]) <= 3
+    rate.take(Principal("other", "o" * 40), 1000)
+    operator = Principal("ops", "p" * 40, {"topic:": frozenset({Permission.ADMIN})})
+    for _ in range(3):
+        rate.take(operator, 10_000)
+    Rate(0).take(WRITER, 10**9)  # 0: no bound
+    rate.buckets["writer"] = (1.0, rate.buckets["writer"][1] - 10)  # ten seconds later: refilled
+    rate.take(WRITER, 1)

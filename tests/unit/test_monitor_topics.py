@@ -214,3 +214,18 @@ def test_a_record_of_nobody_is_claimed_by_its_first_user(state: StateLog):
     _refused(_ask(table, C.TOPIC_POSITION, "old", "s", A), Reason.FORBIDDEN, FORBIDDEN)
     _ok(_ask(table, C.TOPIC_PUBLISH, "old", "o", A, count=1))  # a claims the owner
     _refused(_ask(table, C.TOPIC_PUBLISH, "old", "o", B, count=1), Reason.FORBIDDEN, FORBIDDEN)
+
+
+def test_a_principal_at_its_topic_quota_registers_no_more_while_another_does(state: StateLog):
+    """Issue 31, finding 7: the monitor counts each principal's topics in the same append as
+    the topic, and refuses one past the quota it is told; counted as `Mine` by 55."""
+    table = _table(_Keeper(state))
+    C = MonitorCommand
+    for n in range(2):
+        _ok(_ask(table, C.TOPIC_REGISTER, f"a{n}", "o", A, limit=9, quota=2))
+    _refused(_ask(table, C.TOPIC_REGISTER, "a2", "o", A, limit=9, quota=2), Reason.FORBIDDEN,
+             "principal a holds its quota of topics")  # fmt: skip
+    _ok(_ask(table, C.TOPIC_REGISTER, "b0", "o", B, limit=9, quota=2))
+    assert _ok(_ask(table, C.TOPIC_COUNT, caller=A)) == TopicState(topics=3, mine=2)
+    assert _ok(_ask(table, C.TOPIC_COUNT, caller=B)).mine == 1
+    assert _ok(_ask(table, C.TOPIC_COUNT)).mine == 0

@@ -20,7 +20,7 @@ from roq.client.locate import MonitorAddress
 from roq.client.monitorlink import Locate, MonitorLink, MonitorRefused
 from roq.errors import CoordinationError, RoqError, TopicForbidden, TopicRefused
 from roq.protocol.commands import MonitorCommand, Reason
-from roq.protocol.messages.topics import NOBODY, Caller, TopicAsk, TopicState
+from roq.protocol.messages.topics import NOBODY, Caller, TopicAsk, TopicState, quota_refusal
 
 
 class TopicClient:
@@ -81,19 +81,31 @@ class TopicClient:
     def _count(self, queue: str) -> int:
         return self._ask(queue, TopicAsk(MonitorCommand.TOPIC_COUNT)).topics
 
-    def register(self, topic: str, owner: str, max_topics: int, caller: Caller = NOBODY) -> None:
-        """Register the topic as the caller's."""
+    def register(
+        self, topic: str, owner: str, max_topics: int, caller: Caller = NOBODY, quota: int = 0
+    ) -> None:
+        """Register the topic as the caller's. `quota`: the most topics its principal may hold
+        in every queue together (0: no bound; `http.topics.per.principal`)."""
         home = self.queue_of(topic)
-        others = sum(self._count(queue) for queue in self.queues if queue != home)
+        counts = [self._counts(queue, caller) for queue in self.queues if queue != home]
+        others, mine = sum(c.topics for c in counts), sum(c.mine for c in counts)
         if others >= max_topics:
             raise TopicRefused(f"too many topics: the limit is {max_topics}")
+        if quota and caller.principal and mine >= quota:
+            raise TopicForbidden(quota_refusal(caller.principal, quota))
         try:
             self._on(topic, MonitorCommand.TOPIC_REGISTER, owner, limit=max_topics - others,
-                     caller=caller)  # fmt: skip
+                     caller=caller, quota=quota - mine if quota else 0)  # fmt: skip
         except TopicRefused as refused:
             if str(refused).startswith("too many topics"):
                 raise TopicRefused(f"too many topics: the limit is {max_topics}") from None
+            if isinstance(refused, TopicForbidden) and "its quota of topics" in str(refused):
+                raise TopicForbidden(quota_refusal(caller.principal, quota)) from None
             raise
+
+    def _counts(self, queue: str, caller: Caller) -> TopicState:
+        """This queue's topics, and how many of them the caller's principal registered."""
+        return self._ask(queue, TopicAsk(MonitorCommand.TOPIC_COUNT, caller=caller))
 
     def advance_head(self, topic: str, owner: str, count: int, caller: Caller = NOBODY) -> int:
         """Take `count` indexes for the owner's messages; the first of them."""

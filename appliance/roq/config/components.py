@@ -496,6 +496,11 @@ class HttpSettings:
     max_msg_size: int = field(metadata=key("maxMsgSize"))  # bytes of UTF-8
     max_topics: int = field(metadata=key("maxTopics"))
     max_subscribers: int = field(metadata=key("maxSubscribers"))  # per topic
+    # per-principal quotas (issue 31, finding 7): topics (cluster-wide), and on each gateway
+    # requests in progress and published bytes per second (0: none)
+    topics_quota: int = field(metadata=key("http.topics.per.principal"))
+    requests_quota: int = field(metadata=key("http.requests.per.principal"))
+    bytes_quota: int = field(metadata=key("http.publish.bytes.per.principal"))
     # where the topics are kept: log (the state logs of the http-N queues' monitors) | zookeeper
     delivery_state: str = field(metadata=key("delivery.state"))
     log_root: str = field(metadata=key("directory"))  # the gateway's snapshots beside the logs

@@ -822,6 +822,35 @@ HCM_KEYS: tuple[Key, ...] = (
         section="HTTP gateway",
     ),
     Key(
+        "http.topics.per.principal",
+        int,
+        1_000,
+        "Most topics one principal registers, through every gateway together: past it its "
+        "registrations are 403 while others' go on (maxTopics is the cluster's). A principal "
+        "holding admin on every topic (topic:*) is held to none.",
+        (1, 10_000_000),
+        section="HTTP gateway",
+    ),
+    Key(
+        "http.requests.per.principal",
+        int,
+        limits.http_principal_requests_max,
+        "Requests one principal has in progress on one gateway (long polls included): past "
+        "it a 429. At most the gateway's own bound, 2000.",
+        (1, limits.http_requests_max),
+        section="HTTP gateway",
+    ),
+    Key(
+        "http.publish.bytes.per.principal",
+        int,
+        16 * 1024 * 1024,
+        "Message bytes one principal publishes per second on one gateway, averaged (a batch "
+        "may borrow ahead, then its next publishes wait): past it a 429 with Retry-After. "
+        "0: no bound. A principal holding admin on every topic is held to none.",
+        (0, 1 << 40),
+        section="HTTP gateway",
+    ),
+    Key(
         "work.slot.messages",
         int,
         1000,

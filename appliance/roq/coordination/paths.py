@@ -18,6 +18,7 @@
                                           [, "principal"]}
 <ns>/http/topics/t<t>/s<s>     PERSISTENT a subscriber of it: {"next"[, "principal"]}
                                           (coordination/topics.py)
+<ns>/http/principals/<p>       PERSISTENT {"topics": n}: the topics principal p registered
 <ns>/gone/<host>               PERSISTENT a host the leading GCM saw gone: {"since", "epoch"}
                                           (gcm/repair.py; deleted when it is back or repaired)
 <ns>/groups/<q>/<g>            PERSISTENT a consumer group of queue q: {"name", "ordered", "from",
@@ -106,6 +107,9 @@ class Paths:
 
     def http_topic(self, topic: str) -> str:
         return f"{self.http_topics}/t{quote(topic, safe='')}"
+
+    def http_principal(self, principal: str) -> str:
+        return f"{self.namespace}/http/principals/{principal}"
 
     def http_subscriber(self, topic: str, subscriber: str) -> str:
         return f"{self.http_topic(topic)}/s{quote(subscriber, safe='')}"

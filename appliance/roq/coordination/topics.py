@@ -35,7 +35,7 @@ from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, N
 from roq import limits
 from roq.coordination.paths import Paths
 from roq.errors import CoordinationError, TopicForbidden, TopicRefused
-from roq.protocol.messages.topics import NOBODY, Caller
+from roq.protocol.messages.topics import NOBODY, Caller, quota_refusal
 
 log = logging.getLogger(__name__)
 
@@ -73,16 +73,51 @@ class TopicStore:
             stat = self.client.exists(self.root)
         return int(stat.numChildren) if stat is not None else 0
 
-    def register(self, topic: str, owner: str, max_topics: int, caller: Caller = NOBODY) -> None:
+    def register(
+        self, topic: str, owner: str, max_topics: int, caller: Caller = NOBODY, quota: int = 0
+    ) -> None:
+        """Register the topic as the caller's; `quota`: the most its principal may hold (0: no
+        bound), counted in `<ns>/http/principals/<name>` (checked before, counted after: two
+        registrations at once may pass it by one, as maxTopics)."""
         if self.count() >= max_topics:
             raise TopicRefused(f"too many topics: the limit is {max_topics}")
-        record = _held({"topic": topic, "owner": owner, "head": 0}, caller.principal)
+        principal = caller.principal
+        if quota and principal and self._held_by(principal)[0] >= quota:
+            raise TopicForbidden(quota_refusal(principal, quota))
+        record = _held({"topic": topic, "owner": owner, "head": 0}, principal)
         data = json.dumps(record).encode()
         try:
             with _translated(f"register topic {topic!r}"):
                 self.client.create(self._topic_path(topic), data)
         except NodeExistsError:
             raise TopicRefused(f"topic {topic!r} is taken") from None
+        if principal:
+            self._count_for(principal)
+
+    def _held_by(self, principal: str) -> tuple[int, int]:
+        """(the topics `principal` registered, its counter's version; -1: none yet)."""
+        try:
+            with _translated(f"read the topic count of principal {principal}"):
+                data, stat = self.client.get(self.paths.http_principal(principal))
+        except NoNodeError:
+            return 0, -1
+        return int(json.loads(data.decode())["topics"]), stat.version
+
+    def _count_for(self, principal: str) -> None:
+        path = self.paths.http_principal(principal)
+        for _ in range(limits.http_cas_attempts_max):
+            held, version = self._held_by(principal)
+            data = json.dumps({"topics": held + 1}).encode()
+            try:
+                with _translated(f"count a topic of principal {principal}"):
+                    if version < 0:
+                        self.client.create(path, data, makepath=True)
+                    else:
+                        self.client.set(path, data, version)
+                return
+            except (NodeExistsError, BadVersionError):
+                continue  # another registration counted meanwhile
+        raise CoordinationError(f"principal {principal}: topic count: writers raced")
 
     def get(self, topic: str) -> Topic:
         """The topic, or TopicRefused if it is not registered."""

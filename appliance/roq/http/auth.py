@@ -113,6 +113,13 @@ class Access:
         return Caller(principal.name, principal.allows_topic(Permission.ADMIN, topic))
 
     @staticmethod
+    def unbounded(principal: Principal) -> bool:
+        """Held to no per-principal quota: the cluster (security off), and a principal holding
+        admin on every topic (`topic:*`, the cluster's operator: the admin of admin.json)."""
+        every = principal.grants.get(principals.TOPIC, frozenset())
+        return principal.superuser or Permission.ADMIN in every
+
+    @staticmethod
     def check(principal: Principal, permission: Permission, topic: str) -> None:
         """Refused (403) naming the missing permission unless `principal` holds it on `topic`."""
         why = principals.topic_refusal(principal, permission, topic)

@@ -285,8 +285,12 @@ class Gateway:
 
     # --- the API -------------------------------------------------------------------------------
     # `caller`: whose owners and subscribers the names are (issue 31, finding 3; api.py)
-    async def register(self, owner: str, topic: str, caller: Caller = NOBODY) -> None:
-        await self._run(self.store.register, topic, owner, self.settings.max_topics, caller)
+    async def register(
+        self, owner: str, topic: str, caller: Caller = NOBODY, quota: int = 0
+    ) -> None:
+        """`quota`: the most topics the caller's principal may hold (0: no bound)."""
+        most = self.settings.max_topics
+        await self._run(self.store.register, topic, owner, most, caller, quota)
         log.info("http: topic %r registered by %r", topic, owner)
 
     async def publish(

@@ -2,6 +2,7 @@
 (monitor/state.py): registrations, owners, heads and subscriber positions (docs/http.md).
 
     http/topics                     {"topics": n}: how many topics this queue holds
+    http/p/<h(principal)>           {"principal", "topics": n}: how many of them it registered
     http/t/<h(topic)>               {"topic", "owner", "head", "subscribers"[, "principal"]}
     http/s/<h(topic)>/<h(name)>     {"topic", "subscriber", "next"[, "principal"]}
 
@@ -46,6 +47,7 @@ from roq.protocol.messages.topics import TOPIC_COMMANDS, TopicAsk, TopicState
 log = logging.getLogger(__name__)
 
 COUNT_KEY = "http/topics"
+PRINCIPAL_PREFIX = "http/p/"
 TOPIC_PREFIX = "http/t/"
 FOLLOWER_PREFIX = "http/s/"
 
@@ -85,6 +87,10 @@ def _h(name: str) -> str:
 
 def topic_key(topic: str) -> str:
     return TOPIC_PREFIX + _h(topic)
+
+
+def principal_key(principal: str) -> str:
+    return PRINCIPAL_PREFIX + _h(principal)
 
 
 def follower_key(topic: str, subscriber: str) -> str:
@@ -156,9 +162,18 @@ class TopicManager:
         count = _count(state)
         if count >= ask.limit:
             raise _Conflict(f"too many topics: the limit is {ask.limit} in this queue")
+        principal = ask.caller.principal
+        mine = _mine_count(state, principal)
+        if ask.quota and mine >= ask.quota:
+            raise _Forbidden(f"principal {principal} holds its quota of topics ({ask.quota} "
+                             "in this queue)")  # fmt: skip
         record = _mine({"topic": ask.topic, "owner": ask.name, "head": 0, "subscribers": 0}, ask)
-        self._write([Change(key, _json(record), expect=0),
-                     Change(COUNT_KEY, _json({"topics": count + 1}))])  # fmt: skip
+        changes = [Change(key, _json(record), expect=0),
+                   Change(COUNT_KEY, _json({"topics": count + 1}))]  # fmt: skip
+        if principal:  # counted for its quota (per-principal quotas, issue 31, finding 7)
+            held = {"principal": principal, "topics": mine + 1}
+            changes.append(Change(principal_key(principal), _json(held)))
+        self._write(changes)
         return TopicState(topics=count + 1)
 
     def _publish(self, state: StateLog, ask: TopicAsk) -> TopicState:
@@ -213,8 +228,8 @@ class TopicManager:
         self._write([Change(follower_key(ask.topic, ask.name), _json(following))])
         return TopicState(head=head, next=following["next"])
 
-    def _count_of(self, state: StateLog, _: TopicAsk) -> TopicState:
-        return TopicState(topics=_count(state))
+    def _count_of(self, state: StateLog, ask: TopicAsk) -> TopicState:
+        return TopicState(topics=_count(state), mine=_mine_count(state, ask.caller.principal))
 
     def _floor(self, _: StateLog, ask: TopicAsk) -> TopicState:
         for exchange_id, offset in ask.floors:
@@ -264,6 +279,14 @@ def _read(state: StateLog, key: str) -> dict[str, Any] | None:
 def _count(state: StateLog) -> int:
     found = _read(state, COUNT_KEY)
     return int(found["topics"]) if found else 0
+
+
+def _mine_count(state: StateLog, principal: str) -> int:
+    """The topics `principal` registered in this queue (0 for nobody)."""
+    if not principal:
+        return 0
+    found = _read(state, principal_key(principal))
+    return int(found["topics"]) if found and found.get("principal") == principal else 0
 
 
 def _topic(state: StateLog, topic: str) -> dict[str, Any]:

@@ -55,6 +55,14 @@ class Caller:
 NOBODY = Caller()
 
 
+def quota_refusal(principal: str, quota: int) -> str:
+    """The gateway's 403 for a principal at its quota of topics (issue 31, finding 7)."""
+    return (
+        f"principal {principal} holds {quota} topics: its quota (http.topics.per.principal); "
+        "other principals may still register"
+    )
+
+
 @dataclass(frozen=True)
 class TopicAsk:
     """50–57: a topic command. Names are checked here for length (the configuration's
@@ -68,7 +76,8 @@ class TopicAsk:
     limit: int = 0  # 50: topics this queue may hold; 52: subscribers the topic may have
     subscriber: str = ""  # 56: the subscriber whose position is imported ("": the topic)
     floors: tuple[tuple[str, int], ...] = ()  # 57: (exchange id, log offset)
-    caller: Caller = NOBODY  # 50–56: whose names these are
+    caller: Caller = NOBODY  # 50–56: whose names these are (55: whose topics to count too)
+    quota: int = 0  # 50: topics of the caller's principal this queue may then hold (0: any)
 
     def encode(self) -> Document:
         doc: Document = {"CMD": int(self.command)}
@@ -88,6 +97,8 @@ class TopicAsk:
             doc["Override"] = True
         if self.command in (MonitorCommand.TOPIC_REGISTER, MonitorCommand.TOPIC_SUBSCRIBE):
             doc["Limit"] = self.limit
+        if self.quota:
+            doc["Quota"] = self.quota
         return doc
 
     @classmethod
@@ -113,7 +124,13 @@ class TopicAsk:
         if command == MonitorCommand.TOPIC_IMPORT:
             index = field_int(doc, "Index", lo=0)
             subscriber = field_str(doc, "Subscriber", max_chars=chars, default="")
-        return cls(command, topic, name, count, index, limit, subscriber, caller=_caller(doc))
+        quota = 0
+        if command == MonitorCommand.TOPIC_REGISTER:
+            quota = field_int(doc, "Quota", lo=0, hi=limits.http_limit_max, default=0)
+        caller = _caller(doc)
+        return cls(
+            command, topic, name, count, index, limit, subscriber, caller=caller, quota=quota
+        )
 
 
 def _caller(doc: Mapping[str, Any]) -> Caller:
@@ -142,17 +159,20 @@ def _floors(value: Any) -> tuple[tuple[str, int], ...]:
 class TopicState:
     """The answer to a topic command: the topic's `Head` (its newest message's index, 0: none),
     `First` (51: the first index taken), `Next` (52–54: the subscriber's next index) and
-    `Topics` (55, and 50: how many this queue holds); 0 where the command says nothing."""
+    `Topics` (55, and 50: how many this queue holds), `Mine` (55: how many of them the
+    caller's principal registered); 0 where the command says nothing."""
 
     head: int = 0
     first: int = 0
     next: int = 0
     topics: int = 0
+    mine: int = 0
 
     def encode(self) -> Document:
-        return bsonmsg.ok(Head=self.head, First=self.first, Next=self.next, Topics=self.topics)
+        return bsonmsg.ok(Head=self.head, First=self.first, Next=self.next, Topics=self.topics,
+                          Mine=self.mine)  # fmt: skip
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
-        fields = ("Head", "First", "Next", "Topics")
+        fields = ("Head", "First", "Next", "Topics", "Mine")
         return cls(*(field_int(doc, name, default=0) for name in fields))
