@@ -13,6 +13,7 @@ import shlex
 import signal
 import ssl
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -445,6 +446,29 @@ def test_a_topic_grant_reaches_no_queue_of_the_gateway_over_zeromq(
             assert "secret" not in done.stdout
             assert f"queue '{queue}' is the HTTP gateway's" in done.stderr, (args, done.stderr)
     assert admin.v1("topic/subscribe", subscriber="s", topic="http1")[0] == 200  # served on
+    # admin on the gateway's queues (stop, start) names no owner or subscriber over ZeroMQ
+    keys(cluster, "grant", "tenant", "http", "admin")
+    asked = subprocess.run(
+        [sys.executable, "-c", TOPIC_ASK, cluster.zk, cluster.namespace],
+        env={**child_environment(), "ROQ_CREDENTIALS": credentials},
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert "lacks the cluster role of topic commands" in asked.stdout, (asked.stdout, asked.stderr)
+
+
+# A topic command to http-0's monitor over ZeroMQ, with the credentials of $ROQ_CREDENTIALS.
+TOPIC_ASK = """
+import sys
+from roq.client.topics import TopicClient
+from roq.errors import RoqError, TopicRefused
+store = TopicClient(("http-0",), lambda topic: "http-0", (None, sys.argv[1], sys.argv[2]))
+try:
+    print(store.position("http1", "s"))
+except (RoqError, TopicRefused) as error:
+    print(error)
+finally:
+    store.close()
+"""
 
 
 def _tenants(cluster: LocalCluster, port: int, prefix: str) -> tuple[Api, Api]:
