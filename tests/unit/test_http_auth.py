@@ -160,5 +160,8 @@ def test_a_principal_past_its_bytes_per_second_waits_with_retry_after():
     for _ in range(3):
         rate.take(operator, 10_000)
     Rate(0).take(WRITER, 10**9)  # 0: no bound
-    rate.buckets["writer"] = (1.0, rate.buckets["writer"][1] - 10)  # ten seconds later: refilled
+    rate.refund(WRITER, 5000)  # a publish that stored nothing costs nothing
     rate.take(WRITER, 1)
+    rate.buckets["writer"] = (-1e6, rate.buckets["writer"][1] - 10)  # ten seconds later...
+    with pytest.raises(BadRequest):
+        rate.take(WRITER, 1)  # ...a million bytes borrowed are not paid back yet

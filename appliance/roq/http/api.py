@@ -38,7 +38,7 @@ from starlette.routing import Route
 
 from roq import limits
 from roq.config import HttpSettings
-from roq.errors import CoordinationError, TopicForbidden, TopicRefused
+from roq.errors import CoordinationError, RoqError, TopicForbidden, TopicRefused
 from roq.http.auth import Access, Refused
 from roq.http.gateway import EVICTED, NO_MESSAGE, OK, Gateway, Unavailable
 from roq.http.metrics import CONTENT_TYPE, Metrics
@@ -154,6 +154,12 @@ class Rate:
                 {"Retry-After": str(math.ceil(wait))},
             )
         self.buckets[name] = (left - size, now)
+
+    def refund(self, principal: Principal, size: int) -> None:
+        """A publish refused or failed stored nothing: its bytes go back."""
+        if principal.name in self.buckets:
+            left, then = self.buckets[principal.name]
+            self.buckets[principal.name] = (left + size, then)
 
 
 class Fields:
@@ -298,8 +304,13 @@ class Calls:
 
     async def publish(self, wanted: Publish, v2: bool, principal: Principal) -> Answer:
         messages, caller = wanted.messages, Access.names(principal, wanted.topic)
-        self.rate.take(principal, sum(len(message) for message in messages))
-        first = await self.gateway.publish(wanted.owner, wanted.topic, messages, caller)
+        size = sum(len(message) for message in messages)
+        self.rate.take(principal, size)
+        try:
+            first = await self.gateway.publish(wanted.owner, wanted.topic, messages, caller)
+        except RoqError:  # refused (400, 403) or not stored (503)
+            self.rate.refund(principal, size)
+            raise
         self.metrics.published.inc(len(messages))
         return OK, {"msgIdx": first, "count": len(messages)} if v2 else {"msgIdx": first}
 
