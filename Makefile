@@ -14,8 +14,8 @@ APT := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get
 # tests/integration/test_http.py runs as written.
 SYSTEM_PACKAGES := zookeeper packer systemd python3-venv iproute2 curl
 PYTEST_ARGS ?=
-# Every Python package, pinned with its hashes (`make lock` writes it from pyproject.toml's ranges
-# for CPython 3.11 on x86_64 Linux); `make setup` installs exactly these, `make lint` audits them.
+# Every Python package, pinned with its hashes (`make lock` writes it from pyproject.toml's ranges,
+# for every platform and Python >= 3.11); `make setup` installs exactly these; `make lint` audits.
 LOCK := requirements.lock
 
 .PHONY: setup system-deps run test test-unit test-appliance lint type dist bench clean lock
@@ -45,7 +45,7 @@ $(STAMP): pyproject.toml $(LOCK)
 # asks it to (`--upgrade-package NAME` to move one on purpose).
 lock:
 	$(VENV)/bin/uv pip compile pyproject.toml --extra dev --extra analytics --generate-hashes \
-	  --python-version 3.11 --python-platform x86_64-manylinux_2_28 --no-header -o $(LOCK)
+	  --universal --python-version 3.11 --no-header -o $(LOCK)
 
 run: setup
 	$(ROQ) up
