@@ -11,7 +11,7 @@ import pytest
 
 from roq import limits
 from roq.errors import SecurityError
-from roq.gcm.access import authorize
+from roq.gcm.access import Quota, authorize
 from roq.protocol.commands import AdminCommand, Reason
 from roq.protocol.principals import (
     ALL,
@@ -65,6 +65,34 @@ def test_a_refusal_names_the_missing_permission():
 def test_bad_principal_documents_are_refused_with_a_reason(doc):
     with pytest.raises(ValueError):
         decode(doc)
+
+
+def test_a_principal_creates_queues_up_to_its_quota_while_another_still_can():
+    """Issue 31, finding 7: queues.per.principal counts the queues under a principal's admin
+    grants; the operator (admin on every queue) is held to none; the list is read only for a
+    creation by a principal held to it."""
+    queues = ["a.1", "a.2", "b.1", "http-0"]
+    asked: list[int] = []
+
+    def listed() -> list[str]:
+        asked.append(1)
+        return queues
+
+    quota = Quota(2, listed)
+    tenant_a = Principal("ta", KEY, {"a.": frozenset({Permission.ADMIN})})
+    tenant_b = Principal("tb", KEY, {"b.": frozenset({Permission.ADMIN})})
+    create = {"CMD": AdminCommand.CREATE_QUEUE_AUTOMATICALLY, "QName": "a.3"}
+    refused = authorize(tenant_a, create, quota)
+    assert refused is not None and refused["ERROR"] == Reason.FORBIDDEN
+    assert refused["COMMENT"] == (
+        "principal ta administers 2 queues: its quota (queues.per.principal = 2)"
+    )
+    assert authorize(tenant_b, {**create, "QName": "b.2"}, quota) is None  # another still can
+    assert authorize(Principal("ops", KEY, {"": ALL}), create, quota) is None
+    assert authorize(Principal("cluster", "", superuser=True), create, quota) is None
+    calls = len(asked)
+    assert authorize(tenant_a, {"CMD": AdminCommand.STOP_QUEUE, "QName": "a.1"}, quota) is None
+    assert len(asked) == calls  # no count for anything but a creation
 
 
 def test_encode_decode_round_trip():

@@ -248,6 +248,8 @@ class GcmSettings:
     # a host gone this long has its work re-placed
     host_loss_grace_s: float = field(metadata=key("host.loss.grace"))
     format_db: bool = field(metadata=key("formatDB"))
+    # queues one principal may administer (issue 31, finding 7: gcm/access.py)
+    queues_quota: int = field(metadata=key("queues.per.principal"))
     zk: ZooKeeperSettings
     cloud: CloudSettings
     provisioning: ProvisioningSettings

@@ -191,6 +191,16 @@ GCM_KEYS: tuple[Key, ...] = (
         section="State",
     ),
     Key(
+        "queues.per.principal",
+        int,
+        100,
+        "Most queues a principal may have under its admin grants: past it its queue creations "
+        "are refused (forbidden, naming this key). A principal holding admin on every queue "
+        "is held to none.",
+        (1, 1_000_000),
+        section="Security",
+    ),
+    Key(
         "hasCloudConfiguration",
         bool,
         False,
