@@ -134,6 +134,10 @@ class TopicRefused(RoqError):
     (a topic taken, not its owner, not the subscriber's next message...)."""
 
 
+class TopicForbidden(TopicRefused):
+    """An HTTP gateway request names an owner or subscriber of another principal: an HTTP 403."""
+
+
 class NameTaken(CoordinationError):
     """Another live process is registered under this host name. Temporary: the name is free
     again once that process stops or its ZooKeeper session expires."""

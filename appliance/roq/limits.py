@@ -588,10 +588,12 @@ security_file_bytes_max = 64 * 1024  # a credentials file larger than this is re
 zk_tls_pem_chars_max = 8192
 zk_tls_validity_days = 36_500
 principals_max = 10_000  # principals of one cluster (ZooKeeper children read at each change)
-principal_grants_max = 256  # queue-name prefixes one principal holds grants on
-# One principal as a host's principals file holds it: 256 grants of 64-character prefixes with
-# all four permissions (~110 bytes each), 16 token digests (68 each), its name and key: ~30 KB.
-principal_record_bytes_max = 32 * 1024
+# queue-name prefixes one principal holds grants on; as many `topic:` prefixes besides
+principal_grants_max = 256
+# One principal as a host's principals file holds it: 256 queue grants of 64-character prefixes
+# and 256 topic grants of 70 with all four permissions (~110 and ~120 bytes each), 16 token
+# digests (68 each), its name and key: ~60 KB.
+principal_record_bytes_max = 64 * 1024
 # The whole file a monitor or exchange reads: every principal the cluster may hold, each at its
 # largest. A table read in part would be no table (it was 1 MiB: ~850 principals with 16 tokens,
 # and past it revoked keys kept passing); a larger file is refused, and refusing denies.

@@ -13,6 +13,7 @@ import shlex
 import signal
 import ssl
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -43,7 +44,7 @@ pytestmark = pytest.mark.integration
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 # small limits, so every edge is cheap to reach
-LIMITS = {"maxQueueSize": 3, "maxNameLen": 8, "maxMsgSize": 16, "maxTopics": 50,
+LIMITS = {"maxQueueSize": 3, "maxNameLen": 8, "maxMsgSize": 16, "maxTopics": 100,
           "maxSubscribers": 3}  # fmt: skip
 
 
@@ -374,8 +375,8 @@ def test_tokens_act_as_their_principal_per_topic_prefix_until_revoked(
     served: tuple[LocalCluster, Api],
 ) -> None:
     cluster, admin = served
-    writer = Api(admin.port, principal_with_token(cluster, "newsdesk", "news", "publish"))
-    reader = Api(admin.port, principal_with_token(cluster, "fan", "sport", "subscribe"))
+    writer = Api(admin.port, principal_with_token(cluster, "newsdesk", "topic:news", "publish"))
+    reader = Api(admin.port, principal_with_token(cluster, "fan", "topic:sport", "subscribe"))
     # usable once the table reached the gateway (its watch): within seconds
     wait_for(lambda: status_of(writer, "/v1/topic/register", owner="w", topic="news1") == 200,
              5, "the new principal's token is usable")  # fmt: skip
@@ -384,11 +385,11 @@ def test_tokens_act_as_their_principal_per_topic_prefix_until_revoked(
     status, body = writer.v1("message/get", subscriber="w", topic="news1")
     assert status == 403, body
     # no grant of subscribe anywhere: refused from the head, before the body names the topic
-    assert body["error"] == "principal newsdesk lacks permission 'subscribe' on every queue"
+    assert body["error"] == "principal newsdesk lacks permission 'subscribe' on every topic"
     status, body = writer.v2("topic/subscribe", subscriber="w", topic="news1")
     assert status == 403 and "lacks permission 'subscribe'" in body["detail"]
     status, body = writer.v1("topic/register", owner="w", topic="sport1")
-    assert status == 403 and "'publish' on queue 'sport1'" in body["error"]
+    assert status == 403 and "'publish' on topic 'sport1'" in body["error"]
     # subscribe only, on another prefix: reads and acks, cannot write
     wait_for(lambda: status_of(reader, "/v1/topic/subscribe", subscriber="f", topic="x") != 401,
              5, "the reader's token is usable")  # fmt: skip
@@ -400,7 +401,7 @@ def test_tokens_act_as_their_principal_per_topic_prefix_until_revoked(
     assert reader.v1("message/ack", subscriber="f", topic="sport1", msgIdx=1)[0] == 200
     status, body = reader.v1("message/publish", owner="a", topic="sport1", msg="x")
     assert status == 403
-    assert body["error"] == "principal fan lacks permission 'publish' on every queue"
+    assert body["error"] == "principal fan lacks permission 'publish' on every topic"
     assert reader.v1("message/get", subscriber="f", topic="news1")[0] == 403
     assert reader.client.get("/metrics").status_code == 200  # any valid token
     listed = keys(cluster, "list").stdout
@@ -415,6 +416,179 @@ def test_tokens_act_as_their_principal_per_topic_prefix_until_revoked(
              5, "the dropped token refused")  # fmt: skip
     assert re.search(r"^fan .*tokens: 0$", keys(cluster, "list").stdout, re.MULTILINE)
     assert admin.v1("message/get", subscriber="f", topic="sport1")[0] == 231  # others go on
+
+
+def test_a_topic_grant_reaches_no_queue_of_the_gateway_over_zeromq(
+    served: tuple[LocalCluster, Api],
+) -> None:
+    """Issue 31, finding 4: a grant on `http` let its holder read queue http-0 over ZeroMQ (every
+    topic's messages) and publish forged records into it. Now a topic is granted as
+    `topic:http`, and the gateway's queues are the cluster's: even a queue grant on `http` gives
+    no publish or subscribe on http-N (each refused by the GCM naming why)."""
+    cluster, admin = served
+    token = principal_with_token(cluster, "tenant", "topic:http", "publish")
+    keys(cluster, "grant", "tenant", "topic:http", "subscribe")
+    keys(cluster, "grant", "tenant", "http", "publish", "subscribe")  # as topics were granted
+    tenant = Api(admin.port, token)
+    wait_for(lambda: status_of(tenant, "/v1/topic/register", owner="t", topic="http1") == 200,
+             10, "the tenant's token usable")  # fmt: skip
+    assert tenant.v1("message/publish", owner="t", topic="http1", msg="mine")[0] == 200
+    for topic in ("other1", "other2", "other3", "other4"):  # someone else's, in both queues
+        assert admin.v1("topic/register", owner="o", topic=topic)[0] == 200
+        assert admin.v1("message/publish", owner="o", topic=topic, msg="secret")[0] == 200
+    credentials = str(cluster.tmp / "tenant.json")
+    gcm = ("--gcm", cluster.gcm)
+    for queue in ("http-0", "http-1"):
+        for args in (["sub", queue, "--from-beginning", "--count", "1", "--timeout", "10"],
+                     ["pub", queue, "--count", "1"]):  # fmt: skip
+            done = cluster.cli("--credentials", credentials, *args, *gcm, timeout_s=60)
+            assert done.returncode != 0, (args, done.stdout)
+            assert "secret" not in done.stdout
+            assert f"queue '{queue}' is the HTTP gateway's" in done.stderr, (args, done.stderr)
+    assert admin.v1("topic/subscribe", subscriber="s", topic="http1")[0] == 200  # served on
+    # admin on the gateway's queues (stop, start) names no owner or subscriber over ZeroMQ
+    keys(cluster, "grant", "tenant", "http", "admin")
+    env = {**child_environment(), "ROQ_CREDENTIALS": credentials}
+
+    def asked() -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", TOPIC_ASK, cluster.gcm, cluster.namespace],
+            env=env, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        return done.stdout + done.stderr
+
+    # once the grant reached the GCM and the monitor (within seconds): refused by the monitor
+    said: list[str] = []
+    wait_for(lambda: said.append(asked()) or "lacks the cluster role of topic commands"
+             in said[-1], 30, "the monitor's refusal of a topic command")  # fmt: skip
+
+
+# A topic command to http-0's monitor over ZeroMQ (found through the GCM: the principal cannot
+# read ZooKeeper), with the credentials of $ROQ_CREDENTIALS.
+TOPIC_ASK = """
+import sys
+from roq.client.topics import TopicClient
+from roq.errors import RoqError, TopicRefused
+store = TopicClient(("http-0",), lambda topic: "http-0", (sys.argv[1], None, sys.argv[2]))
+try:
+    print(store.position("http1", "s"))
+except (RoqError, TopicRefused) as error:
+    print(error)
+finally:
+    store.close()
+"""
+
+
+def _tenants(cluster: LocalCluster, port: int, prefix: str) -> tuple[Api, Api]:
+    """Two principals, each allowed to publish and subscribe on topic:<prefix>, as their Apis."""
+    apis = []
+    for name in (f"{prefix}-a", f"{prefix}-b"):
+        api = Api(port, principal_with_token(cluster, name, f"topic:{prefix}", "publish"))
+        keys(cluster, "grant", name, f"topic:{prefix}", "subscribe")
+        wait_for(_knows(api, f"{prefix}n"), 10, f"{name}'s grants known")
+        apis.append(api)
+    return apis[0], apis[1]
+
+
+def _knows(api: Api, unknown: str) -> Any:
+    """Whether the gateway knows the principal's grant of subscribe: then a topic that does not
+    exist is a 400 (a 401 or 403 before)."""
+    return lambda: status_of(api, "/v1/topic/subscribe", subscriber="x", topic=unknown) == 400
+
+
+def _stores(
+    served: tuple[LocalCluster, Api], store: str, **overrides: Any
+) -> tuple[LocalCluster, Api]:
+    """The served gateway (topics in the state log), or one keeping them in ZooKeeper; a new one
+    on the state log with `overrides`."""
+    cluster, admin = served
+    if store == "log" and not overrides:
+        return cluster, admin
+    _, api = start_gateway(cluster, **{"delivery.state": store, **overrides})
+    return cluster, api
+
+
+@pytest.mark.parametrize("store", ["log", "zookeeper"])
+def test_a_principal_cannot_read_ack_or_reset_another_principals_subscriber(
+    served: tuple[LocalCluster, Api], store: str
+) -> None:
+    """Issue 31, finding 3: a subscriber's name was a free string, so any principal allowed to
+    subscribe to a topic read, acknowledged or reset another's position by naming it. Now a
+    subscriber is the principal's that subscribed it: another's get, ack and subscribe are 403
+    and change nothing; a principal holding admin on the topic may still act on it."""
+    cluster, admin = _stores(served, store)
+    alice, bob = _tenants(cluster, admin.port, f"sub{store[0]}")
+    topic = f"sub{store[0]}1"
+    assert alice.v1("topic/register", owner="a", topic=topic)[0] == 200
+    assert alice.v1("topic/subscribe", subscriber="s", topic=topic) == (200, {"nextIdx": 1})
+    assert alice.v2("message/publish", owner="a", topic=topic, msgs=["m1", "m2"])[0] == 200
+    refused = [
+        bob.v1("message/get", subscriber="s", topic=topic),
+        bob.v1("message/ack", subscriber="s", topic=topic, msgIdx=1),
+        bob.v1("topic/subscribe", subscriber="s", topic=topic),
+    ]
+    for status, body in refused:
+        assert (status, body.get("error")) == (
+            403,
+            f"subscriber 's' of topic '{topic}' belongs to another principal",
+        ), refused
+    status, problem = bob.v2("message/get", subscriber="s", topic=topic)
+    assert status == 403 and problem["title"] == "forbidden", problem
+    # alice's position is where she left it: nothing read for her, acknowledged or reset
+    assert alice.v1("message/get", subscriber="s", topic=topic) == (200, {"msgIdx": 1, "msg": "m1"})
+    # bob's own subscriber of the same topic is his: a name of his own
+    assert bob.v1("topic/subscribe", subscriber="t", topic=topic) == (200, {"nextIdx": 3})
+    assert alice.v1("message/get", subscriber="t", topic=topic)[0] == 403
+    # the admin (admin on every topic) acts on any subscriber
+    assert admin.v1("message/ack", subscriber="s", topic=topic, msgIdx=1) == (200, {"nextIdx": 2})
+    assert alice.v1("message/get", subscriber="s", topic=topic) == (200, {"msgIdx": 2, "msg": "m2"})
+
+
+@pytest.mark.parametrize("store", ["log", "zookeeper"])
+def test_a_principal_cannot_publish_as_another_principals_owner(
+    served: tuple[LocalCluster, Api], store: str
+) -> None:
+    """Issue 31, finding 3: the owner was a free string, so any principal allowed to publish
+    on a topic's prefix published to it as its owner. Now the owner is the principal's that
+    registered the topic: another's publish (v1 and v2) is 403 and takes no index."""
+    cluster, admin = _stores(served, store)
+    alice, bob = _tenants(cluster, admin.port, f"own{store[0]}")
+    topic = f"own{store[0]}1"
+    assert alice.v1("topic/register", owner="a", topic=topic)[0] == 200
+    status, body = bob.v1("message/publish", owner="a", topic=topic, msg="forged")
+    assert (status, body.get("error")) == (
+        403,
+        f"owner 'a' of topic '{topic}' belongs to another principal",
+    ), body
+    assert bob.v2("message/publish", owner="a", topic=topic, msgs=["forged"])[0] == 403
+    assert bob.v1("message/publish", owner="b", topic=topic, msg="x")[0] == 400  # not the owner
+    assert alice.v1("message/publish", owner="a", topic=topic, msg="real") == (200, {"msgIdx": 1})
+    assert admin.v1("message/publish", owner="a", topic=topic, msg="ops") == (200, {"msgIdx": 2})
+
+
+@pytest.mark.parametrize("store", ["log", "zookeeper"])
+def test_a_principal_at_its_topic_quota_registers_no_more_while_another_still_can(
+    served: tuple[LocalCluster, Api], store: str
+) -> None:
+    """Issue 31, finding 7: maxTopics is the cluster's, so one tenant with a narrow grant took
+    every topic (10,000 in 42 s) and nobody could register. Now each principal registers at
+    most http.topics.per.principal, counted through every gateway and queue together; past it
+    a 403 naming the setting, while the others register on."""
+    cluster, admin = _stores(served, store, **{"http.topics.per.principal": 3})
+    greedy, other = _tenants(cluster, admin.port, f"quota{store[0]}")
+    prefix = f"quota{store[0]}"
+    for n in range(3):  # spread over both queues (http.queues 2)
+        assert greedy.v1("topic/register", owner="g", topic=f"{prefix}g{n}")[0] == 200
+    status, body = greedy.v1("topic/register", owner="g", topic=f"{prefix}g3")
+    assert status == 403 and body["error"].startswith(
+        f"principal {prefix}-a holds 3 topics: its quota (http.topics.per.principal)"
+    ), body
+    status, problem = greedy.v2("topic/register", owner="g", topic=f"{prefix}g4")
+    assert status == 403 and "http.topics.per.principal" in problem["detail"], problem
+    assert other.v1("topic/register", owner="o", topic=f"{prefix}o0")[0] == 200  # others go on
+    assert greedy.v1("message/publish", owner="g", topic=f"{prefix}g0", msg="x")[0] == 200
+    for n in range(4):  # the cluster's operator (admin on topic:*) is held to none
+        assert admin.v1("topic/register", owner="a", topic=f"{prefix}a{n}")[0] == 200
 
 
 def test_https_with_the_configured_certificate(

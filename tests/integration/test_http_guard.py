@@ -137,7 +137,7 @@ def test_a_body_larger_than_its_call_can_need_is_refused_by_its_length(
     gateway: tuple[LocalCluster, Any, Api],
 ) -> None:
     cluster, _, api = gateway
-    token = principal_with_token(cluster, "sizer", "news", "subscribe")
+    token = principal_with_token(cluster, "sizer", "topic:news", "subscribe")
     wait_for(lambda: _asked(api.port, token, "/v1/topic/subscribe", 2) != 401, 10, "token known")
     for path, status in (("/v2/topic/subscribe", 413), ("/v1/message/get", 400)):
         with _connect(api.port) as sock:  # 1 MiB declared, none sent: answered at once
@@ -196,7 +196,7 @@ def test_idle_connections_from_one_address_do_not_deny_the_others(
 
 def test_one_principal_cannot_take_every_request(gateway: tuple[LocalCluster, Any, Api]) -> None:
     cluster, _, api = gateway
-    crowd_token = principal_with_token(cluster, "crowd", "crowd", "subscribe")
+    crowd_token = principal_with_token(cluster, "crowd", "topic:crowd", "subscribe")
     crowd = Api(api.port, crowd_token)
     assert api.v1("topic/register", owner="o", topic="crowd1")[0] == 200
     wait_for(lambda: crowd.v1("topic/subscribe", subscriber="s", topic="crowd1")[0] == 200,

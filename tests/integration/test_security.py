@@ -265,6 +265,30 @@ def one_queue(cluster: LocalCluster) -> LocalCluster:
     return cluster
 
 
+def test_a_principal_at_its_queue_quota_creates_no_more_while_another_still_can(
+    cluster: LocalCluster,
+):
+    """Issue 31, finding 7: queues.per.principal bounds the queues under a principal's admin
+    grants; past it `roq queue create` is refused naming the key, another principal creates
+    on, and the operator (admin on every queue) is held to none."""
+    cluster.start_gcm(**{"queues.per.principal": 1})
+    cluster.start_host("h1")
+    cluster.wait_ready()
+    gcm = ["--gcm", cluster.gcm]
+    tenant = _principal(cluster, "tenant", "t.", "admin")
+    other = _principal(cluster, "other", "u.", "admin")
+    made = _as(cluster, tenant, "queue", "create", "t.1", *gcm)
+    assert made.returncode == 0, made.stderr
+    refused = _as(cluster, tenant, "queue", "create", "t.2", *gcm)
+    assert refused.returncode != 0
+    assert "principal tenant administers 1 queues: its quota (queues.per.principal = 1)" in (
+        refused.stderr), refused.stderr  # fmt: skip
+    assert _as(cluster, other, "queue", "create", "u.1", *gcm).returncode == 0
+    with cluster.admin() as admin:  # the operator
+        admin.create_queue("t.2")
+        assert {q.name for q in admin.list_queues()} >= {"t.1", "t.2", "u.1"}
+
+
 def test_permissions_per_queue_prefix_refuse_by_name(one_queue: LocalCluster):
     cluster, gcm = one_queue, ["--gcm", one_queue.gcm]
     writer = _principal(cluster, "writer", "q", "publish")

@@ -10,13 +10,13 @@ import pytest
 
 from roq import limits
 from roq.errors import ConfigError
-from roq.http.api import BadRequest, Share
+from roq.http.api import BadRequest, Rate, Share
 from roq.http.auth import Access, Refused
 from roq.http.service import check_tls
 from roq.protocol.principals import Permission, Principal, new_token, token_digest
 
 TOKEN = new_token()
-WRITER = Principal("writer", "k" * 40, {"news": frozenset({Permission.PUBLISH})}).with_token(
+WRITER = Principal("writer", "k" * 40, {"topic:news": frozenset({Permission.PUBLISH})}).with_token(
     token_digest(TOKEN)
 )
 
@@ -77,9 +77,19 @@ def test_a_principal_without_the_permission_on_the_topic_is_403_naming_it():
     with pytest.raises(Refused) as refused:
         Access.check(WRITER, Permission.SUBSCRIBE, "news1")
     assert refused.value.status == 403
-    assert refused.value.reason == "principal writer lacks permission 'subscribe' on queue 'news1'"
-    with pytest.raises(Refused, match="'publish' on queue 'sports'"):
+    assert refused.value.reason == "principal writer lacks permission 'subscribe' on topic 'news1'"
+    with pytest.raises(Refused, match="'publish' on topic 'sports'"):
         Access.check(WRITER, Permission.PUBLISH, "sports")
+
+
+def test_a_queue_grant_reaches_no_topic():
+    """Topics have a grant namespace of their own (issue 31, finding 4): a grant on queue prefix
+    `news` (or every queue) lets no caller publish to topic `news`."""
+    queues = Principal("q", "q" * 40, {"news": frozenset({Permission.PUBLISH}), "": frozenset()})
+    with pytest.raises(Refused, match="'publish' on topic 'news'"):
+        Access.check(queues, Permission.PUBLISH, "news")
+    with pytest.raises(Refused, match="on every topic"):
+        Access.check_any(queues, Permission.PUBLISH)
 
 
 def test_with_security_off_no_token_is_asked():
@@ -116,7 +126,7 @@ def test_a_permission_held_on_no_topic_is_refused_before_the_body_names_one():
     with pytest.raises(Refused) as refused:
         Access.check_any(WRITER, Permission.SUBSCRIBE)
     assert refused.value.status == 403
-    assert refused.value.reason == "principal writer lacks permission 'subscribe' on every queue"
+    assert refused.value.reason == "principal writer lacks permission 'subscribe' on every topic"
     Access.check_any(Principal("cluster", "", superuser=True), Permission.SUBSCRIBE)
 
 
@@ -132,3 +142,26 @@ def test_a_principal_holds_a_bounded_share_of_the_requests_in_progress():
             pass
     with share.held(WRITER):  # released
         assert share.busy == {"writer": 1}
+
+
+def test_a_principal_past_its_bytes_per_second_waits_with_retry_after():
+    """Issue 31, finding 7: http.publish.bytes.per.principal, a bucket of one second's bytes per
+    principal; a batch may borrow ahead, then the principal waits; others and the cluster's
+    operator (admin on every topic) are not held back."""
+    rate = Rate(1000)
+    rate.take(WRITER, 600)
+    rate.take(WRITER, 3000)  # borrows ahead: the bucket was not empty
+    with pytest.raises(BadRequest) as late:
+        rate.take(WRITER, 1)
+    assert late.value.status == 429 and "(http.publish.bytes.per.principal)" in late.value.reason
+    assert late.value.headers is not None and 2 <= int(late.value.headers["Retry-After"]) <= 3
+    rate.take(Principal("other", "o" * 40), 1000)
+    operator = Principal("ops", "p" * 40, {"topic:": frozenset({Permission.ADMIN})})
+    for _ in range(3):
+        rate.take(operator, 10_000)
+    Rate(0).take(WRITER, 10**9)  # 0: no bound
+    rate.refund(WRITER, 5000)  # a publish that stored nothing costs nothing
+    rate.take(WRITER, 1)
+    rate.buckets["writer"] = (-1e6, rate.buckets["writer"][1] - 10)  # ten seconds later...
+    with pytest.raises(BadRequest):
+        rate.take(WRITER, 1)  # ...a million bytes borrowed are not paid back yet

@@ -15,7 +15,7 @@ from roq.log.statelog import Change, StateLog
 from roq.monitor.topics import TopicManager
 from roq.protocol.commands import MonitorCommand, Reason
 from roq.protocol.dispatch import Table
-from roq.protocol.messages.topics import TopicAsk, TopicState
+from roq.protocol.messages.topics import NOBODY, Caller, TopicAsk, TopicState
 
 PID = bytes(range(16))
 SETTINGS = LogSettings(max_file_size=4096, flush=FlushPolicy("os"), memory_bytes=0)
@@ -50,8 +50,8 @@ def _table(keeper: _Keeper | None) -> Table[None]:
 
 
 def _ask(table: Table[None], command: MonitorCommand, topic: str = "", name: str = "",
-         **fields: int) -> dict:  # fmt: skip
-    reply = table(TopicAsk(command, topic, name, **fields).encode(), None)
+         caller: Caller = NOBODY, **fields: int) -> dict:  # fmt: skip
+    reply = table(TopicAsk(command, topic, name, caller=caller, **fields).encode(), None)
     assert reply is not None
     return reply
 
@@ -175,3 +175,57 @@ def test_floors_keep_the_highest_any_gateway_told_and_forget_gone_exchanges(stat
         reply = table({"CMD": int(MonitorCommand.TOPIC_FLOOR), "Floors": bad}, None)
         assert reply is not None and reply["RESULT"] != 0, bad
     assert state.end_offset == end  # nothing of it is written to the state log
+
+
+A, B, ADMIN = Caller("a"), Caller("b"), Caller("ops", override=True)
+FORBIDDEN = "belongs to another principal"
+
+
+def test_owners_and_subscribers_are_their_principals(state: StateLog):
+    """Issue 31, finding 3: another principal's publish as the owner, and its subscribe, get
+    and ack of a subscriber, are refused forbidden and change nothing; an override acts."""
+    table = _table(_Keeper(state))
+    C = MonitorCommand
+    _ok(_ask(table, C.TOPIC_REGISTER, "news", "alice", A, limit=9))
+    _refused(_ask(table, C.TOPIC_PUBLISH, "news", "alice", B, count=1), Reason.FORBIDDEN,
+             "owner 'alice' of topic 'news' belongs to another principal")  # fmt: skip
+    assert _ok(_ask(table, C.TOPIC_PUBLISH, "news", "alice", A, count=2)).first == 1
+    assert _ok(_ask(table, C.TOPIC_SUBSCRIBE, "news", "s", A, limit=9)).next == 3
+    _ok(_ask(table, C.TOPIC_PUBLISH, "news", "alice", A, count=1))
+    for command, fields in ((C.TOPIC_POSITION, {}), (C.TOPIC_ACK, {"index": 3}),
+                            (C.TOPIC_SUBSCRIBE, {"limit": 9})):  # fmt: skip
+        _refused(_ask(table, command, "news", "s", B, **fields), Reason.FORBIDDEN,
+                 "subscriber 's' of topic 'news' belongs to another principal")  # fmt: skip
+    assert _ok(_ask(table, C.TOPIC_POSITION, "news", "s", A)).next == 3  # unchanged
+    assert _ok(_ask(table, C.TOPIC_ACK, "news", "s", ADMIN, index=3)).next == 4
+    assert _ok(_ask(table, C.TOPIC_PUBLISH, "news", "alice", ADMIN, count=1)).first == 4
+    assert _ok(_ask(table, C.TOPIC_POSITION, "news", "s", A)).next == 4  # still a's
+    assert _ok(_ask(table, C.TOPIC_POSITION, "news", "s")).next == 4  # security off: no check
+
+
+def test_a_record_of_nobody_is_claimed_by_its_first_user(state: StateLog):
+    """Records made before (no principal) go to the first principal that uses them."""
+    table = _table(_Keeper(state))
+    C = MonitorCommand
+    _ok(_ask(table, C.TOPIC_REGISTER, "old", "o", limit=9))  # a gateway from before
+    _ok(_ask(table, C.TOPIC_SUBSCRIBE, "old", "s", limit=9))
+    _ok(_ask(table, C.TOPIC_POSITION, "old", "s", ADMIN))  # an override claims nothing
+    _ok(_ask(table, C.TOPIC_POSITION, "old", "s", B))  # b claims it
+    _refused(_ask(table, C.TOPIC_POSITION, "old", "s", A), Reason.FORBIDDEN, FORBIDDEN)
+    _ok(_ask(table, C.TOPIC_PUBLISH, "old", "o", A, count=1))  # a claims the owner
+    _refused(_ask(table, C.TOPIC_PUBLISH, "old", "o", B, count=1), Reason.FORBIDDEN, FORBIDDEN)
+
+
+def test_a_principal_at_its_topic_quota_registers_no_more_while_another_does(state: StateLog):
+    """Issue 31, finding 7: the monitor counts each principal's topics in the same append as
+    the topic, and refuses one past the quota it is told; counted as `Mine` by 55."""
+    table = _table(_Keeper(state))
+    C = MonitorCommand
+    for n in range(2):
+        _ok(_ask(table, C.TOPIC_REGISTER, f"a{n}", "o", A, limit=9, quota=2))
+    _refused(_ask(table, C.TOPIC_REGISTER, "a2", "o", A, limit=9, quota=2), Reason.FORBIDDEN,
+             "principal a holds its quota of topics")  # fmt: skip
+    _ok(_ask(table, C.TOPIC_REGISTER, "b0", "o", B, limit=9, quota=2))
+    assert _ok(_ask(table, C.TOPIC_COUNT, caller=A)) == TopicState(topics=3, mine=2)
+    assert _ok(_ask(table, C.TOPIC_COUNT, caller=B)).mine == 1
+    assert _ok(_ask(table, C.TOPIC_COUNT)).mine == 0

@@ -11,15 +11,18 @@ import pytest
 
 from roq import limits
 from roq.errors import SecurityError
-from roq.gcm.access import authorize
+from roq.gcm.access import Quota, authorize
 from roq.protocol.commands import AdminCommand, Reason
 from roq.protocol.principals import (
     ALL,
     Permission,
     Principal,
     decode,
+    grant_prefix,
     new_token,
     refusal,
+    reserve_gateway_queues,
+    reserved,
     token_digest,
 )
 from roq.transport import security
@@ -62,6 +65,34 @@ def test_a_refusal_names_the_missing_permission():
 def test_bad_principal_documents_are_refused_with_a_reason(doc):
     with pytest.raises(ValueError):
         decode(doc)
+
+
+def test_a_principal_creates_queues_up_to_its_quota_while_another_still_can():
+    """Issue 31, finding 7: queues.per.principal counts the queues under a principal's admin
+    grants; the operator (admin on every queue) is held to none; the list is read only for a
+    creation by a principal held to it."""
+    queues = ["a.1", "a.2", "b.1", "http-0"]
+    asked: list[int] = []
+
+    def listed() -> list[str]:
+        asked.append(1)
+        return queues
+
+    quota = Quota(2, listed)
+    tenant_a = Principal("ta", KEY, {"a.": frozenset({Permission.ADMIN})})
+    tenant_b = Principal("tb", KEY, {"b.": frozenset({Permission.ADMIN})})
+    create = {"CMD": AdminCommand.CREATE_QUEUE_AUTOMATICALLY, "QName": "a.3"}
+    refused = authorize(tenant_a, create, quota)
+    assert refused is not None and refused["ERROR"] == Reason.FORBIDDEN
+    assert refused["COMMENT"] == (
+        "principal ta administers 2 queues: its quota (queues.per.principal = 2)"
+    )
+    assert authorize(tenant_b, {**create, "QName": "b.2"}, quota) is None  # another still can
+    assert authorize(Principal("ops", KEY, {"": ALL}), create, quota) is None
+    assert authorize(Principal("cluster", "", superuser=True), create, quota) is None
+    calls = len(asked)
+    assert authorize(tenant_a, {"CMD": AdminCommand.STOP_QUEUE, "QName": "a.1"}, quota) is None
+    assert len(asked) == calls  # no count for anything but a creation
 
 
 def test_encode_decode_round_trip():
@@ -132,8 +163,59 @@ def test_tokens_are_stored_as_digests_and_round_trip():
 
 
 def test_a_record_from_before_tokens_still_decodes():
-    old = {"name": "reader", "key": KEY, "grants": {"q1": ["subscribe"]}}
+    old = {"name": "reader", "key": KEY, "grants": {"q1": ["subscribe"]}, "format": 2}
     assert decode(old) == READER and decode(old).tokens == ()
+
+
+def test_topic_grants_and_queue_grants_never_overlap():
+    """Issue 31, finding 4: `topic:news` covers the HTTP topics news… and no queue; `news` the
+    queues news… and no topic; `topic:` every topic."""
+    both = Principal("p", KEY, {"topic:news": frozenset({Permission.PUBLISH}),
+                                "q": frozenset({Permission.SUBSCRIBE})})  # fmt: skip
+    assert both.allows_topic(Permission.PUBLISH, "newsroom")
+    assert not both.allows_topic(Permission.PUBLISH, "sport")
+    assert not both.allows(Permission.PUBLISH, "newsroom")  # no queue
+    assert both.allows(Permission.SUBSCRIBE, "q1") and not both.allows_topic(
+        Permission.SUBSCRIBE, "q1"
+    )
+    every = Principal("e", KEY, {"topic:": frozenset({Permission.SUBSCRIBE})})
+    assert every.allows_topic(Permission.SUBSCRIBE, "anything")
+    assert not every.allows(Permission.SUBSCRIBE, "anything")
+    assert decode(both.encode()) == both and both.encode()["format"] == 2
+    assert grant_prefix("*") == "" and grant_prefix("topic:*") == "topic:"
+
+
+def test_a_grant_written_before_topic_grants_keeps_both_meanings():
+    """A record without `format` was written when a grant covered queues and topics alike: it
+    still covers both, as a queue grant and a topic grant, which its next write shows."""
+    old = decode({"name": "fan", "key": KEY, "grants": {"news": ["publish", "subscribe"]}})
+    assert old.allows(Permission.PUBLISH, "news1") and old.allows_topic(Permission.PUBLISH, "news1")
+    assert sorted(old.encode()["grants"]) == ["news", "topic:news"]
+    narrowed = decode(old.revoked("news", [Permission.PUBLISH, Permission.SUBSCRIBE]).encode())
+    assert narrowed.allows_topic(Permission.SUBSCRIBE, "news1")
+    assert not narrowed.allows(Permission.SUBSCRIBE, "news1")
+    with pytest.raises(ValueError, match="unknown record format 3"):
+        decode({"name": "fan", "key": KEY, "grants": {}, "format": 3})
+
+
+def test_the_gateways_queues_are_the_clusters():
+    """No grant gives publish, subscribe or consume on `<http.queue.prefix>-N`: a grant on `http`
+    (or every queue) held the queue http-0, every topic's messages; admin stays grantable."""
+    wide = Principal("w", KEY, {"": ALL, "topic:": ALL})
+    for permission in (Permission.PUBLISH, Permission.SUBSCRIBE, Permission.CONSUME):
+        assert not wide.allows(permission, "http-0")
+        assert refusal(wide, [permission], "http-0") == reserved("http-0")
+    assert wide.allows(Permission.ADMIN, "http-0") and wide.allows(Permission.PUBLISH, "http-x")
+    assert wide.allows(Permission.PUBLISH, "https-0")
+    try:
+        reserve_gateway_queues("web")
+        assert not wide.allows(Permission.PUBLISH, "web-3") and wide.allows(
+            Permission.PUBLISH, "http-0"
+        )
+    finally:
+        reserve_gateway_queues("http")
+    cluster = Principal("cluster", "", superuser=True)
+    assert cluster.allows(Permission.PUBLISH, "http-0")
 
 
 def test_a_principal_holds_a_bounded_number_of_tokens():

@@ -133,8 +133,10 @@ def secure(settings: config.SecuritySettings, *, generate: bool, lease: str = ""
     its host's, which exists by then, and follows the principal table its host writes beside
     its lease (a GCM or host follows ZooKeeper's: client/credentials.py)."""
     from roq.client.credentials import principals_file
+    from roq.protocol.principals import reserve_gateway_queues
     from roq.transport import security
 
+    reserve_gateway_queues(settings.gateway_queue_prefix)
     if not settings.enabled:
         security.use_off("security=off in the configuration")
         return

@@ -16,6 +16,7 @@ import typer
 from roq.cli.app import app
 from roq.cli.common import errors_to_exit, fail
 from roq.errors import EXIT_NOPERM, EXIT_USAGE, SecurityError
+from roq.protocol.principals import TOPIC, grant_prefix
 
 if TYPE_CHECKING:
     from roq.coordination.principals import PrincipalStore
@@ -30,6 +31,7 @@ app.add_typer(keys_app, name="keys", rich_help_panel="Clients")
 ZK = typer.Option("127.0.0.1:2181", "--zk", help="ZooKeeper connect string of the cluster.")
 NAMESPACE = typer.Option("/roq", "--namespace", help="The cluster's zk.namespace.")
 PERMISSIONS_HELP = "publish, subscribe, consume or admin (several allowed)."
+PREFIX_HELP = "Queue-name prefix ('*': every queue); topic:PREFIX for HTTP topics (topic:*: all)."
 
 
 def _store(zk: str, namespace: str) -> PrincipalStore:
@@ -148,7 +150,7 @@ def list_keys(zk: str = ZK, namespace: str = NAMESPACE) -> None:
             _close(store)
     for principal in table:
         grants = "; ".join(
-            f"{prefix or '*'}: {','.join(sorted(perms))}"
+            f"{prefix if prefix not in ('', TOPIC) else prefix + '*'}: {','.join(sorted(perms))}"
             for prefix, perms in sorted(principal.grants.items())
         )
         tokens = f"tokens: {len(principal.tokens)}"  # never the digests
@@ -174,21 +176,22 @@ def _change(name: str, prefix: str, permissions: list[str], zk: str, namespace: 
 @keys_app.command("grant")
 def grant(
     name: str = typer.Argument(..., help="The principal."),
-    prefix: str = typer.Argument(..., help="Queue-name prefix; '' (or '*') for every queue."),
+    prefix: str = typer.Argument(..., help=PREFIX_HELP),
     permissions: list[str] = typer.Argument(..., help=PERMISSIONS_HELP),
     zk: str = ZK,
     namespace: str = NAMESPACE,
 ) -> None:
-    """Give permissions on every queue whose name starts with PREFIX."""
+    """Give permissions on every queue whose name starts with PREFIX, or with topic:PREFIX on
+    every HTTP gateway topic whose name starts with PREFIX."""
     with errors_to_exit():
-        _change(name, "" if prefix == "*" else prefix, permissions, zk, namespace, grant=True)
+        _change(name, grant_prefix(prefix), permissions, zk, namespace, grant=True)
     typer.echo(f"granted {', '.join(permissions)} on '{prefix}' to {name}")
 
 
 @keys_app.command("revoke")
 def revoke(
     name: str = typer.Argument(..., help="The principal."),
-    prefix: str | None = typer.Argument(None, help="Queue-name prefix; none: the whole key."),
+    prefix: str | None = typer.Argument(None, help=f"{PREFIX_HELP} None: the whole key."),
     permissions: list[str] = typer.Argument(None, help=PERMISSIONS_HELP),
     zk: str = ZK,
     namespace: str = NAMESPACE,
@@ -207,7 +210,7 @@ def revoke(
             return
         if not permissions:
             raise fail("name the permissions to revoke, or no prefix to remove the key", 2)
-        _change(name, "" if prefix == "*" else prefix, permissions, zk, namespace, grant=False)
+        _change(name, grant_prefix(prefix), permissions, zk, namespace, grant=False)
     typer.echo(f"revoked {', '.join(permissions)} on '{prefix}' from {name}")
 
 

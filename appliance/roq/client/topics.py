@@ -18,9 +18,9 @@ from typing import Any
 from roq import limits
 from roq.client.locate import MonitorAddress
 from roq.client.monitorlink import Locate, MonitorLink, MonitorRefused
-from roq.errors import CoordinationError, RoqError, TopicRefused
+from roq.errors import CoordinationError, RoqError, TopicForbidden, TopicRefused
 from roq.protocol.commands import MonitorCommand, Reason
-from roq.protocol.messages.topics import TopicAsk, TopicState
+from roq.protocol.messages.topics import NOBODY, Caller, TopicAsk, TopicState, quota_refusal
 
 
 class TopicClient:
@@ -57,6 +57,8 @@ class TopicClient:
         except MonitorRefused as refused:
             if refused.reason == Reason.CONFLICT:
                 raise TopicRefused(refused.comment) from None
+            if refused.reason == Reason.FORBIDDEN:
+                raise TopicForbidden(refused.comment) from None
             raise CoordinationError(str(refused)) from None
         except CoordinationError:
             raise
@@ -79,45 +81,67 @@ class TopicClient:
     def _count(self, queue: str) -> int:
         return self._ask(queue, TopicAsk(MonitorCommand.TOPIC_COUNT)).topics
 
-    def register(self, topic: str, owner: str, max_topics: int) -> None:
+    def register(
+        self, topic: str, owner: str, max_topics: int, caller: Caller = NOBODY, quota: int = 0
+    ) -> None:
+        """Register the topic as the caller's. `quota`: the most topics its principal may hold
+        in every queue together (0: no bound; `http.topics.per.principal`)."""
         home = self.queue_of(topic)
-        others = sum(self._count(queue) for queue in self.queues if queue != home)
+        counts = [self._counts(queue, caller) for queue in self.queues if queue != home]
+        others, mine = sum(c.topics for c in counts), sum(c.mine for c in counts)
         if others >= max_topics:
             raise TopicRefused(f"too many topics: the limit is {max_topics}")
+        if quota and caller.principal and mine >= quota:
+            raise TopicForbidden(quota_refusal(caller.principal, quota))
         try:
-            self._on(topic, MonitorCommand.TOPIC_REGISTER, owner, limit=max_topics - others)
+            self._on(topic, MonitorCommand.TOPIC_REGISTER, owner, limit=max_topics - others,
+                     caller=caller, quota=quota - mine if quota else 0)  # fmt: skip
         except TopicRefused as refused:
             if str(refused).startswith("too many topics"):
                 raise TopicRefused(f"too many topics: the limit is {max_topics}") from None
+            if isinstance(refused, TopicForbidden) and "its quota of topics" in str(refused):
+                raise TopicForbidden(quota_refusal(caller.principal, quota)) from None
             raise
 
-    def advance_head(self, topic: str, owner: str, count: int) -> int:
+    def _counts(self, queue: str, caller: Caller) -> TopicState:
+        """This queue's topics, and how many of them the caller's principal registered."""
+        return self._ask(queue, TopicAsk(MonitorCommand.TOPIC_COUNT, caller=caller))
+
+    def advance_head(self, topic: str, owner: str, count: int, caller: Caller = NOBODY) -> int:
         """Take `count` indexes for the owner's messages; the first of them."""
-        return self._on(topic, MonitorCommand.TOPIC_PUBLISH, owner, count=count).first
+        return self._on(
+            topic, MonitorCommand.TOPIC_PUBLISH, owner, count=count, caller=caller
+        ).first
 
-    def subscribe(self, topic: str, subscriber: str, max_subscribers: int) -> int:
+    def subscribe(
+        self, topic: str, subscriber: str, max_subscribers: int, caller: Caller = NOBODY
+    ) -> int:
         """Start (or restart) the subscriber after the topic's head; the index it gets next."""
-        state = self._on(topic, MonitorCommand.TOPIC_SUBSCRIBE, subscriber, limit=max_subscribers)
-        return state.next
+        command = MonitorCommand.TOPIC_SUBSCRIBE
+        return self._on(topic, command, subscriber, limit=max_subscribers, caller=caller).next
 
-    def position(self, topic: str, subscriber: str) -> tuple[int, int, int]:
+    def position(
+        self, topic: str, subscriber: str, caller: Caller = NOBODY
+    ) -> tuple[int, int, int]:
         """(the subscriber's next index, 0 (no version here), the topic's head)."""
-        state = self._on(topic, MonitorCommand.TOPIC_POSITION, subscriber)
+        state = self._on(topic, MonitorCommand.TOPIC_POSITION, subscriber, caller=caller)
         return state.next, 0, state.head
 
-    def ack(self, topic: str, subscriber: str, index: int) -> int:
+    def ack(self, topic: str, subscriber: str, index: int, caller: Caller = NOBODY) -> int:
         """Acknowledge message `index`, which must be the subscriber's next; the new next."""
-        return self._on(topic, MonitorCommand.TOPIC_ACK, subscriber, index=index).next
+        return self._on(topic, MonitorCommand.TOPIC_ACK, subscriber, index=index,
+                        caller=caller).next  # fmt: skip
 
     def import_topic(
-        self, topic: str, owner: str, head: int, followers: list[tuple[str, int]]
-    ) -> None:
-        """A topic as ZooKeeper kept it before (docs/http.md, "Migration"): what the monitor
-        holds already is kept (it is newer)."""
-        self._on(topic, MonitorCommand.TOPIC_IMPORT, owner, index=head)
-        for subscriber, following in followers:
+        self, topic: str, owner: str, head: int, followers: list[tuple[str, int, str]],
+        principal: str = "",
+    ) -> None:  # fmt: skip
+        """A topic as ZooKeeper kept it before (docs/http.md, "Migration"), with the principals
+        its records held: what the monitor holds already is kept (it is newer)."""
+        self._on(topic, MonitorCommand.TOPIC_IMPORT, owner, index=head, caller=Caller(principal))
+        for subscriber, following, held in followers:
             self._on(topic, MonitorCommand.TOPIC_IMPORT, owner, index=following,
-                     subscriber=subscriber)  # fmt: skip
+                     subscriber=subscriber, caller=Caller(held))  # fmt: skip
 
     def consumed(self, queue: str, floors: dict[str, int]) -> None:
         """Tell the queue's monitor that this gateway needs nothing of each exchange's log

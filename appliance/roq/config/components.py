@@ -80,6 +80,8 @@ class SecuritySettings:
     enabled: bool = field(metadata=key("security"))
     directory: str = field(metadata=key("security.dir"))  # cluster.json and admin.json
     zk_tls: bool = field(metadata=key("zk.tls"))  # TLS to ZooKeeper when cluster.json has it
+    # the HTTP gateway's queues, <prefix>-N, are the cluster's (protocol/principals.py)
+    gateway_queue_prefix: str = field(metadata=key("http.queue.prefix"))
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SecuritySettings:
@@ -248,6 +250,8 @@ class GcmSettings:
     host_loss_grace_s: float = field(metadata=key("host.loss.grace"))
     format_db: bool = field(metadata=key("formatDB"))
     metrics_port: int = field(metadata=key("metrics.port"))  # 0: no listener
+    # queues one principal may administer (issue 31, finding 7: gcm/access.py)
+    queues_quota: int = field(metadata=key("queues.per.principal"))
     zk: ZooKeeperSettings
     cloud: CloudSettings
     provisioning: ProvisioningSettings
@@ -498,6 +502,11 @@ class HttpSettings:
     max_msg_size: int = field(metadata=key("maxMsgSize"))  # bytes of UTF-8
     max_topics: int = field(metadata=key("maxTopics"))
     max_subscribers: int = field(metadata=key("maxSubscribers"))  # per topic
+    # per-principal quotas (issue 31, finding 7): topics (cluster-wide), and on each gateway
+    # requests in progress and published bytes per second (0: none)
+    topics_quota: int = field(metadata=key("http.topics.per.principal"))
+    requests_quota: int = field(metadata=key("http.requests.per.principal"))
+    bytes_quota: int = field(metadata=key("http.publish.bytes.per.principal"))
     # where the topics are kept: log (the state logs of the http-N queues' monitors) | zookeeper
     delivery_state: str = field(metadata=key("delivery.state"))
     log_root: str = field(metadata=key("directory"))  # the gateway's snapshots beside the logs

@@ -137,6 +137,15 @@ _SECURITY_KEYS = (
         "every znode then cross the network in clear (logged as a warning at every start).",
         section="Security",
     ),
+    Key(
+        "http.queue.prefix",
+        str,
+        "http",
+        "Names of the HTTP gateway's queues: <prefix>-0, <prefix>-1, ... (created by the gateway "
+        "if missing). They are the cluster's: no grant gives publish, subscribe or consume on "
+        "them; set the same value in GCM.properties and HCM.properties.",
+        section="Security",
+    ),
 )
 
 GCM_KEYS: tuple[Key, ...] = (
@@ -201,6 +210,16 @@ GCM_KEYS: tuple[Key, ...] = (
         "Wipe the cluster's state in ZooKeeper when this GCM becomes "
         "leader (never before: a standby must not erase a live cluster).",
         section="State",
+    ),
+    Key(
+        "queues.per.principal",
+        int,
+        100,
+        "Most queues a principal may have under its admin grants: past it its queue creations "
+        "are refused (forbidden, naming this key). A principal holding admin on every queue "
+        "is held to none.",
+        (1, 1_000_000),
+        section="Security",
     ),
     Key(
         "hasCloudConfiguration",
@@ -782,13 +801,6 @@ HCM_KEYS: tuple[Key, ...] = (
         section="HTTP gateway",
     ),
     Key(
-        "http.queue.prefix",
-        str,
-        "http",
-        "Names of those queues: <prefix>-0, <prefix>-1, ... (created by the gateway if missing).",
-        section="HTTP gateway",
-    ),
-    Key(
         "http.acks",
         str,
         "leader",
@@ -850,6 +862,35 @@ HCM_KEYS: tuple[Key, ...] = (
         10_000,
         "Most subscribers of one topic (mq seed).",
         (1, 10_000_000),
+        section="HTTP gateway",
+    ),
+    Key(
+        "http.topics.per.principal",
+        int,
+        1_000,
+        "Most topics one principal registers, through every gateway together: past it its "
+        "registrations are 403 while others' go on (maxTopics is the cluster's). A principal "
+        "holding admin on every topic (topic:*) is held to none.",
+        (1, 10_000_000),
+        section="HTTP gateway",
+    ),
+    Key(
+        "http.requests.per.principal",
+        int,
+        limits.http_principal_requests_max,
+        "Requests one principal has in progress on one gateway (long polls included): past "
+        "it a 429. At most the gateway's own bound, 2000.",
+        (1, limits.http_requests_max),
+        section="HTTP gateway",
+    ),
+    Key(
+        "http.publish.bytes.per.principal",
+        int,
+        16 * 1024 * 1024,
+        "Message bytes one principal publishes per second on one gateway, averaged (a batch "
+        "may borrow ahead, then its next publishes wait): past it a 429 with Retry-After. "
+        "0: no bound. A principal holding admin on every topic is held to none.",
+        (0, 1 << 40),
         section="HTTP gateway",
     ),
     Key(

@@ -14,8 +14,11 @@
 <ns>/queues/<q>/scaling        PERSISTENT autoscaling rules (JSON)
 <ns>/queues/<q>/listeners      PERSISTENT rules listeners (admin 2008): {"Addresses": [...]}
 <ns>/xchangeTransactions/<tx>  PERSISTENT idempotency record of an exchange creation
-<ns>/http/topics/t<t>          PERSISTENT an HTTP gateway topic: {"topic", "owner", "head"}
-<ns>/http/topics/t<t>/s<s>     PERSISTENT a subscriber of it: {"next"} (coordination/topics.py)
+<ns>/http/topics/t<t>          PERSISTENT an HTTP gateway topic: {"topic", "owner", "head"
+                                          [, "principal"]}
+<ns>/http/topics/t<t>/s<s>     PERSISTENT a subscriber of it: {"next"[, "principal"]}
+                                          (coordination/topics.py)
+<ns>/http/principals/<p>       PERSISTENT {"topics": n}: the topics principal p registered
 <ns>/gone/<host>               PERSISTENT a host the leading GCM saw gone: {"since", "epoch"}
                                           (gcm/repair.py; deleted when it is back or repaired)
 <ns>/groups/<q>/<g>            PERSISTENT a consumer group of queue q: {"name", "ordered", "from",
@@ -107,6 +110,9 @@ class Paths:
 
     def http_topic(self, topic: str) -> str:
         return f"{self.http_topics}/t{quote(topic, safe='')}"
+
+    def http_principal(self, principal: str) -> str:
+        return f"{self.namespace}/http/principals/{principal}"
 
     def http_subscriber(self, topic: str, subscriber: str) -> str:
         return f"{self.http_topic(topic)}/s{quote(subscriber, safe='')}"

@@ -4,10 +4,17 @@ Reading the cluster's shape (status, lists, rules, whether a queue exists) is op
 principal; finding a queue's monitor (2000) needs publish, subscribe, consume or admin on it,
 since publishers, subscribers and consumers ask it (the one the asker names in `Need`, or
 admin, when it names one: a refusal then names it); everything that changes the cluster needs
-admin on the queue it names (on every queue, "", when it names none)."""
+admin on the queue it names (on every queue, "", when it names none).
+
+A principal creates queues up to its quota (`queues.per.principal`, issue 31, finding 7): the
+queues under its admin grants are counted, those it made and any another made there, so a
+tenant granted admin on `teamA.` holds at most that many `teamA.*` queues; a principal holding
+admin on every queue (the operator) has none."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from roq.protocol import bsonmsg
@@ -26,7 +33,21 @@ _READ_ONLY = {
 _LOCATE = (Permission.PUBLISH, Permission.SUBSCRIBE, Permission.CONSUME, Permission.ADMIN)
 
 
-def authorize(principal: Principal | None, request: dict[str, Any]) -> dict[str, Any] | None:
+_CREATE = {AdminCommand.CREATE_QUEUE, AdminCommand.CREATE_QUEUE_AUTOMATICALLY}
+
+
+@dataclass(frozen=True)
+class Quota:
+    """How many queues one principal may administer, and the cluster's queues (read only for a
+    creation by a principal held to it)."""
+
+    most: int
+    queues: Callable[[], list[str]]
+
+
+def authorize(
+    principal: Principal | None, request: dict[str, Any], quota: Quota | None = None
+) -> dict[str, Any] | None:
     command = request.get("CMD")
     queue = request.get("QName")
     queue = queue if bsonmsg.is_text(queue) else ""
@@ -36,7 +57,19 @@ def authorize(principal: Principal | None, request: dict[str, Any]) -> dict[str,
     why = refusal(principal, needs, queue)
     if why is not None and principal is not None and needs is _LOCATE:
         why = missing_all(principal.name, needs, queue)  # the asker did not say what for
+    if why is None and command in _CREATE and principal is not None and quota is not None:
+        why = _over_quota(principal, quota)
     return None if why is None else bsonmsg.fail(Reason.FORBIDDEN, why)
+
+
+def _over_quota(principal: Principal, quota: Quota) -> str | None:
+    if principal.allows(Permission.ADMIN, ""):  # on every queue: the operator
+        return None
+    held = sum(1 for name in quota.queues() if principal.allows(Permission.ADMIN, name))
+    if held < quota.most:
+        return None
+    return (f"principal {principal.name} administers {held} queues: its quota "
+            f"(queues.per.principal = {quota.most})")  # fmt: skip
 
 
 def _locating(request: dict[str, Any]) -> tuple[Permission, ...]:

@@ -41,6 +41,7 @@ from roq.protocol.commands import AdminCommand, Reason
 from roq.protocol.dispatch import Table
 from roq.protocol.messages.admin import BroadcastQueue, ConfigBroadcast
 from roq.protocol.ports import GcmPort, endpoint_at, port_at
+from roq.protocol.principals import Principal
 from roq.system.netaddr import resolve_interface
 from roq.transport import READABLE, Kind, Poller, bind, new_context, open_socket, security
 from roq.transport.rpc import answer
@@ -134,12 +135,17 @@ class GlobalConfigurationManager:
                 self.metrics.health.beat()
             for sock, _ in poller.poll(limits.poll_interval_ms):
                 if sock is self._sockets["admin"]:
-                    answer(sock, self._admin, "gcm admin", log, access.authorize)
+                    answer(sock, self._admin, "gcm admin", log, self._authorize)
                 else:
                     answer(sock, self._topology, "gcm topology", log, access.authorize)
             if time.monotonic() >= next_broadcast:
                 next_broadcast = time.monotonic() + self.period_s
                 self._broadcast()
+
+    def _authorize(self, principal: Principal | None, request: Document) -> Document | None:
+        """access.py's decision, with the queues a creation would add to (its quota)."""
+        quota = access.Quota(self.settings.queues_quota, self.registry.queue_names)
+        return access.authorize(principal, request, quota)
 
     def _admin(self, request: Document) -> Document:
         """Where an admin request enters (already authorized, access.py). Only the leader

@@ -4,8 +4,10 @@ application/problem+json (RFC 9457), and GET /metrics. docs/http.md documents bo
 
 Every call first shows a bearer token (auth.py): none or an unknown one is a 401 before the body
 is read, and so is a 403 for a principal that holds the call's permission on no topic at all; a
-principal without the permission on the body's topic is a 403 naming it. A principal with
-`limits.http_principal_requests_max` requests in progress gets a 429 (issue 31, finding 5).
+principal without the permission on the body's topic is a 403 naming it, and so is one that
+names another principal's owner or subscriber (the monitor refuses it). A principal with
+`http.requests.per.principal` requests in progress gets a 429 (issue 31, finding 5), and so does
+one past its `http.publish.bytes.per.principal` (finding 7: `Rate`).
 
 Every request body is refused by its declared length past what its call can need (`body_max`:
 names alone but for a publish) before a byte is read, then read in chunks within
@@ -36,7 +38,7 @@ from starlette.routing import Route
 
 from roq import limits
 from roq.config import HttpSettings
-from roq.errors import CoordinationError, TopicRefused
+from roq.errors import CoordinationError, RoqError, TopicForbidden, TopicRefused
 from roq.http.auth import Access, Refused
 from roq.http.gateway import EVICTED, NO_MESSAGE, OK, Gateway, Unavailable
 from roq.http.metrics import CONTENT_TYPE, Metrics
@@ -63,9 +65,9 @@ TITLES = {
 
 
 class BadRequest(Exception):
-    def __init__(self, reason: str, status: int = 400):
+    def __init__(self, reason: str, status: int = 400, headers: dict[str, str] | None = None):
         super().__init__(reason)
-        self.reason, self.status = reason, status
+        self.reason, self.status, self.headers = reason, status, headers
 
 
 # --- reading a request -----------------------------------------------------------------------
@@ -99,9 +101,9 @@ async def read_json(request: Request, most: int, parse: Parse) -> Doc:
 
 
 class Share:
-    """Requests in progress per principal: past `limits.http_principal_requests_max`, a 429, so
-    that one token (leaked, or a client gone wrong) cannot take every request the gateway
-    serves. The cluster's own principal (security off) is not counted."""
+    """Requests in progress per principal: past `http.requests.per.principal`, a 429, so that one
+    token (leaked, or a client gone wrong) cannot take every request the gateway serves. The
+    cluster's own principal (security off) is not counted."""
 
     def __init__(self, most: int):
         self.most = most
@@ -114,7 +116,8 @@ class Share:
             return
         name = principal.name
         if self.busy[name] >= self.most:
-            raise BadRequest(f"principal {name} has {self.most} requests in progress", 429)
+            raise BadRequest(f"principal {name} has {self.most} requests in progress: its quota "
+                             "(http.requests.per.principal) on this gateway", 429)  # fmt: skip
         self.busy[name] += 1
         try:
             yield
@@ -122,6 +125,41 @@ class Share:
             self.busy[name] -= 1
             if not self.busy[name]:
                 del self.busy[name]
+
+
+class Rate:
+    """Message bytes a principal publishes per second through this gateway (a quota, issue 31,
+    finding 7: `http.publish.bytes.per.principal`): a bucket of one second's bytes, refilled as
+    time passes. A publish goes through while the bucket is not empty and takes its bytes (a
+    batch larger than the bucket borrows ahead: the next publishes wait until it is paid back),
+    else a 429 with Retry-After. Not for the cluster, nor a principal holding admin on every
+    topic. Per gateway: N gateways let a principal publish N times as much."""
+
+    def __init__(self, per_s: int):
+        self.per_s = per_s
+        self.buckets: dict[str, tuple[float, float]] = {}  # principal -> (bytes left, when)
+
+    def take(self, principal: Principal, size: int) -> None:
+        if not self.per_s or Access.unbounded(principal):
+            return
+        now, name = time.monotonic(), principal.name
+        left, then = self.buckets.get(name, (self.per_s, now))
+        left = min(float(self.per_s), left + (now - then) * self.per_s)
+        if left <= 0:
+            wait = -left / self.per_s
+            raise BadRequest(
+                f"principal {name} publishes past its quota of {self.per_s} bytes per second "
+                f"(http.publish.bytes.per.principal) on this gateway: retry in {wait:.1f} s",
+                429,
+                {"Retry-After": str(math.ceil(wait))},
+            )
+        self.buckets[name] = (left - size, now)
+
+    def refund(self, principal: Principal, size: int) -> None:
+        """A publish refused or failed stored nothing: its bytes go back."""
+        if principal.name in self.buckets:
+            left, then = self.buckets[principal.name]
+            self.buckets[principal.name] = (left + size, then)
 
 
 class Fields:
@@ -251,31 +289,46 @@ class Ack:
 
 # --- the calls -------------------------------------------------------------------------------
 class Calls:
+    """Each call with its caller's principal: whose owners and subscribers its names are
+    (`Access.names`), and the quotas it is held to."""
+
     def __init__(self, gateway: Gateway, metrics: Metrics):
         self.gateway, self.metrics = gateway, metrics
+        self.rate = Rate(gateway.settings.bytes_quota)
 
-    async def register(self, wanted: Register, _v2: bool) -> Answer:
-        await self.gateway.register(wanted.owner, wanted.topic)
+    async def register(self, wanted: Register, _v2: bool, principal: Principal) -> Answer:
+        caller, most = Access.names(principal, wanted.topic), self.gateway.settings.topics_quota
+        quota = 0 if Access.unbounded(principal) else most
+        await self.gateway.register(wanted.owner, wanted.topic, caller, quota)
         return OK, {}
 
-    async def publish(self, wanted: Publish, v2: bool) -> Answer:
-        messages = wanted.messages
-        first = await self.gateway.publish(wanted.owner, wanted.topic, messages)
+    async def publish(self, wanted: Publish, v2: bool, principal: Principal) -> Answer:
+        messages, caller = wanted.messages, Access.names(principal, wanted.topic)
+        size = sum(len(message) for message in messages)
+        self.rate.take(principal, size)
+        try:
+            first = await self.gateway.publish(wanted.owner, wanted.topic, messages, caller)
+        except RoqError:  # refused (400, 403) or not stored (503)
+            self.rate.refund(principal, size)
+            raise
         self.metrics.published.inc(len(messages))
         return OK, {"msgIdx": first, "count": len(messages)} if v2 else {"msgIdx": first}
 
-    async def subscribe(self, wanted: Subscribe, _v2: bool) -> Answer:
-        following = await self.gateway.subscribe(wanted.subscriber, wanted.topic)
+    async def subscribe(self, wanted: Subscribe, _v2: bool, principal: Principal) -> Answer:
+        caller = Access.names(principal, wanted.topic)
+        following = await self.gateway.subscribe(wanted.subscriber, wanted.topic, caller)
         return OK, {"nextIdx": following}
 
-    async def get(self, wanted: Get, _v2: bool) -> Answer:
-        got = await self.gateway.get(wanted.subscriber, wanted.topic, wanted.wait)
+    async def get(self, wanted: Get, _v2: bool, principal: Principal) -> Answer:
+        caller = Access.names(principal, wanted.topic)
+        got = await self.gateway.get(wanted.subscriber, wanted.topic, wanted.wait, caller)
         if got.status == OK:
             return OK, {"msgIdx": got.index, "msg": got.message}
         return got.status, {"msgIdx": got.index}
 
-    async def ack(self, wanted: Ack, _v2: bool) -> Answer:
-        following = await self.gateway.ack(wanted.subscriber, wanted.topic, wanted.index)
+    async def ack(self, wanted: Ack, _v2: bool, principal: Principal) -> Answer:
+        caller = Access.names(principal, wanted.topic)
+        following = await self.gateway.ack(wanted.subscriber, wanted.topic, wanted.index, caller)
         return OK, {"nextIdx": following}
 
 
@@ -303,7 +356,7 @@ def refused_answer(v2: bool, refused: Refused) -> Response:
 class Endpoint(Generic[M]):
     name: str  # the path under /v1 or /v2, the metrics' label
     read: Callable[[Fields, Doc, bool], M]  # the body, once, as the call's request
-    call: Callable[[M, bool], Awaitable[Answer]]
+    call: Callable[[M, bool, Principal], Awaitable[Answer]]
     needs: Permission  # on the topic
 
 
@@ -330,13 +383,15 @@ def endpoint(
             with guards.share.held(principal):
                 doc = await read_json(request, most, guards.parse)
                 access.check(principal, route.needs, fields.name(doc, "topic"))
-                status, body = await route.call(route.read(fields, doc, v2), v2)
+                status, body = await route.call(route.read(fields, doc, v2), v2, principal)
             response = answer(v2, status, body)
         except Refused as refused:
             response = refused_answer(v2, refused)
         except BadRequest as error:
             status = error.status if v2 or error.status in (408, 429) else 400  # v1: the seed's
-            response = answer(v2, status, {}, error.reason)
+            response = answer(v2, status, {}, error.reason, error.headers)
+        except TopicForbidden as forbidden:
+            response = answer(v2, 403, {}, str(forbidden))
         except TopicRefused as refused:
             response = answer(v2, 400, {}, str(refused))
         except (Unavailable, CoordinationError) as error:
@@ -352,7 +407,7 @@ def build(
 ) -> Starlette:
     metrics = Metrics(gateway.index, lambda: gateway.replaced, gateway.read_from_logs)
     fields, access = Fields(settings), gateway.access
-    guards = Guards(access, Share(limits.http_principal_requests_max), gateway.parse_json)
+    guards = Guards(access, Share(settings.requests_quota), gateway.parse_json)
     calls = Calls(gateway, metrics)
 
     async def render_metrics(request: Request) -> Response:

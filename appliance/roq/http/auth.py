@@ -7,10 +7,15 @@ digest -> principal, swapped whole at every change, so a revoked principal or to
 at its first request after the watch fired. The gateway never seeds the table: only a GCM or
 host does, on a cluster's first start.
 
-The resource is the topic: a topic is the gateway's queue (the roq queues that carry the topics
-are the gateway's own, written with the cluster's key), so a grant on prefix `news` covers the
-topics `news…`. Registering and publishing need `publish`; subscribing, getting and acking need
-`subscribe`; `/metrics` any valid token.
+The resource is the topic, granted in a namespace of its own: a grant on `topic:news` covers
+the topics `news…` and no queue, a queue grant no topic (the roq queues that carry the topics
+are the cluster's, written with its key; no grant reaches them over ZeroMQ). Registering and
+publishing need `publish`; subscribing, getting and acking need `subscribe`; `/metrics` any
+valid token.
+
+Owners and subscribers are the caller's (issue 31, finding 3): the monitor of a topic records
+the principal that registered it, or subscribed a subscriber, and refuses another principal
+that names them (403), unless that one holds `admin` on the topic (`names`).
 
 With security off nothing is asked: every caller acts as the cluster, as on every other port.
 """
@@ -24,6 +29,7 @@ from typing import Any
 from roq import limits
 from roq.coordination.principals import PrincipalStore
 from roq.protocol import principals
+from roq.protocol.messages.topics import NOBODY, Caller
 from roq.protocol.principals import Permission, Principal
 
 log = logging.getLogger(__name__)
@@ -90,14 +96,32 @@ class Access:
     def check_any(principal: Principal, permission: Permission) -> None:
         """Refused (403) unless `principal` holds `permission` on some topic: checked before the
         body (which names the topic) is read, so a token without the grant costs no body."""
-        if principal.superuser or any(permission in held for held in principal.grants.values()):
+        if principal.superuser or any(
+            permission in held and principals.is_topic_grant(prefix)
+            for prefix, held in principal.grants.items()
+        ):
             return
-        why = f"principal {principal.name} lacks permission '{permission}' on every queue"
+        why = f"principal {principal.name} lacks permission '{permission}' on every topic"
         raise Refused(403, why, "insufficient_scope")
+
+    @staticmethod
+    def names(principal: Principal, topic: str) -> Caller:
+        """Whose owners and subscribers a call's names are: its principal's own; any
+        principal's for one holding admin on the topic; nobody's with security off."""
+        if principal.superuser:
+            return NOBODY
+        return Caller(principal.name, principal.allows_topic(Permission.ADMIN, topic))
+
+    @staticmethod
+    def unbounded(principal: Principal) -> bool:
+        """Held to no per-principal quota: the cluster (security off), and a principal holding
+        admin on every topic (`topic:*`, the cluster's operator: the admin of admin.json)."""
+        every = principal.grants.get(principals.TOPIC, frozenset())
+        return principal.superuser or Permission.ADMIN in every
 
     @staticmethod
     def check(principal: Principal, permission: Permission, topic: str) -> None:
         """Refused (403) naming the missing permission unless `principal` holds it on `topic`."""
-        why = principals.refusal(principal, [permission], topic)
+        why = principals.topic_refusal(principal, permission, topic)
         if why is not None:
             raise Refused(403, why, "insufficient_scope")

@@ -53,6 +53,7 @@ from roq.http import records, snapshot
 from roq.http.auth import Access
 from roq.http.consumer import Items, LogConsumer, Position
 from roq.http.index import TopicIndex
+from roq.protocol.messages.topics import NOBODY, Caller
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +129,7 @@ class Gateway:
         old = TopicStore(self.zk, self.paths)
         moved = 0
         for topic, followers in old.exported():
-            store.import_topic(topic.name, topic.owner, topic.head, followers)
+            store.import_topic(topic.name, topic.owner, topic.head, followers, topic.principal)
             old.delete(topic.name)
             moved += 1
             if moved % 1000 == 0:  # a large migration says it is under way
@@ -291,25 +292,32 @@ class Gateway:
         return queues[zlib.crc32(topic.encode()) % len(queues)]
 
     # --- the API -------------------------------------------------------------------------------
-    async def register(self, owner: str, topic: str) -> None:
-        await self._run(self.store.register, topic, owner, self.settings.max_topics)
+    # `caller`: whose owners and subscribers the names are (issue 31, finding 3; api.py)
+    async def register(
+        self, owner: str, topic: str, caller: Caller = NOBODY, quota: int = 0
+    ) -> None:
+        """`quota`: the most topics the caller's principal may hold (0: no bound)."""
+        most = self.settings.max_topics
+        await self._run(self.store.register, topic, owner, most, caller, quota)
         log.info("http: topic %r registered by %r", topic, owner)
 
-    async def publish(self, owner: str, topic: str, messages: list[bytes]) -> int:
+    async def publish(
+        self, owner: str, topic: str, messages: list[bytes], caller: Caller = NOBODY
+    ) -> int:
         """Store the messages; the index of the first. Returns once the exchange confirmed.
         With the topics in the state log, the head and the messages are one worker call (the
         topic's monitor is the one writer of heads: nothing to serialise here); with ZooKeeper's
         store, this gateway's own publishes to a topic take its head one at a time (no
         compare-and-set retries among them), then store."""
         if isinstance(self.store, TopicClient):
-            return await self._run(self._publish, owner, topic, messages)
+            return await self._run(self._publish, owner, topic, messages, caller)
         async with self._locks[zlib.crc32(topic.encode()) & 255]:
-            first = await self._run(self.store.advance_head, topic, owner, len(messages))
+            first = await self._run(self.store.advance_head, topic, owner, len(messages), caller)
         await self._run(self._store, topic, first, messages)
         return first
 
-    def _publish(self, owner: str, topic: str, messages: list[bytes]) -> int:
-        first = self.store.advance_head(topic, owner, len(messages))
+    def _publish(self, owner: str, topic: str, messages: list[bytes], caller: Caller) -> int:
+        first = self.store.advance_head(topic, owner, len(messages), caller)
         self._store(topic, first, messages)
         return first
 
@@ -364,17 +372,19 @@ class Gateway:
         except RoqError as error:
             log.warning("http: closing the failed %s: %s", failed.name, error)
 
-    async def subscribe(self, subscriber: str, topic: str) -> int:
+    async def subscribe(self, subscriber: str, topic: str, caller: Caller = NOBODY) -> int:
         following = await self._run(
-            self.store.subscribe, topic, subscriber, self.settings.max_subscribers
+            self.store.subscribe, topic, subscriber, self.settings.max_subscribers, caller
         )
         log.info("http: %r subscribed to topic %r from message %d", subscriber, topic, following)
         return following
 
-    async def get(self, subscriber: str, topic: str, wait_s: float = 0.0) -> Got:
+    async def get(
+        self, subscriber: str, topic: str, wait_s: float = 0.0, caller: Caller = NOBODY
+    ) -> Got:
         deadline = time.monotonic() + wait_s
         while True:
-            following, _, head = await self._run(self.store.position, topic, subscriber)
+            following, _, head = await self._run(self.store.position, topic, subscriber, caller)
             if following <= head - self.settings.max_queue_size:
                 return Got(EVICTED, following)
             if following > head:
@@ -397,8 +407,8 @@ class Gateway:
             return Got(EVICTED, index)  # its publish failed: a later message came, it never will
         raise Unavailable(f"message {index} of topic {topic!r} is not readable yet")
 
-    async def ack(self, subscriber: str, topic: str, index: int) -> int:
-        return await self._run(self.store.ack, topic, subscriber, index)
+    async def ack(self, subscriber: str, topic: str, index: int, caller: Caller = NOBODY) -> int:
+        return await self._run(self.store.ack, topic, subscriber, index, caller)
 
 
 __all__ = ["EVICTED", "NO_MESSAGE", "OK", "CoordinationError", "Gateway", "Got", "TopicRefused"]

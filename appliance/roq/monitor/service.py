@@ -665,7 +665,12 @@ class Monitor:
     ) -> Document | None:
         """Publishers need publish on the queue, subscribers subscribe, work-queue consumers
         consume: refused by name. Only the command is read (before the table decodes it)."""
-        why = refusal(principal, _needs(request.get("CMD")), self.queue)
+        command = request.get("CMD")
+        why = refusal(principal, _needs(command), self.queue)
+        if why is None and command in TOPIC_COMMANDS and principal and not principal.superuser:
+            # a topic command names any owner or subscriber: the gateway's alone, which checks
+            # its callers (a grant of admin on http-0 set positions over ZeroMQ otherwise)
+            why = f"principal {principal.name} lacks the cluster role of topic commands"
         if why is None:
             return None
         log.warning("%s: refused a placement request: %s", self.name, why)
@@ -1049,7 +1054,7 @@ def _needs(command: Any) -> tuple[Permission, ...]:
     if command in TASK_COMMANDS:
         return (Permission.PUBLISH,)  # a requester: submit, poll for and take its result
     if command in TOPIC_COMMANDS:
-        return (Permission.ADMIN,)  # an HTTP gateway (the cluster's key): it checks its callers
+        return (Permission.ADMIN,)  # and the cluster role (`_authorize`): the HTTP gateway's
     if command in GROUP_COMMANDS:
         return (Permission.CONSUME,)
     return (Permission.SUBSCRIBE,)

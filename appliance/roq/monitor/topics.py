@@ -2,8 +2,9 @@
 (monitor/state.py): registrations, owners, heads and subscriber positions (docs/http.md).
 
     http/topics                     {"topics": n}: how many topics this queue holds
-    http/t/<h(topic)>               {"topic", "owner", "head", "subscribers"}
-    http/s/<h(topic)>/<h(name)>     {"topic", "subscriber", "next"}
+    http/p/<h(principal)>           {"principal", "topics": n}: how many of them it registered
+    http/t/<h(topic)>               {"topic", "owner", "head", "subscribers"[, "principal"]}
+    http/s/<h(topic)>/<h(name)>     {"topic", "subscriber", "next"[, "principal"]}
 
 `h` is a 128-bit BLAKE2b of the name, hex: names of up to 1,000 characters of any kind make keys
 of a fixed, short length (state keys are bounded, `limits.state_key_chars_max`). `head` is the
@@ -13,6 +14,13 @@ log, so a head is taken once whatever the number of gateways (no compare-and-set
 ZooKeeper's store had), and a count changes in the same append as what it counts. A reply waits
 until the append is on `min.insync.copies` copies (service.py `_answer`): what a gateway was told
 survives the loss of the monitor's host.
+
+Owners and subscribers are their principals' (issue 31, finding 3): a topic records the
+principal that registered it, a subscriber the one that subscribed it, and a request naming
+them from another principal is refused (FORBIDDEN: the gateway's 403), unless the gateway says
+its caller may act on any (`Override`: admin on the topic). A record without a principal (made
+before, by a gateway with security off, or moved from ZooKeeper without one) is claimed by the
+first principal that uses it: the monitor is its one writer, so exactly one claim wins.
 
 Retention (57, TOPIC_FLOOR): a gateway that saved its index tells, per exchange of the queue,
 the offset before which it needs nothing (every message there is evicted from its topic, or
@@ -39,6 +47,7 @@ from roq.protocol.messages.topics import TOPIC_COMMANDS, TopicAsk, TopicState
 log = logging.getLogger(__name__)
 
 COUNT_KEY = "http/topics"
+PRINCIPAL_PREFIX = "http/p/"
 TOPIC_PREFIX = "http/t/"
 FOLLOWER_PREFIX = "http/s/"
 
@@ -47,12 +56,41 @@ class _Conflict(Exception):
     """The request breaks a rule of the API (the gateway answers 400 with this text)."""
 
 
+class _Forbidden(Exception):
+    """The caller's principal does not hold the owner or subscriber it names (403)."""
+
+
+def _hold(record: dict[str, Any], ask: TopicAsk, what: str) -> bool:
+    """Whether the caller may use `record` (a topic's, for its owner, or a subscriber's):
+    _Forbidden if it is another principal's; True when the caller claims it now (an unclaimed
+    record: the caller's write must carry the principal set here)."""
+    held = str(record.get("principal") or "")
+    after = ask.caller.uses(held)
+    if after is None:
+        raise _Forbidden(f"{what} belongs to another principal")
+    if after == held:
+        return False
+    record["principal"] = after
+    return True
+
+
+def _mine(record: dict[str, Any], ask: TopicAsk) -> dict[str, Any]:
+    """A new record, with the caller's principal when it has one."""
+    if ask.caller.principal:
+        record["principal"] = ask.caller.principal
+    return record
+
+
 def _h(name: str) -> str:
     return hashlib.blake2b(name.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
 def topic_key(topic: str) -> str:
     return TOPIC_PREFIX + _h(topic)
+
+
+def principal_key(principal: str) -> str:
+    return PRINCIPAL_PREFIX + _h(principal)
 
 
 def follower_key(topic: str, subscriber: str) -> str:
@@ -105,6 +143,8 @@ class TopicManager:
                 return handler(self.keeper.store_state(), ask)  # type: ignore[no-any-return]
             except _Conflict as conflict:
                 return Refused(Reason.CONFLICT, str(conflict))
+            except _Forbidden as forbidden:
+                return Refused(Reason.FORBIDDEN, str(forbidden))
             except CoordinationError as error:
                 return Refused(Reason.BUSY, str(error))
 
@@ -122,15 +162,25 @@ class TopicManager:
         count = _count(state)
         if count >= ask.limit:
             raise _Conflict(f"too many topics: the limit is {ask.limit} in this queue")
-        record = {"topic": ask.topic, "owner": ask.name, "head": 0, "subscribers": 0}
-        self._write([Change(key, _json(record), expect=0),
-                     Change(COUNT_KEY, _json({"topics": count + 1}))])  # fmt: skip
+        principal = ask.caller.principal
+        mine = _mine_count(state, principal)
+        if ask.quota and mine >= ask.quota:
+            raise _Forbidden(f"principal {principal} holds its quota of topics ({ask.quota} "
+                             "in this queue)")  # fmt: skip
+        record = _mine({"topic": ask.topic, "owner": ask.name, "head": 0, "subscribers": 0}, ask)
+        changes = [Change(key, _json(record), expect=0),
+                   Change(COUNT_KEY, _json({"topics": count + 1}))]  # fmt: skip
+        if principal:  # counted for its quota (per-principal quotas, issue 31, finding 7)
+            held = {"principal": principal, "topics": mine + 1}
+            changes.append(Change(principal_key(principal), _json(held)))
+        self._write(changes)
         return TopicState(topics=count + 1)
 
     def _publish(self, state: StateLog, ask: TopicAsk) -> TopicState:
         topic = _topic(state, ask.topic)
         if topic["owner"] != ask.name:
             raise _Conflict(f"{ask.name!r} is not the owner of topic {ask.topic!r}")
+        _hold(topic, ask, f"owner {ask.name!r} of topic {ask.topic!r}")  # written below
         first = topic["head"] + 1
         topic["head"] += ask.count
         self._write([Change(topic_key(ask.topic), _json(topic))])
@@ -140,9 +190,16 @@ class TopicManager:
         """Start (or restart) the subscriber after the topic's head."""
         topic = _topic(state, ask.topic)
         key = follower_key(ask.topic, ask.name)
+        found = _read(state, key)
         following = {"topic": ask.topic, "subscriber": ask.name, "next": topic["head"] + 1}
+        if found is None:
+            _mine(following, ask)
+        else:  # subscribing again restarts it: its principal's alone
+            _hold(found, ask, f"subscriber {ask.name!r} of topic {ask.topic!r}")
+            if found.get("principal"):
+                following["principal"] = found["principal"]
         changes = [Change(key, _json(following))]
-        if state.get(key) is None:
+        if found is None:
             if topic["subscribers"] >= ask.limit:
                 raise _Conflict(f"topic {ask.topic!r} has {ask.limit} subscribers: the limit")
             topic["subscribers"] += 1
@@ -152,12 +209,16 @@ class TopicManager:
 
     def _position(self, state: StateLog, ask: TopicAsk) -> TopicState:
         head = _topic(state, ask.topic)["head"]
-        return TopicState(head=head, next=_follower(state, ask)["next"])
+        following = _follower(state, ask)
+        if _hold(following, ask, f"subscriber {ask.name!r} of topic {ask.topic!r}"):
+            self._write([Change(follower_key(ask.topic, ask.name), _json(following))])
+        return TopicState(head=head, next=following["next"])
 
     def _ack(self, state: StateLog, ask: TopicAsk) -> TopicState:
         """Acknowledge message `Index`, which must be the subscriber's next."""
         head = _topic(state, ask.topic)["head"]
         following = _follower(state, ask)
+        _hold(following, ask, f"subscriber {ask.name!r} of topic {ask.topic!r}")  # written below
         if ask.index != following["next"]:
             raise _Conflict(f"message {ask.index} is not the next of {ask.name!r} "
                             f"({following['next']})")  # fmt: skip
@@ -167,8 +228,8 @@ class TopicManager:
         self._write([Change(follower_key(ask.topic, ask.name), _json(following))])
         return TopicState(head=head, next=following["next"])
 
-    def _count_of(self, state: StateLog, _: TopicAsk) -> TopicState:
-        return TopicState(topics=_count(state))
+    def _count_of(self, state: StateLog, ask: TopicAsk) -> TopicState:
+        return TopicState(topics=_count(state), mine=_mine_count(state, ask.caller.principal))
 
     def _floor(self, _: StateLog, ask: TopicAsk) -> TopicState:
         for exchange_id, offset in ask.floors:
@@ -186,6 +247,7 @@ class TopicManager:
         if state.get(key) is None:
             count = _count(state) + 1
             record = {"topic": ask.topic, "owner": ask.name, "head": ask.index, "subscribers": 0}
+            _mine(record, ask)  # the principal ZooKeeper's record held, if any
             self._write([Change(key, _json(record), expect=0),
                          Change(COUNT_KEY, _json({"topics": count}))])  # fmt: skip
         return TopicState(head=_topic(state, ask.topic)["head"], topics=_count(state))
@@ -197,6 +259,7 @@ class TopicManager:
         if found is not None:
             return TopicState(head=topic["head"], next=int(found["next"]))
         following = {"topic": ask.topic, "subscriber": ask.subscriber, "next": ask.index}
+        _mine(following, ask)
         topic["subscribers"] += 1
         self._write([Change(key, _json(following), expect=0),
                      Change(topic_key(ask.topic), _json(topic))])  # fmt: skip
@@ -216,6 +279,14 @@ def _read(state: StateLog, key: str) -> dict[str, Any] | None:
 def _count(state: StateLog) -> int:
     found = _read(state, COUNT_KEY)
     return int(found["topics"]) if found else 0
+
+
+def _mine_count(state: StateLog, principal: str) -> int:
+    """The topics `principal` registered in this queue (0 for nobody)."""
+    if not principal:
+        return 0
+    found = _read(state, principal_key(principal))
+    return int(found["topics"]) if found and found.get("principal") == principal else 0
 
 
 def _topic(state: StateLog, topic: str) -> dict[str, Any]:

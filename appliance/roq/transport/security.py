@@ -45,7 +45,7 @@ from roq import limits
 from roq.errors import SecurityError
 from roq.protocol import principals as principal_table
 from roq.protocol.principals import ALL as ALL_PERMISSIONS
-from roq.protocol.principals import Permission, Principal
+from roq.protocol.principals import TOPIC, Permission, Principal
 from roq.protocol.zktls import ZkTls
 from roq.protocol.zktls import decode as decode_zk_tls
 
@@ -162,7 +162,8 @@ class Gate:
 
 
 def _rights(principal: Principal | None) -> object:
-    return None if principal is None else (principal.grants, principal.superuser)
+    # a topic grant is the HTTP gateway's business too: no ZeroMQ connection needs cutting
+    return None if principal is None else (principal.queue_grants(), principal.superuser)
 
 
 _refusals_logged: dict[tuple[bytes, str], float] = {}
@@ -366,7 +367,7 @@ def parse_cluster(doc: Mapping[str, Any], path: Path | str) -> ClusterSecrets:
     if not isinstance(zk_auth, str) or ":" not in zk_auth:
         raise SecurityError(f"credentials {path}: 'zk_auth' is not user:password")
     tokens = _seed_tokens(doc, path)
-    everything = {"": ALL_PERMISSIONS}
+    everything = {"": ALL_PERMISSIONS, TOPIC: ALL_PERMISSIONS}  # every queue, every topic
     seeded = (Principal(n, k, everything, tokens=tokens.get(n, ())) for k, n in seeds.items())
     return ClusterSecrets(keys, tuple(seeded), zk_auth, _zk_tls(doc, path))
 

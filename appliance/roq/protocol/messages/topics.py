@@ -8,6 +8,12 @@ as the command says) with `Count` (a publish's messages), `Index` (the message a
 import (56, a topic kept in ZooKeeper before, docs/http.md "Migration") names the owner and the
 head (`Index`), or a `Subscriber` and its next index. A floor (57) names no topic: `Floors`
 maps exchange ids to log offsets (docs/http.md, "Retention").
+
+The owners and subscribers a gateway names are its callers' (issue 31, finding 3): `Principal`
+is the calling principal, whose names the monitor records and checks (none: security off, or
+a gateway from before, which records and checks nothing); `Override` says the caller may act
+on any principal's names (it holds `admin` on the topic). An import's `Principal` is the one the
+record held in ZooKeeper.
 """
 
 from __future__ import annotations
@@ -19,11 +25,42 @@ from typing import Any, Self
 from roq import limits
 from roq.errors import DecodeError
 from roq.protocol import bsonmsg
-from roq.protocol.bsonmsg import Document, field_int, field_str
+from roq.protocol.bsonmsg import Document, field_bool, field_int, field_str
 from roq.protocol.commands import MonitorCommand
+from roq.protocol.principals import NAME_CHARS_MAX
 
 TOPIC_COMMANDS = frozenset(range(MonitorCommand.TOPIC_REGISTER, MonitorCommand.TOPIC_FLOOR + 1))
 _NAMED = frozenset(TOPIC_COMMANDS - {MonitorCommand.TOPIC_COUNT, MonitorCommand.TOPIC_FLOOR})
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Whose names a gateway request's owner or subscriber are: `principal` ("": nobody's,
+    security off), and whether it may act on another principal's (`override`: admin)."""
+
+    principal: str = ""
+    override: bool = False
+
+    def uses(self, held: str) -> str | None:
+        """The principal a record held by `held` ("": none) holds once this caller used it (an
+        unclaimed record becomes the caller's, unless it is an admin's override); None when the
+        caller may not use it: another principal's."""
+        if not held:
+            return "" if self.override else self.principal
+        if self.override or not self.principal or held == self.principal:
+            return held  # an admin; security off (or a gateway from before): nothing to check
+        return None
+
+
+NOBODY = Caller()
+
+
+def quota_refusal(principal: str, quota: int) -> str:
+    """The gateway's 403 for a principal at its quota of topics (issue 31, finding 7)."""
+    return (
+        f"principal {principal} holds {quota} topics: its quota (http.topics.per.principal); "
+        "other principals may still register"
+    )
 
 
 @dataclass(frozen=True)
@@ -39,6 +76,8 @@ class TopicAsk:
     limit: int = 0  # 50: topics this queue may hold; 52: subscribers the topic may have
     subscriber: str = ""  # 56: the subscriber whose position is imported ("": the topic)
     floors: tuple[tuple[str, int], ...] = ()  # 57: (exchange id, log offset)
+    caller: Caller = NOBODY  # 50–56: whose names these are (55: whose topics to count too)
+    quota: int = 0  # 50: topics of the caller's principal this queue may then hold (0: any)
 
     def encode(self) -> Document:
         doc: Document = {"CMD": int(self.command)}
@@ -52,8 +91,14 @@ class TopicAsk:
             doc["Index"] = self.index
         if self.subscriber:
             doc["Subscriber"] = self.subscriber
+        if self.caller.principal:
+            doc["Principal"] = self.caller.principal
+        if self.caller.override:
+            doc["Override"] = True
         if self.command in (MonitorCommand.TOPIC_REGISTER, MonitorCommand.TOPIC_SUBSCRIBE):
             doc["Limit"] = self.limit
+        if self.quota:
+            doc["Quota"] = self.quota
         return doc
 
     @classmethod
@@ -64,7 +109,7 @@ class TopicAsk:
         if command == MonitorCommand.TOPIC_FLOOR:
             return cls(command, floors=_floors(doc.get("Floors")))
         if command not in _NAMED:
-            return cls(command)
+            return cls(command, caller=_caller(doc))
         chars = limits.http_name_chars_max
         topic = field_str(doc, "Topic", max_chars=chars)
         name = field_str(doc, "Name", max_chars=chars)
@@ -79,7 +124,20 @@ class TopicAsk:
         if command == MonitorCommand.TOPIC_IMPORT:
             index = field_int(doc, "Index", lo=0)
             subscriber = field_str(doc, "Subscriber", max_chars=chars, default="")
-        return cls(command, topic, name, count, index, limit, subscriber)
+        quota = 0
+        if command == MonitorCommand.TOPIC_REGISTER:
+            quota = field_int(doc, "Quota", lo=0, hi=limits.http_limit_max, default=0)
+        caller = _caller(doc)
+        return cls(
+            command, topic, name, count, index, limit, subscriber, caller=caller, quota=quota
+        )
+
+
+def _caller(doc: Mapping[str, Any]) -> Caller:
+    return Caller(
+        field_str(doc, "Principal", max_chars=NAME_CHARS_MAX, default=""),
+        field_bool(doc, "Override", default=False),
+    )
 
 
 def _floors(value: Any) -> tuple[tuple[str, int], ...]:
@@ -101,17 +159,20 @@ def _floors(value: Any) -> tuple[tuple[str, int], ...]:
 class TopicState:
     """The answer to a topic command: the topic's `Head` (its newest message's index, 0: none),
     `First` (51: the first index taken), `Next` (52–54: the subscriber's next index) and
-    `Topics` (55, and 50: how many this queue holds); 0 where the command says nothing."""
+    `Topics` (55, and 50: how many this queue holds), `Mine` (55: how many of them the
+    caller's principal registered); 0 where the command says nothing."""
 
     head: int = 0
     first: int = 0
     next: int = 0
     topics: int = 0
+    mine: int = 0
 
     def encode(self) -> Document:
-        return bsonmsg.ok(Head=self.head, First=self.first, Next=self.next, Topics=self.topics)
+        return bsonmsg.ok(Head=self.head, First=self.first, Next=self.next, Topics=self.topics,
+                          Mine=self.mine)  # fmt: skip
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
-        fields = ("Head", "First", "Next", "Topics")
+        fields = ("Head", "First", "Next", "Topics", "Mine")
         return cls(*(field_int(doc, name, default=0) for name in fields))
