@@ -117,6 +117,7 @@ def test_every_key_read_is_declared_and_every_declared_key_is_read():
     ):
         component.from_settings(hcm)
     config.UpSettings.from_settings(gcm, hcm)
+    config.LoggingSettings.from_settings(gcm)  # every daemon command, besides its own settings
     for keys, read in ((config.GCM_KEYS, gcm_read | ec2_read), (config.HCM_KEYS, hcm_read)):
         declared = {key.name for key in keys}
         assert read <= declared

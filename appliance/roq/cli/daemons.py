@@ -24,6 +24,7 @@ from roq.cli.common import (
     setup_logging,
     stop_event,
 )
+from roq.cli.logformat import use_log_format
 from roq.errors import EXIT_FAILURE, EXIT_FENCED, EXIT_RETIRED
 from roq.system import notify
 
@@ -40,9 +41,9 @@ def gcm(
     setup_logging()
     stop = stop_event()
     with errors_to_exit():
-        settings = config.GcmSettings.from_settings(
-            config.load_gcm(config_file, config.parse_overrides(define))
-        )
+        loaded = config.load_gcm(config_file, config.parse_overrides(define))
+        _log_format(loaded, "gcm")
+        settings = config.GcmSettings.from_settings(loaded)
         secure(settings.security, generate=True)
         from roq.gcm.service import GlobalConfigurationManager
 
@@ -79,7 +80,9 @@ def host(
     setup_logging()
     stop = stop_event()
     with errors_to_exit():
-        settings = config.HostSettings.from_settings(_hcm(config_file, define))
+        loaded = _hcm(config_file, define)
+        settings = config.HostSettings.from_settings(loaded)
+        _log_format(loaded, "host", host=settings.name or settings.interface)
         _check_log_directory(settings)
         secure(settings.security, generate=True)
         from roq.host.service import HostConfigManager
@@ -125,6 +128,11 @@ def _serve_child(server: _Child, name: str, context: Any) -> None:
 
 def _hcm(config_file: Path | None, define: list[str]) -> config.Settings:
     return config.load_hcm(config_file, config.parse_overrides(define))
+
+
+def _log_format(settings: config.Settings, process: str, **fields: str) -> None:
+    """log.format as soon as the daemon's settings are read: its every later line in it."""
+    use_log_format(config.LoggingSettings.from_settings(settings).format, process, **fields)
 
 
 def secure(settings: config.SecuritySettings, *, generate: bool, lease: str = "") -> None:
@@ -196,7 +204,9 @@ def http(
     """
     setup_logging()
     with errors_to_exit():
-        settings = config.HttpSettings.from_settings(_hcm(config_file, define))
+        loaded = _hcm(config_file, define)
+        _log_format(loaded, "http")
+        settings = config.HttpSettings.from_settings(loaded)
         if if_enabled and not settings.enabled:
             typer.echo("roq http: http.enabled=false; not serving", err=True)
             return
@@ -237,6 +247,7 @@ def up(
     with errors_to_exit():
         overrides = {**port_keys(port_base), **config.parse_overrides(define)}
         cluster = Cluster(data_dir, gcm_config, hcm_config, overrides)
+        use_log_format(cluster.settings.logging.format, "up", host=cluster.settings.host_name)
         stop = stop_event()
         try:
             cluster.start(stop)
@@ -276,7 +287,9 @@ def monitor(
     """Run a queue's monitor: exchange liveness, publisher placement and re-allocation, KPIs."""
     setup_logging()
     with errors_to_exit():
-        settings = config.MonitorSettings.from_settings(_hcm(config_file, define))
+        loaded = _hcm(config_file, define)
+        settings = config.MonitorSettings.from_settings(loaded)
+        _log_format(loaded, "monitor", host=settings.host_name or bind, queue=queue)
         secure(settings.security, generate=False, lease=lease)
         from roq.monitor.service import Monitor
         from roq.transport import new_context
@@ -311,7 +324,10 @@ def exchange(
     returns: it serves reads of the log and its copies until live exchanges hold them."""
     setup_logging()
     with errors_to_exit():
-        settings = config.ExchangeSettings.from_settings(_hcm(config_file, define))
+        loaded = _hcm(config_file, define)
+        settings = config.ExchangeSettings.from_settings(loaded)
+        _log_format(loaded, "exchange", host=settings.host_name or bind, queue=queue,
+                    exchange=exchange_id)  # fmt: skip
         secure(settings.security, generate=False, lease=lease)
         from roq.exchange.service import Exchange, ExchangeSpec
         from roq.transport import new_context

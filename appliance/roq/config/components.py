@@ -85,6 +85,17 @@ class SecuritySettings:
         return read(cls, settings)
 
 
+@dataclass(frozen=True)
+class LoggingSettings:
+    """How a daemon writes its log lines; read by every daemon command (roq.cli.daemons)."""
+
+    format: str = field(metadata=key("log.format"))  # text | json
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> LoggingSettings:
+        return read(cls, settings)
+
+
 def log_settings(settings: Settings) -> LogSettings:
     """The log keys of an HCM.properties (maxFileSize, log.*), as the log package's own type."""
     return LogSettings(
@@ -523,6 +534,7 @@ class UpSettings:
     http_enabled: bool  # http.enabled: `roq up` starts `roq http`
     http_port: int
     http_tls: bool  # http.tls.cert is set: the gateway serves HTTPS
+    logging: LoggingSettings  # the host's: `roq up` logs as its children do
 
     @classmethod
     def from_settings(cls, gcm: Settings, hcm: Settings) -> UpSettings:
@@ -537,4 +549,5 @@ class UpSettings:
             http_enabled=hcm._bool("http.enabled"),
             http_port=hcm._int("http.port"),
             http_tls=bool(hcm._str("http.tls.cert")),
+            logging=LoggingSettings.from_settings(hcm),
         )

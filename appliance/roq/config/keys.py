@@ -128,6 +128,19 @@ _SECURITY_KEYS = (
     ),
 )
 
+_LOGGING_KEYS = (
+    Key(
+        "log.format",
+        str,
+        "text",
+        "Form of the process's log lines on stderr: text (one line each, for people) or json (one "
+        "JSON object per line: time, level, logger, message, process, pid, and host, queue, "
+        "exchange where the process knows them). A host and `roq up` pass it to what they start.",
+        choices=("text", "json"),
+        section="Logging",
+    ),
+)
+
 GCM_KEYS: tuple[Key, ...] = (
     Key(
         "ports.base",
@@ -173,6 +186,7 @@ GCM_KEYS: tuple[Key, ...] = (
     ),
     *_ZK_KEYS,
     *_SECURITY_KEYS,
+    *_LOGGING_KEYS,
     Key(
         "formatDB",
         bool,
@@ -327,6 +341,7 @@ HCM_KEYS: tuple[Key, ...] = (
     Key("gcm.ports.base", int, 5000, "ports.base of the GCM.", (1024, 65529), section="GCM"),
     *_ZK_KEYS,
     *_SECURITY_KEYS,
+    *_LOGGING_KEYS,
     Key(
         "network.interface",
         str,
