@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import faulthandler
 import logging
 import os
@@ -215,12 +216,18 @@ def http(
 
         stop = stop_event()  # uvicorn calls these handlers again once it has stopped
         with serving("http gateway"):
-            run(
-                settings,
-                on_ready=lambda where: notify.ready(f"http gateway serving on {where}"),
-                stopping=stop,
-            )
+            run(settings, on_ready=_http_ready, stopping=stop)
         notify.stopping()
+
+
+_beating: set[asyncio.Task[None]] = set()  # the watchdog task (a task needs a reference)
+
+
+def _http_ready(where: str) -> None:
+    """Called on the gateway's event loop once it serves: READY=1, then systemd's watchdog
+    beaten by a task of that loop, which a blocked loop stops running."""
+    notify.ready(f"http gateway serving on {where}")
+    _beating.add(asyncio.get_running_loop().create_task(notify.keep_alive_while_the_loop_turns()))
 
 
 @app.command(rich_help_panel="Daemons")

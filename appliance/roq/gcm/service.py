@@ -40,6 +40,7 @@ from roq.protocol.commands import AdminCommand, Reason
 from roq.protocol.dispatch import Table
 from roq.protocol.messages.admin import BroadcastQueue, ConfigBroadcast
 from roq.protocol.ports import GcmPort, endpoint_at, port_at
+from roq.system import notify
 from roq.system.netaddr import resolve_interface
 from roq.transport import READABLE, Kind, Poller, bind, new_context, open_socket, security
 from roq.transport.rpc import answer
@@ -116,6 +117,7 @@ class GlobalConfigurationManager:
             on_ready()
         next_broadcast = time.monotonic() + self.period_s
         while not stop.is_set():
+            notify.keepalive()  # systemd's watchdog (WatchdogSec=): only while this loop turns
             for sock, _ in poller.poll(limits.poll_interval_ms):
                 if sock is self._sockets["admin"]:
                     answer(sock, self._admin, "gcm admin", log, access.authorize)

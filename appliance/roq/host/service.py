@@ -59,6 +59,7 @@ from roq.protocol.messages.host import (
     StopQueueOnHost,
 )
 from roq.protocol.ports import ExchangePort, MonitorPort, StatPort, endpoint_at
+from roq.system import notify
 from roq.system.netaddr import resolve_interface
 from roq.system.spawn import roq_command
 from roq.transport import READABLE, Kind, Poller, bind, new_context, open_socket, security
@@ -277,6 +278,7 @@ class HostConfigManager:
         if on_ready is not None:
             on_ready()
         while not stop.is_set():
+            notify.keepalive()  # systemd's watchdog (WatchdogSec=): only while this loop turns
             if poller.poll(limits.poll_interval_ms):
                 answer(self.sock, self._dispatch, f"host {self.name}", log)
             now = time.monotonic()
