@@ -272,6 +272,24 @@ GCM_KEYS: tuple[Key, ...] = (
         section="Provisioning",
     ),
     Key(
+        "cloud.root.device",
+        str,
+        "/dev/xvda",
+        "Root device name of cloud.image (the roq image, built from Debian 12: /dev/xvda). The "
+        "ec2 provisioner launches it with that EBS volume encrypted (the account's aws/ebs key); "
+        "a wrong name would add a second volume instead, so it must be the image's.",
+        section="Provisioning",
+    ),
+    Key(
+        "cloud.root.size",
+        int,
+        8,
+        "Size in GiB of that encrypted root volume, which holds the host's message logs (at least "
+        "the image's own size: 8 for the roq image).",
+        (1, 16384),
+        section="Provisioning",
+    ),
+    Key(
         "cloud.join.zk",
         str,
         "",
