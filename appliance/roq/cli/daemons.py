@@ -103,6 +103,9 @@ def _serve(manager: _Manager, name: str, stop: threading.Event) -> None:
     ready and when it stops), close. `stop` is made first thing in the command: a SIGTERM while
     the daemon still imports, loads keys or binds (seconds on a loaded machine, past
     supervisord's startsecs) is a stop like any other, not Python's default death by signal."""
+    # A missed watchdog ends the process with SIGABRT: every thread's stack goes to the journal
+    # first, so the stuck loop shows where it is stuck.
+    faulthandler.enable()
     try:
         manager.bind()
         with serving(name):
@@ -215,6 +218,7 @@ def http(
         from roq.http.service import run
 
         stop = stop_event()  # uvicorn calls these handlers again once it has stopped
+        faulthandler.enable()  # as _serve: the stacks of a gateway its watchdog ends
         with serving("http gateway"):
             run(settings, on_ready=_http_ready, stopping=stop)
         notify.stopping()
