@@ -163,7 +163,8 @@ def test_a_launch_starts_the_host_instance_with_the_environments_credentials(
     )["Volumes"]
     assert volume["Encrypted"] is True and volume["Size"] == 8
     assert volume["Attachments"][0]["Device"] == "/dev/xvda"
-    assert volume["Attachments"][0]["DeleteOnTermination"] is True
+    [root] = instance["BlockDeviceMappings"]
+    assert (root["DeviceName"], root["Ebs"]["DeleteOnTermination"]) == ("/dev/xvda", True)
     attribute = ec2.describe_instance_attribute(
         InstanceId=instance["InstanceId"], Attribute="userData"
     )
