@@ -53,6 +53,19 @@ source "amazon-ebs" "debian12" {
   # The build instance's role, if any (a role, never keys); the image keeps no credential.
   iam_instance_profile = var.iam_instance_profile
 
+  # EBS encrypted (the account's aws/ebs key): the build instance's root volume, and the
+  # image's snapshot, so every instance launched from the image has an encrypted root volume.
+  # Packer 1.6.6 has no `metadata_options` (IMDSv2 for the build instance) nor `imds_support`
+  # (the image's default): IMDSv2 is required where roq launches instances, by the ec2
+  # provisioner and in docs/deploy.md's run-instances commands (--metadata-options).
+  encrypt_boot = true
+  launch_block_device_mappings {
+    device_name           = "/dev/xvda"
+    volume_size           = 8
+    encrypted             = true
+    delete_on_termination = true
+  }
+
   source_ami_filter {
     filters = {
       name                = "debian-12-amd64-*"

@@ -235,7 +235,8 @@ def start_unit_by_hand(
     argv = unit_command(unit, frozen)
     for key, value in overrides.items():
         argv += ["-D", f"{key}={value}"]
-    env = {**frozen_env(), "NOTIFY_SOCKET": listener.name}
+    # WatchdogSec=2s as systemd would pass it (the units' own are minutes: too long to watch)
+    env = {**frozen_env(), "NOTIFY_SOCKET": listener.name, "WATCHDOG_USEC": "2000000"}
     with log.open("wb") as log_file:
         return subprocess.Popen(
             argv,
@@ -296,6 +297,9 @@ def test_units_exec_start_report_ready_and_stop(
             sender = listeners[role].wait_for("READY=1", 30)
             # One-dir: the notifying process is the one systemd started (NotifyAccess=main).
             assert sender == processes[role].pid, listeners[role].messages
+            for _ in range(2):  # its loop beats the watchdog every second (half of 2 s)
+                beat = listeners[role].wait_for("WATCHDOG=1", 5)
+                assert beat == processes[role].pid, listeners[role].messages
         status = run_frozen(frozen_roq, "status", "--gcm", f"127.0.0.1:{base}")
         assert "hosts (1)" in status.stdout, status.stdout + status.stderr
         # A queue gives the host children to drain on SIGTERM.

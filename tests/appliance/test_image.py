@@ -47,6 +47,14 @@ def test_template_validates_with_the_built_executable(frozen_roq: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_template_encrypts_the_images_volumes() -> None:
+    # issue 31: the image's snapshot (so every instance's root volume) and the build's volume
+    text = (ROOT / TEMPLATE).read_text()
+    assert re.search(r"^\s*encrypt_boot\s*=\s*true$", text, re.M)
+    block = re.search(r"launch_block_device_mappings \{([^}]*)\}", text)
+    assert block and re.search(r"^\s*encrypted\s*=\s*true$", block.group(1), re.M)
+
+
 def test_template_has_no_plugin_block() -> None:
     # Packer 1.6.6 rejects `required_plugins`; the amazon-ebs builder is built in.
     assert not re.search(r"^\s*(packer|required_plugins)\s*\{", (ROOT / TEMPLATE).read_text(), re.M)
@@ -184,7 +192,8 @@ def test_the_gcm_role_allows_what_the_provisioner_asks_and_no_more() -> None:
     ssm = {"ssm:GetParameter", "kms:Decrypt"}
     assert set(actions) == {"ec2:RunInstances", "ec2:CreateTags", "iam:PassRole"} | ssm
     passing = actions["iam:PassRole"]
-    assert passing["Resource"] != "*"
+    # only its own cluster's host role: a GCM cannot launch a host that reads another's keys
+    assert passing["Resource"] == "arn:aws:iam::*:role/roq-host-${aws:PrincipalTag/roq-cluster}"
     assert passing["Condition"] == {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}
 
 
@@ -267,6 +276,10 @@ def test_the_host_role_reads_the_clusters_keys_and_nothing_else() -> None:
                 actions[action] = statement
         if role == "host":
             assert set(actions) == {"ssm:GetParameter", "kms:Decrypt"}
-        assert actions["ssm:GetParameter"]["Resource"] == "arn:aws:ssm:*:*:parameter/roq/*"
+        # issue 31: its own cluster's parameter only, named by the role's tag roq-cluster
+        # (docs/deploy.md tags each cluster's roles); an untagged role reads none
+        assert actions["ssm:GetParameter"]["Resource"] == (
+            "arn:aws:ssm:*:*:parameter/roq/${aws:PrincipalTag/roq-cluster}/cluster"
+        )
         decrypt = actions["kms:Decrypt"]
         assert decrypt["Condition"] == {"StringLike": {"kms:ViaService": "ssm.*.amazonaws.com"}}

@@ -84,3 +84,14 @@ def test_daemon_units_stop_restart_loops_on_config_errors(name: str) -> None:
         f"ExecStart={INSTALLED} ",
     ):
         assert re.search(rf"^{re.escape(line)}", text, re.M), line
+
+
+# Issue 32: the daemons' watchdog. Each loop beats every WatchdogSec/2 (system/notify.py); the
+# interval must leave room for the longest wait the loop makes on purpose.
+WATCHDOG_MIN_S = {"roq-gcm.service": 60, "roq-host.service": 60, "roq-http.service": 10}
+
+
+@pytest.mark.parametrize("name", sorted(WATCHDOG_MIN_S))
+def test_daemon_units_have_a_watchdog(name: str) -> None:
+    found = re.findall(r"^WatchdogSec=(\d+)s$", (ROOT / "systemd" / name).read_text(), re.M)
+    assert len(found) == 1 and int(found[0]) >= WATCHDOG_MIN_S[name], found

@@ -154,6 +154,17 @@ def test_a_launch_starts_the_host_instance_with_the_environments_credentials(
     assert instance["IamInstanceProfile"]["Arn"].endswith(":instance-profile/roq-host")
     tags = {tag["Key"]: tag["Value"] for tag in instance["Tags"]}
     assert tags == {"Name": "roq-host", "roq:cluster": "/roq"}
+    # issue 31: IMDSv2 only (no token, no credentials), one hop; the root volume encrypted
+    options = instance["MetadataOptions"]
+    assert (options["HttpTokens"], options["HttpEndpoint"]) == ("required", "enabled")
+    assert options["HttpPutResponseHopLimit"] == 1
+    [volume] = ec2.describe_volumes(
+        Filters=[{"Name": "attachment.instance-id", "Values": [instance["InstanceId"]]}]
+    )["Volumes"]
+    assert volume["Encrypted"] is True and volume["Size"] == 8
+    assert volume["Attachments"][0]["Device"] == "/dev/xvda"
+    [root] = instance["BlockDeviceMappings"]
+    assert (root["DeviceName"], root["Ebs"]["DeleteOnTermination"]) == ("/dev/xvda", True)
     attribute = ec2.describe_instance_attribute(
         InstanceId=instance["InstanceId"], Attribute="userData"
     )

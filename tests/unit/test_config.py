@@ -117,6 +117,7 @@ def test_every_key_read_is_declared_and_every_declared_key_is_read():
     ):
         component.from_settings(hcm)
     config.UpSettings.from_settings(gcm, hcm)
+    config.LoggingSettings.from_settings(gcm)  # every daemon command, besides its own settings
     for keys, read in ((config.GCM_KEYS, gcm_read | ec2_read), (config.HCM_KEYS, hcm_read)):
         declared = {key.name for key in keys}
         assert read <= declared
@@ -285,3 +286,11 @@ def test_the_parameter_name_is_one_ssm_and_roq_configure_accept(name):
         config.GcmSettings.from_settings(config.load_gcm(None, values))
     assert config.check_parameter_name("/" + "a" * 1010, "x") == "/" + "a" * 1010
     assert config.check_parameter_name("roq-cluster_1.json", "x") == "roq-cluster_1.json"
+
+
+@pytest.mark.parametrize("device", ["xvda", "/dev/", "/dev/xvda; rm", ""])
+def test_the_ec2_root_device_must_be_a_device_name(device):
+    values = {"provisioner": "ec2", "cloud.image": "ami-1", "cloud.cluster.parameter": "/roq/c"}
+    settings = config.load_gcm(None, {**values, "cloud.root.device": device})
+    with pytest.raises(config.ConfigError, match=r"key 'cloud\.root\.device'"):
+        config.GcmSettings.from_settings(settings)

@@ -17,7 +17,7 @@ app = typer.Typer(
     "publish with `roq pub q1` and subscribe with `roq sub q1`.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,  # --install-completion, --show-completion (docs/operations.md)
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -70,4 +70,6 @@ def main() -> None:
         from roq.cli import daemons  # noqa: F401
     else:
         from roq.cli import commands  # noqa: F401
-    app()
+    # One name however it runs (the `roq` script, `python -m roq`, the frozen binary): shell
+    # completion keys its script and its variable (_ROQ_COMPLETE) on it.
+    app(prog_name="roq")

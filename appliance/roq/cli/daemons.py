@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import faulthandler
 import logging
 import os
@@ -24,6 +25,7 @@ from roq.cli.common import (
     setup_logging,
     stop_event,
 )
+from roq.cli.logformat import use_log_format
 from roq.errors import EXIT_FAILURE, EXIT_FENCED, EXIT_RETIRED
 from roq.system import notify
 
@@ -40,9 +42,9 @@ def gcm(
     setup_logging()
     stop = stop_event()
     with errors_to_exit():
-        settings = config.GcmSettings.from_settings(
-            config.load_gcm(config_file, config.parse_overrides(define))
-        )
+        loaded = config.load_gcm(config_file, config.parse_overrides(define))
+        _log_format(loaded, "gcm")
+        settings = config.GcmSettings.from_settings(loaded)
         secure(settings.security, generate=True)
         from roq.gcm.service import GlobalConfigurationManager
 
@@ -79,7 +81,9 @@ def host(
     setup_logging()
     stop = stop_event()
     with errors_to_exit():
-        settings = config.HostSettings.from_settings(_hcm(config_file, define))
+        loaded = _hcm(config_file, define)
+        settings = config.HostSettings.from_settings(loaded)
+        _log_format(loaded, "host", host=settings.name or settings.interface)
         _check_log_directory(settings)
         secure(settings.security, generate=True)
         from roq.host.service import HostConfigManager
@@ -99,6 +103,9 @@ def _serve(manager: _Manager, name: str, stop: threading.Event) -> None:
     ready and when it stops), close. `stop` is made first thing in the command: a SIGTERM while
     the daemon still imports, loads keys or binds (seconds on a loaded machine, past
     supervisord's startsecs) is a stop like any other, not Python's default death by signal."""
+    # A missed watchdog ends the process with SIGABRT: every thread's stack goes to the journal
+    # first, so the stuck loop shows where it is stuck.
+    faulthandler.enable()
     try:
         manager.bind()
         with serving(name):
@@ -125,6 +132,11 @@ def _serve_child(server: _Child, name: str, context: Any) -> None:
 
 def _hcm(config_file: Path | None, define: list[str]) -> config.Settings:
     return config.load_hcm(config_file, config.parse_overrides(define))
+
+
+def _log_format(settings: config.Settings, process: str, **fields: str) -> None:
+    """log.format as soon as the daemon's settings are read: its every later line in it."""
+    use_log_format(config.LoggingSettings.from_settings(settings).format, process, **fields)
 
 
 def secure(settings: config.SecuritySettings, *, generate: bool, lease: str = "") -> None:
@@ -201,7 +213,9 @@ def http(
     """
     setup_logging()
     with errors_to_exit():
-        settings = config.HttpSettings.from_settings(_hcm(config_file, define))
+        loaded = _hcm(config_file, define)
+        _log_format(loaded, "http")
+        settings = config.HttpSettings.from_settings(loaded)
         if if_enabled and not settings.enabled:
             typer.echo("roq http: http.enabled=false; not serving", err=True)
             return
@@ -209,13 +223,20 @@ def http(
         from roq.http.service import run
 
         stop = stop_event()  # uvicorn calls these handlers again once it has stopped
+        faulthandler.enable()  # as _serve: the stacks of a gateway its watchdog ends
         with serving("http gateway"):
-            run(
-                settings,
-                on_ready=lambda where: notify.ready(f"http gateway serving on {where}"),
-                stopping=stop,
-            )
+            run(settings, on_ready=_http_ready, stopping=stop)
         notify.stopping()
+
+
+_beating: set[asyncio.Task[None]] = set()  # the watchdog task (a task needs a reference)
+
+
+def _http_ready(where: str) -> None:
+    """Called on the gateway's event loop once it serves: READY=1, then systemd's watchdog
+    beaten by a task of that loop, which a blocked loop stops running."""
+    notify.ready(f"http gateway serving on {where}")
+    _beating.add(asyncio.get_running_loop().create_task(notify.keep_alive_while_the_loop_turns()))
 
 
 @app.command(rich_help_panel="Daemons")
@@ -242,6 +263,7 @@ def up(
     with errors_to_exit():
         overrides = {**port_keys(port_base), **config.parse_overrides(define)}
         cluster = Cluster(data_dir, gcm_config, hcm_config, overrides)
+        use_log_format(cluster.settings.logging.format, "up", host=cluster.settings.host_name)
         stop = stop_event()
         try:
             cluster.start(stop)
@@ -281,7 +303,9 @@ def monitor(
     """Run a queue's monitor: exchange liveness, publisher placement and re-allocation, KPIs."""
     setup_logging()
     with errors_to_exit():
-        settings = config.MonitorSettings.from_settings(_hcm(config_file, define))
+        loaded = _hcm(config_file, define)
+        settings = config.MonitorSettings.from_settings(loaded)
+        _log_format(loaded, "monitor", host=settings.host_name or bind, queue=queue)
         secure(settings.security, generate=False, lease=lease)
         from roq.monitor.service import Monitor
         from roq.transport import new_context
@@ -316,7 +340,10 @@ def exchange(
     returns: it serves reads of the log and its copies until live exchanges hold them."""
     setup_logging()
     with errors_to_exit():
-        settings = config.ExchangeSettings.from_settings(_hcm(config_file, define))
+        loaded = _hcm(config_file, define)
+        settings = config.ExchangeSettings.from_settings(loaded)
+        _log_format(loaded, "exchange", host=settings.host_name or bind, queue=queue,
+                    exchange=exchange_id)  # fmt: skip
         secure(settings.security, generate=False, lease=lease)
         from roq.exchange.service import Exchange, ExchangeSpec
         from roq.transport import new_context

@@ -28,6 +28,7 @@ from roq.log import FlushPolicy, LogSettings, Retention
 _SAFE = re.compile(r"^[A-Za-z0-9.,:_\-]*$")  # what ami/files/roq-configure accepts in role.env
 # An SSM parameter name (AWS's rule; roq-configure accepts the same for ROQ_CLUSTER_PARAMETER)
 _PARAMETER = re.compile(r"^[A-Za-z0-9_.\-/]+$")
+_DEVICE = re.compile(r"^/dev/[a-z0-9]+$")  # an EC2 block device name (/dev/xvda, /dev/sda1)
 _T = TypeVar("_T")
 
 
@@ -88,6 +89,17 @@ class SecuritySettings:
         return read(cls, settings)
 
 
+@dataclass(frozen=True)
+class LoggingSettings:
+    """How a daemon writes its log lines; read by every daemon command (roq.cli.daemons)."""
+
+    format: str = field(metadata=key("log.format"))  # text | json
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> LoggingSettings:
+        return read(cls, settings)
+
+
 def log_settings(settings: Settings) -> LogSettings:
     """The log keys of an HCM.properties (maxFileSize, log.*), as the log package's own type."""
     return LogSettings(
@@ -134,6 +146,8 @@ class Ec2Config:
     key_name: str = field(metadata=key("cloud.key.name"))
     security_groups: tuple[str, ...]  # cloud.security.groups, split at commas
     subnet: str = field(metadata=key("cloud.subnet"))
+    root_device: str = field(metadata=key("cloud.root.device"))  # encrypted at launch
+    root_size_gib: int = field(metadata=key("cloud.root.size"))
     join_zk: str  # cloud.join.zk, else zk.servers
     join_namespace: str = field(metadata=key("zk.namespace"))
     join_gcm: str  # cloud.join.gcm, else network.interface
@@ -165,6 +179,11 @@ class Ec2Config:
         for key, value in (("cloud.image", self.image), ("cloud.region", self.region)):
             if not value:
                 raise ConfigError(f"{where}: provisioner=ec2 needs key '{key}'")
+        if not _DEVICE.match(self.root_device):
+            raise ConfigError(
+                f"{where}: key 'cloud.root.device' has value {self.root_device!r}: must be a "
+                "device name such as /dev/xvda (the root device of cloud.image)"
+            )
         if self.endpoint and not api_endpoint(self.endpoint):
             raise ConfigError(
                 f"{where}: key 'cloud.endpoint' has value {self.endpoint!r}: must be empty (the "
@@ -538,6 +557,7 @@ class UpSettings:
     http_tls: bool  # http.tls.cert is set: the gateway serves HTTPS
     gcm_metrics_port: int  # the GCM's metrics.port (0: no listener)
     host_metrics_port: int  # the host's hcm.metrics.port (0: no listener)
+    logging: LoggingSettings  # the host's: `roq up` logs as its children do
 
     @classmethod
     def from_settings(cls, gcm: Settings, hcm: Settings) -> UpSettings:
@@ -554,4 +574,5 @@ class UpSettings:
             http_tls=bool(hcm._str("http.tls.cert")),
             gcm_metrics_port=gcm._int("metrics.port"),
             host_metrics_port=hcm._int("hcm.metrics.port"),
+            logging=LoggingSettings.from_settings(hcm),
         )

@@ -148,6 +148,19 @@ _SECURITY_KEYS = (
     ),
 )
 
+_LOGGING_KEYS = (
+    Key(
+        "log.format",
+        str,
+        "text",
+        "Form of the process's log lines on stderr: text (one line each, for people) or json (one "
+        "JSON object per line: time, level, logger, message, process, pid, and host, queue, "
+        "exchange where the process knows them). A host and `roq up` pass it to what they start.",
+        choices=("text", "json"),
+        section="Logging",
+    ),
+)
+
 GCM_KEYS: tuple[Key, ...] = (
     Key(
         "ports.base",
@@ -203,6 +216,7 @@ GCM_KEYS: tuple[Key, ...] = (
     ),
     *_ZK_KEYS,
     *_SECURITY_KEYS,
+    *_LOGGING_KEYS,
     Key(
         "formatDB",
         bool,
@@ -298,6 +312,24 @@ GCM_KEYS: tuple[Key, ...] = (
         section="Provisioning",
     ),
     Key(
+        "cloud.root.device",
+        str,
+        "/dev/xvda",
+        "Root device name of cloud.image (the roq image, built from Debian 12: /dev/xvda). The "
+        "ec2 provisioner launches it with that EBS volume encrypted (the account's aws/ebs key); "
+        "a wrong name would add a second volume instead, so it must be the image's.",
+        section="Provisioning",
+    ),
+    Key(
+        "cloud.root.size",
+        int,
+        8,
+        "Size in GiB of that encrypted root volume, which holds the host's message logs (at least "
+        "the image's own size: 8 for the roq image).",
+        (1, 16384),
+        section="Provisioning",
+    ),
+    Key(
         "cloud.join.zk",
         str,
         "",
@@ -367,6 +399,7 @@ HCM_KEYS: tuple[Key, ...] = (
     Key("gcm.ports.base", int, 5000, "ports.base of the GCM.", (1024, 65529), section="GCM"),
     *_ZK_KEYS,
     *_SECURITY_KEYS,
+    *_LOGGING_KEYS,
     Key(
         "network.interface",
         str,

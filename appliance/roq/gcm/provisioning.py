@@ -5,8 +5,9 @@ Two provisioners, chosen by GCM.properties `provisioner`:
 * `none` logs that capacity is exhausted and starts nothing; the GCM refuses the exchange with
   `no_capacity`, and the queue's monitor raises the KPI alarm (SCALING_EVENT capacity_exhausted).
 * `ec2` starts one instance of the roq machine image (`cloud.image`) with boto3's RunInstances,
-  with cloud-init user data in the image's own format (ami/user-data/host.yaml: /etc/roq/role.env,
-  then roq-configure), so the machine joins this cluster's ZooKeeper as a host. It is bounded: at
+  requiring IMDSv2 and with its root volume encrypted, with cloud-init user data in the image's
+  own format (ami/user-data/host.yaml: /etc/roq/role.env, then roq-configure), so the machine
+  joins this cluster's ZooKeeper as a host. It is bounded: at
   most `cloud.instances.max` launches per GCM, `cloud.provision.cooldown.ms` apart (a booting VM
   is not asked for twice), each attempt limited to `cloud.request.timeout.ms`, at most
   `limits.ec2_request_attempts` attempts with one client token (EC2 starts one instance for it).
@@ -104,6 +105,25 @@ def run_instances_args(config: Ec2Config, client_token: str) -> RunInstancesRequ
         "MaxCount": 1,
         "ClientToken": client_token,  # EC2's idempotency: a retried request starts no second VM
         "UserData": user_data(config),
+        # IMDSv2 only: a request forged through the host (SSRF) cannot read the instance
+        # role's credentials without a PUT for a token; one hop, so no container gets one
+        "MetadataOptions": {
+            "HttpTokens": "required",
+            "HttpEndpoint": "enabled",
+            "HttpPutResponseHopLimit": 1,
+        },
+        # the root volume (the logs and the cluster's keys) encrypted, whatever the image's
+        # snapshot is (ami/roq.pkr.hcl encrypts it too) and the account's default
+        "BlockDeviceMappings": [
+            {
+                "DeviceName": config.root_device,
+                "Ebs": {
+                    "Encrypted": True,
+                    "DeleteOnTermination": True,
+                    "VolumeSize": config.root_size_gib,
+                },
+            }
+        ],
         "TagSpecifications": [
             {
                 "ResourceType": "instance",

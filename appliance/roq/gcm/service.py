@@ -42,6 +42,7 @@ from roq.protocol.dispatch import Table
 from roq.protocol.messages.admin import BroadcastQueue, ConfigBroadcast
 from roq.protocol.ports import GcmPort, endpoint_at, port_at
 from roq.protocol.principals import Principal
+from roq.system import notify
 from roq.system.netaddr import resolve_interface
 from roq.transport import READABLE, Kind, Poller, bind, new_context, open_socket, security
 from roq.transport.rpc import answer
@@ -133,6 +134,7 @@ class GlobalConfigurationManager:
         while not stop.is_set():
             if self.metrics is not None:
                 self.metrics.health.beat()
+            notify.keepalive()  # systemd's watchdog (WatchdogSec=): only while this loop turns
             for sock, _ in poller.poll(limits.poll_interval_ms):
                 if sock is self._sockets["admin"]:
                     answer(sock, self._admin, "gcm admin", log, self._authorize)

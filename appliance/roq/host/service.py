@@ -60,6 +60,7 @@ from roq.protocol.messages.host import (
     StopQueueOnHost,
 )
 from roq.protocol.ports import ExchangePort, MonitorPort, StatPort, endpoint_at
+from roq.system import notify
 from roq.system.netaddr import resolve_interface
 from roq.system.spawn import roq_command
 from roq.transport import READABLE, Kind, Poller, bind, new_context, open_socket, security
@@ -296,6 +297,7 @@ class HostConfigManager:
         while not stop.is_set():
             if self.metrics is not None:
                 self.metrics.health.beat()
+            notify.keepalive()  # systemd's watchdog (WatchdogSec=): only while this loop turns
             if poller.poll(limits.poll_interval_ms):
                 answer(self.sock, self._dispatch, f"host {self.name}", log)
             now = time.monotonic()

@@ -34,6 +34,7 @@ from roq.errors import (
 )
 from roq.protocol.bsonmsg import Document, Reply
 from roq.protocol.messages.control import Ping, Shutdown
+from roq.system import notify
 from roq.system.spawn import child_environment, die_with_parent
 from roq.transport.rpc import Requester
 
@@ -103,6 +104,7 @@ def _wait_ready(child: Child, context: Any) -> None:
     requester = Requester(context, child.control, timeout_ms=250)
     try:
         while time.monotonic() < deadline:
+            notify.keepalive()  # a bounded wait that turns: the host's loop is not stuck
             code = child.process.poll()
             if code is not None:
                 raise _exit_error(child, code)
