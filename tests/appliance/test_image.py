@@ -80,6 +80,7 @@ def test_configure_writes_a_host(tmp_path: Path) -> None:
     assert hcm.values["host.name"] == "h2"
     gcm = config.load_gcm(tmp_path / "GCM.properties", {})
     assert gcm.values["network.interface"] == "127.0.0.1"
+    assert gcm.values["zk.close.root"] is False  # no ZooKeeper of its own here
 
 
 def test_configure_gcm_role_starts_zookeeper_and_gcm(tmp_path: Path) -> None:
@@ -88,6 +89,8 @@ def test_configure_gcm_role_starts_zookeeper_and_gcm(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "roq-zookeeper.service roq-gcm.service" in result.stdout
+    # its ZooKeeper serves this cluster alone: the GCM closes its root (issue 31)
+    assert config.load_gcm(tmp_path / "GCM.properties", {}).values["zk.close.root"] is True
 
 
 @pytest.mark.parametrize(

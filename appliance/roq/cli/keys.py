@@ -44,7 +44,7 @@ def _store(zk: str, namespace: str) -> PrincipalStore:
             "these credentials hold no ZooKeeper credential: use the admin's (admin.json)"
         )
     client = session.connect(zk, limits.zk_client_session_ms, connect_timeout_s=5.0, auth=auth)
-    return PrincipalStore(client, namespace)
+    return PrincipalStore(client, namespace, auth)
 
 
 def _close(store: PrincipalStore) -> None:

@@ -247,6 +247,7 @@ class GcmSettings:
     host_loss_grace_s: float = field(metadata=key("host.loss.grace"))
     format_db: bool = field(metadata=key("formatDB"))
     zk: ZooKeeperSettings
+    zk_close_root: bool = field(metadata=key("zk.close.root"))  # this cluster owns its ZooKeeper
     cloud: CloudSettings
     provisioning: ProvisioningSettings
 

@@ -59,6 +59,8 @@ class GlobalConfigurationManager:
         self.context = new_context()
         auth = security.zk_auth()
         self.zk = session.connect(settings.zk.servers, settings.zk.session_timeout_ms, auth=auth)
+        if settings.zk_close_root:
+            session.close_root(self.zk, auth)
         session.secure_namespace(self.zk, Paths(settings.zk.namespace), auth)
         credentials.follow_principals(self.zk, settings.zk.namespace)
         self.registry = Registry(self.zk, Paths(settings.zk.namespace))
