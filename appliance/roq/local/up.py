@@ -196,7 +196,8 @@ class Cluster:
         self.zookeeper.start()
         overrides = ["-D", f"zk.servers={self.zookeeper.connect_string}"]
         # Its own ZooKeeper serves this cluster alone: the GCM closes its root to strangers.
-        self._gcm_args += [*overrides, "-D", "zk.close.root=true"]
+        closed = ["-D", "zk.close.root=true"] if self.settings.security.enabled else []
+        self._gcm_args += [*overrides, *closed]
         self._hcm_args += overrides
         self.modes = {"gcm": self._gcm_args, "host": self._hcm_args}
 

@@ -138,8 +138,9 @@ class ZooKeeperServer:
             str(self._write_config()),
         ]
         # the user's alone, whatever the umask: the log names clients and paths
-        log_fd = os.open(self.data_dir / "zookeeper.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-        os.fchmod(log_fd, 0o600)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+        log_fd = os.open(self.data_dir / "zookeeper.log", flags, 0o600)
+        os.fchmod(log_fd, 0o600)  # one an older version wrote 0644, too
         log_file = os.fdopen(log_fd, "ab")
         self.process = subprocess.Popen(
             command,
