@@ -92,7 +92,7 @@ def test_a_stranger_creates_nothing_at_the_root_nor_in_the_namespace(
     _refused(lambda: stranger.get_children("/"))
     member = session.connect(up.zk, 4000, auth=up.helper.zk_auth)
     try:
-        assert member.get_children("/") == ["zookeeper", up.namespace.lstrip("/")]
+        assert sorted(member.get_children("/")) == sorted(["zookeeper", up.namespace[1:]])
         acl = session.digest_acl(str(up.helper.zk_auth))
         for path in session.CLOSED_ROOTS:
             assert member.get_acls(path)[0] == acl, path
@@ -171,7 +171,7 @@ def test_only_ruok_is_answered_among_the_four_letter_words(up: Cluster) -> None:
     sessions (`cons`), the paths they watch (`wchs`) and its environment (`envi`)."""
     assert _ask(up.zk, "ruok") == b"imok"
     for word in FOUR_LETTER_WORDS:
-        answer = _ask(up.zk, word)
+        answer = _ask(up.zk, word).strip()
         assert answer == f"{word} is not executed because it is not in the whitelist.".encode(), (
             word,
             answer[:200],
