@@ -156,7 +156,9 @@ def test_a_stranger_cannot_tell_a_principal_from_a_missing_one(up: Cluster, stra
         session.close(member)
 
 
-FOUR_LETTER_WORDS = ("stat", "srvr", "mntr", "conf", "cons", "envi", "wchs", "dump", "crst")
+# Not `srvr`: ZooKeeper 3.8 enables it whatever the whitelist says (zkServer.sh status asks it);
+# it tells the version, mode and counts, not who is connected or what they watch.
+FOUR_LETTER_WORDS = ("stat", "mntr", "conf", "cons", "envi", "wchs", "wchc", "dump", "crst")
 
 
 def _ask(zk: str, word: str) -> bytes:
@@ -167,8 +169,8 @@ def _ask(zk: str, word: str) -> bytes:
 
 
 def test_only_ruok_is_answered_among_the_four_letter_words(up: Cluster) -> None:
-    """`stat`, `srvr`, `mntr`… told anyone the server's version, its clients' addresses and
-    sessions (`cons`), the paths they watch (`wchs`) and its environment (`envi`)."""
+    """`stat`, `mntr`… told anyone its clients' addresses and sessions (`stat`, `cons`), the
+    paths they watch (`wchc`), its environment (`envi`) and configuration (`conf`)."""
     assert _ask(up.zk, "ruok") == b"imok"
     for word in FOUR_LETTER_WORDS:
         answer = _ask(up.zk, word).strip()

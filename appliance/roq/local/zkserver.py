@@ -70,8 +70,9 @@ def first_reachable(servers: str) -> bool:
 def closed_config() -> str:
     """The zoo.cfg lines that bound what a client may hold and ask: only `ruok` (readiness:
     `is_serving`) among the four-letter words, which otherwise tell anyone the server's
-    version, clients and load; connections per address and in all; the requests held in
-    memory (ZooKeeper reads each of these keys as the system property zookeeper.<key>)."""
+    clients and what they watch (ZooKeeper adds `srvr`, counts only, whatever the list);
+    connections per address and in all; the requests held in memory (ZooKeeper reads each of
+    these keys as the system property zookeeper.<key>)."""
     return (
         "4lw.commands.whitelist=ruok\n"
         f"maxClientCnxns={limits.zk_server_connections_per_address_max}\n"
