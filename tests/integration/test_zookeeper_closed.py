@@ -8,6 +8,7 @@ by a raw anonymous kazoo client as a stranger on the network would; the cluster 
 
 from __future__ import annotations
 
+import json
 import socket
 import stat
 import time
@@ -24,8 +25,9 @@ from zmq.utils.monitor import parse_monitor_message
 
 from roq.coordination import session
 from roq.coordination.paths import Paths
-from roq.coordination.principals import principal_node
+from roq.coordination.principals import PrincipalStore, principal_node
 from roq.protocol.ports import GcmPort, port_at
+from roq.protocol.principals import Principal
 from roq.testing.cluster import LocalCluster, PortBlocks
 from roq.transport import security
 
@@ -233,3 +235,23 @@ def test_what_roq_up_writes_is_its_users_alone(up: Cluster) -> None:
         assert stat.S_IMODE(path.stat().st_mode) == 0o700, path
     assert stat.S_IMODE((data / "zookeeper" / "zookeeper.log").stat().st_mode) == 0o600
     assert (data / "zookeeper" / "data" / "version-2").is_dir()  # its snapshots and logs
+
+
+def test_a_table_named_by_name_is_renamed_at_the_next_start(zookeeper: str) -> None:
+    """A cluster's table written before (znodes named by the principal) is moved to the digests'
+    names by the next GCM or host to start (`seed`), and found by name again."""
+    namespace, auth = f"/roq-test-{uuid.uuid4().hex[:10]}", "roq:a-test-credential"
+    table = Paths(namespace).principals
+    client = session.connect(zookeeper, 4000)  # anonymous: open ACLs, as in a test namespace
+    try:
+        client.ensure_path(table)
+        old = Principal("carol", "k" * 40)
+        client.create(f"{table}/carol", json.dumps(old.encode()).encode())
+        store = PrincipalStore(client, namespace, auth)
+        assert not store.seed([Principal("admin", "a" * 40)])  # not a first start
+        assert client.get_children(table) == [principal_node("carol", auth)]
+        assert store.get("carol") == old
+        assert [p.name for p in store.all()] == ["carol"]
+    finally:
+        client.delete(namespace, recursive=True)
+        session.close(client)
