@@ -131,6 +131,23 @@ host_name_wait_sessions = 1.5
 host_name_wait_margin_s = 2.0
 host_name_wait_poll_s = 0.5
 zk_probe_timeout_s = 1.0  # a shutdown skips its ZooKeeper clean-up if a probe waits longer
+# What one ZooKeeper server that roq runs (`roq up`'s, the image's roq-zookeeper) lets its clients
+# hold (local/zkserver.py, ami/files/zoo.cfg; docs/security.md §4). Before them an anonymous
+# client filled it until OutOfMemoryError (80 MB in 1.2 s). Connections: one machine's roq
+# processes (a GCM, a host, a gateway, the monitors that keep delivery state there, commands)
+# under the first, every machine's under the second.
+zk_server_connections_per_address_max = 500  # maxClientCnxns
+zk_server_connections_max = 2_000  # maxCnxns
+# The largest request (and znode) it reads: ZooKeeper's own default, set explicitly; roq's largest
+# znode is a 64 KiB task record (task_result_zk_bytes_max), a principal at most 32 KiB.
+zk_server_request_bytes_max = 1024 * 1024  # -Djute.maxbuffer
+# A request past this is "large": such requests read and not yet answered hold at most
+# zk_server_large_requests_bytes_max together, and one past that closes its connection. So the
+# requests a server holds are bounded by connections x threshold + that: 32 + 32 MiB here,
+# well inside the embedded server's 256 MiB heap.
+zk_server_large_request_bytes = 16 * 1024  # largeRequestThreshold
+zk_server_large_requests_bytes_max = 32 * 1024 * 1024  # largeRequestMaxBytes
+zk_server_outstanding_max = 1_000  # globalOutstandingLimit: requests queued past it stall reads
 # Fencing (host/fencing.py): a host's children act only under a lease this share of
 # zk.session.timeout long, renewed this many times per lease while the host's session answers.
 # Shorter than the session, so the lease of a host cut off ends before ZooKeeper expires it
@@ -605,6 +622,10 @@ revocation_cut_s = 5.0
 principal_cas_attempts_max = 20  # compare-and-set attempts of one `roq keys` change
 refusal_log_interval_s = 60.0  # a refused key is logged at most this often per socket domain
 refusal_log_keys_max = 1_000  # (key, domain) pairs remembered for that (then forgotten at once)
+# And at most this many refusal lines per interval in one process, whatever the keys: a holder
+# of the cluster's public key made one line per random key (300 in 0.5 s). Past it refusals are
+# counted, and the count is logged with the next line once the interval has passed.
+refusal_log_lines_max = 10
 # HTTP bearer tokens one principal holds (their SHA-256 digests, in its ZooKeeper record); a new
 # one past this is refused: `roq keys token NAME --revoke-all` drops them.
 principal_tokens_max = 16

@@ -91,6 +91,7 @@ def test_configure_writes_a_host(tmp_path: Path) -> None:
     assert hcm.values["host.name"] == "h2"
     gcm = config.load_gcm(tmp_path / "GCM.properties", {})
     assert gcm.values["network.interface"] == "127.0.0.1"
+    assert gcm.values["zk.close.root"] is False  # no ZooKeeper of its own here
 
 
 def _real_roq(tmp_path: Path) -> str:
@@ -107,6 +108,8 @@ def test_configure_gcm_role_starts_zookeeper_and_gcm(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "roq-zookeeper.service roq-gcm.service" in result.stdout
+    # its ZooKeeper serves this cluster alone: the GCM closes its root (issue 31)
+    assert config.load_gcm(tmp_path / "GCM.properties", {}).values["zk.close.root"] is True
 
 
 def test_configure_serves_zookeeper_over_tls_only_on_one_address(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ from roq.client.locate import locate_monitor
 from roq.client.publisher import Publisher
 from roq.coordination import session
 from roq.coordination.paths import Paths
-from roq.coordination.principals import PrincipalStore
+from roq.coordination.principals import PrincipalStore, principal_node
 from roq.errors import AuthenticationRefused
 from roq.local.zkserver import ZooKeeperServer
 from roq.protocol import principals
@@ -354,7 +354,8 @@ def test_a_revocation_reaches_monitors_and_exchanges_past_1_mib_of_principals(
             for n in range(1_000):
                 tokens = tuple(principals.token_digest(f"roq_{n}_{t}") for t in range(16))
                 extra = Principal(f"extra{n}", f"{n:040d}", tokens=tokens)
-                member.create(paths.principal(extra.name), json.dumps(extra.encode()).encode())
+                node = principal_node(extra.name, str(one_queue.zk_auth))
+                member.create(paths.principal(node), json.dumps(extra.encode()).encode())
             member.set(paths.principals, b"grown")  # what every `roq keys` change sets
         finally:
             session.close(member)
@@ -486,7 +487,8 @@ def test_two_changes_of_one_principal_at_once_both_take_effect(zookeeper: str) -
     namespace = f"/roq-test-{uuid.uuid4().hex[:10]}"
     first, second = (session.connect(zookeeper, 4000) for _ in range(2))
     try:
-        store, other = PrincipalStore(first, namespace), PrincipalStore(second, namespace)
+        auth = "roq:a-test-credential"  # names the znodes (anonymous sessions: open ACLs)
+        store, other = (PrincipalStore(c, namespace, auth) for c in (first, second))
         store.put(Principal("p", "k" * 40))
         raced = []
 

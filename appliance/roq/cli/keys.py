@@ -48,7 +48,7 @@ def _store(zk: str, namespace: str) -> PrincipalStore:
     client = session.connect(
         zk, limits.zk_client_session_ms, connect_timeout_s=5.0, auth=auth, tls=security.zk_tls()
     )
-    return PrincipalStore(client, namespace)
+    return PrincipalStore(client, namespace, auth)
 
 
 def _close(store: PrincipalStore) -> None:

@@ -35,9 +35,10 @@ def follow_principals(zk: Any, namespace: str, children_file: Path | None = None
     """For a GCM or host: seed the cluster's principal table on its first start, then keep
     this process's gate (and, for a host, its children's file) equal to it at every change.
     Nothing to do with security off."""
-    if security.zk_auth() is None:
+    auth = security.zk_auth()
+    if auth is None:
         return
-    store = PrincipalStore(zk, namespace)
+    store = PrincipalStore(zk, namespace, auth)
     store.seed(security.gate().principals())
 
     def changed(table: list[Principal]) -> None:

@@ -272,6 +272,7 @@ class GcmSettings:
     # queues one principal may administer (issue 31, finding 7: gcm/access.py)
     queues_quota: int = field(metadata=key("queues.per.principal"))
     zk: ZooKeeperSettings
+    zk_close_root: bool = field(metadata=key("zk.close.root"))  # this cluster owns its ZooKeeper
     cloud: CloudSettings
     provisioning: ProvisioningSettings
 

@@ -215,6 +215,16 @@ GCM_KEYS: tuple[Key, ...] = (
         section="Timing",
     ),
     *_ZK_KEYS,
+    Key(
+        "zk.close.root",
+        bool,
+        False,
+        "For a ZooKeeper that serves this cluster alone (roq up's own, the image's): at start "
+        "the GCM gives its root and /zookeeper the cluster's ACL while they are open to all, so "
+        "no client without the cluster's credential creates a znode there (docs/security.md "
+        "§4). Not for a ZooKeeper shared with other applications or clusters.",
+        section="ZooKeeper",
+    ),
     *_SECURITY_KEYS,
     *_LOGGING_KEYS,
     Key(

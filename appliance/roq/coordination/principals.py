@@ -1,6 +1,13 @@
-"""Principals in ZooKeeper (docs/security.md §5): `<ns>/security/principals/<name>`, one JSON
+"""Principals in ZooKeeper (docs/security.md §5): `<ns>/security/principals/@<digest>`, one JSON
 principal each (protocol/principals.py), and a watch that hands the whole table to its owner at
 every change.
+
+A znode is named by an HMAC of the principal's name keyed with the cluster's ZooKeeper
+credential, not by the name: ZooKeeper answers `exists` (and tells a missing znode from a
+forbidden one on reads) without any permission, so a client without the credential could test
+names one by one (issue 31). Only a holder of the credential can compute a principal's znode;
+the name itself is in the record, which the namespace's ACL lets only that holder read. A table
+written before (znodes named by the name) is renamed at the next start of a GCM or host (`seed`).
 
 Every write also sets the data of `<ns>/security/principals` itself (in the same transaction),
 so one data watch on that znode sees grants and revocations as well as new principals; kazoo
@@ -10,6 +17,8 @@ seen once the session is back.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import logging
 import time
@@ -28,22 +37,40 @@ from roq.protocol.principals import Principal
 log = logging.getLogger(__name__)
 
 
+NODE_PREFIX = "@"  # never the first character of a principal's name (principals.NAME)
+
+
+def principal_node(name: str, auth: str) -> str:
+    """The znode name of principal `name` under the cluster's credential `auth`."""
+    digest = hmac.new(auth.encode(), b"roq principal\0" + name.encode(), hashlib.sha256)
+    return NODE_PREFIX + digest.hexdigest()
+
+
 class PrincipalStore:
-    def __init__(self, client: Any, namespace: str):
+    """`auth` is the cluster's ZooKeeper credential, which names the znodes: needed to read or
+    write one principal by name, not to read the whole table (`all`, `watch`)."""
+
+    def __init__(self, client: Any, namespace: str, auth: str | None = None):
         self.client = client
         self.paths = Paths(namespace)
         self.root = self.paths.principals
+        self._auth = auth
 
     def _path(self, name: str) -> str:
-        return self.paths.principal(principals.check_name(name))
+        if not self._auth:
+            raise CoordinationError("principals are found by name only with the cluster's "
+                                    "ZooKeeper credential")  # fmt: skip
+        return self.paths.principal(principal_node(principals.check_name(name), self._auth))
 
     def seed(self, seeds: list[Principal]) -> bool:
         """Write `seeds` (the admin principal of cluster.json) when the cluster has no table yet:
-        its first start. Never again, so a principal revoked later stays revoked."""
+        its first start. Never again, so a principal revoked later stays revoked. A table that
+        exists has its znodes named by name, if any, renamed (`_rename_plain`)."""
         try:
             self.client.ensure_path(self.paths.security)
             self.client.create(self.root, b"")
         except NodeExistsError:
+            self._rename_plain()
             return False
         except KazooException as error:
             raise CoordinationError(f"cannot create the principal table: {error}") from None
@@ -51,6 +78,27 @@ class PrincipalStore:
             self.put(principal)
         log.info("principals seeded: %s", ", ".join(p.name for p in seeds))
         return True
+
+    def _rename_plain(self) -> None:
+        """Move each principal written under its own name (before issue 31) to its digest's
+        znode, in one transaction each; a GCM and a host doing it at once: one wins, the other's
+        transaction fails and is ignored."""
+        try:
+            nodes = self.client.get_children(self.root)[: limits.principals_max]
+        except KazooException as error:  # the next start tries again
+            log.warning("principals named by name not renamed: %s", error)
+            return
+        for node in (n for n in nodes if not n.startswith(NODE_PREFIX)):
+            try:
+                data, stat = self.client.get(self.paths.principal(node))
+                transaction = self.client.transaction()
+                transaction.create(self._path(node), data)
+                transaction.delete(self.paths.principal(node), stat.version)
+                transaction.set_data(self.root, str(time.time()).encode())
+                if not any(isinstance(r, Exception) for r in transaction.commit()):
+                    log.info("principal %s: its znode is now named by its digest", node)
+            except (KazooException, ValueError) as error:
+                log.warning("principal znode %s not renamed: %s", node, error)
 
     def put(self, principal: Principal) -> None:
         try:
@@ -113,7 +161,8 @@ class PrincipalStore:
         return principals.decode(json.loads(data))
 
     def all(self) -> list[Principal]:
-        """Every principal that decodes; one that does not is logged and left out (denied)."""
+        """Every principal that decodes, by name; one that does not is logged and left out
+        (denied)."""
         try:
             names = self.client.get_children(self.root)[: limits.principals_max]
         except NoNodeError:
@@ -121,15 +170,15 @@ class PrincipalStore:
         except KazooException as error:
             raise CoordinationError(f"cannot list principals: {error}") from None
         found = []
-        for name in sorted(names):
+        for name in names:
             try:
                 data, _ = self.client.get(self.paths.principal(name))
                 found.append(principals.decode(json.loads(data)))
             except NoNodeError:
                 continue  # removed between the listing and the read
             except (ValueError, KazooException) as error:
-                log.warning("principal %s left out (denied): %s", name, error)
-        return found
+                log.warning("principal znode %s left out (denied): %s", name, error)
+        return sorted(found, key=lambda p: p.name)
 
     def watch(self, on_change: Callable[[list[Principal]], None]) -> None:
         """Call `on_change` with the whole table now and after every change (kazoo's thread).

@@ -15,7 +15,7 @@ from kazoo.exceptions import KazooException, NoAuthError
 from kazoo.handlers import utils
 from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandler
 from kazoo.retry import KazooRetry
-from kazoo.security import make_digest_acl
+from kazoo.security import Permissions, make_digest_acl
 
 from roq import limits
 from roq.coordination.paths import Paths
@@ -244,6 +244,43 @@ def secure_namespace(client: Any, paths: Paths, auth: str | None) -> None:
         ) from None
     except KazooException as error:
         raise CoordinationError(f"cannot secure {namespace} in ZooKeeper: {error}") from None
+
+
+# --- a ZooKeeper closed to anonymous clients (zk.close.root; docs/security.md §4) -------------
+# ZooKeeper's root and its own /zookeeper (where quotas are written) are open to every client by
+# default: one without any credential created znodes there until the server ran out of memory.
+CLOSED_ROOTS = ("/", "/zookeeper", "/zookeeper/quota")
+
+
+def close_root(client: Any, auth: str | None) -> list[str]:
+    """Give CLOSED_ROOTS the cluster's ACL, for a ZooKeeper that serves this cluster alone: then
+    only the holder of its credential creates znodes at the root (a namespace, another
+    cluster's included). Each is changed only while anyone may still create under it
+    (ZooKeeper's default), so an operator's own ACL stays. Returns the paths changed."""
+    if not auth:
+        log.warning("zk.close.root: nothing closed with security off (no credential)")
+        return []
+    acl, changed = digest_acl(auth), []
+    try:
+        for path in CLOSED_ROOTS:
+            if client.exists(path) and _open_to_anyone(client.get_acls(path)[0]):
+                client.set_acls(path, acl)
+                changed.append(path)
+    except NoAuthError:
+        raise SecurityRefused(
+            f"ZooKeeper refuses this node's credential for {path}: its root was closed by "
+            "another cluster's credential (zk.close.root on a ZooKeeper this cluster does not own?)"
+        ) from None
+    except KazooException as error:
+        raise CoordinationError(f"cannot close ZooKeeper's root: {error}") from None
+    if changed:
+        log.warning("ZooKeeper: %s closed to every client without this cluster's credential",
+                    ", ".join(changed))  # fmt: skip
+    return changed
+
+
+def _open_to_anyone(acls: list[Any]) -> bool:
+    return any(a.id.scheme == "world" and a.perms & Permissions.CREATE for a in acls)
 
 
 def _state_name(state: Any) -> str:

@@ -66,6 +66,8 @@ class GlobalConfigurationManager:
             settings.zk.servers, settings.zk.session_timeout_ms, auth=auth,
             on_state=self._on_session_state, tls=security.zk_tls(),
         )  # fmt: skip
+        if settings.zk_close_root:
+            session.close_root(self.zk, auth)
         session.secure_namespace(self.zk, Paths(settings.zk.namespace), auth)
         credentials.follow_principals(self.zk, settings.zk.namespace)
         self.registry = Registry(self.zk, Paths(settings.zk.namespace))

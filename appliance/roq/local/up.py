@@ -87,6 +87,8 @@ class Restarts:
         return delay
 
 
+UMASK = 0o077  # roq up's and its children's (the units' UMask is 0027: group roq reads)
+
 # Where each kind of port starts, from `roq up --port-base N` (the defaults' layout from 5000;
 # ZooKeeper and the HTTP gateway, which default elsewhere, just under the host's port; the GCM's
 # and the host's metrics listeners at +70 and +110)
@@ -184,7 +186,10 @@ class Cluster:
         return self.settings.zk_servers
 
     def start(self, stop: threading.Event) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        # What roq up and its children create (ZooKeeper's files, logs, keys) is the user's
+        # alone: directories 0700, files 0600 (they were 0755 and 0644).
+        os.umask(UMASK)
+        self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._lock = lock_data_dir(self.data_dir)  # held until this process exits
         self._secure()
         self._ensure_zookeeper()
@@ -224,7 +229,9 @@ class Cluster:
         self.zookeeper = ZooKeeperServer(self.data_dir / "zookeeper", int(port), tls=tls)
         self.zookeeper.start()
         overrides = ["-D", f"zk.servers={self.zookeeper.connect_string}"]
-        self._gcm_args += overrides
+        # Its own ZooKeeper serves this cluster alone: the GCM closes its root to strangers.
+        closed = ["-D", "zk.close.root=true"] if self.settings.security.enabled else []
+        self._gcm_args += [*overrides, *closed]
         self._hcm_args += overrides
         self.modes = {"gcm": self._gcm_args, "host": self._hcm_args}
 

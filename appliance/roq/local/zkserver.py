@@ -112,6 +112,37 @@ def write_tls_files(directory: Path, tls: ZkTls) -> Path:
 # --- the server ------------------------------------------------------------------------------
 
 
+# --- closed to strangers (issue 31; docs/security.md §4) ------------------------------------
+# The same lines are in ami/files/zoo.cfg (tests/unit/test_zookeeper_closed.py compares them).
+# The root's ACL is the GCM's part (zk.close.root, coordination/session.py::close_root).
+def closed_config() -> str:
+    """The zoo.cfg lines that bound what a client may hold and ask: only `ruok` (readiness:
+    `is_serving`) among the four-letter words, which otherwise tell anyone the server's
+    clients and what they watch (ZooKeeper adds `srvr`, counts only, whatever the list);
+    connections per address and in all; the requests held in memory (ZooKeeper reads each of
+    these keys as the system property zookeeper.<key>)."""
+    return (
+        "4lw.commands.whitelist=ruok\n"
+        f"maxClientCnxns={limits.zk_server_connections_per_address_max}\n"
+        f"maxCnxns={limits.zk_server_connections_max}\n"
+        f"globalOutstandingLimit={limits.zk_server_outstanding_max}\n"
+        f"largeRequestThreshold={limits.zk_server_large_request_bytes}\n"
+        f"largeRequestMaxBytes={limits.zk_server_large_requests_bytes_max}\n"
+    )
+
+
+# jute.maxbuffer is read as itself, a JVM option only (a zoo.cfg key would become
+# zookeeper.jute.maxbuffer): the largest request, and znode, the server reads.
+CLOSED_JVM_OPTIONS = (f"-Djute.maxbuffer={limits.zk_server_request_bytes_max}",)
+
+
+def _private_child() -> None:
+    """In the server's process before it runs: its snapshots and transaction logs (the
+    cluster's znodes, digest credentials' hashes included) are the user's alone."""
+    os.umask(0o077)
+    die_with_parent()
+
+
 class ZooKeeperServer:
     """One standalone ZooKeeper process. Owned by the thread that started it."""
 
@@ -129,16 +160,15 @@ class ZooKeeperServer:
         return f"{self.host}:{self.port}"
 
     def _write_config(self) -> Path:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         config = self.data_dir / "zoo.cfg"
         config.write_text(
             "tickTime=500\ninitLimit=10\nsyncLimit=5\n"
             f"dataDir={self.data_dir / 'data'}\n"
             "admin.enableServer=false\n"
-            "4lw.commands.whitelist=ruok,srvr,stat,mntr\n"
             "minSessionTimeout=1000\nmaxSessionTimeout=60000\n"
             # roq's znodes carry digest ACLs (docs/security.md): ZooKeeper must check them.
-            "skipACL=no\n"
+            "skipACL=no\n" + closed_config()
         )
         with config.open("a") as file:  # TLS (zktls): the client listener, below the rest
             file.write(self._listener())
@@ -162,10 +192,15 @@ class ZooKeeperServer:
             classpath(),
             "-Dzookeeper.root.logger=WARN,CONSOLE",
             "-Dzookeeper.log.dir=" + str(self.data_dir),
+            *CLOSED_JVM_OPTIONS,
             "org.apache.zookeeper.server.quorum.QuorumPeerMain",
             str(self._write_config()),
         ]
-        log_file = (self.data_dir / "zookeeper.log").open("ab")
+        # the user's alone, whatever the umask: the log names clients and paths
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+        log_fd = os.open(self.data_dir / "zookeeper.log", flags, 0o600)
+        os.fchmod(log_fd, 0o600)  # one an older version wrote 0644, too
+        log_file = os.fdopen(log_fd, "ab")
         self.process = subprocess.Popen(
             command,
             stdout=log_file,
@@ -175,7 +210,7 @@ class ZooKeeperServer:
             # and host before ZooKeeper. Dying with the parent: a SIGKILLed `roq up` (OOM
             # killer, supervisord past stopwaitsecs) left a java process holding the port.
             start_new_session=True,
-            preexec_fn=die_with_parent,  # noqa: PLW1509 (started before any other thread)
+            preexec_fn=_private_child,  # noqa: PLW1509 (started before any other thread)
         )
         log_file.close()
         self._wait_ready(timeout_s)

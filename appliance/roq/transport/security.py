@@ -166,18 +166,44 @@ def _rights(principal: Principal | None) -> object:
     return None if principal is None else (principal.queue_grants(), principal.superuser)
 
 
-_refusals_logged: dict[tuple[bytes, str], float] = {}
+class _RefusalLog:
+    """The refusal lines of one process. A refused client retries its connection every 100 ms
+    or so: each (key, domain) is said once a minute. And a stranger holding the cluster's
+    public key can try a new random key each time: at most `limits.refusal_log_lines_max` lines
+    a minute in all, the rest counted and the count said with the next line after the minute.
+    Called by the ZAP thread only."""
+
+    def __init__(self) -> None:
+        self.said: dict[tuple[bytes, str], float] = {}
+        self.window_start = -1e9
+        self.lines = 0  # said in the current window
+        self.suppressed = 0  # not said since the last line
+
+    def refused(self, key: bytes, domain: str, who: str, now: float) -> None:
+        interval = limits.refusal_log_interval_s
+        if now - self.said.get((key, domain), -1e9) < interval:
+            return
+        if now - self.window_start >= interval:
+            self.window_start, self.lines = now, 0
+        if self.lines >= limits.refusal_log_lines_max:
+            self.suppressed += 1
+            return
+        if len(self.said) >= limits.refusal_log_keys_max:
+            self.said.clear()
+        self.said[(key, domain)] = now
+        self.lines += 1
+        log.warning("refused %s (socket domain %s); said once a minute", who, domain)
+        if self.suppressed:
+            log.warning("%d more refusals were not logged (at most %d lines a minute)",
+                        self.suppressed, limits.refusal_log_lines_max)  # fmt: skip
+            self.suppressed = 0
+
+
+_refusals = _RefusalLog()
 
 
 def _log_refusal(key: bytes, domain: str, who: str) -> None:
-    """A refused client retries its connection every 100 ms or so: say it once a minute."""
-    now = time.monotonic()
-    if now - _refusals_logged.get((key, domain), -1e9) < limits.refusal_log_interval_s:
-        return
-    if len(_refusals_logged) >= limits.refusal_log_keys_max:
-        _refusals_logged.clear()
-    _refusals_logged[(key, domain)] = now
-    log.warning("refused %s (socket domain %s); said once a minute", who, domain)
+    _refusals.refused(key, domain, who, time.monotonic())
 
 
 class _State:
