@@ -48,7 +48,13 @@ _SKIPPED_IN_COPY = shutil.ignore_patterns(
 
 def _clean_env(tmp: Path, venv: Path | None = None) -> dict[str, str]:
     """This checkout off the path (PYTHONPATH names its sources), pip's cache in tmp."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    # nor the ROQ_* settings an earlier test of this worker left (another cluster's credentials,
+    # its GCM, ZooKeeper TLS off): the wheel's roq runs as a new user's would
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "VIRTUAL_ENV") and not k.startswith("ROQ_")
+    }
     env.pop("NOTIFY_SOCKET", None)
     env["PIP_CACHE_DIR"] = str(tmp / "pip-cache")
     env["PYTHONUNBUFFERED"] = "1"
