@@ -179,6 +179,13 @@ class NoInput(BadInput):
     exit_code = EXIT_NOINPUT
 
 
+class Stopped(RoqError):
+    """A command told to stop (Ctrl-C, SIGTERM) while a request was still unanswered: what it
+    held is released by its peer's lease, so the stop is an interruption (130), not a failure."""
+
+    exit_code = EXIT_INTERRUPTED
+
+
 class SecurityError(RoqError):
     """Credentials missing or unreadable, or a peer refused ours during the CURVE handshake."""
 

@@ -15,20 +15,22 @@ from roq.client.admin import AdminRefused
 from roq.coordination import session
 from roq.coordination.paths import Paths
 from roq.coordination.registry import Registry
+from roq.errors import EXIT_NOT_SERVING
 from roq.protocol.ports import EXCHANGE_WIDTH, ExchangePort, MonitorPort, port_at
 from roq.testing.cluster import LocalCluster, wait_for
 
 pytestmark = pytest.mark.integration
 
 
-def _roq(cluster: LocalCluster, *args: str) -> str:
+def _roq(cluster: LocalCluster, *args: str, codes: tuple[int, ...] = (0,)) -> str:
     result = cluster.cli(*args, "--gcm", cluster.gcm, timeout_s=60)
-    assert result.returncode == 0, f"roq {' '.join(args)}: {result.stderr}\n{cluster.logs()}"
+    assert result.returncode in codes, f"roq {' '.join(args)}: {result.stderr}\n{cluster.logs()}"
     return result.stdout
 
 
 def _status(cluster: LocalCluster) -> dict[str, Any]:
-    return dict(json.loads(_roq(cluster, "status", "--json")))
+    """The status, also while a queue is NOT SERVING (exit 5, after printing it)."""
+    return dict(json.loads(_roq(cluster, "status", "--json", codes=(0, EXIT_NOT_SERVING))))
 
 
 @pytest.fixture

@@ -286,39 +286,41 @@ def test_a_monitor_slow_to_replay_its_state_log_is_not_given_up_and_serves_after
     cluster.wait_ready()
     with cluster.admin() as admin:
         admin.create_queue("q1", host="h1")
-    topics = TopicClient(("q1",), lambda _: "q1", (cluster.gcm, None, cluster.namespace))
-    try:
-        for n in range(TOPICS):
-            topics.register(f"t{n}", "owner", 1000)
-            topics.subscribe(f"t{n}", "s", 1000)
-            topics.advance_head(f"t{n}", "owner", n + 1)
-        before = {n: topics.position(f"t{n}", "s") for n in range(TOPICS)}
-    finally:
-        topics.close()
-    sent: dict[str, list[bytes]] = {"q1": []}
-    _serves(cluster, sent, 0)
+    # topic commands are the gateway's: the cluster's own principal (issue 31, finding 4)
+    with cluster.as_cluster():
+        topics = TopicClient(("q1",), lambda _: "q1", (cluster.gcm, None, cluster.namespace))
+        try:
+            for n in range(TOPICS):
+                topics.register(f"t{n}", "owner", 1000)
+                topics.subscribe(f"t{n}", "s", 1000)
+                topics.advance_head(f"t{n}", "owner", n + 1)
+            before = {n: topics.position(f"t{n}", "s") for n in range(TOPICS)}
+        finally:
+            topics.close()
+        sent: dict[str, list[bytes]] = {"q1": []}
+        _serves(cluster, sent, 0)
 
-    cluster.stop_daemon(host)
-    _hooked(monkeypatch, ROQ_TEST_REPLAY_S=REPLAY_S)
-    earlier = len(host.log_text())
-    host = cluster.start_again(host)
-    # The host's wait for the monitor's PING ends (it logs the start) while the replay runs.
-    start_s = limits.child_ready_timeout_ms / 1000 + 10  # the host's own start, then its wait
-    _within(cluster, lambda: "monitor q1 started" in host.log_text()[earlier:], start_s,
-            "the host's start of the monitor")  # fmt: skip
-    [record] = _records(cluster, ("q1",)).values()
-    assert _replaying(record) == "state.1 on this host", "started before its replay ended"
-    [monitor] = _monitors(cluster, "q1")
-    busy = Reply.decode(_topic_count(MonitorAddress(record.monitor).at(MonitorPort.PLACEMENT)))
-    assert not busy.ok and busy.error == Reason.BUSY and "recovering" in busy.comment, busy
-    _within(cluster, lambda: _replaying(record) is None and monitor_status(record.monitor),
-            REPLAY_S + SERVE_AGAIN_S, "the replay's end")  # fmt: skip
-    assert "could not re-adopt" not in host.log_text(), host.log_text()[-4000:]
-    assert _monitors(cluster, "q1") == [monitor], "the same monitor, never stopped or restarted"
-    topics = TopicClient(("q1",), lambda _: "q1", (cluster.gcm, None, cluster.namespace))
-    try:
-        assert topics.count() == TOPICS
-        assert {n: topics.position(f"t{n}", "s") for n in range(TOPICS)} == before
-    finally:
-        topics.close()
+        cluster.stop_daemon(host)
+        _hooked(monkeypatch, ROQ_TEST_REPLAY_S=REPLAY_S)
+        earlier = len(host.log_text())
+        host = cluster.start_again(host)
+        # The host's wait for the monitor's PING ends (it logs the start) while the replay runs.
+        start_s = limits.child_ready_timeout_ms / 1000 + 10  # the host's own start, then its wait
+        _within(cluster, lambda: "monitor q1 started" in host.log_text()[earlier:], start_s,
+                "the host's start of the monitor")  # fmt: skip
+        [record] = _records(cluster, ("q1",)).values()
+        assert _replaying(record) == "state.1 on this host", "started before its replay ended"
+        [monitor] = _monitors(cluster, "q1")
+        busy = Reply.decode(_topic_count(MonitorAddress(record.monitor).at(MonitorPort.PLACEMENT)))
+        assert not busy.ok and busy.error == Reason.BUSY and "recovering" in busy.comment, busy
+        _within(cluster, lambda: _replaying(record) is None and monitor_status(record.monitor),
+                REPLAY_S + SERVE_AGAIN_S, "the replay's end")  # fmt: skip
+        assert "could not re-adopt" not in host.log_text(), host.log_text()[-4000:]
+        assert _monitors(cluster, "q1") == [monitor], "the same monitor, never stopped or restarted"
+        topics = TopicClient(("q1",), lambda _: "q1", (cluster.gcm, None, cluster.namespace))
+        try:
+            assert topics.count() == TOPICS
+            assert {n: topics.position(f"t{n}", "s") for n in range(TOPICS)} == before
+        finally:
+            topics.close()
     _serves(cluster, sent, 1)

@@ -46,7 +46,7 @@ from roq.backoff import Backoff
 from roq.client.admin import AdminClient, AdminRefused
 from roq.client.locate import MonitorAddress, locate_monitor
 from roq.client.publisher import Publisher
-from roq.errors import CorruptRecord, ProtocolError, RoqError, TransportError
+from roq.errors import CorruptRecord, ProtocolError, RoqError, Stopped, TransportError
 from roq.log import format as batchfmt
 from roq.protocol import dataplane
 from roq.protocol.bsonmsg import Reply
@@ -236,7 +236,7 @@ class Consumer:
         deadline = time.monotonic() + limits.work_monitor_wait_s
         while True:
             if self._stopping():
-                raise RoqError(f"{self.name}: stopped before the monitor answered")
+                raise Stopped(f"{self.name}: stopped before the monitor answered")
             try:
                 reply = self._requests.request(doc, cancelled=self._stopping)
             except TransportError as error:  # no answer (RequestTimeout is one)
