@@ -29,7 +29,7 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS = "/usr/bin/prometheus"
 # In the dashboard, but no series in a one-host cluster without a scaling decision
-# (tests/unit/test_metrics.py checks that they are declared)
+# (tests/unit/test_metrics_unit.py checks that they are declared)
 CONDITIONAL = {"roq_exchange_replication_lag_bytes", "roq_monitor_scaling_decisions_total"}
 
 

@@ -113,7 +113,7 @@ def write_tls_files(directory: Path, tls: ZkTls) -> Path:
 
 
 # --- closed to strangers (issue 31; docs/security.md §4) ------------------------------------
-# The same lines are in ami/files/zoo.cfg (tests/unit/test_zookeeper_closed.py compares them).
+# The same lines are in ami/files/zoo.cfg (tests/unit/test_zookeeper_closed_unit.py compares them).
 # The root's ACL is the GCM's part (zk.close.root, coordination/session.py::close_root).
 def closed_config() -> str:
     """The zoo.cfg lines that bound what a client may hold and ask: only `ruok` (readiness:
