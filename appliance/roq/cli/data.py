@@ -6,7 +6,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -187,25 +187,37 @@ def sub(
                     break
                 window = 0.2 if left is None else min(0.2, left)
                 wanted = None if count is None else count - received
-                for record in subscriber.messages(wanted, window):
-                    if _is_request(record):
-                        requests += 1
-                        continue
-                    out.write(_meta_json(record) + record.payload + b"\n" if meta else
-                              record.payload + b"\n")  # fmt: skip
-                    received += 1
+                printed, skipped = _write(subscriber.messages(wanted, window), out, meta)
+                received, requests = received + printed, requests + skipped
                 out.flush()
                 subscriber.commit()  # after the output is out: at-least-once across a kill
-            if requests:
-                typer.echo(f"roq sub: skipped {requests} requests of services (roq call; "
-                           "`roq task show` reads one)", err=True)  # fmt: skip
-            if subscriber.corrupt_records or subscriber.skipped_bytes:
-                typer.echo(f"roq sub: skipped {subscriber.corrupt_records} records of corrupt "
-                           f"batches and {subscriber.skipped_bytes} damaged log bytes",
-                           err=True)  # fmt: skip
+            _report_skipped(requests, subscriber.corrupt_records, subscriber.skipped_bytes)
         if count is not None and received < count and not stop.is_set():
             typer.echo(f"roq sub: only {received} of {count} messages before the timeout", err=True)
             raise typer.Exit(75)
+
+
+def _write(records: Iterable[Record], out: BinaryIO, meta: bool) -> tuple[int, int]:
+    """Print each message (its meta first with --meta); a service's request is counted, not
+    printed. Returns (printed, requests)."""
+    printed = requests = 0
+    for record in records:
+        if _is_request(record):
+            requests += 1
+            continue
+        out.write(_meta_json(record) + record.payload + b"\n" if meta else record.payload + b"\n")
+        printed += 1
+    return printed, requests
+
+
+def _report_skipped(requests: int, corrupt_records: int, skipped_bytes: int) -> None:
+    """What `roq sub` read and did not print, on stderr."""
+    if requests:
+        typer.echo(f"roq sub: skipped {requests} requests of services (roq call; "
+                   "`roq task show` reads one)", err=True)  # fmt: skip
+    if corrupt_records or skipped_bytes:
+        typer.echo(f"roq sub: skipped {corrupt_records} records of corrupt batches and "
+                   f"{skipped_bytes} damaged log bytes", err=True)  # fmt: skip
 
 
 def _is_request(record: Record) -> bool:
