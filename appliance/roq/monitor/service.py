@@ -174,12 +174,8 @@ class Monitor:
         self._open_sockets(context)
         # its one ZooKeeper session, opened at its first use: the group store's, the task
         # store's and the scaling actuator's (coordination/session.py, SharedSession)
-        self.zk = SharedSession(
-            settings.zk.servers,
-            settings.zk.session_timeout_ms,
-            security.zk_auth(),
-            security.zk_tls(),
-        )
+        self.zk = SharedSession(settings.zk.servers, settings.zk.session_timeout_ms,
+                                security.zk_auth(), security.zk_tls())  # fmt: skip
         self.scaler = Scaler(
             context, queue, settings, self.zk, address, port_at(port, MonitorPort.RULES),
             emit=lambda event: self._send(self.kpi_out, [bsonmsg.encode(event.encode())]),
