@@ -126,6 +126,9 @@ class Share:
             if not self.busy[name]:
                 del self.busy[name]
 
+    def total(self) -> int:
+        return sum(self.busy.values())
+
 
 class Rate:
     """Message bytes a principal publishes per second through this gateway (a quota, issue 31,
@@ -405,9 +408,10 @@ def endpoint(
 def build(
     gateway: Gateway, settings: HttpSettings, on_ready: Callable[[], object] = lambda: None
 ) -> Starlette:
-    metrics = Metrics(gateway.index, lambda: gateway.replaced, gateway.read_from_logs)
+    share = Share(settings.requests_quota)
+    metrics = Metrics(gateway.index, lambda: gateway.replaced, gateway.read_from_logs, share.total)
     fields, access = Fields(settings), gateway.access
-    guards = Guards(access, Share(settings.requests_quota), gateway.parse_json)
+    guards = Guards(access, share, gateway.parse_json)
     calls = Calls(gateway, metrics)
 
     async def render_metrics(request: Request) -> Response:

@@ -22,7 +22,11 @@ __all__ = ["CONTENT_TYPE", "Metrics"]
 
 class Metrics:
     def __init__(
-        self, index: TopicIndex, replaced: Callable[[], int], read: Callable[[], int] = lambda: 0
+        self,
+        index: TopicIndex,
+        replaced: Callable[[], int],
+        read: Callable[[], int] = lambda: 0,
+        in_progress: Callable[[], int] = lambda: 0,
     ):
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
@@ -47,6 +51,11 @@ class Metrics:
             registry=self.registry,
         )  # fmt: skip
         held.set_function(lambda: index.count)
+        busy = Gauge(
+            "roq_http_requests_in_progress", "Requests in progress (long polls included) of the "
+            "principals held to http.requests.per.principal.", registry=self.registry,
+        )  # fmt: skip
+        busy.set_function(in_progress)
         # counts the gateway keeps: counters (`_total`) read at each scrape
         counter_function(self.registry, "roq_http_publishers_replaced_total",
                          "Failed publishers this gateway replaced.", replaced)  # fmt: skip
