@@ -330,6 +330,16 @@ replication_refusal_chars_max = 300
 # once until it has replicationFactor complete copies on live exchanges: by the replication
 # sender, windowed like replication (replication_window_bytes per target, 1 MiB per frame).
 recopy_targets_max = 8  # targets one exchange sends copies of gone logs to at once
+# De-duplication by message id (log/dedup.py, dedup.window.ms): message ids one window holds at
+# most (an exchange's, a consumer group's), about 86 bytes each (docs/benchmarks.md, "De-dup
+# window"): 2,000,000 ids are ~170 MiB, a 2-minute window up to ~16,700 ids/s. Past it the
+# oldest ids are forgotten before their time (counted): a duplicate of one is taken as new.
+dedup_window_ids_max = 2_000_000
+dedup_bucket_ms = 1_000  # the window expires its ids a bucket of this many ms at a time
+# An exchange rebuilds its window at its start from its log's tail written within the window,
+# reading at most this many bytes of it (the newest), so a restart stays within the host's
+# start bound (child_ready_timeout_ms).
+dedup_rebuild_bytes_max = 64 * 1024 * 1024
 
 # --- data plane: subscribers --------------------------------------------------------------
 subscriber_hwm_batches = 10_000  # batches ZeroMQ queues for one subscriber socket

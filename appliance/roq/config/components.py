@@ -486,6 +486,7 @@ class ExchangeSettings:
     slot_messages: int = field(default=1000, metadata=key("work.slot.messages"))
     replication_factor: int = field(default=1, metadata=key("replicationFactor"))
     min_insync_copies: int = field(default=0, metadata=key("min.insync.copies"))  # 0: R
+    dedup_window_ms: int = field(default=0, metadata=key("dedup.window.ms"))  # 0: off
     # its host's session: how long it stays fenced before it exits (system/lease.py)
     session_timeout_ms: int = field(default=6000, metadata=key("zk.session.timeout"))
 

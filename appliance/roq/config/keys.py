@@ -637,6 +637,18 @@ HCM_KEYS: tuple[Key, ...] = (
         section="Exchange",
     ),
     Key(
+        "dedup.window.ms",
+        int,
+        120_000,
+        "De-duplication by message id (docs/guarantees.md §17): an exchange does not append a "
+        "batch whose every record carries a message id it appended within this many ms (the "
+        "publisher is acknowledged, the records counted in roq_exchange_duplicates_total), and "
+        "a consumer group does not hand out a message whose id it handed out within this many "
+        "ms. At most dedup_window_ids_max ids per window. 0: off.",
+        (0, 86_400_000),
+        section="Exchange",
+    ),
+    Key(
         "useLog",
         bool,
         True,

@@ -29,6 +29,9 @@ def samples(exchange: Exchange) -> list[Sample]:
         of("roq_exchange_subscriptions", exchange.subscriptions),
         of("roq_exchange_fenced", 0 if exchange._acting else 1),
         of("roq_exchange_stale_epoch_refusals_total", exchange.epochs.refused),
+        of("roq_exchange_duplicates_total", exchange.dedup.duplicates),
+        of("roq_exchange_dedup_ids", len(exchange.dedup)),
+        of("roq_exchange_dedup_forgotten_total", exchange.dedup.forgotten_early),
     ]
     return found + _log_samples(exchange, of) + _replication_samples(exchange)
 

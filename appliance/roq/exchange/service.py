@@ -59,13 +59,14 @@ from typing import Any
 
 from roq import limits
 from roq.config import ExchangeSettings
-from roq.errors import CorruptRecord, LogUnavailable, ProtocolError
+from roq.errors import CorruptRecord, LogError, LogUnavailable, ProtocolError
 from roq.exchange import metrics
 from roq.exchange.logserver import LogServer
 from roq.exchange.pulse import Pulse
 from roq.exchange.slotcuts import SlotCuts
 from roq.log import Log, log_directory, mark_retired
 from roq.log import format as batchfmt
+from roq.log.dedup import IdWindow
 from roq.protocol import bsonmsg, dataplane
 from roq.protocol.commands import ChildCommand, Reason
 from roq.protocol.dispatch import Done, Encodable, Refused, Route, route
@@ -199,6 +200,10 @@ class Forwarded:
         self.payload += payload_bytes
 
 
+def _present(ids: list[bytes | None]) -> list[bytes]:
+    return [found for found in ids if found is not None]
+
+
 class BadFrameLog:
     """Logs refused frames without letting a flood of them flood the log: at most `per_period`
     lines per period, then one line saying how many were not shown."""
@@ -244,6 +249,8 @@ class Exchange:
         self._next_room_probe = 0.0
         self.accepted_bytes = 0  # the offset the next batch would have in the log
         self.slot_cuts = SlotCuts()  # work queues: where the log's slots end (monitor/slots.py)
+        # message ids appended within dedup.window.ms (a keeper takes no publishers)
+        self.dedup = IdWindow(0 if spec.keeper else settings.dedup_window_ms)
         self._slot_messages = 0  # appended since the last cut
         self.leaving_since: float | None = None
         self.retired = False  # a keeper told to retire (`_retire`): it exits EXIT_RETIRED
@@ -275,6 +282,7 @@ class Exchange:
             )
             log.info("%s: log %s holds offsets %d..%d", spec.name, directory,
                      self.log.start_offset, self.log.end_offset)  # fmt: skip
+            self._rebuild_window(self.log)
         self._open_sockets(context)
         self.log_server: LogServer | None = None
         self.replicator: Replicator | None = None
@@ -518,8 +526,12 @@ class Exchange:
             )
             self.front.send_multipart([peer, *reply])
             return
-        if message.kind == dataplane.COMMITTED_BATCH and self.replicator is not None:
+        if offset is None:  # a duplicate: stored already, so a success for its publisher
+            offset = self.log.end_offset if self.log is not None else self.accepted_bytes
+            end = offset  # confirmed once all appended so far is committed: the original is
+        else:
             end = offset + len(message.batch)
+        if message.kind == dataplane.COMMITTED_BATCH and self.replicator is not None:
             # confirmed once replicated
             self.committed_acks.append((peer, message.token, end, time.monotonic()))
         elif message.token:
@@ -637,8 +649,9 @@ class Exchange:
         self.spec.monitor, self.spec.stat = moved.monitor, moved.stat
         return Done("moved")
 
-    def _accept(self, batch: memoryview) -> int:
-        """Check one batch, forward it to subscribers and count it; returns its offset."""
+    def _accept(self, batch: memoryview) -> int | None:
+        """Check one batch, forward it to subscribers and count it; returns its offset, or
+        None for a duplicate (`_fresh_ids`), which is neither appended nor forwarded."""
         header = batchfmt.check_batch(batch, 0)
         if header.size != len(batch):
             raise ProtocolError(f"frame of {len(batch)} bytes holds a batch of {header.size}")
@@ -649,6 +662,12 @@ class Exchange:
                 f"batch of producer {header.producer_id.hex()} (key {header.key[:64]!r}, "
                 f"sequence {header.first_seq}..{header.last_seq}): {error}"
             ) from None
+        ids: list[bytes] = []
+        if header.version != batchfmt.FORMAT_VERSION and self.dedup.window_ms:  # v1: no ids
+            found = self._fresh_ids(batch, header)
+            if found is None:
+                return None
+            ids = found
         if self.log is not None:
             stamped = bytearray(batch)  # the log stamps the offset in place: forward those bytes
             offset = self.log.append(stamped, header)
@@ -669,7 +688,57 @@ class Exchange:
         self.load.add(header.producer_id, header.count, payload)
         self.kpi_load.add(header.producer_id, header.count, payload)
         self.accepted_bytes += header.size
+        if ids:  # only once stored: a batch refused here may be sent again
+            self.dedup.add_all(ids, time.time_ns() // 1_000_000)
         return offset
+
+    def _fresh_ids(self, batch: memoryview, header: batchfmt.BatchHeader) -> list[bytes] | None:
+        """The message ids of a v2 batch to remember once it is appended, or None when every
+        record carries an id appended within the window: the batch is then a duplicate. A
+        batch mixing new and seen ids is appended whole (its records' sequence numbers are
+        contiguous: dropping some would leave a gap in the publisher's stream)."""
+        ids = batchfmt.message_ids(batch, header)
+        present = _present(ids)
+        now_ms = time.time_ns() // 1_000_000
+        if len(present) == len(ids) and all(self.dedup.seen(i, now_ms) for i in present):
+            self.dedup.duplicates += header.count
+            return None
+        return present
+
+    def _rebuild_window(self, log_: Log) -> None:
+        """The de-duplication window as it was: the ids of the log's tail written within the
+        window (by the batches' timestamps), at most `limits.dedup_rebuild_bytes_max` of it.
+        Read at the start, before any publisher is served."""
+        if not self.dedup.window_ms:
+            return
+        cutoff_us = (time.time_ns() // 1_000_000 - self.dedup.window_ms) * 1000
+        start = end = log_.end_offset
+        for segment in reversed(log_.segments):
+            too_far = end - segment.base > limits.dedup_rebuild_bytes_max
+            if segment.newest_ts_us < cutoff_us or too_far:
+                break
+            start = segment.base
+        began, offset = time.monotonic(), start
+        try:
+            while offset < end:
+                read = log_.read(offset, limits.replication_backfill_read_bytes)
+                for at, header in batchfmt.iter_batches(read.data):
+                    if (
+                        header.version != batchfmt.FORMAT_VERSION
+                        and header.first_ts_us >= cutoff_us
+                    ):
+                        ids = batchfmt.message_ids(read.data, header, at)
+                        self.dedup.add_all(_present(ids), header.first_ts_us // 1000)
+                if read.next_offset <= offset:
+                    break
+                offset = read.next_offset
+        except (CorruptRecord, LogError) as error:
+            log.warning("%s: de-duplication window rebuilt up to offset %d only: %s",
+                        self.spec.name, offset, error)  # fmt: skip
+        if len(self.dedup):
+            log.info("%s: de-duplication window: %d message ids from offsets %d..%d (%.2f s)",
+                     self.spec.name, len(self.dedup), start, offset,
+                     time.monotonic() - began)  # fmt: skip
 
     # --- appends refused (full or read-only disk) -------------------------------------------
     def _cannot_append(self, reason: str) -> None:

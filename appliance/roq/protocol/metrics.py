@@ -86,6 +86,12 @@ CATALOGUE: tuple[Metric, ...] = (
        "1 while its host's lease is not valid: it accepts nothing (fencing)."),
     _m("roq_exchange_stale_epoch_refusals_total", COUNTER, _QX,
        "Assignments refused because they came from a re-placed monitor's older epoch."),
+    _m("roq_exchange_duplicates_total", COUNTER, _QX,
+       "Records not appended: their batch's message ids were all appended within "
+       "dedup.window.ms (the publisher was acknowledged)."),
+    _m("roq_exchange_dedup_ids", GAUGE, _QX, "Message ids its de-duplication window holds."),
+    _m("roq_exchange_dedup_forgotten_total", COUNTER, _QX,
+       "Message ids its window forgot before dedup.window.ms, past dedup_window_ids_max."),
     # --- each queue's monitor (gathered by its host) ---
     _m("roq_monitor_exchanges", GAUGE, "queue", "Live exchanges of the queue."),
     _m("roq_monitor_publishers", GAUGE, _QX, "Publishers sending to each exchange."),
