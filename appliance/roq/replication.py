@@ -53,6 +53,7 @@ import logging
 import shutil
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,10 +100,24 @@ QUARANTINE_SUFFIX = ".quarantined"  # a copy set aside: `<leader>@<replica>.quar
 
 
 # --- replica side ---------------------------------------------------------------------------
+# A copy's write, once appended: the frame and each of its batches' (position, header)
+Copied = Callable[[memoryview, list[tuple[int, BatchHeader]]], None]
+
+
 class ReplicaStore:
     """The copies this exchange keeps of other exchanges' logs. Main thread only."""
 
-    def __init__(self, root: str | Path, queue: str, own_id: str, settings: LogSettings):
+    def __init__(
+        self,
+        root: str | Path,
+        queue: str,
+        own_id: str,
+        settings: LogSettings,
+        copied: Copied | None = None,
+    ):
+        # `copied`: told of the batches of each message log's write once appended (the
+        # exchange's de-duplication window takes their message ids; not a state log's)
+        self.copied = copied
         # No memory log for copies: a copy is read only once its leader is dead, and then the
         # page cache serves it. A memory tail each (64 MiB by default) made R=2 exchanges
         # grow past 200 MB resident (docs/benchmarks.md §4).
@@ -203,7 +218,10 @@ class ReplicaStore:
         if kind == PRUNE:  # up to where the copy reaches: its tail may still be coming
             copy.drop_before(max(copy.start_offset, min(offset, copy.end_offset)))
             return [WRITTEN, frames[1], OK, _END.pack(copy.end_offset)]
-        return [WRITTEN, frames[1], *self._write(copy, offset, view, checked)]
+        answer = self._write(copy, offset, view, checked)
+        if answer[0] == OK and self.copied is not None and not is_state_log(leader_id):
+            self.copied(view, checked)
+        return [WRITTEN, frames[1], *answer]
 
     def _write(
         self, copy: Log, offset: int, view: memoryview, checked: list[tuple[int, BatchHeader]]

@@ -95,3 +95,29 @@ def test_message_ids_agrees_with_the_decoder_at_an_offset_in_a_buffer():
     header = batchfmt.validate_batch(buf, 13)
     decoded = [record.message_id for record in batchfmt.iter_records(buf, 13)]
     assert batchfmt.message_ids(buf, header, 13) == decoded == [ident(n) for n in range(5)]
+
+
+def test_a_copy_tells_its_owner_of_the_batches_it_appended(tmp_path):
+    """The exchange's window learns the ids of the batches it copies (`ReplicaStore.copied`):
+    told once per write that was appended, with each batch's position in the frame."""
+    from roq.log import LogSettings
+    from roq.replication import OK, WRITE, ReplicaStore
+
+    told: list[list[bytes | None]] = []
+
+    def copied(frame, checked):
+        told.extend(batchfmt.message_ids(frame, header, at) for at, header in checked)
+
+    leader = "127.0.0.1-6000-aaaaaa"
+    store = ReplicaStore(tmp_path, "q", "127.0.0.1-6004-bbbbbb", LogSettings(memory_bytes=0),
+                         copied=copied)  # fmt: skip
+    store.accept((leader,))
+    v1 = batchfmt.encode_batch(b"p" * 16, 0, b"k", [b"a"], [1])
+    v2 = batchfmt.encode_batch(b"p" * 16, 1, b"k", [b"b", b"c"], [2, 3],
+                               [batchfmt.encode_meta(message_id=ident(9)), b""])  # fmt: skip
+    frames = [WRITE, leader.encode(), (0).to_bytes(8, "little"), v1 + v2]
+    assert store.handle(frames)[2] == OK
+    assert told == [[], [ident(9), None]]
+    behind = [WRITE, leader.encode(), (10**6).to_bytes(8, "little"), v2]
+    assert store.handle(behind)[2] != OK and len(told) == 2  # not appended: not told
+    store.close()

@@ -296,7 +296,8 @@ class Exchange:
         # latency at 5,000 msg/s (docs/benchmarks.md, Findings)
         self.replies: list[list[bytes]] = []
         if self.log is not None:
-            copies = ReplicaStore(settings.log_root, spec.queue, spec.exchange_id, settings.log)
+            copies = ReplicaStore(settings.log_root, spec.queue, spec.exchange_id, settings.log,
+                                  copied=self._copied_ids)  # fmt: skip
             self.log_server = LogServer(self.replay, self.log, spec.name, copies)
             self.replicator = Replicator(
                 context, spec.exchange_id, self.log, spec.name,
@@ -705,6 +706,20 @@ class Exchange:
             return None
         return present
 
+    def _copied_ids(
+        self, frame: memoryview, checked: list[tuple[int, batchfmt.BatchHeader]]
+    ) -> None:
+        """Batches copied here from another exchange's log: their message ids join this one's
+        window, so a publisher that sends them again here once that exchange died (its
+        un-acknowledged batches) is de-duplicated. v1 batches cost one comparison each."""
+        if not self.dedup.window_ms:
+            return
+        now_ms = time.time_ns() // 1_000_000
+        for position, header in checked:
+            if header.version != batchfmt.FORMAT_VERSION:
+                ids = batchfmt.message_ids(frame, header, position)
+                self.dedup.add_all(_present(ids), now_ms)
+
     def _rebuild_window(self, log_: Log) -> None:
         """The de-duplication window as it was: the ids of the log's tail written within the
         window (by the batches' timestamps), at most `limits.dedup_rebuild_bytes_max` of it.
@@ -713,9 +728,9 @@ class Exchange:
             return
         cutoff_us = (time.time_ns() // 1_000_000 - self.dedup.window_ms) * 1000
         start = end = log_.end_offset
-        for segment in reversed(log_.segments):
-            too_far = end - segment.base > limits.dedup_rebuild_bytes_max
-            if segment.newest_ts_us < cutoff_us or too_far:
+        for segment in reversed(log_.segments):  # known timestamps only: no scan to learn them
+            old = segment.stats is not None and segment.stats.newest_ts_us < cutoff_us
+            if old or end - segment.base > limits.dedup_rebuild_bytes_max:
                 break
             start = segment.base
         began, offset = time.monotonic(), start

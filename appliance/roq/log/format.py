@@ -666,7 +666,7 @@ def message_ids(buf: bytes | memoryview, header: BatchHeader, at: int = 0) -> li
         return []
     start, end = at + HEADER_BYTES + len(header.key), at + header.size
     data, shift = _bytes_of(buf, start, end)
-    pos, ids = start - shift, []
+    pos, ids = start - shift, list[bytes | None]()
     for _ in range(header.count):
         size, meta = _SIZES_V2(data, pos)
         pos += RECORD_V2_BYTES

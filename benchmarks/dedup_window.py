@@ -1,0 +1,108 @@
+"""The de-duplication window's memory (issue 33 item 2: "a window of 2 minutes at 500 k msg/s
+measured for memory"): 2 min x 500,000 ids/s = 60,000,000 ids.
+
+Fills `roq.log.dedup.IdWindow` (and, for comparison, the representations it was chosen among)
+with --ids random 16-byte ids spread over the window's buckets, and measures the bytes the
+structure holds with tracemalloc (its own allocations, not the process's RSS), the bytes per
+id, and the time per `add` (the fill, untraced) and per lookup. --ids 60000000 would measure
+the target itself (about 5 GiB per representation); the default measures smaller fills and
+extrapolates linearly: a set's table grows by steps, so the bytes per id at one size are within
+about a third of those at another (two sizes are printed to show it). Writes JSON to --out;
+results in docs/benchmarks.md, "De-dup window".
+
+    PYTHONPATH=appliance .venv/bin/python benchmarks/dedup_window.py --ids 1000000 2000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import sys
+import time
+import tracemalloc
+from collections.abc import Callable
+from typing import Any
+
+from roq.log.dedup import IdWindow
+
+TARGET_IDS = 120 * 500_000
+RATE_PER_S = 500_000
+
+
+def _window(ids: list[bytes]) -> object:
+    """IdWindow as the exchange uses it, at the target's rate: a bucket per second."""
+    window = IdWindow(window_ms=120_000, ids_max=len(ids) + 1)
+    for n, message_id in enumerate(ids):
+        window.add(message_id, now_ms=n * 1000 // RATE_PER_S)
+    return window
+
+
+def _bytes_set(ids: list[bytes]) -> object:
+    """The alternative: the ids as bytes objects, in a set and in per-second lists."""
+    seen: set[bytes] = set()
+    buckets: collections.deque[list[bytes]] = collections.deque([[]])
+    for n, message_id in enumerate(ids):
+        if n % RATE_PER_S == 0:
+            buckets.append([])
+        own = bytes(bytearray(message_id))  # an object of its own, as one sliced from a batch
+        seen.add(own)
+        buckets[-1].append(own)
+    return seen, buckets
+
+
+def _dict_times(ids: list[bytes]) -> object:
+    """The naive one: id -> the time it was seen (expiry by a scan)."""
+    return {bytes(bytearray(message_id)): n // RATE_PER_S for n, message_id in enumerate(ids)}
+
+
+SHAPES: dict[str, Callable[[list[bytes]], object]] = {
+    "IdWindow (set of 128-bit ints, per-second buckets)": _window,
+    "set of 16-byte bytes, per-second buckets": _bytes_set,
+    "dict bytes -> time": _dict_times,
+}
+
+
+def measure(count: int) -> dict[str, Any]:
+    ids = [os.urandom(16) for _ in range(count)]
+    out: dict[str, Any] = {"ids": count}
+    for name, build in SHAPES.items():
+        began = time.perf_counter()
+        built = build(ids)  # timed without tracemalloc, which slows allocations many times
+        took = time.perf_counter() - began
+        del built
+        tracemalloc.start()
+        built = build(ids)
+        held, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        row = {"bytes": held, "peak_bytes": peak, "bytes_per_id": held / count,
+               "fill_ns_per_id": took / count * 1e9,
+               "target_gib": held / count * TARGET_IDS / 2**30}  # fmt: skip
+        if isinstance(built, IdWindow):
+            probe = ids[: min(count, 200_000)]
+            began = time.perf_counter()
+            found = sum(1 for message_id in probe if built.seen(message_id, 0))
+            row["lookup_ns"] = (time.perf_counter() - began) / len(probe) * 1e9
+            assert found == len(probe)
+        out[name] = row
+        del built
+        print(f"{count:>11,} ids  {name:<52} {row['bytes_per_id']:6.1f} B/id  "
+              f"{row['fill_ns_per_id']:5.0f} ns/add  60 M ids: {row['target_gib']:.2f} GiB",
+              file=sys.stderr)  # fmt: skip
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ids", type=int, nargs="+", default=[1_000_000, 2_000_000])
+    parser.add_argument("--out", default="")
+    args = parser.parse_args()
+    results = {"target_ids": TARGET_IDS, "runs": [measure(count) for count in args.ids]}
+    if args.out:
+        with open(args.out, "w") as file:
+            json.dump(results, file, indent=1)
+
+
+if __name__ == "__main__":
+    main()
