@@ -1,6 +1,8 @@
 """De-duplication by message id (docs/guarantees.md §17) on a real cluster: at the exchange
 (a batch whose ids it appended within dedup.window.ms is acknowledged, not appended), across
-its restart (the window is rebuilt from its log), and outside the window (appended again)."""
+its restart (the window is rebuilt from its log), outside the window (appended again), and at
+the exchange holding a copy of another's log (where a publisher moving off that exchange sends
+its unconfirmed batches)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from roq.client.consumer import Consumer
 from roq.client.publisher import Publisher
 from roq.client.subscriber import Subscriber
 from roq.log import format as batchfmt
@@ -104,3 +107,41 @@ def test_an_id_sent_again_after_the_window_is_appended_again(cluster: LocalClust
     assert appended, f"no copy appended within 20 s of {len(tries)} sent"
     assert tries[appended[0]] >= window_s, f"appended {tries[appended[0]]:.2f} s after the first"
     assert _logged(cluster, queue, 2) == [b"first", appended[0]]
+
+
+def test_an_id_sent_to_the_exchange_holding_its_copy_is_handed_to_a_group_once(
+    cluster: LocalCluster,
+):
+    """Two exchanges, each copying the other's log (replicationFactor 2, acks=all): a message
+    confirmed on the first, sent again with its id to the second (as a publisher re-sends its
+    unconfirmed batches after a fail-over), is not appended there: the group gets it once."""
+    settings = {"replicationFactor": 2, "exchange.max.perhost": 1}
+    cluster.start_gcm()
+    cluster.start_host("h1", **settings)
+    cluster.start_host("h2", **settings)
+    cluster.wait_ready(hosts=2)
+    with cluster.admin() as admin:
+        admin.create_queue("q1", host="h1")
+
+    def recorded() -> list[object]:
+        with cluster.admin() as admin:
+            [queue] = admin.status().queues
+        return [x for x in queue.exchanges if not x.lost]
+
+    wait_for(lambda: len(recorded()) == 2, 30, "the queue's second exchange (the copy)")
+    fronts = [x.front for x in recorded()]  # type: ignore[attr-defined]
+    same = batchfmt.new_message_id()
+    first, _ = cluster.publisher_on({fronts[0]}, keep_others=False)
+    with first:
+        first.send(b"first", message_id=same)
+        first.flush(timeout_s=30)  # acks=all: on both copies
+    second, _ = cluster.publisher_on({fronts[1]}, keep_others=False)
+    with second:
+        second.send(b"first again", message_id=same)
+        second.flush(timeout_s=30)  # confirmed, not appended
+        second.send(b"marker", message_id=batchfmt.new_message_id())
+        second.flush(timeout_s=30)
+    with Consumer("q1", "g", gcm=cluster.gcm) as consumer:
+        handed = [d.payload for d in consumer.deliveries(2, timeout_s=30)]
+        handed += [d.payload for d in consumer.deliveries(1, timeout_s=3)]
+    assert sorted(handed) == [b"first", b"marker"]

@@ -640,11 +640,11 @@ HCM_KEYS: tuple[Key, ...] = (
         "dedup.window.ms",
         int,
         120_000,
-        "De-duplication by message id (docs/guarantees.md §17): an exchange does not append a "
-        "batch whose every record carries a message id it appended within this many ms (the "
-        "publisher is acknowledged, the records counted in roq_exchange_duplicates_total), and "
-        "a consumer group does not hand out a message whose id it handed out within this many "
-        "ms. At most dedup_window_ids_max ids per window. 0: off.",
+        "De-duplication by message id (docs/guarantees.md, \"De-duplication by message id\"): "
+        "an exchange does not append a batch whose every record carries a message id it "
+        "appended, or copied from another exchange's log, within this many ms (the publisher "
+        "is acknowledged, the records counted in roq_exchange_duplicates_total). At most "
+        "dedup_window_ids_max ids per exchange. 0: off.",
         (0, 86_400_000),
         section="Exchange",
     ),
