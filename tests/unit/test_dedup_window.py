@@ -121,3 +121,29 @@ def test_a_copy_tells_its_owner_of_the_batches_it_appended(tmp_path):
     behind = [WRITE, leader.encode(), (10**6).to_bytes(8, "little"), v2]
     assert store.handle(behind)[2] != OK and len(told) == 2  # not appended: not told
     store.close()
+
+
+def test_add_all_takes_a_batch_of_ids_at_once_and_keeps_the_bound():
+    window = IdWindow(window_ms=60_000, ids_max=1_000, bucket_ms=1_000)
+    assert window.add_all([ident(n) for n in range(10)] * 2, 1_000) == 10  # repeats count once
+    assert window.all_seen([ident(3), ident(9)], 1_500)
+    assert not window.all_seen([ident(3), ident(10)], 1_500)
+    assert window.add_all([ident(n) for n in range(5, 15)], 1_600) == 5
+    assert window.add_all([ident(n) for n in range(100, 3_100)], 2_000) == 3_000
+    assert len(window) <= 1_000 and window.forgotten_early == 3_015 - len(window)
+    assert window.all_seen([ident(3_099)], 2_000)
+    window.expire(200_000)
+    assert len(window) == 0 and not window.all_seen([ident(3_099)], 200_000)
+    assert IdWindow(window_ms=0).add_all([ident(1)], 0) == 0
+
+
+def test_message_ids_of_records_alike_are_read_by_stride():
+    """A send_many batch: every record has the same sizes and meta shape (the strided path)."""
+    metas = [batchfmt.encode_meta({"type": b"json"}, message_id=ident(n)) for n in range(50)]
+    batch = batchfmt.encode_batch(b"s" * 16, 0, b"k", [b"x" * 7] * 50, [5] * 50, metas)
+    header = batchfmt.validate_batch(batch)
+    decoded = [record.message_id for record in batchfmt.iter_records(batch)]
+    assert batchfmt.message_ids(batch, header) == decoded == [ident(n) for n in range(50)]
+    plain = [batchfmt.encode_meta({"type": b"json"})] * 3
+    batch = batchfmt.encode_batch(b"s" * 16, 0, b"k", [b"x"] * 3, [5] * 3, plain)
+    assert batchfmt.message_ids(batch, batchfmt.validate_batch(batch)) == [None] * 3

@@ -701,7 +701,7 @@ class Exchange:
         ids = batchfmt.message_ids(batch, header)
         present = _present(ids)
         now_ms = time.time_ns() // 1_000_000
-        if len(present) == len(ids) and all(self.dedup.seen(i, now_ms) for i in present):
+        if len(present) == len(ids) and self.dedup.all_seen(present, now_ms):
             self.dedup.duplicates += header.count
             return None
         return present

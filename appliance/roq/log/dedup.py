@@ -23,6 +23,14 @@ from collections.abc import Iterable
 from roq import limits
 
 
+def _keys(message_ids: Iterable[bytes]) -> set[int]:
+    return {int.from_bytes(message_id, "little") for message_id in message_ids}
+
+
+def _ordered_keys(message_ids: Iterable[bytes]) -> list[int]:
+    return [int.from_bytes(message_id, "little") for message_id in message_ids]
+
+
 class IdWindow:
     """Message ids seen within the last `window_ms` (0: off, every id is new)."""
 
@@ -68,9 +76,24 @@ class IdWindow:
             self._forget_oldest()
         return True
 
+    def all_seen(self, message_ids: Iterable[bytes], now_ms: int) -> bool:
+        """Whether every one of `message_ids` is in the window (one set operation in C)."""
+        self.expire(now_ms)
+        return self._ids.issuperset(_keys(message_ids))
+
     def add_all(self, message_ids: Iterable[bytes], now_ms: int) -> int:
-        """`add` each; how many were new."""
-        return sum(1 for message_id in message_ids if self.add(message_id, now_ms))
+        """`add` each, in bulk (set operations in C, not a call per id); how many were new."""
+        if not self.window_ms:
+            return 0
+        self.expire(now_ms)
+        seen = self._ids  # in order, once each: past the bound the latest are kept
+        fresh = [key for key in dict.fromkeys(_ordered_keys(message_ids)) if key not in seen]
+        if fresh:
+            self._bucket(now_ms).extend(fresh)
+            self._ids.update(fresh)
+            while len(self._ids) > self.ids_max:
+                self._forget_oldest()
+        return len(fresh)
 
     def expire(self, now_ms: int) -> None:
         """Forget the buckets whose every id is older than the window."""

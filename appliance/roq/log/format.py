@@ -666,15 +666,30 @@ def message_ids(buf: bytes | memoryview, header: BatchHeader, at: int = 0) -> li
         return []
     start, end = at + HEADER_BYTES + len(header.key), at + header.size
     data, shift = _bytes_of(buf, start, end)
-    pos, ids = start - shift, list[bytes | None]()
+    start, end = start - shift, end - shift
+    if _same_shapes_v2(data, start, end, header.count):  # one slice per record, in C
+        size, meta = _SIZES_V2(data, start)
+        flags = data[start + RECORD_V2_BYTES] if meta else 0
+        if not flags & META_ID:
+            return [None] * header.count
+        first = start + RECORD_V2_BYTES + _id_at(data, start + RECORD_V2_BYTES, flags)
+        stride = RECORD_V2_BYTES + meta + size
+        return [data[p : p + MESSAGE_ID_BYTES] for p in range(first, end, stride)]
+    pos, ids = start, list[bytes | None]()
     for _ in range(header.count):
         size, meta = _SIZES_V2(data, pos)
         pos += RECORD_V2_BYTES
         flags = data[pos] if meta else 0
-        if flags & META_ID:  # the id follows the flags, and the header lengths if any
-            id_at = pos + 1 + (1 + 3 * data[pos + 1] if flags & META_HEADERS else 0)
+        if flags & META_ID:
+            id_at = pos + _id_at(data, pos, flags)
             ids.append(data[id_at : id_at + MESSAGE_ID_BYTES])
         else:
             ids.append(None)
         pos += meta + size
     return ids
+
+
+def _id_at(data: bytes, meta_at: int, flags: int) -> int:
+    """Where a meta's id starts, from the meta's start: after the flags, and the header
+    lengths if any."""
+    return 1 + (1 + 3 * data[meta_at + 1] if flags & META_HEADERS else 0)
