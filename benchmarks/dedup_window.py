@@ -117,9 +117,10 @@ def measure(count: int) -> dict[str, Any]:
             row["lookup_ns_at_120_buckets"] = row["lookup_ns"] * 120 / len(built.buckets)
         out[name] = row
         del built
-        lookup = row.get("lookup_ns_at_120_buckets", row.get("lookup_ns", 0))
+        lookup = row.get("lookup_ns_at_120_buckets", row.get("lookup_ns"))
+        shown = "      —" if lookup is None else f"{lookup:7.0f}"
         print(f"{count:>11,} ids  {name:<52} {row['bytes_per_id']:6.1f} B/id  "
-              f"{row['fill_ns_per_id']:5.0f} ns/add  {lookup:7.0f} ns/lookup  "
+              f"{row['fill_ns_per_id']:5.0f} ns/add  {shown} ns/lookup  "
               f"60 M ids: {row['target_gib']:.2f} GiB", file=sys.stderr)  # fmt: skip
     return out
 
@@ -166,6 +167,7 @@ def main() -> None:
     results = {"target_ids": TARGET_IDS, "batch_cost": batch_cost(),
                "runs": [measure(count) for count in args.ids]}  # fmt: skip
     if args.out:
+        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
         with open(args.out, "w") as file:
             json.dump(results, file, indent=1)
 
