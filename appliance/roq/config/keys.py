@@ -640,7 +640,7 @@ HCM_KEYS: tuple[Key, ...] = (
         "dedup.window.ms",
         int,
         120_000,
-        "De-duplication by message id (docs/guarantees.md, \"De-duplication by message id\"): "
+        'De-duplication by message id (docs/guarantees.md, "De-duplication by message id"): '
         "an exchange does not append a batch whose every record carries a message id it "
         "appended, or copied from another exchange's log, within this many ms (the publisher "
         "is acknowledged, the records counted in roq_exchange_duplicates_total). At most "
