@@ -19,7 +19,9 @@ from roq.testing.cluster import LocalCluster, wait_for
 pytestmark = pytest.mark.integration
 
 WORK = {"work.slot.messages": 100, "work.slot.ms": 100, "work.lease.ms": 2000}
-DELAY_US = 2_000_000  # long enough that a delivery at once would be caught on a loaded machine
+# long enough that a delivery at once is caught, and that what is not delayed comes before it,
+# on a loaded machine
+DELAY_US = 3_000_000
 LATE_S = 30.0  # a delayed message comes within this of its time (generous: 2 shared cores)
 
 
@@ -31,9 +33,9 @@ def _publish(cluster: LocalCluster) -> int:
     """Into q1, in this order: a plain message, one expired already, one that expires in an
     hour, one delayed by DELAY_US and one behind it of its stream (key k), one of another key.
     Returns the delayed one's not-before time."""
-    now = _now_us()
-    due = now + DELAY_US
     with Publisher("q1", gcm=cluster.gcm, acks="leader", linger_ms=0) as publisher:
+        now = _now_us()  # once placed: its start may take seconds on a loaded machine
+        due = now + DELAY_US
         publisher.send(b"plain", b"k")
         publisher.send(b"expired", b"k", expires_at_us=now - 1_000_000)
         publisher.send(b"alive", b"k", expires_at_us=now + 3_600_000_000)
