@@ -92,6 +92,23 @@ def test_a_group_drops_expired_messages_and_hands_out_a_delayed_one_at_its_time(
         assert admin.get_group("q1", "g").acked == 5  # the expired one settled, not acked
 
 
+def test_an_ordered_group_hands_out_nothing_after_a_delayed_message_before_it(
+    cluster: LocalCluster,
+):
+    cluster.start_with_queue(**WORK)
+    seen: list[tuple[bytes, int]] = []
+    with Consumer("q1", "g", gcm=cluster.gcm, ordered=True) as consumer:
+        due = _publish(cluster)
+        for delivery in consumer.deliveries(5, timeout_s=LATE_S):
+            seen.append((delivery.payload, _now_us()))
+            delivery.ack()
+        consumer.flush()
+    order = [payload for payload, _ in seen]
+    assert order[:3] == [b"plain", b"alive", b"delayed"], order  # in the log's order
+    assert sorted(order[3:]) == [b"behind", b"other"], order
+    assert all(due <= at < due + LATE_S * 1e6 for _, at in seen[2:]), (due, seen)
+
+
 def test_a_request_expired_before_a_worker_took_it_ends_expired_and_never_runs(
     cluster: LocalCluster,
 ):

@@ -504,21 +504,25 @@ class Consumer:
 
     def _timing(self, slot: _Slot, settled: set[int]) -> None:
         """The slot's messages past their expiry (settled as such) and those not due yet (put
-        off until their not-before time), among those not `settled`."""
-        now = now_us()
+        off until their not-before time), among those not `settled`. In an ordered group
+        every message after one not due is put off with it (a lease's window may have given
+        them already): none goes before it."""
+        now, hold_ms = now_us(), 0
         for index, (record, _) in enumerate(slot.records):
             meta = record.meta
-            if meta is None or index in settled:
+            if index in settled or (meta is None and not hold_ms):
                 continue
             if expired(meta, now):
                 slot.lapsed.append(index)
                 slot.dropped.add(index)
                 self._expire(self._delivery(slot, index, 0))
-            elif wait_us := early_us(meta, now):
-                until_ms = (now + wait_us + 999) // 1000
+            elif (wait_us := early_us(meta, now)) or hold_ms:
+                until_ms = (now + wait_us + 999) // 1000 if wait_us else hold_ms
                 until_ms = min(until_ms, now // 1000 + limits.work_defer_max_ms)
                 slot.early.add(index)
                 slot.defer.append(Defer(index, until_ms))
+                if self.settings.ordered:
+                    hold_ms = max(hold_ms, until_ms)
         self.stats["deferred"] += len(slot.early)
 
     def _outside_prefix(self, records: list[tuple[batchfmt.Record, int]],
