@@ -363,6 +363,10 @@ subscriber_streams_max = 1_000_000  # (producer, key) streams tracked for order 
 subscriber_burst_batches = 1_024  # batches taken from one live stream per wake-up
 subscriber_stat_period_s = 1.0  # a subscriber sends its statistics to the stat monitor this often
 subscriber_corrupt_logged_max = 10  # corrupt batches a feed logs; the rest are only counted
+# Delayed records (not_before_us in the future) a subscriber holds, with the later records of
+# their streams, until they come due (client/timing.py `DelayGate`); at the bound it takes no
+# more batches until some come due (ZeroMQ drops for it alone and the log gives them back).
+subscriber_delay_held_max = 100_000
 
 # --- data plane: monitor ------------------------------------------------------------------
 monitor_publishers_max = 1_000_000  # publishers a monitor remembers placements for
@@ -507,6 +511,10 @@ work_request_timeout_ms = 2_000  # a consumer's request to the monitor (then it 
 work_read_timeout_ms = 2_000  # a slot's read from an exchange's log (then the slot is returned)
 work_state_writes_per_turn_max = 256  # slot records one monitor loop turn writes to ZooKeeper
 work_delay_max_ms = 86_400_000  # a nack's delay
+# A consumer puts off a message whose not_before_us has not come (Settle's Defer): it goes to
+# no consumer before then. The monitor keeps the time as a nack's; at most this far ahead
+# (a later time is put off again when it is reached: no delay is cut short).
+work_defer_max_ms = 86_400_000
 work_monitor_wait_s = 30.0  # a consumer waits this long for its monitor (restart, move) to answer
 work_sync_wait_ms = 5_000  # a SETTLE with Sync (flush, close) waits this long for ZooKeeper
 work_write_retry_ms = 200  # after a failed group-state commit, the next one waits this long

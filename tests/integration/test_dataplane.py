@@ -647,14 +647,15 @@ def test_v2_messages_carry_headers_ids_and_times_to_subscribers_the_log_and_roq_
     """Log format v2 end to end: a publisher with headers, ids and times (per message with
     send, shared with send_many) beside a v1 publisher on the same exchange; a live subscriber
     and one reading the log from the beginning see every field, v1 messages without any, and
-    `roq sub --meta` prints them. Expiry and not-before are carried, not yet enforced: a
-    message that expired before it was sent is delivered."""
+    `roq sub --meta` prints them. A message expiring in an hour with a not-before time in the past
+    is delivered at once (their enforcement: test_ttl.py)."""
     collector = Collector(cluster, queue)
     collector.start()
     wait_for(lambda: [x.subscriptions for x in _monitored(cluster, queue)] == [1], 10,
              "the collector joined the exchange")  # fmt: skip
     ids = [batchfmt.new_message_id() for _ in range(50)]
     past = time.time_ns() // 1000 - 10**6
+    later = past + 3_600 * 10**6
     with (
         Publisher(queue, gcm=cluster.gcm, linger_ms=5) as v2,
         Publisher(queue, gcm=cluster.gcm, linger_ms=5) as v1,
@@ -662,7 +663,7 @@ def test_v2_messages_carry_headers_ids_and_times_to_subscribers_the_log_and_roq_
         for n, message_id in enumerate(ids):
             headers = [("trace", b"t%031d" % n), ("n", str(n)), ("n", "again")]
             v2.send(b"v2-%d" % n, b"k", headers=headers, message_id=message_id,
-                    expires_at_us=past, not_before_us=past + n)  # fmt: skip
+                    expires_at_us=later, not_before_us=past + n)  # fmt: skip
             v1.send(b"v1-%d" % n, b"k")  # interleaved: the same exchange takes both formats
             if n % 10 == 9:
                 v2.send(b"plain-%d" % n, b"k")  # no meta in a v2 publisher's batch
@@ -683,7 +684,7 @@ def test_v2_messages_carry_headers_ids_and_times_to_subscribers_the_log_and_roq_
         assert record.headers == (("trace", b"t%031d" % n), ("n", str(n).encode()),
                                   ("n", b"again"))  # fmt: skip
         assert record.message_id == message_id
-        assert (record.expires_at_us, record.not_before_us) == (past, past + n)
+        assert (record.expires_at_us, record.not_before_us) == (later, past + n)
         assert by_payload[b"v1-%d" % n].meta is None
     assert all(by_payload[b"plain-%d" % n].meta is None for n in range(9, 50, 10))
     assert {by_payload[b"many-%d" % n].header("type") for n in range(20)} == {b"json"}
@@ -702,7 +703,7 @@ def test_v2_messages_carry_headers_ids_and_times_to_subscribers_the_log_and_roq_
     lines = dict(line.split("\t", 1)[::-1] for line in shown.stdout.splitlines())
     doc = json.loads(lines["v2-7"])
     headers = {"trace": "t" + "7".zfill(31), "n": ["7", "again"]}
-    assert doc == {"headers": headers, "id": ids[7].hex(), "expires_at_us": past,
+    assert doc == {"headers": headers, "id": ids[7].hex(), "expires_at_us": later,
                    "not_before_us": past + 7}  # fmt: skip
     assert json.loads(lines["v1-7"]) == {"headers": {}, "id": None, "expires_at_us": None,
                                          "not_before_us": None}  # fmt: skip

@@ -21,6 +21,13 @@ dead-letter queue `<queue>.<group>.dlq` (created on first use): a BSON document 
 original payload and key, the queue, group, exchange, log offset of its batch and record
 within it, its delivery count and the last reason.
 
+TTL and delay (docs/guarantees.md, "TTL and delay"): a message past its `expires_at_us` when it
+would be handed to the application is not: it is settled as expired (`stats["expired"]`, the
+group's `roq_group_expired_total`; not dead-lettered: its publisher said it is worthless by then)
+and given to `on_expired` if set (a request/response Worker ends its task `expired`). A message
+whose `not_before_us` has not come is put off (`Settle`'s Defer): the monitor hands it to no
+consumer before then, and the rest of its slot goes on (in an ordered group, nothing after it).
+
 At most `work.inflight` messages are handed out and unsettled at once; at that limit the
 consumer says so (a warning, once per episode, and `stats["inflight_full"]`), and hands out
 nothing more until the application settles something.
@@ -46,6 +53,7 @@ from roq.backoff import Backoff
 from roq.client.admin import AdminClient, AdminRefused
 from roq.client.locate import MonitorAddress, locate_monitor
 from roq.client.publisher import Publisher
+from roq.client.timing import early_us, expired, now_us
 from roq.errors import CorruptRecord, ProtocolError, RoqError, Stopped, TransportError
 from roq.log import format as batchfmt
 from roq.protocol import dataplane
@@ -53,6 +61,7 @@ from roq.protocol.bsonmsg import Reply
 from roq.protocol.commands import MonitorCommand
 from roq.protocol.messages.groups import (
     ConsumerRequest,
+    Defer,
     GroupJoin,
     HeldAnswer,
     Joined,
@@ -141,9 +150,17 @@ class _Slot:
     dead: list[int] = field(default_factory=list)
     skip: list[int] = field(default_factory=list)  # [lo, hi) ranges outside the key prefix
     count_sent: bool = False
+    early: set[int] = field(default_factory=set)  # not due yet when read: never handed out
+    defer: list[Defer] = field(default_factory=list)  # ... to tell the monitor
+    lapsed: list[int] = field(default_factory=list)  # past their expiry: to settle so
+    dropped: set[int] = field(default_factory=set)  # past their expiry when read
 
     def pending(self) -> bool:
-        return bool(self.acks or self.nacks or self.dead or self.skip)
+        return bool(self.acks or self.nacks or self.dead or self.skip or self.timed())
+
+    def timed(self) -> bool:
+        """Deferred or expired messages the monitor has not been told of yet."""
+        return bool(self.defer or self.lapsed)
 
 
 @dataclass(frozen=True)
@@ -172,8 +189,10 @@ class Consumer:
         inflight: int | None = None,
         prefix: bytes = b"",
         held: bool = False,
+        on_expired: Callable[[Delivery], None] | None = None,
     ):
         self.queue, self.group = queue, group
+        self._on_expired = on_expired  # told of each message dropped past its expiry
         # idle, ask with a LEASE the monitor may hold instead of sleeping (a request/response
         # Worker: a requester's wait wakes it as soon as a request is published)
         self._held = held
@@ -291,7 +310,9 @@ class Consumer:
         """The next message, or None after `timeout_s` (None: wait as long as it takes)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         pause = Backoff(limits.work_poll_min_ms / 1000, limits.work_poll_ms / 1000)
-        while not self._ready:
+        while not self._ready or self._lapsed(self._ready[0]):
+            if self._ready:
+                continue  # the one at the head expired while it waited: dropped
             if self._step():
                 pause.reset()
                 continue
@@ -312,6 +333,24 @@ class Consumer:
         delivery._consumer = self
         self.stats["received"] += 1
         return delivery
+
+    def _lapsed(self, delivery: Delivery) -> bool:
+        """Whether `delivery` (at the head of _ready) is past its expiry: then it is dropped,
+        settled as expired, and counted."""
+        if not expired(delivery.meta, now_us()):
+            return False
+        self._ready.popleft()
+        slot = self._mine(delivery)
+        self._expire(delivery)
+        if slot is not None:
+            slot.lapsed.append(delivery.index)
+            self._settled(slot)
+        return True
+
+    def _expire(self, delivery: Delivery) -> None:
+        self.stats["expired"] += 1
+        if self._on_expired is not None:
+            self._on_expired(delivery)
 
     def _wait_held(self, deadline: float | None) -> bool:
         """Instead of the idle sleep: a LEASE the monitor holds for up to work_poll_ms. True
@@ -435,10 +474,15 @@ class Consumer:
             return False
         settled = set(expand(lease.settled))
         skip = self._outside_prefix(records, settled)
-        todo = collections.deque(
-            i for i in range(len(records)) if i not in settled and i not in skip
-        )
-        slot = self._slot = _Slot(lease, records, todo, skip=ranges(skip))
+        slot = _Slot(lease, records, collections.deque(), skip=ranges(skip))
+        self._timing(slot, settled | skip)
+        slot.todo.extend(
+            i for i in range(len(records))
+            if i not in settled and i not in skip and i not in slot.early
+            and i not in slot.dropped
+        )  # fmt: skip
+        self._slot = slot
+        todo = slot.todo
         self.stats["slots"] += 1
         self.stats["skipped"] += len(skip)
         if lease.window is not None:  # the monitor considered the `Give` asked for
@@ -452,11 +496,34 @@ class Consumer:
         # The count goes with the first acks, unless the window went past the slot's end (the
         # monitor counts those as in flight until it knows): then at once, as do the skips.
         past_end = lease.count < 0 and lease.window is not None and len(records) < self._window()
-        while self._slot is slot and (slot.skip or not slot.count_sent):
-            if not (slot.skip or past_end) and (slot.handed or slot.todo):
+        while self._slot is slot and (slot.skip or slot.timed() or not slot.count_sent):
+            if not (slot.skip or slot.timed() or past_end) and (slot.handed or slot.todo):
                 break
             self._send(slot, [])
         return True
+
+    def _timing(self, slot: _Slot, settled: set[int]) -> None:
+        """The slot's messages past their expiry (settled as such) and those not due yet (put
+        off until their not-before time), among those not `settled`. In an ordered group
+        every message after one not due is put off with it (a lease's window may have given
+        them already): none goes before it."""
+        now, hold_ms = now_us(), 0
+        for index, (record, _) in enumerate(slot.records):
+            meta = record.meta
+            if index in settled or (meta is None and not hold_ms):
+                continue
+            if expired(meta, now):
+                slot.lapsed.append(index)
+                slot.dropped.add(index)
+                self._expire(self._delivery(slot, index, 0))
+            elif (wait_us := early_us(meta, now)) or hold_ms:
+                until_ms = (now + wait_us + 999) // 1000 if wait_us else hold_ms
+                until_ms = min(until_ms, now // 1000 + limits.work_defer_max_ms)
+                slot.early.add(index)
+                slot.defer.append(Defer(index, until_ms))
+                if self.settings.ordered:
+                    hold_ms = max(hold_ms, until_ms)
+        self.stats["deferred"] += len(slot.early)
 
     def _outside_prefix(self, records: list[tuple[batchfmt.Record, int]],
                         settled: set[int]) -> set[int]:  # fmt: skip
@@ -625,6 +692,8 @@ class Consumer:
             if len(slot.handed) + len(given) >= self.inflight:  # the limit, not a suspect
                 self._note_full()
         for index, deliveries in given.items():
+            if index in slot.early or index in slot.dropped:
+                continue  # given by a lease's window before it was read: put off or expired
             slot.handed.add(index)
             self._ready.append(self._delivery(slot, index, deliveries))
         for index, deliveries, reason in expired:
@@ -646,11 +715,14 @@ class Consumer:
         dropped here when its lease is lost or it is done."""
         cut = limits.work_items_per_request_max  # ranges: an even number of items
         skip, slot.skip = slot.skip[:cut], slot.skip[cut:]
+        defer, slot.defer = slot.defer[:cut], slot.defer[cut:]
+        lapsed, slot.lapsed = slot.lapsed[:cut], slot.lapsed[cut:]
         self._seq += 1
         request = Settle(self.group, self.consumer_id, slot.lease.slot,
                          -1 if slot.count_sent else len(slot.records), tuple(slot.acks),
                          tuple(slot.nacks), tuple(slot.dead), tuple(give), tuple(skip),
-                         self._seq, sync, release, next_give)  # fmt: skip
+                         self._seq, sync, release, next_give, tuple(defer),
+                         tuple(lapsed))  # fmt: skip
         if request.acks or request.dead or request.skip:
             self._unconfirmed.append(
                 _Unconfirmed(self._seq, slot.lease.slot, request.acks, request.dead, request.skip)

@@ -266,9 +266,11 @@ class Publisher:
         `headers` (a mapping or (name, value) pairs: str names, bytes or str values), a
         16-byte `message_id` and the absolute times `expires_at_us` and `not_before_us` (µs
         since the Unix epoch, this machine's wall clock) travel with the message, checked
-        against `limits.record_headers_*` (ValueError); they are **not yet** enforced
-        (docs/log-format.md §1). A full buffer blocks or raises *before* the message is
-        queued: when `send` raises, the message was not taken."""
+        against `limits.record_headers_*` (ValueError). The reading clients enforce the times:
+        a message is handed to no application at or after its expiry, nor before its
+        not-before time (docs/guarantees.md §15, "TTL and delay"). A full buffer blocks or
+        raises *before* the message is queued: when `send` raises, the message was not
+        taken."""
         _check_size(payload)
         meta = b""
         if headers or message_id is not None or expires_at_us is not None:

@@ -534,10 +534,21 @@ class Requester:
         self._callbacks = _Callbacks(self._link, self._locate)
         self._publisher: Publisher | None = None
 
-    def submit(self, service: str, payload: bytes, request_id: str | None = None) -> Task:
+    def submit(
+        self,
+        service: str,
+        payload: bytes,
+        request_id: str | None = None,
+        *,
+        expires_at_us: int | None = None,
+        not_before_us: int | None = None,
+    ) -> Task:
         """Returns once the task is accepted: its record stored and its request published and
         confirmed (acks). A request id already known returns that task (its stored result, if
-        it has one), without running it again."""
+        it has one), without running it again. `expires_at_us` and `not_before_us` (µs since the
+        epoch, this machine's clock) go on the request's message: a request still untaken at
+        its expiry ends `expired` without running, and none is started before its not-before
+        time (docs/guarantees.md, "TTL and delay")."""
         if len(payload) > limits.task_payload_bytes_max:
             raise RoqError(f"a request's payload is at most {limits.task_payload_bytes_max} bytes")
         task_id = check_task_id(request_id) if request_id else uuid.uuid4().hex
@@ -551,7 +562,8 @@ class Requester:
             # "expired" after the input time-to-live; submit() never returned it as accepted.
             message = RequestMessage(task_id, service, 1, payload)
             publisher = self._get_publisher()
-            publisher.send(bson.encode(message.encode()), service_key(service))
+            publisher.send(bson.encode(message.encode()), service_key(service),
+                           expires_at_us=expires_at_us, not_before_us=not_before_us)  # fmt: skip
             publisher.flush()
         if view.state not in FINAL:
             # subscribed now, the request on the log: the monitor wakes a worker held idle,
@@ -643,7 +655,7 @@ class Worker:
         self._locate = (gcm, zk, namespace)
         self.consumer = Consumer(
             queue, service_group(service), gcm=gcm, zk=zk, namespace=namespace,
-            prefix=service_key(service), held=True, inflight=prefetch,
+            prefix=service_key(service), held=True, inflight=prefetch, on_expired=self._expired,
         )  # fmt: skip
         self.name = f"worker {self.consumer.consumer_id[:8]} of {queue}/{service}"
         self._link = _Link(queue, self._locate)
@@ -734,6 +746,21 @@ class Worker:
             return
         future = self._pool.submit(self._execute_and_store, message)
         self._running[future] = _Run(message, delivery, time.monotonic() + self._renew_period_s())
+
+    def _expired(self, delivery: Delivery) -> None:
+        """The consumer dropped a request past its message's expiry: its task ends `expired`
+        (not run). The consumer settles the message; a monitor that does not answer now leaves
+        the task to its input time-to-live."""
+        try:
+            message = RequestMessage.decode(bson.decode(delivery.payload))
+            start = TaskStart(message.task, message.attempt, delivery.deliveries, self.name,
+                              expired=True)  # fmt: skip
+            self._link.view(start.encode())
+        except (DecodeError, bson.errors.BSONError, TypeError, ValueError, RoqError) as error:
+            log.warning("%s: a request past its expiry was dropped; its task was not told: %s",
+                        self.name, error)  # fmt: skip
+        else:
+            log.info("%s: task %s expired before it was taken: not run", self.name, message.task)
 
     def _execute_and_store(self, message: RequestMessage) -> TaskView:
         """On a pool thread: run the handler, store its outcome, return the monitor's answer.

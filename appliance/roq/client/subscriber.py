@@ -27,6 +27,13 @@ same record as a dict, for a caller that keeps it elsewhere (the HTTP gateway's 
 Order and duplicates: per exchange by log offsets (`feed.py`), across exchanges per producer and
 routing key (`sequencer.py`).
 
+TTL and delay (client/timing.py, docs/guarantees.md "TTL and delay"). A record whose
+`expires_at_us` has passed when it would be handed to the application is dropped and counted in
+`expired`. A record whose `not_before_us` has not come is held, with the later records of its
+stream (producer and routing key), until it comes due: per-stream order is kept; other streams
+flow on. At most `limits.subscriber_delay_held_max` records are held; then no more batches are
+taken until some come due.
+
 Corrupt batches (records that do not fill their batch: damage on disk the CRC cannot see) are
 skipped and counted in `corrupt_records`, log bytes damaged beyond framing in `skipped_bytes`,
 and delivery goes on (`feed.py`, `sequencer.py`).
@@ -54,6 +61,7 @@ from roq import limits
 from roq.client.feed import Feed
 from roq.client.locate import MonitorAddress, locate_monitor
 from roq.client.sequencer import Delivery, Sequencer
+from roq.client.timing import DelayGate, expired, now_us
 from roq.errors import (
     EXIT_NOPERM,
     AuthenticationRefused,
@@ -135,6 +143,11 @@ class Subscriber:
         # Records of delivered batches that messages() has not yielded yet (it stopped at its
         # count, or its caller stopped iterating), with the id of the exchange they came from.
         self._pending: collections.deque[tuple[str, batchfmt.Record]] = collections.deque()
+        # delayed records (not due yet) and the later ones of their streams, as in _pending
+        self._delayed: DelayGate[tuple[str, batchfmt.Record]] = DelayGate(
+            limits.subscriber_delay_held_max
+        )
+        self.expired = 0  # records dropped: past their expiry when they would be handed out
         self.feeds: dict[str, Feed] = {}  # by back address
         self.offsets_file = Path(offsets_file) if offsets_file else None
         self._resume = self._apply_resume(resume) if resume else self._load_offsets()
@@ -464,7 +477,7 @@ class Subscriber:
         # Records not yet yielded must come again after a restart: start their exchange's read
         # at their batch, and their stream at their sequence (the rest of the batch is dropped
         # again as already delivered).
-        for exchange_id, record in self._pending:
+        for exchange_id, record in [*self._pending, *self._delayed.items()]:
             if exchange_id:
                 held = exchanges.get(exchange_id, record.offset)
                 exchanges[exchange_id] = min(held, record.offset)
@@ -520,8 +533,10 @@ class Subscriber:
         yielded = 0
         while count is None or yielded < count:
             if self._pending:
-                yield self._pending.popleft()[1]  # popped first: a yielded record is delivered
-                yielded += 1
+                record = self._next_pending()  # popped first: a yielded record is delivered
+                if record is not None:
+                    yield record
+                    yielded += 1
                 continue
             wait = limits.poll_interval_ms
             if deadline is not None:
@@ -529,16 +544,51 @@ class Subscriber:
                 if left <= 0:
                     return
                 wait = max(1, min(wait, int(left * 1000)))
-            for delivery in self.poll(wait):
-                source = getattr(delivery.source, "exchange_id", "")
-                self._pending.extend((source, record) for record in records(delivery))
+            self._fill(wait)
 
     def run(self, callback: Callable[[Any], None], stop: threading.Event) -> None:
         """Call `callback(record)` for every message until `stop` is set."""
         while not stop.is_set():
-            for delivery in self.poll():
-                for record in records(delivery):
+            self._fill(limits.poll_interval_ms)
+            while self._pending:
+                record = self._next_pending()
+                if record is not None:
                     callback(record)
+
+    def _fill(self, wait_ms: int) -> None:
+        """Wait up to `wait_ms` for batches and queue their records in `_pending`: those due,
+        and those held for their not-before time once it comes (the wait ends then)."""
+        gate = self._delayed
+        due = gate.next_due()
+        if due is not None:
+            wait_ms = max(1, min(wait_ms, (due - now_us()) // 1000 + 1))
+        if gate.full:  # take no more batches until some held ones come due
+            time.sleep(wait_ms / 1000)
+        else:
+            for delivery in self.poll(wait_ms):
+                source = getattr(delivery.source, "exchange_id", "")
+                self._admit(source, delivery)
+        if gate.held:
+            self._pending.extend(gate.release(now_us()))
+
+    def _admit(self, source: str, delivery: Delivery) -> None:
+        pending, gate = self._pending, self._delayed
+        now = 0
+        for record in records(delivery):
+            if record.meta is None and not gate.held:
+                pending.append((source, record))  # the common path: one test per record
+                continue
+            now = now or now_us()
+            if gate.offer((source, record), record, now):
+                pending.append((source, record))
+
+    def _next_pending(self) -> batchfmt.Record | None:
+        """The next record to hand out; None if it expired (dropped and counted instead)."""
+        record = self._pending.popleft()[1]
+        if record.meta is not None and expired(record.meta, now_us()):
+            self.expired += 1
+            return None
+        return record
 
     # --- statistics ----------------------------------------------------------------------------
     def _publish_stats(self, now: float) -> None:

@@ -135,7 +135,8 @@ HeadersIn = Union[Mapping[str, bytes | str], Iterable[tuple[str, bytes | str]]] 
 
 
 class RecordMeta(NamedTuple):
-    """A v2 record's meta section, decoded. Carried, not enforced (docs/log-format.md §1)."""
+    """A v2 record's meta section, decoded (docs/log-format.md §1). The log carries the times;
+    the reading clients enforce them (client/timing.py)."""
 
     message_id: bytes | None = None  # 16 bytes the publisher chose; None: (producer, seq)
     expires_at_us: int | None = None  # µs since the Unix epoch, the publisher's wall clock

@@ -517,11 +517,14 @@ class GroupManager:
         group.skip(slot, expand(settle.skip))
         group.ack(slot, settle.acks, member)
         group.dead(slot, settle.dead)
+        group.drop_expired(slot, settle.ttl_expired)
         if slot.owner != settle.consumer:
             return Settled(lost=True, done=group.drop_if_done(slot))
         wall = time.time()
         for nack in settle.nacks:
             group.nack(slot, nack.index, nack.delay_ms, nack.reason, wall, self.rules)
+        for later in settle.defer:
+            group.defer(slot, later.index, later.until_ms / 1000)
         slot.lease_until = time.monotonic() + self.rules.lease_s  # progress renews the lease
         room = self.rules.inflight - member.in_flight(group.slots)
         result = group.give(slot, settle.give, room, wall, self.rules)
@@ -568,6 +571,10 @@ class GroupManager:
             return []
         groups = [self.groups[name] for name in sorted(self.groups)[:most]]
         return [(self._view(group), group.redelivered) for group in groups]
+
+    def ttl_expired(self) -> dict[str, int]:
+        """Group name → messages dropped past their expiry since the monitor started."""
+        return {name: group.ttl_expired for name, group in self.groups.items()}
 
     def _view(self, group: Group) -> GroupView:
         now = time.monotonic()

@@ -39,6 +39,7 @@ def samples(monitor: Monitor) -> list[Sample]:
 
 def _group_samples(monitor: Monitor) -> list[Sample]:
     found = []
+    expired = monitor.groups.ttl_expired()
     for view, redelivered in monitor.groups.views(limits.metrics_groups_max):
         labels = (monitor.queue, view.name)
         found += [
@@ -49,5 +50,6 @@ def _group_samples(monitor: Monitor) -> list[Sample]:
             sample("roq_group_acked_total", view.acked, *labels),
             sample("roq_group_redeliveries_total", redelivered, *labels),
             sample("roq_group_dead_letters_total", view.dead_letters, *labels),
+            sample("roq_group_expired_total", expired.get(view.name, 0), *labels),
         ]
     return found

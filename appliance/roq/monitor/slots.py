@@ -200,6 +200,7 @@ class Group:
     dead_letters: int = 0
     redelivered: int = 0  # messages handed out again (roq_group_redeliveries_total)
     skipped: int = 0  # outside the key prefix
+    ttl_expired: int = 0  # past their expiry when a consumer would hand them out (dropped)
     full_slots_logged: bool = False
 
     def record(self) -> dict[str, Any]:
@@ -459,6 +460,28 @@ class Group:
             if index not in slot.settled and slot.holds(index):
                 self._settle(slot, index)
                 self.skipped += 1
+
+    def drop_expired(self, slot: Slot, indices: Iterable[int]) -> None:
+        """Messages past their expiry (TTL): settled, never handed to an application."""
+        for index in indices:
+            if index not in slot.settled and slot.holds(index):
+                self._settle(slot, index)
+                self.ttl_expired += 1
+
+    @staticmethod
+    def defer(slot: Slot, index: int, until: float) -> None:
+        """A message not due before `until` (epoch s, its not-before time): handed to no one
+        before then, as a nacked one. If it was given in this lease, that hand-out did not
+        happen (the consumer kept it): it is not counted as a delivery."""
+        if index in slot.settled or not slot.holds(index):
+            return
+        if index in slot.handed:
+            slot.handed.discard(index)
+            count = slot.deliveries.pop(index, 0) - 1
+            if count > 0:
+                slot.deliveries[index] = count
+        slot.not_before[index] = max(slot.not_before.get(index, 0.0), until)
+        slot.dirty = True
 
     def dead(self, slot: Slot, indices: Iterable[int]) -> None:
         for index in indices:

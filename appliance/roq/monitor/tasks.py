@@ -459,6 +459,11 @@ class TaskManager:
         record, version = found
         if record.state in FINAL or ask.attempt != record.attempt:
             return record.view(now)
+        if ask.expired:
+            record.become("expired", now, "its request message expired (its expires_at_us) "
+                          "before a worker took it")  # fmt: skip
+            self._put(ask.task, record, version, staged=True)
+            return record.view(now)
         wait_ms = record.accepted_ms + round(self.settings.delay_s * 1000) - now
         if wait_ms > 0:  # delaySendProcessTaskToExecuteInMillis
             return record.view(now, wait_ms=wait_ms)

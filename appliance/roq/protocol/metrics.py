@@ -111,6 +111,8 @@ CATALOGUE: tuple[Metric, ...] = (
        "Messages handed out again (a nack, a lease that expired)."),
     _m("roq_group_dead_letters_total", COUNTER, "queue group",
        "Messages moved to the group's dead-letter queue."),
+    _m("roq_group_expired_total", COUNTER, "queue group",
+       "Messages past their expiry (TTL) when a consumer would hand them out: dropped."),
     _m("roq_tasks_cached", GAUGE, "queue state",
        "Request/response tasks this monitor holds in memory, by state."),
 )  # fmt: skip

@@ -338,6 +338,25 @@ class Nack:
 
 
 @dataclass(frozen=True)
+class Defer:
+    """A message whose not-before time has not come: hand it to no consumer before `UntilMs`
+    (wall-clock ms since the epoch); a hand-out of it in this lease did not happen."""
+
+    index: int  # I
+    until_ms: int  # UntilMs
+
+    def fields(self) -> Document:
+        return {"I": self.index, "UntilMs": self.until_ms}
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any], prefix: str = "") -> Self:
+        return cls(
+            field_int(doc, "I", hi=_COUNT_MAX - 1, prefix=prefix),
+            field_int(doc, "UntilMs", prefix=prefix),
+        )
+
+
+@dataclass(frozen=True)
 class Settle:
     """22: settle messages of one leased slot and ask for more of it. `Acks`: done; `Nacks`:
     to hand out again after a delay; `Dead`: the consumer put them on the dead-letter queue
@@ -345,7 +364,8 @@ class Settle:
     `Count`: the slot's messages (the consumer read it; -1 if it did not yet); `Skip`:
     flattened [lo, hi) ranges of indices outside the group's key prefix, settled for this group
     without being handed out or counted as acked. Any 22 renews the slot's lease (in_progress
-    is an empty one)."""
+    is an empty one). `Defer`: messages not due yet (their not-before time), put off;
+    `TtlExpired`: messages past their expiry, settled without being handed out (counted)."""
 
     group: str
     consumer: str
@@ -360,15 +380,21 @@ class Settle:
     sync: bool = False  # Sync: answer once this is in ZooKeeper (flush, close)
     release: bool = False  # Release: give the slot back after this (RELEASE in one request)
     next_give: int = -1  # Next: lease the next slot too, with this many given (-1: do not)
+    defer: tuple[Defer, ...] = ()  # Defer: not due yet (TTL and delay)
+    ttl_expired: tuple[int, ...] = ()  # TtlExpired: past their expiry, dropped
 
     def encode(self) -> Document:
-        return {
+        doc: Document = {
             "CMD": int(MonitorCommand.GROUP_SETTLE), "Group": self.group,
             "Consumer": self.consumer, "Slot": self.slot, "Count": self.count,
             "Acks": list(self.acks), "Nacks": [n.fields() for n in self.nacks],
             "Dead": list(self.dead), "Give": list(self.give), "Skip": list(self.skip),
             "Seq": self.seq, "Sync": self.sync, "Release": self.release, "Next": self.next_give,
         }  # fmt: skip
+        if self.defer or self.ttl_expired:  # absent otherwise: a settle as before
+            doc["Defer"] = [d.fields() for d in self.defer]
+            doc["TtlExpired"] = list(self.ttl_expired)
+        return doc
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
@@ -381,6 +407,8 @@ class Settle:
             field_int(doc, "Seq", default=0), field_bool(doc, "Sync", default=False),
             field_bool(doc, "Release", default=False),
             field_int(doc, "Next", lo=-1, hi=_ITEMS, default=-1),
+            field_docs(doc, "Defer", Defer.decode, max_items=_ITEMS) if "Defer" in doc else (),
+            field_indices(doc, "TtlExpired"),
         )  # fmt: skip
         # ascending and apart: what the monitor expands is bounded by a slot's size
         if len(settle.skip) % 2 or list(settle.skip) != sorted(set(settle.skip)):

@@ -124,17 +124,23 @@ class TaskSubmit:
 
 @dataclass(frozen=True)
 class TaskStart:
-    """41: worker `Worker` took attempt `Attempt` of `Task`, handed out `Deliveries` times."""
+    """41: worker `Worker` took attempt `Attempt` of `Task`, handed out `Deliveries` times.
+    `Expired`: its request message was past its expiry (TTL) when the worker took it: the
+    task ends `expired`, not run."""
 
     task: str
     attempt: int
     deliveries: int
     worker: str
+    expired: bool = False
 
     def encode(self) -> Document:
-        return {"CMD": int(MonitorCommand.TASK_START), "Task": self.task,
-                "Attempt": self.attempt, "Deliveries": self.deliveries,
-                "Worker": self.worker}  # fmt: skip
+        doc: Document = {"CMD": int(MonitorCommand.TASK_START), "Task": self.task,
+                         "Attempt": self.attempt, "Deliveries": self.deliveries,
+                         "Worker": self.worker}  # fmt: skip
+        if self.expired:  # absent otherwise: a start as before
+            doc["Expired"] = True
+        return doc
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
@@ -143,6 +149,7 @@ class TaskStart:
             field_int(doc, "Attempt", hi=_ATTEMPTS),
             field_int(doc, "Deliveries", hi=_ATTEMPTS),
             field_str(doc, "Worker", max_chars=limits.producer_id_chars_max),
+            field_bool(doc, "Expired", default=False),
         )
 
 
