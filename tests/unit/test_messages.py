@@ -337,7 +337,12 @@ def test_multi_frame_messages_round_trip():
         kpi.decode_kpi_message([frames[1], frames[0], frames[2]])
     broadcast = admin.ConfigBroadcast((admin.BroadcastQueue("q1", "h1", True),), ("127.0.0.1",))
     frames = [_wire(frame) for frame in broadcast.frames()]
-    assert frames[0] == {"CMD": 1500} and admin.ConfigBroadcast.decode(frames) == broadcast
+    assert frames[0] == {"CMD": 1500, "CMD_ID": 1500}
+    assert frames[2] == {"hosts": ["127.0.0.1"], "Hosts": ["127.0.0.1"]}
+    assert admin.ConfigBroadcast.decode(frames) == broadcast
+    # an older GCM's broadcast, RoQ's code's shape: {CMD}, …, {Hosts}
+    older = [{"CMD": 1500}, frames[1], {"Hosts": ["127.0.0.1"]}]
+    assert admin.ConfigBroadcast.decode(older) == broadcast
     with pytest.raises(ProtocolError, match=r"Queues\[0\].State"):
         admin.ConfigBroadcast.decode([frames[0], {"Queues": [{"Name": "q1", "Host": "h1"}]},
                                       frames[2]])  # fmt: skip
