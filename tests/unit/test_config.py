@@ -341,3 +341,23 @@ def test_gcm_address_is_the_scaling_actuators_gcm_when_zookeeper_names_none():
     alone = Actuator("q1", settings.zk, NoLeader(), 1.0, "tcp://127.0.0.1:1")
     with pytest.raises(CoordinationError, match="no GCM leads"):
         alone._leader(Paths("/roq"))
+
+
+def test_roq_home_config_is_where_daemons_find_their_files(tmp_path, monkeypatch):
+    """Seed 000: RoQ's deployments are configured by "the two main configuration files in the
+    ROQ_HOME/config". roq gcm, host and http read them when started without --config; a host's
+    children do not (the host hands them its settings)."""
+    from roq.cli.daemons import _hcm
+
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "HCM.properties").write_text("exchange.max.perhost=7\n")
+    monkeypatch.setenv("ROQ_HOME", str(tmp_path))
+    assert config.home_file("HCM.properties") == tmp_path / "config" / "HCM.properties"
+    assert config.home_file("GCM.properties") is None  # absent: the built-in defaults
+    assert _hcm(None, [], home=True).values["exchange.max.perhost"] == 7
+    assert _hcm(None, [], home=False).values["exchange.max.perhost"] == 0
+    given = tmp_path / "other.properties"
+    given.write_text("exchange.max.perhost=9\n")
+    assert _hcm(given, [], home=True).values["exchange.max.perhost"] == 9  # --config wins
+    monkeypatch.delenv("ROQ_HOME")
+    assert config.home_file("HCM.properties") is None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -155,6 +156,23 @@ def _lookup(table: Mapping[str, Key], name: str, where: str) -> Key:
         suffix = f" (did you mean '{hint[0]}'?)" if hint else ""
         raise ConfigError(f"{where}: unknown key '{name}'{suffix}")
     return key
+
+
+HOME_ENV = "ROQ_HOME"  # RoQ's ROQ_HOME: its config/ holds GCM.properties and HCM.properties
+
+
+def home_file(name: str) -> Path | None:
+    """`$ROQ_HOME/config/<name>` when ROQ_HOME is set and the file exists, else None: where RoQ
+    kept its configuration files (seed 000, "Configuration files"). A daemon started without
+    `--config` reads it; `--config` wins."""
+    home = os.environ.get(HOME_ENV, "")
+    if not home:
+        return None
+    path = Path(home) / "config" / name
+    if not path.is_file():
+        return None
+    log.info("reading %s (ROQ_HOME/config; --config overrides it)", path)
+    return path
 
 
 def load_gcm(path: Path | None, overrides: Mapping[str, str] | None = None) -> Settings:
