@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 import bson
 import pytest
@@ -17,9 +18,10 @@ from roq.coordination.registry import Registry
 from roq.protocol import bsonmsg
 from roq.protocol.commands import AdminCommand, Result
 from roq.protocol.ports import GcmPort, MonitorPort, endpoint_at, sibling
-from roq.testing.cluster import LocalCluster, wait_for
+from roq.testing.cluster import LocalCluster, PortBlocks, wait_for
 from roq.transport import READABLE, Kind, Poller, bind, new_context, open_socket
 from roq.transport.rpc import Requester
+from roq.transport.security import reset as security_reset
 
 pytestmark = pytest.mark.integration
 
@@ -165,10 +167,24 @@ def test_broadcast_has_three_bson_frames(gcm_only: LocalCluster):
     assert bson.decode(frames[2]) == {"hosts": [], "Hosts": []}
 
 
-def test_a_client_written_from_the_wiki_reads_the_broadcast(cluster: LocalCluster):
+def test_a_client_written_from_the_wiki_reads_the_broadcast(
+    tmp_path: Path, zookeeper: str, port_blocks: PortBlocks, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Seed 000, "The Broadcasted information": subscribe to tcp://[GCM]:5005 (ports.base+5),
     three parts, CMD_ID 1500, {"Queues": [{Name, Host, State}]}, {"hosts": [address]}. Written
-    with pyzmq and bson alone, as such a client would be."""
+    with pyzmq and bson alone, as such a client would be: RoQ had no CurveZMQ, so the cluster
+    runs with security off (LocalCluster(secure=False), as test_http's security-off test)."""
+    for name in ("ROQ_SECURITY", "ROQ_CREDENTIALS"):
+        monkeypatch.setenv(name, os.environ.get(name, ""))
+    cluster = LocalCluster(tmp_path, zookeeper, port_blocks, secure=False)
+    try:
+        _read_broadcast_as_the_wiki_says(cluster)
+    finally:
+        cluster.stop()
+        security_reset()
+
+
+def _read_broadcast_as_the_wiki_says(cluster: LocalCluster) -> None:
     import zmq
 
     cluster.start_with_queue()
