@@ -362,6 +362,9 @@ REQUEST_KEYS = {
         "request.result.ttl.ms", "howLongTaskResultShouldBeOnQueueWithoutDownloadingItInMillis"
     ),
     "delay_s": ("request.delay.ms", "delaySendProcessTaskToExecuteInMillis"),
+    "transient_s": (
+        "request.transient.ms", "howLongTaskStatusWillBeInATransientStateInMillis"
+    ),
 }  # fmt: skip
 
 
@@ -378,6 +381,7 @@ class RequestSettings:
     input_ttl_s: float = field(metadata=key("request.input.ttl.ms"))
     result_ttl_s: float = field(metadata=key("request.result.ttl.ms"))
     delay_s: float = field(metadata=key("request.delay.ms"))
+    transient_s: float = field(metadata=key("request.transient.ms"))  # 0: off
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RequestSettings:

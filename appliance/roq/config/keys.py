@@ -1073,6 +1073,19 @@ HCM_KEYS: tuple[Key, ...] = (
         (0, 86_400_000),
         section="Request queues",
     ),
+    Key(
+        "request.transient.ms",
+        int,
+        0,
+        "(JLupin howLongTaskStatusWillBeInATransientStateInMillis) a task still accepted, never "
+        "started by a worker, this many ms after it was accepted or last retried ends expired: "
+        "a request whose message never reached the log (its requester died between the claim "
+        "and the publish, or a worker between a retry and its new publish) ends then rather "
+        "than at request.input.ttl.ms. Keep it above the wait for a worker behind a backlog "
+        "and above request.delay.ms. 0: off.",
+        (0, 86_400_000),
+        section="Request queues",
+    ),
 )
 
 

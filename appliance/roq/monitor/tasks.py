@@ -620,6 +620,15 @@ class TaskManager:
                 why = "howLongTaskInputShouldBeOnQueueWithoutResultItInMillis"
                 record.become("expired", now, f"no result within {s.input_ttl_s:g} s ({why})")
                 return True
+            if record.state == "accepted" and self._transient_too_long(record, now):
+                why = "howLongTaskStatusWillBeInATransientStateInMillis"
+                record.become(
+                    "expired",
+                    now,
+                    f"not started within {s.transient_s:g} s of being "
+                    f"accepted or retried: its request never reached a worker ({why})",
+                )
+                return True
             if record.state == "accepted" and self._no_worker(record, now):
                 record.become("no_worker", now, f"no worker of service {record.service} in "
                               f"{s.repeats} looks {s.repeat_wait_s:g} s apart "
@@ -632,6 +641,11 @@ class TaskManager:
             record.become("expired", now, f"not fetched within {s.result_ttl_s:g} s ({why})")
             return True
         return False
+
+    def _transient_too_long(self, record: Record, now: int) -> bool:
+        """`request.transient.ms` (0: off) passed since accepted or the last retry."""
+        limit_ms = self.settings.transient_s * 1000
+        return limit_ms > 0 and now - record.changed_ms > limit_ms
 
     def _no_worker(self, record: Record, now: int) -> bool:
         looked_ms = self.settings.repeats * self.settings.repeat_wait_s * 1000
