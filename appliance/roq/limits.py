@@ -543,7 +543,6 @@ task_id_chars_max = 64  # a task id / request id names a znode
 task_error_chars_max = 2_000  # an error kept with a failed task
 task_pattern_chars_max = 500  # exceptionStringToRepeat, a regular expression
 task_gc_batch = 200  # task records the monitor's collector reads per pass (bounded work per tick)
-task_gc_period_s = 0.5  # how often the collector runs a pass
 task_tombstone_s = 3_600.0  # a collected task answers "expired" this long, then is deleted
 # A monitor that starts, is fenced or recovers its state log has not heard from the workers
 # that were connected: it counts no look for a worker (request.delegator.repeats) until this

@@ -1,7 +1,10 @@
 """`request.transient.ms` (JLupin's howLongTaskStatusWillBeInATransientStateInMillis): a task left
-`accepted` without its message ends `expired` then, not after `request.input.ttl.ms` (5 min)."""
+`accepted` without its message ends `expired` then, not after `request.input.ttl.ms` (5 min);
+and `request.gc.period.ms` (waitTimeBetweenCheckingTaskByGarbageManagerInMillis)."""
 
 from __future__ import annotations
+
+import time
 
 from test_monitor_requests import _TaskStore
 
@@ -44,3 +47,13 @@ def test_it_is_a_per_queue_request_setting():
     assert defaults.as_text()["request.transient.ms"] == "0"
     changed = defaults.overridden({"request.transient.ms": "1500"}, "roq task config")
     assert changed.transient_s == 1.5
+
+
+def test_the_collectors_period_is_request_gc_period_ms():
+    """JLupin's waitTimeBetweenCheckingTaskByGarbageManagerInMillis: a key, not a constant."""
+    tasks = _manager(**{"request.gc.period.ms": "60000"})
+    assert tasks.settings.gc_period_s == 60.0
+    tasks.tick()  # the first pass runs at once (no records) and sets the next
+    assert tasks._next_gc - time.monotonic() > 59.0
+    per_queue = tasks.settings.overridden({"request.gc.period.ms": "250"}, "roq task config")
+    assert per_queue.gc_period_s == 0.25

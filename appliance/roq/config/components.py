@@ -365,6 +365,9 @@ REQUEST_KEYS = {
     "transient_s": (
         "request.transient.ms", "howLongTaskStatusWillBeInATransientStateInMillis"
     ),
+    "gc_period_s": (
+        "request.gc.period.ms", "waitTimeBetweenCheckingTaskByGarbageManagerInMillis"
+    ),
 }  # fmt: skip
 
 
@@ -382,6 +385,7 @@ class RequestSettings:
     result_ttl_s: float = field(metadata=key("request.result.ttl.ms"))
     delay_s: float = field(metadata=key("request.delay.ms"))
     transient_s: float = field(metadata=key("request.transient.ms"))  # 0: off
+    gc_period_s: float = field(metadata=key("request.gc.period.ms"))  # between collector passes
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RequestSettings:

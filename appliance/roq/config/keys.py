@@ -1074,6 +1074,16 @@ HCM_KEYS: tuple[Key, ...] = (
         section="Request queues",
     ),
     Key(
+        "request.gc.period.ms",
+        int,
+        500,
+        "(JLupin waitTimeBetweenCheckingTaskByGarbageManagerInMillis) the wait between two "
+        "passes of the queue's task collector, which applies the deadlines above to at most "
+        "200 task records per pass (limits.task_gc_batch).",
+        (10, 86_400_000),
+        section="Request queues",
+    ),
+    Key(
         "request.transient.ms",
         int,
         0,

@@ -658,7 +658,7 @@ class TaskManager:
         now = time.monotonic()
         if now < self._next_gc:
             return
-        self._next_gc = now + limits.task_gc_period_s
+        self._next_gc = now + self.settings.gc_period_s  # request.gc.period.ms
         try:
             if not self._gc_ids:
                 self._gc_ids = self.store.tasks()[: limits.task_records_max]
