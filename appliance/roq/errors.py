@@ -196,3 +196,9 @@ class AuthenticationRefused(SecurityError, TransportError):
     """A server refused this client's key (or this client could not verify the server's)."""
 
     exit_code = EXIT_NOPERM
+
+
+class HandlerFailure(Exception):
+    """Raised by a request handler whose message is its whole failure text (`roq serve --exec`:
+    the command's exit code and stderr): the task's error is the message alone, with no
+    traceback (client/requests.py `failure_text`)."""

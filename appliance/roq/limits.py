@@ -561,7 +561,6 @@ task_id_chars_max = 64  # a task id / request id names a znode
 task_error_chars_max = 2_000  # an error kept with a failed task
 task_pattern_chars_max = 500  # exceptionStringToRepeat, a regular expression
 task_gc_batch = 200  # task records the monitor's collector reads per pass (bounded work per tick)
-task_gc_period_s = 0.5  # how often the collector runs a pass
 task_tombstone_s = 3_600.0  # a collected task answers "expired" this long, then is deleted
 # A monitor that starts, is fenced or recovers its state log has not heard from the workers
 # that were connected: it counts no look for a worker (request.delegator.repeats) until this
@@ -692,3 +691,13 @@ metrics_targets_max = 1_000
 # A process looks this often whether its target znode (coordination/targets.py) still exists
 # (a session that expired took it) and writes it again.
 metrics_target_check_s = 5.0
+
+# --- publisher KPIs (CMD 11, 12; client/publisher.py, monitor/publishers.py) ----------------
+publisher_stat_period_s = 1.0  # a publisher sends its 11 and 12 to the stat monitor this often
+publisher_stat_hwm = 100  # a publisher's KPI messages queued for its monitor
+# Publishers whose KPIs one monitor keeps for its STATUS (`roq status`): the first this many
+# heard; a publisher past it is counted (`PublishersUntracked`), not kept. One silent this long
+# (closed, or moved to another queue's monitor) is forgotten, which frees its place.
+monitor_publisher_kpis_max = 1_000
+publisher_kpi_forget_s = 30.0
+status_publishers_shown_max = 10  # `roq status` lists the busiest this many per queue

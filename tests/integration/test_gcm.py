@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 import bson
 import pytest
@@ -17,9 +18,10 @@ from roq.coordination.registry import Registry
 from roq.protocol import bsonmsg
 from roq.protocol.commands import AdminCommand, Result
 from roq.protocol.ports import GcmPort, MonitorPort, endpoint_at, sibling
-from roq.testing.cluster import LocalCluster, wait_for
+from roq.testing.cluster import LocalCluster, PortBlocks, wait_for
 from roq.transport import READABLE, Kind, Poller, bind, new_context, open_socket
 from roq.transport.rpc import Requester
+from roq.transport.security import reset as security_reset
 
 pytestmark = pytest.mark.integration
 
@@ -160,9 +162,54 @@ def test_broadcast_has_three_bson_frames(gcm_only: LocalCluster):
         sock.close(0)
         context.term()
     assert len(frames) == 3
-    assert bson.decode(frames[0]) == {"CMD": 1500}
+    assert bson.decode(frames[0]) == {"CMD": 1500, "CMD_ID": 1500}
     assert bson.decode(frames[1]) == {"Queues": []}
-    assert bson.decode(frames[2]) == {"Hosts": []}
+    assert bson.decode(frames[2]) == {"hosts": [], "Hosts": []}
+
+
+def test_a_client_written_from_the_wiki_reads_the_broadcast(
+    tmp_path: Path, zookeeper: str, port_blocks: PortBlocks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seed 000, "The Broadcasted information": subscribe to tcp://[GCM]:5005 (ports.base+5),
+    three parts, CMD_ID 1500, {"Queues": [{Name, Host, State}]}, {"hosts": [address]}. Written
+    with pyzmq and bson alone, as such a client would be: RoQ had no CurveZMQ, so the cluster
+    runs with security off (LocalCluster(secure=False), as test_http's security-off test)."""
+    for name in ("ROQ_SECURITY", "ROQ_CREDENTIALS"):
+        monkeypatch.setenv(name, os.environ.get(name, ""))
+    cluster = LocalCluster(tmp_path, zookeeper, port_blocks, secure=False)
+    try:
+        _read_broadcast_as_the_wiki_says(cluster)
+    finally:
+        cluster.stop()
+        security_reset()
+
+
+def _read_broadcast_as_the_wiki_says(cluster: LocalCluster) -> None:
+    import zmq
+
+    cluster.start_with_queue()
+    context = zmq.Context()
+    sock = context.socket(zmq.SUB)
+    sock.setsockopt(zmq.SUBSCRIBE, b"")
+    sock.setsockopt(zmq.RCVTIMEO, 2000)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(f"tcp://127.0.0.1:{cluster.gcm_base + 5}")
+    seen: list[tuple[int, list[dict[str, object]], list[str]]] = []
+
+    def one_with_the_queue() -> bool:
+        header, queues, hosts = (bson.decode(part) for part in sock.recv_multipart())
+        seen.append((header["CMD_ID"], queues["Queues"], hosts["hosts"]))
+        return any(q["Name"] == "q1" and q["State"] is True for q in queues["Queues"])
+
+    try:
+        wait_for(one_with_the_queue, 30, "q1 running in the broadcast", interval_s=0)
+    finally:
+        sock.close()
+        context.term()
+    command, queues, hosts = seen[-1]
+    assert command == 1500
+    assert [(q["Name"], q["Host"]) for q in queues] == [("q1", "h1")]
+    assert hosts == ["127.0.0.1"]
 
 
 LIST = {"CMD": int(AdminCommand.LIST_QUEUES)}

@@ -58,6 +58,7 @@ MONITOR_STATUS = control.MonitorStatus(
                                ("x2",), (monitor.CopyEnd("x0", 7),), 3.5),),
     LISTING.copies,
     (control.ShortLog("x0", 4096, 1, 2, "x1", (control.CopyProgress("x2", 1024),)),), 3,
+    publishers=(control.PublisherStat("ab12", 1000, 250.0, 0.5),), publishers_untracked=2,
 )  # fmt: skip
 GIVEN_UP = admin.ChildReport("q1", "x1", "exchange", "GIVEN_UP", 11, "exit code 73", 1.7e9)
 HOST = admin.HostInfo("h1", "127.0.0.1", "tcp://127.0.0.1:5100", 4, (GIVEN_UP,))
@@ -172,7 +173,8 @@ CASES: list[tuple[str, Any, Encode, Decode, frozenset[str]]] = [
     ("replicas with sources",
      control.Replicas((), ("x0",), (control.CopySource("x0", "x3", "tcp://127.0.0.1:18011"),), 2),
      *_std(control.Replicas), EPOCH | {"Leaders", "Sources"}),
-    ("monitor status", MONITOR_STATUS, *_std(control.MonitorStatus), EPOCH | {"ShortLogs"}),
+    ("monitor status", MONITOR_STATUS, *_std(control.MonitorStatus),
+     EPOCH | {"ShortLogs", "Publishers", "PublishersUntracked"}),
     ("exchange status", EXCHANGE_STATUS, *_std(control.ExchangeStatus),
      frozenset({"LogStart", "LogEnd", "Committed", "StaleEpochs"}) | EPOCH),
     ("create queue on host", host.CreateQueueOnHost("q1", 4), *_std(host.CreateQueueOnHost),
@@ -256,9 +258,10 @@ CASES: list[tuple[str, Any, Encode, Decode, frozenset[str]]] = [
                                                     1.7e9),
      *_std(kpi.SubscriberKpi),
      frozenset({"LatCount", "LatSumUs", "LatMinUs", "LatMaxUs", "LatIdx", "LatCnt"})),
-    ("publisher total", kpi.PublisherKpi(StatCommand.PUBLISHER_TOTAL, "q1", 5, 1.7e9),
+    ("publisher total", kpi.PublisherKpi(StatCommand.PUBLISHER_TOTAL, "ab12", "q1", 5, 1.7e9),
      *_std(kpi.PublisherKpi), frozenset()),
-    ("publisher minute", kpi.PublisherKpi(StatCommand.PUBLISHER_MINUTE, "q1", 5, 1.7e9),
+    ("publisher minute", kpi.PublisherKpi(StatCommand.PUBLISHER_MINUTE, "ab12", "q1", 5, 1.7e9,
+                                          1.0),
      *_std(kpi.PublisherKpi), frozenset()),
     ("reply ok", Reply(int(Result.OK), "SUCCESS"), *_std(Reply), frozenset()),
     ("reply fail", Reply(int(Result.FAIL), "NO", error=str(Reason.UNKNOWN_QUEUE)), *_std(Reply),
@@ -334,7 +337,12 @@ def test_multi_frame_messages_round_trip():
         kpi.decode_kpi_message([frames[1], frames[0], frames[2]])
     broadcast = admin.ConfigBroadcast((admin.BroadcastQueue("q1", "h1", True),), ("127.0.0.1",))
     frames = [_wire(frame) for frame in broadcast.frames()]
-    assert frames[0] == {"CMD": 1500} and admin.ConfigBroadcast.decode(frames) == broadcast
+    assert frames[0] == {"CMD": 1500, "CMD_ID": 1500}
+    assert frames[2] == {"hosts": ["127.0.0.1"], "Hosts": ["127.0.0.1"]}
+    assert admin.ConfigBroadcast.decode(frames) == broadcast
+    # an older GCM's broadcast, RoQ's code's shape: {CMD}, …, {Hosts}
+    older = [{"CMD": 1500}, frames[1], {"Hosts": ["127.0.0.1"]}]
+    assert admin.ConfigBroadcast.decode(older) == broadcast
     with pytest.raises(ProtocolError, match=r"Queues\[0\].State"):
         admin.ConfigBroadcast.decode([frames[0], {"Queues": [{"Name": "q1", "Host": "h1"}]},
                                       frames[2]])  # fmt: skip

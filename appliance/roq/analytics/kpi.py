@@ -35,7 +35,7 @@ KPI_KEY = b"kpi"
 # client/subscriber.py); all are numbers and optional unless listed in REQUIRED.
 NUMERIC_FIELDS: dict[int, tuple[str, ...]] = {
     StatCommand.PUBLISHER_TOTAL: ("TotalSent",),
-    StatCommand.PUBLISHER_MINUTE: ("Total",),
+    StatCommand.PUBLISHER_MINUTE: ("Total", "Period"),
     StatCommand.EXCHANGE_ID: (),
     StatCommand.EXCHANGE_MIN: (
         "Period", "Processed", "Throughput", "TotalProcessed", "TotalThroughput", "Producers",
@@ -51,6 +51,8 @@ NUMERIC_FIELDS: dict[int, tuple[str, ...]] = {
 REQUIRED: dict[int, tuple[str, ...]] = {
     StatCommand.EXCHANGE_MIN: ("X_ID",),
     StatCommand.SUBSCRIBER_TOTAL: ("SubscriberID",),
+    StatCommand.PUBLISHER_TOTAL: ("PublisherID",),
+    StatCommand.PUBLISHER_MINUTE: ("PublisherID",),
 }
 
 

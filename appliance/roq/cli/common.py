@@ -18,7 +18,11 @@ from roq import limits
 from roq.errors import RoqError
 
 CONFIG_OPTION = typer.Option(
-    None, "--config", "-c", help="Properties file (default: built-in defaults)."
+    None,
+    "--config",
+    "-c",
+    help="Properties file (default: for roq gcm, host and http $ROQ_HOME/config/GCM.properties "
+    "or HCM.properties if present; else the built-in defaults).",
 )
 DEFINE_OPTION = typer.Option(
     [], "--define", "-D", help="Override a key: -D key=value (repeatable)."

@@ -42,7 +42,9 @@ def gcm(
     setup_logging()
     stop = stop_event()
     with errors_to_exit():
-        loaded = config.load_gcm(config_file, config.parse_overrides(define))
+        loaded = config.load_gcm(
+            config_file or config.home_file("GCM.properties"), config.parse_overrides(define)
+        )
         _log_format(loaded, "gcm")
         settings = config.GcmSettings.from_settings(loaded)
         secure(settings.security, generate=True)
@@ -81,7 +83,7 @@ def host(
     setup_logging()
     stop = stop_event()
     with errors_to_exit():
-        loaded = _hcm(config_file, define)
+        loaded = _hcm(config_file, define, home=True)
         settings = config.HostSettings.from_settings(loaded)
         _log_format(loaded, "host", host=settings.name or settings.interface)
         _check_log_directory(settings)
@@ -130,7 +132,12 @@ def _serve_child(server: _Child, name: str, context: Any) -> None:
         context.term()
 
 
-def _hcm(config_file: Path | None, define: list[str]) -> config.Settings:
+def _hcm(config_file: Path | None, define: list[str], home: bool = False) -> config.Settings:
+    """HCM.properties: `config_file`, or with `home` (a daemon an operator starts: roq host,
+    roq http) $ROQ_HOME/config/HCM.properties. A host's children never look there: the host
+    hands them its settings (-D), which a file it did not read must not change."""
+    if home and config_file is None:
+        config_file = config.home_file("HCM.properties")
     return config.load_hcm(config_file, config.parse_overrides(define))
 
 
@@ -213,7 +220,7 @@ def http(
     """
     setup_logging()
     with errors_to_exit():
-        loaded = _hcm(config_file, define)
+        loaded = _hcm(config_file, define, home=True)
         _log_format(loaded, "http")
         settings = config.HttpSettings.from_settings(loaded)
         if if_enabled and not settings.enabled:

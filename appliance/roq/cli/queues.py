@@ -10,6 +10,7 @@ from typing import Any
 
 import typer
 
+from roq import limits
 from roq.cli.app import app
 from roq.cli.common import GCM_OPTION, ZK_OPTION, errors_to_exit, fail, table
 from roq.client.admin import AdminClient, AdminRefused
@@ -186,7 +187,25 @@ def _render_status(reply: ClusterStatus, lives: dict[str, MonitorStatus | None])
         if status is not None:
             lines += [_short_log_line(short) for short in status.short_logs]
             lines.append(_scaling_line(status.scaling))
+            lines += _publisher_lines(status)
     return "\n".join(lines)
+
+
+def _publisher_lines(status: MonitorStatus) -> list[str]:
+    """The queue's publishers as their KPIs (11, 12) last said, the busiest first."""
+    shown = status.publishers[: limits.status_publishers_shown_max]
+    lines = [
+        f"    publisher {p.publisher_id:<32} {p.total_sent:>12,} sent {p.rate:>12,.0f} msg/s"
+        f"  (heard {p.age_s:.0f} s ago)"
+        for p in shown
+    ]
+    hidden = len(status.publishers) - len(shown)
+    if hidden or status.publishers_untracked:
+        untracked = " (the monitor tracks no more; others not listed)"
+        lines.append(
+            f"    … {hidden} more publishers{untracked if status.publishers_untracked else ''}"
+        )
+    return lines
 
 
 def _short_log_line(short: ShortLog) -> str:

@@ -26,7 +26,7 @@ from roq.cli.common import (
     stop_event,
 )
 from roq.cli.data import NAMESPACE_OPTION
-from roq.errors import EXIT_INTERRUPTED
+from roq.errors import EXIT_INTERRUPTED, HandlerFailure
 
 task_app = typer.Typer(
     help="Tasks of request queues (roq call / roq serve): state, settings.", no_args_is_help=True
@@ -170,8 +170,8 @@ def _print_result(command: str, ref: str, wait: Callable[[], bytes], stop: threa
     sys.stdout.buffer.flush()
 
 
-class CommandFailed(Exception):
-    """--exec exited non-zero; its text is the task's error."""
+class CommandFailed(HandlerFailure):
+    """--exec exited non-zero; its text (`exit N: stderr`) is the task's error."""
 
 
 def _run(command: str, payload: bytes, stop: threading.Event) -> bytes:
@@ -202,8 +202,11 @@ def _run(command: str, payload: bytes, stop: threading.Event) -> bytes:
                     f"--exec ran longer than {limits.work_exec_timeout_s} s"
                 ) from None
     if child.returncode != 0:
-        text = err.decode(errors="replace").strip()[-500:]
-        raise CommandFailed(f"exit {child.returncode}: {text}")
+        # the whole stderr, as far as the bound goes (its end: the error is usually last),
+        # for request.retry.pattern to search, as JLupin searched the whole failure text
+        head = f"exit {child.returncode}: "
+        text = err.decode(errors="replace").strip()
+        raise CommandFailed(head + text[-(limits.task_error_chars_max - len(head)) :])
     return out
 
 

@@ -7,7 +7,8 @@ driver prints progress and ends with one JSON summary line.
 
 Load description fields (all optional; RoQ's names): delay (s), duration (minutes), maxPub,
 maxSub, payload (bytes), rate (msg/s per publisher, 0 = as fast as possible), spawnRate
-(publishers started per second), throughput (total msg/s when rate is 0). roq adds: seconds
+(publishers started per second), throughput (when rate is 0: msg/s the subscribers receive in
+all, so rate = throughput / (maxPub × maxSub), as RoQ's loader). roq adds: seconds
 (duration in seconds, wins over duration), linger_ms, batch_bytes, key, acks, headers (each message
 carries that many headers, `h0`, `h1`, ..., of header_bytes bytes of value each: log format v2).
 
@@ -89,7 +90,9 @@ class LoadDescription:
             raise ConfigError(f"{where}: need 0 ≤ headers ≤ {limits.record_headers_max} and "
                               f"their bytes within {limits.record_headers_bytes_max}")  # fmt: skip
         if self.rate == 0 and self.throughput:
-            self.rate = max(1, self.throughput // max(1, self.maxPub))
+            # RoQ's TestLoaderDecription: throughput is what the subscribers receive in all,
+            # rate = throughput / (maxPub × maxSub) (maxSub 0: as if 1)
+            self.rate = max(1, self.throughput // (self.maxPub * max(1, self.maxSub)))
         return self
 
 

@@ -9,8 +9,9 @@ buffers and send a wake-up on the caller's end of an inproc PAIR (the only socke
 buffers, the sealed batches waiting for the socket and the flushes waiting for an answer are a
 `_Handover`: the lock and the fields it guards, read and written only through its methods. One
 I/O thread (`_PublisherIO`, `roq-pub-…`), started by the constructor, owns every other ZeroMQ
-socket: the DEALER to the current exchange, the REQ and SUB to the queue's monitor, and its end
-of the inproc wake-up pair; and the state of the exchange and monitor it talks to (the current
+socket: the DEALER to the current exchange, the REQ and SUB to the queue's monitor, the PUB of
+its KPIs (11 and 12, every second) to the monitor's stat input, and its end of the inproc
+wake-up pair; and the state of the exchange and monitor it talks to (the current
 addresses, the epochs, the unconfirmed batches), which the caller's threads only read.
 
 Batching. Messages for one routing key accumulate until their payloads reach `batch_bytes`
@@ -100,8 +101,9 @@ from roq.log import format as batchfmt
 from roq.log.format import new_message_id  # noqa: F401  (re-exported: a random 16-byte id)
 from roq.protocol import bsonmsg, dataplane
 from roq.protocol.bsonmsg import Reply
-from roq.protocol.commands import Reason
+from roq.protocol.commands import Reason, StatCommand
 from roq.protocol.epoch import EpochWatch, field_epoch
+from roq.protocol.messages.kpi import PublisherKpi
 from roq.protocol.messages.monitor import (
     EVERY_PUBLISHER,
     ExchangeLost,
@@ -706,6 +708,12 @@ class _PublisherIO(threading.Thread):
         self.placement = Requester(
             context, monitor.at(MonitorPort.PLACEMENT), limits.placement_request_timeout_ms
         )
+        # its KPIs (11 and 12) to the monitor's stat input, as RoQ's publishers did
+        self.stats = open_socket(context, Kind.PUB, sndhwm=limits.publisher_stat_hwm)
+        if monitor.stat_in:
+            connect(self.stats, monitor.stat_in)
+        self.next_stat = time.monotonic() + limits.publisher_stat_period_s
+        self.stat_sent = 0  # sent_messages at the last KPI
         self.dealer: Any = None
         self.unconfirmed: dict[int, _Outbound] = {}  # sent batches the exchange must confirm
         self.resend: collections.deque[_Outbound] = collections.deque()  # after a fail-over
@@ -778,6 +786,25 @@ class _PublisherIO(threading.Thread):
                 self._move("", limits.publisher_dead_drain_ms)
                 poller.register(self.dealer, READABLE)
             finished = self._pump() and closing
+            self._publish_stats()
+
+    def _publish_stats(self) -> None:
+        """11 (messages sent since start) and 12 (sent in the last period) to the monitor's
+        stat input, once a period. Not taken when the socket is full: the period is missed."""
+        now = time.monotonic()
+        if now < self.next_stat:
+            return
+        period_s = now - self.next_stat + limits.publisher_stat_period_s
+        self.next_stat = now + limits.publisher_stat_period_s
+        total = self.shared.sent_messages  # this thread alone writes it (`shared.sent`)
+        pid, wall = self.shared.producer_id.hex(), time.time()
+        for kpi in (
+            PublisherKpi(StatCommand.PUBLISHER_TOTAL, pid, self.queue, total, wall),
+            PublisherKpi(StatCommand.PUBLISHER_MINUTE, pid, self.queue, total - self.stat_sent,
+                         wall, period_s),
+        ):  # fmt: skip
+            send_nowait(self.stats, [bsonmsg.encode(kpi.encode())])
+        self.stat_sent = total
 
     def _drain_wake(self) -> None:
         for _ in drained(self.wake, limits.control_hwm_messages):  # its high-water mark
@@ -896,6 +923,10 @@ class _PublisherIO(threading.Thread):
                     self.monitor.base, found.base, found.epoch)  # fmt: skip
         disconnect(self.notices, self.monitor.at(MonitorPort.TO_PUBLISHERS))
         connect(self.notices, found.at(MonitorPort.TO_PUBLISHERS))
+        if self.monitor.stat_in:
+            disconnect(self.stats, self.monitor.stat_in)
+        if found.stat_in:
+            connect(self.stats, found.stat_in)
         self.placement.close()
         self.placement = Requester(
             self.context, found.at(MonitorPort.PLACEMENT), limits.placement_request_timeout_ms
@@ -1085,7 +1116,7 @@ class _PublisherIO(threading.Thread):
     def _close(self) -> None:
         if self.locator is not None:
             self.locator.close()
-        for sock in (self.dealer, self.notices, self.wake):
+        for sock in (self.dealer, self.notices, self.wake, self.stats):
             if sock is not None:
                 sock.close(limits.data_linger_ms if sock is self.dealer else 0)
         self.placement.close()

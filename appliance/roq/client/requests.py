@@ -31,6 +31,7 @@ import logging
 import queue
 import threading
 import time
+import traceback
 import uuid
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -44,7 +45,7 @@ from roq.client.consumer import Consumer, Delivery
 from roq.client.locate import MonitorAddress
 from roq.client.monitorlink import Locate, MonitorLink, MonitorRefused
 from roq.client.publisher import Publisher
-from roq.errors import DecodeError, ProtocolError, RoqError
+from roq.errors import DecodeError, HandlerFailure, ProtocolError, RoqError
 from roq.protocol.bsonmsg import Reply
 from roq.protocol.commands import MonitorCommand, Reason
 from roq.protocol.messages.tasks import (
@@ -621,6 +622,24 @@ class _Run:
     renewing: bool = True
 
 
+def failure_text(error: BaseException) -> str:
+    """A failed task's error, which `request.retry.pattern` (JLupin's exceptionStringToRepeat)
+    is searched in: `Type: message`, then the whole traceback (most recent call last), as
+    JLupin matched the stack trace. Bounded by `limits.task_error_chars_max`: past it the
+    traceback's oldest lines go first, so the summary and the failing frame stay."""
+    bound = limits.task_error_chars_max
+    if isinstance(error, HandlerFailure):
+        return str(error)[:bound]
+    head = f"{type(error).__name__}: {error}"[:bound]
+    trace = "".join(traceback.format_exception(error)).rstrip()
+    room = bound - len(head) - 2  # the newline, and the mark of a cut
+    if room <= 0:
+        return head
+    if len(trace) > room:
+        trace = "…" + trace[-room:]
+    return f"{head}\n{trace}"
+
+
 class Worker:
     """Runs a service's requests: one consumer of the service's group, up to `concurrency`
     requests at once (JLupin's threadAmount). `prefetch` bounds the requests its consumer holds
@@ -824,8 +843,7 @@ class Worker:
         except HandlerStopped:
             raise
         except Exception as error:  # the service's error is the task's outcome
-            text = f"{type(error).__name__}: {error}"[: limits.task_error_chars_max]
-            return TaskFinish(message.task, message.attempt, False, error=text)
+            return TaskFinish(message.task, message.attempt, False, error=failure_text(error))
         if not isinstance(result, bytes | bytearray):  # typed bytes, but a user's callable
             kind = type(result).__name__  # type: ignore[unreachable]
             return TaskFinish(message.task, message.attempt, False, error=f"returned a {kind}")

@@ -15,6 +15,7 @@ from roq.config.components import (
     CloudSettings,
     Ec2Config,
     ExchangeSettings,
+    GcmAddress,
     GcmSettings,
     HostSettings,
     HttpSettings,
@@ -34,6 +35,7 @@ from roq.config.components import (
 from roq.config.keys import GCM_KEYS, HCM_KEYS, NOT_READ, Key, Value, render, render_value
 from roq.config.loader import (
     Settings,
+    home_file,
     load,
     load_gcm,
     load_hcm,
@@ -50,6 +52,7 @@ __all__ = [
     "ConfigError",
     "Ec2Config",
     "ExchangeSettings",
+    "GcmAddress",
     "GcmSettings",
     "HostSettings",
     "HttpSettings",
@@ -67,6 +70,7 @@ __all__ = [
     "ZooKeeperSettings",
     "api_endpoint",
     "check_parameter_name",
+    "home_file",
     "load",
     "load_gcm",
     "load_hcm",

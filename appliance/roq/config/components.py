@@ -77,6 +77,19 @@ class ZooKeeperSettings:
 
 
 @dataclass(frozen=True)
+class GcmAddress:
+    """`gcm.address` and `gcm.ports.base` (HCM.properties, RoQ's): the GCM a monitor's scaling
+    actuator asks when ZooKeeper names no leader (RoQ's ScalingProcess was given it)."""
+
+    address: str = field(metadata=key("gcm.address"))
+    ports_base: int = field(metadata=key("gcm.ports.base"))
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> GcmAddress:
+        return read(cls, settings)
+
+
+@dataclass(frozen=True)
 class SecuritySettings:
     enabled: bool = field(metadata=key("security"))
     directory: str = field(metadata=key("security.dir"))  # cluster.json and admin.json
@@ -349,6 +362,12 @@ REQUEST_KEYS = {
         "request.result.ttl.ms", "howLongTaskResultShouldBeOnQueueWithoutDownloadingItInMillis"
     ),
     "delay_s": ("request.delay.ms", "delaySendProcessTaskToExecuteInMillis"),
+    "transient_s": (
+        "request.transient.ms", "howLongTaskStatusWillBeInATransientStateInMillis"
+    ),
+    "gc_period_s": (
+        "request.gc.period.ms", "waitTimeBetweenCheckingTaskByGarbageManagerInMillis"
+    ),
 }  # fmt: skip
 
 
@@ -365,6 +384,8 @@ class RequestSettings:
     input_ttl_s: float = field(metadata=key("request.input.ttl.ms"))
     result_ttl_s: float = field(metadata=key("request.result.ttl.ms"))
     delay_s: float = field(metadata=key("request.delay.ms"))
+    transient_s: float = field(metadata=key("request.transient.ms"))  # 0: off
+    gc_period_s: float = field(metadata=key("request.gc.period.ms"))  # between collector passes
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RequestSettings:
@@ -465,6 +486,7 @@ class MonitorSettings:
     use_log: bool = field(metadata=key("useLog"))  # false: no exchange can copy its state log
 
     security: SecuritySettings
+    gcm: GcmAddress  # the scaling actuator's GCM when ZooKeeper names no leader
 
     @classmethod
     def from_settings(cls, settings: Settings) -> MonitorSettings:

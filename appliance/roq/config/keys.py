@@ -249,7 +249,9 @@ GCM_KEYS: tuple[Key, ...] = (
         "hasCloudConfiguration",
         bool,
         False,
-        "Whether this GCM publishes the cloud.* keys to ZooKeeper for the ec2 provisioner.",
+        "RoQ: whether this GCM writes its cloud configuration to ZooKeeper (/RoQ/cloud). roq's "
+        "GCM answers admin command 2009 from its own cloud.* keys and writes none: false; "
+        "true is refused at start.",
         section="Cloud",
     ),
     Key(
@@ -403,10 +405,19 @@ HCM_KEYS: tuple[Key, ...] = (
         "gcm.address",
         str,
         "127.0.0.1",
-        "Address of the GCM (used when ZooKeeper does not name a leader yet).",
+        "Address of the GCM (RoQ: the GCM the host and its ScalingProcess talk to). A host "
+        "registers in ZooKeeper; its monitors' scaling actuators ask the GCM at "
+        "gcm.address:gcm.ports.base when ZooKeeper names no leader (or does not answer).",
         section="GCM",
     ),
-    Key("gcm.ports.base", int, 5000, "ports.base of the GCM.", (1024, 65529), section="GCM"),
+    Key(
+        "gcm.ports.base",
+        int,
+        5000,
+        "ports.base of the GCM at gcm.address (its admin API is gcm.ports.base + 3).",
+        (1024, 65529),
+        section="GCM",
+    ),
     *_ZK_KEYS,
     *_SECURITY_KEYS,
     *_LOGGING_KEYS,
@@ -490,22 +501,18 @@ HCM_KEYS: tuple[Key, ...] = (
         "queue.hcm.vm",
         bool,
         False,
-        "Accepted for RoQ compatibility: monitors always run as their own processes in roq.",
+        "RoQ: run the monitor inside the host process (true) or as its own (false). roq runs "
+        "every monitor as its own process, supervised by its host: false; true is refused at "
+        "start.",
         section="Capacity",
     ),
     Key(
         "exchange.hcm.vm",
         bool,
         False,
-        "Accepted for RoQ compatibility: exchanges always run as their own processes in roq.",
-        section="Capacity",
-    ),
-    Key(
-        "exchange.vm.heap",
-        int,
-        256,
-        "Accepted for RoQ compatibility (a JVM heap size); no effect in roq.",
-        (-1, 1_000_000),
+        "RoQ: run exchanges as threads of the host (true) or as their own processes (false, "
+        "RoQ's shipped value). roq runs every exchange as its own process: false; true is "
+        "refused at start.",
         section="Capacity",
     ),
     Key(
@@ -669,14 +676,6 @@ HCM_KEYS: tuple[Key, ...] = (
         "Roll to a new segment file once the current "
         "one exceeds this many bytes (the thesis used 5000000).",
         (1024, 2**40),
-        section="Message log",
-    ),
-    Key(
-        "duration",
-        int,
-        5,
-        "Kept from the thesis's file, where its meaning is not stated; no effect.",
-        (0, 2**31),
         section="Message log",
     ),
     Key(
@@ -1086,11 +1085,34 @@ HCM_KEYS: tuple[Key, ...] = (
         (0, 86_400_000),
         section="Request queues",
     ),
+    Key(
+        "request.gc.period.ms",
+        int,
+        500,
+        "(JLupin waitTimeBetweenCheckingTaskByGarbageManagerInMillis) the wait between two "
+        "passes of the queue's task collector, which applies the deadlines above to at most "
+        "200 task records per pass (limits.task_gc_batch).",
+        (10, 86_400_000),
+        section="Request queues",
+    ),
+    Key(
+        "request.transient.ms",
+        int,
+        0,
+        "(JLupin howLongTaskStatusWillBeInATransientStateInMillis) a task still accepted, never "
+        "started by a worker, this many ms after it was accepted or last retried ends expired: "
+        "a request whose message never reached the log (its requester died between the claim "
+        "and the publish, or a worker between a retry and its new publish) ends then rather "
+        "than at request.input.ttl.ms. Keep it above the wait for a worker behind a backlog "
+        "and above request.delay.ms. 0: off.",
+        (0, 86_400_000),
+        section="Request queues",
+    ),
 )
 
 
 # Declared and validated, so that RoQ's and the thesis's files still load, but read by no
-# component (docs/configuration.md, "Keys that have no effect yet"). Every other key is read by
+# component (docs/configuration.md, "Keys with one value roq honours"). Every other key is read by
 # one of the dataclasses of `components.py`; tests/unit/test_config.py checks both.
 # Keys roq no longer reads, with what to do instead. A file (or -D) that gives one a value is
 # refused at start with this text, naming the key and never its value (it may be a secret); an
@@ -1100,17 +1122,33 @@ RETIRED: dict[str, str] = {
     "cloud.password": "roq reads no cloud secret from a file: the ec2 provisioner takes its "
     "credentials from the AWS chain (environment, ~/.aws, the machine's instance role). Give "
     "the GCM machine an IAM instance role (docs/deploy.md) and delete this line",
+    # RoQ's and the thesis's keys that roq cannot honour (issue 34): refused, not ignored
+    "exchange.vm.heap": "it set the JVM heap (-Xmx) of RoQ's exchange processes, and roq's "
+    "exchanges run no JVM: an exchange's memory is bounded by log.memory.bytes (its memory "
+    "log) and a host's exchanges by exchange.max.perhost. Delete this line",
+    "duration": "the thesis's HCM.properties (seed 004, CODE 5.2) set it without saying what it "
+    "meant, so roq cannot honour it: a log's retention is log.retention.ms and "
+    "log.retention.bytes, its flushing log.flush. Delete this line",
 }
+
+# Values roq refuses although the key is RoQ's: the key's other value is what roq always does
+# (issue 34: a value asking for what roq cannot do stops the start, naming key and why).
+REFUSED_VALUES: dict[str, tuple[Value, str]] = {
+    "hasCloudConfiguration": (True, "roq's GCM writes no cloud configuration to ZooKeeper: "
+                              "every GCM answers admin command 2009 from its own cloud.* keys "
+                              "(give each GCM the same file); set it to false"),
+    "queue.hcm.vm": (True, "roq runs each monitor as its own process, which its host "
+                     "supervises and restarts, never inside the host; set it to false"),
+    "exchange.hcm.vm": (True, "roq runs each exchange as its own process (its own log, "
+                        "restarted alone), never as a thread of the host; set it to false"),
+}  # fmt: skip
 
 NOT_READ = frozenset(
     {
         "hasCloudConfiguration",
-        "gcm.address",
-        "gcm.ports.base",
+        # RoQ's, with the one value roq honours (false); true is refused (REFUSED_VALUES)
         "queue.hcm.vm",
         "exchange.hcm.vm",
-        "exchange.vm.heap",
-        "duration",
     }
 )
 

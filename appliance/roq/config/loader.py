@@ -1,8 +1,9 @@
 """Reading a properties file against a key table, checked once at start-up.
 
 A key missing from a file takes its own default; an invalid value, an unknown key, a retired key
-with a value (`keys.RETIRED`: a secret that no longer belongs in a file) or an unreadable file
-raises `ConfigError`, which the command line turns into one line on stderr and exit code 78
+with a value (`keys.RETIRED`: a secret that no longer belongs in a file, or a RoQ key roq cannot
+honour), a value roq cannot honour (`keys.REFUSED_VALUES`) or an unreadable file raises
+`ConfigError`, which the command line turns into one line on stderr and exit code 78
 (EX_CONFIG). The result, `Settings`, is looked up by key name only inside this package: each
 component turns it into its own typed dataclass (`components.py`) once, at start.
 """
@@ -11,12 +12,21 @@ from __future__ import annotations
 
 import difflib
 import logging
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from roq.config.keys import GCM_KEYS, HCM_KEYS, RETIRED, Key, Value, render_value
+from roq.config.keys import (
+    GCM_KEYS,
+    HCM_KEYS,
+    REFUSED_VALUES,
+    RETIRED,
+    Key,
+    Value,
+    render_value,
+)
 from roq.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -100,13 +110,20 @@ def load(
         source = str(path)
         for number, name, raw in parse_properties(_read(path)):
             if not _retired(name, raw, f"{path}:{number}"):
-                values[name] = _lookup(table, name, f"{path}:{number}").parse(
-                    raw, f"{path}:{number}"
-                )
+                values[name] = _parse(table, name, raw, f"{path}:{number}")
     for name, raw in (overrides or {}).items():
         if not _retired(name, raw, "command line"):
-            values[name] = _lookup(table, name, "command line").parse(raw, "command line")
+            values[name] = _parse(table, name, raw, "command line")
     return Settings(source=source, values=values)
+
+
+def _parse(table: Mapping[str, Key], name: str, raw: str, where: str) -> Value:
+    """The value of one line; a value roq cannot honour (`keys.REFUSED_VALUES`) is refused."""
+    value = _lookup(table, name, where).parse(raw, where)
+    refused = REFUSED_VALUES.get(name)
+    if refused is not None and value == refused[0]:
+        raise ConfigError(f"{where}: {name}={render_value(value)} is refused: {refused[1]}")
+    return value
 
 
 def _retired(name: str, raw: str, where: str) -> bool:
@@ -139,6 +156,23 @@ def _lookup(table: Mapping[str, Key], name: str, where: str) -> Key:
         suffix = f" (did you mean '{hint[0]}'?)" if hint else ""
         raise ConfigError(f"{where}: unknown key '{name}'{suffix}")
     return key
+
+
+HOME_ENV = "ROQ_HOME"  # RoQ's ROQ_HOME: its config/ holds GCM.properties and HCM.properties
+
+
+def home_file(name: str) -> Path | None:
+    """`$ROQ_HOME/config/<name>` when ROQ_HOME is set and the file exists, else None: where RoQ
+    kept its configuration files (seed 000, "Configuration files"). A daemon started without
+    `--config` reads it; `--config` wins."""
+    home = os.environ.get(HOME_ENV, "")
+    if not home:
+        return None
+    path = Path(home) / "config" / name
+    if not path.is_file():
+        return None
+    log.info("reading %s (ROQ_HOME/config; --config overrides it)", path)
+    return path
 
 
 def load_gcm(path: Path | None, overrides: Mapping[str, str] | None = None) -> Settings:

@@ -2,7 +2,8 @@
 
 Ports (ports.base = P): P+0 topology requests (BSON: 2000 get host by queue, 2 topology dump),
 P+3 the admin API (BSON, RoQ's commands 2000–2011 plus roq's 2012–2014), P+5 the config
-broadcast (PUB, 3 frames: {CMD:1500}, {Queues:[…]}, {Hosts:[…]}) every `period` ms.
+broadcast (PUB, 3 frames: {CMD:1500, CMD_ID:1500}, {Queues:[…]}, {hosts:[…], Hosts:[…]})
+every `period` ms.
 RoQ's P+1/P+4 shutdown sockets are replaced by SIGTERM, and P+2 (Java serialization) is gone.
 
 Every GCM of a cluster serves its sockets; only the elected leader acts. The others answer

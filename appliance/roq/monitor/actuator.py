@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from roq import limits
 from roq.backoff import Backoff
 from roq.client.admin import AdminClient, AdminRefused
-from roq.config import ZooKeeperSettings
+from roq.config import GcmAddress, ZooKeeperSettings
 from roq.coordination.discovery import read_leader_admin
 from roq.coordination.paths import Paths
 from roq.coordination.session import SharedSession
-from roq.errors import RoqError
+from roq.errors import CoordinationError, RoqError
+from roq.protocol.ports import GcmPort, endpoint_at
 from roq.protocol.rules import RuleSet
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ class Actuator(threading.Thread):
 
     def __init__(
         self, queue: str, zk: ZooKeeperSettings, session: SharedSession, refresh_s: float,
-        listen: str,
+        listen: str, gcm: GcmAddress | None = None,
     ):  # fmt: skip
         super().__init__(name=f"scaling {queue}", daemon=True)
         self.queue = queue
@@ -70,6 +71,8 @@ class Actuator(threading.Thread):
         self.zk = zk.servers
         self.namespace = zk.namespace
         self.session = session  # the monitor's one ZooKeeper session
+        # gcm.address's admin endpoint: asked when ZooKeeper names no leader (`_leader`)
+        self.fallback = endpoint_at(gcm.address, gcm.ports_base, GcmPort.ADMIN) if gcm else ""
         self.refresh_s = refresh_s
         # (action, argument, below): see `Decision`
         self.actions: queue_mod.Queue[tuple[str, str, int]] = queue_mod.Queue(
@@ -84,7 +87,7 @@ class Actuator(threading.Thread):
             zk=self.zk,
             namespace=self.namespace,
             retries=limits.scaling_admin_retries,
-            leader=lambda: read_leader_admin(self.session.client(), paths),
+            leader=lambda: self._leader(paths),
         ) as admin:
             next_refresh = 0.0
             retry = Backoff(limits.scaling_rules_retry_s, self.refresh_s)
@@ -103,6 +106,18 @@ class Actuator(threading.Thread):
                 except queue_mod.Empty:
                     continue
                 self._put(self._act(admin, action, argument, below))
+
+    def _leader(self, paths: Paths) -> str:
+        """The leading GCM's admin endpoint as ZooKeeper names it; when it names none (or does
+        not answer), the GCM at gcm.address, as RoQ's ScalingProcess had it: a GCM that does
+        not lead answers with the leader, which the admin client follows."""
+        try:
+            return read_leader_admin(self.session.client(), paths)
+        except CoordinationError as error:
+            if not self.fallback:
+                raise
+            log.info("scaling %s: %s; asking gcm.address %s", self.queue, error, self.fallback)
+            return self.fallback
 
     def _refresh_rules(self, admin: AdminClient) -> bool:
         """Register for pushes first, then read: no update can fall between the two."""

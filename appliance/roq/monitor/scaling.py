@@ -82,8 +82,9 @@ class Scaler:
         self.sock = open_socket(context, Kind.PULL, rcvhwm=limits.rules_updates_hwm)
         bind(self.sock, address, listen_port, security.access_domain(cluster=True))  # the GCM
         self.actuator = Actuator(
-            queue, settings.zk, zk, self.config.rules_refresh_s, f"tcp://{address}:{listen_port}"
-        )
+            queue, settings.zk, zk, self.config.rules_refresh_s, f"tcp://{address}:{listen_port}",
+            gcm=settings.gcm,
+        )  # fmt: skip
         self.actuator.start()
 
     # --- inputs ------------------------------------------------------------------------------

@@ -62,6 +62,7 @@ from roq.monitor.placement import (
     plan_copies,
     plan_relocation,
 )
+from roq.monitor.publishers import PublisherKpis
 from roq.monitor.scaling import Scaler
 from roq.monitor.state import CopyCandidate, StateKeeper
 from roq.monitor.tasklog import TaskLog
@@ -82,7 +83,7 @@ from roq.protocol.messages.control import (
     Replicas,
     ShortLog,
 )
-from roq.protocol.messages.kpi import QueueKpi, decode_kpi_message
+from roq.protocol.messages.kpi import PublisherKpi, QueueKpi, decode_kpi_message
 from roq.protocol.messages.monitor import (
     CopyEnd,
     DeadLog,
@@ -163,6 +164,7 @@ class Monitor:
         self.keepers: dict[str, ExchangeView] = {}
         self.bad_frames = 0
         self.relocations = 0
+        self.publisher_kpis = PublisherKpis()  # the publishers' 11 and 12, for STATUS
         self.replication_factor = settings.replication_factor
         self.copy_plans: dict[str, CopyPlan] = {}  # gone logs being copied again (_plan_copies)
         self._context = context
@@ -785,10 +787,12 @@ class Monitor:
             return False
         try:
             docs = [bsonmsg.decode([frame], limits.stat_frame_bytes_max) for frame in frames]
-            decode_kpi_message(docs)
+            message = decode_kpi_message(docs)
         except ProtocolError as error:
             log.warning("%s: dropped a bad statistics message: %s", self.name, error)
             return False
+        if isinstance(message, PublisherKpi):
+            self.publisher_kpis.note(message, time.monotonic())
         return True
 
     def _publish_queue_kpi(self) -> None:
@@ -851,6 +855,8 @@ class Monitor:
             epoch=self.epoch,
             short_logs=self._short_logs(),
             state=self.state.status() if self.state is not None else None,
+            publishers=self.publisher_kpis.rows(now),
+            publishers_untracked=self.publisher_kpis.untracked,
         ).encode()
 
     def _short_logs(self) -> tuple[ShortLog, ...]:

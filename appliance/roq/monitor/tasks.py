@@ -625,6 +625,15 @@ class TaskManager:
                 why = "howLongTaskInputShouldBeOnQueueWithoutResultItInMillis"
                 record.become("expired", now, f"no result within {s.input_ttl_s:g} s ({why})")
                 return True
+            if record.state == "accepted" and self._transient_too_long(record, now):
+                why = "howLongTaskStatusWillBeInATransientStateInMillis"
+                record.become(
+                    "expired",
+                    now,
+                    f"not started within {s.transient_s:g} s of being "
+                    f"accepted or retried: its request never reached a worker ({why})",
+                )
+                return True
             if record.state == "accepted" and self._no_worker(record, now):
                 record.become("no_worker", now, f"no worker of service {record.service} in "
                               f"{s.repeats} looks {s.repeat_wait_s:g} s apart "
@@ -638,6 +647,11 @@ class TaskManager:
             return True
         return False
 
+    def _transient_too_long(self, record: Record, now: int) -> bool:
+        """`request.transient.ms` (0: off) passed since accepted or the last retry."""
+        limit_ms = self.settings.transient_s * 1000
+        return limit_ms > 0 and now - record.changed_ms > limit_ms
+
     def _no_worker(self, record: Record, now: int) -> bool:
         looked_ms = self.settings.repeats * self.settings.repeat_wait_s * 1000
         if now - record.changed_ms < looked_ms:
@@ -649,7 +663,7 @@ class TaskManager:
         now = time.monotonic()
         if now < self._next_gc:
             return
-        self._next_gc = now + limits.task_gc_period_s
+        self._next_gc = now + self.settings.gc_period_s  # request.gc.period.ms
         try:
             if not self._gc_ids:
                 self._gc_ids = self.store.tasks()[: limits.task_records_max]

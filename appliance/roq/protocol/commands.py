@@ -66,7 +66,7 @@ class AdminCommand(enum.IntEnum):
 
 @enum.unique
 class BroadcastCommand(enum.IntEnum):
-    MNGT_UPDATE_CONFIG = 1500  # 3 frames: {CMD:1500}, {Queues:[...]}, {Hosts:[...]}
+    MNGT_UPDATE_CONFIG = 1500  # 3 frames: {CMD, CMD_ID}, {Queues:[...]}, {hosts, Hosts:[...]}
 
 
 @enum.unique

@@ -633,17 +633,24 @@ class BroadcastQueue:
 
 @dataclass(frozen=True)
 class ConfigBroadcast:
-    """1500 MNGT_UPDATE_CONFIG, RoQ's shape, three frames: `{CMD: 1500}`, `{Queues: […]}`,
-    `{Hosts: [address, …]}`."""
+    """1500 MNGT_UPDATE_CONFIG, three frames: `{CMD: 1500, CMD_ID: 1500}`, `{Queues: […]}`,
+    `{hosts: [address, …], Hosts: [the same]}`.
+
+    The seed's wiki (seed 000, "The Broadcasted information") names the header `CMD_ID` and the
+    host list `hosts`; RoQ's code sent `CMD` and `Hosts`. Both are sent, so a client written from
+    either reads what it expects. `Hosts` (RoQ's code, and roq's until 27 Nov 2026) is kept for
+    one release and then dropped (docs/protocol.md); `decode` reads `hosts`, or `Hosts` from an
+    older GCM."""
 
     queues: tuple[BroadcastQueue, ...]
     hosts: tuple[str, ...]
 
     def frames(self) -> list[Document]:
+        command = int(BroadcastCommand.MNGT_UPDATE_CONFIG)
         return [
-            {"CMD": int(BroadcastCommand.MNGT_UPDATE_CONFIG)},
+            {"CMD": command, "CMD_ID": command},
             {"Queues": [q.fields() for q in self.queues]},
-            {"Hosts": list(self.hosts)},
+            {"hosts": list(self.hosts), "Hosts": list(self.hosts)},
         ]
 
     @classmethod
@@ -651,9 +658,10 @@ class ConfigBroadcast:
         """From the three frames, each decoded by `bson.decode` (only the first has a CMD)."""
         if len(docs) != 3 or bsonmsg.command(docs[0]) != BroadcastCommand.MNGT_UPDATE_CONFIG:
             raise DecodeError("a config broadcast is three frames, the first {CMD: 1500}")
+        hosts = "hosts" if docs[2].get("hosts") is not None else "Hosts"
         return cls(
             field_docs(
                 docs[1], "Queues", BroadcastQueue.decode, max_items=limits.cluster_queues_max
             ),
-            field_strs(docs[2], "Hosts", max_items=limits.cluster_hosts_max),
+            field_strs(docs[2], hosts, max_items=limits.cluster_hosts_max),
         )

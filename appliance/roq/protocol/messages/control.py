@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Self
 
+from roq import limits
 from roq.protocol import bsonmsg
 from roq.protocol.bsonmsg import (
     INT64_MAX,
@@ -418,6 +419,9 @@ class MonitorStatus:
     short_logs: tuple[ShortLog, ...] = ()  # ShortLogs (absent from an older monitor: none)
     epoch: int = 0  # Epoch: the assignment epoch it acts under
     state: StateLogStatus | None = None  # State: its state log (delivery.state=log only)
+    # Publishers: their KPIs (11, 12) as last heard; PublishersUntracked: heard past the bound
+    publishers: tuple[PublisherStat, ...] = ()
+    publishers_untracked: int = 0
 
     def encode(self) -> Document:
         doc = {
@@ -430,6 +434,8 @@ class MonitorStatus:
         }  # fmt: skip
         if self.state is not None:
             doc["State"] = self.state.fields()
+        doc["Publishers"] = [p.fields() for p in self.publishers]
+        doc["PublishersUntracked"] = self.publishers_untracked
         return doc
 
     @classmethod
@@ -448,6 +454,7 @@ class MonitorStatus:
             field_epoch(doc),
             None if doc.get("State") is None
             else StateLogStatus.decode(field_doc(doc, "State"), "State."),
+            *_publishers(doc),
         )  # fmt: skip
 
 
@@ -533,3 +540,38 @@ class ShortLog:
             field_str(doc, "Source", prefix=prefix),
             field_docs(doc, "Targets", CopyProgress.decode, max_items=EXCHANGES_MAX, prefix=prefix),
         )
+
+
+# --- publisher KPIs in a monitor's STATUS (CMD 11, 12; docs/protocol.md) ---------------------
+@dataclass(frozen=True)
+class PublisherStat:
+    """A publisher's KPIs as its monitor last heard them: `TotalSent` (11), `Rate` (msg/s: 12's
+    `Total` over its `Period`), `Age` (s since heard)."""
+
+    publisher_id: str  # PublisherID
+    total_sent: int  # TotalSent
+    rate: float  # Rate
+    age_s: float  # Age
+
+    def fields(self) -> Document:
+        return {"PublisherID": self.publisher_id, "TotalSent": self.total_sent,
+                "Rate": self.rate, "Age": self.age_s}  # fmt: skip
+
+    @classmethod
+    def decode(cls, doc: Mapping[str, Any], prefix: str = "") -> Self:
+        return cls(
+            field_str(doc, "PublisherID", max_chars=limits.producer_id_chars_max, prefix=prefix),
+            field_int(doc, "TotalSent", hi=INT64_MAX, prefix=prefix),
+            field_float(doc, "Rate", lo=0.0, prefix=prefix),
+            field_float(doc, "Age", lo=0.0, prefix=prefix),
+        )
+
+
+def _publishers(doc: Mapping[str, Any]) -> tuple[tuple[PublisherStat, ...], int]:
+    """`Publishers` and `PublishersUntracked`, absent from an older monitor: none."""
+    if doc.get("Publishers") is None:
+        return (), 0
+    rows = field_docs(
+        doc, "Publishers", PublisherStat.decode, max_items=limits.monitor_publisher_kpis_max
+    )
+    return rows, field_int(doc, "PublishersUntracked", hi=INT64_MAX, default=0)

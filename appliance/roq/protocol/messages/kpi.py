@@ -1,9 +1,10 @@
 """The KPI stream (stat commands, docs/protocol.md "Statistics in and the KPI stream").
 
-Exchanges send 20/21/22 as one 3-frame message, subscribers 31, the monitor 23 and 40 (a
-scaling decision or its outcome); the stat monitor forwards what decodes here, unchanged, on
-S+1. RoQ's numbers are kept, with numbers as numbers. The analytics job records these messages
-(`roq.analytics.kpi`, whose record contract is looser: a merged 20/21/22, `TS` for `Time`).
+Exchanges send 20/21/22 as one 3-frame message, subscribers 31, publishers 11 and 12, the
+monitor 23 and 40 (a scaling decision or its outcome); the stat monitor forwards what decodes
+here, unchanged, on S+1. RoQ's numbers are kept, with numbers as numbers. The analytics job
+records these messages (`roq.analytics.kpi`, whose record contract is looser: a merged
+20/21/22, `TS` for `Time`).
 
 The latency histogram of a 31 is built by `roq.protocol.latency` (bucket `i > 0` covers
 [2^((i-1)/8), 2^(i/8)) µs, bucket 0 is [0, 1) µs); its fields are checked here.
@@ -260,29 +261,50 @@ def _histogram(doc: Mapping[str, Any]) -> tuple[tuple[int, ...], tuple[int, ...]
     )
 
 
-# --- publisher: 11, 12 (declared for RoQ; no publisher sends them yet) ------------------------
+# --- publisher: 11, 12 ------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PublisherKpi:
-    """11 PUBLISHER_TOTAL (`TotalSent`) or 12 PUBLISHER_MINUTE (`Total`), RoQ's numbers."""
+    """11 PUBLISHER_TOTAL (`TotalSent`: messages sent since start) or 12 PUBLISHER_MINUTE
+    (`Total`: messages sent in the last `Period` seconds), RoQ's numbers. A publisher sends both,
+    one after the other, every `limits.publisher_stat_period_s` (RoQ: every minute). RoQ's 12
+    named the publisher `SubscriberID`; both carry `PublisherID` here."""
 
     command: StatCommand
-    queue: str
+    publisher_id: str  # PublisherID: the producer id, hex
+    queue: str  # QName
     total: int  # TotalSent (11) or Total (12)
     time: float
+    period_s: float = 0.0  # Period (12 only): the seconds `Total` was counted over
 
     def _name(self) -> str:
         return "TotalSent" if self.command == StatCommand.PUBLISHER_TOTAL else "Total"
 
     def encode(self) -> Document:
-        return {"CMD": int(self.command), "QName": self.queue, self._name(): self.total,
-                "Time": self.time}  # fmt: skip
+        doc: Document = {
+            "CMD": int(self.command), "PublisherID": self.publisher_id, "QName": self.queue,
+            self._name(): self.total, "Time": self.time,
+        }  # fmt: skip
+        if self.command == StatCommand.PUBLISHER_MINUTE:
+            doc["Period"] = self.period_s
+        return doc
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
         command = StatCommand(bsonmsg.command(doc))
-        name = "TotalSent" if command == StatCommand.PUBLISHER_TOTAL else "Total"
-        queue = field_str(doc, "QName", max_chars=limits.queue_name_chars_max)
-        return cls(command, queue, field_int(doc, name), _time(doc))
+        minute = command == StatCommand.PUBLISHER_MINUTE
+        return cls(
+            command,
+            field_str(doc, "PublisherID", max_chars=limits.producer_id_chars_max),
+            field_str(doc, "QName", max_chars=limits.queue_name_chars_max),
+            field_int(doc, "Total" if minute else "TotalSent"),
+            _time(doc),
+            field_float(doc, "Period", lo=0.0) if minute else 0.0,
+        )
+
+    @property
+    def rate(self) -> float:
+        """Messages per second over the period (12; 0 for an 11 or an empty period)."""
+        return self.total / self.period_s if self.period_s > 0 else 0.0
 
 
 KpiMessage = ExchangeKpi | QueueKpi | ScalingEvent | SubscriberKpi | PublisherKpi
