@@ -482,6 +482,11 @@ http_parse_inline_bytes_max = 64 * 1024
 http_snapshot_interval_s = 30.0
 http_snapshot_topics_per_turn = 2_000
 http_snapshot_buffer_bytes = 1024 * 1024
+# A message's time to live and delay as `roq pub --ttl/--delay` and a v2 publish's `ttl`/`delay`
+# take them (the record carries absolute µs, docs/log-format.md §1): a year at most, far past any
+# topic's retention, so a typo of a unit is refused rather than kept for centuries.
+message_ttl_ms_max = 365 * 24 * 3600 * 1000
+message_delay_ms_max = 365 * 24 * 3600 * 1000
 # --- work queues: consumer groups (monitor/slots.py, monitor/groups.py, client/consumer.py) ---
 work_cuts_reported_max = 1_024  # slot boundaries in one exchange report (past it: thinned evenly)
 work_cuts_repeated = 16  # reported cuts an exchange repeats in its next reports (a lost report)

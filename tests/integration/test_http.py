@@ -213,6 +213,96 @@ def test_v2_batch_long_poll_and_problems(served: tuple[LocalCluster, Api]) -> No
     assert api.v2("message/get", subscriber="p", topic=topic, wait=31)[0] == 400
 
 
+def _expired_count(api: Api) -> float:
+    text = api.client.get("/metrics").text
+    found = re.search(r"^roq_http_expired_messages_total (\S+)$", text, re.MULTILINE)
+    assert found, text
+    return float(found.group(1))
+
+
+def test_v2_message_meta_is_returned_expired_ones_withheld_and_delayed_ones_held(
+    served: tuple[LocalCluster, Api],
+) -> None:
+    """Issue 33 item 7: a v2 publish's headers, id, ttl and delay come back with the message;
+    the gateway never returns an expired message (230, counted once) nor a delayed one before
+    its time (231; a long poll answers at its time), and v1 answers stay the seed's."""
+    _, api = served
+    topic, given = "meta", "7d444840-9dc0-11d1-b245-5ffdce74fad2"
+    assert api.v2("topic/register", owner="alice", topic=topic)[0] == 200
+    assert api.v2("topic/subscribe", subscriber="s", topic=topic)[0] == 200
+    before_ms = time.time() * 1000
+    sent = api.v2("message/publish", owner="alice", topic=topic, headers={"k": "v"},
+                  msgs=[{"msg": "kept", "id": given, "ttl": 3_600_000}, {"msg": "brief",
+                        "ttl": 500}])  # fmt: skip
+    assert sent == (200, {"msgIdx": 1, "count": 2})
+    status, got = api.v2("message/get", subscriber="s", topic=topic)
+    assert status == 200, got
+    assert got["msg"] == "kept" and got["headers"] == {"k": "v"} and "notBefore" not in got
+    assert got["id"] == given.replace("-", "")
+    assert before_ms + 3_600_000 - 1 <= got["expiresAt"] <= time.time() * 1000 + 3_600_000
+    assert api.v1("message/get", subscriber="s", topic=topic)[1] == {"msgIdx": 1, "msg": "kept"}
+    assert api.v2("message/ack", subscriber="s", topic=topic, msgIdx=1)[0] == 200
+
+    # "brief" expires 500 ms after its publish: once the clock is past it, never returned
+    counted = _expired_count(api)
+    status, got = api.v2("message/get", subscriber="s", topic=topic)
+    expires_at = got["expiresAt"]
+    wait_for(lambda: time.time() * 1000 > expires_at + 50, 30, "the clock past expiresAt")
+    for _ in range(2):
+        response = api.post("/v2/message/get", subscriber="s", topic=topic, wait=1)
+        assert response.status_code == 230, response.text
+        problem = response.json()
+        assert problem["type"] == "urn:roq:mq:message-expired" and problem["msgIdx"] == 2
+        assert problem["expiresAt"] == expires_at and "expired at" in problem["detail"]
+        assert "msg" not in problem
+    assert api.v1("message/get", subscriber="s", topic=topic) == (
+        230, {"error": "message evicted", "msgIdx": 2})  # fmt: skip
+    assert _expired_count(api) == counted + 1  # each expired message once
+    assert api.v2("message/ack", subscriber="s", topic=topic, msgIdx=2)[0] == 200
+
+    # a delayed message, and one behind it: 231 until its time, then a long poll answers
+    sent = api.v2("message/publish", owner="alice", topic=topic,
+                  msgs=[{"msg": "later", "delay": 3_000}, "behind"])  # fmt: skip
+    assert sent == (200, {"msgIdx": 3, "count": 2})
+    response = api.post("/v2/message/get", subscriber="s", topic=topic)
+    assert response.status_code == 231, response.text
+    due = response.json()["notBefore"]
+    assert "is not due before" in response.json()["detail"] and response.json()["msgIdx"] == 3
+    assert api.v1("message/get", subscriber="s", topic=topic) == (
+        231, {"error": "no message", "msgIdx": 3})  # fmt: skip
+    status, got = api.v2("message/get", subscriber="s", topic=topic, wait=20)
+    answered_ms = time.time() * 1000
+    assert (status, got) == (200, {"msgIdx": 3, "msg": "later", "notBefore": due})
+    assert due <= answered_ms < due + 5_000, answered_ms - due
+    assert api.v2("message/ack", subscriber="s", topic=topic, msgIdx=3)[0] == 200
+    assert api.v2("message/get", subscriber="s", topic=topic)[1] == {"msgIdx": 4, "msg": "behind"}
+
+
+def test_v2_meta_fields_out_of_bounds_are_400_naming_the_field(
+    served: tuple[LocalCluster, Api],
+) -> None:
+    _, api = served
+    topic = "metabad"
+    assert api.v2("topic/register", owner="alice", topic=topic)[0] == 200
+    assert api.v2("topic/subscribe", subscriber="s", topic=topic)[0] == 200
+    too_many = {f"h{n}": "" for n in range(limits.record_headers_max + 1)}
+    for body, named in [
+        ({"msg": "a", "headers": too_many}, "'headers': 33 headers"),
+        ({"msg": "a", "headers": {"k": 1}}, "'headers' must be an object of strings"),
+        ({"msg": "a", "id": "xyz"}, "'id': 'xyz' is not a message id"),
+        ({"msg": "a", "ttl": 0}, "'ttl' must be a whole number of milliseconds"),
+        ({"msgs": ["a", {"msg": "b", "delay": 1.5}]}, "'msgs[1].delay' must be a whole number"),
+        ({"msgs": ["a", "b"], "id": "ab" * 16}, "'id' names one message"),
+    ]:
+        response = api.post("/v2/message/publish", owner="alice", topic=topic, **body)
+        assert response.status_code == 400, response.text
+        assert named in response.json()["detail"], response.text
+    # nothing of the refused publishes was stored; v1 ignores the fields, as any unknown one
+    assert api.v1("message/publish", owner="alice", topic=topic, msg="v1", headers={"k": "v"},
+                  ttl=1) == (200, {"msgIdx": 1})  # fmt: skip
+    assert api.v2("message/get", subscriber="s", topic=topic)[1] == {"msgIdx": 1, "msg": "v1"}
+
+
 def test_readme_curl_tour(served: tuple[LocalCluster, Api]) -> None:
     """The README's curl lines, run as they are but for the port and $ROQ_TOKEN, which is the
     admin's token that the README's `export ROQ_TOKEN=$(roq keys token)` line prints."""
@@ -277,6 +367,10 @@ def test_two_gateways_answer_alike(served: tuple[LocalCluster, Api]) -> None:
         cluster.kill(daemon)
 
 
+FUZZED_FIELDS = ["owner", "topic", "subscriber", "msg", "msgs", "msgIdx", "wait", "zz",
+                 "headers", "id", "ttl", "delay"]  # fmt: skip
+
+
 def test_malformed_requests_are_answered_4xx(served: tuple[LocalCluster, Api]) -> None:
     _, api = served
     seen: list[int] = []
@@ -289,7 +383,7 @@ def test_malformed_requests_are_answered_4xx(served: tuple[LocalCluster, Api]) -
         st.just("x" * 200_000), st.just(2**70), st.just(-1),
     )  # fmt: skip
     documents = st.dictionaries(
-        st.sampled_from(["owner", "topic", "subscriber", "msg", "msgs", "msgIdx", "wait", "zz"]),
+        st.sampled_from(FUZZED_FIELDS),
         values, max_size=6,
     )  # fmt: skip
     raw = st.one_of(

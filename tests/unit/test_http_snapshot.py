@@ -10,15 +10,22 @@ import pytest
 
 from roq.http import snapshot
 from roq.http.snapshot import Snapshot, Unreadable
+from roq.log.format import encode_meta
 
+META = encode_meta({"content-type": "text/plain"}, bytes(range(16)), 1_700_000_060_000_000, None)
 RESUME = {"queue": "http-0", "exchanges": {"x1": 4096}, "streams": [["ab", "6d71", 7]]}
 
 
 def _saved(tmp_path: Path) -> tuple[Path, Snapshot]:
     topics = {
-        "news": [(1, ("first", "x1", 0)), (2, ("second ☃", "x2", 512))],
-        "t/" + "é" * 300: [(9, ("", "x1", 4000)), (10, ("x" * 70_000, "x1", 4096))],
-        "empty-named-message": [(1, ("", "x2", 2**40))],
+        "news": [(1, ("first", "x1", 0, b"")), (2, ("second ☃", "x2", 512, b""))],
+        "t/" + "é" * 300: [(9, ("", "x1", 4000, b"")), (10, ("x" * 70_000, "x1", 4096, b""))],
+        "empty-named-message": [(1, ("", "x2", 2**40, b""))],
+        "meta": [
+            (3, ("with meta", "x1", 64, META)),
+            (4, ("", "x2", 128, META)),
+            (5, ("m", "x1", 9, b"")),
+        ],
     }
     saved = Snapshot("http-0", "1a2b", RESUME, topics)
     path = tmp_path / ".http-8080" / "http-0"
@@ -85,10 +92,22 @@ def test_a_file_that_is_not_a_snapshot_is_refused(tmp_path: Path) -> None:
 
 def test_floors_are_the_read_position_or_the_oldest_kept_message_of_each_exchange() -> None:
     topics = {
-        "a": [(5, ("m", "x1", 300)), (6, ("m", "x1", 900))],
-        "b": [(2, ("m", "x2", 50)), (3, ("m", "x1", 1000))],
-        "c": [(1, ("m", "x9", 7))],  # an exchange the read has no position in: no floor
+        "a": [(5, ("m", "x1", 300, b"")), (6, ("m", "x1", 900, b""))],
+        "b": [(2, ("m", "x2", 50, b"")), (3, ("m", "x1", 1000, b""))],
+        "c": [(1, ("m", "x9", 7, b""))],  # an exchange the read has no position in: no floor
     }
     resume = {"exchanges": {"x1": 4096, "x2": 40, "x3": 800}}
     saved = Snapshot("http-0", "1", resume, topics)
     assert snapshot.floors(saved) == {"x1": 300, "x2": 40, "x3": 800}
+
+
+def test_a_message_without_meta_is_saved_as_before_meta_and_a_bad_meta_is_refused(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "http-0"
+    plain = {"a": [(1, ("m", "x1", 0, b""))]}
+    snapshot.write(path, Snapshot("http-0", "1", RESUME, plain))
+    assert snapshot.META not in {kind for _, kind, _ in snapshot._frames(path, path.read_bytes())}
+    snapshot.write(path, Snapshot("http-0", "1", RESUME, {"a": [(1, ("m", "x1", 0, b"\x08"))]}))
+    with pytest.raises(Unreadable, match="unsound meta"):
+        snapshot.read(path, "http-0", "1")

@@ -22,6 +22,7 @@ from roq.cli.common import (
     setup_logging,
     stop_event,
 )
+from roq.cli.pubmeta import DURATION_HELP
 from roq.errors import BadInput
 
 if TYPE_CHECKING:  # imported where used: `roq --help` does not load the client
@@ -44,17 +45,40 @@ def pub(
     linger_ms: float = typer.Option(
         2.0, "--linger-ms", help="Longest wait to fill a batch (0: send as soon as possible)."
     ),
+    header: list[str] = typer.Option(
+        [], "--header", "-H", help="NAME=VALUE on every message (repeatable; a name may repeat)."
+    ),
+    message_id: str | None = typer.Option(
+        None,
+        "--id",
+        help="Message id of every message: 32 hex digits or a UUID; 'auto': a new random one "
+        "for each message.",
+    ),
+    ttl: str | None = typer.Option(
+        None, "--ttl", help=f"Each message expires this long after it is sent ({DURATION_HELP})."
+    ),
+    delay: str | None = typer.Option(
+        None,
+        "--delay",
+        help=f"Each message is not due before this long after it is sent ({DURATION_HELP}).",
+    ),
     gcm: str = GCM_OPTION,
     zk: str | None = ZK_OPTION,
     namespace: str = NAMESPACE_OPTION,
 ) -> None:
     """Publish messages: one per line of stdin, or --count generated ones of --size bytes.
 
-    Exits 0 once every message has reached an exchange (with --acks, been confirmed).
+    --header, --id, --ttl and --delay give every message meta (log format v2; `roq sub --meta`
+    prints it); a fixed --id gives every message the same id. A malformed one exits 65 before
+    anything is sent. Exits 0 once every message has reached an exchange (with --acks, been
+    confirmed).
     """
     setup_logging("WARNING")
     with errors_to_exit():
+        from roq.cli.pubmeta import PubMeta
         from roq.client.publisher import Publisher
+
+        meta = PubMeta.read(header, message_id, ttl, delay)
 
         stop = stop_event()
         with interruptible(stop):  # finding the queue and its exchange: nothing sent yet
@@ -68,7 +92,7 @@ def pub(
             for payload in _payloads(count, size, stop):
                 if stop.is_set():
                     break
-                publisher.send(payload, key.encode())
+                publisher.send(payload, key.encode(), **meta.send_args())
                 sent += 1
                 pacer.wait(sent)
         finally:

@@ -28,6 +28,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Generic, Self, TypeVar
 
 from starlette.applications import Starlette
@@ -40,8 +41,10 @@ from roq import limits
 from roq.config import HttpSettings
 from roq.errors import CoordinationError, RoqError, TopicForbidden, TopicRefused
 from roq.http.auth import Access, Refused
-from roq.http.gateway import EVICTED, NO_MESSAGE, OK, Gateway, Unavailable
+from roq.http.gateway import EVICTED, NO_MESSAGE, OK, Gateway, Got, Unavailable
 from roq.http.metrics import CONTENT_TYPE, Metrics
+from roq.log.format import RecordMeta, encode_meta
+from roq.log.metatext import after_ms, message_id_from_text, message_id_text, now_us
 from roq.protocol.principals import Permission, Principal
 
 Doc = dict[str, Any]  # a JSON body, as read or as answered
@@ -49,6 +52,7 @@ Parse = Callable[[bytes], Awaitable[Any]]  # json.loads, on a worker thread
 Answer = tuple[int, Doc]
 M = TypeVar("M")
 PROBLEM = "application/problem+json"
+META_FIELDS = ("headers", "id", "ttl", "delay")  # a v2 message's meta, beside `msg` or in `msgs`
 TITLES = {
     400: "bad request",
     401: "unauthorized",
@@ -200,13 +204,58 @@ class Fields:
             )
         return encoded
 
-    def messages(self, doc: Doc) -> list[bytes]:
+    def messages(self, doc: Doc) -> tuple[list[bytes], tuple[bytes, ...]]:
+        """v2: `msg`, or `msgs`, each a string or an object with `msg` and its own meta fields;
+        and each message's meta (() when none has any)."""
         if "msgs" not in doc:
-            return [self.message(doc.get("msg"))]
+            return [self.message(doc.get("msg"))], self.metas(doc, [doc])
         values = doc["msgs"]
         if not isinstance(values, list) or not 1 <= len(values) <= limits.http_batch_messages_max:
             raise BadRequest(f"'msgs' must be a list of 1 to {limits.http_batch_messages_max}")
-        return [self.message(value, "msgs[]") for value in values]
+        texts = [
+            self.message(value.get("msg"), f"msgs[{n}].msg")
+            if isinstance(value, dict) else self.message(value, "msgs[]")
+            for n, value in enumerate(values)
+        ]  # fmt: skip
+        return texts, self.metas(doc, values)
+
+    def metas(self, doc: Doc, items: list[Any]) -> tuple[bytes, ...]:
+        """Each message's meta (records.py): a field of its own object, named `msgs[n].field`
+        in a refusal, else the body's; () when no message has any (version 1 records)."""
+        own = [item if isinstance(item, dict) and item is not doc else {} for item in items]
+        if not any(field in where for where in (doc, *own) for field in META_FIELDS):
+            return ()
+        if "id" in doc and len(items) > 1:
+            raise BadRequest(f"'id' names one message: give each of the {len(items)} messages "
+                             "of 'msgs' an 'id' of its own")  # fmt: skip
+        now = now_us()
+        return tuple(self.meta(doc, mine, f"msgs[{n}].", now) for n, mine in enumerate(own))
+
+    def meta(self, doc: Doc, mine: Doc, prefix: str, now: int) -> bytes:
+        """One message's meta: each field from `mine` if it has it, else from the body."""
+        found = {field: (mine[field], prefix + field) if field in mine else (doc.get(field), field)
+                 for field in META_FIELDS}  # fmt: skip
+        ttl = _milliseconds(*found["ttl"], limits.message_ttl_ms_max)
+        delay = _milliseconds(*found["delay"], limits.message_delay_ms_max)
+        if ttl is not None and delay is not None and delay >= ttl:
+            raise BadRequest(f"'{found['delay'][1]}' ({delay} ms) is not shorter than "
+                             f"'{found['ttl'][1]}' ({ttl} ms): the message would expire before "
+                             "it is due")  # fmt: skip
+        value, name = found["id"]
+        try:
+            message_id = None if value is None else message_id_from_text(_string(value, name))
+        except ValueError as error:
+            raise BadRequest(f"'{name}': {error}") from None
+        headers, name = found["headers"]
+        if headers is not None and not isinstance(headers, dict):
+            raise BadRequest(f"'{name}' must be an object of strings")
+        if headers and not all(isinstance(text, str) for text in headers.values()):
+            raise BadRequest(f"'{name}' must be an object of strings: a value is not one")
+        try:
+            return encode_meta(headers, message_id, None if ttl is None else after_ms(ttl, now),
+                               None if delay is None else after_ms(delay, now))  # fmt: skip
+        except ValueError as error:  # a bound of limits.record_headers_*, or not Unicode
+            raise BadRequest(f"'{name}': {error}") from None
 
     @staticmethod
     def index(doc: Doc) -> int:
@@ -224,6 +273,37 @@ class Fields:
         if not 0 <= value <= limits.http_wait_s_max:
             raise BadRequest(f"'wait' must be between 0 and {limits.http_wait_s_max:.0f} s")
         return float(value)
+
+
+def _milliseconds(value: Any, field: str, most: int) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+        raise BadRequest(f"'{field}' must be a whole number of milliseconds from 1 to {most}")
+    return value
+
+
+def _string(value: Any, field: str) -> str:
+    if not isinstance(value, str):
+        raise BadRequest(f"'{field}' must be a string")
+    return value
+
+
+def meta_fields(meta: RecordMeta | None) -> Doc:
+    """A v2 get's fields for a message's meta, each only when the message has it: `headers`
+    (name -> value), `id` (32 hex digits), `expiresAt` and `notBefore` (ms since the epoch)."""
+    if meta is None:
+        return {}
+    doc: Doc = {}
+    if meta.headers:
+        doc["headers"] = {name: value.decode(errors="replace") for name, value in meta.headers}
+    if meta.message_id is not None:
+        doc["id"] = message_id_text(meta.message_id)
+    if meta.expires_at_us is not None:
+        doc["expiresAt"] = meta.expires_at_us // 1000
+    if meta.not_before_us is not None:
+        doc["notBefore"] = meta.not_before_us // 1000
+    return doc
 
 
 def _utf8(value: str, field: str) -> bytes:
@@ -249,11 +329,14 @@ class Publish:
     owner: str
     topic: str
     messages: list[bytes]  # v1: `msg`, one; v2: `msg` or `msgs`, a batch
+    metas: tuple[bytes, ...] = ()  # v2: each message's meta (records.py); (): none has any
 
     @classmethod
     def read(cls, fields: Fields, doc: Doc, v2: bool) -> Self:
         owner, topic = fields.name(doc, "owner"), fields.name(doc, "topic")
-        return cls(owner, topic, fields.messages(doc) if v2 else [fields.message(doc.get("msg"))])
+        if not v2:
+            return cls(owner, topic, [fields.message(doc.get("msg"))])
+        return cls(owner, topic, *fields.messages(doc))
 
 
 @dataclass(frozen=True)
@@ -307,10 +390,12 @@ class Calls:
 
     async def publish(self, wanted: Publish, v2: bool, principal: Principal) -> Answer:
         messages, caller = wanted.messages, Access.names(principal, wanted.topic)
-        size = sum(len(message) for message in messages)
+        size = sum(map(len, messages)) + sum(map(len, wanted.metas))  # meta bytes count too
         self.rate.take(principal, size)
         try:
-            first = await self.gateway.publish(wanted.owner, wanted.topic, messages, caller)
+            first = await self.gateway.publish(
+                wanted.owner, wanted.topic, messages, caller, wanted.metas
+            )
         except RoqError:  # refused (400, 403) or not stored (503)
             self.rate.refund(principal, size)
             raise
@@ -322,17 +407,41 @@ class Calls:
         following = await self.gateway.subscribe(wanted.subscriber, wanted.topic, caller)
         return OK, {"nextIdx": following}
 
-    async def get(self, wanted: Get, _v2: bool, principal: Principal) -> Answer:
+    async def get(self, wanted: Get, v2: bool, principal: Principal) -> Answer:
         caller = Access.names(principal, wanted.topic)
         got = await self.gateway.get(wanted.subscriber, wanted.topic, wanted.wait, caller)
         if got.status == OK:
-            return OK, {"msgIdx": got.index, "msg": got.message}
-        return got.status, {"msgIdx": got.index}
+            message = {"msgIdx": got.index, "msg": got.message}
+            return OK, {**message, **meta_fields(got.meta)} if v2 else message
+        if not v2 or got.meta is None:  # v1: the seed's answers, whatever the message's meta
+            return got.status, {"msgIdx": got.index}
+        return got.status, _withheld(wanted.topic, got)
 
     async def ack(self, wanted: Ack, _v2: bool, principal: Principal) -> Answer:
         caller = Access.names(principal, wanted.topic)
         following = await self.gateway.ack(wanted.subscriber, wanted.topic, wanted.index, caller)
         return OK, {"nextIdx": following}
+
+
+def _withheld(topic: str, got: Got) -> Doc:
+    """v2's problem fields for a message a get did not return: expired (230, a type of its
+    own) or not due yet (231)."""
+    meta, index = got.meta, got.index
+    assert meta is not None
+    if got.status == EVICTED and meta.expires_at_us is not None:
+        return {"type": "urn:roq:mq:message-expired", "title": "message expired",
+                "detail": f"message {index} of topic {topic!r} expired at "
+                          f"{_when(meta.expires_at_us)}",
+                "msgIdx": index, "expiresAt": meta.expires_at_us // 1000}  # fmt: skip
+    if meta.not_before_us is not None:
+        return {"detail": f"message {index} of topic {topic!r} is not due before "
+                          f"{_when(meta.not_before_us)}",
+                "msgIdx": index, "notBefore": meta.not_before_us // 1000}  # fmt: skip
+    return {"msgIdx": index}
+
+
+def _when(us: int) -> str:
+    return datetime.fromtimestamp(us / 1e6, UTC).isoformat(timespec="milliseconds")
 
 
 # --- answers ---------------------------------------------------------------------------------
@@ -409,7 +518,8 @@ def build(
     gateway: Gateway, settings: HttpSettings, on_ready: Callable[[], object] = lambda: None
 ) -> Starlette:
     share = Share(settings.requests_quota)
-    metrics = Metrics(gateway.index, lambda: gateway.replaced, gateway.read_from_logs, share.total)
+    metrics = Metrics(gateway.index, lambda: gateway.replaced, gateway.read_from_logs, share.total,
+                      lambda: gateway.expired)  # fmt: skip
     fields, access = Fields(settings), gateway.access
     guards = Guards(access, share, gateway.parse_json)
     calls = Calls(gateway, metrics)

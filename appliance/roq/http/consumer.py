@@ -25,7 +25,7 @@ from roq.http import records as mq
 
 log = logging.getLogger(__name__)
 
-Items = list[tuple[str, int, str, str, int]]  # topic, index, message, exchange id, log offset
+Items = list[tuple[str, int, str, str, int, bytes]]  # topic, index, message, exchange, offset, meta
 Position = dict[str, Any]  # a Subscriber's resume state
 
 
@@ -86,7 +86,8 @@ class LogConsumer(threading.Thread):
                         if found is None:
                             self.foreign += 1
                         else:
-                            items.append((*found, origin, record.offset))
+                            topic, index, message, meta = found
+                            items.append((topic, index, message, origin, record.offset, meta))
                 if items:
                     self.received += len(items)
                     self.resume = subscriber.resume_state()

@@ -13,7 +13,11 @@ messages; the index (index.py) is this gateway's view of the logs.
 - get: read the subscriber's next index and the topic's head; evicted if the next index is
   maxQueueSize or more behind the head (230), not published if it is past the head (231, or
   wait for it: v2's long poll), otherwise the message, from the index (waiting, bounded, for
-  the log to bring a message published through another gateway).
+  the log to bring a message published through another gateway). A message with meta is
+  enforced here, by the gateway's wall clock: once expired it is never returned (230 as if
+  evicted, counted once, its text dropped from the index), and before its not-before time it
+  is not there yet (231, or the long poll waits for it): the subscriber's later messages wait
+  behind it, as a topic is a queue in order.
 - ack: the next index + 1, by compare-and-set, if the acknowledged index is the next one.
 
 Blocking calls (kazoo, the Publisher's flush) run on a bounded thread pool, never on the loop.
@@ -33,7 +37,7 @@ import math
 import threading
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -52,7 +56,9 @@ from roq.errors import CoordinationError, RoqError, TopicRefused
 from roq.http import records, snapshot
 from roq.http.auth import Access
 from roq.http.consumer import Items, LogConsumer, Position
-from roq.http.index import TopicIndex
+from roq.http.index import Kept, TopicIndex
+from roq.log.format import RecordMeta, decode_meta
+from roq.log.metatext import now_us
 from roq.protocol.messages.topics import NOBODY, Caller
 
 log = logging.getLogger(__name__)
@@ -71,6 +77,8 @@ class Got:
     status: int  # OK, EVICTED or NO_MESSAGE
     index: int  # the subscriber's next index
     message: str = ""
+    # the meta of the message: returned (OK), expired (EVICTED) or not due yet (NO_MESSAGE)
+    meta: RecordMeta | None = None
 
 
 class Gateway:
@@ -87,6 +95,7 @@ class Gateway:
         self._replacing = threading.Lock()
         self._replaced_at: dict[str, float] = {}
         self.replaced = 0  # failed publishers replaced (GET /metrics)
+        self.expired = 0  # messages a get found expired and withheld, each once (GET /metrics)
         self.zk: Any = None
         self.store: TopicStore | TopicClient
         self.access = Access(credentials.secured())  # who may call (bearer tokens)
@@ -204,9 +213,9 @@ class Gateway:
             log.info("http: no snapshot of queue %s: reading its log from the beginning", queue)
             return
         self.index.add(
-            (topic, index, message, origin, offset)
+            (topic, index, message or "", origin, offset, meta)
             for topic, kept in found.topics.items()
-            for index, (message, origin, offset) in kept
+            for index, (message, origin, offset, meta) in kept
         )
         self._resume[queue] = found.resume
         log.info("http: queue %s from its snapshot %s (topics: %d, messages: %d)",
@@ -302,29 +311,39 @@ class Gateway:
         log.info("http: topic %r registered by %r", topic, owner)
 
     async def publish(
-        self, owner: str, topic: str, messages: list[bytes], caller: Caller = NOBODY
+        self,
+        owner: str,
+        topic: str,
+        messages: list[bytes],
+        caller: Caller = NOBODY,
+        metas: Sequence[bytes] = (),
     ) -> int:
-        """Store the messages; the index of the first. Returns once the exchange confirmed.
+        """Store the messages (with `metas`, each message's meta: records.py); the index of the
+        first. Returns once the exchange confirmed.
         With the topics in the state log, the head and the messages are one worker call (the
         topic's monitor is the one writer of heads: nothing to serialise here); with ZooKeeper's
         store, this gateway's own publishes to a topic take its head one at a time (no
         compare-and-set retries among them), then store."""
         if isinstance(self.store, TopicClient):
-            return await self._run(self._publish, owner, topic, messages, caller)
+            return await self._run(self._publish, owner, topic, messages, caller, metas)
         async with self._locks[zlib.crc32(topic.encode()) & 255]:
             first = await self._run(self.store.advance_head, topic, owner, len(messages), caller)
-        await self._run(self._store, topic, first, messages)
+        await self._run(self._store, topic, first, messages, metas)
         return first
 
-    def _publish(self, owner: str, topic: str, messages: list[bytes], caller: Caller) -> int:
+    def _publish(
+        self, owner: str, topic: str, messages: list[bytes], caller: Caller, metas: Sequence[bytes]
+    ) -> int:
         first = self.store.advance_head(topic, owner, len(messages), caller)
-        self._store(topic, first, messages)
+        self._store(topic, first, messages, metas)
         return first
 
-    def _store(self, topic: str, first: int, messages: list[bytes]) -> None:
+    def _store(self, topic: str, first: int, messages: list[bytes], metas: Sequence[bytes]) -> None:
         """Publish the messages under indexes `first`…; Unavailable (503) if not stored."""
         name = topic.encode()
-        payloads = [records.encode(name, first + n, body) for n, body in enumerate(messages)]
+        metas = metas or [b""] * len(messages)
+        pairs = enumerate(zip(messages, metas, strict=True))
+        payloads = [records.encode(name, first + n, body, meta) for n, (body, meta) in pairs]
         try:
             self._store_messages(self.queue_of(topic), payloads)
         except RoqError as error:
@@ -392,20 +411,43 @@ class Gateway:
                 if left <= 0 or not await self.index.wait_for(topic, following, left):
                     return Got(NO_MESSAGE, following)
                 continue  # something arrived: the store says whether it is still ours
-            message = self.index.lookup(topic, following)
-            if message is not None:
-                return Got(OK, following, message)
-            return await self._catch_up(topic, following)
+            found: Kept | Got | None = self.index.lookup(topic, following)
+            if found is None:
+                found = await self._catch_up(topic, following)
+            got = found if isinstance(found, Got) else self._deliverable(topic, following, found)
+            left = deadline - time.monotonic()
+            if got.status != NO_MESSAGE or got.meta is None or left <= 0:
+                return got
+            # not due yet: wait for its time (within the long poll), then ask the store again
+            due_s = ((got.meta.not_before_us or 0) - now_us()) / 1e6
+            await asyncio.sleep(min(left, max(due_s, 0.001)))
 
-    async def _catch_up(self, topic: str, index: int) -> Got:
+    async def _catch_up(self, topic: str, index: int) -> Kept | Got:
         """The store says message `index` was published, the index does not have it yet."""
         await self.index.wait_for(topic, index, limits.http_catchup_s, exact=True)
-        message = self.index.lookup(topic, index)
-        if message is not None:
-            return Got(OK, index, message)
+        found = self.index.lookup(topic, index)
+        if found is not None:
+            return found
         if self.index.newest.get(topic, 0) > index:
             return Got(EVICTED, index)  # its publish failed: a later message came, it never will
         raise Unavailable(f"message {index} of topic {topic!r} is not readable yet")
+
+    def _deliverable(self, topic: str, index: int, found: Kept) -> Got:
+        """The subscriber's next message as a get answers it: expired (EVICTED: withheld, its
+        text dropped, counted once), not due yet (NO_MESSAGE), or the message itself."""
+        text, _, _, raw = found
+        if not raw:
+            return Got(OK, index, text or "")
+        meta = decode_meta(raw)  # checked when it was read: records.py, snapshot.py
+        now = now_us()
+        expires = meta.expires_at_us
+        if text is None or (expires is not None and now >= expires):
+            if self.index.withhold(topic, index):
+                self.expired += 1
+            return Got(EVICTED, index, meta=meta)
+        if meta.not_before_us is not None and now < meta.not_before_us:
+            return Got(NO_MESSAGE, index, meta=meta)
+        return Got(OK, index, text, meta)
 
     async def ack(self, subscriber: str, topic: str, index: int, caller: Caller = NOBODY) -> int:
         return await self._run(self.store.ack, topic, subscriber, index, caller)

@@ -7,7 +7,9 @@ restored from the gateway's snapshot (snapshot.py) and the log read after it whe
 starts; nothing here is the record.
 Its memory is the seed's own bound: maxQueueSize messages of at most maxMsgSize per topic.
 Each message keeps where it was read (exchange id, log offset): the log before the oldest kept
-message is needed by no topic, and retention may delete it (gateway.py `floors`).
+message is needed by no topic, and retention may delete it (gateway.py `floors`). A message
+keeps its meta (headers, id, expiry, not-before: at most `format.META_BYTES_MAX` more per
+message); an expired one found by a get keeps its place and meta but drops its text.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from collections.abc import Iterable
 
 from roq import limits
 
-Kept = tuple[str, str, int]  # the message, the exchange it was read from, its batch's offset
-Item = tuple[str, int, str, str, int]  # topic, index, message, exchange id, offset
+# the message (None: withheld as expired, `withhold`), the exchange it was read from, its batch's
+# offset, its meta (records.py; b"": none)
+Kept = tuple[str | None, str, int, bytes]
+Item = tuple[str, int, str, str, int, bytes]  # topic, index, message, exchange id, offset, meta
 
 
 class TopicIndex:
@@ -32,14 +36,14 @@ class TopicIndex:
 
     def add(self, items: Iterable[Item]) -> None:
         touched: set[str] = set()
-        for topic, index, message, origin, offset in items:
+        for topic, index, message, origin, offset, meta in items:
             newest = max(self.newest.get(topic, 0), index)
             if index <= newest - self.max_queue_size:
                 continue  # already evicted by newer messages
             kept = self.messages.setdefault(topic, {})
             if index not in kept:
                 self.count += 1
-            kept[index] = (message, origin, offset)
+            kept[index] = (message, origin, offset, meta)
             self.newest[topic] = newest
             self._evict(kept, newest)
             touched.add(topic)
@@ -59,10 +63,19 @@ class TopicIndex:
         found = ((topic, self.messages.get(topic)) for topic in topics)
         return {topic: sorted(kept.items()) for topic, kept in found if kept}
 
-    def lookup(self, topic: str, index: int) -> str | None:
+    def lookup(self, topic: str, index: int) -> Kept | None:
         kept = self.messages.get(topic)
-        found = None if kept is None else kept.get(index)
-        return None if found is None else found[0]
+        return None if kept is None else kept.get(index)
+
+    def withhold(self, topic: str, index: int) -> bool:
+        """Drop an expired message's text, keep its place and meta (a get still answers for its
+        index): True the first time, so that each expired message is counted once."""
+        kept = self.messages.get(topic, {})
+        found = kept.get(index)
+        if found is None or found[0] is None:
+            return False
+        kept[index] = (None, *found[1:])
+        return True
 
     def _arrived(self, topic: str, index: int, exact: bool) -> bool:
         if exact:

@@ -27,6 +27,7 @@ class Metrics:
         replaced: Callable[[], int],
         read: Callable[[], int] = lambda: 0,
         in_progress: Callable[[], int] = lambda: 0,
+        expired: Callable[[], int] = lambda: 0,
     ):
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
@@ -62,6 +63,10 @@ class Metrics:
         counter_function(
             self.registry, "roq_http_log_messages_read_total", "Messages this gateway read "
             "from its queues' logs since it started (after its snapshot's position).", read,
+        )  # fmt: skip
+        counter_function(
+            self.registry, "roq_http_expired_messages_total", "Expired messages a get found "
+            "and did not return (each once per gateway run).", expired,
         )  # fmt: skip
 
     def observe(self, endpoint: str, status: int, seconds: float) -> None:

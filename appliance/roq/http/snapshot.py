@@ -18,6 +18,8 @@ them under the same indexes, which changes nothing.
            TOPIC (its name, UTF-8),
            MESSAGE (index, 8 bytes | its batch's log offset, 8 | its exchange's number in the
                     head's list, 2 | the message, UTF-8),
+           META (the meta of the MESSAGE before it, as records.py carries it; only for a
+                 message with meta, so a snapshot without any is what it was before meta),
            END (the count of messages, 8)
 
 Written to a temporary file, fsynced, renamed over the old one, and the directory fsynced: a
@@ -40,6 +42,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from roq import limits
+from roq.errors import CorruptRecord
+from roq.log.format import decode_meta
 from roq.log.log import sync_directory
 
 log = logging.getLogger(__name__)
@@ -48,10 +52,12 @@ VERSION = 1
 FRAME = struct.Struct(">IIB")
 INDEX = struct.Struct(">Q")
 MESSAGE_HEAD = struct.Struct(">QQH")  # index, offset, exchange number
-HEAD, TOPIC, MESSAGE, END = 1, 2, 3, 4
+HEAD, TOPIC, MESSAGE, END, META = 1, 2, 3, 4, 5
 
-# topic -> (index, (message, exchange id, log offset)), oldest first (index.py's `Kept`)
-Topics = dict[str, list[tuple[int, tuple[str, str, int]]]]
+# topic -> (index, (message, exchange id, log offset, meta)), oldest first (index.py's `Kept`;
+# an expired message withheld, None, is saved with an empty text: it is withheld again)
+Kept = tuple[str | None, str, int, bytes]
+Topics = dict[str, list[tuple[int, Kept]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +87,7 @@ def write(path: Path, snapshot: Snapshot) -> None:
     temporary = path.with_name(path.name + ".tmp")
     origins: dict[str, int] = {}
     for kept in snapshot.topics.values():
-        for _, (_, origin, _) in kept:
+        for _, (_, origin, _, _) in kept:
             origins.setdefault(origin, len(origins))
     if len(origins) > 0xFFFF:
         raise ValueError(f"{len(origins)} exchanges: a snapshot numbers at most 65,535")
@@ -97,9 +103,11 @@ def write(path: Path, snapshot: Snapshot) -> None:
         count = 0
         for topic, kept in snapshot.topics.items():
             _frame(out, TOPIC, topic.encode())
-            for index, (message, origin, offset) in kept:
+            for index, (message, origin, offset, meta) in kept:
                 where = MESSAGE_HEAD.pack(index, offset, origins[origin])
-                _frame(out, MESSAGE, where + message.encode())
+                _frame(out, MESSAGE, where + (message or "").encode())
+                if meta:
+                    _frame(out, META, meta)
                 count += 1
         _frame(out, END, INDEX.pack(count))
         out.flush()
@@ -121,7 +129,7 @@ def read(path: Path, queue: str, identity: str) -> Snapshot | None:
     head = _head(path, next(frames, None), queue, identity)
     origins = head["exchanges"]
     topics: Topics = {}
-    kept: list[tuple[int, tuple[str, str, int]]] | None = None
+    kept: list[tuple[int, Kept]] | None = None
     for at, kind, body in frames:
         if kind == TOPIC:
             kept = topics.setdefault(_text(path, at, body), [])
@@ -130,7 +138,9 @@ def read(path: Path, queue: str, identity: str) -> Snapshot | None:
             if origin >= len(origins):
                 raise Unreadable(f"{path}: byte {at}: exchange number {origin} is not in its head")
             message = _text(path, at, body[MESSAGE_HEAD.size :])
-            kept.append((index, (message, origins[origin], offset)))
+            kept.append((index, (message, origins[origin], offset, b"")))
+        elif kind == META and kept and not kept[-1][1][3]:
+            kept[-1] = _with_meta(path, at, kept[-1], body)
         elif kind == END and len(body) == INDEX.size:
             snapshot = Snapshot(queue, identity, head["resume"], topics)
             if INDEX.unpack(body)[0] != snapshot.messages:
@@ -177,6 +187,16 @@ def _frames(path: Path, data: bytes) -> Iterator[tuple[int, int, bytes]]:
         at = end
 
 
+def _with_meta(path: Path, at: int, message: tuple[int, Kept], meta: bytes) -> tuple[int, Kept]:
+    """The message with its meta, checked as the log checks a record's."""
+    try:
+        decode_meta(meta)
+    except CorruptRecord as error:
+        raise Unreadable(f"{path}: byte {at}: unsound meta ({error})") from None
+    index, (text, origin, offset, _) = message
+    return index, (text, origin, offset, meta)
+
+
 def _text(path: Path, at: int, body: bytes) -> str:
     try:
         return body.decode()
@@ -196,7 +216,7 @@ def floors(saved: Snapshot) -> dict[str, int]:
     position = saved.resume.get("exchanges", {})
     found = {exchange_id: int(offset) for exchange_id, offset in position.items()}
     for kept in saved.topics.values():
-        for _, (_, origin, offset) in kept:
+        for _, (_, origin, offset, _) in kept:
             if origin in found and offset < found[origin]:
                 found[origin] = offset
     return found
