@@ -201,10 +201,15 @@ class Group:
     redelivered: int = 0  # messages handed out again (roq_group_redeliveries_total)
     skipped: int = 0  # outside the key prefix
     full_slots_logged: bool = False
+    # who may take new work (monitor/selection.py): one consumer at a time, and each consumer's
+    # [priority, prefetch] in join order (kept with the group: a restarted monitor keeps them)
+    single_active: bool = False
+    standings: dict[str, list[int]] = field(default_factory=dict)
 
     def record(self) -> dict[str, Any]:
         return {"name": self.name, "ordered": self.ordered, "from": self.start,
-                "prefix": self.prefix.hex(), "cursors": self.cursors}  # fmt: skip
+                "prefix": self.prefix.hex(), "cursors": self.cursors,
+                "single_active": self.single_active, "standings": self.standings}  # fmt: skip
 
     # --- cutting ------------------------------------------------------------------------------
     def observe(self, exchange: str, end: int, cuts: Iterable[int], now: float,
