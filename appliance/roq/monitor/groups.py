@@ -446,8 +446,11 @@ class GroupManager:
         """The next slot for `member`, with its first `give` messages handed out at once (one
         request instead of two); or, with none, where the live logs may have grown."""
         now, wall = time.monotonic(), time.time()
-        if not selection.may_take(group, member.consumer, now, self.rules.lease_s,
-                                  self.rules.inflight):  # fmt: skip
+        member.standby = not selection.may_take(
+            group, member.consumer, now, self.rules.lease_s, self.rules.inflight
+        )
+        if member.standby:
+            member.waiting_since = 0.0  # not waiting for a share: no slot is split or cut for it
             return NoSlot()  # another consumer takes the work: no log to look at
         readable = self._readable()
         ends = {x: max(end, self.seen.get(x, 0)) for x, end in self.ends.items()}

@@ -163,6 +163,9 @@ class Member:
     waiting_since: float = 0.0  # monotonic: asked for a slot and got none (0: not waiting)
     applied: int = 0  # the highest SETTLE `Seq` of this consumer taken (in memory)
     written: int = 0  # ... and in ZooKeeper (a reply's `Written`)
+    # held back by priorities or single active (monitor/selection.py): it asks but may take
+    # nothing, so the fair shares do not wait for it
+    standby: bool = False
 
     def in_flight(self, slots: dict[str, Slot]) -> int:
         return sum(len(slots[s].handed) for s in self.slots if s in slots)
@@ -346,6 +349,7 @@ class Group:
             1
             for other in self.members.values()
             if other is not member
+            and not other.standby
             and other.waiting_since
             and other.last_seen >= recent
             and other.leases < member.leases
@@ -360,7 +364,10 @@ class Group:
         recent = now - limits.work_share_lead_window_ms / 1000
         lead = member.leases - limits.work_share_lead_slots * max(1, slot.end - slot.start)
         return any(
-            other is not member and other.last_seen >= recent and other.leases < lead
+            other is not member
+            and not other.standby
+            and other.last_seen >= recent
+            and other.leases < lead
             for other in self.members.values()
         )
 
