@@ -1,10 +1,10 @@
-"""`roq work` (a consumer of a group) and `roq group list|show|delete` (admin 2020–2022)."""
+"""`roq work` (a consumer of a group) and `roq group list|show|delete` (admin 2020–2022); `roq
+group dlq ...` is cli/deadletters.py."""
 
 from __future__ import annotations
 
 import base64
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -249,46 +249,6 @@ def group_show(
                        f"{c.acked} acked, last seen {c.idle_s:.1f} s ago"
                        + (f", priority {c.priority}" if c.priority else "")
                        + (" (active)" if c.active else ""))  # fmt: skip
-
-
-@group_app.command("dlq")
-def group_dlq(
-    queue: str = typer.Argument(...),
-    group: str = typer.Argument(...),
-    count: int | None = typer.Option(None, "--count", "-n", min=1, help="At most N letters."),
-    timeout: float = typer.Option(
-        2.0, "--timeout", min=0.1, help="Stop once no letter came for S seconds."
-    ),
-    gcm: str = GCM_OPTION,
-    zk: str | None = ZK_OPTION,
-    namespace: str = NAMESPACE_OPTION,
-) -> None:
-    """The group's dead letters, decoded, oldest first: one JSON object per line (the queue,
-    group, exchange, offset, deliveries, reason, key and payload: text when it is UTF-8, else
-    base64 under PayloadBase64)."""
-    setup_logging("WARNING")
-    with errors_to_exit():
-        from roq.client.subscriber import Subscriber
-
-        with _admin(gcm, zk, namespace) as admin:
-            letters = admin.get_group(queue, group).dead_letter_queue
-            exists = admin.queue_exists(letters)
-        if not exists:
-            typer.echo(f"roq group dlq: {queue}/{group} has no dead letters ({letters})", err=True)
-            return
-        stop = stop_event()
-        shown = 0
-        with Subscriber(
-            letters, gcm=None if zk else gcm, zk=zk, namespace=namespace, start="beginning"
-        ) as subscriber:
-            while not stop.is_set() and (count is None or shown < count):
-                wanted = None if count is None else count - shown
-                batch = list(subscriber.messages(wanted, timeout))
-                for record in batch:
-                    typer.echo(json.dumps(dead_letter_fields(record.payload)))
-                shown += len(batch)
-                if not batch:
-                    break
 
 
 def dead_letter_fields(payload: bytes) -> dict[str, object]:
