@@ -340,5 +340,7 @@ def test_single_active_and_priorities_decide_who_leases_and_the_view_shows_them(
     low = ConsumerRequest(MonitorCommand.GROUP_LEASE, "plain", "c1", give=10)
     assert _ok(monitor.ask(low.encode()))["Slot"] == ""
     high = ConsumerRequest(MonitorCommand.GROUP_LEASE, "plain", "hi", give=5)
-    assert _ok(monitor.ask(high.encode()))["Window"]["Given"] == [0, 1, 2, 3, 4]  # full now
+    assert _ok(monitor.ask(high.encode()))["Window"]["Given"] == [0, 1, 2, 3, 4]
+    assert _ok(monitor.ask(low.encode()))["Slot"] == ""  # a window of a slot not counted yet
+    _ok(monitor.ask(Settle("plain", "hi", "x1@0", count=100, seq=1).encode()))  # full now
     assert _ok(monitor.ask(low.encode()))["Slot"] == "x1@1000"  # the overflow

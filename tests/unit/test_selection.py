@@ -51,6 +51,17 @@ def test_a_lower_priority_gets_nothing_new_while_a_higher_one_has_room():
     assert _may(group, "low")
 
 
+def test_a_window_handed_out_before_the_slot_was_counted_does_not_fill_a_consumer():
+    """A LEASE's window hands out indices 0..prefetch of a slot never read (its count -1):
+    most may lie past its end; the higher consumer is not full for them."""
+    group = _group(("high", 10, 5), ("low", 0, 5))
+    slot = _hand_out(group, "high", 5)
+    slot.count = -1
+    assert not _may(group, "low")
+    slot.count = 5
+    assert _may(group, "low")
+
+
 def test_a_consumers_prefetch_is_bounded_by_the_groups_inflight():
     group = _group(("high", 1, 0), ("low", 0, 0))  # 0: the group's work.inflight (100)
     _hand_out(group, "high", 99)

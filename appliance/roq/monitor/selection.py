@@ -59,9 +59,14 @@ def _live(member: Member, slots: Mapping[str, Any], now: float, lease_s: float) 
 
 
 def _room(member: Member, group: Group, inflight: int) -> bool:
+    """Fewer messages handed out and unsettled than its prefetch. A slot no consumer counted
+    yet is left out: a LEASE's window hands out its first `inflight` indices before the slot is
+    read, most of them past its end (forgotten once its count comes, a few ms later), and a
+    consumer looked full for that while (the lower one took a slot each time)."""
     prefetch = _standing(group, member.consumer)[1]
     most = min(prefetch or inflight, inflight)
-    return member.in_flight(group.slots) < most
+    counted = [group.slots[s] for s in member.slots if s in group.slots]
+    return sum(len(slot.handed) for slot in counted if slot.count >= 0) < most
 
 
 def active(group: Group, now: float, lease_s: float) -> str:
