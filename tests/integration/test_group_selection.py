@@ -14,7 +14,7 @@ import pytest
 from roq.client.consumer import Consumer
 from roq.client.publisher import Publisher
 from roq.system.spawn import child_environment, roq_command
-from roq.testing.cluster import LocalCluster, wait_for
+from roq.testing.cluster import LocalCluster, processes_with, wait_for
 
 # with the groups in ZooKeeper and in the monitor's state log (conftest.py)
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("delivery_store")]
@@ -106,3 +106,37 @@ def test_a_single_active_consumer_gets_everything_and_the_next_takes_over_after_
         after = [d.payload.decode() for d in other.deliveries(count=10, timeout_s=20)]
         assert sorted(after) == sorted(more)
     assert within <= 3 * LEASE_S + 2.0, f"taken over {within:.2f} s after the kill"
+
+
+def _group_after_restart(cluster: LocalCluster):  # type: ignore[no-untyped-def]
+    try:
+        return _group(cluster)
+    except Exception:  # the restarted monitor answers busy while it reads its state back
+        return None
+
+
+def test_priorities_and_the_single_active_flag_survive_a_kill_9_of_the_monitor(
+    cluster: LocalCluster,
+):
+    """Standings are kept in the group's record: after a kill -9 of the monitor (its host
+    starts it again), the group is still single-active, each consumer keeps its priority, the
+    higher one is still the active one and gets every message, the lower one none."""
+    cluster.start_with_queue(**WORK)
+    with (
+        Consumer("q1", "g", gcm=cluster.gcm, single_active=True, priority=3) as high,
+        Consumer("q1", "g", gcm=cluster.gcm, priority=1) as low,
+    ):
+        [pid] = processes_with("monitor q1 --bind", str(cluster.tmp))
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: processes_with("monitor q1 --bind", str(cluster.tmp)) not in ([], [pid]),
+                 20, "the monitor restarted")  # fmt: skip
+        wait_for(lambda: _group_after_restart(cluster) is not None, 30,
+                 "the restarted monitor answers\n" + cluster.logs())  # fmt: skip
+        view = _group(cluster)
+        assert view.single_active
+        standing = {c.consumer: (c.priority, c.active) for c in view.consumers}
+        assert standing == {high.consumer_id: (3, True), low.consumer_id: (1, False)}
+        sent = _publish(cluster, 5, "r")
+        assert low.next(timeout_s=1.0) is None
+        taken = [d.payload.decode() for d in high.deliveries(count=5, timeout_s=30)]
+        assert sorted(taken) == sorted(sent), cluster.logs()
