@@ -543,6 +543,10 @@ exec_stop_check_s = 0.05
 # A consumer told to stop (Consumer.stop_with) gives its requests to the monitor this long more,
 # then ends them: a gone monitor (its queue deleted) does not hold the stop for work_monitor_wait_s.
 work_stop_grace_s = 0.3
+# Consumer priorities (monitor/selection.py, issue 33 item 6): a consumer joins with a priority
+# within ±this; its prefetch (JOIN's Inflight) at most work.inflight's own bound.
+work_consumer_priority_max = 1_000
+work_inflight_max = 1_000_000
 
 # --- request/response through queues (client/requests.py, monitor/tasks.py) ---------------------
 # A task's record, its result included, is one record of the queue's state log (delivery.state=

@@ -177,10 +177,21 @@ def test_a_poison_message_reaches_the_dead_letters_after_max_deliveries(
         group = admin.get_group("q1", "g")
     assert (group.dead_letters, group.acked, group.lag) == (1, 3, 0)
     # the operator's view, decoded (issue 32: `roq sub q1.g.dlq` printed raw BSON)
-    shown = cluster.cli("group", "dlq", "q1", "g", "--gcm", cluster.gcm, timeout_s=60)
+    shown = cluster.cli("group", "dlq", "show", "q1", "g", "--json", "--gcm", cluster.gcm,
+                        timeout_s=60)  # fmt: skip
     assert shown.returncode == 0, shown.stderr
     [line] = [json.loads(text) for text in shown.stdout.splitlines()]
     assert (line["Payload"], line["Deliveries"], line["Group"]) == ("poison0", 5, "g")
+    assert 0 <= time.time() - line["DeadAt"] < 600  # when it was dead-lettered
+    # filters (issue 33): by key, by age; the table names why, when and after how many
+    for args, expected in ((["--key", "other"], 0), (["--older-than", "1h"], 0),
+                           (["--newer-than", "1h", "--limit", "1"], 1)):  # fmt: skip
+        chosen = cluster.cli("group", "dlq", "show", "q1", "g", "--json", *args, "--gcm",
+                             cluster.gcm, timeout_s=60)  # fmt: skip
+        assert len(chosen.stdout.splitlines()) == expected, (args, chosen.stdout, chosen.stderr)
+    shown = cluster.cli("group", "dlq", "show", "q1", "g", "--gcm", cluster.gcm, timeout_s=60)
+    header, body = shown.stdout.splitlines()
+    assert header.split()[:3] == ["WHEN", "(UTC)", "ATTEMPTS"] and "poison0" in body, shown
 
 
 def _pids(cluster: LocalCluster, fragment: str) -> list[int]:

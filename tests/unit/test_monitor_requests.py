@@ -308,3 +308,39 @@ def test_every_group_and_task_command_has_a_route(command: MonitorCommand):
     group = MonitorCommand.GROUP_JOIN <= command <= MonitorCommand.GROUP_DELETE
     task = MonitorCommand.TASK_SUBMIT <= command <= MonitorCommand.TASK_CONFIG
     assert (command in monitor.table.commands) == (group or task)
+
+
+def test_single_active_and_priorities_decide_who_leases_and_the_view_shows_them():
+    """monitor/selection.py through the placement table: in a single-active group only the
+    first consumer leases; a join asking single active of a group made without is refused by
+    name; in a group with priorities a lower consumer gets no slot while a higher has room."""
+    monitor = _Placement()
+    _ok(monitor.ask(GroupJoin("sac", "c1", single_active=True).encode()))
+    _ok(monitor.ask(GroupJoin("sac", "c2", priority=5).encode()))  # joined later, but higher
+    _ok(monitor.ask(GroupJoin("sac", "c3", priority=5).encode()))  # as high, joined later still
+    monitor.groups.observe("x1", 2000, (1000,))
+    for consumer in ("c1", "c3"):
+        ask = ConsumerRequest(MonitorCommand.GROUP_LEASE, "sac", consumer, give=10)
+        assert _ok(monitor.ask(ask.encode()))["Slot"] == ""
+    active = ConsumerRequest(MonitorCommand.GROUP_LEASE, "sac", "c2", give=10)
+    assert _ok(monitor.ask(active.encode()))["Slot"] == "x1@0"
+    [view] = _ok(monitor.ask(GroupInfo("sac").encode()))["Groups"]
+    assert view["SingleActive"] is True
+    assert {c["Id"]: (c["Priority"], c["Active"]) for c in view["Consumers"]} == {
+        "c1": (0, False),
+        "c2": (5, True),
+        "c3": (5, False),
+    }
+    _ok(monitor.ask(GroupJoin("plain", "c1").encode()))
+    refused = monitor.ask(GroupJoin("plain", "c2", single_active=True).encode())
+    assert refused is not None and refused["ERROR"] == str(Reason.BAD_REQUEST)
+    assert "single active" in refused["COMMENT"]
+    _ok(monitor.ask(GroupJoin("plain", "hi", priority=1, inflight=5).encode()))
+    monitor.groups.observe("x1", 2000, (1000,))
+    low = ConsumerRequest(MonitorCommand.GROUP_LEASE, "plain", "c1", give=10)
+    assert _ok(monitor.ask(low.encode()))["Slot"] == ""
+    high = ConsumerRequest(MonitorCommand.GROUP_LEASE, "plain", "hi", give=5)
+    assert _ok(monitor.ask(high.encode()))["Window"]["Given"] == [0, 1, 2, 3, 4]
+    assert _ok(monitor.ask(low.encode()))["Slot"] == ""  # a window of a slot not counted yet
+    _ok(monitor.ask(Settle("plain", "hi", "x1@0", count=100, seq=1).encode()))  # full now
+    assert _ok(monitor.ask(low.encode()))["Slot"] == "x1@1000"  # the overflow

@@ -1,10 +1,10 @@
-"""`roq work` (a consumer of a group) and `roq group list|show|delete` (admin 2020–2022)."""
+"""`roq work` (a consumer of a group) and `roq group list|show|delete` (admin 2020–2022); `roq
+group dlq ...` is cli/deadletters.py."""
 
 from __future__ import annotations
 
 import base64
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -68,6 +68,20 @@ def work(
         "most the group's work.inflight). Default: 1 with --exec, 100 otherwise. The rest of "
         "a burst is left to the group's other consumers.",
     ),
+    priority: int = typer.Option(
+        0,
+        "--priority",
+        min=-limits.work_consumer_priority_max,
+        max=limits.work_consumer_priority_max,
+        help="While a consumer of a higher priority has room (fewer messages in flight than "
+        "its --prefetch), this one gets no new work (RabbitMQ's consumer priorities).",
+    ),
+    single_active: bool = typer.Option(
+        False,
+        "--single-active",
+        help="A new group hands out to one consumer at a time; when it dies or leaves, the "
+        "next by priority, then join order, takes over.",
+    ),
     gcm: str = GCM_OPTION,
     zk: str | None = ZK_OPTION,
     namespace: str = NAMESPACE_OPTION,
@@ -90,6 +104,7 @@ def work(
                 queue, group, gcm=None if zk else gcm, zk=zk, namespace=namespace,
                 start="now" if from_now else "beginning", ordered=ordered,
                 prefix=prefix.encode(), inflight=prefetch or (1 if exec_cmd else 100),
+                priority=priority, single_active=single_active,
             )  # fmt: skip
         consumer.stop_with(stop)  # its monitor gone (queue deleted), the stop still takes < 1 s
         with consumer:
@@ -223,54 +238,17 @@ def group_show(
     with errors_to_exit(), _admin(gcm, zk, namespace) as admin:
         g = admin.get_group(queue, group)
         typer.echo(f"group {g.name} of {queue}{' (ordered)' if g.ordered else ''}"
-                   + (f", key prefix {g.prefix!r}" if g.prefix else ""))  # fmt: skip
+                   + (f", key prefix {g.prefix!r}" if g.prefix else "")
+                   + (", single active consumer" if g.single_active else ""))  # fmt: skip
         typer.echo(f"  lag: {g.lag} messages in {g.slots} slots ({g.uncounted} slots not read "
                    f"yet, {g.uncut} bytes not cut into slots yet)")  # fmt: skip
         typer.echo(f"  in flight: {g.in_flight}; acked: {g.acked}; dead letters: "
                    f"{g.dead_letters} (queue {g.dead_letter_queue})")  # fmt: skip
         for c in g.consumers:
             typer.echo(f"  consumer {c.consumer}: {c.slots} slot(s), {c.in_flight} in flight, "
-                       f"{c.acked} acked, last seen {c.idle_s:.1f} s ago")  # fmt: skip
-
-
-@group_app.command("dlq")
-def group_dlq(
-    queue: str = typer.Argument(...),
-    group: str = typer.Argument(...),
-    count: int | None = typer.Option(None, "--count", "-n", min=1, help="At most N letters."),
-    timeout: float = typer.Option(
-        2.0, "--timeout", min=0.1, help="Stop once no letter came for S seconds."
-    ),
-    gcm: str = GCM_OPTION,
-    zk: str | None = ZK_OPTION,
-    namespace: str = NAMESPACE_OPTION,
-) -> None:
-    """The group's dead letters, decoded, oldest first: one JSON object per line (the queue,
-    group, exchange, offset, deliveries, reason, key and payload: text when it is UTF-8, else
-    base64 under PayloadBase64)."""
-    setup_logging("WARNING")
-    with errors_to_exit():
-        from roq.client.subscriber import Subscriber
-
-        with _admin(gcm, zk, namespace) as admin:
-            letters = admin.get_group(queue, group).dead_letter_queue
-            exists = admin.queue_exists(letters)
-        if not exists:
-            typer.echo(f"roq group dlq: {queue}/{group} has no dead letters ({letters})", err=True)
-            return
-        stop = stop_event()
-        shown = 0
-        with Subscriber(
-            letters, gcm=None if zk else gcm, zk=zk, namespace=namespace, start="beginning"
-        ) as subscriber:
-            while not stop.is_set() and (count is None or shown < count):
-                wanted = None if count is None else count - shown
-                batch = list(subscriber.messages(wanted, timeout))
-                for record in batch:
-                    typer.echo(json.dumps(dead_letter_fields(record.payload)))
-                shown += len(batch)
-                if not batch:
-                    break
+                       f"{c.acked} acked, last seen {c.idle_s:.1f} s ago"
+                       + (f", priority {c.priority}" if c.priority else "")
+                       + (" (active)" if c.active else ""))  # fmt: skip
 
 
 def dead_letter_fields(payload: bytes) -> dict[str, object]:

@@ -190,6 +190,8 @@ class Consumer:
         prefix: bytes = b"",
         held: bool = False,
         on_expired: Callable[[Delivery], None] | None = None,
+        priority: int = 0,
+        single_active: bool = False,
     ):
         self.queue, self.group = queue, group
         self._on_expired = on_expired  # told of each message dropped past its expiry
@@ -226,7 +228,10 @@ class Consumer:
         self._unconfirmed: collections.deque[_Unconfirmed] = collections.deque()
         self._tails: tuple[Tail, ...] = ()  # from the last answer without a slot
         self._readers: dict[str, Any] = {}  # log endpoint → its DEALER (one read in flight)
-        self._join_doc = GroupJoin(group, self.consumer_id, start, ordered, prefix).encode()
+        # priority: while a live consumer of a higher one has room, this one gets no new slot;
+        # single_active: a new group hands out to one consumer at a time (monitor/selection.py)
+        self._join_doc = GroupJoin(group, self.consumer_id, start, ordered, prefix, priority,
+                                   inflight or 0, single_active).encode()  # fmt: skip
         self.settings = Joined.decode(self._ask(self._join_doc))
         self.prefix = self.settings.prefix  # the group's, whatever this consumer asked
         self.inflight = min(inflight or self.settings.inflight, self.settings.inflight)

@@ -33,6 +33,7 @@ from roq.coordination.groupstore import Commit, GroupStore, StaleWrite, Write
 from roq.coordination.paths import Paths
 from roq.coordination.session import SharedSession
 from roq.errors import CoordinationError
+from roq.monitor import selection
 from roq.monitor.grouplog import GroupLog, LogCommit
 from roq.monitor.slots import GiveResult, Group, Member, Rules, Slot
 from roq.protocol.commands import MonitorCommand, Reason
@@ -139,6 +140,8 @@ class GroupManager:
         group = Group(str(record["name"]), bool(record.get("ordered")), str(record.get("from")),
                       bytes.fromhex(str(record.get("prefix", ""))))  # fmt: skip
         group.cursors = {str(k): int(v) for k, v in record.get("cursors", {}).items()}
+        group.single_active = record.get("single_active") is True
+        group.standings = selection.read_standings(record.get("standings"))
         group.dirty = False
         restored = [
             Slot.from_record(data, version, now + self.rules.lease_s) for data, version in slots
@@ -151,6 +154,7 @@ class GroupManager:
                 group.members.setdefault(slot.owner, Member(slot.owner, now)).slots.add(
                     slot.slot_id
                 )
+        selection.restore(group, now)
         return group
 
     # Writes are group commits, off the reply path: a request's changes are applied in memory
@@ -387,6 +391,7 @@ class GroupManager:
             if len(self.groups) >= limits.work_groups_max:
                 return Refused(Reason.NO_CAPACITY, f"already {limits.work_groups_max} groups")
             group = Group(join.group, join.ordered, join.start, join.prefix)
+            group.single_active = join.single_active
             self.groups[join.group] = group
             if join.start == "now":  # what the logs hold now is not this group's
                 group.cursors = dict(self.ends)
@@ -396,14 +401,19 @@ class GroupManager:
         elif join.prefix and join.prefix != group.prefix:
             return Refused(Reason.BAD_REQUEST, f"group {join.group} takes key prefix "
                            f"{group.prefix!r}, not {join.prefix!r}")  # fmt: skip
+        elif join.single_active and not group.single_active:
+            return Refused(Reason.BAD_REQUEST, f"group {join.group} was created without "
+                           "single active consumer: delete it to create it so")  # fmt: skip
         if self._member(join.group, join.consumer) is None:
             return Refused(Reason.NO_CAPACITY, f"already {limits.work_consumers_max} consumers")
+        selection.join(group, join.consumer, join.priority, join.inflight)
         log.info("%s: consumer %s joined group %s", self.name, join.consumer, join.group)
         rules = self.rules
         dlq = dead_letter_queue(self.queue, group.name)
         lease_ms = int(rules.lease_s * 1000)
         joined = Joined(lease_ms, rules.inflight, rules.max_deliveries, group.ordered, dlq,
-                        group.prefix, self.slot_messages)  # fmt: skip
+                        group.prefix, self.slot_messages,
+                        single_active=group.single_active)  # fmt: skip
         return self._synced(join, joined)
 
     def lease(self, ask: ConsumerRequest, envelope: Envelope | None) -> Answer:
@@ -435,9 +445,15 @@ class GroupManager:
     def _lease_for(self, group: Group, member: Member, give: int) -> Lease | NoSlot:
         """The next slot for `member`, with its first `give` messages handed out at once (one
         request instead of two); or, with none, where the live logs may have grown."""
+        now, wall = time.monotonic(), time.time()
+        member.standby = not selection.may_take(
+            group, member.consumer, now, self.rules.lease_s, self.rules.inflight
+        )
+        if member.standby:
+            member.waiting_since = 0.0  # not waiting for a share: no slot is split or cut for it
+            return NoSlot()  # another consumer takes the work: no log to look at
         readable = self._readable()
         ends = {x: max(end, self.seen.get(x, 0)) for x, end in self.ends.items()}
-        now, wall = time.monotonic(), time.time()
         slot = group.lease(member.consumer, now, wall, self.rules, set(readable), ends)
         if slot is None or not self._readable_to_end(slot, readable):
             if slot is not None:
@@ -552,6 +568,7 @@ class GroupManager:
         group = self.groups.get(ask.group)
         if group is not None:
             group.leave(ask.consumer)
+            selection.forget(group, {ask.consumer})
             log.info("%s: consumer %s left group %s", self.name, ask.consumer, ask.group)
         return self._synced(ask, Synced("left"))
 
@@ -579,6 +596,7 @@ class GroupManager:
     def _view(self, group: Group) -> GroupView:
         now = time.monotonic()
         slots = list(group.slots.values())
+        active = selection.active(group, now, self.rules.lease_s) if group.single_active else ""
         uncut = sum(max(0, end - group.cursors.get(x, 0)) for x, end in self.ends.items())
         return GroupView(
             group.name,
@@ -592,13 +610,9 @@ class GroupManager:
             group.acked,
             group.dead_letters,
             dead_letter_queue(self.queue, group.name),
-            tuple(
-                ConsumerView(
-                    m.consumer, len(m.slots), m.in_flight(group.slots), m.acked, now - m.last_seen
-                )
-                for m in group.members.values()
-            ),
+            tuple(_consumer_view(group, m, now, active) for m in group.members.values()),
             group.prefix,
+            group.single_active,
         )
 
     def delete(self, ask: GroupDelete) -> Encodable:
@@ -638,7 +652,10 @@ class GroupManager:
             return
         now = time.monotonic()
         for group in self.groups.values():
-            for slot in group.expire(now, self.rules):
+            before = set(group.members)
+            expired = group.expire(now, self.rules)
+            selection.forget(group, before - set(group.members))
+            for slot in expired:
                 log.warning("%s: group %s: the lease of slot %s expired (consumer silent for "
                             "%.1f s): %d message(s) go back", self.name, group.name, slot.slot_id,
                             self.rules.lease_s, len(slot.suspects))  # fmt: skip
@@ -646,6 +663,14 @@ class GroupManager:
 
     def close(self) -> None:
         self.sync()
+
+
+def _consumer_view(group: Group, member: Member, now: float, active: str) -> ConsumerView:
+    return ConsumerView(
+        member.consumer, len(member.slots), member.in_flight(group.slots), member.acked,
+        now - member.last_seen, selection.priority(group, member.consumer),
+        member.consumer == active,
+    )  # fmt: skip
 
 
 def _window(slot: Slot, give: int) -> Sequence[int]:

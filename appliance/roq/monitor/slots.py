@@ -163,6 +163,9 @@ class Member:
     waiting_since: float = 0.0  # monotonic: asked for a slot and got none (0: not waiting)
     applied: int = 0  # the highest SETTLE `Seq` of this consumer taken (in memory)
     written: int = 0  # ... and in ZooKeeper (a reply's `Written`)
+    # held back by priorities or single active (monitor/selection.py): it asks but may take
+    # nothing, so the fair shares do not wait for it
+    standby: bool = False
 
     def in_flight(self, slots: dict[str, Slot]) -> int:
         return sum(len(slots[s].handed) for s in self.slots if s in slots)
@@ -202,10 +205,15 @@ class Group:
     skipped: int = 0  # outside the key prefix
     ttl_expired: int = 0  # past their expiry when a consumer would hand them out (dropped)
     full_slots_logged: bool = False
+    # who may take new work (monitor/selection.py): one consumer at a time, and each consumer's
+    # [priority, prefetch] in join order (kept with the group: a restarted monitor keeps them)
+    single_active: bool = False
+    standings: dict[str, list[int]] = field(default_factory=dict)
 
     def record(self) -> dict[str, Any]:
         return {"name": self.name, "ordered": self.ordered, "from": self.start,
-                "prefix": self.prefix.hex(), "cursors": self.cursors}  # fmt: skip
+                "prefix": self.prefix.hex(), "cursors": self.cursors,
+                "single_active": self.single_active, "standings": self.standings}  # fmt: skip
 
     # --- cutting ------------------------------------------------------------------------------
     def observe(self, exchange: str, end: int, cuts: Iterable[int], now: float,
@@ -342,6 +350,7 @@ class Group:
             1
             for other in self.members.values()
             if other is not member
+            and not other.standby
             and other.waiting_since
             and other.last_seen >= recent
             and other.leases < member.leases
@@ -356,7 +365,10 @@ class Group:
         recent = now - limits.work_share_lead_window_ms / 1000
         lead = member.leases - limits.work_share_lead_slots * max(1, slot.end - slot.start)
         return any(
-            other is not member and other.last_seen >= recent and other.leases < lead
+            other is not member
+            and not other.standby
+            and other.last_seen >= recent
+            and other.leases < lead
             for other in self.members.values()
         )
 

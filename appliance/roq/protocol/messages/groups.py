@@ -95,19 +95,28 @@ class GroupJoin:
     start: str = "beginning"  # From
     ordered: bool = False  # Ordered (only when the group is created)
     prefix: bytes = b""  # Prefix (only when the group is created; b"": every key)
+    # issue 33, item 6 (monitor/selection.py): Priority (higher first), Inflight (this
+    # consumer's prefetch; 0: the group's), SingleActive (only when the group is created)
+    priority: int = 0
+    inflight: int = 0
+    single_active: bool = False
 
     def encode(self) -> Document:
         return {"CMD": int(MonitorCommand.GROUP_JOIN), "Group": self.group,
                 "Consumer": self.consumer, "From": self.start, "Ordered": self.ordered,
-                "Prefix": self.prefix}  # fmt: skip
+                "Prefix": self.prefix, "Priority": self.priority, "Inflight": self.inflight,
+                "SingleActive": self.single_active}  # fmt: skip
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
         start = field_str(doc, "From", default="beginning")
         if start not in FROM_CHOICES:
             raise DecodeError(f"the From field must be one of {FROM_CHOICES}")
+        most = limits.work_consumer_priority_max
         return cls(_group(doc), _consumer(doc), start, field_bool(doc, "Ordered", default=False),
-                   field_prefix(doc))  # fmt: skip
+                   field_prefix(doc), field_int(doc, "Priority", lo=-most, hi=most, default=0),
+                   field_int(doc, "Inflight", hi=limits.work_inflight_max, default=0),
+                   field_bool(doc, "SingleActive", default=False))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -122,12 +131,14 @@ class Joined:
     prefix: bytes = b""  # the group's routing-key prefix: the consumer skips other keys
     slot_messages: int = 1000  # SlotMessages: a slot cut on demand holds about this many
     written: int = 0  # Written: this consumer's settles up to this Seq are in ZooKeeper
+    single_active: bool = False  # SingleActive: the group's (monitor/selection.py)
 
     def encode(self) -> Document:
         return bsonmsg.ok(LeaseMs=self.lease_ms, Inflight=self.inflight,
                           MaxDeliveries=self.max_deliveries, Ordered=self.ordered,
                           DeadLetters=self.dead_letters, Prefix=self.prefix,
-                          SlotMessages=self.slot_messages, Written=self.written)  # fmt: skip
+                          SlotMessages=self.slot_messages, Written=self.written,
+                          SingleActive=self.single_active)  # fmt: skip
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
@@ -140,6 +151,7 @@ class Joined:
             field_prefix(doc),
             field_int(doc, "SlotMessages", lo=1, hi=_COUNT_MAX, default=1000),
             field_int(doc, "Written", default=0),
+            field_bool(doc, "SingleActive", default=False),
         )
 
 
@@ -493,10 +505,13 @@ class ConsumerView:
     in_flight: int  # InFlight: handed out, not settled
     acked: int  # Acked since it joined
     idle_s: float  # Idle: since its last request
+    priority: int = 0  # Priority (monitor/selection.py)
+    active: bool = False  # Active: the group's single active consumer (a single-active group)
 
     def fields(self) -> Document:
         return {"Id": self.consumer, "Slots": self.slots, "InFlight": self.in_flight,
-                "Acked": self.acked, "Idle": self.idle_s}  # fmt: skip
+                "Acked": self.acked, "Idle": self.idle_s, "Priority": self.priority,
+                "Active": self.active}  # fmt: skip
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any], prefix: str = "") -> Self:
@@ -504,6 +519,9 @@ class ConsumerView:
             field_str(doc, "Id", prefix=prefix), field_int(doc, "Slots", prefix=prefix),
             field_int(doc, "InFlight", prefix=prefix), field_int(doc, "Acked", prefix=prefix),
             bsonmsg.field_float(doc, "Idle", lo=0.0, prefix=prefix),
+            field_int(doc, "Priority", lo=-limits.work_consumer_priority_max,
+                      hi=limits.work_consumer_priority_max, default=0, prefix=prefix),
+            field_bool(doc, "Active", default=False, prefix=prefix),
         )  # fmt: skip
 
 
@@ -522,6 +540,7 @@ class GroupView:
     dead_letter_queue: str
     consumers: tuple[ConsumerView, ...] = field(default=())
     prefix: bytes = b""
+    single_active: bool = False  # SingleActive (monitor/selection.py)
 
     def fields(self) -> Document:
         return {
@@ -530,6 +549,7 @@ class GroupView:
             "Uncut": self.uncut, "InFlight": self.in_flight, "Acked": self.acked,
             "DeadLetters": self.dead_letters, "DeadLetterQueue": self.dead_letter_queue,
             "Consumers": [c.fields() for c in self.consumers], "Prefix": self.prefix,
+            "SingleActive": self.single_active,
         }  # fmt: skip
 
     @classmethod
@@ -545,6 +565,7 @@ class GroupView:
             field_docs(doc, "Consumers", ConsumerView.decode, prefix=prefix,
                        max_items=limits.work_consumers_max),
             field_prefix(doc),
+            field_bool(doc, "SingleActive", default=False, prefix=prefix),
         )  # fmt: skip
 
 
