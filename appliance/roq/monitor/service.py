@@ -600,8 +600,8 @@ class Monitor:
             self._late[view.front] = view.last_seen
             self.lates += 1
             log.warning("%s: exchange %s silent for %.1f s, its connection up: late, not dead "
-                        "yet (declared dead after %.1f s; heard again after %.1f s of silence "
-                        "lately)", self.name, view.exchange_id, silent_s,
+                        "yet (its bound %.1f s; its longest silence lately %.1f s)",
+                        self.name, view.exchange_id, silent_s,
                         late_max_s(dead_s, starved_s), starved_s)  # fmt: skip
 
     def _credit(self, missed_s: float) -> None:
