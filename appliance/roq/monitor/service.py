@@ -163,10 +163,10 @@ class Monitor:
         self.keepers: dict[str, ExchangeView] = {}
         self.bad_frames = 0
         self.relocations = 0
-        self.deaths = 0  # exchanges declared dead (roq_monitor_exchange_deaths_total)
-        self.lates = 0  # ... kept as late, not dead (roq_monitor_exchanges_late_total)
         self.replication_factor = settings.replication_factor
         self.copy_plans: dict[str, CopyPlan] = {}  # gone logs being copied again (_plan_copies)
+        self.deaths = 0  # exchanges declared dead (roq_monitor_exchange_deaths_total)
+        self.lates = 0  # ... kept as late, not dead (roq_monitor_exchanges_late_total)
         self._context = context
         self._controls: dict[str, Any] = {}  # front → DEALER to the exchange's control port
         # front → whether that DEALER's connection is up: a dead process's kernel closes it,
