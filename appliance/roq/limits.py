@@ -188,6 +188,16 @@ monitor_late_silence_max_ms = 5_000
 # time it did not listen: not counted as its exchanges' silence. Above a turn's ordinary
 # jitter (milliseconds), below the shortest deadline a test sets (3 x 0.2 s).
 monitor_turn_late_ms = 250
+# Starved is not dead either (monitor/detector.py, `Lateness`): an exchange heard again after a
+# silence of g s within the last monitor_starved_memory_ms has its late bound stretched to
+# monitor_starved_stretch x g, at most monitor_starved_silence_max_ms. Twice: a machine whose
+# starvation deepens (the gaps grow as load is added) is kept through the next, longer gap.
+# The ceiling is what a frozen or cut-off exchange on a machine already seen starved costs in
+# detection; below 2 zk.session.timeouts (12 s by default) plus a lease (3 s), after which a
+# cut-off host's children have exited by themselves (child_fenced_exit_sessions).
+monitor_starved_stretch = 2.0
+monitor_starved_silence_max_ms = 15_000
+monitor_starved_memory_ms = 60_000
 
 assert admin_frame_bytes_max <= frame_bytes_max
 assert message_bytes_max < batch_bytes_max <= frame_bytes_max

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from roq import limits
-from roq.monitor.detector import TurnClock, credited, is_dead, is_late, late_max_s
+from roq.monitor.detector import Lateness, TurnClock, credited, is_dead, is_late, late_max_s
 
 DEAD_S = 0.6  # 3 heartbeats of 0.2 s, as the fault harness runs
 LATE_MAX_S = limits.monitor_late_silence_max_ms / 1000
@@ -69,3 +69,45 @@ def test_a_monitor_starved_as_long_as_its_exchange_does_not_declare_it_dead() ->
     last_seen = credited(last_seen, clock.missed(now, waited_s=0.1), now)
     assert not is_dead(now - last_seen, DEAD_S, linked=False)
     assert not is_late(now - last_seen, DEAD_S, linked=False)
+
+
+# --- starved is not dead: an exchange heard again after long silences -------------------------
+STARVED_MAX_S = limits.monitor_starved_silence_max_ms / 1000
+MEMORY_S = limits.monitor_starved_memory_ms / 1000
+
+
+def test_an_exchange_heard_again_after_long_silences_gets_a_stretched_bound() -> None:
+    """It came back after 4 s: its machine is starved, not its process frozen. Its next silence
+    may be twice that before it is declared dead; a frozen one with no such record gets 5 s."""
+    starved_s = 4.0
+    bound_s = limits.monitor_starved_stretch * starved_s
+    assert late_max_s(DEAD_S, starved_s) == pytest.approx(bound_s)
+    assert LATE_MAX_S < bound_s <= STARVED_MAX_S
+    assert not is_dead(bound_s - 0.01, DEAD_S, linked=True, starved_s=starved_s)
+    assert is_late(bound_s - 0.01, DEAD_S, linked=True, starved_s=starved_s)
+    assert is_dead(bound_s + 0.01, DEAD_S, linked=True, starved_s=starved_s)
+    assert is_dead(LATE_MAX_S + 0.01, DEAD_S, linked=True, starved_s=0.0)
+
+
+def test_the_stretched_bound_never_passes_the_ceiling_nor_falls_below_the_late_bound() -> None:
+    assert late_max_s(DEAD_S, 60.0) == STARVED_MAX_S  # a frozen one is dead within the ceiling
+    assert late_max_s(DEAD_S, 0.5) == LATE_MAX_S  # short gaps change nothing
+    assert is_dead(STARVED_MAX_S + 0.01, DEAD_S, linked=True, starved_s=60.0)
+
+
+def test_starvation_does_not_keep_an_exchange_whose_connection_dropped() -> None:
+    """kill -9 on a starved machine: its kernel closed the connection; dead after its periods."""
+    assert is_dead(DEAD_S + 0.01, DEAD_S, linked=False, starved_s=7.0)
+
+
+def test_lateness_remembers_the_longest_silence_for_a_while_then_forgets() -> None:
+    lateness = Lateness()
+    assert lateness.starved_s(0.0) == 0.0  # never heard late: no evidence
+    lateness.heard(3.0, now=100.0)
+    lateness.heard(0.2, now=101.0)  # on time again: the longest is kept
+    assert lateness.starved_s(101.0) == 3.0
+    lateness.heard(4.5, now=102.0)  # a deeper starvation replaces it
+    assert lateness.starved_s(102.0 + MEMORY_S) == 4.5
+    assert lateness.starved_s(102.0 + MEMORY_S + 0.01) == 0.0  # forgotten: back to 5 s
+    lateness.heard(0.2, now=102.0 + MEMORY_S + 1)  # after it is forgotten, the newest counts
+    assert lateness.starved_s(102.0 + MEMORY_S + 1) == 0.2

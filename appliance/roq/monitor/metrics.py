@@ -21,6 +21,8 @@ def samples(monitor: Monitor) -> list[Sample]:
     found = [
         sample("roq_monitor_exchanges", len(exchanges), queue),
         sample("roq_monitor_relocations_total", monitor.relocations, queue),
+        sample("roq_monitor_exchange_deaths_total", monitor.deaths, queue),
+        sample("roq_monitor_exchanges_late_total", monitor.lates, queue),
         *(
             sample("roq_monitor_publishers", x.publishers(now), queue, x.exchange_id)
             for x in exchanges

@@ -48,7 +48,7 @@ from roq.coordination.paths import Paths
 from roq.coordination.session import SharedSession
 from roq.errors import ProtocolError
 from roq.monitor import metrics
-from roq.monitor.detector import TurnClock, credited, is_dead, is_late
+from roq.monitor.detector import Lateness, TurnClock, credited, is_dead, is_late, late_max_s
 from roq.monitor.grouplog import GroupLog
 from roq.monitor.groups import GROUP_COMMANDS, GroupManager, Readable
 from roq.monitor.migration import Migration
@@ -167,12 +167,16 @@ class Monitor:
         self.publisher_kpis = PublisherKpis()  # the publishers' 11 and 12, for STATUS
         self.replication_factor = settings.replication_factor
         self.copy_plans: dict[str, CopyPlan] = {}  # gone logs being copied again (_plan_copies)
+        self.deaths = 0  # exchanges declared dead (roq_monitor_exchange_deaths_total)
+        self.lates = 0  # ... kept as late, not dead (roq_monitor_exchanges_late_total)
         self._context = context
         self._controls: dict[str, Any] = {}  # front → DEALER to the exchange's control port
         # front → whether that DEALER's connection is up: a dead process's kernel closes it,
         # a late process's stays up (detector.py)
         self._links: dict[str, ConnectionWatch] = {}
         self._late: dict[str, float] = {}  # front → last heard, of those late but not dead
+        # front → the longest silence it was heard again after, lately: its machine is starved
+        self._lateness: dict[str, Lateness] = {}
         self._open_sockets(context)
         # its one ZooKeeper session, opened at its first use: the group store's, the task
         # store's and the scaling actuator's (coordination/session.py, SharedSession)
@@ -568,8 +572,13 @@ class Monitor:
     def _silent(self, now: float) -> list[ExchangeView]:
         """The dead: silent past their periods with their connection down, or past
         `limits.monitor_late_silence_max_ms` with it up (detector.py)."""
-        views = self._reporters()
-        return [v for v in views if is_dead(now - v.last_seen, self._dead_s(v), self._linked(v))]
+        return [v for v in self._reporters() if is_dead(*self._evidence(v, now))]
+
+    def _evidence(self, view: ExchangeView, now: float) -> tuple[float, float, bool, float]:
+        """What the detector weighs: its silence, its periods, its connection, its starvation."""
+        lateness = self._lateness.get(view.front)
+        starved_s = lateness.starved_s(now) if lateness is not None else 0.0
+        return now - view.last_seen, self._dead_s(view), self._linked(view), starved_s
 
     def _linked(self, view: ExchangeView) -> bool:
         link = self._links.get(view.front)
@@ -577,6 +586,7 @@ class Monitor:
 
     def _heard(self, view: ExchangeView, now: float) -> None:
         """A report, or a pulse that counts: the exchange is not silent."""
+        self._lateness.setdefault(view.front, Lateness()).heard(now - view.last_seen, now)
         silent_since = self._late.pop(view.front, None)
         if silent_since is not None:
             log.warning("%s: exchange %s heard again after %.1f s of silence: late, not dead",
@@ -586,13 +596,15 @@ class Monitor:
     def _note_late(self, now: float) -> None:
         """Log each exchange once when it passes its periods but is kept: its connection is up."""
         for view in self._reporters():
-            silent_s = now - view.last_seen
-            if view.front in self._late or not is_late(silent_s, self._dead_s(view), True):
+            silent_s, dead_s, linked, starved_s = self._evidence(view, now)
+            if view.front in self._late or not is_late(silent_s, dead_s, linked, starved_s):
                 continue
-            if self._linked(view):
-                self._late[view.front] = view.last_seen
-                log.warning("%s: exchange %s silent for %.1f s, its connection up: late, not "
-                            "dead yet", self.name, view.exchange_id, silent_s)  # fmt: skip
+            self._late[view.front] = view.last_seen
+            self.lates += 1
+            log.warning("%s: exchange %s silent for %.1f s, its connection up: late, not dead "
+                        "yet (its bound %.1f s; its longest silence lately %.1f s)",
+                        self.name, view.exchange_id, silent_s,
+                        late_max_s(dead_s, starved_s), starved_s)  # fmt: skip
 
     def _credit(self, missed_s: float) -> None:
         """Time this loop did not turn is no exchange's silence (detector.py)."""
@@ -617,10 +629,17 @@ class Monitor:
                 del self.keepers[view.front]
                 self._close_control(view.front)
             else:
-                self._forget(view, now, f"silent for {now - view.last_seen:.1f} s")
+                self._forget(view, now, self._why_dead(view, now))
         if dead:
             self._publish_list()
             self._assign_replicas()  # the dead one's leaders get other replicas at once
+
+    def _why_dead(self, view: ExchangeView, now: float) -> str:
+        silent_s, dead_s, linked, starved_s = self._evidence(view, now)
+        if not linked:
+            return f"silent for {silent_s:.1f} s, its connection down"
+        bound_s = late_max_s(dead_s, starved_s)
+        return f"silent for {silent_s:.1f} s, its connection up (bound {bound_s:.1f} s)"
 
     def _forget(self, view: ExchangeView, now: float, why: str) -> None:
         """A dead exchange: its publishers fail over (the notice names the address they use)."""
@@ -630,6 +649,7 @@ class Monitor:
         if view.leaving:  # it said it was leaving: its silence is the expected end
             log.info("%s: exchange %s (%s) left", self.name, view.exchange_id, view.front)
         else:
+            self.deaths += 1
             log.warning("%s: exchange %s (%s) %s: declared dead",
                         self.name, view.exchange_id, view.front, why)  # fmt: skip
         self._to_publishers(ExchangeLost(view.front, dead=True, epoch=self.epoch))
@@ -1009,6 +1029,7 @@ class Monitor:
 
     def _close_control(self, front: str) -> None:
         self._late.pop(front, None)
+        self._lateness.pop(front, None)
         link = self._links.pop(front, None)
         if link is not None:
             link.close()

@@ -99,6 +99,10 @@ CATALOGUE: tuple[Metric, ...] = (
     _m("roq_monitor_scaling_decisions_total", COUNTER, "queue decision",
        "Scaling decisions and their outcomes (scale_out, exchange_added, capacity_exhausted, "
        "...)."),
+    _m("roq_monitor_exchange_deaths_total", COUNTER, "queue",
+       "Exchanges declared dead (silent past their bound; not those that said they were leaving)."),
+    _m("roq_monitor_exchanges_late_total", COUNTER, "queue",
+       "Times an exchange silent past its heartbeats was kept as late, not dead."),
     _m("roq_group_lag_messages", GAUGE, "queue group",
        "Messages of the group's counted slots not yet settled (acked or dead-lettered)."),
     _m("roq_group_uncounted_slots", GAUGE, "queue group",
