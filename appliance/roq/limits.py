@@ -520,6 +520,15 @@ exec_stop_check_s = 0.05
 # A consumer told to stop (Consumer.stop_with) gives its requests to the monitor this long more,
 # then ends them: a gone monitor (its queue deleted) does not hold the stop for work_monitor_wait_s.
 work_stop_grace_s = 0.3
+# Key-ordered groups (monitor/keyed.py): a key's partition is crc32(key) mod the group's parts;
+# each part is held by one consumer at a time across every log of the queue.
+work_key_parts = 16  # parts of a key-ordered group (Consumer(key_ordered=True), roq work)
+work_key_parts_max = 256  # ... at most (each range of a log is cut into one slot per part)
+work_key_read_cache_max = 8  # ranges a consumer keeps read (its parts' slots share the bytes)
+# After a publisher moved off a log, the other logs' new slots of a key-ordered group wait until
+# the old log's records up to where its last report says it ended (after the drain bound) are
+# settled; a barrier never blocks longer than this (crossing moves), then is dropped, logged.
+work_key_barrier_max_s = 60.0
 
 # --- request/response through queues (client/requests.py, monitor/tasks.py) ---------------------
 # A task's record, its result included, is one record of the queue's state log (delivery.state=

@@ -33,6 +33,7 @@ from roq.coordination.groupstore import Commit, GroupStore, StaleWrite, Write
 from roq.coordination.paths import Paths
 from roq.coordination.session import SharedSession
 from roq.errors import CoordinationError
+from roq.monitor import keyed
 from roq.monitor.grouplog import GroupLog, LogCommit
 from roq.monitor.slots import GiveResult, Group, Member, Rules, Slot
 from roq.protocol.commands import MonitorCommand, Reason
@@ -139,6 +140,7 @@ class GroupManager:
         group = Group(str(record["name"]), bool(record.get("ordered")), str(record.get("from")),
                       bytes.fromhex(str(record.get("prefix", ""))))  # fmt: skip
         group.cursors = {str(k): int(v) for k, v in record.get("cursors", {}).items()}
+        group.parts = int(record.get("parts", 0))
         group.dirty = False
         restored = [
             Slot.from_record(data, version, now + self.rules.lease_s) for data, version in slots
@@ -386,7 +388,8 @@ class GroupManager:
         if group is None:
             if len(self.groups) >= limits.work_groups_max:
                 return Refused(Reason.NO_CAPACITY, f"already {limits.work_groups_max} groups")
-            group = Group(join.group, join.ordered, join.start, join.prefix)
+            group = Group(join.group, join.ordered or join.key_parts > 0, join.start,
+                          join.prefix, parts=join.key_parts)  # fmt: skip
             self.groups[join.group] = group
             if join.start == "now":  # what the logs hold now is not this group's
                 group.cursors = dict(self.ends)
@@ -396,6 +399,9 @@ class GroupManager:
         elif join.prefix and join.prefix != group.prefix:
             return Refused(Reason.BAD_REQUEST, f"group {join.group} takes key prefix "
                            f"{group.prefix!r}, not {join.prefix!r}")  # fmt: skip
+        elif join.key_parts and join.key_parts != group.parts:
+            return Refused(Reason.BAD_REQUEST, f"group {join.group} has {group.parts} key "
+                           f"parts (0: not key-ordered), not {join.key_parts}")  # fmt: skip
         if self._member(join.group, join.consumer) is None:
             return Refused(Reason.NO_CAPACITY, f"already {limits.work_consumers_max} consumers")
         log.info("%s: consumer %s joined group %s", self.name, join.consumer, join.group)
@@ -403,7 +409,7 @@ class GroupManager:
         dlq = dead_letter_queue(self.queue, group.name)
         lease_ms = int(rules.lease_s * 1000)
         joined = Joined(lease_ms, rules.inflight, rules.max_deliveries, group.ordered, dlq,
-                        group.prefix, self.slot_messages)  # fmt: skip
+                        group.prefix, self.slot_messages, key_parts=group.parts)  # fmt: skip
         return self._synced(join, joined)
 
     def lease(self, ask: ConsumerRequest, envelope: Envelope | None) -> Answer:
@@ -454,7 +460,7 @@ class GroupManager:
         return Lease(
             slot.slot_id, slot.exchange, endpoint, leader, slot.start, slot.end, slot.count,
             tuple(settled), tuple(counted), tuple(slot.deliveries[i] for i in counted),
-            window=window,
+            window=window, part=slot.part,
         )  # fmt: skip
 
     @staticmethod
@@ -624,6 +630,16 @@ class GroupManager:
             group.observe(exchange, end, cuts, now, self.slot_s, final)
             if not final and group.hungry(now):  # consumers wait: what came is theirs now
                 group.cut_open({exchange: end}, {exchange})
+            if group.barriers:
+                keyed.observed(group, exchange, end, now)
+
+    def moved_from(self, exchange: str, drain_s: float) -> None:
+        """The monitor moves publishers off `exchange` (they drain it within `drain_s`): a
+        barrier in every key-ordered group (keyed.py)."""
+        now = time.monotonic()
+        for group in self.groups.values():
+            if group.parts:
+                keyed.moved_from(group, exchange, now, drain_s)
 
     def tick(self) -> None:
         """Leases past their end go back to their group; then what changed is written."""
