@@ -147,3 +147,25 @@ def test_the_join_joined_and_lease_messages_carry_the_parts():
     assert Lease.decode(lease.encode()).part == 3
     whole = Lease("x1@0", "x1", "tcp://127.0.0.1:6003", "", 0, 9, -1)
     assert Lease.decode(whole.encode()).part == -1
+
+
+def test_a_dead_logs_barrier_ends_where_its_copy_ends():
+    group = _group(1, "c1")
+    group.observe("x1", 100, (100,), 0.0, 0.5)
+    group.observe("x2", 100, (100,), 0.0, 0.5)
+    keyed.moved_from(group, "x1", now=1.0, drain_s=0.3)
+    keyed.gone(group, "x1", 100)  # declared dead: its last report said 100
+    assert group.barriers[0].until == 100
+    keyed.observed(group, "x1", 140, 1.5)  # its copy holds 40 more: those first too
+    assert group.barriers[0].until == 140 and "x1@100%0" in group.slots
+    group.observe("x2", 200, (200,), 1.5, 0.5)
+    taken = [_lease(group, "c1", 1.5) for _ in range(3)]
+    assert {s.slot_id for s in taken if s is not None} == {"x1@0%0", "x2@0%0"}
+    for slot in [*taken, group.slots["x1@100%0"]]:
+        if slot is not None and slot.exchange == "x1":
+            slot.owner = ""
+            _settle(group, slot)
+    later = _lease(group, "c1", 1.6)
+    assert later is None, "x2@100 waits for x2@0 (its log's order), not for the barrier"
+    _settle(group, group.slots["x2@0%0"])
+    assert (moved := _lease(group, "c1", 1.7)) is not None and moved.slot_id == "x2@100%0"

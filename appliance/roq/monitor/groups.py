@@ -641,6 +641,14 @@ class GroupManager:
             if group.parts:
                 keyed.moved_from(group, exchange, now, drain_s)
 
+    def gone(self, exchange: str) -> None:
+        """`exchange` left or died: a key-ordered group's barriers on it end where its log
+        was last reported to end, or where its copy does (keyed.py)."""
+        end = self.ends.get(exchange, 0)
+        for group in self.groups.values():
+            if group.barriers:
+                keyed.gone(group, exchange, end)
+
     def tick(self) -> None:
         """Leases past their end go back to their group; then what changed is written."""
         if not self._ensure_loaded():

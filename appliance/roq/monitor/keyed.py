@@ -53,6 +53,7 @@ class Barrier:
     expires: float  # monotonic: dropped then whatever is left (logged)
     until: int = -1  # the source's end to settle first; -1 until known
     parts: set[int] = field(default_factory=set)  # parts with the source's slots before `until`
+    gone: bool = False  # the source left or died: its copy's end, as it grows, is `until`
 
 
 def rendezvous(part: int, members: list[str]) -> str:
@@ -123,12 +124,24 @@ def moved_from(group: Group, source: str, now: float, drain_s: float) -> None:
     group.barriers.append(Barrier(source, after, due, expires))
 
 
-def observed(group: Group, exchange: str, end: int, now: float) -> None:
-    """`exchange` reported its log's `end` (or its copy's, when dead): a barrier on it that is
-    due takes `end` as its bound, and the range up to it is cut; then each barrier's parts
-    still waiting are counted again, and barriers with none (or too old) go."""
+def gone(group: Group, source: str, end: int) -> None:
+    """`source` left or died (it reports no more): its barriers take its last reported `end`
+    now, and later its copy's end, as far as that goes (`observed`)."""
     for barrier in group.barriers:
-        if barrier.source == exchange and barrier.until < 0 and now >= barrier.due:
+        if barrier.source == source:
+            barrier.gone, barrier.until = True, max(barrier.until, end)
+            group.cut_open({source: end}, {source})
+
+
+def observed(group: Group, exchange: str, end: int, now: float) -> None:
+    """`exchange` reported its log's `end` (or its copy's, when gone): a barrier on it that is
+    due takes `end` as its bound (a live log's once: its later records are other publishers'),
+    and the range up to it is cut; then each barrier's parts still waiting are counted again,
+    and barriers with none (or too old) go."""
+    for barrier in group.barriers:
+        if barrier.source != exchange or now < barrier.due:
+            continue
+        if barrier.until < 0 or (barrier.gone and end > barrier.until):
             barrier.until = end
             group.cut_open({exchange: end}, {exchange})
     refresh(group, now)

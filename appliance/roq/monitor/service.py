@@ -633,6 +633,7 @@ class Monitor:
             log.warning("%s: exchange %s (%s) %s: declared dead",
                         self.name, view.exchange_id, view.front, why)  # fmt: skip
             self.groups.moved_from(view.exchange_id, limits.publisher_dead_drain_ms / 1000)
+        self.groups.gone(view.exchange_id)  # it reports no more: its barriers end where it did
         self._to_publishers(ExchangeLost(view.front, dead=True, epoch=self.epoch))
 
     # --- placement requests --------------------------------------------------------------------
