@@ -40,7 +40,9 @@ WORK = {
 }
 
 # A consumer of the key-ordered group g, until the file `stop` exists: per message a line "G
-# <got> <producer> <key> <n>" when the application gets it, and "A <acked> …" once it acked it.
+# <got> <producer> <key> <n>" when the application gets it, and "A <acked> …" once it acked it,
+# 5 ms later (its work: the heavy publisher alone sends 400 msg/s, so a backlog builds up in
+# each log, and a key's records are still unacked in the first log when its publisher moves).
 CONSUMER = """
 import os, sys, time
 from roq.client.consumer import Consumer
@@ -55,6 +57,7 @@ with open(out, "a", buffering=1) as lines:
             n = delivery.payload.split(b"|")[0].decode()
             what = f"{delivery.producer_id.hex()} {delivery.key.decode()} {n}"
             lines.write(f"G {time.monotonic()} {what}\\n")
+            time.sleep(0.005)  # its work: a backlog builds up while two consumers could not keep up
             delivery.ack()
             lines.write(f"A {time.monotonic()} {what}\\n")
 """
