@@ -557,6 +557,15 @@ work_stop_grace_s = 0.3
 # within ±this; its prefetch (JOIN's Inflight) at most work.inflight's own bound.
 work_consumer_priority_max = 1_000
 work_inflight_max = 1_000_000
+# Key-ordered groups (monitor/keyed.py): a key's partition is crc32(key) mod the group's parts;
+# each part is held by one consumer at a time across every log of the queue.
+work_key_parts = 16  # parts of a key-ordered group (Consumer(key_ordered=True), roq work)
+work_key_parts_max = 256  # ... at most (each range of a log is cut into one slot per part)
+work_key_read_cache_max = 8  # ranges a consumer keeps read (its parts' slots share the bytes)
+# After a publisher moved off a log, the other logs' new slots of a key-ordered group wait until
+# the old log's records up to where its last report says it ended (after the drain bound) are
+# settled; a barrier never blocks longer than this (crossing moves), then is dropped, logged.
+work_key_barrier_max_s = 60.0
 
 # --- request/response through queues (client/requests.py, monitor/tasks.py) ---------------------
 # A task's record, its result included, is one record of the queue's state log (delivery.state=

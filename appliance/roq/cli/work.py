@@ -60,6 +60,12 @@ def work(
     prefix: str = typer.Option(
         "", "--prefix", help="A new group takes only messages whose routing key starts so."
     ),
+    key_ordered: bool = typer.Option(
+        False,
+        "--key-ordered",
+        help="A new group hands out each routing key's messages in "
+        "order, each key on one consumer at a time, the keys spread over the consumers.",
+    ),
     prefetch: int | None = typer.Option(
         None,
         "--prefetch",
@@ -104,7 +110,7 @@ def work(
                 queue, group, gcm=None if zk else gcm, zk=zk, namespace=namespace,
                 start="now" if from_now else "beginning", ordered=ordered,
                 prefix=prefix.encode(), inflight=prefetch or (1 if exec_cmd else 100),
-                priority=priority, single_active=single_active,
+                priority=priority, single_active=single_active, key_ordered=key_ordered,
             )  # fmt: skip
         consumer.stop_with(stop)  # its monitor gone (queue deleted), the stop still takes < 1 s
         with consumer:

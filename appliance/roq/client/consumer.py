@@ -59,6 +59,7 @@ from roq.log import format as batchfmt
 from roq.protocol import dataplane
 from roq.protocol.bsonmsg import Reply
 from roq.protocol.commands import MonitorCommand
+from roq.protocol.keyparts import key_part
 from roq.protocol.messages.groups import (
     ConsumerRequest,
     Defer,
@@ -192,6 +193,7 @@ class Consumer:
         on_expired: Callable[[Delivery], None] | None = None,
         priority: int = 0,
         single_active: bool = False,
+        key_ordered: bool = False,
     ):
         self.queue, self.group = queue, group
         self._on_expired = on_expired  # told of each message dropped past its expiry
@@ -229,9 +231,15 @@ class Consumer:
         self._tails: tuple[Tail, ...] = ()  # from the last answer without a slot
         self._readers: dict[str, Any] = {}  # log endpoint → its DEALER (one read in flight)
         # priority: while a live consumer of a higher one has room, this one gets no new slot;
-        # single_active: a new group hands out to one consumer at a time (monitor/selection.py)
+        # single_active: a new group hands out to one consumer at a time (monitor/selection.py);
+        # key-ordered (monitor/keyed.py): a slot is one key part's records of a log's range; a
+        # consumer holding several parts reads each range once (the last few kept)
+        parts = limits.work_key_parts if key_ordered else 0
+        self._ranges: collections.OrderedDict[tuple[str, str, int, int], list[Any]] = (
+            collections.OrderedDict()
+        )
         self._join_doc = GroupJoin(group, self.consumer_id, start, ordered, prefix, priority,
-                                   inflight or 0, single_active).encode()  # fmt: skip
+                                   inflight or 0, single_active, parts).encode()  # fmt: skip
         self.settings = Joined.decode(self._ask(self._join_doc))
         self.prefix = self.settings.prefix  # the group's, whatever this consumer asked
         self.inflight = min(inflight or self.settings.inflight, self.settings.inflight)
@@ -569,7 +577,24 @@ class Consumer:
             self._drop_reader(endpoint)
 
     def _read(self, lease: Lease) -> list[tuple[batchfmt.Record, int]] | None:
-        """The slot's records, read from the log server by offset (None if it does not answer)."""
+        """The slot's records (in a key-ordered group, those of its key part): read from the log
+        server by offset, or kept from another part's slot of the same range (None if the log
+        server does not answer)."""
+        if lease.part < 0:
+            return self._read_range(lease)
+        where = (lease.endpoint, lease.leader, lease.start, lease.end)
+        records = self._ranges.get(where)
+        if records is None:
+            records = self._read_range(lease)
+            if records is None:
+                return None
+            self._ranges[where] = records
+            while len(self._ranges) > limits.work_key_read_cache_max:
+                self._ranges.popitem(last=False)
+        parts = self.settings.key_parts
+        return [(r, i) for r, i in records if key_part(r.key, parts) == lease.part]
+
+    def _read_range(self, lease: Lease) -> list[tuple[batchfmt.Record, int]] | None:
         reader = self._reader(lease.endpoint)
         records: list[tuple[batchfmt.Record, int]] = []
         offset = lease.start

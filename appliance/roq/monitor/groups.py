@@ -33,7 +33,7 @@ from roq.coordination.groupstore import Commit, GroupStore, StaleWrite, Write
 from roq.coordination.paths import Paths
 from roq.coordination.session import SharedSession
 from roq.errors import CoordinationError
-from roq.monitor import selection
+from roq.monitor import keyed, selection
 from roq.monitor.grouplog import GroupLog, LogCommit
 from roq.monitor.slots import GiveResult, Group, Member, Rules, Slot
 from roq.protocol.commands import MonitorCommand, Reason
@@ -142,6 +142,7 @@ class GroupManager:
         group.cursors = {str(k): int(v) for k, v in record.get("cursors", {}).items()}
         group.single_active = record.get("single_active") is True
         group.standings = selection.read_standings(record.get("standings"))
+        group.parts = int(record.get("parts", 0))
         group.dirty = False
         restored = [
             Slot.from_record(data, version, now + self.rules.lease_s) for data, version in slots
@@ -390,7 +391,8 @@ class GroupManager:
         if group is None:
             if len(self.groups) >= limits.work_groups_max:
                 return Refused(Reason.NO_CAPACITY, f"already {limits.work_groups_max} groups")
-            group = Group(join.group, join.ordered, join.start, join.prefix)
+            group = Group(join.group, join.ordered or join.key_parts > 0, join.start,
+                          join.prefix, parts=join.key_parts)  # fmt: skip
             group.single_active = join.single_active
             self.groups[join.group] = group
             if join.start == "now":  # what the logs hold now is not this group's
@@ -404,6 +406,9 @@ class GroupManager:
         elif join.single_active and not group.single_active:
             return Refused(Reason.BAD_REQUEST, f"group {join.group} was created without "
                            "single active consumer: delete it to create it so")  # fmt: skip
+        elif join.key_parts and join.key_parts != group.parts:
+            return Refused(Reason.BAD_REQUEST, f"group {join.group} has {group.parts} key "
+                           f"parts (0: not key-ordered), not {join.key_parts}")  # fmt: skip
         if self._member(join.group, join.consumer) is None:
             return Refused(Reason.NO_CAPACITY, f"already {limits.work_consumers_max} consumers")
         selection.join(group, join.consumer, join.priority, join.inflight)
@@ -413,7 +418,7 @@ class GroupManager:
         lease_ms = int(rules.lease_s * 1000)
         joined = Joined(lease_ms, rules.inflight, rules.max_deliveries, group.ordered, dlq,
                         group.prefix, self.slot_messages,
-                        single_active=group.single_active)  # fmt: skip
+                        single_active=group.single_active, key_parts=group.parts)  # fmt: skip
         return self._synced(join, joined)
 
     def lease(self, ask: ConsumerRequest, envelope: Envelope | None) -> Answer:
@@ -470,7 +475,7 @@ class GroupManager:
         return Lease(
             slot.slot_id, slot.exchange, endpoint, leader, slot.start, slot.end, slot.count,
             tuple(settled), tuple(counted), tuple(slot.deliveries[i] for i in counted),
-            window=window,
+            window=window, part=slot.part,
         )  # fmt: skip
 
     @staticmethod
@@ -645,6 +650,24 @@ class GroupManager:
             group.observe(exchange, end, cuts, now, self.slot_s, final)
             if not final and group.hungry(now):  # consumers wait: what came is theirs now
                 group.cut_open({exchange: end}, {exchange})
+            if group.barriers:
+                keyed.observed(group, exchange, end, now)
+
+    def moved_from(self, exchange: str, drain_s: float) -> None:
+        """The monitor moves publishers off `exchange` (they drain it within `drain_s`): a
+        barrier in every key-ordered group (keyed.py)."""
+        now = time.monotonic()
+        for group in self.groups.values():
+            if group.parts:
+                keyed.moved_from(group, exchange, now, drain_s)
+
+    def gone(self, exchange: str) -> None:
+        """`exchange` left or died: a key-ordered group's barriers on it end where its log
+        was last reported to end, or where its copy does (keyed.py)."""
+        end = self.ends.get(exchange, 0)
+        for group in self.groups.values():
+            if group.barriers:
+                keyed.gone(group, exchange, end)
 
     def tick(self) -> None:
         """Leases past their end go back to their group; then what changed is written."""

@@ -542,6 +542,7 @@ class Monitor:
             log.info(
                 "%s: exchange %s is leaving; moving its publishers", self.name, view.exchange_id
             )
+            self.groups.moved_from(view.exchange_id, limits.publisher_leaving_drain_ms / 1000)
         view.leaving = True
         self._to_publishers(ExchangeLost(view.front, dead=False, epoch=self.epoch))
 
@@ -562,6 +563,7 @@ class Monitor:
             move.target.exchange_id, why,
         )  # fmt: skip
         target, source = move.target, move.source
+        self.groups.moved_from(source.exchange_id, limits.drain_timeout_ms / 1000)
         self._to_publishers(
             Relocate(move.producer, target.exchange_id, target.front, source.front, self.epoch)
         )
@@ -652,6 +654,8 @@ class Monitor:
             self.deaths += 1
             log.warning("%s: exchange %s (%s) %s: declared dead",
                         self.name, view.exchange_id, view.front, why)  # fmt: skip
+            self.groups.moved_from(view.exchange_id, limits.publisher_dead_drain_ms / 1000)
+        self.groups.gone(view.exchange_id)  # it reports no more: its barriers end where it did
         self._to_publishers(ExchangeLost(view.front, dead=True, epoch=self.epoch))
 
     # --- placement requests --------------------------------------------------------------------

@@ -29,6 +29,7 @@ from typing import Any
 
 from roq import limits
 from roq.backoff import backoff_s
+from roq.monitor import keyed
 from roq.protocol.messages.groups import expand, ranges
 
 
@@ -61,10 +62,11 @@ class Slot:
     # (`Group.split`), which gets [first, last) of the same bytes as a slot of its own.
     first: int = 0
     last: int = -1
+    part: int = -1  # a key-ordered group's key part (monitor/keyed.py): its records only
 
     @property
     def slot_id(self) -> str:
-        return slot_id(self.exchange, self.start, self.first)
+        return slot_id(self.exchange, self.start, self.first, self.part)
 
     @property
     def stop(self) -> int:
@@ -112,7 +114,7 @@ class Slot:
             "not_before": {str(i): t for i, t in self.not_before.items()},
             "due": self.due, "owner": self.owner, "returned": self.returned,
             "suspects": sorted(self.suspects | self.handed),
-            "first": self.first, "last": self.last,
+            "first": self.first, "last": self.last, "part": self.part,
         }  # fmt: skip
 
     @classmethod
@@ -131,6 +133,7 @@ class Slot:
         slot.returned = bool(data.get("returned", False))
         slot.suspects = {int(i) for i in data.get("suspects", [])}
         slot.first, slot.last = int(data.get("first", 0)), int(data.get("last", -1))
+        slot.part = int(data.get("part", -1))
         slot.version, slot.dirty = version, False
         return slot
 
@@ -144,9 +147,11 @@ def _untouched(slot: Slot) -> tuple[int, int]:
     return begun, max(0, slot.stop - begun)
 
 
-def slot_id(exchange: str, start: int, first: int = 0) -> str:
-    """`<exchange>@<offset>`, and `#<first index>` for a part split off a slot."""
-    return f"{exchange}@{start}#{first}" if first else f"{exchange}@{start}"
+def slot_id(exchange: str, start: int, first: int = 0, part: int = -1) -> str:
+    """`<exchange>@<offset>`, `%<key part>` in a key-ordered group, and `#<first index>` for
+    a part split off a slot."""
+    name = f"{exchange}@{start}%{part}" if part >= 0 else f"{exchange}@{start}"
+    return f"{name}#{first}" if first else name
 
 
 @dataclass
@@ -209,11 +214,14 @@ class Group:
     # [priority, prefetch] in join order (kept with the group: a restarted monitor keeps them)
     single_active: bool = False
     standings: dict[str, list[int]] = field(default_factory=dict)
+    parts: int = 0  # key parts of a key-ordered group (monitor/keyed.py); 0: not key-ordered
+    barriers: list[keyed.Barrier] = field(default_factory=list)  # after publishers' moves
 
     def record(self) -> dict[str, Any]:
         return {"name": self.name, "ordered": self.ordered, "from": self.start,
                 "prefix": self.prefix.hex(), "cursors": self.cursors,
-                "single_active": self.single_active, "standings": self.standings}  # fmt: skip
+                "single_active": self.single_active, "standings": self.standings,
+                "parts": self.parts}  # fmt: skip
 
     # --- cutting ------------------------------------------------------------------------------
     def observe(self, exchange: str, end: int, cuts: Iterable[int], now: float,
@@ -235,12 +243,13 @@ class Group:
             self.open_since.pop(exchange, None)
 
     def _cut(self, exchange: str, start: int, end: int) -> int:
-        if len(self.slots) >= limits.work_slots_max:
+        if len(self.slots) + max(1, self.parts) > limits.work_slots_max:
             if not self.full_slots_logged:
                 self.full_slots_logged = True
             return start  # no slot: the range stays uncut until slots are deleted
-        slot = Slot(exchange, start, end)
-        self.slots[slot.slot_id] = slot
+        for part in range(self.parts) if self.parts else (-1,):  # key-ordered: one per part
+            slot = Slot(exchange, start, end, part=part)
+            self.slots[slot.slot_id] = slot
         self.cursors[exchange] = end
         self.dirty = True
         return end
@@ -259,14 +268,17 @@ class Group:
         cut at once: the slot size adapts to the demand, instead of idle consumers waiting
         for `work.slot.ms` while the messages sit in an open slot."""
         member = self.members[consumer]
-        ahead = self._ahead_of(member, now)
-        free = self._leasable(wall, readable, ahead + 1)
+        # key-ordered: the parts are the shares (keyed.py), and a consumer takes only its own
+        gate = keyed.Gate(self, consumer, now) if self.parts else None
+        ahead = 0 if gate else self._ahead_of(member, now)
+        free = self._leasable(wall, readable, ahead + 1, gate)
         if not free and ends:
             self.cut_open(ends, readable)
-            free = self._leasable(wall, readable, ahead + 1)
+            free = self._leasable(wall, readable, ahead + 1, gate)
         if not free and (part := self.split(consumer, readable)) is not None:
             free = [part]
-        if len(free) <= ahead or (free and self._too_far_ahead(member, now, free[0])):
+        too_far = bool(free) and not gate and self._too_far_ahead(member, now, free[0])
+        if len(free) <= ahead or too_far:
             if not member.waiting_since:
                 member.waiting_since = now
             return None
@@ -325,16 +337,20 @@ class Group:
         self.slots[part.slot_id] = part
         return part
 
-    def _leasable(self, wall: float, readable: set[str], wanted: int) -> list[Slot]:
-        """Up to `wanted` slots that may be leased now, oldest first."""
+    def _leasable(self, wall: float, readable: set[str], wanted: int,
+                  gate: keyed.Gate | None = None) -> list[Slot]:  # fmt: skip
+        """Up to `wanted` slots that may be leased now, oldest first (in a key-ordered group,
+        of the parts `gate` lets its consumer take)."""
         found: list[Slot] = []
-        seen: set[str] = set()
+        seen: set[tuple[str, int]] = set()
         for slot in self.slots.values():
-            first_of_exchange = slot.exchange not in seen
-            seen.add(slot.exchange)
+            first_of_exchange = (slot.exchange, slot.part) not in seen  # of its part, keyed
+            seen.add((slot.exchange, slot.part))
             if slot.owner or slot.due > wall or slot.exchange not in readable:
                 continue
             if self.ordered and not first_of_exchange:
+                continue
+            if gate is not None and not gate.allows(slot):
                 continue
             found.append(slot)
             if len(found) >= wanted:

@@ -100,12 +100,16 @@ class GroupJoin:
     priority: int = 0
     inflight: int = 0
     single_active: bool = False
+    key_parts: int = 0  # KeyParts: a key-ordered group's (only when created; 0: not keyed)
 
     def encode(self) -> Document:
-        return {"CMD": int(MonitorCommand.GROUP_JOIN), "Group": self.group,
-                "Consumer": self.consumer, "From": self.start, "Ordered": self.ordered,
-                "Prefix": self.prefix, "Priority": self.priority, "Inflight": self.inflight,
-                "SingleActive": self.single_active}  # fmt: skip
+        doc = {"CMD": int(MonitorCommand.GROUP_JOIN), "Group": self.group,
+               "Consumer": self.consumer, "From": self.start, "Ordered": self.ordered,
+               "Prefix": self.prefix, "Priority": self.priority, "Inflight": self.inflight,
+               "SingleActive": self.single_active}  # fmt: skip
+        if self.key_parts:
+            doc["KeyParts"] = self.key_parts
+        return doc
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
@@ -116,7 +120,7 @@ class GroupJoin:
         return cls(_group(doc), _consumer(doc), start, field_bool(doc, "Ordered", default=False),
                    field_prefix(doc), field_int(doc, "Priority", lo=-most, hi=most, default=0),
                    field_int(doc, "Inflight", hi=limits.work_inflight_max, default=0),
-                   field_bool(doc, "SingleActive", default=False))  # fmt: skip
+                   field_bool(doc, "SingleActive", default=False), _key_parts(doc))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -132,13 +136,17 @@ class Joined:
     slot_messages: int = 1000  # SlotMessages: a slot cut on demand holds about this many
     written: int = 0  # Written: this consumer's settles up to this Seq are in ZooKeeper
     single_active: bool = False  # SingleActive: the group's (monitor/selection.py)
+    key_parts: int = 0  # KeyParts: a key-ordered group's parts (0: not key-ordered)
 
     def encode(self) -> Document:
-        return bsonmsg.ok(LeaseMs=self.lease_ms, Inflight=self.inflight,
-                          MaxDeliveries=self.max_deliveries, Ordered=self.ordered,
-                          DeadLetters=self.dead_letters, Prefix=self.prefix,
-                          SlotMessages=self.slot_messages, Written=self.written,
-                          SingleActive=self.single_active)  # fmt: skip
+        doc = bsonmsg.ok(LeaseMs=self.lease_ms, Inflight=self.inflight,
+                         MaxDeliveries=self.max_deliveries, Ordered=self.ordered,
+                         DeadLetters=self.dead_letters, Prefix=self.prefix,
+                         SlotMessages=self.slot_messages, Written=self.written,
+                         SingleActive=self.single_active)  # fmt: skip
+        if self.key_parts:
+            doc["KeyParts"] = self.key_parts
+        return doc
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any]) -> Self:
@@ -152,7 +160,13 @@ class Joined:
             field_int(doc, "SlotMessages", lo=1, hi=_COUNT_MAX, default=1000),
             field_int(doc, "Written", default=0),
             field_bool(doc, "SingleActive", default=False),
+            _key_parts(doc),
         )
+
+
+def _key_parts(doc: Mapping[str, Any]) -> int:
+    """A key-ordered group's parts (monitor/keyed.py); absent: 0, not key-ordered."""
+    return field_int(doc, "KeyParts", lo=0, hi=limits.work_key_parts_max, default=0)
 
 
 @dataclass(frozen=True)
@@ -238,6 +252,7 @@ class Lease:
     deliveries: tuple[int, ...] = ()
     not_before: float = 0.0  # epoch s: none of its messages is due before this
     window: Settled | None = None  # what of the slot is handed out at once (LEASE's `Give`)
+    part: int = -1  # Part: a key-ordered group's key part (its records only); -1: every record
 
     def encode(self) -> Document:
         doc = bsonmsg.ok(
@@ -248,6 +263,8 @@ class Lease:
         )  # fmt: skip
         if self.window is not None:
             doc["Window"] = self.window.encode()
+        if self.part >= 0:
+            doc["Part"] = self.part
         return doc
 
     @classmethod
@@ -265,6 +282,7 @@ class Lease:
             field_indices(doc, "Deliveries"),
             bsonmsg.field_float(doc, "NotBefore", lo=0.0, default=0.0),
             _window(doc),
+            field_int(doc, "Part", lo=-1, hi=limits.work_key_parts_max - 1, default=-1),
         )
         if len(lease.counted) != len(lease.deliveries) or len(lease.settled) % 2:
             raise DecodeError(
