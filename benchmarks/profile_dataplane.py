@@ -26,6 +26,7 @@ PY_SPY = str(Path(sys.executable).with_name("py-spy"))
 ROQ = str(Path(sys.executable).with_name("roq"))
 RATE_HZ = 200
 STARTUP_S = 6.0  # cluster placement + worker start before the load is steady
+FIND_TIMEOUT_S = 90.0  # for the exchange and both bench workers to be running
 TOP = 15
 
 
@@ -139,6 +140,11 @@ def main(argv: list[str]) -> None:
     )
     time.sleep(STARTUP_S)
     pids = find_pids(bench, args.exchange_match)
+    deadline = time.monotonic() + FIND_TIMEOUT_S  # a loaded machine starts the workers late
+    while len(pids) < 3 and time.monotonic() < deadline:
+        time.sleep(1.0)
+        pids = find_pids(bench, args.exchange_match)
+    time.sleep(STARTUP_S / 2)  # the workers' own start, then the load is steady
     files = record(pids, args.seconds, out)
     result, _ = bench.communicate(timeout=300)
     for role, path in files.items():
