@@ -37,6 +37,37 @@ group_app = typer.Typer(help="Consumer groups of a queue (work queues).", no_arg
 app.add_typer(group_app, name="group", rich_help_panel="Clients")
 
 
+# how a consumer joins and what a new group is (the options of `roq work` past the basics)
+_KEY_ORDERED = typer.Option(
+    False,
+    "--key-ordered",
+    help="A new group hands out each routing key's messages in order, each key on one "
+    "consumer at a time, the keys spread over the consumers.",
+)
+_PREFETCH = typer.Option(
+    None,
+    "--prefetch",
+    min=1,
+    help="Hold at most N messages handed out and not yet acked (RabbitMQ's basic.qos; at "
+    "most the group's work.inflight). Default: 1 with --exec, 100 otherwise. The rest of "
+    "a burst is left to the group's other consumers.",
+)
+_PRIORITY = typer.Option(
+    0,
+    "--priority",
+    min=-limits.work_consumer_priority_max,
+    max=limits.work_consumer_priority_max,
+    help="While a consumer of a higher priority has room (fewer messages in flight than "
+    "its --prefetch), this one gets no new work (RabbitMQ's consumer priorities).",
+)
+_SINGLE_ACTIVE = typer.Option(
+    False,
+    "--single-active",
+    help="A new group hands out to one consumer at a time; when it dies or leaves, the "
+    "next by priority, then join order, takes over.",
+)
+
+
 @app.command(rich_help_panel="Messages")
 def work(
     queue: str = typer.Argument(..., help="Queue to take work from."),
@@ -60,34 +91,10 @@ def work(
     prefix: str = typer.Option(
         "", "--prefix", help="A new group takes only messages whose routing key starts so."
     ),
-    key_ordered: bool = typer.Option(
-        False,
-        "--key-ordered",
-        help="A new group hands out each routing key's messages in "
-        "order, each key on one consumer at a time, the keys spread over the consumers.",
-    ),
-    prefetch: int | None = typer.Option(
-        None,
-        "--prefetch",
-        min=1,
-        help="Hold at most N messages handed out and not yet acked (RabbitMQ's basic.qos; at "
-        "most the group's work.inflight). Default: 1 with --exec, 100 otherwise. The rest of "
-        "a burst is left to the group's other consumers.",
-    ),
-    priority: int = typer.Option(
-        0,
-        "--priority",
-        min=-limits.work_consumer_priority_max,
-        max=limits.work_consumer_priority_max,
-        help="While a consumer of a higher priority has room (fewer messages in flight than "
-        "its --prefetch), this one gets no new work (RabbitMQ's consumer priorities).",
-    ),
-    single_active: bool = typer.Option(
-        False,
-        "--single-active",
-        help="A new group hands out to one consumer at a time; when it dies or leaves, the "
-        "next by priority, then join order, takes over.",
-    ),
+    key_ordered: bool = _KEY_ORDERED,
+    prefetch: int | None = _PREFETCH,
+    priority: int = _PRIORITY,
+    single_active: bool = _SINGLE_ACTIVE,
     gcm: str = GCM_OPTION,
     zk: str | None = ZK_OPTION,
     namespace: str = NAMESPACE_OPTION,
