@@ -268,21 +268,7 @@ class Exchange:
         self._loop_turned = time.monotonic()  # read by the pulse thread (a float: atomic)
         self._cpu = procstat.CpuMeter()
         self._kpi_cpu = procstat.CpuMeter()
-        self.log: Log | None = None
-        if spec.keeper and not settings.use_log:
-            raise LogUnavailable(f"{spec.name}: a log keeper needs useLog=true")
-        if settings.use_log:
-            directory = log_directory(settings.log_root, spec.queue, spec.exchange_id)
-            self.log = Log.open(
-                directory,
-                settings.log,
-                name=spec.name,
-                background_flush=True,
-                background_delete=True,
-            )
-            log.info("%s: log %s holds offsets %d..%d", spec.name, directory,
-                     self.log.start_offset, self.log.end_offset)  # fmt: skip
-            self._rebuild_window(self.log)
+        self.log = self._open_log()
         self._open_sockets(context)
         self.log_server: LogServer | None = None
         self.replicator: Replicator | None = None
@@ -305,6 +291,23 @@ class Exchange:
             )  # fmt: skip
             own = self.log if spec.keeper else None
             self.copy_sender = CopySender(context, copies, spec.name, own)
+
+    def _open_log(self) -> Log | None:
+        """The exchange's log (None with useLog=false), and the de-duplication window rebuilt
+        from its tail."""
+        spec, settings = self.spec, self.settings
+        if spec.keeper and not settings.use_log:
+            raise LogUnavailable(f"{spec.name}: a log keeper needs useLog=true")
+        if not settings.use_log:
+            return None
+        directory = log_directory(settings.log_root, spec.queue, spec.exchange_id)
+        opened = Log.open(
+            directory, settings.log, name=spec.name, background_flush=True, background_delete=True
+        )
+        log.info("%s: log %s holds offsets %d..%d", spec.name, directory,
+                 opened.start_offset, opened.end_offset)  # fmt: skip
+        self._rebuild_window(opened)
+        return opened
 
     def _open_sockets(self, context: Any) -> None:
         spec = self.spec
