@@ -194,15 +194,10 @@ class Monitor:
             queue, settings, self.zk, self._readable, self._reply_later,
             store=GroupLog(self.state) if self.state is not None else None,
         )  # fmt: skip
-        self.tasks = TaskManager(
-            queue,
-            settings,
-            self.zk,
-            self._live_consumers,
-            self._reply_task,
-            self.groups.wake,
+        self.tasks = TaskManager(  # request/response
+            queue, settings, self.zk, self._live_consumers, self._reply_task, self.groups.wake,
             store=TaskLog(self.state) if self.state is not None else None,
-        )  # request/response
+        )  # fmt: skip
         self.topics = TopicManager(queue, self.state)  # the HTTP gateway's, in http-N queues
         self.table = self._placement_table()
 
