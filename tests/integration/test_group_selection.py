@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
+from test_workqueues import _publish, _worker  # the same roq work processes and publishes
 
 from roq.client.consumer import Consumer
-from roq.client.publisher import Publisher
-from roq.system.spawn import child_environment, roq_command
 from roq.testing.cluster import LocalCluster, processes_with, wait_for
 
 # with the groups in ZooKeeper and in the monitor's state log (conftest.py)
@@ -21,24 +19,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("delivery_store")
 
 LEASE_S = 4.0  # the holder blocked in its --exec does not renew its lease: longer than the checks
 WORK = {"work.slot.messages": 100, "work.slot.ms": 200, "work.lease.ms": int(LEASE_S * 1000)}
-
-
-def _publish(cluster: LocalCluster, count: int, prefix: str) -> list[str]:
-    sent = [f"{prefix}{n}" for n in range(count)]
-    with Publisher("q1", gcm=cluster.gcm, acks="leader", batch_bytes=512) as publisher:
-        for payload in sent:
-            publisher.send(payload.encode())
-        publisher.flush()
-    return sent
-
-
-def _worker(cluster: LocalCluster, tmp: Path, name: str, *args: str) -> subprocess.Popen[bytes]:
-    with (tmp / f"{name}.err").open("wb") as err:
-        return subprocess.Popen(
-            roq_command("work", "q1", "--group", "g", "--gcm", cluster.gcm, *args),
-            env=child_environment(), stdout=subprocess.PIPE, stderr=err,
-            start_new_session=True,
-        )  # fmt: skip
 
 
 def _group(cluster: LocalCluster):  # type: ignore[no-untyped-def]
