@@ -71,10 +71,11 @@ def test_a_full_buffer_refuses_before_taking_the_message(handover):
 def test_confirmed_flushes_are_released_and_forgotten(handover):
     shared, _ = handover
     done = shared.barrier()
-    (token,) = shared.flushes()
+    shared.sent(shared.next_outbound())
+    (token,) = shared.sent_flushes()
     shared.confirm_flushes([token, token + 99])  # an unknown token is ignored
     assert done.is_set()
-    assert shared.flushes() == []
+    assert shared.sent_flushes() == []
 
 
 def test_a_failed_io_thread_releases_every_flush_and_refuses_callers(handover):
@@ -95,3 +96,23 @@ def test_refusals_are_raised_once(handover):
     shared.refuse("disk full")
     assert shared.fresh_refusals() == ["disk full"]
     assert shared.fresh_refusals() == []
+
+
+def test_only_a_flush_that_went_out_counts_as_sent(handover):
+    """A move drains the old exchange and releases the flushes it was sent. A flush still
+    queued behind an unsent batch is not among them: releasing it would let `flush()` return
+    before its batch reached any exchange (CI of 27 Nov: a new publisher told its exchange
+    died, right after the exchange restarted at the same address, returned from flush with
+    sent_batches 0)."""
+    shared, _ = handover
+    _send(shared, b"x" * 2_000)
+    first = shared.barrier()
+    batch = shared.next_outbound()
+    shared.sent(batch)
+    flush = shared.next_outbound()
+    shared.sent(flush)
+    _send(shared, b"y" * 2_000)
+    second = shared.barrier()
+    assert shared.sent_flushes() == [flush.token], "the second flush waits behind its batch"
+    shared.confirm_flushes(shared.sent_flushes())
+    assert first.is_set() and not second.is_set()

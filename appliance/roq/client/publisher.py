@@ -636,10 +636,13 @@ class _Handover:
                 self.sent_messages += item.count
                 self.space.notify_all()
 
-    def flushes(self) -> list[int]:
-        """The tokens of the flushes not yet confirmed."""
+    def sent_flushes(self) -> list[int]:
+        """The tokens of the flushes not yet confirmed that have left the queue of things to
+        send (tokens grow in the queue's order: those below its head went out). One still
+        queued covers batches queued before it that no exchange has seen yet."""
         with self.lock:
-            return list(self.barriers)
+            head = self.outq[0].token if self.outq else None
+            return [t for t in self.barriers if head is None or t < head]
 
     def flushes_waiting(self) -> int:
         with self.lock:
@@ -1104,12 +1107,13 @@ class _PublisherIO(threading.Thread):
         self.shared.confirm_flushes(done)
 
     def _release_barriers(self) -> None:
-        """A confirmed drain covers every flush sent to the old exchange."""
-        self.drained.update(self.shared.flushes())
+        """A confirmed drain covers every flush sent to the old exchange (not those still
+        queued: batches before them have not been sent to any exchange)."""
+        self.drained.update(self.shared.sent_flushes())
         self._settle()
 
     def _resend_barriers(self) -> None:
-        tokens = sorted(t for t in self.shared.flushes() if t not in self.drained)
+        tokens = sorted(t for t in self.shared.sent_flushes() if t not in self.drained)
         for token in tokens:
             self._send(_Outbound(token, None))
 
