@@ -444,8 +444,10 @@ assert state_snapshot_batch_bytes <= batch_bytes_max
 
 # --- roq bench ------------------------------------------------------------------------------
 bench_ready_timeout_s = 30.0  # a bench subscriber process must say it is ready within this
-bench_drain_quiet_s = 1.5  # a subscriber stops after the run once nothing arrived for this long
-bench_drain_max_s = 20.0  # ... or this long after the run at the latest
+bench_drain_quiet_s = 1.5  # run by hand (no count told): stops after the run once quiet this long
+bench_drain_stall_s = 10.0  # told the count: a subscriber short of it gives up after this silence
+bench_drain_max_s = 60.0  # ... or this long after it was told at the latest
+bench_publishers_grace_s = 60.0  # publishers get their seconds + this to end (then killed)
 bench_stop_grace_s = 0.5  # `roq bench` stopped: its workers get this long after SIGTERM
 bench_latency_samples_max = 20_000  # latency samples kept per worker and run
 

@@ -26,6 +26,7 @@ import json
 import random
 import statistics
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -112,7 +113,8 @@ class Worker:
         self.process = subprocess.Popen(
             roq_command("bench-worker", role, *args),
             env=child_environment(),
-            stdin=subprocess.DEVNULL,
+            # a subscriber learns on its stdin how many messages were published (`tell`)
+            stdin=subprocess.PIPE if role == "sub" else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -134,6 +136,17 @@ class Worker:
             elif kind == "done":
                 self.result.final = doc
         self.ready.set()
+
+    def tell(self, doc: dict[str, Any]) -> None:
+        """One JSON line to the worker's stdin, which is then closed (a worker already gone
+        does not need it)."""
+        if self.process.stdin is None:
+            return
+        try:
+            self.process.stdin.write(json.dumps(doc) + "\n")
+            self.process.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass
 
     def wait(self, timeout_s: float) -> None:
         try:
@@ -173,7 +186,12 @@ def run(
         started = time.monotonic()
         _report_progress(description, publishers, subscribers, started, progress)
         for worker in publishers:
-            worker.wait(description.seconds + 60)
+            worker.wait(description.seconds + limits.bench_publishers_grace_s)
+        # each subscriber reads until it has every message published (or its drain bound):
+        # what it lacks at the end is then lost, not merely behind
+        published = sum(w.result.final.get("messages", 0) for w in publishers)
+        for worker in subscribers:
+            worker.tell({"type": "published", "messages": published})
         for worker in subscribers:
             worker.wait(limits.bench_drain_max_s + 10)
     except BaseException:
@@ -258,6 +276,8 @@ def summarize(
         },
         "lost": sum(max(0, published - f.get("messages", 0)) for f in sub_final),
         "duplicated": sum(f.get("duplicates", 0) for f in sub_final),
+        # seconds from the publishers' end until the last subscriber had everything (or gave up)
+        "drain_s": max((f.get("drain_s", 0.0) for f in sub_final), default=0.0),
         "failed_workers": failed,
         "series": {
             "published": _series(publishers),
@@ -385,20 +405,16 @@ def subscriber_worker(description: LoadDescription, queue: str, client: dict[str
     from roq.client.subscriber import Subscriber
 
     subscriber = Subscriber(queue, description.key.encode(), **client)
+    told = _Told()
     _emit({"type": "ready"})
     counter = _Counter()
     started = time.monotonic()
     end = started + description.delay + description.seconds + 2.0
     try:
-        while True:
-            now = time.monotonic()
-            if now > end + limits.bench_drain_max_s or (
-                now > end and now - counter.last >= limits.bench_drain_quiet_s
-            ):
-                break
+        while not told.drained(counter, end, time.monotonic()):
             for delivery in subscriber.poll(50):
                 counter.add(delivery)
-            counter.tick(now, started)
+            counter.tick(time.monotonic(), started)
     finally:
         subscriber.close()
     first = counter.first or started
@@ -410,8 +426,47 @@ def subscriber_worker(description: LoadDescription, queue: str, client: dict[str
             "duplicates": subscriber.sequencer.duplicates,
             "gaps": subscriber.sequencer.lost,
             "latency_ms": sample(counter.all_latency),
+            "drain_s": round(max(0.0, counter.last - (told.at or counter.last)), 3),
         }
     )
+
+
+class _Told:
+    """What the driver says on the subscriber's stdin: how many messages were published in all,
+    once the publishers ended. With it the subscriber reads until it has them all, or nothing
+    arrived for `bench_drain_stall_s`, or `bench_drain_max_s` passed; without it (stdin closed
+    first: run by hand) it stops as before, once quiet after the run's planned end."""
+
+    def __init__(self) -> None:
+        self.published: int | None = None
+        self.at: float | None = None  # when it was told
+        self.closed = False
+        threading.Thread(target=self._read, name="roq-bench-told", daemon=True).start()
+
+    def _read(self) -> None:
+        for line in sys.stdin:
+            try:
+                doc = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(doc, dict) and isinstance(doc.get("messages"), int):
+                self.at, self.published = time.monotonic(), doc["messages"]
+        self.closed = True
+
+    def drained(self, counter: _Counter, end: float, now: float) -> bool:
+        published, at = self.published, self.at
+        if published is not None and at is not None:
+            quiet_since = max(counter.last, at)
+            return (
+                counter.messages >= published
+                or now - quiet_since >= limits.bench_drain_stall_s
+                or now - at >= limits.bench_drain_max_s
+            )
+        if self.closed:  # no driver to tell: the run's planned end and a quiet spell
+            return now > end + limits.bench_drain_max_s or (
+                now > end and now - counter.last >= limits.bench_drain_quiet_s
+            )
+        return now > end + limits.bench_publishers_grace_s + limits.bench_drain_max_s
 
 
 class _Counter:
