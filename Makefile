@@ -56,9 +56,10 @@ run: setup
 # building a cluster of its own across namespaces; every other test is spread as before. The
 # Spark jobs run last, alone: a JVM with local[2] beside the other worker's tests took both
 # cores (its spark-submit timed out at 200 s, and `roq up` resumed in 17-19 s against 6 s
-# alone). Exit 5 (nothing collected: PYTEST_ARGS chose no Spark test) is no failure.
+# alone). Exit 5 (nothing collected: PYTEST_ARGS chose no Spark test) is no failure. The 30
+# slowest tests are listed at the end: where CI's time goes.
 test: setup lint
-	$(VENV)/bin/pytest -n 2 --dist loadgroup -m "not spark" $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n 2 --dist loadgroup -m "not spark" --durations=30 $(PYTEST_ARGS)
 	$(VENV)/bin/pytest -m spark $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 test-unit: setup
