@@ -477,6 +477,41 @@ def test_a_replica_behind_the_leaders_retention_starts_its_copy_again(cluster: L
     assert leader_bytes[overlap - leader_start :] == copy_bytes[overlap - copy_start :]
 
 
+def test_a_dropped_tail_is_read_from_the_log_with_no_later_batch_to_reveal_it(
+    cluster: LocalCluster,
+):
+    """The subscriber's live connection is cut (`ss -K`) while the end of what was published
+    is still in flight to it, and nothing is published after: the batches in the connection's
+    buffers are gone and no later live batch reveals the gap. The feed's idle probe (2 s of
+    silence: where does the log end?) finds the tail and reads it from the log. (Letting
+    ZeroMQ drop for a subscriber that does not read is no such test: its buffers free up
+    while the publisher sends, so it drops in the middle and a later batch shows the gap.)"""
+    _start(cluster, **{"exchange.subscriber.hwm": 10})
+    count = 2_000
+    # hwm 1: what the subscriber's socket holds when the connection is cut is at most the
+    # batch after "first" (with 10 it held batches from both sides of a drop by the exchange's
+    # socket: a gap, read from the log before any probe)
+    with Subscriber("q1", gcm=cluster.gcm, hwm=1) as subscriber:
+        with Publisher("q1", gcm=cluster.gcm, batch_bytes=1) as publisher:  # a batch each
+            publisher.send(b"first")
+            publisher.flush()
+            assert [r.payload for r in subscriber.messages(count=1, timeout_s=20)] == [b"first"]
+            for n in range(count):
+                publisher.send(b"%d " % n + b"x" * 2000)
+            publisher.flush()  # the subscriber reads nothing meanwhile
+            [feed] = subscriber.feeds.values()
+            port = feed.back.rsplit(":", 1)[1]
+            cut = subprocess.run(
+                ["ss", "-K", "(", "sport", "=", f":{port}", "or", "dport", "=", f":{port}", ")"],
+                capture_output=True, text=True, timeout=10, check=False,
+            )  # fmt: skip
+            assert f":{port}" in cut.stdout, f"no connection cut: {cut.stdout} {cut.stderr}"
+        got = [r.payload.split(b" ")[0] for r in subscriber.messages(count=count, timeout_s=60)]
+        assert got == [b"%d" % n for n in range(count)], f"{len(got)} of {count}"
+        assert feed.tails_found >= 1, "the tail was not found by the idle probe"
+    assert subscriber.sequencer.lost == 0 and subscriber.sequencer.duplicates == 0
+
+
 def test_a_subscriber_far_behind_pauses_its_live_stream_and_catches_up(cluster: LocalCluster):
     """A subscriber that did not read while 40 MB went by (ZeroMQ dropped most of it for that
     subscriber) reads the log with its live stream paused, delivers every message once and in

@@ -81,6 +81,7 @@ class Feed:
         self.live_paused = False  # far behind: the live socket is not connected (see _on_read)
         self.evicted_since_offer = False
         self.pauses = 0
+        self.tails_found = 0  # idle probes that found the log past us (a dropped tail read)
         self.silent = False  # the log server did not answer in time (cleared by any answer)
         self._read_sent = 0.0
         self._heard = time.monotonic()
@@ -308,6 +309,7 @@ class Feed:
         if end > self.next_offset:
             log.info("exchange %s: its log ends at %d, past %d: reading the missed tail",
                      self.exchange_id, end, self.next_offset)  # fmt: skip
+            self.tails_found += 1
             self._catch_up()
         elif end < self.next_offset == self._probed_at:  # no live batch came since the probe
             log.warning("exchange %s: its log ends at %d, before %d (it lost a tail it never "
