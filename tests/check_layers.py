@@ -95,7 +95,13 @@ MAY_IMPORT: dict[str, set[str] | str] = {
     "cli": ANYTHING,
 }
 PURE = ("log", "protocol")
-PURE_THIRD_PARTY = {"bson"}
+PURE_THIRD_PARTY = {
+    "bson",
+    # mypyc's run-time library and native-int types: roq.log._native, the compiled loops
+    # (byte readers and writers, no I/O)
+    "librt",
+    "mypy_extensions",
+}
 STDLIB_ONLY = ("system",)
 
 
