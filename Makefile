@@ -11,16 +11,21 @@ APT := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get
 # System packages: ZooKeeper (pulls Java) for the cluster and the tests; packer and systemd for the
 # appliance's checks (`packer validate`, `systemd-analyze verify`); iproute2 (`ip`, `tc`) for the
 # fault tests' machines in network namespaces (tests/faults); curl for the README's HTTP tour, which
-# tests/integration/test_http.py runs as written.
-SYSTEM_PACKAGES := zookeeper packer systemd python3-venv iproute2 curl
+# tests/integration/test_http.py runs as written; gcc and Python's headers for mypyc (`make native`).
+SYSTEM_PACKAGES := zookeeper packer systemd python3-venv iproute2 curl gcc python3-dev
 PYTEST_ARGS ?=
 # Every Python package, pinned with its hashes (`make lock` writes it from pyproject.toml's ranges,
 # for every platform and Python >= 3.11); `make setup` installs exactly these; `make lint` audits.
 LOCK := requirements.lock
 
-.PHONY: setup system-deps run test test-unit test-appliance lint type dist bench clean lock
+.PHONY: setup system-deps native run test test-unit test-appliance lint type dist bench clean lock
 
-setup: system-deps $(STAMP)
+setup: system-deps $(STAMP) native
+
+# The batch format's hot loops compiled by mypyc (roq.log._native, issue 35): rebuilt when its
+# source changed, else a check of two timestamps. roq runs without it (pure Python, slower).
+native: $(STAMP)
+	$(PY) packaging/build_native.py
 
 system-deps:
 	@missing=""; \
@@ -29,6 +34,8 @@ system-deps:
 	command -v systemd-analyze >/dev/null || missing="$$missing systemd"; \
 	command -v ip >/dev/null && command -v tc >/dev/null || missing="$$missing iproute2"; \
 	command -v curl >/dev/null || missing="$$missing curl"; \
+	command -v cc >/dev/null || missing="$$missing gcc"; \
+	$(PYTHON) -c 'import os, sysconfig; assert os.path.exists(sysconfig.get_paths()["include"] + "/Python.h")' 2>/dev/null || missing="$$missing python3-dev"; \
 	command -v prometheus >/dev/null || missing="$$missing prometheus"; \
 	$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || missing="$$missing python3-venv"; \
 	if [ -n "$$missing" ]; then \
@@ -58,12 +65,14 @@ run: setup
 # cores (its spark-submit timed out at 200 s, and `roq up` resumed in 17-19 s against 6 s
 # alone). Exit 5 (nothing collected: PYTEST_ARGS chose no Spark test) is no failure. The 30
 # slowest tests are listed at the end: where CI's time goes.
+# ROQ_NATIVE_REQUIRED: the batch-format tests run on the compiled loops and on pure Python
+# (tests/unit/conftest.py `batch_code`); here the compiled side fails, not skips, if it is absent.
 test: setup lint
-	$(VENV)/bin/pytest -n 2 --dist loadgroup -m "not spark" --durations=30 $(PYTEST_ARGS)
+	ROQ_NATIVE_REQUIRED=1 $(VENV)/bin/pytest -n 2 --dist loadgroup -m "not spark" --durations=30 $(PYTEST_ARGS)
 	$(VENV)/bin/pytest -m spark $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 test-unit: setup
-	$(VENV)/bin/pytest -n 2 tests/unit $(PYTEST_ARGS)
+	ROQ_NATIVE_REQUIRED=1 $(VENV)/bin/pytest -n 2 tests/unit $(PYTEST_ARGS)
 
 # The frozen executable, units and image (builds dist/roq first if the sources changed).
 test-appliance: setup
@@ -89,3 +98,4 @@ bench: setup
 
 clean:
 	rm -rf build dist .pytest_cache .mypy_cache .ruff_cache
+	$(PYTHON) packaging/build_native.py --clean

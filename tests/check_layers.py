@@ -5,7 +5,8 @@ of every module (inside functions too; relative imports resolved to absolute nam
   roq.analytics pyspark, only roq.cloud boto3 (the ec2 provisioner's client, SSM parameters),
   only roq.metrics prometheus_client.
 - The pure layers, roq.log and roq.protocol, import the standard library (but not `socket`),
-  bson and the roq modules their row allows: no sockets, no ZooKeeper. roq.system imports the
+  bson, mypyc's librt and mypy_extensions (roq.log._native) and the roq modules their row
+  allows: no sockets, no ZooKeeper. roq.system imports the
   standard library only.
 - MAY_IMPORT: which roq package may import which. A package imports itself and BASE freely; a
   package without a row is a violation, so a new package states its place when it is added.
@@ -95,7 +96,13 @@ MAY_IMPORT: dict[str, set[str] | str] = {
     "cli": ANYTHING,
 }
 PURE = ("log", "protocol")
-PURE_THIRD_PARTY = {"bson"}
+PURE_THIRD_PARTY = {
+    "bson",
+    # mypyc's run-time library and native-int types: roq.log._native, the compiled loops
+    # (byte readers and writers, no I/O)
+    "librt",
+    "mypy_extensions",
+}
 STDLIB_ONLY = ("system",)
 
 

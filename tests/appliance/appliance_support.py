@@ -39,6 +39,9 @@ def _up_to_date(digest: str) -> bool:
 
 def _build(digest: str) -> None:
     STAMP.unlink(missing_ok=True)
+    # the compiled batch loops go into the executable as `make dist` builds it (`make setup`)
+    native = [sys.executable, str(ROOT / "packaging" / "build_native.py")]
+    subprocess.run(native, cwd=ROOT, timeout=BUILD_TIMEOUT_S, check=True)
     pyinstaller = Path(sys.executable).with_name("pyinstaller")
     command = [str(pyinstaller), "--noconfirm", "--log-level", "WARN", "--distpath", str(DIST)]
     command += ["--workpath", str(ROOT / "build" / "pyinstaller"), str(ROOT / "packaging/roq.spec")]

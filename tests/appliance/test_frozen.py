@@ -26,6 +26,17 @@ def test_version(frozen_roq: Path) -> None:
     assert (result.returncode, result.stdout.strip()) == (0, f"roq {roq.__version__}")
 
 
+def test_the_compiled_batch_loops_are_in_the_executable(frozen_roq: Path) -> None:
+    """The build compiles roq.log._native first (appliance_support._build, as `make dist` after
+    `make setup`); the executable carries it and the libraries its C code imports."""
+    internal = frozen_roq.parent / "_internal"
+    assert sorted(p.name.split(".")[0] for p in (internal / "roq" / "log").glob("_native*.so")) == [
+        "_native",
+        "_native__mypyc",
+    ]
+    assert list((internal / "librt").glob("strings*.so")), "librt.strings is not bundled"
+
+
 @pytest.mark.parametrize(
     "mode",
     [

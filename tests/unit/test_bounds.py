@@ -16,6 +16,9 @@ from roq.errors import CorruptRecord, DecodeError
 from roq.log import format as fmt
 from roq.protocol import dataplane
 
+# each test runs on the compiled batch loops and on the pure-Python ones (conftest.py)
+pytestmark = pytest.mark.usefixtures("batch_code")
+
 OFFSETS_OUT_OF_RANGE = [limits.log_offset_max, 2**63 - 1, 2**63 + 5, 2**64 - 1]
 
 

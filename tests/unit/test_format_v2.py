@@ -26,6 +26,9 @@ from roq.log import format as fmt
 from roq.log.inspect import Batch, Summary, walk
 from roq.transport import Kind, connect, new_context, open_socket
 
+# each test runs on the compiled batch loops and on the pure-Python ones (conftest.py)
+pytestmark = pytest.mark.usefixtures("batch_code")
+
 TS = 1_700_000_000_000_000
 OS = FlushPolicy("os")
 

@@ -46,17 +46,23 @@ appended to a log (by the exchange, or by a replica).
 
 from __future__ import annotations
 
+import importlib.machinery
 import itertools
 import operator
+import os
 import struct
 import uuid
 import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import NamedTuple, Union
 
 from roq import limits
 from roq.errors import CorruptRecord
+from roq.log.record import Headers as Headers  # re-exported: format.Record is the public name
+from roq.log.record import Record as Record
+from roq.log.record import RecordMeta as RecordMeta
 
 MAGIC = 0xB7
 FORMAT_VERSION = 1  # what a batch without meta is written as
@@ -97,6 +103,29 @@ META_BYTES_MAX = (
 _SHAPES_CACHED_MAX = 4096
 
 assert HEADER_BYTES == 58 and RECORD_BYTES == 8 and RECORD_V2_BYTES == 10
+
+PURE_PYTHON_ENV = "ROQ_PURE_PYTHON"
+
+
+def _load_native() -> ModuleType | None:
+    """The mypyc-compiled loops (`roq.log._native`, built by `make setup`), or None: not built,
+    or ROQ_PURE_PYTHON=1 asks for this module's own code (the tests run both). Its source run
+    as plain Python would be slower than the code here, so only the extension is taken."""
+    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
+        return None
+    try:
+        from roq.log import _native
+    except ImportError:  # e.g. librt (mypyc's run-time library) missing
+        return None
+    built = (_native.__file__ or "").endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+    return _native if built else None
+
+
+_native = _load_native()
+# Records are built with the tuple's constructor: a named tuple's own (`Record(...)`) is a Python
+# function, ~5x slower, and was most of a subscriber's cost per record.
+_new_tuple = tuple.__new__
+NATIVE = _native is not None  # whether the compiled loops are in use (`roq version` reports it)
 assert META_BYTES_MAX < 2**16 and limits.record_header_name_bytes_max < 2**8
 
 
@@ -130,56 +159,7 @@ class BatchHeader:
         return self.first_seq + self.count - 1
 
 
-Headers = tuple[tuple[str, bytes], ...]
 HeadersIn = Union[Mapping[str, bytes | str], Iterable[tuple[str, bytes | str]]]  # noqa: UP007
-
-
-class RecordMeta(NamedTuple):
-    """A v2 record's meta section, decoded (docs/log-format.md §1). The log carries the times;
-    the reading clients enforce them (client/timing.py)."""
-
-    message_id: bytes | None = None  # 16 bytes the publisher chose; None: (producer, seq)
-    expires_at_us: int | None = None  # µs since the Unix epoch, the publisher's wall clock
-    not_before_us: int | None = None
-    headers: Headers = ()  # (name, value) in the publisher's order; names may repeat
-
-
-class Record(NamedTuple):
-    """One message as a reader sees it. A named tuple: immutable, and built 3x faster than a
-    frozen dataclass, which is most of a subscriber's per-message cost. A v1 record, or a v2 one
-    without meta, has `meta` None: the properties below then answer empty."""
-
-    offset: int  # base offset of the batch that holds it (the thesis: its byte position)
-    producer_id: bytes
-    seq: int
-    timestamp_us: int
-    key: bytes
-    payload: bytes
-    meta: RecordMeta | None = None
-
-    @property
-    def headers(self) -> Headers:
-        return () if self.meta is None else self.meta.headers
-
-    @property
-    def message_id(self) -> bytes | None:
-        """The publisher's id, or None: the message is then identified by (producer_id, seq)."""
-        return None if self.meta is None else self.meta.message_id
-
-    @property
-    def expires_at_us(self) -> int | None:
-        return None if self.meta is None else self.meta.expires_at_us
-
-    @property
-    def not_before_us(self) -> int | None:
-        return None if self.meta is None else self.meta.not_before_us
-
-    def header(self, name: str) -> bytes | None:
-        """The value of the first header called `name`, or None."""
-        for found, value in self.headers:
-            if found == name:
-                return value
-        return None
 
 
 def new_message_id() -> bytes:
@@ -370,6 +350,20 @@ def encode_batch(
     assert payloads and len(payloads) == len(timestamps_us)
     if len(key) > limits.key_bytes_max:
         raise ValueError(f"routing key of {len(key)} bytes exceeds {limits.key_bytes_max}")
+    if (
+        metas is None
+        and _native is not None
+        and isinstance(payloads, list)
+        and isinstance(timestamps_us, list)
+    ):
+        try:
+            batch: bytes = _native.encode_v1(producer_id, first_seq, key, payloads, timestamps_us)
+        except TypeError:  # a payload that is not `bytes` (a bytearray, a memoryview)
+            pass
+        else:
+            if len(batch) > batch_bytes_max:
+                raise ValueError(f"batch of {len(batch)} bytes exceeds {batch_bytes_max}")
+            return batch
     first_ts = timestamps_us[0]
     # Record headers and payloads interleaved by slice assignment, the headers packed by map():
     # no Python-level loop per record, which made this the publisher's largest cost.
@@ -472,6 +466,10 @@ def check_records(buf: bytes | memoryview, header: BatchHeader, at: int = 0) -> 
         return
     data, shift = _bytes_of(buf, start, end)
     start, end = start - shift, end - shift
+    if _native is not None:  # a compiled walk: ~3 ns a record, whatever their sizes
+        if not _native.fills_v1(data, start, end, count):
+            _raise_first_problem(buf, at)
+        return
     if count == 1 or not _same_sizes(data, start, end, count):
         pos = start
         try:
@@ -480,9 +478,14 @@ def check_records(buf: bytes | memoryview, header: BatchHeader, at: int = 0) -> 
         except struct.error:  # a record head past the end of `data`
             pos = -1
         if pos != end:
-            for _ in iter_records(buf, at):
-                pass  # raises, naming the first bad record
-            raise CorruptRecord(f"the records of the batch at byte {at} do not fill it")
+            _raise_first_problem(buf, at)
+
+
+def _raise_first_problem(buf: bytes | memoryview, at: int) -> None:
+    """CorruptRecord naming the first bad record of a batch whose records do not fill it."""
+    for _ in iter_records(buf, at):
+        pass  # raises, naming the first bad record
+    raise CorruptRecord(f"the records of the batch at byte {at} do not fill it")
 
 
 def _check_records_v2(buf: bytes | memoryview, header: BatchHeader, at: int) -> None:
@@ -586,8 +589,14 @@ def iter_records(buf: bytes | memoryview, at: int = 0) -> Iterator[Record]:
     if header.version != FORMAT_VERSION:
         yield from _iter_records_v2(data, header, at)
         return
+    if _native is not None:
+        records = _native.records_v1(data, header.count, header.base_offset, header.producer_id,
+                                     header.first_seq, header.first_ts_us, header.key)  # fmt: skip
+        if records is not None:
+            yield from records
+            return  # None: unsound, and the walk below names the first bad record
     end, pos = len(data), 0
-    unpack = RECORD.unpack_from
+    unpack, new = RECORD.unpack_from, _new_tuple
     offset, producer, key = header.base_offset, header.producer_id, header.key
     seq, stamp = header.first_seq, header.first_ts_us
     for index in range(header.count):
@@ -598,14 +607,14 @@ def iter_records(buf: bytes | memoryview, at: int = 0) -> Iterator[Record]:
         stop = pos + size
         if stop > end:
             raise CorruptRecord(f"record {index} of batch at byte {at} overruns the batch")
-        yield Record(offset, producer, seq + index, stamp + delta, key, data[pos:stop])
+        yield new(Record, (offset, producer, seq + index, stamp + delta, key, data[pos:stop], None))
         pos = stop
     if pos != end:
         raise CorruptRecord(f"batch at byte {at} has {end - pos} bytes after its last record")
 
 
 def _iter_records_v2(data: bytes, header: BatchHeader, at: int) -> Iterator[Record]:
-    end, pos = len(data), 0
+    end, pos, new = len(data), 0, _new_tuple
     offset, producer, key = header.base_offset, header.producer_id, header.key
     seq, stamp = header.first_seq, header.first_ts_us
     metas: dict[bytes, RecordMeta] = {}  # a batch's records often share one meta: decode it once
@@ -626,8 +635,8 @@ def _iter_records_v2(data: bytes, header: BatchHeader, at: int) -> Iterator[Reco
                     meta = metas[raw] = decode_meta(raw)
                 except CorruptRecord as error:
                     raise CorruptRecord(f"record {index} of batch at byte {at}: {error}") from None
-        yield Record(offset, producer, seq + index, stamp + delta, key,
-                     data[pos + meta_len : stop], meta)  # fmt: skip
+        yield new(Record, (offset, producer, seq + index, stamp + delta, key,
+                           data[pos + meta_len : stop], meta))  # fmt: skip
         pos = stop
     if pos != end:
         raise CorruptRecord(f"batch at byte {at} has {end - pos} bytes after its last record")
