@@ -512,7 +512,42 @@ def render(out: Path) -> list[Path]:
     written.append(_compare_chart(out, data, plt))
     (out / "table.md").write_text(table(data))
     written.append(out / "table.md")
+    if (out / "runs.jsonl").exists():
+        (out / "runs.md").write_text(runs_table(out / "runs.jsonl"))
+        written.append(out / "runs.md")
     return written
+
+
+def runs_table(path: Path) -> str:
+    """Markdown: what `roq bench` saw per level (the latest run of each), with the load
+    average before and after it: the machine is shared."""
+    latest: dict[str, dict[str, Any]] = {}
+    for text in path.read_text().splitlines():
+        if text.strip():
+            line = json.loads(text)
+            latest[line["queue"]] = line
+    lines = [
+        "| Fig. | producers × msg/s | published msg/s | delivered (of published) | p50 / p99 ms "
+        "| load average before → after |",
+        "|---|---|---|---|---|---|",
+    ]
+    for line in latest.values():
+        b = line.get("bench", {})
+        lat = b.get("latency_ms") or {}
+        p50, p99 = lat.get("p50"), lat.get("p99")
+        latency = "–" if p50 is None else f"{p50:,.0f} / {p99:,.0f}"
+        load = f"{_load1(line.get('uptime_before', ''))} → {_load1(line.get('uptime_after', ''))}"
+        delivered = f"{b.get('delivered', 0):,} of {b.get('published', 0):,}"
+        lines.append(
+            f"| {line['figure']} | {line['producers']} × {line['rate']:,} | "
+            f"{b.get('published_msg_s', 0):,} | {delivered} | {latency} | {load} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _load1(uptime_text: str) -> str:
+    match = re.search(r"load average: ([\d.]+)", uptime_text)
+    return match[1] if match else "?"
 
 
 def _compare_chart(out: Path, data: dict[str, Any], plt: Any) -> Path:

@@ -5,6 +5,7 @@ root; this keeps the script from rotting between runs)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -71,9 +72,18 @@ def test_render_draws_the_figures_and_the_table(tmp_path: Path) -> None:
     assert data["5.2"][5]["throughput"] == [3750.0 * 20 * 60, 0.0]
     assert data["5.2"][5]["memory"] == [120.0, 44.0]
 
+    run = {"figure": "5.1", "queue": "t51p5r3000", "producers": 5, "rate": 3000,
+           "uptime_before": "05:32:02 up 10:15,  0 user,  load average: 8.40, 6.39, 4.87",
+           "uptime_after": "05:32:31 up 10:16,  0 user,  load average: 10.84, 7.21, 5.20",
+           "bench": {"published": 299991, "published_msg_s": 14892, "delivered": 299991,
+                     "latency_ms": {"p50": 5.103, "p99": 357.66}}}  # fmt: skip
+    (tmp_path / "runs.jsonl").write_text(json.dumps(run) + "\n")
+
     written = thesis.render(tmp_path)
     names = {path.name for path in written}
-    assert names == {"fig5_1.png", "fig5_2.png", "thesis_vs_roq.png", "table.md"}
+    assert names == {"fig5_1.png", "fig5_2.png", "thesis_vs_roq.png", "table.md", "runs.md"}
+    runs = (tmp_path / "runs.md").read_text()
+    assert "| 5.1 | 5 × 3,000 | 14,892 | 299,991 of 299,991 | 5 / 358 | 8.40 → 10.84 |" in runs
     for path in written:
         assert path.stat().st_size > 0
     assert (tmp_path / "fig5_1.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
