@@ -586,9 +586,9 @@ def _mean(values: list[float]) -> float:
 def table(data: dict[str, dict[int, dict[str, list[float]]]]) -> str:
     """Markdown: per figure and level, roq's mean over the exchanges beside the thesis's."""
     lines = [
-        "| Fig. | level | throughput MB/min per exchange (roq / thesis) | CPU % (roq / thesis) "
-        "| RSS MB (roq / thesis) | roq p50 ms | thesis latency |",
-        "|---|---|---|---|---|---|---|",
+        "| Fig. | level | throughput MB/min per exchange (roq / thesis) | roq, 4 exchanges "
+        "| CPU % (roq / thesis) | RSS MB (roq / thesis) | roq p50 ms | thesis latency |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for figure in sorted(data):
         for key in sorted(data[figure]):
@@ -601,6 +601,7 @@ def table(data: dict[str, dict[int, dict[str, list[float]]]]) -> str:
             thesis_lat = f"{_mean(theirs['latency']):,.0f}" if theirs else "–"
             lines.append(
                 f"| {figure} | {level_label(key)} | {pair('throughput', 1e-6)} | "
+                f"{sum(v for v in ours['throughput'] if v == v) * 1e-6:,.1f} | "
                 f"{pair('cpu', 1)} | {pair('memory', 1)} | "
                 f"{_mean(ours['latency']):,.1f} | {thesis_lat} |"
             )
