@@ -450,7 +450,9 @@ def evaluation_rows(out: Path) -> dict[str, dict[int, dict[str, list[float]]]]:
             cell["throughput"].append(_throughput(row, level))
             cell["cpu"].append(_number(row.get("busy_cpu_pct"), row.get("cpu_pct")))
             cell["memory"].append(_number(row.get("mem_rss_mb")))
-            cell["latency"].append(_number(row.get("latency_p50_us")) / 1000)
+            latency = _number(row.get("latency_p50_us")) / 1000
+            # 0: the subscriber reported periods without a sample (it received nothing)
+            cell["latency"].append(latency if latency > 0 else float("nan"))
     return result
 
 
@@ -583,6 +585,10 @@ def _mean(values: list[float]) -> float:
     return sum(finite) / len(finite) if finite else float("nan")
 
 
+def _show(value: float) -> str:
+    return "–" if value != value else f"{value:,.1f}"
+
+
 def table(data: dict[str, dict[int, dict[str, list[float]]]]) -> str:
     """Markdown: per figure and level, roq's mean over the exchanges beside the thesis's."""
     lines = [
@@ -595,7 +601,7 @@ def table(data: dict[str, dict[int, dict[str, list[float]]]]) -> str:
             ours, theirs = data[figure][key], THESIS.get(figure, {}).get(key)
 
             def pair(metric: str, scale: float, ours: Any = ours, theirs: Any = theirs) -> str:
-                mine = f"{_mean(ours[metric]) * scale:,.1f}"
+                mine = _show(_mean(ours[metric]) * scale)
                 return f"{mine} / {_mean(theirs[metric]) * scale:,.1f}" if theirs else f"{mine} / –"
 
             thesis_lat = f"{_mean(theirs['latency']):,.0f}" if theirs else "–"
@@ -603,7 +609,7 @@ def table(data: dict[str, dict[int, dict[str, list[float]]]]) -> str:
                 f"| {figure} | {level_label(key)} | {pair('throughput', 1e-6)} | "
                 f"{sum(v for v in ours['throughput'] if v == v) * 1e-6:,.1f} | "
                 f"{pair('cpu', 1)} | {pair('memory', 1)} | "
-                f"{_mean(ours['latency']):,.1f} | {thesis_lat} |"
+                f"{_show(_mean(ours['latency']))} | {thesis_lat} |"
             )
     return "\n".join(lines) + "\n"
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -56,7 +57,7 @@ def test_render_draws_the_figures_and_the_table(tmp_path: Path) -> None:
         _row("t51p5r3000", f"m{h}-600{p}-x", busy_bytes_per_s=75_000.0, busy_cpu_pct=20.0)
         for h in (2, 3)
         for p in (0, 4)
-    ] + [_row("t51p40r3000", "m2-6000-y", busy_bytes_per_s=600_000.0)]
+    ] + [_row("t51p40r3000", "m2-6000-y", busy_bytes_per_s=600_000.0, latency_p50_us=0.0)]
     rows52 = [
         _row("t52p5r3000", "m2-6000-z", active_msgs_per_s=3750.0, mem_rss_mb=120.0),
         _row("t52p5r3000", "m3-6000-z"),  # no traffic on it: throughput 0
@@ -68,7 +69,8 @@ def test_render_draws_the_figures_and_the_table(tmp_path: Path) -> None:
     data = thesis.evaluation_rows(tmp_path)
     assert data["5.1"][5]["throughput"] == [4_500_000.0] * 4
     assert data["5.1"][5]["cpu"] == [20.0] * 4
-    assert data["5.1"][40]["latency"] == [2.5]
+    assert data["5.1"][5]["latency"] == [2.5] * 4
+    assert math.isnan(data["5.1"][40]["latency"][0])  # nothing delivered: no latency
     assert data["5.2"][5]["throughput"] == [3750.0 * 20 * 60, 0.0]
     assert data["5.2"][5]["memory"] == [120.0, 44.0]
 
@@ -90,4 +92,4 @@ def test_render_draws_the_figures_and_the_table(tmp_path: Path) -> None:
     text = (tmp_path / "table.md").read_text()
     # roq's mean beside the thesis's (Fig. 5.1, 5 producers: 18.3 MB/min per exchange)
     assert "| 5.1 | 5p×3,000 | 4.5 / 18.3 | 18.0 | 20.0 / 6.0 | 44.0 / 19.2 | 2.5 |" in text
-    assert "| 5.1 | 40p×3,000 | 36.0 / – | 36.0 |" in text
+    assert "| 5.1 | 40p×3,000 | 36.0 / – | 36.0 | 3.0 / – | 44.0 / – | – | – |" in text
