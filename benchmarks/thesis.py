@@ -430,42 +430,56 @@ def keep_table(out: Path, table: str, target: Path) -> None:
 
 
 def evaluation_rows(out: Path) -> dict[str, dict[int, dict[str, list[float]]]]:
-    """From the per-figure `evaluation` Parquet files in `out`: figure → producers (rate shown
-    in the level's label only when not 3,000) → metric → one value per exchange, exchanges in
-    the order of their ids. Throughput is bytes/min from the exchanges' KPI over the periods
-    that carried traffic (the log's count over the active span when the KPI has none; 0 for an
-    exchange without producers)."""
+    """From the per-figure `evaluation` Parquet files in `out`: figure → producers (the key is
+    producers × 100,000 + rate when the rate is not 3,000) → metric → one value per exchange,
+    exchanges in the order of their ids. An exchange has one row per load level the job saw in
+    its minutes (with the log, a minute at a level's edge counts fewer producers): its rows are
+    combined, weighted by minutes. Throughput is bytes/min from the exchange's KPI over the
+    periods that carried traffic (the log's count over the active span when the KPI has none;
+    0 for an exchange without producers); memory is the largest RSS."""
     import pyarrow.parquet as pq
 
-    result: dict[str, dict[int, dict[str, list[float]]]] = {}
+    grouped: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
     for path in sorted(out.glob("fig*.evaluation.parquet")):
-        rows = sorted(pq.read_table(path).to_pylist(), key=lambda r: (r["queue"], r["exchange"]))
-        for row in rows:
+        for row in pq.read_table(path).to_pylist():
             parsed = parse_queue(row["queue"])
             if parsed is None or row["exchange"] in ("", None):
-                continue
+                continue  # a subscriber's latency without an exchange, or another queue
             figure, level = parsed
             key = level.producers if level.rate == 3000 else level.producers * 100_000 + level.rate
-            cell = result.setdefault(figure, {}).setdefault(key, {m: [] for m, _, _ in METRICS})
-            cell["throughput"].append(_throughput(row, level))
-            cell["cpu"].append(_number(row.get("busy_cpu_pct"), row.get("cpu_pct")))
-            cell["memory"].append(_number(row.get("mem_rss_mb")))
-            latency = _number(row.get("latency_p50_us")) / 1000
-            # 0: the subscriber reported periods without a sample (it received nothing)
-            cell["latency"].append(latency if latency > 0 else float("nan"))
+            grouped.setdefault((figure, key, row["exchange"]), []).append(row)
+    result: dict[str, dict[int, dict[str, list[float]]]] = {}
+    for (figure, key, _), rows in sorted(grouped.items()):
+        cell = result.setdefault(figure, {}).setdefault(key, {m: [] for m, _, _ in METRICS})
+        throughput = _weighted(rows, [_throughput(r) for r in rows])
+        cell["throughput"].append(0.0 if throughput != throughput else throughput)
+        cpu = _weighted(rows, [r.get("busy_cpu_pct") for r in rows])
+        cell["cpu"].append(_weighted(rows, [r.get("cpu_pct") for r in rows]) if cpu != cpu else cpu)
+        memory = [r["mem_rss_mb"] for r in rows if r.get("mem_rss_mb") is not None]
+        cell["memory"].append(max(memory) if memory else float("nan"))
+        # 0 µs: the subscriber reported periods without a sample (it received nothing)
+        latency = [(r.get("latency_p50_us") or 0) / 1000 for r in rows]
+        cell["latency"].append(_weighted(rows, [v if v > 0 else None for v in latency]))
     return result
 
 
-def _number(*values: Any) -> float:
-    return next((float(v) for v in values if v is not None), float("nan"))
+def _weighted(rows: list[dict[str, Any]], values: list[float | None]) -> float:
+    """The minutes-weighted mean of the values that exist; NaN when none does."""
+    pairs = [
+        (float(v), float(r.get("minutes") or 1))
+        for r, v in zip(rows, values, strict=True)
+        if v is not None and v == v
+    ]
+    total = sum(w for _, w in pairs)
+    return sum(v * w for v, w in pairs) / total if total else float("nan")
 
 
-def _throughput(row: dict[str, Any], level: Level) -> float:
+def _throughput(row: dict[str, Any]) -> float | None:
     if row.get("busy_bytes_per_s") is not None:
         return float(row["busy_bytes_per_s"]) * 60
     if row.get("active_msgs_per_s") is not None:
         return float(row["active_msgs_per_s"]) * PAYLOAD * 60
-    return 0.0  # reported, but no period with traffic: no producer was placed on it
+    return None
 
 
 def level_label(key: int) -> str:
