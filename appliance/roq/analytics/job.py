@@ -145,6 +145,7 @@ def exchange_table(traffic: DataFrame, xload: DataFrame) -> DataFrame:
         F.max("last_ts_us").alias("last_ts_us"),
     )
     counts = _active(counts)
+    busy = F.col("msgs_per_s") > 0
     load = (
         _minute_ts(xload)
         .groupBy(keys)
@@ -155,6 +156,11 @@ def exchange_table(traffic: DataFrame, xload: DataFrame) -> DataFrame:
             F.avg("msgs_per_s").alias("kpi_msgs_per_s"),
             F.avg("bytes_per_s").alias("kpi_bytes_per_s"),
             F.first("host", ignorenulls=True).alias("host"),
+            # the same over the reports of periods that carried traffic: a 20 s load level in
+            # a minute is not diluted by the idle reports before and after it
+            F.avg(F.when(busy, F.col("msgs_per_s"))).alias("busy_msgs_per_s"),
+            F.avg(F.when(busy, F.col("bytes_per_s"))).alias("busy_bytes_per_s"),
+            F.avg(F.when(busy, F.col("cpu_pct"))).alias("busy_cpu_pct"),
         )
     )
     joined = counts.join(load, keys, "full_outer")
@@ -230,6 +236,9 @@ def evaluation_table(exchanges: DataFrame, queues: DataFrame, latency_q: DataFra
         F.avg("mem_rss_mb").alias("mem_rss_mb"),
         F.avg("p50_us").alias("latency_p50_us"),
         F.avg("mean_us").alias("latency_mean_us"),
+        F.avg("busy_msgs_per_s").alias("busy_msgs_per_s"),
+        F.avg("busy_bytes_per_s").alias("busy_bytes_per_s"),
+        F.avg("busy_cpu_pct").alias("busy_cpu_pct"),
     )
 
 
