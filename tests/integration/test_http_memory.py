@@ -86,7 +86,8 @@ def test_a_gateway_holds_at_most_its_bound_answers_every_get_and_restarts_withou
     assert 0 < _metric(api, "roq_http_held_bytes") <= bound
     assert _metric(api, "roq_http_held_evictions_total") > total // 2
     grown = _rss_bytes(daemon.process.pid) - rss_before
-    assert grown < 12 << 20, f"RSS grew by {grown} bytes serving 24 MB within a 1 MiB bound"
+    # measured: 6.7 MiB with the bound, 27.7 MiB holding every text (as before the bound)
+    assert grown < 16 << 20, f"RSS grew by {grown} bytes serving 24 MB within a 1 MiB bound"
     for topic in topics:  # the oldest half: read back from the log
         for n in range(1, per_topic // 2 + 1):
             _get_and_ack(api, topic, n)
