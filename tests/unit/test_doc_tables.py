@@ -239,7 +239,7 @@ def test_paths_docstring_lists_every_znode_it_builds_and_no_other():
 
 def metrics_in_code() -> set[str]:
     """Every metric the gateway exports, as scraped: `name{label,…}`."""
-    metrics = Metrics(TopicIndex(10), lambda: 0)
+    metrics = Metrics(TopicIndex(10, 1 << 20), lambda: 0)
     metrics.observe("publish", 200, 0.001)
     found: set[str] = set()
     for family in metrics.registry.collect():

@@ -111,7 +111,7 @@ def test_a_record_with_unsound_meta_or_cut_short_is_not_the_gateways() -> None:
 
 
 def test_the_index_withholds_an_expired_message_once_keeping_its_place() -> None:
-    index = TopicIndex(3)
+    index = TopicIndex(3, 1 << 20)
     meta = encode_meta(None, None, 1, None)
     index.add([("t", 1, "gone", "x1", 0, meta), ("t", 2, "kept", "x1", 0, b"")])
     assert index.withhold("t", 1) and not index.withhold("t", 1)

@@ -118,7 +118,7 @@ def test_series_past_the_queue_bound_are_dropped_and_counted():
 
 
 def test_the_gateways_counts_are_counters():
-    metrics = Metrics(TopicIndex(10), lambda: 3, lambda: 4)
+    metrics = Metrics(TopicIndex(10, 1 << 20), lambda: 3, lambda: 4)
     text = metrics.render().decode()
     assert "# TYPE roq_http_publishers_replaced_total counter" in text
     assert "roq_http_publishers_replaced_total 3.0" in text
@@ -260,7 +260,7 @@ def dashboard_metrics() -> set[str]:
 def exposed_names() -> set[str]:
     """Every sample name the cluster's listeners and a gateway may expose."""
     names = set(BY_NAME) | {"roq_series_dropped_total"}
-    metrics = Metrics(TopicIndex(10), lambda: 0)
+    metrics = Metrics(TopicIndex(10, 1 << 20), lambda: 0)
     metrics.observe("publish", 200, 0.001)
     for family in metrics.registry.collect():
         names |= {s.name for s in family.samples}

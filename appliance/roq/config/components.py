@@ -550,6 +550,8 @@ class HttpSettings:
     topics_quota: int = field(metadata=key("http.topics.per.principal"))
     requests_quota: int = field(metadata=key("http.requests.per.principal"))
     bytes_quota: int = field(metadata=key("http.publish.bytes.per.principal"))
+    # memory for the messages' text and meta; past it they are read back from the logs
+    cache_bytes: int = field(metadata=key("http.cache.bytes"))
     # where the topics are kept: log (the state logs of the http-N queues' monitors) | zookeeper
     delivery_state: str = field(metadata=key("delivery.state"))
     log_root: str = field(metadata=key("directory"))  # the gateway's snapshots beside the logs

@@ -948,6 +948,16 @@ HCM_KEYS: tuple[Key, ...] = (
         section="HTTP gateway",
     ),
     Key(
+        "http.cache.bytes",
+        int,
+        256 * 1024 * 1024,
+        "Memory one gateway holds messages' text and meta in (the least recently used go "
+        "first); a get of a message not held reads it back from its log. Each kept message "
+        "also costs about 100 bytes of place (its exchange and offset). 0: none held.",
+        (0, 1 << 40),
+        section="HTTP gateway",
+    ),
+    Key(
         "work.slot.messages",
         int,
         1000,

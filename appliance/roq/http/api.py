@@ -519,7 +519,7 @@ def build(
 ) -> Starlette:
     share = Share(settings.requests_quota)
     metrics = Metrics(gateway.index, lambda: gateway.replaced, gateway.read_from_logs, share.total,
-                      lambda: gateway.expired)  # fmt: skip
+                      lambda: gateway.expired, lambda: gateway.read_back)  # fmt: skip
     fields, access = Fields(settings), gateway.access
     guards = Guards(access, share, gateway.parse_json)
     calls = Calls(gateway, metrics)

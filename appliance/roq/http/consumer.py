@@ -25,7 +25,8 @@ from roq.http import records as mq
 
 log = logging.getLogger(__name__)
 
-Items = list[tuple[str, int, str, str, int, bytes]]  # topic, index, message, exchange, offset, meta
+# topic, index, message, exchange, offset, meta
+Items = list[tuple[str, int, str | None, str, int, bytes]]
 Position = dict[str, Any]  # a Subscriber's resume state
 
 
@@ -46,6 +47,10 @@ class LogConsumer(threading.Thread):
         self.stop = threading.Event()
         self.received = 0
         self.foreign = 0  # records of the queue that are not gateway messages (skipped)
+        # exchange id -> its back address, of the exchanges the Subscriber reads: where the
+        # gateway reads back a message it does not hold (gateway.py `_read_back`); replaced
+        # whole, so a worker thread reads it without a lock
+        self.exchanges: dict[str, str] = {}
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -78,6 +83,7 @@ class LogConsumer(threading.Thread):
             where = "the beginning of its log" if self.resume is None else "the snapshot's position"
             log.info("http: reading queue %s from %s", self.queue, where)
             while not self.stop.is_set():
+                self.exchanges = {id_: back for back, id_ in subscriber.exchanges.items() if back}
                 items: Items = []
                 for delivery in subscriber.poll(limits.poll_interval_ms):
                     origin = getattr(delivery.source, "exchange_id", "")

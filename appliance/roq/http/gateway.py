@@ -13,11 +13,12 @@ messages; the index (index.py) is this gateway's view of the logs.
 - get: read the subscriber's next index and the topic's head; evicted if the next index is
   maxQueueSize or more behind the head (230), not published if it is past the head (231, or
   wait for it: v2's long poll), otherwise the message, from the index (waiting, bounded, for
-  the log to bring a message published through another gateway). A message with meta is
-  enforced here, by the gateway's wall clock: once expired it is never returned (230 as if
-  evicted, counted once, its text dropped from the index), and before its not-before time it
-  is not there yet (231, or the long poll waits for it): the subscriber's later messages wait
-  behind it, as a topic is a queue in order.
+  the log to bring a message published through another gateway); a message the index keeps
+  but does not hold (past `http.cache.bytes`) is read back from its batch in the log. A
+  message with meta is enforced here, by the gateway's wall clock: once expired it is never
+  returned (230 as if evicted, counted once, its text dropped from the index), and before its
+  not-before time it is not there yet (231, or the long poll waits for it): the subscriber's
+  later messages wait behind it, as a topic is a queue in order.
 - ack: the next index + 1, by compare-and-set, if the acknowledged index is the next one.
 
 Blocking calls (kazoo, the Publisher's flush) run on a bounded thread pool, never on the loop.
@@ -45,6 +46,7 @@ from typing import Any, TypeVar
 from roq import limits
 from roq.client import credentials
 from roq.client.admin import AdminClient, AdminRefused
+from roq.client.logread import LogReadFailed, read_batch
 from roq.client.publisher import Publisher
 from roq.client.topics import TopicClient
 from roq.config import HttpSettings
@@ -56,7 +58,7 @@ from roq.errors import CoordinationError, RoqError, TopicRefused
 from roq.http import records, snapshot
 from roq.http.auth import Access
 from roq.http.consumer import Items, LogConsumer, Position
-from roq.http.index import Kept, TopicIndex
+from roq.http.index import Kept, Place, TopicIndex
 from roq.log.format import RecordMeta, decode_meta
 from roq.log.metatext import now_us
 from roq.protocol.messages.topics import NOBODY, Caller
@@ -85,7 +87,7 @@ class Gateway:
     def __init__(self, settings: HttpSettings):
         self.settings = settings
         self.paths = Paths(settings.zk.namespace)
-        self.index = TopicIndex(settings.max_queue_size)
+        self.index = TopicIndex(settings.max_queue_size, settings.cache_bytes)
         self.pool = ThreadPoolExecutor(limits.http_workers_max, thread_name_prefix="roq-http")
         self.publishers: dict[str, Publisher] = {}
         self.consumers: list[LogConsumer] = []
@@ -96,6 +98,7 @@ class Gateway:
         self._replaced_at: dict[str, float] = {}
         self.replaced = 0  # failed publishers replaced (GET /metrics)
         self.expired = 0  # messages a get found expired and withheld, each once (GET /metrics)
+        self.read_back = 0  # messages read back from the logs, not held in memory (GET /metrics)
         self.zk: Any = None
         self.store: TopicStore | TopicClient
         self.access = Access(credentials.secured())  # who may call (bearer tokens)
@@ -213,7 +216,7 @@ class Gateway:
             log.info("http: no snapshot of queue %s: reading its log from the beginning", queue)
             return
         self.index.add(
-            (topic, index, message or "", origin, offset, meta)
+            (topic, index, message, origin, offset, meta)
             for topic, kept in found.topics.items()
             for index, (message, origin, offset, meta) in kept
         )
@@ -411,7 +414,7 @@ class Gateway:
                 if left <= 0 or not await self.index.wait_for(topic, following, left):
                     return Got(NO_MESSAGE, following)
                 continue  # something arrived: the store says whether it is still ours
-            found: Kept | Got | None = self.index.lookup(topic, following)
+            found: Kept | Got | None = await self._kept(topic, following)
             if found is None:
                 found = await self._catch_up(topic, following)
             got = found if isinstance(found, Got) else self._deliverable(topic, following, found)
@@ -425,12 +428,44 @@ class Gateway:
     async def _catch_up(self, topic: str, index: int) -> Kept | Got:
         """The store says message `index` was published, the index does not have it yet."""
         await self.index.wait_for(topic, index, limits.http_catchup_s, exact=True)
-        found = self.index.lookup(topic, index)
+        found = await self._kept(topic, index)
         if found is not None:
             return found
         if self.index.newest.get(topic, 0) > index:
             return Got(EVICTED, index)  # its publish failed: a later message came, it never will
         raise Unavailable(f"message {index} of topic {topic!r} is not readable yet")
+
+    async def _kept(self, topic: str, index: int) -> Kept | None:
+        """The message if the index keeps it: held in memory, or else read back from its log."""
+        found = self.index.lookup(topic, index)
+        place = self.index.place(topic, index)
+        if found is not None or place is None:
+            return found
+        text, meta = await self._run(self._read_back, topic, index, place)
+        self.read_back += 1
+        return self.index.refill(topic, index, place, text, meta)
+
+    def _read_back(self, topic: str, index: int, place: Place) -> tuple[str, bytes]:
+        """On a worker: the text and meta of a message kept but not held, from the batch its
+        place names. Unavailable (503) if its exchange cannot be read now."""
+        origin, offset, _ = place
+        queue = self.queue_of(topic)
+        back = next((c.exchanges.get(origin) for c in self.consumers if c.queue == queue), None)
+        if not back:
+            raise Unavailable(f"message {index} of topic {topic!r}: exchange {origin} of queue "
+                              f"{queue} is not readable now (not held in memory)")  # fmt: skip
+        try:
+            records_ = read_batch(back, offset, limits.request_timeout_ms / 1000)
+        except LogReadFailed as error:
+            log.warning("http: reading back message %d of topic %r: %s", index, topic, error)
+            message = f"message {index} of topic {topic!r} cannot be read back: {error}"
+            raise Unavailable(message) from None
+        for record in records_:
+            found = records.decode(record.payload)
+            if found is not None and found[0] == topic and found[1] == index:
+                return found[2], found[3]
+        raise Unavailable(f"message {index} of topic {topic!r} is not in its batch at offset "
+                          f"{offset} of exchange {origin}")  # fmt: skip
 
     def _deliverable(self, topic: str, index: int, found: Kept) -> Got:
         """The subscriber's next message as a get answers it: expired (EVICTED: withheld, its

@@ -28,6 +28,7 @@ class Metrics:
         read: Callable[[], int] = lambda: 0,
         in_progress: Callable[[], int] = lambda: 0,
         expired: Callable[[], int] = lambda: 0,
+        read_back: Callable[[], int] = lambda: 0,
     ):
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
@@ -52,6 +53,11 @@ class Metrics:
             registry=self.registry,
         )  # fmt: skip
         held.set_function(lambda: index.count)
+        held_bytes = Gauge(
+            "roq_http_held_bytes", "Memory this gateway holds messages' text and meta in "
+            "(bounded by http.cache.bytes).", registry=self.registry,
+        )  # fmt: skip
+        held_bytes.set_function(lambda: index.held.bytes)
         busy = Gauge(
             "roq_http_requests_in_progress", "Requests in progress (long polls included) of the "
             "principals held to http.requests.per.principal.", registry=self.registry,
@@ -67,6 +73,14 @@ class Metrics:
         counter_function(
             self.registry, "roq_http_expired_messages_total", "Expired messages a get found "
             "and did not return (each once per gateway run).", expired,
+        )  # fmt: skip
+        counter_function(
+            self.registry, "roq_http_held_evictions_total", "Messages whose text this gateway "
+            "let go of to stay within http.cache.bytes.", lambda: index.held.evictions,
+        )  # fmt: skip
+        counter_function(
+            self.registry, "roq_http_read_back_messages_total", "Messages a get read back from "
+            "their log because this gateway did not hold them.", read_back,
         )  # fmt: skip
 
     def observe(self, endpoint: str, status: int, seconds: float) -> None:

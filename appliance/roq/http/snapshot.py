@@ -20,6 +20,9 @@ them under the same indexes, which changes nothing.
                     head's list, 2 | the message, UTF-8),
            META (the meta of the MESSAGE before it, as records.py carries it; only for a
                  message with meta, so a snapshot without any is what it was before meta),
+           LOGGED (index, 8 | offset, 8 | exchange number, 2: a message the index keeps but
+                   does not hold in memory, past `http.cache.bytes`: read back from the log
+                   when a get asks; an older gateway refuses the file and reads the log),
            END (the count of messages, 8)
 
 Written to a temporary file, fsynced, renamed over the old one, and the directory fsynced: a
@@ -52,10 +55,11 @@ VERSION = 1
 FRAME = struct.Struct(">IIB")
 INDEX = struct.Struct(">Q")
 MESSAGE_HEAD = struct.Struct(">QQH")  # index, offset, exchange number
-HEAD, TOPIC, MESSAGE, END, META = 1, 2, 3, 4, 5
+HEAD, TOPIC, MESSAGE, END, META, LOGGED = 1, 2, 3, 4, 5, 6
 
-# topic -> (index, (message, exchange id, log offset, meta)), oldest first (index.py's `Kept`;
-# an expired message withheld, None, is saved with an empty text: it is withheld again)
+# topic -> (index, (message, exchange id, log offset, meta)), oldest first (index.py's `export`:
+# a message not held has its text None, saved as LOGGED; an expired one withheld has "" and is
+# withheld again)
 Kept = tuple[str | None, str, int, bytes]
 Topics = dict[str, list[tuple[int, Kept]]]
 
@@ -105,7 +109,11 @@ def write(path: Path, snapshot: Snapshot) -> None:
             _frame(out, TOPIC, topic.encode())
             for index, (message, origin, offset, meta) in kept:
                 where = MESSAGE_HEAD.pack(index, offset, origins[origin])
-                _frame(out, MESSAGE, where + (message or "").encode())
+                if message is None:
+                    _frame(out, LOGGED, where)
+                    count += 1
+                    continue
+                _frame(out, MESSAGE, where + message.encode())
                 if meta:
                     _frame(out, META, meta)
                 count += 1
@@ -133,13 +141,16 @@ def read(path: Path, queue: str, identity: str) -> Snapshot | None:
     for at, kind, body in frames:
         if kind == TOPIC:
             kept = topics.setdefault(_text(path, at, body), [])
-        elif kind == MESSAGE and kept is not None and len(body) >= MESSAGE_HEAD.size:
+        elif kind in (MESSAGE, LOGGED) and kept is not None and len(body) >= MESSAGE_HEAD.size:
             index, offset, origin = MESSAGE_HEAD.unpack_from(body)
             if origin >= len(origins):
                 raise Unreadable(f"{path}: byte {at}: exchange number {origin} is not in its head")
-            message = _text(path, at, body[MESSAGE_HEAD.size :])
+            text = body[MESSAGE_HEAD.size :]
+            message = _text(path, at, text) if kind == MESSAGE else None
+            if kind == LOGGED and text:
+                raise Unreadable(f"{path}: byte {at}: a logged message with a text")
             kept.append((index, (message, origins[origin], offset, b"")))
-        elif kind == META and kept and not kept[-1][1][3]:
+        elif kind == META and kept and kept[-1][1][0] is not None and not kept[-1][1][3]:
             kept[-1] = _with_meta(path, at, kept[-1], body)
         elif kind == END and len(body) == INDEX.size:
             snapshot = Snapshot(queue, identity, head["resume"], topics)
