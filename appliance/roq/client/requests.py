@@ -531,6 +531,8 @@ class Requester:
         self.queue, self.acks = queue, acks
         self._locate = (gcm, zk, namespace)
         self._link = _Link(queue, self._locate)
+        self._repeat = _worker_repeats(self._link)
+        self._link.repeat(*self._repeat)
         self._results = _Results(self._link)
         self._callbacks = _Callbacks(self._link, self._locate)
         self._publisher: Publisher | None = None
@@ -640,6 +642,17 @@ def failure_text(error: BaseException) -> str:
     return f"{head}\n{trace}"
 
 
+def _worker_repeats(link: _Link) -> tuple[int, float]:
+    """The queue's request.worker.repeats and request.worker.wait.ms (JLupin's repeatsAmount,
+    timeToWaitBetweenRepeatProbeInMillis) as its monitor says; a monitor of an older version,
+    which has none, leaves what the link always did (limits.work_monitor_wait_s)."""
+    settings = link.ask(TaskConfig({}).encode()).get("Settings")
+    found = settings if isinstance(settings, dict) else {}
+    wait_s = int(found.get("request.worker.wait.ms", limits.work_poll_ms)) / 1000
+    default = round(limits.work_monitor_wait_s / wait_s)
+    return int(found.get("request.worker.repeats", default)), wait_s
+
+
 class Worker:
     """Runs a service's requests: one consumer of the service's group, up to `concurrency`
     requests at once (JLupin's threadAmount). `prefetch` bounds the requests its consumer holds
@@ -678,6 +691,8 @@ class Worker:
         )  # fmt: skip
         self.name = f"worker {self.consumer.consumer_id[:8]} of {queue}/{service}"
         self._link = _Link(queue, self._locate)
+        self._repeat = _worker_repeats(self._link)
+        self._link.repeat(*self._repeat)
         self._results = _Results(self._link)
         self._callbacks = _Callbacks(self._link, self._locate)
         self._publisher: Publisher | None = None
@@ -818,6 +833,7 @@ class Worker:
         link: _Link | None = getattr(self._local, "link", None)
         if link is None:
             link = self._local.link = _Link(self.queue, self._locate, self._link.monitor)
+            link.repeat(*self._repeat)
             with self._links_lock:
                 self._links.append(link)
         return link
