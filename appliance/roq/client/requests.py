@@ -531,8 +531,6 @@ class Requester:
         self.queue, self.acks = queue, acks
         self._locate = (gcm, zk, namespace)
         self._link = _Link(queue, self._locate)
-        self._repeat = _worker_repeats(self._link)
-        self._link.repeat(*self._repeat)
         self._results = _Results(self._link)
         self._callbacks = _Callbacks(self._link, self._locate)
         self._publisher: Publisher | None = None
@@ -685,8 +683,8 @@ class _Availability:
             self.changed.clear()
 
     def run(self, available: Callable[[], bool], name: str, period_s: float,
-            stop: threading.Event) -> None:  # fmt: skip
-        while not stop.wait(period_s):
+            done: threading.Event) -> None:  # fmt: skip
+        while not done.wait(period_s):
             self.check(available, name)
 
 
@@ -767,10 +765,18 @@ class Worker:
         without a request), then let the running ones finish; the number executed. `drain`
         stops the taking alone: the consumer still settles however long the running ones take
         (`roq serve --memory-max` restarting its worker), where `stop` gives them its grace."""
-        idle_since = time.monotonic()
         self.consumer.stop_with(stop)  # a gone monitor does not hold up the stop
-        self._start_checks(stop)
-        ended = _Either(stop, drain)
+        checked = threading.Event()  # ends the checks with the run
+        self._start_checks(checked)
+        try:
+            self._take(stop, _Either(stop, drain), count, idle_timeout_s)
+        finally:
+            checked.set()
+        return self.executed
+
+    def _take(self, stop: threading.Event, ended: _Either, count: int | None,
+              idle_timeout_s: float | None) -> None:  # fmt: skip
+        idle_since = time.monotonic()
         while not ended.is_set():
             self._tend()
             if not self._availability.now and self._pause(stop, ended):
@@ -803,15 +809,15 @@ class Worker:
         while self._running:  # stopped: the running requests end and are settled
             self._wait_finished()
             self._tend()
-        return self.executed
 
-    def _start_checks(self, stop: threading.Event) -> None:
-        """The first check before any request is taken, then one every period on a thread."""
+    def _start_checks(self, done: threading.Event) -> None:
+        """The first check before any request is taken, then one every period on a thread,
+        until `done`."""
         if self._available is None:
             return
         self._availability.check(self._available, self.name)
         thread = threading.Thread(target=self._availability.run,
-                                  args=(self._available, self.name, self._check_period_s, stop),
+                                  args=(self._available, self.name, self._check_period_s, done),
                                   name=f"roq-check-{self.service}", daemon=True)  # fmt: skip
         thread.start()
 
