@@ -643,8 +643,14 @@ def failure_text(error: BaseException) -> str:
 def _worker_repeats(link: _Link) -> tuple[int, float]:
     """The queue's request.worker.repeats and request.worker.wait.ms (JLupin's repeatsAmount,
     timeToWaitBetweenRepeatProbeInMillis) as its monitor says; a monitor of an older version,
-    which has none, leaves what the link always did (limits.work_monitor_wait_s)."""
-    settings = link.ask(TaskConfig({}).encode()).get("Settings")
+    which has none (or refuses their read to a principal without admin), leaves what the link
+    always did (limits.work_monitor_wait_s)."""
+    try:
+        settings = link.ask(TaskConfig({}).encode()).get("Settings")
+    except MonitorRefused as refused:
+        log.warning("queue %s: the worker's request settings were not read, the defaults hold: "
+                    "%s", link.queue, refused)  # fmt: skip
+        settings = {}
     found = settings if isinstance(settings, dict) else {}
     wait_s = int(found.get("request.worker.wait.ms", limits.work_poll_ms)) / 1000
     default = round(limits.work_monitor_wait_s / wait_s)
