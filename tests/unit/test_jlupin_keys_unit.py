@@ -16,11 +16,13 @@ from roq.client.monitorlink import MonitorLink
 from roq.config.components import RequestSettings
 from roq.errors import ConfigError, RoqError
 from roq.monitor.selection import live_members
+from roq.monitor.service import request_needs
 from roq.monitor.slots import Group, Member
 from roq.monitor.tasks import Record, TaskManager
 from roq.protocol import bsonmsg
-from roq.protocol.commands import Reason
+from roq.protocol.commands import MonitorCommand, Reason
 from roq.protocol.ports import MonitorPort, port_at
+from roq.protocol.principals import Permission
 from roq.testing.cluster import PortBlocks
 from roq.transport import Kind, bind, new_context, open_socket, recv_nowait, send_nowait
 from roq.transport.sockets import wait_readable
@@ -139,3 +141,10 @@ def test_request_delegator_check_ms_is_the_window_of_a_live_worker():
 def test_a_member_holding_a_slot_is_live_whatever_the_window():
     group = Group("svc.s", members={"a": Member("a", 0.0, slots={"x1/0"})})
     assert live_members(group, time.monotonic()) == 1
+
+
+def test_a_worker_may_read_the_request_settings_only_an_admin_change_them():
+    read = request_needs({"CMD": int(MonitorCommand.TASK_CONFIG), "Settings": {}})
+    assert Permission.CONSUME in read and Permission.PUBLISH in read
+    change = {"CMD": int(MonitorCommand.TASK_CONFIG), "Settings": {"request.retry.max": "1"}}
+    assert request_needs(change) == (Permission.ADMIN,)

@@ -684,10 +684,7 @@ class Monitor:
         """Publishers need publish on the queue, subscribers subscribe, work-queue consumers
         consume: refused by name. Only the command is read (before the table decodes it)."""
         command = request.get("CMD")
-        needs = _needs(command)
-        if command == MonitorCommand.TASK_CONFIG and not request.get("Settings"):
-            needs = _READ_SETTINGS  # a read: a worker's request.worker.* at its start
-        why = refusal(principal, needs, self.queue)
+        why = refusal(principal, request_needs(request), self.queue)
         if why is None and command in TOPIC_COMMANDS and principal and not principal.superuser:
             # a topic command names any owner or subscriber: the gateway's alone, which checks
             # its callers (a grant of admin on http-0 set positions over ZeroMQ otherwise)
@@ -1070,6 +1067,15 @@ def _log_endpoint(front: str) -> str:
 # A queue's request settings read without a change (TASK_CONFIG with no Settings): by a worker
 # (request.worker.repeats, request.worker.wait.ms at its start), a requester or an admin.
 _READ_SETTINGS = (Permission.CONSUME, Permission.PUBLISH, Permission.ADMIN)
+
+
+def request_needs(request: Mapping[str, Any]) -> tuple[Permission, ...]:
+    """The permissions of which the placement request needs one: its command's, but a read
+    of the request settings (TASK_CONFIG without a change) is a worker's too."""
+    command = request.get("CMD")
+    if command == MonitorCommand.TASK_CONFIG and not request.get("Settings"):
+        return _READ_SETTINGS  # a worker's request.worker.* at its start
+    return _needs(command)
 
 
 def _needs(command: Any) -> tuple[Permission, ...]:
