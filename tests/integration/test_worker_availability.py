@@ -60,7 +60,7 @@ def test_a_worker_not_available_takes_no_request_until_its_check_says_so(
         for name in ("A", "B"):
             wait_for(lambda n=name: _said(tmp_path, n, "roq serve: worker"), 60, f"{name} joined")
         flag.touch()
-        wait_for(lambda: _said(tmp_path, "A", "not available"), 30, "A not available")
+        wait_for(lambda: _said(tmp_path, "A", "leaves its group"), 30, "A left its group")
         assert _results(cluster, 6) == [b"B"] * 6
         flag.unlink()
         wait_for(lambda: _said(tmp_path, "A", "available again"), 30, "A available again")
@@ -82,6 +82,7 @@ def test_a_missing_check_script_is_logged_and_the_worker_stays_up(
     b = _serve(cluster, tmp_path, "B")
     try:
         wait_for(lambda: _said(tmp_path, "A", "exit 127"), 60, "A's missing script logged")
+        wait_for(lambda: _said(tmp_path, "A", "leaves its group"), 30, "A left its group")
         wait_for(lambda: _said(tmp_path, "B", "roq serve: worker"), 60, "B joined")
         assert _results(cluster, 3) == [b"B"] * 3
         assert a.poll() is None, (tmp_path / "A.err").read_text()
