@@ -633,6 +633,30 @@ task_waiters_max = 10_000
 # most this many times in a row (each time one write fewer at least).
 task_writes_per_commit_max = 256
 task_commit_rounds_max = 8
+# A worker's availability check (JLupin's checkAvailableScript: `roq serve --check-available`,
+# `Worker(available=...)`): asked this often by default, within these bounds; a command running
+# longer than its timeout is ended and counts as "not available". While not available the worker
+# takes no request: it lets its running ones finish, then leaves its group (its slots go to the
+# service's other workers) until a check says available again.
+worker_check_period_s = 5.0
+worker_check_period_min_s = 0.1
+worker_check_period_max_s = 3_600.0
+worker_check_timeout_s = 5.0
+worker_check_output_chars_max = 500  # of a failing check's output, logged with its exit
+# `roq serve --memory-max MB` (JLupin's MEMORY_ERRORS: isRestartOnError, howManyTimes,
+# percentageGrowth): the supervising `roq serve` reads its worker's resident memory (the worker
+# process and the --exec commands it runs, /proc) this often; past the threshold the worker
+# finishes its running requests (at most work_exec_timeout_s plus the margin, then it is killed)
+# and is started again with the threshold raised by the growth, at most the restarts given.
+serve_memory_check_s = 0.5
+serve_memory_mb_min = 16
+serve_memory_mb_max = 1_048_576
+serve_memory_growth_pct_max = 1_000
+serve_memory_restarts_max = 1_000
+serve_memory_growth_pct = 25  # JLupin's percentageGrowth
+serve_memory_restarts = 4  # JLupin's howManyTimes
+serve_drain_margin_s = 60.0
+serve_stderr_line_bytes_max = 64 * 1024  # a worker's stderr line the supervisor passes on
 
 # --- security (CurveZMQ, issue 23) ------------------------------------------------------------
 # A CURVE handshake not finished within this is dropped by either side, so a refused or

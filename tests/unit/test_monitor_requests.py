@@ -126,7 +126,7 @@ class _Placement:
         self.sent: list[tuple[Envelope, Document]] = []
         self.groups = GroupManager("q1", settings, zk, self._readable, self._reply_later)
         self.groups.store = _GroupStore(reachable)
-        self.tasks = TaskManager("q1", settings, zk, lambda _: 1, self._reply_later,
+        self.tasks = TaskManager("q1", settings, zk, lambda *_: 1, self._reply_later,
                                  self.groups.wake)  # fmt: skip
         self.tasks.store = _TaskStore()
         self.table: Table[Envelope | None] = Table(

@@ -15,7 +15,7 @@ from roq.monitor.tasks import Record, TaskManager
 
 def _manager(**values: str) -> TaskManager:
     settings = config.MonitorSettings.from_settings(config.load_hcm(None, values))
-    return TaskManager("q1", settings, None, lambda _: 1, store=_TaskStore())  # type: ignore[arg-type]
+    return TaskManager("q1", settings, None, lambda *_: 1, store=_TaskStore())  # type: ignore[arg-type]
 
 
 def test_an_accepted_task_never_started_expires_after_the_transient_bound():

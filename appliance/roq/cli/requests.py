@@ -111,6 +111,45 @@ def serve(
         help="Hold at most N requests handed out (default: the group's work.inflight); "
         "--prefetch equal to --concurrency leaves the rest to other workers.",
     ),
+    check_available: str | None = typer.Option(
+        None,
+        "--check-available",
+        help="Shell command run every --check-every seconds (JLupin's checkAvailableScript): "
+        f"exit 0 = available; non-zero, or running over {limits.worker_check_timeout_s:g} s, "
+        "= the worker finishes what it runs and takes no request (leaves its group) until "
+        "it exits 0 again.",
+    ),
+    check_every: float = typer.Option(
+        limits.worker_check_period_s,
+        "--check-every",
+        min=limits.worker_check_period_min_s,
+        max=limits.worker_check_period_max_s,
+        help="Seconds between two --check-available runs.",
+    ),
+    memory_max: float | None = typer.Option(
+        None,
+        "--memory-max",
+        min=limits.serve_memory_mb_min,
+        max=limits.serve_memory_mb_max,
+        help="MB (JLupin's MEMORY_ERRORS): run the worker as a child process and, once it and "
+        "its --exec commands use more resident memory, let it finish its running requests "
+        "and start it again with the threshold raised by --memory-growth.",
+    ),
+    memory_growth: float = typer.Option(
+        limits.serve_memory_growth_pct,
+        "--memory-growth",
+        min=0,
+        max=limits.serve_memory_growth_pct_max,
+        help="Percent the --memory-max threshold grows at each restart (percentageGrowth).",
+    ),
+    memory_restarts: int = typer.Option(
+        limits.serve_memory_restarts,
+        "--memory-restarts",
+        min=0,
+        max=limits.serve_memory_restarts_max,
+        help="Restarts at most (howManyTimes); past them the worker is drained and roq serve "
+        "exits 1.",
+    ),
     gcm: str = GCM_OPTION,
     zk: str | None = ZK_OPTION,
     namespace: str = NAMESPACE_OPTION,
@@ -124,9 +163,14 @@ def serve(
     """
     setup_logging("WARNING")
     with errors_to_exit():
+        from roq.cli.supervise import MemoryRule, drain_on_usr1, supervise, supervised
         from roq.client.requests import Worker
 
         stop = stop_event()
+        if memory_max is not None and not supervised():
+            rule = MemoryRule(memory_max, memory_growth, memory_restarts)
+            raise typer.Exit(supervise(rule, stop))
+        drain = drain_on_usr1() if supervised() else None
 
         def run(payload: bytes) -> bytes:
             return _run(exec_cmd, payload, stop)
@@ -141,10 +185,42 @@ def serve(
                 namespace=namespace,
                 concurrency=concurrency,
                 prefetch=prefetch,
+                available=_checker(check_available) if check_available else None,
+                check_period_s=check_every,
             )
         with worker:
             typer.echo(f"roq serve: {worker.name}", err=True)
-            worker.run(stop, count, timeout)
+            worker.run(stop, count, timeout, drain)
+
+
+class CheckFailed(Exception):
+    """--check-available exited non-zero, ran too long or could not run: why, for the log."""
+
+
+def _checker(command: str) -> Callable[[], bool]:
+    def available() -> bool:
+        return check_available(command)
+
+    return available
+
+
+def check_available(command: str, timeout_s: float = limits.worker_check_timeout_s) -> bool:
+    """True if `command` (a shell command line) exits 0 within `timeout_s`; CheckFailed naming
+    its exit and output otherwise (a missing or non-executable script is the shell's 127/126,
+    never an exception of ours), its process group ended past the timeout."""
+    child = subprocess.Popen(  # noqa: S602 (the operator's own command line)
+        command, shell=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        out, _ = child.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _end_group(child)
+        raise CheckFailed(f"--check-available ran longer than {timeout_s:g} s") from None
+    if child.returncode != 0:
+        text = out.decode(errors="replace").strip()[-limits.worker_check_output_chars_max :]
+        raise CheckFailed(f"--check-available {command!r}: exit {child.returncode}: {text}")
+    return True
 
 
 def _print_result(command: str, ref: str, wait: Callable[[], bytes], stop: threading.Event) -> None:

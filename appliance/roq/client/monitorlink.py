@@ -47,6 +47,8 @@ class MonitorLink:
         not asked again (each question to the GCM found through ZooKeeper opens and closes a
         session, two ZooKeeper transactions), until the monitor moves."""
         self.queue, self._locate, self.wait_s = queue, locate, wait_s
+        self.pause_s = limits.work_poll_ms / 1000  # between two asks
+        self.tries: int | None = None  # asks of one request at most (None: as wait_s allows)
         self._context = new_context()
         self._monitor = monitor or locate_monitor(queue, *locate)
         self._rpc = self._new_rpc()
@@ -64,11 +66,18 @@ class MonitorLink:
         endpoint = self._monitor.at(MonitorPort.PLACEMENT)
         return _Rpc(self._context, endpoint, limits.work_request_timeout_ms)
 
+    def repeat(self, tries: int, pause_s: float) -> None:
+        """Ask each request at most `tries` times, `pause_s` apart, within tries × pause (a
+        worker's request.worker.repeats and request.worker.wait.ms, JLupin's repeatsAmount)."""
+        self.tries, self.pause_s, self.wait_s = tries, pause_s, tries * pause_s
+
     def ask(self, doc: dict[str, Any]) -> dict[str, Any]:
         """The monitor's OK reply to `doc`; MonitorRefused, or RoqError once it did not answer
-        within `wait_s`."""
+        within `wait_s` (or `tries` asks)."""
         deadline = time.monotonic() + self.wait_s
+        asked = 0
         while True:
+            asked += 1
             try:
                 reply = self._rpc.request(doc)
             except TransportError as error:
@@ -83,9 +92,10 @@ class MonitorLink:
                 elif outcome.error != Reason.BUSY:
                     raise MonitorRefused(self.queue, outcome.error, outcome.comment)
                 problem = outcome.comment
-            if time.monotonic() > deadline:
-                raise RoqError(f"queue {self.queue}: the monitor does not answer: {problem}")
-            time.sleep(limits.work_poll_ms / 1000)
+            if time.monotonic() > deadline or (self.tries is not None and asked >= self.tries):
+                raise RoqError(f"queue {self.queue}: the monitor does not answer "
+                               f"({asked} asks): {problem}")  # fmt: skip
+            time.sleep(self.pause_s)
 
     def follow(self) -> None:
         """Ask the GCM where the monitor is; a link to it moves there."""

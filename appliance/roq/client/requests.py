@@ -640,6 +640,60 @@ def failure_text(error: BaseException) -> str:
     return f"{head}\n{trace}"
 
 
+def _worker_repeats(link: _Link) -> tuple[int, float]:
+    """The queue's request.worker.repeats and request.worker.wait.ms (JLupin's repeatsAmount,
+    timeToWaitBetweenRepeatProbeInMillis) as its monitor says; a monitor of an older version,
+    which has none (or refuses their read to a principal without admin), leaves what the link
+    always did (limits.work_monitor_wait_s)."""
+    try:
+        settings = link.ask(TaskConfig({}).encode()).get("Settings")
+    except MonitorRefused as refused:
+        log.warning("queue %s: the worker's request settings were not read, the defaults hold: "
+                    "%s", link.queue, refused)  # fmt: skip
+        settings = {}
+    found = settings if isinstance(settings, dict) else {}
+    wait_s = int(found.get("request.worker.wait.ms", limits.work_poll_ms)) / 1000
+    default = round(limits.work_monitor_wait_s / wait_s)
+    return int(found.get("request.worker.repeats", default)), wait_s
+
+
+class _Either:
+    """Set once either of two events is (read-only: `is_set`)."""
+
+    def __init__(self, first: threading.Event, second: threading.Event | None):
+        self._events = (first, second)
+
+    def is_set(self) -> bool:
+        return any(event is not None and event.is_set() for event in self._events)
+
+
+class _Availability:
+    """What a Worker's availability check said last (JLupin's checkAvailableScript); a check
+    that raises counts as "not available", logged with why."""
+
+    def __init__(self) -> None:
+        self.now = True
+        self.changed = threading.Event()  # set at each change (the paused worker waits on it)
+
+    def check(self, available: Callable[[], bool], name: str) -> None:
+        why = "it said False"
+        try:
+            said = bool(available())
+        except Exception as error:  # a user's check: its failure is "not available"
+            said, why = False, f"{type(error).__name__}: {error}"
+        if said != self.now:  # logged at each change, not at each check
+            if not said:
+                log.warning("%s: the availability check says not available: %s", name, why)
+            self.now = said
+            self.changed.set()
+            self.changed.clear()
+
+    def run(self, available: Callable[[], bool], name: str, period_s: float,
+            done: threading.Event) -> None:  # fmt: skip
+        while not done.wait(period_s):
+            self.check(available, name)
+
+
 class Worker:
     """Runs a service's requests: one consumer of the service's group, up to `concurrency`
     requests at once (JLupin's threadAmount). `prefetch` bounds the requests its consumer holds
@@ -664,20 +718,28 @@ class Worker:
         namespace: str = "/roq",
         concurrency: int = 1,
         prefetch: int | None = None,
+        available: Callable[[], bool] | None = None,
+        check_period_s: float = limits.worker_check_period_s,
     ):
+        """`available` (JLupin's checkAvailableScript), asked every `check_period_s` on a thread
+        of its own: while it says False (or raises) the worker takes no request (see `run`)."""
         if not 1 <= concurrency <= limits.worker_concurrency_max:
             raise RoqError(
                 f"concurrency is 1 to {limits.worker_concurrency_max} requests, not {concurrency}"
             )
+        low, high = limits.worker_check_period_min_s, limits.worker_check_period_max_s
+        if not low <= check_period_s <= high:
+            raise RoqError(f"the availability check's period is {low} to {high} s, "
+                           f"not {check_period_s}")  # fmt: skip
         self.queue, self.service, self.handler = queue, service, handler
         self.concurrency = concurrency
         self._locate = (gcm, zk, namespace)
-        self.consumer = Consumer(
-            queue, service_group(service), gcm=gcm, zk=zk, namespace=namespace,
-            prefix=service_key(service), held=True, inflight=prefetch, on_expired=self._expired,
-        )  # fmt: skip
+        self._prefetch = prefetch
+        self.consumer = self._join()
         self.name = f"worker {self.consumer.consumer_id[:8]} of {queue}/{service}"
         self._link = _Link(queue, self._locate)
+        self._repeat = _worker_repeats(self._link)
+        self._link.repeat(*self._repeat)
         self._results = _Results(self._link)
         self._callbacks = _Callbacks(self._link, self._locate)
         self._publisher: Publisher | None = None
@@ -688,15 +750,44 @@ class Worker:
         self._links_lock = threading.Lock()
         self.executed = 0
         self.renewals = 0  # leases renewed while a handler ran (long handlers)
+        self._available = available
+        self._check_period_s = check_period_s
+        self._availability = _Availability()
+        self.pauses = 0  # times the check said "not available" and the worker left its group
+        self._left = False  # its consumer closed: paused, stopped before joining again
+
+    def _join(self) -> Consumer:
+        gcm, zk, namespace = self._locate
+        return Consumer(
+            self.queue, service_group(self.service), gcm=gcm, zk=zk, namespace=namespace,
+            prefix=service_key(self.service), held=True, inflight=self._prefetch,
+            on_expired=self._expired,
+        )  # fmt: skip
 
     def run(self, stop: threading.Event, count: int | None = None,
-            idle_timeout_s: float | None = None) -> int:  # fmt: skip
-        """Take requests until `stop` (or `count` executed, or `idle_timeout_s` without a
-        request), then let the running ones finish; the number executed."""
-        idle_since = time.monotonic()
+            idle_timeout_s: float | None = None,
+            drain: threading.Event | None = None) -> int:  # fmt: skip
+        """Take requests until `stop` (or `drain`, or `count` executed, or `idle_timeout_s`
+        without a request), then let the running ones finish; the number executed. `drain`
+        stops the taking alone: the consumer still settles however long the running ones take
+        (`roq serve --memory-max` restarting its worker), where `stop` gives them its grace."""
         self.consumer.stop_with(stop)  # a gone monitor does not hold up the stop
-        while not stop.is_set():
+        checked = threading.Event()  # ends the checks with the run
+        self._start_checks(checked)
+        try:
+            self._take(stop, _Either(stop, drain), count, idle_timeout_s)
+        finally:
+            checked.set()
+        return self.executed
+
+    def _take(self, stop: threading.Event, ended: _Either, count: int | None,
+              idle_timeout_s: float | None) -> None:  # fmt: skip
+        idle_since = time.monotonic()
+        while not ended.is_set():
             self._tend()
+            if not self._availability.now and self._pause(stop, ended):
+                idle_since = time.monotonic()
+                continue
             started = self.executed + len(self._running)
             if count is not None and started >= count:
                 if not self._running:
@@ -724,7 +815,39 @@ class Worker:
         while self._running:  # stopped: the running requests end and are settled
             self._wait_finished()
             self._tend()
-        return self.executed
+
+    def _start_checks(self, done: threading.Event) -> None:
+        """The first check before any request is taken, then one every period on a thread,
+        until `done`."""
+        if self._available is None:
+            return
+        self._availability.check(self._available, self.name)
+        thread = threading.Thread(target=self._availability.run,
+                                  args=(self._available, self.name, self._check_period_s, done),
+                                  name=f"roq-check-{self.service}", daemon=True)  # fmt: skip
+        thread.start()
+
+    def _pause(self, stop: threading.Event, ended: _Either) -> bool:
+        """Not available: once its running requests are settled, the worker leaves its group
+        (its slots and unsettled requests go back, for the service's other workers: it counts
+        as no worker) and joins again when a check says available. False while some run."""
+        if self._running:
+            self._wait_finished()
+            return False
+        self.pauses += 1
+        log.warning("%s: not available (the check said so): it leaves its group and takes no "
+                    "request until the check says available", self.name)  # fmt: skip
+        self.consumer.close()
+        self._left = True
+        while not ended.is_set() and not self._availability.now:
+            self._availability.changed.wait(limits.work_cli_stop_check_s)
+        if ended.is_set():
+            return True
+        self.consumer = self._join()
+        self.consumer.stop_with(stop)
+        self._left = False
+        log.warning("%s: available again: it takes requests", self.name)
+        return True
 
     def _next_wait_s(self) -> float:
         if not self._running:
@@ -818,6 +941,7 @@ class Worker:
         link: _Link | None = getattr(self._local, "link", None)
         if link is None:
             link = self._local.link = _Link(self.queue, self._locate, self._link.monitor)
+            link.repeat(*self._repeat)
             with self._links_lock:
                 self._links.append(link)
         return link
@@ -864,7 +988,8 @@ class Worker:
         self._pool.shutdown(wait=True)  # `run` returned: no handler runs, no link is in use
         for link in self._links:
             link.close()
-        self.consumer.close()
+        if not self._left:
+            self.consumer.close()
         if self._publisher is not None:
             self._publisher.close()
         self._link.close()

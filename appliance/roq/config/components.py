@@ -368,6 +368,9 @@ REQUEST_KEYS = {
     "gc_period_s": (
         "request.gc.period.ms", "waitTimeBetweenCheckingTaskByGarbageManagerInMillis"
     ),
+    "worker_repeats": ("request.worker.repeats", "repeatsAmount"),
+    "worker_wait_s": ("request.worker.wait.ms", "timeToWaitBetweenRepeatProbeInMillis"),
+    "check_s": ("request.delegator.check.ms", "howOftenCheckingServerInMillisByDelegator"),
 }  # fmt: skip
 
 
@@ -386,6 +389,10 @@ class RequestSettings:
     delay_s: float = field(metadata=key("request.delay.ms"))
     transient_s: float = field(metadata=key("request.transient.ms"))  # 0: off
     gc_period_s: float = field(metadata=key("request.gc.period.ms"))  # between collector passes
+    # a worker's asks to the monitor: at most this many, this long apart (read by the worker)
+    worker_repeats: int = field(metadata=key("request.worker.repeats"))
+    worker_wait_s: float = field(metadata=key("request.worker.wait.ms"))
+    check_s: float = field(metadata=key("request.delegator.check.ms"))  # 0: work.lease.ms
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RequestSettings:

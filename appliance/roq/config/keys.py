@@ -1118,6 +1118,35 @@ HCM_KEYS: tuple[Key, ...] = (
         (0, 86_400_000),
         section="Request queues",
     ),
+    Key(
+        "request.worker.repeats",
+        int,
+        1200,
+        "(JLupin repeatsAmount) a worker (roq serve, Worker) asks the queue's monitor at most "
+        "this many times to take each of its requests (start, renewal, its outcome), "
+        "request.worker.wait.ms apart and for at most repeats x wait (the default: 30 s), while "
+        "the monitor does not answer, is busy or moves; read by the worker when it starts.",
+        (1, 1_000_000),
+        section="Request queues",
+    ),
+    Key(
+        "request.worker.wait.ms",
+        int,
+        25,
+        "(JLupin timeToWaitBetweenRepeatProbeInMillis) the worker's wait between those asks.",
+        (1, 60_000),
+        section="Request queues",
+    ),
+    Key(
+        "request.delegator.check.ms",
+        int,
+        0,
+        "(JLupin howOftenCheckingServerInMillisByDelegator) a worker counts as available to "
+        'the "no worker" looks if its consumer was heard from within this many ms (or holds a '
+        "slot); 0: within work.lease.ms.",
+        (0, 86_400_000),
+        section="Request queues",
+    ),
 )
 
 

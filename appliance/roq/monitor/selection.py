@@ -53,6 +53,12 @@ def _standing(group: Group, consumer: str) -> tuple[int, int]:
     return (int(found[0]), int(found[1])) if found else (0, 0)
 
 
+def live_members(group: Group, since: float) -> int:
+    """Consumers of `group` heard from since `since` (monotonic) or holding a slot: a request
+    service's available workers (request.delegator.check.ms, monitor/tasks.py)."""
+    return sum(1 for m in group.members.values() if m.last_seen >= since or m.slots)
+
+
 def _live(member: Member, slots: Mapping[str, Any], now: float, lease_s: float) -> bool:
     holds = any(s in slots for s in member.slots)
     return holds or member.last_seen >= now - lease_s

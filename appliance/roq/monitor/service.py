@@ -64,6 +64,7 @@ from roq.monitor.placement import (
 )
 from roq.monitor.publishers import PublisherKpis
 from roq.monitor.scaling import Scaler
+from roq.monitor.selection import live_members
 from roq.monitor.state import CopyCandidate, StateKeeper
 from roq.monitor.tasklog import TaskLog
 from roq.monitor.tasks import TASK_COMMANDS, TaskManager
@@ -683,7 +684,7 @@ class Monitor:
         """Publishers need publish on the queue, subscribers subscribe, work-queue consumers
         consume: refused by name. Only the command is read (before the table decodes it)."""
         command = request.get("CMD")
-        why = refusal(principal, _needs(command), self.queue)
+        why = refusal(principal, request_needs(request), self.queue)
         if why is None and command in TOPIC_COMMANDS and principal and not principal.superuser:
             # a topic command names any owner or subscriber: the gateway's alone, which checks
             # its callers (a grant of admin on http-0 set positions over ZeroMQ otherwise)
@@ -760,8 +761,9 @@ class Monitor:
         """Answering consumers: acting (not fenced) and, on the state log, recovered."""
         return self._acting and (self.state is None or self.state.ready)
 
-    def _live_consumers(self, group_name: str) -> int | None:
-        """Consumers of the group heard from within a lease (a request's "worker available");
+    def _live_consumers(self, group_name: str, within_s: float = 0.0) -> int | None:
+        """Consumers of the group heard from within `within_s` (0: a lease; a request's
+        request.delegator.check.ms) or holding a slot (a request's "worker available");
         None while the monitor cannot know: it started, was fenced or recovered its state too
         recently for every connected consumer to have asked again (a kill -9 of the monitor
         ended its accepted tasks `no_worker` while their worker reconnected)."""
@@ -770,8 +772,7 @@ class Monitor:
         group = self.groups.groups.get(group_name)
         if group is None:
             return 0
-        since = time.monotonic() - self.groups.rules.lease_s
-        return sum(1 for m in group.members.values() if m.last_seen >= since or m.slots)
+        return live_members(group, time.monotonic() - (within_s or self.groups.rules.lease_s))
 
     def _readable(self) -> Readable:
         """Where each log is read now: a live exchange's own, else the longest copy of it."""
@@ -1061,6 +1062,20 @@ def _entry(view: ExchangeView) -> ExchangeEntry:
 def _log_endpoint(front: str) -> str:
     """Where an exchange serves log reads and replication writes (F+3), from its front (F)."""
     return sibling(front, ExchangePort.FRONT, ExchangePort.LOG)
+
+
+# A queue's request settings read without a change (TASK_CONFIG with no Settings): by a worker
+# (request.worker.repeats, request.worker.wait.ms at its start), a requester or an admin.
+_READ_SETTINGS = (Permission.CONSUME, Permission.PUBLISH, Permission.ADMIN)
+
+
+def request_needs(request: Mapping[str, Any]) -> tuple[Permission, ...]:
+    """The permissions of which the placement request needs one: its command's, but a read
+    of the request settings (TASK_CONFIG without a change) is a worker's too."""
+    command = request.get("CMD")
+    if command == MonitorCommand.TASK_CONFIG and not request.get("Settings"):
+        return _READ_SETTINGS  # a worker's request.worker.* at its start
+    return _needs(command)
 
 
 def _needs(command: Any) -> tuple[Permission, ...]:

@@ -200,7 +200,7 @@ class TaskManager:
         queue: str,
         settings: MonitorSettings,
         zk: SharedSession,  # the monitor's one ZooKeeper session, which it closes
-        live_workers: Callable[[str], int | None],
+        live_workers: Callable[[str, float], int | None],
         reply: Reply | None = None,
         published: Callable[[str], None] | None = None,
         store: TaskLog | None = None,  # the state log's (delivery.state=log), else ZooKeeper's
@@ -210,7 +210,8 @@ class TaskManager:
         self.store: TaskStore | TaskLog = store or zk_store  # type: ignore[assignment]
         self.defaults = settings.requests
         self.settings = settings.requests
-        # service's group → its consumers seen recently (None: the monitor cannot know yet)
+        # (service's group, within s: 0 for a lease) → its consumers heard from within it
+        # (None: the monitor cannot know yet)
         self._live_workers = live_workers
         self._overrides: dict[str, str] | None = None  # None: not read from ZooKeeper yet
         self._gc_ids: list[str] = []
@@ -656,7 +657,9 @@ class TaskManager:
         looked_ms = self.settings.repeats * self.settings.repeat_wait_s * 1000
         if now - record.changed_ms < looked_ms:
             return False
-        return self._live_workers(service_group(record.service)) == 0  # None: not a look
+        # request.delegator.check.ms (JLupin howOftenCheckingServerInMillisByDelegator)
+        live = self._live_workers(service_group(record.service), self.settings.check_s)
+        return live == 0  # None: not a look
 
     def tick(self) -> None:
         """One collector pass over at most `limits.task_gc_batch` records."""

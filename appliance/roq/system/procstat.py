@@ -22,6 +22,42 @@ def rss_bytes() -> int:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def tree_rss_bytes(pid: int) -> int:
+    """The resident memory (VmRSS) of process `pid` and of all its descendants, from /proc; 0
+    for a process gone. Children are found through /proc/PID/task/TID/children."""
+    total, seen, todo = 0, set(), [pid]
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        total += _vm_rss_bytes(current)
+        todo.extend(_children(current))
+    return total
+
+
+def _vm_rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"VmRSS:"):
+                    return int(line.split()[1]) * 1024  # in kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0  # gone, or a zombie (no VmRSS)
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children", "rb") as children:
+                found.extend(int(child) for child in children.read().split())
+    except (OSError, ValueError):
+        pass
+    return found
+
+
 def machine_cores() -> int:
     """The cores this process may run on (its CPU affinity, which taskset and cpusets narrow),
     at least 1."""
