@@ -63,7 +63,7 @@ from roq.transport.rpc import Envelope
 
 log = logging.getLogger(__name__)
 
-GROUP_COMMANDS = frozenset(range(MonitorCommand.GROUP_JOIN, MonitorCommand.GROUP_DELETE + 1))
+GROUP_COMMANDS = frozenset(range(MonitorCommand.GROUP_JOIN, MonitorCommand.GROUP_DEAD_LETTERS + 1))
 # exchange id → (log endpoint, leader id to name for a copy ("" for its own log), readable end)
 Readable = Mapping[str, tuple[str, str, int]]
 Reply = Callable[[Envelope, Encodable], None]  # answers a held request (service.py)
