@@ -531,7 +531,7 @@ work_delay_max_ms = 86_400_000  # a nack's delay
 # slots and the letters' removal together); a group remembers at most this many removed letters.
 work_dlq_step_max = 200
 work_dlq_removed_max = 100_000
-work_dlq_letter_id_chars_max = 100  # `<publisher id hex>:<seq>` of the letter on the dlq
+work_dlq_letter_id_chars_max = 100  # `<publisher hex>:<key digest>:<seq>` of a letter on the dlq
 work_dlq_busy_retry_s = 30.0  # a step the monitor answers busy (restarting) is asked again so long
 # A consumer puts off a message whose not_before_us has not come (Settle's Defer): it goes to
 # no consumer before then. The monitor keeps the time as a nack's; at most this far ahead

@@ -170,7 +170,7 @@ def _read_all(where: Where, queue: str, timeout: float) -> list[dict[str, Any]]:
     stop = stop_event()
     with Subscriber(queue, gcm=where.gcm, zk=where.zk, namespace=where.namespace,
                     start="beginning") as subscriber:  # fmt: skip
-        return [letter(r.payload, r.timestamp_us, letter_id(r.producer_id, r.seq))
+        return [letter(r.payload, r.timestamp_us, letter_id(r.producer_id, r.key, r.seq))
                 for r in _read(subscriber, timeout, stop)]  # fmt: skip
 
 
@@ -363,7 +363,7 @@ def _command(action: Action, where: Where, wanted: Filter, timeout: float, dry_r
     with errors_to_exit():
         try:
             _change(action, where, wanted, timeout, dry_run)
-        except AdminRefused as refused:
-            if refused.reason != Reason.BUSY:
-                raise
-            raise fail(f"{where.queue}/{where.group}: {refused} (run it again)", 75) from None
+        except AdminRefused as refused:  # say which group it was for (2021 does not)
+            busy = refused.reason == Reason.BUSY
+            why = f"group dlq {action} {where.queue}/{where.group}: {refused}"
+            raise fail(why + (" (run it again)" if busy else ""), 75 if busy else 1) from None

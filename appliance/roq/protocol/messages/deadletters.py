@@ -2,15 +2,16 @@
 GCM, passed on as 27 to the queue's monitor, which keeps the group's delivery state
 (monitor/deadletters.py). docs/protocol.md, "Consumer groups".
 
-A letter is named by its id on the dead-letter queue, `<publisher id hex>:<seq>` of its record
-there (unique per letter), and carries where its message is in the source queue: `Exchange`,
-the batch's `Offset` and the message's `Record` (its position in the batch), as the consumer
-wrote them into the letter (client/consumer.py `_publish_dead`).
+A letter is named by its id on the dead-letter queue, `<publisher id hex>:<key digest>:<seq>` of
+its record there (unique per letter), and carries where its message is in the source queue:
+`Exchange`, the batch's `Offset` and the message's `Record` (its position in the batch), as the
+consumer wrote them into the letter (client/consumer.py `_publish_dead`).
 """
 
 from __future__ import annotations
 
 import enum
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Self
@@ -33,9 +34,11 @@ class Action(enum.StrEnum):
     CHECK = "check"  # which of them are removed already (changes nothing)
 
 
-def letter_id(producer_id: bytes, seq: int) -> str:
-    """A letter's id: its record's publisher and sequence number on the dead-letter queue."""
-    return f"{producer_id.hex()}:{seq}"
+def letter_id(producer_id: bytes, key: bytes, seq: int) -> str:
+    """A letter's id: its record's stream on the dead-letter queue (publisher and routing key:
+    sequence numbers are per stream, the key as a 64-bit digest) and sequence number."""
+    digest = hashlib.blake2b(key, digest_size=8).hexdigest()
+    return f"{producer_id.hex()}:{digest}:{seq}"
 
 
 @dataclass(frozen=True)
