@@ -38,7 +38,7 @@ from roq.monitor.grouplog import GroupLog, LogCommit
 from roq.monitor.slots import GiveResult, Group, Member, Rules, Slot
 from roq.protocol.commands import MonitorCommand, Reason
 from roq.protocol.dispatch import Answer, Done, Encodable, Refused, Route, route
-from roq.protocol.messages.deadletters import DeadLetters
+from roq.protocol.messages.deadletters import Action, DeadLetters
 from roq.protocol.messages.groups import (
     ConsumerRequest,
     ConsumerView,
@@ -669,6 +669,8 @@ class GroupManager:
         group = self.groups.get(ask.group)
         if group is None:
             return Refused(Reason.UNKNOWN_QUEUE, f"no group {ask.group} on {self.queue}")
+        if ask.action == Action.CHECK:
+            return deadletters.apply(group, ask)  # changes nothing
         if not self.sync():
             return Refused(Reason.BUSY, f"group {ask.group}: earlier changes not stored yet")
         try:
