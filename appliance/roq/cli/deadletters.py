@@ -13,6 +13,7 @@ in one commit of the group's state (docs/operations.md, "Dead letters").
 from __future__ import annotations
 
 import datetime
+import itertools
 import json
 import re
 import time
@@ -289,13 +290,16 @@ def _step(admin: Any, where: Where, action: Action, step: list[Letter]) -> Any:
     from roq.protocol.commands import Reason
 
     deadline = time.monotonic() + limits.work_dlq_busy_retry_s
-    while True:
+    for attempt in itertools.count():
         try:
             return admin.dead_letters(where.queue, where.group, action, step)
         except AdminRefused as refused:
             if refused.reason != Reason.BUSY or time.monotonic() > deadline:
                 raise
+            if attempt == 0:
+                typer.echo(f"roq group dlq {action}: {refused}; asking again", err=True)
             time.sleep(0.5)  # the monitor restarts or stores: ask again
+    raise AssertionError("unreachable")
 
 
 def _change(action: Action, where: Where, wanted: Filter, timeout: float, dry_run: bool) -> None:
