@@ -528,6 +528,13 @@ work_request_timeout_ms = 2_000  # a consumer's request to the monitor (then it 
 work_read_timeout_ms = 2_000  # a slot's read from an exchange's log (then the slot is returned)
 work_state_writes_per_turn_max = 256  # slot records one monitor loop turn writes to ZooKeeper
 work_delay_max_ms = 86_400_000  # a nack's delay
+# Dead-letter redrive and purge (`roq group dlq redrive|purge`, monitor/deadletters.py): at most
+# this many letters per step, each step one commit of the group's state (its new one-message
+# slots and the letters' removal together); a group remembers at most this many removed letters.
+work_dlq_step_max = 200
+work_dlq_removed_max = 100_000
+work_dlq_letter_id_chars_max = 100  # `<publisher hex>:<key digest>:<seq>` of a letter on the dlq
+work_dlq_busy_retry_s = 30.0  # a step the monitor answers busy (restarting) is asked again so long
 # A consumer puts off a message whose not_before_us has not come (Settle's Defer): it goes to
 # no consumer before then. The monitor keeps the time as a nack's; at most this far ahead
 # (a later time is put off again when it is reached: no delay is cut short).

@@ -251,7 +251,7 @@ def test_a_bad_field_and_an_unknown_command_are_refused_by_name_and_stamped():
     assert "Group" in bad["COMMENT"]
     bad = monitor.answer({**Settle("g1", "c1", "x1@0").encode(), "Skip": [4, 2]})
     assert bad["ERROR"] == str(Reason.BAD_REQUEST) and "Skip" in bad["COMMENT"]
-    unknown = monitor.answer({"CMD": 27})
+    unknown = monitor.answer({"CMD": 29})
     assert (unknown["ERROR"], unknown["Epoch"]) == (str(Reason.UNKNOWN_COMMAND), 5)
 
 
@@ -305,7 +305,7 @@ def test_task_settings_are_set_and_read_back_as_text():
 @pytest.mark.parametrize("command", sorted(MonitorCommand.__members__.values()))
 def test_every_group_and_task_command_has_a_route(command: MonitorCommand):
     monitor = _Placement()
-    group = MonitorCommand.GROUP_JOIN <= command <= MonitorCommand.GROUP_DELETE
+    group = MonitorCommand.GROUP_JOIN <= command <= MonitorCommand.GROUP_DEAD_LETTERS
     task = MonitorCommand.TASK_SUBMIT <= command <= MonitorCommand.TASK_CONFIG
     assert (command in monitor.table.commands) == (group or task)
 

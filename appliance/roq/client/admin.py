@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from roq import limits
@@ -47,6 +47,7 @@ from roq.protocol.messages.admin import (
     StopQueue,
     StoredRules,
 )
+from roq.protocol.messages.deadletters import Action, DeadLetters, DeadLettersDone, Letter
 from roq.protocol.messages.groups import GroupDelete, GroupInfo, Groups, GroupView
 from roq.protocol.ports import GcmPort, endpoint_at
 from roq.protocol.rules import RuleSet
@@ -297,3 +298,10 @@ class AdminClient:
 
     def delete_group(self, queue: str, group: str) -> Reply:
         return Reply.decode(self.request(GroupDelete(group, queue).encode()))
+
+    def dead_letters(
+        self, queue: str, group: str, action: Action, letters: Sequence[Letter]
+    ) -> DeadLettersDone:
+        """One step (at most limits.work_dlq_step_max letters), answered once stored (2023)."""
+        step = DeadLetters(group, action, tuple(letters), queue)
+        return DeadLettersDone.decode(self.request(step.encode()))

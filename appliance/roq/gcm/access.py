@@ -59,6 +59,8 @@ def authorize(
         why = missing_all(principal.name, needs, queue)  # the asker did not say what for
     if why is None and command in _CREATE and principal is not None and quota is not None:
         why = _over_quota(principal, quota)
+    if why is not None and command == AdminCommand.GROUP_DEAD_LETTERS:
+        why = f"{why} (needed to redrive or purge dead letters of group {request.get('Group')!r})"
     return None if why is None else bsonmsg.fail(Reason.FORBIDDEN, why)
 
 

@@ -1,4 +1,4 @@
-"""Admin commands 2020–2022 (consumer groups): the GCM passes them on to the queue's monitor,
+"""Admin commands 2020–2023 (consumer groups): the GCM passes them on to the queue's monitor,
 which holds the groups (monitor/groups.py), and returns its answer. The GCM keeps no group
 state of its own: it only knows where each queue's monitor is."""
 
@@ -13,6 +13,7 @@ from roq.errors import RoqError
 from roq.protocol.bsonmsg import Document
 from roq.protocol.commands import Reason
 from roq.protocol.dispatch import Encodable, Refused
+from roq.protocol.messages.deadletters import DeadLetters
 from roq.protocol.messages.groups import GroupDelete, GroupInfo
 from roq.protocol.ports import MonitorPort
 from roq.transport.rpc import Requester
@@ -28,7 +29,7 @@ class Relayed:
         return self.reply
 
 
-def forward(context: Any, monitor: str, ask: GroupInfo | GroupDelete) -> Encodable:
+def forward(context: Any, monitor: str, ask: GroupInfo | GroupDelete | DeadLetters) -> Encodable:
     """Ask the monitor at `monitor` (its base endpoint, from the queue's record) the monitor's
     form of the request (25 or 26, without `QName`)."""
     requester = Requester(

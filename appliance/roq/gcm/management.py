@@ -80,6 +80,7 @@ from roq.protocol.messages.admin import (
     StoredRules,
     Topology,
 )
+from roq.protocol.messages.deadletters import DeadLetters
 from roq.protocol.messages.groups import GroupDelete, GroupInfo
 from roq.protocol.messages.host import (
     CreateExchangeOnHost,
@@ -229,6 +230,7 @@ class Management:
             AdminCommand.LIST_GROUPS: route(GroupInfo.decode_admin, self.list_groups),
             AdminCommand.GET_GROUP: route(GroupInfo.decode_admin, self.get_group),
             AdminCommand.DELETE_GROUP: route(GroupDelete.decode_admin, self.delete_group),
+            AdminCommand.GROUP_DEAD_LETTERS: route(DeadLetters.decode_admin, self.dead_letters),
         }
 
     def handle(self, table: Table[Fence], request: Document, fence: Fence) -> Document:
@@ -318,6 +320,11 @@ class Management:
     def delete_group(self, unwanted: GroupDelete) -> Encodable:
         monitor = self._monitor_of(unwanted.queue)
         return groups.forward(self.context, monitor, GroupDelete(unwanted.group))
+
+    def dead_letters(self, step: DeadLetters) -> Encodable:
+        """2023: one redrive or purge step (admin on the queue: gcm/access.py)."""
+        monitor = self._monitor_of(step.queue)
+        return groups.forward(self.context, monitor, dataclasses.replace(step, queue=""))
 
     def _monitor_of(self, name: str) -> str:
         record = self._running(name)

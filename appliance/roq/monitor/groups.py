@@ -33,11 +33,12 @@ from roq.coordination.groupstore import Commit, GroupStore, StaleWrite, Write
 from roq.coordination.paths import Paths
 from roq.coordination.session import SharedSession
 from roq.errors import CoordinationError
-from roq.monitor import keyed, selection
+from roq.monitor import deadletters, keyed, selection
 from roq.monitor.grouplog import GroupLog, LogCommit
 from roq.monitor.slots import GiveResult, Group, Member, Rules, Slot
 from roq.protocol.commands import MonitorCommand, Reason
 from roq.protocol.dispatch import Answer, Done, Encodable, Refused, Route, route
+from roq.protocol.messages.deadletters import Action, DeadLetters
 from roq.protocol.messages.groups import (
     ConsumerRequest,
     ConsumerView,
@@ -62,7 +63,7 @@ from roq.transport.rpc import Envelope
 
 log = logging.getLogger(__name__)
 
-GROUP_COMMANDS = frozenset(range(MonitorCommand.GROUP_JOIN, MonitorCommand.GROUP_DELETE + 1))
+GROUP_COMMANDS = frozenset(range(MonitorCommand.GROUP_JOIN, MonitorCommand.GROUP_DEAD_LETTERS + 1))
 # exchange id → (log endpoint, leader id to name for a copy ("" for its own log), readable end)
 Readable = Mapping[str, tuple[str, str, int]]
 Reply = Callable[[Envelope, Encodable], None]  # answers a held request (service.py)
@@ -144,8 +145,11 @@ class GroupManager:
         group.standings = selection.read_standings(record.get("standings"))
         group.parts = int(record.get("parts", 0))
         group.dirty = False
+        deadletters.restore(group, [data for data, _ in slots if deadletters.is_chunk(data)])
         restored = [
-            Slot.from_record(data, version, now + self.rules.lease_s) for data, version in slots
+            Slot.from_record(data, version, now + self.rules.lease_s)
+            for data, version in slots
+            if not deadletters.is_chunk(data)
         ]
         for slot in sorted(restored, key=lambda s: (s.exchange, s.start)):
             group.slots[slot.slot_id] = slot
@@ -196,6 +200,8 @@ class GroupManager:
         if time.monotonic() < self._failed_at + limits.work_write_retry_ms / 1000:
             return False
         writes: list[tuple[Write, Group, Slot | None]] = []
+        for group in list(self.groups.values()):  # a dead-letter step first, whole (atomic)
+            self._collect_letters(group, writes)
         for group in list(self.groups.values()):
             self._collect(group, writes, limits.work_state_writes_per_turn_max)
         seqs = [] if len(writes) >= limits.work_state_writes_per_turn_max else [
@@ -224,6 +230,20 @@ class GroupManager:
             if slot.dirty and len(out) < budget:
                 write = Write(group.name, slot.slot_id, slot.record(), slot.version)
                 out.append((write, group, slot))
+                slot.dirty = False
+
+    @staticmethod
+    def _collect_letters(group: Group, out: list[tuple[Write, Group, Slot | None]]) -> None:
+        """The group's dead-letter steps not written yet, with its redriven letters' new slots,
+        all in this commit (a step is at most work_dlq_step_max letters: within the budget)."""
+        if not group.chunks_out:
+            return
+        for chunk, record in group.chunks_out:
+            out.append((Write(group.name, chunk, record, -1), group, None))
+        group.chunks_out = []
+        for slot in group.slots.values():
+            if slot.letter and slot.dirty and slot.version < 0:
+                out.append((Write(group.name, slot.slot_id, slot.record(), -1), group, slot))
                 slot.dirty = False
 
     def _finish(self) -> None:
@@ -259,6 +279,8 @@ class GroupManager:
         for write, group, slot in writes:
             if slot is not None:
                 slot.dirty = True
+            elif write.slot and write.record is not None:  # a dead-letter step (none else)
+                group.chunks_out.append((write.slot, write.record))
             elif write.slot:
                 group.deleted.append(write.slot)
             else:
@@ -277,6 +299,7 @@ class GroupManager:
             MonitorCommand.GROUP_LEAVE: route(ConsumerRequest.decode, self.leave),
             MonitorCommand.GROUP_INFO: route(GroupInfo.decode, self.info),
             MonitorCommand.GROUP_DELETE: route(GroupDelete.decode, self.delete),
+            MonitorCommand.GROUP_DEAD_LETTERS: route(DeadLetters.decode, self.dead_letters),
         }
 
     def _synced(self, ask: GroupJoin | Settle | ConsumerRequest, reply: W) -> W | Refused:
@@ -533,6 +556,10 @@ class GroupManager:
     def _apply(self, group: Group, member: Member, slot: Slot, settle: Settle) -> Settled:
         if slot.count < 0 <= settle.count:
             group.count(slot, settle.count)
+            if deadletters.evicted(group, slot):
+                log.warning("%s: dead letter %s of group %s redriven, but retention deleted its "
+                            "message (%s): back to the dead letters", self.name, slot.letter,
+                            group.name, slot.slot_id)  # fmt: skip
             group.share(slot, time.monotonic())
         # Acks and dead letters count whoever sends them: the work was done.
         group.skip(slot, expand(settle.skip))
@@ -633,6 +660,29 @@ class GroupManager:
             return Refused(Reason.BUSY, f"group {ask.group} not deleted: {error}")
         log.info("%s: consumer group %s deleted", self.name, ask.group)
         return self._answered(Done("deleted"))
+
+    def dead_letters(self, ask: DeadLetters) -> Encodable:
+        """27: one step of a redrive or purge, answered once it is stored: everything pending
+        is written first, so the step's writes are the next commit alone (atomic)."""
+        if not self._ensure_loaded():
+            return _NOT_LOADED
+        group = self.groups.get(ask.group)
+        if group is None:
+            return Refused(Reason.UNKNOWN_QUEUE, f"no group {ask.group} on {self.queue}")
+        if ask.action == Action.CHECK:
+            return deadletters.apply(group, ask)  # changes nothing
+        if not self.sync():
+            return Refused(Reason.BUSY, f"group {ask.group}: earlier changes not stored yet")
+        try:
+            reply = deadletters.apply(group, ask)
+        except deadletters.Refusal as refusal:
+            return Refused(Reason.CONFLICT, str(refusal))
+        if reply.done or reply.merged:
+            log.info("%s: %s of group %s: %d letters (%d already, %d merged)", self.name,
+                     ask.action, group.name, reply.done, reply.already, reply.merged)  # fmt: skip
+        if not self.sync():  # stored later: the step run again finds them `Already`
+            return Refused(Reason.BUSY, f"group {ask.group}: step not stored yet (run it again)")
+        return reply
 
     # --- from the monitor's loop --------------------------------------------------------------
     def observe(self, exchange: str, end: int, cuts: tuple[int, ...], final: bool = False) -> None:

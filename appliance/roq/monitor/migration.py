@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 from roq import limits
 from roq.coordination.groupstore import GroupStore, delete_queue_groups
@@ -21,8 +22,9 @@ from roq.coordination.paths import Paths
 from roq.coordination.session import SharedSession
 from roq.coordination.taskstore import TaskStore
 from roq.log.statelog import Change
+from roq.monitor import deadletters
 from roq.monitor.grouplog import GROUP_PREFIX, SLOT_PREFIX
-from roq.monitor.slots import slot_id
+from roq.monitor.slots import REDRIVEN, slot_id
 from roq.monitor.tasklog import SETTINGS_KEY, TASK_PREFIX
 
 log = logging.getLogger(__name__)
@@ -51,9 +53,7 @@ class Migration:
             name = str(record.get("name", ""))
             changes.append(Change(f"{GROUP_PREFIX}{name}", _dump(record)))
             for data, _ in slots:
-                slot = slot_id(str(data.get("exchange", "")), int(data.get("start", 0)),
-                               int(data.get("first", 0)))  # fmt: skip
-                changes.append(Change(f"{SLOT_PREFIX}{name}/{slot}", _dump(data)))
+                changes.append(Change(f"{SLOT_PREFIX}{name}/{_record_key(data)}", _dump(data)))
         return changes
 
     def forget(self) -> None:
@@ -62,6 +62,15 @@ class Migration:
         log.info("queue %s: delivery state moved from ZooKeeper into the state log; its znodes "
                  "are deleted", self.queue)  # fmt: skip
         self.end = -1
+
+
+def _record_key(data: dict[str, Any]) -> str:
+    """A slot's id, or a dead-letter step's (monitor/deadletters.py)."""
+    if deadletters.is_chunk(data):
+        return deadletters.record_id(data)
+    found = slot_id(str(data.get("exchange", "")), int(data.get("start", 0)),
+                    int(data.get("first", 0)), int(data.get("part", -1)))  # fmt: skip
+    return f"{found}{REDRIVEN}" if data.get("letter") else found
 
 
 def _dump(record: dict[str, object]) -> bytes:

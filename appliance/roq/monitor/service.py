@@ -1084,7 +1084,8 @@ def _needs(command: Any) -> tuple[Permission, ...]:
         return (Permission.PUBLISH,)
     if command == MonitorCommand.GROUP_INFO:
         return (Permission.CONSUME, Permission.SUBSCRIBE, Permission.ADMIN)
-    if command in (MonitorCommand.GROUP_DELETE, MonitorCommand.TASK_CONFIG):
+    if command in (MonitorCommand.GROUP_DELETE, MonitorCommand.GROUP_DEAD_LETTERS,
+                   MonitorCommand.TASK_CONFIG):  # fmt: skip
         return (Permission.ADMIN,)
     if command in (MonitorCommand.TASK_START, MonitorCommand.TASK_FINISH):
         return (Permission.CONSUME,)  # a worker serving the queue's requests

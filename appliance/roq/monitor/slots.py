@@ -63,10 +63,12 @@ class Slot:
     first: int = 0
     last: int = -1
     part: int = -1  # a key-ordered group's key part (monitor/keyed.py): its records only
+    letter: str = ""  # a redriven dead letter's id: its one message (monitor/deadletters.py)
 
     @property
     def slot_id(self) -> str:
-        return slot_id(self.exchange, self.start, self.first, self.part)
+        name = slot_id(self.exchange, self.start, self.first, self.part)
+        return f"{name}{REDRIVEN}" if self.letter else name
 
     @property
     def stop(self) -> int:
@@ -115,7 +117,7 @@ class Slot:
             "due": self.due, "owner": self.owner, "returned": self.returned,
             "suspects": sorted(self.suspects | self.handed),
             "first": self.first, "last": self.last, "part": self.part,
-        }  # fmt: skip
+        } | ({"letter": self.letter} if self.letter else {})  # fmt: skip
 
     @classmethod
     def from_record(cls, data: dict[str, Any], version: int, lease_until: float) -> Slot:
@@ -134,6 +136,7 @@ class Slot:
         slot.suspects = {int(i) for i in data.get("suspects", [])}
         slot.first, slot.last = int(data.get("first", 0)), int(data.get("last", -1))
         slot.part = int(data.get("part", -1))
+        slot.letter = str(data.get("letter", ""))
         slot.version, slot.dirty = version, False
         return slot
 
@@ -145,6 +148,9 @@ def _untouched(slot: Slot) -> tuple[int, int]:
         return 0, 0
     begun = max([*slot.handed, *slot.settled, *slot.not_before], default=slot.first - 1) + 1
     return begun, max(0, slot.stop - begun)
+
+
+REDRIVEN = "~r"  # a redriven letter's slot: never the id of a slot cut from the log
 
 
 def slot_id(exchange: str, start: int, first: int = 0, part: int = -1) -> str:
@@ -216,6 +222,11 @@ class Group:
     standings: dict[str, list[int]] = field(default_factory=dict)
     parts: int = 0  # key parts of a key-ordered group (monitor/keyed.py); 0: not key-ordered
     barriers: list[keyed.Barrier] = field(default_factory=list)  # after publishers' moves
+    # dead letters redriven or purged (ids on the dead-letter queue), kept as records of their
+    # own, one per step (`chunks` so far), and the step records not written yet
+    removed: set[str] = field(default_factory=set)
+    chunks: int = 0
+    chunks_out: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
     def record(self) -> dict[str, Any]:
         return {"name": self.name, "ordered": self.ordered, "from": self.start,

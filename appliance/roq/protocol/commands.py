@@ -62,6 +62,7 @@ class AdminCommand(enum.IntEnum):
     LIST_GROUPS = 2020  # {QName} → the queue's groups with their lag, in flight, dead letters
     GET_GROUP = 2021  # {QName, Group} → one group, per consumer
     DELETE_GROUP = 2022  # {QName, Group}: forget the group and its state
+    GROUP_DEAD_LETTERS = 2023  # {QName, Group, Action, Letters}: redrive, purge or check letters
 
 
 @enum.unique
@@ -140,6 +141,7 @@ class MonitorCommand(enum.IntEnum):
     GROUP_LEAVE = 24  # the consumer leaves: its slots go back to the group at once
     GROUP_INFO = 25  # `Group` (or every group when empty): lag, in flight, per consumer
     GROUP_DELETE = 26  # forget `Group` and its durable state
+    GROUP_DEAD_LETTERS = 27  # redrive or purge `Letters` of `Group`'s dead letters (admin)
     # Request/response through the queue (monitor/tasks.py), on the placement ROUTER socket (B+1):
     TASK_SUBMIT = 40  # claim task id `Task` for `Service` (or → the existing task: dedupe)
     TASK_START = 41  # a worker took attempt `Attempt` of `Task`: run it, or skip it (→ `Run`)
