@@ -696,6 +696,7 @@ class GroupManager:
             tuple(_consumer_view(group, m, now, active) for m in group.members.values()),
             group.prefix,
             group.single_active,
+            group.duplicates,
         )
 
     def delete(self, ask: GroupDelete) -> Encodable:

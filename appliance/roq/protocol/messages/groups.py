@@ -604,6 +604,7 @@ class GroupView:
     consumers: tuple[ConsumerView, ...] = field(default=())
     prefix: bytes = b""
     single_active: bool = False  # SingleActive (monitor/selection.py)
+    duplicates: int = 0  # Duplicates: copies of ids settled, not handed out (monitor start on)
 
     def fields(self) -> Document:
         return {
@@ -612,7 +613,7 @@ class GroupView:
             "Uncut": self.uncut, "InFlight": self.in_flight, "Acked": self.acked,
             "DeadLetters": self.dead_letters, "DeadLetterQueue": self.dead_letter_queue,
             "Consumers": [c.fields() for c in self.consumers], "Prefix": self.prefix,
-            "SingleActive": self.single_active,
+            "SingleActive": self.single_active, "Duplicates": self.duplicates,
         }  # fmt: skip
 
     @classmethod
@@ -629,6 +630,7 @@ class GroupView:
                        max_items=limits.work_consumers_max),
             field_prefix(doc),
             field_bool(doc, "SingleActive", default=False, prefix=prefix),
+            field_int(doc, "Duplicates", default=0, prefix=prefix),
         )  # fmt: skip
 
 
