@@ -762,3 +762,18 @@ publisher_stat_hwm = 100  # a publisher's KPI messages queued for its monitor
 monitor_publisher_kpis_max = 1_000
 publisher_kpi_forget_s = 30.0
 status_publishers_shown_max = 10  # `roq status` lists the busiest this many per queue
+
+# --- a consumer group's de-duplication by message id (monitor/groupids.py, dedup.window.ms) ---
+# Ids one group's window holds (each with the place of the copy it hands out: about 200 bytes
+# in the monitor, tracemalloc of 100,000 ids, so at most ~20 MB a group): a 2-minute window
+# holds every id up to ~830 ids/s a group. Past it the oldest are forgotten before their time
+# and counted (roq_group_dedup_forgotten_total): a copy of a forgotten id is handed out again.
+work_dedup_ids_max = 100_000
+work_dedup_ids_per_request_max = 10_000  # (index, id) entries in one SETTLE's Ids (200 KB)
+# The window's ids are kept in the state log (delivery.state=log) as records of at most this
+# many entries (about 120 bytes an entry, at most ~400 with the longest exchange id: under
+# state_value_bytes_max either way).
+work_dedup_ids_per_record_max = 2_000
+# ... saved at most this often (a group commit may come every request: a record each would fill
+# the state log with small keys); what a monitor crash loses of it is missed duplicates only.
+work_dedup_save_ms = 250

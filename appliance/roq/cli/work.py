@@ -257,6 +257,9 @@ def group_show(
                    f"yet, {g.uncut} bytes not cut into slots yet)")  # fmt: skip
         typer.echo(f"  in flight: {g.in_flight}; acked: {g.acked}; dead letters: "
                    f"{g.dead_letters} (queue {g.dead_letter_queue})")  # fmt: skip
+        if g.duplicates:
+            typer.echo(f"  duplicates: {g.duplicates} (copies of a message id read within "
+                       "dedup.window.ms: settled, not handed out)")  # fmt: skip
         for c in g.consumers:
             typer.echo(f"  consumer {c.consumer}: {c.slots} slot(s), {c.in_flight} in flight, "
                        f"{c.acked} acked, last seen {c.idle_s:.1f} s ago"

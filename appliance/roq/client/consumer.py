@@ -73,6 +73,7 @@ from roq.protocol.messages.groups import (
     Tail,
     expand,
     lease_reply,
+    pack_ids,
     ranges,
     written,
 )
@@ -154,7 +155,8 @@ class _Slot:
     early: set[int] = field(default_factory=set)  # not due yet when read: never handed out
     defer: list[Defer] = field(default_factory=list)  # ... to tell the monitor
     lapsed: list[int] = field(default_factory=list)  # past their expiry: to settle so
-    dropped: set[int] = field(default_factory=set)  # past their expiry when read
+    dropped: set[int] = field(default_factory=set)  # past their expiry when read, duplicates
+    ids: list[tuple[int, bytes]] = field(default_factory=list)  # (index, message id) to send
 
     def pending(self) -> bool:
         return bool(self.acks or self.nacks or self.dead or self.skip or self.timed())
@@ -489,6 +491,8 @@ class Consumer:
         skip = self._outside_prefix(records, settled)
         slot = _Slot(lease, records, collections.deque(), skip=ranges(skip))
         self._timing(slot, settled | skip)
+        if slot.ids and not self._deduplicate(slot):
+            return True  # the lease is gone, or every message was settled meanwhile
         slot.todo.extend(
             i for i in range(len(records))
             if i not in settled and i not in skip and i not in slot.early
@@ -519,8 +523,10 @@ class Consumer:
         """The slot's messages past their expiry (settled as such) and those not due yet (put
         off until their not-before time), among those not `settled`. In an ordered group
         every message after one not due is put off with it (a lease's window may have given
-        them already): none goes before it."""
-        now, hold_ms = now_us(), 0
+        them already): none goes before it. The message ids of the others are noted for the
+        group's de-duplication (`_deduplicate`), in the same pass: a record without a meta
+        (v1, or no id, TTL nor delay) costs nothing more."""
+        now, hold_ms, dedup = now_us(), 0, self.settings.dedup
         for index, (record, _) in enumerate(slot.records):
             meta = record.meta
             if index in settled or (meta is None and not hold_ms):
@@ -529,7 +535,10 @@ class Consumer:
                 slot.lapsed.append(index)
                 slot.dropped.add(index)
                 self._expire(self._delivery(slot, index, 0))
-            elif (wait_us := early_us(meta, now)) or hold_ms:
+                continue
+            if dedup and meta is not None and meta.message_id is not None:
+                slot.ids.append((index, meta.message_id))
+            if (wait_us := early_us(meta, now)) or hold_ms:
                 until_ms = (now + wait_us + 999) // 1000 if wait_us else hold_ms
                 until_ms = min(until_ms, now // 1000 + limits.work_defer_max_ms)
                 slot.early.add(index)
@@ -537,6 +546,22 @@ class Consumer:
                 if self.settings.ordered:
                     hold_ms = max(hold_ms, until_ms)
         self.stats["deferred"] += len(slot.early)
+
+    def _deduplicate(self, slot: _Slot) -> bool:
+        """Send the ids of the slot's messages before handing any of them out: the monitor
+        settles those its group's window has from another place (a batch re-sent to another
+        exchange, docs/guarantees.md), and this consumer hands none of them out. False if the
+        slot is gone meanwhile (its lease lost, or every message settled)."""
+        ids, most = slot.ids, limits.work_dedup_ids_per_request_max
+        slot.ids = []
+        for at in range(0, len(ids), most):
+            result = self._send(slot, [], ids=pack_ids(ids[at : at + most]))
+            if result.lost or result.done:
+                return False
+            found = set(expand(result.duplicates))
+            slot.dropped |= found
+            self.stats["duplicates"] += len(found)
+        return True
 
     def _outside_prefix(self, records: list[tuple[batchfmt.Record, int]],
                         settled: set[int]) -> set[int]:  # fmt: skip
@@ -739,7 +764,7 @@ class Consumer:
                         slot.lease.slot, index, deliveries, record.meta)  # fmt: skip
 
     def _send(self, slot: _Slot, give: list[int], *, release: bool = False,
-              next_give: int = -1, sync: bool = False) -> Settled:  # fmt: skip
+              next_give: int = -1, sync: bool = False, ids: bytes = b"") -> Settled:  # fmt: skip
         """One SETTLE of the slot: what is pending, plus `give`. Its answer comes before the
         monitor wrote it (`Written` confirms it later, or at once with `sync`). The slot is
         dropped here when its lease is lost or it is done."""
@@ -752,7 +777,7 @@ class Consumer:
                          -1 if slot.count_sent else len(slot.records), tuple(slot.acks),
                          tuple(slot.nacks), tuple(slot.dead), tuple(give), tuple(skip),
                          self._seq, sync, release, next_give, tuple(defer),
-                         tuple(lapsed))  # fmt: skip
+                         tuple(lapsed), ids)  # fmt: skip
         if request.acks or request.dead or request.skip:
             self._unconfirmed.append(
                 _Unconfirmed(self._seq, slot.lease.slot, request.acks, request.dead, request.skip)

@@ -340,6 +340,8 @@ class WorkSettings:
     inflight: int = field(metadata=key("work.inflight"))
     backoff_s: float = field(metadata=key("work.redelivery.backoff.ms"))
     max_deliveries: int = field(metadata=key("work.max.deliveries"))
+    # a group hands out a message id once within this window (monitor/groupids.py); 0: off
+    dedup_window_ms: int = field(default=0, metadata=key("dedup.window.ms"))
 
     @classmethod
     def from_settings(cls, settings: Settings) -> WorkSettings:

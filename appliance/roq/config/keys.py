@@ -651,7 +651,9 @@ HCM_KEYS: tuple[Key, ...] = (
         "an exchange does not append a batch whose every record carries a message id it "
         "appended, or copied from another exchange's log, within this many ms (the publisher "
         "is acknowledged, the records counted in roq_exchange_duplicates_total). At most "
-        "dedup_window_ids_max ids per exchange. 0: off.",
+        "dedup_window_ids_max ids per exchange. A consumer group does not hand out a copy of "
+        "an id its consumers read at another place within it either (roq_group_duplicates_total; "
+        "at most work_dedup_ids_max ids per group). 0: off.",
         (0, 86_400_000),
         section="Exchange",
     ),

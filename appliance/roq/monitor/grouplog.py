@@ -4,6 +4,9 @@ commits work unchanged (`delivery.state=log`, docs/configuration.md).
 
     group/<group>           the group's record (JSON: name, ordered, from, prefix, cursors)
     slot/<group>/<slot>     a live slot's record (JSON, monitor/slots.py `Slot.record`)
+    ids/<group>/<n>         ids the group's de-duplication window took (monitor/groupids.py):
+                            {"ids": [[id hex, exchange, start, part, index, ms], ...]}, deleted
+                            once the window is past its newest
 
 A commit is one append of every change since the last, made at once; it is *ready* (its
 consumers may be told `Written`) once it is on min.insync.copies copies, as a ZooKeeper multi
@@ -24,6 +27,7 @@ from roq.monitor.state import StateKeeper
 
 GROUP_PREFIX = "group/"
 SLOT_PREFIX = "slot/"
+IDS_PREFIX = "ids/"
 
 
 def _key(group: str, slot: str = "") -> str:
@@ -90,9 +94,35 @@ class GroupLog:
             self.stored.add(name)
         return found
 
+    def write_ids(
+        self, group: str, records: list[tuple[int, list[Any]]], dropped: list[int]
+    ) -> None:
+        """Append the de-duplication window's new records (number, entries) and delete the
+        expired ones, in one append. Not waited for: what a crash loses of it is a duplicate
+        the rebuilt window misses, never a message."""
+        changes = [Change(f"{IDS_PREFIX}{group}/{n}", _dump({"ids": e})) for n, e in records]
+        changes += [Change(f"{IDS_PREFIX}{group}/{n}", None) for n in dropped]
+        if changes:
+            self.keeper.store_write(changes)
+
+    def load_ids(self, group: str) -> list[tuple[int, list[Any]]]:
+        """The group's window records (number, entries), in number order; unreadable ones
+        are skipped (the window only misses their duplicates)."""
+        found = []
+        for key in self.state.keys(f"{IDS_PREFIX}{group}/"):
+            try:
+                number = int(key.rsplit("/", 1)[1])
+                entries = _load(self.state.get(key)).get("ids", [])
+            except (ValueError, CoordinationError):
+                continue
+            if isinstance(entries, list):
+                found.append((number, entries))
+        return sorted(found, key=lambda item: item[0])
+
     def delete_group(self, group: str) -> None:
         """The group's record and its slots' go, in one append."""
         keys = [_key(group), *self.state.keys(f"{SLOT_PREFIX}{group}/")]
+        keys += self.state.keys(f"{IDS_PREFIX}{group}/")
         self.stored.discard(group)
         self.keeper.store_write([Change(key, None) for key in keys])
 

@@ -34,6 +34,7 @@ from roq.coordination.paths import Paths
 from roq.coordination.session import SharedSession
 from roq.errors import CoordinationError
 from roq.monitor import deadletters, keyed, selection
+from roq.monitor.groupids import GroupIds
 from roq.monitor.grouplog import GroupLog, LogCommit
 from roq.monitor.slots import GiveResult, Group, Member, Rules, Slot
 from roq.protocol.commands import MonitorCommand, Reason
@@ -58,6 +59,7 @@ from roq.protocol.messages.groups import (
     dead_letter_queue,
     expand,
     ranges,
+    unpack_ids,
 )
 from roq.transport.rpc import Envelope
 
@@ -115,6 +117,9 @@ class GroupManager:
         self._held: dict[str, list[_Held]] = {}  # group → its held LEASEs, oldest first
         self._wake_due: dict[str, float] = {}  # group → until when its next LEASE is woken
         self.holding = 0
+        self.window_ms = settings.work.dedup_window_ms  # the groups' id windows (0: none)
+        self.ids: dict[str, GroupIds] = {}  # group → its de-duplication window, once it has one
+        self._ids_saved_at = 0.0
 
     # --- durable state ------------------------------------------------------------------------
     def _ensure_loaded(self) -> bool:
@@ -130,6 +135,7 @@ class GroupManager:
             return False
         for record, slots in found:
             self.groups[str(record["name"])] = self._restore(record, slots, now)
+            self._restore_ids(str(record["name"]))
         self._loaded = True
         if found:
             log.info("%s: %d consumer group(s) read back (%d slots)", self.name,
@@ -162,6 +168,55 @@ class GroupManager:
         selection.restore(group, now)
         return group
 
+    def _restore_ids(self, name: str) -> None:
+        """A group's de-duplication window, rebuilt from its records in the state log (with
+        delivery.state=zookeeper it starts empty: docs/guarantees.md)."""
+        if not self.window_ms or not isinstance(self.store, GroupLog):
+            return
+        window = self.ids[name] = GroupIds(self.window_ms)
+        now_ms, taken = int(time.time() * 1000), 0
+        for number, entries in self.store.load_ids(name):
+            taken += window.restore(entries, now_ms)
+            window.records.append((number, max((_ms(e) for e in entries), default=0)))
+            window.next_record = number + 1
+        if taken:
+            log.info("%s: group %s: %d message id(s) of its window read back", self.name, name,
+                     taken)  # fmt: skip
+
+    def _save_ids(self, now_too: bool = False) -> None:
+        """Append what the groups' windows took since the last save to the state log (at most
+        every `work_dedup_save_ms` unless `now_too`, a sync: a record a request would fill the
+        log with small keys), and delete the records the window is past."""
+        now = time.monotonic()
+        due = now_too or now >= self._ids_saved_at + limits.work_dedup_save_ms / 1000
+        if not self.ids or not due:
+            return
+        self._ids_saved_at, now_ms = now, int(time.time() * 1000)
+        for name, window in self.ids.items():
+            unsaved, window.unsaved = window.unsaved, []
+            if not isinstance(self.store, GroupLog):
+                continue  # ZooKeeper keeps no window: a znode per id would be its load
+            most, records = limits.work_dedup_ids_per_record_max, []
+            for at in range(0, len(unsaved), most):
+                chunk = unsaved[at : at + most]
+                records.append((window.next_record, [list(entry) for entry in chunk]))
+                window.records.append((window.next_record, chunk[-1][-1]))
+                window.next_record += 1
+            cutoff, dropped = now_ms - window.window_ms - window.bucket_ms, []
+            while window.records and window.records[0][1] < cutoff:
+                dropped.append(window.records.popleft()[0])
+            try:
+                self.store.write_ids(name, records, dropped)
+            except CoordinationError as error:  # the window holds them: only a restart misses
+                log.warning("%s: group %s: message ids not saved: %s", self.name, name, error)
+
+    def dedup_counts(self) -> dict[str, tuple[int, int]]:
+        """Group name → (duplicates not handed out, ids its window forgot before their time)."""
+        return {
+            name: (group.duplicates, w.forgotten_early if (w := self.ids.get(name)) else 0)
+            for name, group in self.groups.items()
+        }
+
     # Writes are group commits, off the reply path: a request's changes are applied in memory
     # and answered at once; one ZooKeeper multi at a time then carries every change since the
     # last one (started at the next request or timer turn). A reply's `Written` tells a
@@ -181,6 +236,7 @@ class GroupManager:
         """Everything applied so far in ZooKeeper, waiting at most `work_sync_wait_ms` (the
         commit in flight, then one more); False if it did not get there."""
         deadline = time.monotonic() + limits.work_sync_wait_ms / 1000
+        self._save_ids(now_too=True)  # appended before the commit that makes it wait
         for _ in range(2 + bool(self._commit)):
             if self._commit is not None and not self._commit.wait(
                 max(0.0, deadline - time.monotonic())
@@ -197,6 +253,7 @@ class GroupManager:
 
     def _start(self) -> bool:
         """Start a commit of what changed; False if there was nothing to write."""
+        self._save_ids()
         if time.monotonic() < self._failed_at + limits.work_write_retry_ms / 1000:
             return False
         writes: list[tuple[Write, Group, Slot | None]] = []
@@ -256,6 +313,7 @@ class GroupManager:
             log.error("%s: %s: another monitor writes this queue's groups; reading them again",
                       self.name, error)  # fmt: skip
             self.groups.clear()
+            self.ids.clear()
             self._loaded, self._next_try = False, 0.0
             return
         except CoordinationError as error:
@@ -441,7 +499,8 @@ class GroupManager:
         lease_ms = int(rules.lease_s * 1000)
         joined = Joined(lease_ms, rules.inflight, rules.max_deliveries, group.ordered, dlq,
                         group.prefix, self.slot_messages,
-                        single_active=group.single_active, key_parts=group.parts)  # fmt: skip
+                        single_active=group.single_active, key_parts=group.parts,
+                        dedup=self.window_ms > 0)  # fmt: skip
         return self._synced(join, joined)
 
     def lease(self, ask: ConsumerRequest, envelope: Envelope | None) -> Answer:
@@ -547,11 +606,30 @@ class GroupManager:
         if slot is None:  # deleted: everything in it was settled (by this consumer or before)
             result = Settled(lost=True, done=True)
         else:
-            result = self._apply(group, member, slot, settle)
+            duplicates = self._deduplicate(group, slot, settle)
+            result = replace(self._apply(group, member, slot, settle), duplicates=duplicates)
         after = self._lease_for(group, member, settle.next_give) if settle.next_give >= 0 else None
         reply = replace(result, written=member.written, epoch=self.epoch,
                         next=None if after is None else after.encode())  # fmt: skip
         return self._synced(settle, reply) if settle.sync else self._answered(reply)
+
+    def _deduplicate(self, group: Group, slot: Slot, settle: Settle) -> tuple[int, ...]:
+        """The slot's records named in `Ids` whose id the group's window holds from another
+        place: settled as duplicates (before anything of the request is handed out), as
+        flattened ranges for the consumer, which hands none of them out."""
+        if not settle.ids or not self.window_ms:
+            return ()
+        window = self.ids.get(group.name)
+        if window is None:
+            window = self.ids[group.name] = GroupIds(self.window_ms)
+        entries = [
+            (index, message_id) for index, message_id in unpack_ids(settle.ids)
+            if index not in slot.settled and slot.holds(index)
+        ]  # fmt: skip
+        where = (slot.exchange, slot.start, slot.part)
+        found = sorted(window.check(where, entries, int(time.time() * 1000)))
+        group.drop_duplicates(slot, found)
+        return tuple(ranges(found))
 
     def _apply(self, group: Group, member: Member, slot: Slot, settle: Settle) -> Settled:
         if slot.count < 0 <= settle.count:
@@ -645,6 +723,7 @@ class GroupManager:
             tuple(_consumer_view(group, m, now, active) for m in group.members.values()),
             group.prefix,
             group.single_active,
+            group.duplicates,
         )
 
     def delete(self, ask: GroupDelete) -> Encodable:
@@ -654,6 +733,7 @@ class GroupManager:
         if self.groups.pop(ask.group, None) is None:
             return Refused(Reason.UNKNOWN_QUEUE, f"no group {ask.group} on {self.queue}")
         self._wake_due.pop(ask.group, None)
+        self.ids.pop(ask.group, None)
         try:
             self.store.delete_group(ask.group)
         except CoordinationError as error:
@@ -744,6 +824,13 @@ def _consumer_view(group: Group, member: Member, now: float, active: str) -> Con
         now - member.last_seen, selection.priority(group, member.consumer),
         member.consumer == active,
     )  # fmt: skip
+
+
+def _ms(entry: object) -> int:
+    """The time of a window record's entry (0 if it is not one: skipped on restore)."""
+    if isinstance(entry, list) and entry and isinstance(entry[-1], int):
+        return entry[-1]
+    return 0
 
 
 def _window(slot: Slot, give: int) -> Sequence[int]:

@@ -42,6 +42,7 @@ def samples(monitor: Monitor) -> list[Sample]:
 def _group_samples(monitor: Monitor) -> list[Sample]:
     found = []
     expired = monitor.groups.ttl_expired()
+    dedup = monitor.groups.dedup_counts()
     for view, redelivered in monitor.groups.views(limits.metrics_groups_max):
         labels = (monitor.queue, view.name)
         found += [
@@ -53,5 +54,7 @@ def _group_samples(monitor: Monitor) -> list[Sample]:
             sample("roq_group_redeliveries_total", redelivered, *labels),
             sample("roq_group_dead_letters_total", view.dead_letters, *labels),
             sample("roq_group_expired_total", expired.get(view.name, 0), *labels),
+            sample("roq_group_duplicates_total", dedup.get(view.name, (0, 0))[0], *labels),
+            sample("roq_group_dedup_forgotten_total", dedup.get(view.name, (0, 0))[1], *labels),
         ]
     return found

@@ -215,6 +215,7 @@ class Group:
     redelivered: int = 0  # messages handed out again (roq_group_redeliveries_total)
     skipped: int = 0  # outside the key prefix
     ttl_expired: int = 0  # past their expiry when a consumer would hand them out (dropped)
+    duplicates: int = 0  # copies of an id the group had from another place (monitor/groupids.py)
     full_slots_logged: bool = False
     # who may take new work (monitor/selection.py): one consumer at a time, and each consumer's
     # [priority, prefetch] in join order (kept with the group: a restarted monitor keeps them)
@@ -506,6 +507,16 @@ class Group:
             if index not in slot.settled and slot.holds(index):
                 self._settle(slot, index)
                 self.ttl_expired += 1
+
+    def drop_duplicates(self, slot: Slot, indices: Iterable[int]) -> None:
+        """Copies of a message id the group has from another place within its de-duplication
+        window (monitor/groupids.py): settled, never handed to an application (one given by a
+        lease's window before its slot was read is taken back: its consumer does not hand it
+        out)."""
+        for index in indices:
+            if index not in slot.settled and slot.holds(index):
+                self._settle(slot, index)
+                self.duplicates += 1
 
     @staticmethod
     def defer(slot: Slot, index: int, until: float) -> None:

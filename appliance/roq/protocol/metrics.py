@@ -117,6 +117,11 @@ CATALOGUE: tuple[Metric, ...] = (
        "Messages moved to the group's dead-letter queue."),
     _m("roq_group_expired_total", COUNTER, "queue group",
        "Messages past their expiry (TTL) when a consumer would hand them out: dropped."),
+    _m("roq_group_duplicates_total", COUNTER, "queue group",
+       "Copies of a message id the group read at another place within dedup.window.ms: "
+       "settled, not handed out."),
+    _m("roq_group_dedup_forgotten_total", COUNTER, "queue group",
+       "Message ids the group's window forgot before their time (past work_dedup_ids_max)."),
     _m("roq_tasks_cached", GAUGE, "queue state",
        "Request/response tasks this monitor holds in memory, by state."),
 )  # fmt: skip

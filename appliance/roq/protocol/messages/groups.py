@@ -137,6 +137,9 @@ class Joined:
     written: int = 0  # Written: this consumer's settles up to this Seq are in ZooKeeper
     single_active: bool = False  # SingleActive: the group's (monitor/selection.py)
     key_parts: int = 0  # KeyParts: a key-ordered group's parts (0: not key-ordered)
+    # Dedup: the group hands out a message id once within its window: the consumer sends the
+    # ids of a slot's records (`Settle.ids`) before it hands any of them out
+    dedup: bool = False
 
     def encode(self) -> Document:
         doc = bsonmsg.ok(LeaseMs=self.lease_ms, Inflight=self.inflight,
@@ -146,6 +149,8 @@ class Joined:
                          SingleActive=self.single_active)  # fmt: skip
         if self.key_parts:
             doc["KeyParts"] = self.key_parts
+        if self.dedup:
+            doc["Dedup"] = True
         return doc
 
     @classmethod
@@ -161,6 +166,7 @@ class Joined:
             field_int(doc, "Written", default=0),
             field_bool(doc, "SingleActive", default=False),
             _key_parts(doc),
+            field_bool(doc, "Dedup", default=False),
         )
 
 
@@ -395,7 +401,10 @@ class Settle:
     flattened [lo, hi) ranges of indices outside the group's key prefix, settled for this group
     without being handed out or counted as acked. Any 22 renews the slot's lease (in_progress
     is an empty one). `Defer`: messages not due yet (their not-before time), put off;
-    `TtlExpired`: messages past their expiry, settled without being handed out (counted)."""
+    `TtlExpired`: messages past their expiry, settled without being handed out (counted).
+    `Ids`: the message ids of records of the slot, packed (`pack_ids`), for the group's
+    de-duplication window (monitor/groupids.py): the monitor settles those it already had
+    from another place and names them in `Settled`'s `Duplicates`."""
 
     group: str
     consumer: str
@@ -412,6 +421,7 @@ class Settle:
     next_give: int = -1  # Next: lease the next slot too, with this many given (-1: do not)
     defer: tuple[Defer, ...] = ()  # Defer: not due yet (TTL and delay)
     ttl_expired: tuple[int, ...] = ()  # TtlExpired: past their expiry, dropped
+    ids: bytes = b""  # Ids: (index, message id) entries, `pack_ids`
 
     def encode(self) -> Document:
         doc: Document = {
@@ -424,6 +434,8 @@ class Settle:
         if self.defer or self.ttl_expired:  # absent otherwise: a settle as before
             doc["Defer"] = [d.fields() for d in self.defer]
             doc["TtlExpired"] = list(self.ttl_expired)
+        if self.ids:
+            doc["Ids"] = self.ids
         return doc
 
     @classmethod
@@ -439,6 +451,7 @@ class Settle:
             field_int(doc, "Next", lo=-1, hi=_ITEMS, default=-1),
             field_docs(doc, "Defer", Defer.decode, max_items=_ITEMS) if "Defer" in doc else (),
             field_indices(doc, "TtlExpired"),
+            field_ids(doc),
         )  # fmt: skip
         # ascending and apart: what the monitor expands is bounded by a slot's size
         if len(settle.skip) % 2 or list(settle.skip) != sorted(set(settle.skip)):
@@ -464,6 +477,8 @@ class Settled:
     written: int = 0  # Written: this consumer's settles up to this Seq are in ZooKeeper
     epoch: str = ""  # Life: this monitor process (a new one may lack what the old one took)
     next: Document | None = None  # Next: the LEASE answer for the next slot (SETTLE's Next)
+    # Duplicates: flattened [lo, hi) ranges of the indices of `Ids` settled as duplicates
+    duplicates: tuple[int, ...] = ()
 
     def encode(self) -> Document:
         doc = bsonmsg.ok(
@@ -474,6 +489,8 @@ class Settled:
         )  # fmt: skip
         if self.next is not None:
             doc["Next"] = self.next
+        if self.duplicates:
+            doc["Duplicates"] = list(self.duplicates)
         return doc
 
     @classmethod
@@ -487,7 +504,35 @@ class Settled:
             field_bool(doc, "Done"), field_int(doc, "Written", default=0),
             field_str(doc, "Life", empty_ok=True, default="", max_chars=_SLOT_ID_CHARS),
             _next(doc),
+            field_indices(doc, "Duplicates"),
         )  # fmt: skip
+
+
+ID_ENTRY_BYTES = 4 + 16  # an index (uint32, little-endian) and its record's message id
+
+
+def pack_ids(entries: Iterable[tuple[int, bytes]]) -> bytes:
+    """(index, 16-byte message id) pairs as `Settle`'s `Ids`: 20 bytes each."""
+    return b"".join(index.to_bytes(4, "little") + message_id for index, message_id in entries)
+
+
+def unpack_ids(packed: bytes) -> list[tuple[int, bytes]]:
+    return [
+        (int.from_bytes(packed[at : at + 4], "little"), packed[at + 4 : at + ID_ENTRY_BYTES])
+        for at in range(0, len(packed), ID_ENTRY_BYTES)
+    ]
+
+
+def field_ids(doc: Mapping[str, Any]) -> bytes:
+    """`Ids`: whole entries, at most `work_dedup_ids_per_request_max` of them; absent: none."""
+    value = doc.get("Ids", b"")
+    most = limits.work_dedup_ids_per_request_max
+    if not isinstance(value, bytes) or len(value) % ID_ENTRY_BYTES:
+        raise DecodeError(f"the Ids field must be binary, {ID_ENTRY_BYTES} bytes an entry")
+    if len(value) > most * ID_ENTRY_BYTES:
+        raise DecodeError(f"the Ids field holds {len(value) // ID_ENTRY_BYTES} ids, "
+                          f"more than {most}")  # fmt: skip
+    return value
 
 
 def _next(doc: Mapping[str, Any]) -> Document | None:
@@ -559,6 +604,7 @@ class GroupView:
     consumers: tuple[ConsumerView, ...] = field(default=())
     prefix: bytes = b""
     single_active: bool = False  # SingleActive (monitor/selection.py)
+    duplicates: int = 0  # Duplicates: copies of ids settled, not handed out (monitor start on)
 
     def fields(self) -> Document:
         return {
@@ -567,7 +613,7 @@ class GroupView:
             "Uncut": self.uncut, "InFlight": self.in_flight, "Acked": self.acked,
             "DeadLetters": self.dead_letters, "DeadLetterQueue": self.dead_letter_queue,
             "Consumers": [c.fields() for c in self.consumers], "Prefix": self.prefix,
-            "SingleActive": self.single_active,
+            "SingleActive": self.single_active, "Duplicates": self.duplicates,
         }  # fmt: skip
 
     @classmethod
@@ -584,6 +630,7 @@ class GroupView:
                        max_items=limits.work_consumers_max),
             field_prefix(doc),
             field_bool(doc, "SingleActive", default=False, prefix=prefix),
+            field_int(doc, "Duplicates", default=0, prefix=prefix),
         )  # fmt: skip
 
 
