@@ -448,6 +448,7 @@ bench_drain_quiet_s = 1.5  # run by hand (no count told): stops after the run on
 bench_drain_stall_s = 10.0  # told the count: a subscriber short of it gives up after this silence
 bench_drain_max_s = 60.0  # ... or this long after it was told at the latest
 bench_publishers_grace_s = 60.0  # publishers get their seconds + this to end (then killed)
+bench_flush_timeout_s = 45.0  # a bench publisher's last flush (its count is reported either way)
 bench_stop_grace_s = 0.5  # `roq bench` stopped: its workers get this long after SIGTERM
 bench_latency_samples_max = 20_000  # latency samples kept per worker and run
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import random
 import statistics
 import subprocess
@@ -247,7 +248,11 @@ def summarize(
 ) -> dict[str, Any]:
     pub_final = [w.result.final for w in publishers]
     sub_final = [w.result.final for w in subscribers]
-    failed = [w.result.role for w in publishers + subscribers if not w.result.final]
+    failed = [
+        w.result.role
+        for w in publishers + subscribers
+        if not w.result.final or w.result.final.get("error")
+    ]
     published = sum(f.get("messages", 0) for f in pub_final)
     batches = sum(f.get("batches", 0) for f in pub_final)
     pub_seconds = max((f.get("seconds", 0.0) for f in pub_final), default=0.0) or 1e-9
@@ -347,7 +352,7 @@ def _emit(doc: dict[str, Any]) -> None:
 
 
 def publisher_worker(description: LoadDescription, queue: str, client: dict[str, Any]) -> None:
-    from roq.client.publisher import Publisher
+    from roq.client.publisher import Publisher, PublishError
 
     payload = (b"%012d" % 0) + b"x" * (description.payload - 12)
     key = description.key.encode()
@@ -359,7 +364,7 @@ def publisher_worker(description: LoadDescription, queue: str, client: dict[str,
         **client,
     )
     _emit({"type": "ready"})
-    sent, started = 0, time.monotonic()
+    sent, started, failed = 0, time.monotonic(), None
     end = started + description.seconds
     next_tick, last_sent = started + 1.0, 0
     # headers: with send_many one set per call (encoded once), with send() encoded per message
@@ -383,11 +388,23 @@ def publisher_worker(description: LoadDescription, queue: str, client: dict[str,
             if now >= next_tick:
                 _emit({"type": "progress", "t": now - started, "rate": sent - last_sent})
                 next_tick, last_sent = next_tick + 1.0, sent
-        publisher.flush()
+        publisher.flush(limits.bench_flush_timeout_s)
+    except PublishError as error:  # what it sent still counts: the subscribers wait for it
+        failed = str(error)
     finally:
-        publisher.close()
+        _close_quietly(publisher, failed)
     _emit({"type": "done", "messages": sent, "seconds": time.monotonic() - started,
-           "batches": publisher.sent_batches})  # fmt: skip
+           "batches": publisher.sent_batches, "error": failed})  # fmt: skip
+
+
+def _close_quietly(publisher: Any, failed: str | None) -> None:
+    """Close a bench publisher; a flush that failed once is not waited for again."""
+    from roq.client.publisher import PublishError
+
+    try:
+        publisher.close(timeout_s=0.1 if failed else limits.bench_flush_timeout_s)
+    except PublishError as error:  # its count is reported all the same
+        logging.getLogger(__name__).warning("%s", error)
 
 
 def _send_each(
