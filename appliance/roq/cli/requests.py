@@ -80,6 +80,62 @@ def call(
             _print_result("roq call", f"{queue}/{task.id}", lambda: task.result(timeout), stop)
 
 
+# `roq serve`'s options beyond the queue, service and command (module constants, as `roq work`'s)
+_CONCURRENCY = typer.Option(
+    1,
+    "--concurrency",
+    "-c",
+    min=1,
+    max=limits.worker_concurrency_max,
+    help="Run up to N requests at once (one --exec process each).",
+)
+_PREFETCH = typer.Option(
+    None,
+    "--prefetch",
+    min=1,
+    help="Hold at most N requests handed out (default: the group's work.inflight); "
+    "--prefetch equal to --concurrency leaves the rest to other workers.",
+)
+_CHECK_AVAILABLE = typer.Option(
+    None,
+    "--check-available",
+    help="Shell command run every --check-every seconds (JLupin's checkAvailableScript): "
+    f"exit 0 = available; non-zero, or running over {limits.worker_check_timeout_s:g} s, "
+    "= the worker finishes what it runs and takes no request (leaves its group) until "
+    "it exits 0 again.",
+)
+_CHECK_EVERY = typer.Option(
+    limits.worker_check_period_s,
+    "--check-every",
+    min=limits.worker_check_period_min_s,
+    max=limits.worker_check_period_max_s,
+    help="Seconds between two --check-available runs.",
+)
+_MEMORY_MAX = typer.Option(
+    None,
+    "--memory-max",
+    min=limits.serve_memory_mb_min,
+    max=limits.serve_memory_mb_max,
+    help="MB (JLupin's MEMORY_ERRORS): run the worker as a child process and, once it and "
+    "its --exec commands use more resident memory, let it finish its running requests "
+    "and start it again with the threshold raised by --memory-growth.",
+)
+_MEMORY_GROWTH = typer.Option(
+    limits.serve_memory_growth_pct,
+    "--memory-growth",
+    min=0,
+    max=limits.serve_memory_growth_pct_max,
+    help="Percent the --memory-max threshold grows at each restart (percentageGrowth).",
+)
+_MEMORY_RESTARTS = typer.Option(
+    limits.serve_memory_restarts,
+    "--memory-restarts",
+    min=0,
+    max=limits.serve_memory_restarts_max,
+    help="Restarts at most (howManyTimes); past them the worker is drained and roq serve exits 1.",
+)
+
+
 @app.command(rich_help_panel="Messages")
 def serve(
     queue: str = typer.Argument(..., help="Request queue to take requests from."),
@@ -96,60 +152,13 @@ def serve(
     timeout: float | None = typer.Option(
         None, "--timeout", help="Exit after S seconds without a request."
     ),
-    concurrency: int = typer.Option(
-        1,
-        "--concurrency",
-        "-c",
-        min=1,
-        max=limits.worker_concurrency_max,
-        help="Run up to N requests at once (one --exec process each).",
-    ),
-    prefetch: int | None = typer.Option(
-        None,
-        "--prefetch",
-        min=1,
-        help="Hold at most N requests handed out (default: the group's work.inflight); "
-        "--prefetch equal to --concurrency leaves the rest to other workers.",
-    ),
-    check_available: str | None = typer.Option(
-        None,
-        "--check-available",
-        help="Shell command run every --check-every seconds (JLupin's checkAvailableScript): "
-        f"exit 0 = available; non-zero, or running over {limits.worker_check_timeout_s:g} s, "
-        "= the worker finishes what it runs and takes no request (leaves its group) until "
-        "it exits 0 again.",
-    ),
-    check_every: float = typer.Option(
-        limits.worker_check_period_s,
-        "--check-every",
-        min=limits.worker_check_period_min_s,
-        max=limits.worker_check_period_max_s,
-        help="Seconds between two --check-available runs.",
-    ),
-    memory_max: float | None = typer.Option(
-        None,
-        "--memory-max",
-        min=limits.serve_memory_mb_min,
-        max=limits.serve_memory_mb_max,
-        help="MB (JLupin's MEMORY_ERRORS): run the worker as a child process and, once it and "
-        "its --exec commands use more resident memory, let it finish its running requests "
-        "and start it again with the threshold raised by --memory-growth.",
-    ),
-    memory_growth: float = typer.Option(
-        limits.serve_memory_growth_pct,
-        "--memory-growth",
-        min=0,
-        max=limits.serve_memory_growth_pct_max,
-        help="Percent the --memory-max threshold grows at each restart (percentageGrowth).",
-    ),
-    memory_restarts: int = typer.Option(
-        limits.serve_memory_restarts,
-        "--memory-restarts",
-        min=0,
-        max=limits.serve_memory_restarts_max,
-        help="Restarts at most (howManyTimes); past them the worker is drained and roq serve "
-        "exits 1.",
-    ),
+    concurrency: int = _CONCURRENCY,
+    prefetch: int | None = _PREFETCH,
+    check_available: str | None = _CHECK_AVAILABLE,
+    check_every: float = _CHECK_EVERY,
+    memory_max: float | None = _MEMORY_MAX,
+    memory_growth: float = _MEMORY_GROWTH,
+    memory_restarts: int = _MEMORY_RESTARTS,
     gcm: str = GCM_OPTION,
     zk: str | None = ZK_OPTION,
     namespace: str = NAMESPACE_OPTION,
