@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import gc
 import os
 import sys
 from pathlib import Path
@@ -65,6 +67,10 @@ def command_of(argv: list[str]) -> str | None:
 
 
 def main() -> None:
+    # Registered first, so run last: the interpreter's final collection walks every object the
+    # imports made (80 ms here, 0.4 s on a loaded machine) to find cycles a process about to end
+    # need not free; frozen, they are left to the OS. A client's stop has a second (README).
+    atexit.register(gc.freeze)
     # each module registers its commands on `app` as it is imported
     if command_of(sys.argv[1:]) in DAEMON_COMMANDS:
         from roq.cli import daemons  # noqa: F401

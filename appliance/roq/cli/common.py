@@ -8,13 +8,13 @@ import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
 import typer
 
 from roq import limits
+from roq.client.stop import Grace, Stop
 from roq.errors import RoqError
 
 CONFIG_OPTION = typer.Option(
@@ -110,7 +110,7 @@ def stop_event() -> threading.Event:
     """An event set by SIGTERM or SIGINT (Ctrl-C): daemons drain and exit 0, a client command
     settles what it holds and exits 0. Inside `interruptible` the signal also ends the wait at
     once: KeyboardInterrupt, which typer makes exit 130."""
-    event = threading.Event()
+    event = Stop()  # the graces of what stops count from the signal
 
     def handler(signum: int, _frame: object) -> None:
         logging.getLogger("roq").info("received %s; stopping", signal.Signals(signum).name)
@@ -145,21 +145,13 @@ def interruptible(stop: threading.Event) -> Interruptible:
     return Interruptible(stop)
 
 
-class StopGrace:
+class StopGrace(Grace):
     """For an `--exec` command running when its worker is told to stop: it gets
     limits.exec_stop_finish_s from the stop to finish (its outcome kept: acked, or stored), then
     `over()` says end it and hand its work back, so that the stop takes less than a second."""
 
     def __init__(self, stop: threading.Event):
-        self.stop = stop
-        self._seen = 0.0  # when the stop was first seen
-
-    def over(self) -> bool:
-        if not self.stop.is_set():
-            return False
-        now = time.monotonic()
-        self._seen = self._seen or now
-        return now - self._seen > limits.exec_stop_finish_s
+        super().__init__(stop, limits.exec_stop_finish_s)
 
     def slice_s(self) -> float:
         """How long to wait for the command before asking again."""

@@ -53,6 +53,7 @@ from roq.backoff import Backoff
 from roq.client.admin import AdminClient, AdminRefused
 from roq.client.locate import MonitorAddress, locate_monitor
 from roq.client.publisher import Publisher
+from roq.client.stop import Grace
 from roq.client.timing import early_us, expired, now_us
 from roq.errors import CorruptRecord, ProtocolError, RoqError, Stopped, TransportError
 from roq.log import format as batchfmt
@@ -222,8 +223,7 @@ class Consumer:
         self._parked: dict[str, _Slot] = {}
         self._ready: collections.deque[Delivery] = collections.deque()
         self._dlq: Publisher | None = None
-        self._stop: threading.Event | None = None  # `stop_with`
-        self._stopped_at = 0.0
+        self._grace: Grace | None = None  # `stop_with`
         self._last_flush = time.monotonic()
         self._full_logged = False
         self._seq = 0  # numbers this consumer's settles; a reply's Written confirms up to one
@@ -252,16 +252,12 @@ class Consumer:
         limits.work_stop_grace_s more, then end (RoqError): a consumer whose monitor is gone
         (its queue stopped or deleted) stops within a second, not after work_monitor_wait_s,
         and one whose monitor answers still settles, releases and leaves."""
-        self._stop = stop
+        # after a running command's own grace (its outcome is what it settles): from first look
+        self._grace = Grace(stop, limits.work_stop_grace_s, from_stop=False)
 
     def _stopping(self) -> bool:
         """True once the stop's grace is over (see `stop_with`)."""
-        if self._stop is None or not self._stop.is_set():
-            return False
-        now = time.monotonic()
-        if not self._stopped_at:
-            self._stopped_at = now
-        return now - self._stopped_at > limits.work_stop_grace_s
+        return self._grace is not None and self._grace.over()
 
     def _ask(self, doc: dict[str, Any]) -> dict[str, Any]:
         """One request; a monitor that does not answer, is busy (ZooKeeper) or fenced (its host
