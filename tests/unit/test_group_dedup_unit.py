@@ -16,6 +16,7 @@ from roq.coordination.session import SharedSession
 from roq.errors import DecodeError
 from roq.log import LogSettings
 from roq.monitor.groupids import GroupIds
+from roq.monitor import grouplog
 from roq.monitor.grouplog import GroupLog
 from roq.monitor.groups import GroupManager
 from roq.monitor.state import StateKeeper
@@ -76,6 +77,25 @@ def test_a_restore_takes_the_entries_in_the_window_and_skips_what_is_not_one():
     ]
     assert window.restore(entries, 5_100) == 1
     assert window.check(THERE, [(0, A), (1, B), (2, C)], 5_200) == [0]
+
+
+# a state-log record of a window's ids as the code before log/dedup.py's `ExpiringIds` wrote it
+SAVED = (
+    b'{"ids":[["01010101010101010101010101010101","x1",0,-1,0,1000],'
+    b'["02020202020202020202020202020202","x1",0,-1,1,1000],'
+    b'["03030303030303030303030303030303","x2",200,3,7,1250]]}'
+)
+
+
+def test_the_saved_ids_encode_and_read_back_as_before():
+    window = GroupIds(60_000, bucket_ms=100)
+    window.check(HERE, [(0, A), (1, B)], 1_000)
+    assert window.check(("x2", 200, 3), [(7, C), (8, A)], 1_250) == [8]
+    assert grouplog._dump({"ids": [list(entry) for entry in window.unsaved]}) == SAVED
+    restored = GroupIds(60_000, bucket_ms=100)
+    assert restored.restore(grouplog._load((SAVED, 0))["ids"], 2_000) == 3
+    assert restored.check(THERE, [(0, A), (1, B), (2, C)], 2_100) == [0, 1, 2]
+    assert restored.check(("x2", 200, 3), [(7, C)], 2_100) == [] and not restored.unsaved
 
 
 def test_ids_travel_packed_and_a_bad_ids_field_is_refused():
