@@ -15,8 +15,8 @@ from roq import config
 from roq.coordination.session import SharedSession
 from roq.errors import DecodeError
 from roq.log import LogSettings
-from roq.monitor.groupids import GroupIds
 from roq.monitor import grouplog
+from roq.monitor.groupids import GroupIds
 from roq.monitor.grouplog import GroupLog
 from roq.monitor.groups import GroupManager
 from roq.monitor.state import StateKeeper

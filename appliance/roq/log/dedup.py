@@ -12,15 +12,71 @@ forgotten before its time, and its ids counted in `forgotten_early`: an id forgo
 taken as new if it comes again, so the bound trades a missed duplicate for memory, never a
 message for one.
 
+The buckets, the expiry and the bound are `ExpiringIds`, shared with the monitor's window of a
+consumer group (monitor/groupids.py, id → place); each keeps its ids in its own store (here a
+set: a dict would hold 8 bytes an id more, for values it does not have).
+
 Pure and single-threaded: its owner's loop calls it (the exchange's, the monitor's).
 """
 
 from __future__ import annotations
 
+import abc
 import collections
 from collections.abc import Iterable
 
 from roq import limits
+
+
+class ExpiringIds(abc.ABC):
+    """Ids (ints) taken within the last `window_ms`, listed in buckets of `bucket_ms` by the
+    time each was taken, at most `ids_max`. A subclass looks them up in its own store (`len`
+    is its size) and forgets there what `_forget` is given."""
+
+    shortest_ms = 0  # the shortest window_ms taken (0: off, the subclass's to mean)
+
+    def __init__(self, window_ms: int, ids_max: int, bucket_ms: int):
+        if window_ms < self.shortest_ms or ids_max < 1 or bucket_ms < 1:
+            raise ValueError(f"window of {window_ms} ms, {ids_max} ids, {bucket_ms} ms buckets")
+        self.window_ms, self.ids_max, self.bucket_ms = window_ms, ids_max, bucket_ms
+        # (bucket start, its ids) oldest first; the last one is the one being filled
+        self._buckets: collections.deque[tuple[int, list[int]]] = collections.deque()
+        self.forgotten_early = 0  # ids dropped by the bound before their window ended
+
+    @abc.abstractmethod
+    def __len__(self) -> int: ...
+
+    @abc.abstractmethod
+    def _forget(self, keys: list[int]) -> None:
+        """Drop `keys` from the store (each is in it)."""
+
+    def expire(self, now_ms: int) -> None:
+        """Forget the buckets whose every id is older than the window."""
+        buckets, cutoff = self._buckets, now_ms - self.window_ms
+        while buckets and buckets[0][0] + self.bucket_ms <= cutoff:
+            self._forget(buckets.popleft()[1])
+
+    def _taken(self, keys: Iterable[int], at_ms: int) -> None:
+        """List `keys`, new in the store, as taken at `at_ms` (an older time, read back, joins
+        the newest bucket); past the bound, forget the oldest."""
+        start = at_ms - at_ms % self.bucket_ms
+        if not self._buckets or self._buckets[-1][0] < start:
+            self._buckets.append((start, []))
+        self._buckets[-1][1].extend(keys)
+        while len(self) > self.ids_max:
+            self._forget_oldest()
+
+    def _forget_oldest(self) -> None:
+        """Over the bound: the oldest bucket goes whole; the only one left loses its older half
+        (a burst larger than the bound keeps its latest ids, at a cost shared by many adds)."""
+        if len(self._buckets) > 1:
+            gone = self._buckets.popleft()[1]
+        else:
+            bucket = self._buckets[-1][1]
+            gone = bucket[: len(bucket) // 2 or 1]
+            del bucket[: len(gone)]
+        self._forget(gone)
+        self.forgotten_early += len(gone)
 
 
 def _keys(message_ids: Iterable[bytes]) -> set[int]:
@@ -31,7 +87,7 @@ def _ordered_keys(message_ids: Iterable[bytes]) -> list[int]:
     return [int.from_bytes(message_id, "little") for message_id in message_ids]
 
 
-class IdWindow:
+class IdWindow(ExpiringIds):
     """Message ids seen within the last `window_ms` (0: off, every id is new)."""
 
     def __init__(
@@ -40,13 +96,8 @@ class IdWindow:
         ids_max: int = limits.dedup_window_ids_max,
         bucket_ms: int = limits.dedup_bucket_ms,
     ):
-        if window_ms < 0 or ids_max < 1 or bucket_ms < 1:
-            raise ValueError(f"window of {window_ms} ms, {ids_max} ids, {bucket_ms} ms buckets")
-        self.window_ms, self.ids_max, self.bucket_ms = window_ms, ids_max, bucket_ms
+        super().__init__(window_ms, ids_max, bucket_ms)
         self._ids: set[int] = set()
-        # (bucket start, its ids) oldest first; the last one is the one being filled
-        self._buckets: collections.deque[tuple[int, list[int]]] = collections.deque()
-        self.forgotten_early = 0  # ids dropped by the bound before their window ended
         self.duplicates = 0  # counted by the owner: what it did not take again (records, …)
 
     @property
@@ -70,10 +121,8 @@ class IdWindow:
         key = int.from_bytes(message_id, "little")
         if key in self._ids:
             return False
-        self._bucket(now_ms).append(key)
         self._ids.add(key)
-        if len(self._ids) > self.ids_max:
-            self._forget_oldest()
+        self._taken((key,), now_ms)
         return True
 
     def all_seen(self, message_ids: Iterable[bytes], now_ms: int) -> bool:
@@ -89,32 +138,9 @@ class IdWindow:
         seen = self._ids  # in order, once each: past the bound the latest are kept
         fresh = [key for key in dict.fromkeys(_ordered_keys(message_ids)) if key not in seen]
         if fresh:
-            self._bucket(now_ms).extend(fresh)
             self._ids.update(fresh)
-            while len(self._ids) > self.ids_max:
-                self._forget_oldest()
+            self._taken(fresh, now_ms)
         return len(fresh)
 
-    def expire(self, now_ms: int) -> None:
-        """Forget the buckets whose every id is older than the window."""
-        buckets, cutoff = self._buckets, now_ms - self.window_ms
-        while buckets and buckets[0][0] + self.bucket_ms <= cutoff:
-            self._ids.difference_update(buckets.popleft()[1])
-
-    def _bucket(self, now_ms: int) -> list[int]:
-        start = now_ms - now_ms % self.bucket_ms
-        if not self._buckets or self._buckets[-1][0] < start:
-            self._buckets.append((start, []))
-        return self._buckets[-1][1]
-
-    def _forget_oldest(self) -> None:
-        """Over the bound: the oldest bucket goes whole; the only one left loses its older half
-        (a burst larger than the bound keeps its latest ids, at a cost shared by many adds)."""
-        if len(self._buckets) > 1:
-            gone = self._buckets.popleft()[1]
-        else:
-            bucket = self._buckets[-1][1]
-            gone = bucket[: len(bucket) // 2 or 1]
-            del bucket[: len(gone)]
-        self._ids.difference_update(gone)
-        self.forgotten_early += len(gone)
+    def _forget(self, keys: list[int]) -> None:
+        self._ids.difference_update(keys)

@@ -16,7 +16,8 @@ handed anything of it out) for `window_ms` by the monitor's wall clock, never re
 duplicate; it expires in steps of `limits.dedup_bucket_ms`, as the exchange's. Bounded at
 `ids_max` ids (`limits.work_dedup_ids_max`): past it the oldest bucket is forgotten before its
 time and counted in `forgotten_early` (a copy of a forgotten id is handed out again: a missed
-duplicate, never a lost message).
+duplicate, never a lost message). The buckets, expiry and bound are the exchange's window's
+(log/dedup.py `ExpiringIds`); the places are this window's own.
 
 What it took since the last save is `unsaved` (id hex, exchange, start, part, index, wall ms): the
 group manager appends it to the monitor's state log, from which a restarted or re-placed monitor
@@ -30,13 +31,16 @@ from collections.abc import Iterable
 from typing import Any
 
 from roq import limits
+from roq.log.dedup import ExpiringIds
 
 Place = tuple[str, int, int, int]  # exchange, start of the slot's range, key part, index
 Entry = tuple[str, str, int, int, int, int]  # id (hex), exchange, start, part, index, wall ms
 
 
-class GroupIds:
+class GroupIds(ExpiringIds):
     """The ids a group's consumers read within the last `window_ms`, with their places."""
+
+    shortest_ms = 1  # never off: without a window the manager keeps none
 
     def __init__(
         self,
@@ -44,13 +48,8 @@ class GroupIds:
         ids_max: int = limits.work_dedup_ids_max,
         bucket_ms: int = limits.dedup_bucket_ms,
     ):
-        if window_ms < 1 or ids_max < 1 or bucket_ms < 1:
-            raise ValueError(f"window of {window_ms} ms, {ids_max} ids, {bucket_ms} ms buckets")
-        self.window_ms, self.ids_max, self.bucket_ms = window_ms, ids_max, bucket_ms
+        super().__init__(window_ms, ids_max, bucket_ms)
         self._places: dict[int, Place] = {}
-        # (bucket start, its ids) oldest first; the last one is the one being filled
-        self._buckets: collections.deque[tuple[int, list[int]]] = collections.deque()
-        self.forgotten_early = 0  # ids dropped by the bound before their window ended
         self.unsaved: list[Entry] = []  # taken since the manager last saved them
         self.records: collections.deque[tuple[int, int]] = collections.deque()  # saved: (n, ms)
         self.next_record = 0
@@ -91,35 +90,13 @@ class GroupIds:
         self.expire(now_ms)
         return taken
 
-    def expire(self, now_ms: int) -> None:
-        """Forget the buckets whose every id is older than the window."""
-        buckets, cutoff = self._buckets, now_ms - self.window_ms
-        while buckets and buckets[0][0] + self.bucket_ms <= cutoff:
-            self._forget(buckets.popleft()[1])
-
     def _add(self, key: int, place: Place, at_ms: int) -> None:
-        start = at_ms - at_ms % self.bucket_ms
-        if not self._buckets or self._buckets[-1][0] < start:
-            self._buckets.append((start, []))
-        self._buckets[-1][1].append(key)  # an older time (read back) joins the newest bucket
         self._places[key] = place
-        if len(self._places) > self.ids_max:
-            self._forget_oldest()
+        self._taken((key,), at_ms)
 
     def _forget(self, keys: list[int]) -> None:
         for key in keys:
             del self._places[key]
-
-    def _forget_oldest(self) -> None:
-        """Over the bound: the oldest bucket goes whole; the only one left loses its older half."""
-        if len(self._buckets) > 1:
-            gone = self._buckets.popleft()[1]
-        else:
-            bucket = self._buckets[-1][1]
-            gone = bucket[: len(bucket) // 2 or 1]
-            del bucket[: len(gone)]
-        self._forget(gone)
-        self.forgotten_early += len(gone)
 
 
 def _entry(entry: Any) -> tuple[int, Place, int] | None:
