@@ -21,7 +21,8 @@ from pathlib import Path
 
 from security_ab import CASES, start_cluster
 
-RECORD_DELAY_S = 2.5  # the bench's workers import and connect first
+SETTLE_S = 3.0  # after the bench's workers exist: their imports and connections, not recorded
+WORKERS_TIMEOUT_S = 90.0  # a loaded machine's imports take long
 
 
 def descendants(root: int) -> list[int]:
@@ -61,6 +62,17 @@ def role(pid: int) -> str:
     return "other"
 
 
+def wait_for_workers(bench: int) -> None:
+    """Until the bench's publisher and subscriber processes run (bounded)."""
+    deadline = time.monotonic() + WORKERS_TIMEOUT_S
+    while time.monotonic() < deadline:
+        running = {role(pid) for pid in descendants(bench)}
+        if {"bench-worker pub", "bench-worker sub"} <= running:
+            return
+        time.sleep(0.3)
+    raise SystemExit(f"the bench's workers did not start within {WORKERS_TIMEOUT_S} s")
+
+
 def profile(side: str, args: argparse.Namespace) -> None:
     base = args.base + (0 if side == "on" else args.off_offset)
     cluster = start_cluster(side, base, args.zk_port)
@@ -70,14 +82,23 @@ def profile(side: str, args: argparse.Namespace) -> None:
                    "--payload", str(args.payload), *CASES[args.case]]  # fmt: skip
         bench = subprocess.Popen(command, env=cluster.env(), stdout=subprocess.PIPE,
                                  stderr=subprocess.DEVNULL)  # fmt: skip
-        time.sleep(RECORD_DELAY_S)
         assert cluster.process is not None
+        wait_for_workers(bench.pid)
+        time.sleep(SETTLE_S)
         pids = descendants(cluster.process.pid) + descendants(bench.pid)
-        roles = {pid: role(pid) for pid in pids}
         data = Path(args.out) / f"{side}.data"
-        subprocess.run(["perf", "record", "-q", "-F", str(args.frequency), "-g", "-o", str(data),
-                        "-p", ",".join(map(str, pids)), "--", "sleep", str(args.record_s)],
-                       check=False, stderr=subprocess.DEVNULL)  # fmt: skip
+        # perf follows the children started meanwhile (the queue's exchange, the bench's
+        # workers); their roles are read while they live
+        record = subprocess.Popen(["perf", "record", "-q", "-F", str(args.frequency), "-g",
+                                   "-o", str(data), "-p", ",".join(map(str, pids)), "--",
+                                   "sleep", str(args.record_s)],
+                                  stderr=subprocess.DEVNULL)  # fmt: skip
+        roles: dict[int, str] = {}
+        while record.poll() is None:
+            for pid in descendants(cluster.process.pid) + descendants(bench.pid):
+                if roles.get(pid, "?") in ("?", "other"):
+                    roles[pid] = role(pid)
+            time.sleep(0.3)
         out, _ = bench.communicate(timeout=120)
         (Path(args.out) / f"{side}.roles").write_text(
             "\n".join(f"{pid} {name}" for pid, name in roles.items()) + "\n"
@@ -115,7 +136,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--payload", type=int, default=1024)
     parser.add_argument("--case", default="batched", choices=sorted(CASES))
-    parser.add_argument("--seconds", type=float, default=6.0, help="the bench's")
+    parser.add_argument("--seconds", type=float, default=12.0, help="the bench's")
     parser.add_argument("--record-s", type=float, default=3.0)
     parser.add_argument("--frequency", type=int, default=499)
     parser.add_argument("--base", type=int, default=41000)
