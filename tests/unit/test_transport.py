@@ -19,6 +19,9 @@ from roq.transport import (
     ConnectionWatch,
     Kind,
     Poller,
+    bind,
+    connect,
+    copying_send_pays,
     drained,
     new_context,
     open_socket,
@@ -183,4 +186,29 @@ def test_a_connection_watch_sees_a_killed_peer_drop_and_a_stopped_one_stay(how: 
         child.wait(timeout=10)
         watch.close()
         sock.close(0)
+        context.term()
+
+
+def test_large_frames_are_sent_copying_on_curve_sockets_only(pair):
+    """A zero-copy send saves no copy where libzmq encrypts (CURVE); inproc stays zero-copy."""
+    context = new_context()
+    server = open_socket(context, Kind.ROUTER)
+    client = open_socket(context, Kind.DEALER)
+    try:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        bind(server, "127.0.0.1", port)
+        connect(client, f"tcp://127.0.0.1:{port}")
+        assert copying_send_pays(server) and copying_send_pays(client)
+        assert not any(copying_send_pays(sock) for sock in pair)
+        batch = bytearray(70_000)  # above pyzmq's copy threshold
+        assert send_nowait(client, [b"k", batch], copy=copying_send_pays(client))
+        batch[0] = 1  # the copy left: what arrives is what was sent
+        assert wait_readable(server, 30_000)
+        frames = recv_nowait(server)
+        assert frames is not None and frames[1:] == [b"k", bytes(70_000)]
+    finally:
+        server.close(0)
+        client.close(0)
         context.term()

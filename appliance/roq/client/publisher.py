@@ -117,6 +117,7 @@ from roq.transport import (
     Kind,
     Poller,
     connect,
+    copying_send_pays,
     disconnect,
     drained,
     open_socket,
@@ -718,6 +719,7 @@ class _PublisherIO(threading.Thread):
         self.next_stat = time.monotonic() + limits.publisher_stat_period_s
         self.stat_sent = 0  # sent_messages at the last KPI
         self.dealer: Any = None
+        self.copy_batches = False  # a copying send on a CURVE connection (copying_send_pays)
         self.unconfirmed: dict[int, _Outbound] = {}  # sent batches the exchange must confirm
         self.resend: collections.deque[_Outbound] = collections.deque()  # after a fail-over
         self.drained: set[int] = set()  # flush tokens drained, waiting for confirmations
@@ -942,6 +944,7 @@ class _PublisherIO(threading.Thread):
             self.context, Kind.DEALER, sndhwm=limits.data_hwm_messages, rcvhwm=100_000
         )
         connect(self.dealer, front)
+        self.copy_batches = copying_send_pays(self.dealer)
         self.exchange = front
         log.info("%s: sending to %s", self.pub_name, front)
         # Learn which process serves `front` before any batch goes to it (see `_heard_run`).
@@ -1045,7 +1048,7 @@ class _PublisherIO(threading.Thread):
             frames = [dataplane.CONFIRMED_BATCH, token, item.batch]
         else:
             frames = [dataplane.COMMITTED_BATCH, token, item.batch]
-        return send_nowait(self.dealer, frames, copy=False)
+        return send_nowait(self.dealer, frames, copy=self.copy_batches)
 
     def _replies(self) -> None:
         for frames in drained(self.dealer, 10_000):

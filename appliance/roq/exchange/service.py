@@ -93,6 +93,7 @@ from roq.transport import (
     Poller,
     bind,
     connect,
+    copying_send_pays,
     disconnect,
     drained,
     open_socket,
@@ -334,6 +335,7 @@ class Exchange:
         )
         if not spec.keeper:
             bind(self.back, spec.address, port_at(spec.port, ExchangePort.BACK), subscribe)
+        self.copy_forward = copying_send_pays(self.back)  # CURVE copies anyway
         hwm = limits.log_server_hwm_messages
         self.replay = open_socket(context, Kind.ROUTER, sndhwm=hwm, rcvhwm=hwm)
         bind(self.replay, spec.address, port_at(spec.port, ExchangePort.LOG), reader)
@@ -677,14 +679,14 @@ class Exchange:
             offset = self.log.append(stamped, header)
             if self.refusing:
                 self._can_append()
-            self.back.send_multipart([header.key, stamped], copy=False)
+            self.back.send_multipart([header.key, stamped], copy=self.copy_forward)
             self._slot_messages += header.count  # work queues: one add per batch
             if self._slot_messages >= self.settings.slot_messages:
                 self.slot_cuts.add(offset + header.size)
                 self._slot_messages = 0
         else:
             offset = self.accepted_bytes
-            self.back.send_multipart([header.key, batch], copy=False)
+            self.back.send_multipart([header.key, batch], copy=self.copy_forward)
         payload = header.size - batchfmt.HEADER_BYTES - len(header.key)
         payload -= batchfmt.RECORD_BYTES * header.count
         if self.subscriptions:  # the XPUB socket drops what no subscriber asked for

@@ -138,6 +138,16 @@ def send_nowait(sock: Any, frames: Sequence[Any], copy: bool = True) -> bool:
     return True
 
 
+def copying_send_pays(sock: Any) -> bool:
+    """Whether large frames should be sent copying (copy=True) on `sock`, asked once it is bound
+    or connected. Yes on a CURVE socket: libzmq encrypts every frame into a buffer of its own, so
+    a zero-copy send (copy=False) saves no copy there, and still pays for handing the frame back
+    through pyzmq's collector thread, which takes the GIL; copying cost ~10 % less CPU per 64 KiB
+    frame (docs/benchmarks.md §1e, "Where CurveZMQ's cost goes"). Without CURVE, libzmq writes
+    a zero-copy frame to TCP from the caller's buffer, and the zero-copy send stays."""
+    return bool(sock.getsockopt(zmq.MECHANISM) == zmq.CURVE)
+
+
 def wait_readable(sock: Any, timeout_ms: int) -> bool:
     """Whether a message waits on `sock` within `timeout_ms` (it is left there)."""
     try:
