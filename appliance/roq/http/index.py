@@ -191,13 +191,14 @@ class TopicIndex:
             floor = newest - self.max_queue_size
             if index <= floor:
                 continue  # already evicted by newer messages
+            kept = self.messages.get(topic)
+            if kept is not None:
+                self._evict(topic, kept, floor)  # first: what it lets go of frees numbers
             number = self._number(origin)
             if number is None:
                 continue
-            kept = self.messages.get(topic)
             if kept is None:
                 kept = self.messages[topic] = Places(index)
-            self._evict(topic, kept, floor)
             before = kept.get(index)
             withheld = before is not None and bool(before[0] & 1)  # read again: still withheld
             self.count += kept.put(index, (number + 1) << 1 | withheld, offset)
