@@ -502,8 +502,10 @@ message_ttl_ms_max = 365 * 24 * 3600 * 1000
 message_delay_ms_max = 365 * 24 * 3600 * 1000
 # The gateway's index of places (http/index.py `Places`, issue 34): a kept message's place is a
 # 2-byte tag (its exchange's number, withheld) and a 4-byte log offset (8 once a log passes
-# 4 GiB), in arrays that carry at most an eighth of evicted places and array's own slack: at most
-# http_place_bytes_max bytes per message kept (10 x 9/8 x 17/16, rounded up), whatever its size.
+# 4 GiB), in arrays that span a topic's newest maxQueueSize indexes (a hole, an index whose
+# publish failed, costs as much) plus at most a sixteenth of evicted places and array's slack of
+# a sixteenth: at most http_place_bytes_max bytes per index (10 x 16/15 x 17/16 = 11.3, rounded
+# up), whatever the message's size, so a topic's places take at most 12 x maxQueueSize bytes.
 # The tag numbers this many exchanges at once (numbers no kept message names are reused).
 http_place_bytes_max = 12
 http_index_exchanges_max = 32_767
