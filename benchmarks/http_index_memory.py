@@ -3,7 +3,8 @@ the texts (`http.cache.bytes` bounds those), measured in this process.
 
 Fills a `roq.http.index.TopicIndex` (nothing held: cache 0) with --topics topics of --messages
 messages each (the log offsets of real batches: one batch per --batch messages, 4 exchanges),
-measuring with tracemalloc what the index allocated, and the process's VmRSS growth (/proc).
+measuring with tracemalloc what the index allocated, and the process's VmRSS growth (/proc;
+with --rss-only, without tracemalloc, whose own records would count).
 Runs against whichever tree PYTHONPATH names, so that the index before and after a change can be
 compared:
 
@@ -27,12 +28,12 @@ def rss_bytes() -> int:
     return int(found.group(1)) * 1024 if found else 0
 
 
-def fill(index: TopicIndex, topics: int, messages: int, batch: int) -> None:
-    for t in range(topics):
+def fill(index: TopicIndex, args: argparse.Namespace) -> None:
+    for t in range(args.topics):
         topic = f"topic-{t}"
         index.add(
-            (topic, n, None, f"x{n % 4}", 1_000_000 + (n // batch) * 4096, b"")
-            for n in range(1, messages + 1)
+            (topic, n, None, f"x{n % 4}", args.offset_base + (n // args.batch) * 4096, b"")
+            for n in range(1, args.messages + 1)
         )
 
 
@@ -42,16 +43,20 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=100_000, help="per topic")
     parser.add_argument("--batch", type=int, default=1, help="messages per log batch")
     parser.add_argument("--max-queue-size", type=int, default=0, help="0: --messages")
+    parser.add_argument("--offset-base", type=int, default=1_000_000, help="2**33: logs > 4 GiB")
+    parser.add_argument("--rss-only", action="store_true", help="no tracemalloc (its own cost)")
     args = parser.parse_args()
     bound = args.max_queue_size or args.messages
     gc.collect()
     rss_before = rss_bytes()
-    tracemalloc.start()
+    if not args.rss_only:
+        tracemalloc.start()
     index = TopicIndex(bound, 0)
-    fill(index, args.topics, args.messages, args.batch)
+    fill(index, args)
     gc.collect()
     traced, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
+    rss_grown = rss_bytes() - rss_before
     kept = index.count
     result = {
         "topics": args.topics,
@@ -59,8 +64,8 @@ def main() -> None:
         "traced_bytes": traced,
         "traced_bytes_per_message": round(traced / kept, 2),
         "traced_peak_bytes": peak,
-        "rss_growth_bytes": rss_bytes() - rss_before,
-        "rss_growth_bytes_per_message": round((rss_bytes() - rss_before) / kept, 2),
+        "rss_growth_bytes": rss_grown,
+        "rss_growth_bytes_per_message": round(rss_grown / kept, 2),
     }
     if hasattr(index, "place_bytes"):
         result["place_bytes_per_message"] = round(index.place_bytes() / kept, 2)

@@ -9,7 +9,8 @@ starts; nothing here is the record.
 
 Memory (issue 34, seed 002: the seed's own bound, maxTopics x maxQueueSize x maxMsgSize, is
 12.8 TB at its defaults). Every kept message has a place: its exchange and its batch's log
-offset (a tuple of about 100 bytes with its dictionary slot). Its text and meta are held in
+offset, packed per topic (`Places`: 6 bytes, at most `limits.http_place_bytes_max`; a tuple in a
+dict took 157-231 bytes, 16 GB with every topic full). Its text and meta are held in
 `Held`, bounded in bytes: past `http.cache.bytes` the least recently used go (the newest
 messages come in, a get brings back what it read), and a get of a message not held reads its
 batch back from the log (gateway.py). The log before the oldest kept message is needed by no
