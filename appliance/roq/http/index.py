@@ -150,7 +150,7 @@ class Places:
         tags, first = self.tags, self.first
         return (first + at for at in range(self.head, len(tags)) if tags[at])
 
-    def bytes(self) -> int:
+    def allocated(self) -> int:
         """The memory of these places (the object and its arrays, as allocated)."""
         return sys.getsizeof(self) + sys.getsizeof(self.tags) + sys.getsizeof(self.offsets)
 
@@ -254,7 +254,7 @@ class TopicIndex:
 
     def place_bytes(self) -> int:
         """The memory of every topic's places (roq_http_place_bytes)."""
-        return sum(kept.bytes() for kept in self.messages.values())
+        return sum(kept.allocated() for kept in self.messages.values())
 
     def export(self, topics: Iterable[str]) -> dict[str, Messages]:
         """The messages these topics keep (for the snapshot), oldest first: a message not held
