@@ -500,6 +500,15 @@ http_snapshot_buffer_bytes = 1024 * 1024
 # topic's retention, so a typo of a unit is refused rather than kept for centuries.
 message_ttl_ms_max = 365 * 24 * 3600 * 1000
 message_delay_ms_max = 365 * 24 * 3600 * 1000
+# The gateway's index of places (http/index.py `Places`, issue 34): a kept message's place is a
+# 2-byte tag (its exchange's number, withheld) and a 4-byte log offset (8 once a log passes
+# 4 GiB), in arrays that span a topic's newest maxQueueSize indexes (a hole, an index whose
+# publish failed, costs as much) plus at most a sixteenth of evicted places and array's slack of
+# a sixteenth: at most http_place_bytes_max bytes per index (10 x 16/15 x 17/16 = 11.3, rounded
+# up), whatever the message's size, so a topic's places take at most 12 x maxQueueSize bytes.
+# The tag numbers this many exchanges at once (numbers no kept message names are reused).
+http_place_bytes_max = 12
+http_index_exchanges_max = 32_767
 # --- work queues: consumer groups (monitor/slots.py, monitor/groups.py, client/consumer.py) ---
 work_cuts_reported_max = 1_024  # slot boundaries in one exchange report (past it: thinned evenly)
 work_cuts_repeated = 16  # reported cuts an exchange repeats in its next reports (a lost report)

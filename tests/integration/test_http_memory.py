@@ -107,3 +107,43 @@ def test_a_gateway_holds_at_most_its_bound_answers_every_get_and_restarts_withou
     assert _metric(api, "roq_http_log_messages_read_total") == 0  # no history read again
     assert _metric(api, "roq_http_held_bytes") <= bound
     assert _metric(api, "roq_http_read_back_messages_total") > 0
+
+
+def test_a_gateway_keeps_the_places_of_100000_messages_in_a_few_bytes_each(
+    cluster: LocalCluster,
+) -> None:
+    """The places alone (`http.cache.bytes` 0: no text held): 100,000 messages in 10 full
+    topics grow a real gateway's RSS by about a megabyte (http/index.py `Places`, at most
+    `limits.http_place_bytes_max` bytes each), where a tuple per message took ~23 MB."""
+    cluster.start_gcm()
+    cluster.start_host()
+    cluster.wait_ready()
+    topics, per_topic, batch = [f"p{n}" for n in range(10)], 10_000, 1_000
+    settings = {"maxQueueSize": per_topic, "http.cache.bytes": 0, "http.queues": 1}
+    daemon, api = start_gateway(cluster, **settings)
+    for topic in topics:
+        assert api.v1("topic/register", owner="o", topic=topic)[0] == 200
+    wait_for(lambda: _metric(api, "roq_http_index_messages") == 0, 10, "the gateway serving")
+    # a first batch through every path (publish, log read, index), so that what grows after is
+    # the places, not the code and buffers a first message brings in
+    assert api.v2("message/publish", owner="o", topic="p0", msgs=["w"] * batch)[0] == 200
+    wait_for(lambda: _metric(api, "roq_http_index_messages") == batch, 60, "the first batch")
+    rss_before = _rss_bytes(daemon.process.pid)
+    for topic in topics:
+        for _ in range(per_topic // batch - (topic == "p0")):
+            status, body = api.v2("message/publish", owner="o", topic=topic, msgs=["m"] * batch)
+            assert status == 200, body
+    total = per_topic * len(topics)
+    wait_for(lambda: _metric(api, "roq_http_index_messages") == total, 120,
+             f"the gateway read its messages\n{daemon.log_text()[-3000:]}")  # fmt: skip
+    grown = _rss_bytes(daemon.process.pid) - rss_before
+    text = api.client.get("/metrics", timeout=5).text
+    places = re.search(r"^roq_http_place_bytes (\S+)$", text, re.M)  # absent before issue 34
+    print(f"\nRSS grew by {grown} bytes keeping {total - batch} more places "
+          f"({grown / (total - batch):.1f} B each); roq_http_place_bytes "
+          f"{places.group(1) if places else 'absent'}")  # fmt: skip
+    assert _metric(api, "roq_http_held_bytes") == 0
+    if places:
+        assert float(places.group(1)) <= 12 * total + 400 * len(topics)
+    # measured: 1-2 MiB (places: 0.6 MB); a tuple per place: 20-25 MiB
+    assert grown < 8 << 20, f"RSS grew by {grown} bytes keeping {total} places"

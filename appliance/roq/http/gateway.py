@@ -238,7 +238,7 @@ class Gateway:
                 continue
             self._unsaved.discard(queue)
             mine = [topic for topic in self.index.messages if self.queue_of(topic) == queue]
-            topics: snapshot.Topics = {}
+            topics: dict[str, snapshot.Messages] = {}
             step = limits.http_snapshot_topics_per_turn
             for start in range(0, len(mine), step):  # between slices, requests are served
                 topics.update(self.index.export(mine[start : start + step]))

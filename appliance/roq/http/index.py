@@ -9,7 +9,8 @@ starts; nothing here is the record.
 
 Memory (issue 34, seed 002: the seed's own bound, maxTopics x maxQueueSize x maxMsgSize, is
 12.8 TB at its defaults). Every kept message has a place: its exchange and its batch's log
-offset (a tuple of about 100 bytes with its dictionary slot). Its text and meta are held in
+offset, packed per topic (`Places`: 6 bytes, at most `limits.http_place_bytes_max`; a tuple in a
+dict took 157-231 bytes, 16 GB with every topic full). Its text and meta are held in
 `Held`, bounded in bytes: past `http.cache.bytes` the least recently used go (the newest
 messages come in, a get brings back what it read), and a get of a message not held reads its
 batch back from the log (gateway.py). The log before the oldest kept message is needed by no
@@ -20,11 +21,16 @@ keeps its place but never its text again (`withhold`).
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
+from array import array
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from roq import limits
+from roq.http.snapshot import Messages
+
+log = logging.getLogger(__name__)
 
 # the message (None: withheld as expired, `withhold`), the exchange it was read from, its batch's
 # offset, its meta (records.py; b"": none)
@@ -77,13 +83,105 @@ class Held:
             self.bytes -= self.size(*found)
 
 
+class Places:
+    """The places of one topic's kept messages, packed (issue 34): for index `first + n`,
+    `tags[n]` (2 bytes: 0 for no message there, else its exchange's number + 1, shifted left
+    by one, or 1 when it is withheld) and `offsets[n]` (its batch's log offset: 4 bytes, 8
+    once an offset passes 4 GiB). The indexes before `first + head` were evicted; they are
+    let go of lazily, and the arrays compacted once they are a sixteenth of them, so that an
+    eviction costs no copy of the topic's places (16 copied bytes per eviction, amortised)."""
+
+    __slots__ = ("count", "first", "head", "offsets", "tags")
+
+    def __init__(self, first: int):
+        self.first = first  # the index of tags[0]
+        self.head = 0  # tags[:head] are evicted
+        self.count = 0  # messages kept (tags not 0 from head on)
+        self.tags = array("H")
+        self.offsets = array("I")
+
+    def __len__(self) -> int:
+        return self.count
+
+    def get(self, index: int) -> tuple[int, int] | None:
+        """(tag, offset) of the message kept under `index`, or None."""
+        at = index - self.first
+        if at < self.head or at >= len(self.tags) or not self.tags[at]:
+            return None
+        return self.tags[at], self.offsets[at]
+
+    def put(self, index: int, tag: int, offset: int) -> bool:
+        """Keep (or move) a message's place: True if the index was not kept before."""
+        if index < self.first + self.head:
+            self._prepend(index)  # an older message after newer ones (racing gateways)
+        at = index - self.first
+        if at >= len(self.tags):
+            missing = at - len(self.tags)  # indexes not read (yet): holes
+            self.tags.frombytes(bytes(missing * 2))
+            self.offsets.frombytes(bytes(missing * self.offsets.itemsize))
+            self.tags.append(0)
+            self.offsets.append(0)
+        if offset > 0xFFFFFFFF and self.offsets.typecode == "I":
+            self.offsets = array("Q", self.offsets)
+        new = not self.tags[at]
+        self.tags[at], self.offsets[at] = tag, offset
+        self.count += new
+        return new
+
+    def set_tag(self, index: int, tag: int) -> None:
+        self.tags[index - self.first] = tag
+
+    def evict(self, floor: int) -> list[int]:
+        """Let go of every index at or below `floor`: the indexes that were kept."""
+        end = min(max(floor + 1 - self.first, self.head), len(self.tags))
+        tags = self.tags
+        gone = [self.first + at for at in range(self.head, end) if tags[at]]
+        self.count -= len(gone)
+        self.head = end
+        if self.head == len(tags):  # nothing left: start again at the floor
+            self.first, self.head = max(self.first + self.head, floor + 1), 0
+            del self.tags[:], self.offsets[:]
+        elif self.head >= 16 and self.head * 16 >= len(tags):
+            self._compact()
+        return gone
+
+    def indexes(self) -> Iterator[int]:
+        """The indexes kept, oldest first."""
+        tags, first = self.tags, self.first
+        return (first + at for at in range(self.head, len(tags)) if tags[at])
+
+    def allocated(self) -> int:
+        """The memory of these places (the object and its arrays, as allocated)."""
+        return sys.getsizeof(self) + sys.getsizeof(self.tags) + sys.getsizeof(self.offsets)
+
+    def tags_in_use(self) -> set[int]:
+        return set(self.tags[self.head :])
+
+    def _compact(self) -> None:
+        del self.tags[: self.head], self.offsets[: self.head]
+        self.first += self.head
+        self.head = 0
+
+    def _prepend(self, index: int) -> None:
+        self._compact()
+        missing = self.first - index
+        self.tags[0:0] = array("H", bytes(missing * 2))
+        self.offsets[0:0] = array(self.offsets.typecode, bytes(missing * self.offsets.itemsize))
+        self.first = index
+
+
 class TopicIndex:
     def __init__(self, max_queue_size: int, held_bytes: int):
         self.max_queue_size = max_queue_size
-        self.messages: dict[str, dict[int, Place]] = {}
+        self.messages: dict[str, Places] = {}
         self.held = Held(held_bytes)
         self.newest: dict[str, int] = {}
         self.count = 0  # messages kept, all topics
+        # the exchanges messages were read from, numbered for the places' tags ("": free)
+        self.exchanges: list[str] = []
+        self._numbers: dict[str, int] = {}
+        self._free: list[int] = []
+        self.unplaced = 0  # messages not kept: more exchanges than a tag can number (logged)
         self._waiters: dict[str, list[tuple[int, bool, asyncio.Future[None]]]] = {}
         self._parked = 0
 
@@ -91,47 +189,87 @@ class TopicIndex:
         touched: set[str] = set()
         for topic, index, message, origin, offset, meta in items:
             newest = max(self.newest.get(topic, 0), index)
-            if index <= newest - self.max_queue_size:
+            floor = newest - self.max_queue_size
+            if index <= floor:
                 continue  # already evicted by newer messages
-            kept = self.messages.setdefault(topic, {})
+            kept = self.messages.get(topic)
+            if kept is not None:
+                self._evict(topic, kept, floor)  # first: what it lets go of frees numbers
+            number = self._number(origin)
+            if number is None:
+                continue
+            if kept is None:
+                kept = self.messages[topic] = Places(index)
             before = kept.get(index)
-            if before is None:
-                self.count += 1
-            withheld = before is not None and before[2]  # read again: still withheld
-            kept[index] = (origin, offset, withheld)
+            withheld = before is not None and bool(before[0] & 1)  # read again: still withheld
+            self.count += kept.put(index, (number + 1) << 1 | withheld, offset)
             if message is not None:
                 self.held.put((topic, index), None if withheld else message, meta)
             self.newest[topic] = newest
-            self._evict(topic, kept, newest)
             touched.add(topic)
         for topic in touched & self._waiters.keys():
             self._wake(topic)
 
-    def _evict(self, topic: str, kept: dict[int, Place], newest: int) -> None:
-        floor = newest - self.max_queue_size
-        while len(kept) > self.max_queue_size or (kept and next(iter(kept)) <= floor):
-            # insertion order is index order but for messages of racing gateways; any index
-            # at or below the floor goes, and the count bound holds whatever the order
-            index = next(iter(kept))
-            del kept[index]
+    def _evict(self, topic: str, kept: Places, floor: int) -> None:
+        # every kept index is above the floor, so a topic keeps at most maxQueueSize
+        # whatever order its messages came in
+        for index in kept.evict(floor):
             self.held.drop((topic, index))
             self.count -= 1
 
-    def export(self, topics: Iterable[str]) -> dict[str, list[tuple[int, Kept]]]:
+    def _number(self, origin: str) -> int | None:
+        """The exchange's number in the places' tags; None when all are taken by exchanges
+        that places still name (logged: the message is not kept, a get of it answers 503)."""
+        number = self._numbers.get(origin)
+        if number is not None:
+            return number
+        if not self._free and len(self.exchanges) >= limits.http_index_exchanges_max:
+            self._reclaim()
+        if self._free:
+            number = self._free.pop()
+            self.exchanges[number] = origin
+        elif len(self.exchanges) < limits.http_index_exchanges_max:
+            number = len(self.exchanges)
+            self.exchanges.append(origin)
+        else:
+            self.unplaced += 1
+            most = limits.http_index_exchanges_max
+            log.error("http: a message from exchange %s is not kept: the index numbers at most "
+                      "%d exchanges, all in use", origin, most)  # fmt: skip
+            return None
+        self._numbers[origin] = number
+        return number
+
+    def _reclaim(self) -> None:
+        """Free the numbers of exchanges no kept message was read from (once all are taken:
+        exchanges come and go over a gateway's life)."""
+        used: set[int] = set()
+        for kept in self.messages.values():
+            used.update((tag >> 1) - 1 for tag in kept.tags_in_use() if tag)
+        for number, origin in enumerate(self.exchanges):
+            if origin and number not in used:
+                del self._numbers[origin]
+                self.exchanges[number] = ""
+                self._free.append(number)
+
+    def place_bytes(self) -> int:
+        """The memory of every topic's places (roq_http_place_bytes)."""
+        return sum(kept.allocated() for kept in self.messages.values())
+
+    def export(self, topics: Iterable[str]) -> dict[str, Messages]:
         """The messages these topics keep (for the snapshot), oldest first: a message not held
         with its text None, a withheld one with its text "" (and its meta, if held)."""
-        found = ((topic, self.messages.get(topic)) for topic in topics)
-        return {
-            topic: [
-                (index, self._exported(topic, index, place))
-                for index, place in sorted(kept.items())
-            ]
-            for topic, kept in found
-            if kept
-        }
+        exported: dict[str, Messages] = {}
+        for topic in topics:
+            kept = self.messages.get(topic)
+            if kept:
+                messages = exported[topic] = Messages()
+                for index in kept.indexes():
+                    messages.append(index, self._exported(topic, index))
+        return exported
 
-    def _exported(self, topic: str, index: int, place: Place) -> Kept:
-        origin, offset, withheld = place
+    def _exported(self, topic: str, index: int) -> Kept:
+        origin, offset, withheld = self.place(topic, index) or ("", 0, False)
         held = self.held.entries.get((topic, index))  # not get(): a snapshot is not a use
         if held is None:
             return (None, origin, offset, b"")
@@ -140,7 +278,11 @@ class TopicIndex:
 
     def place(self, topic: str, index: int) -> Place | None:
         kept = self.messages.get(topic)
-        return None if kept is None else kept.get(index)
+        found = None if kept is None else kept.get(index)
+        if found is None:
+            return None
+        tag, offset = found
+        return (self.exchanges[(tag >> 1) - 1], offset, bool(tag & 1))
 
     def lookup(self, topic: str, index: int) -> Kept | None:
         """The message if it is kept and held (None: not kept, or not held: see `place`)."""
@@ -163,11 +305,11 @@ class TopicIndex:
         """Drop an expired message's text, keep its place (a get still answers for its index)
         and its meta if held: True the first time, so that each expired message is counted
         once."""
-        kept = self.messages.get(topic, {})
-        found = kept.get(index)
-        if found is None or found[2]:
+        kept = self.messages.get(topic)
+        found = None if kept is None else kept.get(index)
+        if kept is None or found is None or found[0] & 1:
             return False
-        kept[index] = (found[0], found[1], True)
+        kept.set_tag(index, found[0] | 1)
         held = self.held.get((topic, index))
         if held is not None:
             self.held.put((topic, index), None, held[1])
@@ -175,7 +317,8 @@ class TopicIndex:
 
     def _arrived(self, topic: str, index: int, exact: bool) -> bool:
         if exact:
-            return index in self.messages.get(topic, {})
+            kept = self.messages.get(topic)
+            return kept is not None and kept.get(index) is not None
         return self.newest.get(topic, 0) >= index
 
     async def wait_for(

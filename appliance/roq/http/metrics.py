@@ -58,6 +58,12 @@ class Metrics:
             "(bounded by http.cache.bytes).", registry=self.registry,
         )  # fmt: skip
         held_bytes.set_function(lambda: index.held.bytes)
+        place_bytes = Gauge(
+            "roq_http_place_bytes", "Memory this gateway keeps its messages' places in (their "
+            "exchange and log offset: at most limits.http_place_bytes_max per message kept).",
+            registry=self.registry,
+        )  # fmt: skip
+        place_bytes.set_function(index.place_bytes)
         busy = Gauge(
             "roq_http_requests_in_progress", "Requests in progress (long polls included) of the "
             "principals held to http.requests.per.principal.", registry=self.registry,
