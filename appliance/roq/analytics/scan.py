@@ -27,9 +27,8 @@ from roq.log import format as fmt
 
 # magic, version, flags at byte 16: one mark per format version (v2: records with meta), and
 # v2 with its records' shared meta (FLAG_SHARED_META)
-MARKS = tuple(bytes([fmt.MAGIC, version, 0, 0]) for version in fmt.FORMAT_VERSIONS) + (
-    bytes([fmt.MAGIC, fmt.FORMAT_VERSION_META]) + fmt.FLAG_SHARED_META.to_bytes(2, "little"),
-)
+_SHARED_MARK = bytes([fmt.MAGIC, fmt.FORMAT_VERSION_META, fmt.FLAG_SHARED_META, 0])
+MARKS = (*(bytes([fmt.MAGIC, version, 0, 0]) for version in fmt.FORMAT_VERSIONS), _SHARED_MARK)
 MARK = MARKS[0]
 MARK_AT = 16
 WINDOW_BYTES = 4 * 1024 * 1024

@@ -501,9 +501,10 @@ class _Handover:
         buffer whose records all share this meta, which the batch stores once: `ends` count
         no meta per record)."""
         buffer = self.buffers.get(key)
-        if buffer is not None and buffer.payloads and (
-            (buffer.metas is None) == bool(meta)
-            or (meta and not _shares(buffer, meta))
+        if (
+            buffer is not None
+            and buffer.payloads
+            and ((buffer.metas is None) == bool(meta) or (meta and not _shares(buffer, meta)))
         ):
             self._seal(key, buffer)
             buffer = None

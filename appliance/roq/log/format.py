@@ -389,9 +389,9 @@ def encode_batch(
             return batch
     first_ts = timestamps_us[0]
     flags, shared = 0, b""
-    if metas is not None and share_meta and len(metas) > 1 and metas[0]:
-        if metas.count(metas[0]) == len(metas):  # C loop; is-identical first (send_many)
-            flags, shared = FLAG_SHARED_META, SHARED_META_LEN.pack(len(metas[0])) + metas[0]
+    # metas.count: a C loop, identity first (send_many repeats one object)
+    if metas and share_meta and len(metas) > 1 and metas[0] and metas.count(metas[0]) == len(metas):
+        flags, shared = FLAG_SHARED_META, SHARED_META_LEN.pack(len(metas[0])) + metas[0]
     # Record headers and payloads interleaved by slice assignment, the headers packed by map():
     # no Python-level loop per record, which made this the publisher's largest cost.
     deltas = map(operator.sub, timestamps_us, itertools.repeat(first_ts))
