@@ -373,40 +373,36 @@ def encode_batch(
     assert payloads and len(payloads) == len(timestamps_us)
     if len(key) > limits.key_bytes_max:
         raise ValueError(f"routing key of {len(key)} bytes exceeds {limits.key_bytes_max}")
-    if (
-        metas is None
-        and _native is not None
-        and isinstance(payloads, list)
-        and isinstance(timestamps_us, list)
-    ):
-        try:
-            batch: bytes = _native.encode_v1(producer_id, first_seq, key, payloads, timestamps_us)
-        except TypeError:  # a payload that is not `bytes` (a bytearray, a memoryview)
-            pass
-        else:
-            if len(batch) > batch_bytes_max:
-                raise ValueError(f"batch of {len(batch)} bytes exceeds {batch_bytes_max}")
-            return batch
-    first_ts = timestamps_us[0]
     flags, shared = 0, b""
     # metas.count: a C loop, identity first (send_many repeats one object)
     if metas and share_meta and len(metas) > 1 and metas[0] and metas.count(metas[0]) == len(metas):
         flags, shared = FLAG_SHARED_META, SHARED_META_LEN.pack(len(metas[0])) + metas[0]
-    # Record headers and payloads interleaved by slice assignment, the headers packed by map():
+    first_ts = timestamps_us[0]
+    # Record heads, metas and payloads interleaved by slice assignment, the heads packed by map():
     # no Python-level loop per record, which made this the publisher's largest cost.
     deltas = map(operator.sub, timestamps_us, itertools.repeat(first_ts))
+    body: bytes | memoryview
     if metas is None or flags:
-        version = FORMAT_VERSION_META if flags else FORMAT_VERSION
-        parts = [b""] * (2 * len(payloads))
-        parts[::2] = map(RECORD.pack, deltas, map(len, payloads))
-        parts[1::2] = payloads
+        batch = _native_v1(producer_id, first_seq, key, payloads, timestamps_us)
+        if batch is not None and not flags:
+            if len(batch) > batch_bytes_max:
+                raise ValueError(f"batch of {len(batch)} bytes exceeds {batch_bytes_max}")
+            return batch
+        if batch is not None:  # its records, under a v2 header and the shared meta
+            body = memoryview(batch)[HEADER_BYTES + len(key) :]
+        else:
+            parts = [b""] * (2 * len(payloads))
+            parts[::2] = map(RECORD.pack, deltas, map(len, payloads))
+            parts[1::2] = payloads
+            body = b"".join(parts)
     else:
         assert len(metas) == len(payloads)
-        version, parts = FORMAT_VERSION_META, [b""] * (3 * len(payloads))
+        parts = [b""] * (3 * len(payloads))
         parts[::3] = map(RECORD_V2.pack, deltas, map(len, payloads), map(len, metas))
         parts[1::3] = metas
         parts[2::3] = payloads
-    body = b"".join(parts)
+        body = b"".join(parts)
+    version = FORMAT_VERSION if metas is None else FORMAT_VERSION_META
     tail = (
         struct.pack(
             "<BBHIQQ16sH",
@@ -428,6 +424,21 @@ def encode_batch(
     if length + 4 > batch_bytes_max:
         raise ValueError(f"batch of {length + 4} bytes exceeds {batch_bytes_max}")
     return LENGTH.pack(length) + OFFSET.pack(0) + LENGTH.pack(crc) + tail
+
+
+def _native_v1(
+    producer_id: bytes, first_seq: int, key: bytes, payloads: Sequence[bytes],
+    timestamps_us: Sequence[int],
+) -> bytes | None:  # fmt: skip
+    """The compiled encoder's v1 batch, or None: not compiled, or arguments it does not take
+    (not lists, a payload that is not `bytes`) and the Python code below packs."""
+    if _native is None or not isinstance(payloads, list) or not isinstance(timestamps_us, list):
+        return None
+    try:
+        batch: bytes = _native.encode_v1(producer_id, first_seq, key, payloads, timestamps_us)
+    except TypeError:  # a payload that is not `bytes` (a bytearray, a memoryview)
+        return None
+    return batch
 
 
 def read_header(buf: bytes | memoryview, at: int = 0) -> BatchHeader:
@@ -648,11 +659,15 @@ def iter_records(buf: bytes | memoryview, at: int = 0) -> Iterator[Record]:
     elif header.version != FORMAT_VERSION:
         yield from _iter_records_v2(data, header, at)
         return
-    elif _native is not None:
+    if _native is not None:
         records = _native.records_v1(data, header.count, header.base_offset, header.producer_id,
                                      header.first_seq, header.first_ts_us, header.key)  # fmt: skip
-        if records is not None:
+        if records is not None and meta is None:
             yield from records
+            return
+        if records is not None:  # the shared meta into each: a tuple concatenation, in C
+            tail, new = (meta,), _new_tuple
+            yield from [new(Record, record[:6] + tail) for record in records]
             return  # None: unsound, and the walk below names the first bad record
     end, pos = len(data), 0
     unpack, new = RECORD.unpack_from, _new_tuple
