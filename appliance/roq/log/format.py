@@ -9,7 +9,7 @@ A batch holds the records of one producer for one routing key. All integers are 
     12     4    crc           zlib CRC-32 of every byte from offset 16 to the end of the batch
     16     1    magic         0xB7
     17     1    version       1
-    18     2    flags         0 (reserved; readers reject unknown bits)
+    18     2    flags         0; in version 2, bit 0 = FLAG_SHARED_META (below); others rejected
     20     4    count         number of records (>= 1)
     24     8    first_seq     producer sequence number of record 0; record i has first_seq + i
     32     8    first_ts_us   timestamp of record 0, microseconds since the Unix epoch
