@@ -495,7 +495,7 @@ class _Handover:
         meta: bytes = b"",
     ) -> int:
         """Append payloads[start:] up to the one that fills the key's batch (`ends` holds the
-        running total of record sizes, metas included); returns where the next run starts. One
+        running total of record sizes: heads and payloads); returns where the next run starts. One
         list extend per batch instead of one append per message: send_many's speed is the
         publisher's. A run goes into a buffer of its own format (v1 without meta; with meta, a
         buffer whose records all share this meta, which the batch stores once: `ends` count
