@@ -3,8 +3,9 @@ running its own code, so that a refactor can be shown to leave the speed where i
 
 Each tree gets a one-machine cluster (`roq up`, started with PYTHONPATH=<tree>/appliance, so its
 GCM, host, monitor and exchange run that tree's code) and its `roq bench` runs with the same
-PYTHONPATH. Runs alternate A, B, A, B, ... and one JSON line per run goes to --out. The first
-cluster starts a ZooKeeper on --zk-port; the second uses it, in its own namespace.
+PYTHONPATH. Runs alternate A, B, A, B, ... and one JSON line per run goes to --out. Each cluster
+starts its own ZooKeeper, A on --zk-port and B on --zk-port + 1: a secure cluster's ZooKeeper
+admits only that cluster's credential (cluster.json), so two secure clusters cannot share one.
 
     python benchmarks/ab_trees.py --a /work/old --b . --pairs 5 --out results/ab.jsonl
     python benchmarks/ab_trees.py --summarize results/ab.jsonl
@@ -24,7 +25,8 @@ from upcluster import UpCluster
 
 
 def start_cluster(tree: Path, base: int, name: str, args: argparse.Namespace) -> UpCluster:
-    defines = [f"zk.namespace=/roq-ab-{name}", f"zk.servers=127.0.0.1:{args.zk_port}"]
+    zk_port = args.zk_port + (name == "b")
+    defines = [f"zk.namespace=/roq-ab-{name}", f"zk.servers=127.0.0.1:{zk_port}"]
     return UpCluster.start(tree, base, f"ab-{name}", [*defines, *args.define])
 
 

@@ -45,10 +45,13 @@ def v1_reference(seq: int, key: bytes, payloads: list[bytes], stamps: list[int])
     return struct.pack("<IQI", 12 + len(tail), 0, zlib.crc32(tail)) + tail
 
 
-def v2_batch(seq: int = 0, count: int = 3, meta: bytes | None = None) -> bytes:
+def v2_batch(seq: int = 0, count: int = 3, meta: bytes | None = None, share: bool = False) -> bytes:
+    """Records that all carry the same meta: a meta per record (the layout of every v2 batch
+    written before the shared meta existed) or, with `share`, the meta once."""
     meta = fmt.encode_meta({"trace": b"t" * 32, "type": "a/b"}) if meta is None else meta
     payloads = [b"%d" % (seq + i) for i in range(count)]
-    return fmt.encode_batch(PRODUCER, seq, b"key", payloads, [TS + seq] * count, [meta] * count)
+    stamps, metas = [TS + seq] * count, [meta] * count
+    return fmt.encode_batch(PRODUCER, seq, b"key", payloads, stamps, metas, share_meta=share)
 
 
 def fix_crc(data: bytearray) -> bytes:
@@ -233,8 +236,11 @@ _METAS = st.builds(
     same=st.booleans(),
     edits=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=3),
     view=st.sampled_from(["bytes", "view", "slice"]),
+    share=st.booleans(),
 )
-def test_the_v2_record_check_agrees_with_reading_every_record(sizes, metas, same, edits, view):
+def test_the_v2_record_check_agrees_with_reading_every_record(
+    sizes, metas, same, edits, view, share
+):
     """Records of one size and meta shape (the strided path) or mixed (the walk), with random
     bytes overwritten anywhere after the batch header (heads, meta lengths, flags, payloads),
     the CRC made right again: the check accepts exactly the batches every record of which can
@@ -243,12 +249,18 @@ def test_the_v2_record_check_agrees_with_reading_every_record(sizes, metas, same
         sizes, metas = [sizes[0]] * len(sizes), [metas[0]] * len(sizes)
     metas = (metas * len(sizes))[: len(sizes)]
     payloads = [b"p" * n for n in sizes]
-    data = bytearray(fmt.encode_batch(PRODUCER, 0, b"key", payloads, [TS] * len(sizes), metas))
+    stamps = [TS] * len(sizes)
+    data = bytearray(fmt.encode_batch(PRODUCER, 0, b"key", payloads, stamps, metas,
+                                      share_meta=share))  # fmt: skip
     body = fmt.HEADER_BYTES + 3
     for at, value in edits:
         data[body + at % (len(data) - body)] = value
     damaged = fix_crc(data)
-    header = fmt.read_header(damaged)
+    try:
+        header = fmt.read_header(damaged)  # a shared meta block's bounds are the header's
+    except CorruptRecord:
+        assert not _reference_ok(damaged)
+        return
     buf: bytes | memoryview = damaged
     if view == "view":
         buf = memoryview(damaged)
@@ -290,6 +302,98 @@ def test_whatever_a_publisher_may_send_reads_back_as_sent(metas):
         )
 
 
+# --- shared meta (flags bit 0) ----------------------------------------------------------------
+
+
+def test_the_shared_meta_worked_example_in_the_format_doc_is_what_the_code_writes():
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "log-format.md").read_text()
+    block = doc.split("#### Shared meta:", 1)[1].split("```", 2)[1]
+    shown = bytes.fromhex("".join(line[6:] for line in block.strip().splitlines()))
+    meta = fmt.encode_meta({"content-type": "text/plain"})
+    made = bytearray(
+        fmt.encode_batch(PRODUCER, 7, b"k", [b"hi", b"yo!"], [TS, TS + 250], [meta, meta])
+    )
+    fmt.stamp_offset(made, 4096)
+    assert shown == bytes(made)
+    header = fmt.validate_batch(shown)
+    assert header.shared_meta == meta and header.record_head_bytes == fmt.RECORD_BYTES
+    first, second = fmt.iter_records(shown)
+    assert first.headers == second.headers == (("content-type", b"text/plain"),)
+    assert (second.seq, second.timestamp_us, second.payload) == (8, TS + 250, b"yo!")
+
+
+def test_records_sharing_a_meta_store_it_once_and_read_as_the_per_record_layout():
+    """What `send_many(headers=...)` writes: 600 x 100 B with two 32-byte headers is v1's size
+    plus one meta, and reads record for record as the per-record layout (every v2 batch
+    written before the flag), which stays readable."""
+    meta = fmt.encode_meta({"h0": b"a" * 32, "h1": b"b" * 32}, b"i" * 16, TS + 1)
+    payloads, stamps = [b"%100d" % i for i in range(600)], [TS + i for i in range(600)]
+    shared = fmt.encode_batch(PRODUCER, 9, b"key", payloads, stamps, [meta] * 600)
+    old = fmt.encode_batch(PRODUCER, 9, b"key", payloads, stamps, [meta] * 600, share_meta=False)
+    v1 = fmt.encode_batch(PRODUCER, 9, b"key", payloads, stamps)
+    assert len(shared) == len(v1) + 2 + len(meta) and len(old) > len(shared) + 600 * len(meta)
+    new_header, old_header = fmt.validate_batch(shared), fmt.validate_batch(old)
+    assert new_header.shared_meta == meta and not old_header.shared_meta
+    assert list(fmt.iter_records(shared)) == list(fmt.iter_records(old))
+    assert fmt.payload_bytes(shared, new_header) == fmt.payload_bytes(old, old_header) == 60_000
+    assert fmt.message_ids(shared, new_header) == fmt.message_ids(old, old_header)
+    assert fmt.message_ids(shared, new_header) == [b"i" * 16] * 600
+    plain = fmt.encode_meta({"h": b"v"})
+    header = fmt.validate_batch(v2_batch(count=4, meta=plain, share=True))
+    assert fmt.message_ids(v2_batch(count=4, meta=plain, share=True), header) == [None] * 4
+
+
+def test_metas_that_differ_keep_the_per_record_layout():
+    one, two = fmt.encode_meta({"h": b"1"}), fmt.encode_meta({"h": b"2"})
+    for metas in ([one, two], [one, b""], [b"", b""], [one]):
+        batch = fmt.encode_batch(PRODUCER, 0, b"k", [b"a"] * len(metas), [TS] * len(metas), metas)
+        header = fmt.validate_batch(batch)
+        assert header.version == 2 and not header.shared_meta
+        assert header.record_head_bytes == fmt.RECORD_V2_BYTES
+
+
+def _shared_len_at() -> int:
+    return fmt.HEADER_BYTES + len(b"key")
+
+
+@pytest.mark.parametrize(
+    ("edit", "fragment"),
+    [
+        # shared_meta_len past the batch's end: the block is torn
+        (lambda d: struct.pack_into("<H", d, _shared_len_at(), 60_000),
+         "shared meta block of 60000 bytes at byte 63 leaves no room for its records"),
+        (lambda d: struct.pack_into("<H", d, _shared_len_at(), 0), "shared meta block of 0 bytes"),
+        # the shared meta unsound: its flags, its header count, its lengths
+        (lambda d: d.__setitem__(_shared_len_at() + 2, 0x10 | fmt.META_HEADERS),
+         "shared meta of batch at byte 0: meta flags 0x18 are unknown"),
+        (lambda d: d.__setitem__(_shared_len_at() + 3, 0),
+         "shared meta of batch at byte 0: 0 headers"),
+        (lambda d: d.__setitem__(_shared_len_at() + 5, 200),
+         "shared meta of batch at byte 0: meta of .* bytes, its lengths say"),
+        # shared_meta_len one short: the meta disagrees with its shape
+        (lambda d: struct.pack_into("<H", d, _shared_len_at(), d[_shared_len_at()] - 1),
+         "shared meta of batch at byte 0"),
+        # the flag on a version 1 batch, and a bit no reader knows
+        (lambda d: d.__setitem__(17, 1), "unknown flags 0x0001 for version 1"),
+        (lambda d: d.__setitem__(18, 3), "unknown flags 0x0003 for version 2"),
+        # a record after the shared block overruns the batch
+        (lambda d: struct.pack_into("<I", d, len(d) - 1 - 8 + 4, 9),
+         "record 2 of batch at byte 0 overruns"),
+    ],
+)  # fmt: skip
+def test_a_torn_or_inconsistent_shared_meta_block_is_refused_naming_it(edit, fragment):
+    data = bytearray(v2_batch(count=3, share=True))
+    assert fmt.read_header(bytes(data)).shared_meta
+    edit(data)
+    damaged = fix_crc(data)
+    with pytest.raises(CorruptRecord, match=fragment):
+        fmt.validate_batch(damaged)
+    with pytest.raises(CorruptRecord, match=fragment):
+        list(fmt.iter_records(damaged))
+    with pytest.raises(CorruptRecord, match=fragment.replace("at byte 0", "at byte 3")):
+        fmt.validate_batch(b"\0" * 3 + damaged, 3)  # a batch inside a larger frame
+
+
 # --- v1 logs stay readable ------------------------------------------------------------------
 
 
@@ -326,17 +430,18 @@ def test_a_v1_log_is_read_beside_v2_batches_appended_to_it(tmp_path):
 def test_the_inspector_and_the_analytics_scan_read_v1_and_v2_alike(tmp_path):
     _v1_log(tmp_path)
     with Log(tmp_path, flush_policy=OS) as log:
-        log.append(v2_batch(seq=12, count=5))
+        log.append(v2_batch(seq=12, count=3))
+        log.append(v2_batch(seq=15, count=2, share=True))
     summary = Summary(str(tmp_path))
     for item in walk(tmp_path):
         if isinstance(item, Batch):
             summary.add(item)
         else:
             pytest.fail(f"unexpected {item}")
-    assert summary.records == 17 and summary.batches == 5 and summary.clean
+    assert summary.records == 17 and summary.batches == 6 and summary.clean
     segment = (tmp_path / "00000000000000000000.log").read_bytes()
     # from the start, and from byte 1: resynchronising onto the second (v1) batch
-    for start, messages, payload in ((0, 17, 4 * 4 + 5 * 2), (1, 14, 3 * 4 + 5 * 2)):
+    for start, messages, payload in ((0, 17, 4 * 4 + 3 * 2 + 2 * 2), (1, 14, 3 * 4 + 5 * 2)):
         counts: dict[int, scan.ProducerMinute] = {}
         window = scan.Window(io.BytesIO(segment), len(segment))
         count = functools.partial(_count, into=counts)
@@ -350,10 +455,15 @@ def _count(buf: bytes, i: int, header: fmt.BatchHeader, into: dict) -> None:
     scan.count_records(buf, i, header, into)
 
 
-def test_the_analytics_scan_resynchronises_onto_a_v2_batch(tmp_path):
+@pytest.mark.parametrize("share", [False, True])
+def test_the_analytics_scan_and_the_log_resynchronise_onto_a_v2_batch(tmp_path, share):
     with Log(tmp_path, flush_policy=OS) as log:
         log.append(v2_batch(seq=0, count=2))
-        second = log.append(v2_batch(seq=2, count=2))
+        second = log.append(v2_batch(seq=2, count=2, share=share))
+        assert log.next_sound_batch(1) == second
+        read = log.read(second, 1 << 20)
+        assert read.status is ReadStatus.BATCHES
+        assert [r.header("trace") for r in fmt.iter_records(read.data)] == [b"t" * 32] * 2
     segment = (tmp_path / "00000000000000000000.log").read_bytes()
     window = scan.Window(io.BytesIO(segment), len(segment))
     assert scan.resync(window, 0, 1) == second
@@ -402,13 +512,33 @@ def test_a_publisher_buffer_turns_v2_when_a_message_has_meta_and_sizes_stay_exac
 
 def test_send_many_with_headers_seals_a_v1_run_first_and_shares_one_meta(shared):
     meta = fmt.encode_meta({"h": b"v"})
-    extra = len(meta) + 2
     with shared.lock:
         shared.append_run(b"k", [b"a", b"b"], [9, 18], 0, 4)
-        shared.append_run(b"k", [b"c", b"d"], [9 + extra, 18 + 2 * extra], 0, 5, meta)
+        shared.append_run(b"k", [b"c", b"d"], [9, 18], 0, 5, meta)  # no meta in the run's ends
+        shared.append_run(b"k", [b"e"], [9], 0, 6, meta)  # the same meta: the same batch
         size = shared.buffers[b"k"].size
     first, second = _sealed(shared)
     assert fmt.validate_batch(first).version == 1
     header = fmt.validate_batch(second)
-    assert header.version == 2 and size == header.size - fmt.HEADER_BYTES - 1
-    assert [r.header("h") for r in fmt.iter_records(second)] == [b"v", b"v"]
+    assert header.version == 2 and header.shared_meta == meta and header.count == 3
+    assert size == header.size - fmt.HEADER_BYTES - 1, "the buffer counts the meta once"
+    assert [r.header("h") for r in fmt.iter_records(second)] == [b"v", b"v", b"v"]
+
+
+def test_a_shared_meta_buffer_is_sealed_before_another_meta_joins_it(shared):
+    """Sized with its meta once, a buffer would outgrow its size if it turned per-record: a
+    message with another meta (or none) starts a batch of its own."""
+    meta, other = fmt.encode_meta({"h": b"v"}), fmt.encode_meta({"h": b"w"})
+    with shared.lock:
+        shared.append_run(b"k", [b"a", b"b"], [9, 18], 0, 4, meta)
+        shared.append(b"k", b"c", 5, meta)  # the same meta: joins
+        shared.append(b"k", b"d", 6, other)
+        shared.append_run(b"k", [b"e"], [9], 0, 7, meta)  # a run into a per-record buffer
+        shared.append(b"k", b"f", 8)
+    batches = _sealed(shared)
+    headers = [fmt.validate_batch(batch) for batch in batches]
+    assert [h.count for h in headers] == [3, 1, 1, 1]
+    assert [h.shared_meta for h in headers] == [meta, b"", b"", b""]
+    assert [h.version for h in headers] == [2, 2, 2, 1]
+    read = [[r.header("h") for r in fmt.iter_records(b)] for b in batches]
+    assert read == [[b"v", b"v", b"v"], [b"w"], [b"v"], [None]]

@@ -25,8 +25,10 @@ from typing import Protocol
 from roq.errors import CorruptRecord
 from roq.log import format as fmt
 
-# magic, version, flags=0 at byte 16: one mark per format version (v2: records with meta)
-MARKS = tuple(bytes([fmt.MAGIC, version, 0, 0]) for version in fmt.FORMAT_VERSIONS)
+# magic, version, flags at byte 16: one mark per format version (v2: records with meta), and
+# v2 with its records' shared meta (FLAG_SHARED_META)
+_SHARED_MARK = bytes([fmt.MAGIC, fmt.FORMAT_VERSION_META, fmt.FLAG_SHARED_META, 0])
+MARKS = (*(bytes([fmt.MAGIC, version, 0, 0]) for version in fmt.FORMAT_VERSIONS), _SHARED_MARK)
 MARK = MARKS[0]
 MARK_AT = 16
 WINDOW_BYTES = 4 * 1024 * 1024
@@ -166,11 +168,11 @@ def count_records(
 ) -> None:
     """Add the batch's records to per-minute counters. The records' bounds are checked first, so a
     malformed batch raises CorruptRecord having counted nothing."""
-    pos = i + fmt.HEADER_BYTES + len(header.key)
+    pos = i + header.records_at  # after a shared meta block (not counted as payload)
     end = i + header.size
     first_ts = header.first_ts_us
     # v2 records carry a meta_len after the payload_len: skipped, not counted as payload
-    v1 = header.version == fmt.FORMAT_VERSION
+    v1 = header.v1_records
     head = header.record_head_bytes
     unpack = fmt.RECORD.unpack_from if v1 else fmt.RECORD_V2.unpack_from
     # minute -> [messages, bytes, min_ts, max_ts, first index, last index]

@@ -163,7 +163,13 @@ def _add_meta(buffer: _KeyBuffer, meta: bytes) -> None:
         buffer.metas = [b""] * len(buffer.payloads)
         buffer.size += 2 * len(buffer.payloads)
     buffer.metas.append(meta)
-    buffer.size += 2 + len(meta)
+    if not buffer.shared:  # a shared meta (the same one) was counted once
+        buffer.size += 2 + len(meta)
+
+
+def _shares(buffer: _KeyBuffer, meta: bytes) -> bool:
+    """Whether the buffer is sized as a shared-meta batch of exactly this meta."""
+    return buffer.shared and buffer.metas is not None and buffer.metas[0] == meta
 
 
 class PublishTimeout(PublishError):
@@ -181,6 +187,8 @@ class _KeyBuffer:
     size: int = 0
     since: float = 0.0
     metas: list[bytes] | None = None  # one per payload once a message has meta (a v2 batch)
+    # sized as a shared-meta batch: every record has metas[0], counted once (send_many's runs)
+    shared: bool = False
 
 
 @dataclass
@@ -308,7 +316,7 @@ class Publisher:
         meta = b""  # the default path: v1, no call
         if headers or expires_at_us is not None or not_before_us is not None:
             meta = batchfmt.encode_meta(headers, None, expires_at_us, not_before_us)
-        extra = len(meta) + 2 if meta else 0  # a v2 record's meta and meta_len
+        extra = len(meta) + 2 if meta else 0  # a v2 record's meta and meta_len, at most
         shared = self._shared
         taken = 0
         with shared.lock:
@@ -321,9 +329,8 @@ class Publisher:
                         shared.append(key, payload, stamp, meta)
                         taken += 1
                     return
-                ends = list(itertools.accumulate(
-                    size + batchfmt.RECORD_BYTES + extra for size in sizes
-                ))  # fmt: skip
+                # the run's records share `meta`: stored once per batch (append_run counts it)
+                ends = list(itertools.accumulate(size + batchfmt.RECORD_BYTES for size in sizes))
                 while taken < len(sizes):
                     shared.wait_for_space()
                     taken = shared.append_run(key, payloads, ends, taken, stamp, meta)
@@ -468,6 +475,9 @@ class _Handover:
         ):
             self._seal(key, buffer)  # the big message would not fit: send what is there
             buffer = self._new_buffer(key)
+        elif buffer.shared and not _shares(buffer, meta):
+            self._seal(key, buffer)  # sized for one shared meta: another one would outgrow it
+            buffer = self._new_buffer(key)
         if meta or buffer.metas is not None:
             _add_meta(buffer, meta)
         buffer.payloads.append(payload)
@@ -486,14 +496,23 @@ class _Handover:
         meta: bytes = b"",
     ) -> int:
         """Append payloads[start:] up to the one that fills the key's batch (`ends` holds the
-        running total of record sizes, metas included); returns where the next run starts. One
+        running total of record sizes: heads and payloads); returns where the next run starts. One
         list extend per batch instead of one append per message: send_many's speed is the
-        publisher's. A run goes into a buffer of its own format (v1 without meta, v2 with)."""
+        publisher's. A run goes into a buffer of its own format (v1 without meta; with meta, a
+        buffer whose records all share this meta, which the batch stores once: `ends` count
+        no meta per record)."""
         buffer = self.buffers.get(key)
-        if buffer is not None and buffer.payloads and (buffer.metas is None) == bool(meta):
+        if (
+            buffer is not None
+            and buffer.payloads
+            and ((buffer.metas is None) == bool(meta) or (meta and not _shares(buffer, meta)))
+        ):
             self._seal(key, buffer)
             buffer = None
         buffer = buffer or self._new_buffer(key)
+        if meta and not buffer.shared:  # a new buffer: the shared meta block, counted once
+            buffer.shared = True
+            buffer.size += batchfmt.SHARED_META_LEN.size + len(meta)
         before = ends[start - 1] if start else 0
         # the first record whose running total reaches batch_bytes closes the batch
         stop = min(bisect.bisect_left(ends, before + self.batch_bytes - buffer.size, start) + 1,

@@ -9,7 +9,7 @@ A batch holds the records of one producer for one routing key. All integers are 
     12     4    crc           zlib CRC-32 of every byte from offset 16 to the end of the batch
     16     1    magic         0xB7
     17     1    version       1
-    18     2    flags         0 (reserved; readers reject unknown bits)
+    18     2    flags         0; in version 2, bit 0 = FLAG_SHARED_META (below); others rejected
     20     4    count         number of records (>= 1)
     24     8    first_seq     producer sequence number of record 0; record i has first_seq + i
     32     8    first_ts_us   timestamp of record 0, microseconds since the Unix epoch
@@ -31,6 +31,10 @@ optional meta section (headers, a message id, expiry and not-before times) befor
                               value_len (2)], [message_id 16], [expires_at_us 8], [not_before_us 8],
                               [each header's name then value]
     +10+m  n    payload
+
+A version 2 batch with flag bit 0 (`FLAG_SHARED_META`) carries one meta for all its records
+(what `send_many(..., headers=...)` sends): after the key, `shared_meta_len` (2) and the meta,
+then v1 records (8-byte heads, no meta_len); every record reads with that meta.
 
 Publishers write version 1 unless a message of the batch carries meta, so v1 stays the default
 and every v1 log stays readable. The meta's lengths come first (its *shape*): the shape alone says
@@ -68,7 +72,8 @@ MAGIC = 0xB7
 FORMAT_VERSION = 1  # what a batch without meta is written as
 FORMAT_VERSION_META = 2  # records with a meta section
 FORMAT_VERSIONS = (FORMAT_VERSION, FORMAT_VERSION_META)
-FLAGS_KNOWN = 0
+FLAG_SHARED_META = 0x0001  # v2 only: one meta for every record, after the key
+FLAGS_KNOWN = FLAG_SHARED_META
 
 HEADER = struct.Struct("<IQIBBHIQQ16sH")
 HEADER_BYTES = HEADER.size  # 58
@@ -80,6 +85,7 @@ _SIZES_V2 = struct.Struct("<4xIH").unpack_from  # a v2 record head's payload_len
 LENGTH = struct.Struct("<I")
 _PAYLOAD_LEN = struct.Struct("<4xI").unpack_from  # a record head's payload_len
 OFFSET = struct.Struct("<Q")
+SHARED_META_LEN = struct.Struct("<H")  # a shared-meta batch's shared_meta_len, after the key
 CRC_START = 16  # the CRC covers bytes [CRC_START, end)
 BASE_OFFSET_AT = 4
 
@@ -143,6 +149,7 @@ class BatchHeader:
     producer_id: bytes
     key: bytes
     version: int = FORMAT_VERSION
+    shared_meta: bytes = b""  # the meta of every record (FLAG_SHARED_META), b"": none
 
     @property
     def size(self) -> int:
@@ -150,9 +157,21 @@ class BatchHeader:
         return 4 + self.length
 
     @property
+    def records_at(self) -> int:
+        """Where the first record starts, from the batch's start: after the key and, in a
+        shared-meta batch, after the shared meta block."""
+        shared = self.shared_meta
+        return HEADER_BYTES + len(self.key) + (SHARED_META_LEN.size + len(shared) if shared else 0)
+
+    @property
+    def v1_records(self) -> bool:
+        """Whether the records have v1's 8-byte heads: a v1 batch, or a shared-meta v2 one."""
+        return self.version == FORMAT_VERSION or bool(self.shared_meta)
+
+    @property
     def record_head_bytes(self) -> int:
-        """Bytes of each record's head: 8 (v1) or 10 (v2, with meta_len)."""
-        return RECORD_BYTES if self.version == FORMAT_VERSION else RECORD_V2_BYTES
+        """Bytes of each record's head: 8 (v1 records) or 10 (v2, with meta_len)."""
+        return RECORD_BYTES if self.v1_records else RECORD_V2_BYTES
 
     @property
     def last_seq(self) -> int:
@@ -342,49 +361,54 @@ def encode_batch(
     payloads: Sequence[bytes],
     timestamps_us: Sequence[int],
     metas: Sequence[bytes] | None = None,
+    *,
+    share_meta: bool = True,
 ) -> bytes:
     """Pack one batch. Timestamps must not decrease by more than the first one's value and must
     span less than 2**32 µs (71 minutes); callers batch within milliseconds. Without `metas` the
-    batch is version 1; with them (one `encode_meta` per payload, b"" for none) version 2."""
+    batch is version 1; with them (one `encode_meta` per payload, b"" for none) version 2, with
+    the meta stored once (`FLAG_SHARED_META`) when every record has the same one (and
+    `share_meta`, which only tests turn off, to write the per-record layout)."""
     assert len(producer_id) == 16
     assert payloads and len(payloads) == len(timestamps_us)
     if len(key) > limits.key_bytes_max:
         raise ValueError(f"routing key of {len(key)} bytes exceeds {limits.key_bytes_max}")
-    if (
-        metas is None
-        and _native is not None
-        and isinstance(payloads, list)
-        and isinstance(timestamps_us, list)
-    ):
-        try:
-            batch: bytes = _native.encode_v1(producer_id, first_seq, key, payloads, timestamps_us)
-        except TypeError:  # a payload that is not `bytes` (a bytearray, a memoryview)
-            pass
-        else:
+    flags, shared = 0, b""
+    # metas.count: a C loop, identity first (send_many repeats one object)
+    if metas and share_meta and len(metas) > 1 and metas[0] and metas.count(metas[0]) == len(metas):
+        flags, shared = FLAG_SHARED_META, SHARED_META_LEN.pack(len(metas[0])) + metas[0]
+    first_ts = timestamps_us[0]
+    # Record heads, metas and payloads interleaved by slice assignment, the heads packed by map():
+    # no Python-level loop per record, which made this the publisher's largest cost.
+    deltas = map(operator.sub, timestamps_us, itertools.repeat(first_ts))
+    body: bytes | memoryview
+    if metas is None or flags:
+        batch = _native_v1(producer_id, first_seq, key, payloads, timestamps_us)
+        if batch is not None and not flags:
             if len(batch) > batch_bytes_max:
                 raise ValueError(f"batch of {len(batch)} bytes exceeds {batch_bytes_max}")
             return batch
-    first_ts = timestamps_us[0]
-    # Record headers and payloads interleaved by slice assignment, the headers packed by map():
-    # no Python-level loop per record, which made this the publisher's largest cost.
-    deltas = map(operator.sub, timestamps_us, itertools.repeat(first_ts))
-    if metas is None:
-        version, parts = FORMAT_VERSION, [b""] * (2 * len(payloads))
-        parts[::2] = map(RECORD.pack, deltas, map(len, payloads))
-        parts[1::2] = payloads
+        if batch is not None:  # its records, under a v2 header and the shared meta
+            body = memoryview(batch)[HEADER_BYTES + len(key) :]
+        else:
+            parts = [b""] * (2 * len(payloads))
+            parts[::2] = map(RECORD.pack, deltas, map(len, payloads))
+            parts[1::2] = payloads
+            body = b"".join(parts)
     else:
         assert len(metas) == len(payloads)
-        version, parts = FORMAT_VERSION_META, [b""] * (3 * len(payloads))
+        parts = [b""] * (3 * len(payloads))
         parts[::3] = map(RECORD_V2.pack, deltas, map(len, payloads), map(len, metas))
         parts[1::3] = metas
         parts[2::3] = payloads
-    body = b"".join(parts)
+        body = b"".join(parts)
+    version = FORMAT_VERSION if metas is None else FORMAT_VERSION_META
     tail = (
         struct.pack(
             "<BBHIQQ16sH",
             MAGIC,
             version,
-            0,
+            flags,
             len(payloads),
             first_seq,
             first_ts,
@@ -392,6 +416,7 @@ def encode_batch(
             len(key),
         )
         + key
+        + shared
         + body
     )
     crc = zlib.crc32(tail)
@@ -399,6 +424,21 @@ def encode_batch(
     if length + 4 > batch_bytes_max:
         raise ValueError(f"batch of {length + 4} bytes exceeds {batch_bytes_max}")
     return LENGTH.pack(length) + OFFSET.pack(0) + LENGTH.pack(crc) + tail
+
+
+def _native_v1(
+    producer_id: bytes, first_seq: int, key: bytes, payloads: Sequence[bytes],
+    timestamps_us: Sequence[int],
+) -> bytes | None:  # fmt: skip
+    """The compiled encoder's v1 batch, or None: not compiled, or arguments it does not take
+    (not lists, a payload that is not `bytes`) and the Python code below packs."""
+    if _native is None or not isinstance(payloads, list) or not isinstance(timestamps_us, list):
+        return None
+    try:
+        batch: bytes = _native.encode_v1(producer_id, first_seq, key, payloads, timestamps_us)
+    except TypeError:  # a payload that is not `bytes` (a bytearray, a memoryview)
+        return None
+    return batch
 
 
 def read_header(buf: bytes | memoryview, at: int = 0) -> BatchHeader:
@@ -412,8 +452,8 @@ def read_header(buf: bytes | memoryview, at: int = 0) -> BatchHeader:
         raise CorruptRecord(f"bad magic 0x{magic:02x} at byte {at}")
     if version not in FORMAT_VERSIONS:
         raise CorruptRecord(f"unknown format version {version} at byte {at}")
-    if flags & ~FLAGS_KNOWN:
-        raise CorruptRecord(f"unknown flags 0x{flags:04x} at byte {at}")
+    if flags & ~FLAGS_KNOWN or (flags and version == FORMAT_VERSION):
+        raise CorruptRecord(f"unknown flags 0x{flags:04x} for version {version} at byte {at}")
     if length + 4 > batch_bytes_max:
         raise CorruptRecord(
             f"batch at byte {at} of {length + 4} bytes exceeds the {batch_bytes_max}-byte bound"
@@ -429,7 +469,27 @@ def read_header(buf: bytes | memoryview, at: int = 0) -> BatchHeader:
             f"batch at byte {at} claims {4 + length} bytes, only {len(buf) - at} present"
         )
     key = bytes(buf[at + HEADER_BYTES : at + HEADER_BYTES + key_len])
+    if flags:
+        shared = _shared_meta(buf, at, at + HEADER_BYTES + key_len, at + 4 + length)
+        return BatchHeader(length, base, crc, count, seq, ts, bytes(pid), key, version, shared)
     return BatchHeader(length, base, crc, count, seq, ts, bytes(pid), key, version)
+
+
+def _shared_meta(buf: bytes | memoryview, at: int, pos: int, end: int) -> bytes:
+    """The shared meta block at `pos` of the batch at `at` (ending at `end`): its bytes, bounds
+    checked (its soundness is `check_records`'s and `iter_records`'s to check)."""
+    if pos + SHARED_META_LEN.size > end:
+        raise CorruptRecord(f"batch at byte {at}: shared meta block torn (no shared_meta_len)")
+    (size,) = SHARED_META_LEN.unpack_from(buf, pos)
+    pos += SHARED_META_LEN.size
+    if not size:
+        raise CorruptRecord(f"batch at byte {at}: shared meta block of 0 bytes")
+    if pos + size + RECORD_BYTES > end:
+        raise CorruptRecord(
+            f"batch at byte {at}: shared meta block of {size} bytes at byte {pos - at} "
+            f"leaves no room for its records in {end - at} bytes"
+        )
+    return bytes(buf[pos : pos + size])
 
 
 def check_batch(buf: bytes | memoryview, at: int = 0) -> BatchHeader:
@@ -456,10 +516,14 @@ def check_records(buf: bytes | memoryview, header: BatchHeader, at: int = 0) -> 
     hot path, so no Python work per record in the common case: when every record has the size
     of the first (a publisher's usual batch) the check is four strided byte slices; otherwise
     it walks the record heads (~80 ns a record; docs/benchmarks.md §6b)."""
-    if header.version != FORMAT_VERSION:
+    if header.shared_meta:
+        problem = _check_meta(header.shared_meta, 0, len(header.shared_meta))
+        if problem:
+            raise CorruptRecord(f"shared meta of batch at byte {at}: {problem}")
+    elif header.version != FORMAT_VERSION:
         _check_records_v2(buf, header, at)
         return
-    start, end, count = at + HEADER_BYTES + len(header.key), at + header.size, header.count
+    start, end, count = at + header.records_at, at + header.size, header.count
     if count * RECORD_BYTES > end - start:
         raise CorruptRecord(f"batch at byte {at} is too short for its {count} records")
     if count == 1 and RECORD_BYTES + _PAYLOAD_LEN(buf, start)[0] == end - start:
@@ -582,18 +646,28 @@ def iter_records(buf: bytes | memoryview, at: int = 0) -> Iterator[Record]:
     """Every record of the batch at `at`, with its bounds checked (the CRC is not re-checked);
     a v2 record's meta is decoded into `Record.meta` (CorruptRecord if it is unsound)."""
     header = read_header(buf, at)
-    start = at + HEADER_BYTES + len(header.key)
+    start = at + header.records_at
     # One copy of the records' bytes, then plain bytes slices: cheaper per record than slicing
     # a memoryview and copying each payload out of it.
     data = bytes(memoryview(buf)[start : at + header.size])
-    if header.version != FORMAT_VERSION:
+    meta = None
+    if header.shared_meta:
+        try:
+            meta = decode_meta(header.shared_meta)
+        except CorruptRecord as error:
+            raise CorruptRecord(f"shared meta of batch at byte {at}: {error}") from None
+    elif header.version != FORMAT_VERSION:
         yield from _iter_records_v2(data, header, at)
         return
     if _native is not None:
         records = _native.records_v1(data, header.count, header.base_offset, header.producer_id,
                                      header.first_seq, header.first_ts_us, header.key)  # fmt: skip
-        if records is not None:
+        if records is not None and meta is None:
             yield from records
+            return
+        if records is not None:  # the shared meta into each: a tuple concatenation, in C
+            tail, new = (meta,), _new_tuple
+            yield from [new(Record, record[:6] + tail) for record in records]
             return  # None: unsound, and the walk below names the first bad record
     end, pos = len(data), 0
     unpack, new = RECORD.unpack_from, _new_tuple
@@ -607,7 +681,7 @@ def iter_records(buf: bytes | memoryview, at: int = 0) -> Iterator[Record]:
         stop = pos + size
         if stop > end:
             raise CorruptRecord(f"record {index} of batch at byte {at} overruns the batch")
-        yield new(Record, (offset, producer, seq + index, stamp + delta, key, data[pos:stop], None))
+        yield new(Record, (offset, producer, seq + index, stamp + delta, key, data[pos:stop], meta))
         pos = stop
     if pos != end:
         raise CorruptRecord(f"batch at byte {at} has {end - pos} bytes after its last record")
@@ -645,8 +719,8 @@ def _iter_records_v2(data: bytes, header: BatchHeader, at: int) -> Iterator[Reco
 def payload_bytes(buf: bytes | memoryview, header: BatchHeader, at: int = 0) -> int:
     """Bytes of the batch's payloads (v2: without the metas; the records must be sound)."""
     heads = header.record_head_bytes * header.count
-    total = header.size - HEADER_BYTES - len(header.key) - heads
-    if header.version == FORMAT_VERSION:
+    total = header.size - header.records_at - heads
+    if header.v1_records:
         return total
     pos = at + HEADER_BYTES + len(header.key)
     for _ in range(header.count):
@@ -674,6 +748,12 @@ def message_ids(buf: bytes | memoryview, header: BatchHeader, at: int = 0) -> li
     from v2 batches only, so a v1 batch costs it nothing."""
     if header.version == FORMAT_VERSION:
         return []
+    if header.shared_meta:  # every record has the shared meta's id, or none
+        shared = header.shared_meta
+        if not shared[0] & META_ID:
+            return [None] * header.count
+        id_at = _id_at(shared, 0, shared[0])
+        return [shared[id_at : id_at + MESSAGE_ID_BYTES]] * header.count
     start, end = at + HEADER_BYTES + len(header.key), at + header.size
     data, shift = _bytes_of(buf, start, end)
     start, end = start - shift, end - shift

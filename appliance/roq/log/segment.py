@@ -320,7 +320,8 @@ def _peek_header(data: bytes) -> fmt.BatchHeader:
         raise CorruptRecord(f"only {len(data)} bytes left")
     fields = fmt.HEADER.unpack_from(data, 0)
     length, base, crc, magic, version, flags, count, seq, ts, pid, _ = fields
-    if magic != fmt.MAGIC or version not in fmt.FORMAT_VERSIONS or flags or count < 1:
+    known = flags & ~fmt.FLAGS_KNOWN == 0 and (not flags or version != fmt.FORMAT_VERSION)
+    if magic != fmt.MAGIC or version not in fmt.FORMAT_VERSIONS or not known or count < 1:
         raise CorruptRecord("no batch header there")
     if not fmt.HEADER_BYTES + fmt.RECORD_BYTES <= length + 4 <= fmt.batch_bytes_max:
         raise CorruptRecord(f"impossible batch length {length}")
