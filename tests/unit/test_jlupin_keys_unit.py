@@ -70,7 +70,10 @@ def _link(monitor: _BusyMonitor) -> MonitorLink:
 
 def test_request_worker_repeats_bounds_the_asks(busy):
     link = _link(busy)
-    link.repeat(3, 0.01)  # request.worker.repeats=3, request.worker.wait.ms=10
+    # request.worker.repeats=3, request.worker.wait.ms=200: the asks stop at the count, well
+    # before the time bound (3 × 200 ms); at 10 ms a loaded machine's round trips reached the
+    # time bound first (2 asks, a loaded unit run of 27 Nov)
+    link.repeat(3, 0.2)
     try:
         with pytest.raises(RoqError, match=r"does not answer \(3 asks\)"):
             link.ask({"CMD": 43})
