@@ -13,7 +13,12 @@ shift 2
 python=${PYTHON:-.venv/bin/python}
 tree=$(mktemp -d /tmp/roq-ab-XXXXXX)
 trap 'rm -rf "$tree"' EXIT
-git archive "$base" appliance | tar -x -C "$tree"
+git archive "$base" appliance packaging | tar -x -C "$tree"
+# A's compiled batch loops, built from A's own source as `make native` builds B's: the archive
+# holds no extension, and without one A would run pure Python against a compiled B
+if [ -f "$tree/packaging/build_native.py" ]; then
+    "$python" "$tree/packaging/build_native.py"
+fi
 "$python" benchmarks/ab_trees.py --a "$tree" --b . --pairs 5 --seconds 5 \
     -D useLog=true -D log.flush=interval -D replicationFactor=1 \
     -D log.retention.bytes=2000000000 -D scaling.policy=null --out "$out" "$@"
