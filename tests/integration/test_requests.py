@@ -101,6 +101,8 @@ def test_call_no_wait_then_task_result_and_a_stopped_worker_stores_what_it_runs(
             assert (done.returncode, done.stdout) == (0, word), done.stderr
         again = cluster.cli("task", "result", refs[0], "--gcm", cluster.gcm, "--timeout", "5")
         assert again.returncode == 3, again.stderr  # acknowledged: removed
+        shown = cluster.cli("task", "show", refs[0], "--gcm", cluster.gcm)
+        assert shown.returncode == 66 and "no such task" in shown.stderr, shown  # nothing to show
     finally:
         if worker.poll() is None:
             os.killpg(worker.pid, signal.SIGKILL)

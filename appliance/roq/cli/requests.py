@@ -26,7 +26,7 @@ from roq.cli.common import (
     stop_event,
 )
 from roq.cli.data import NAMESPACE_OPTION
-from roq.errors import EXIT_INTERRUPTED, HandlerFailure
+from roq.errors import EXIT_INTERRUPTED, HandlerFailure, NoInput
 
 task_app = typer.Typer(
     help="Tasks of request queues (roq call / roq serve): state, settings.", no_args_is_help=True
@@ -329,13 +329,18 @@ def task_show(
     zk: str | None = ZK_OPTION,
     namespace: str = NAMESPACE_OPTION,
 ) -> None:
-    """A task's state: accepted, in_progress, done, failed, expired or no_worker."""
+    """A task's state: accepted, in_progress, done, failed, expired or no_worker.
+
+    Exit 66 if the queue holds no record of the task (never submitted, acknowledged or
+    collected)."""
     with errors_to_exit():
         from roq.client.requests import Requester
 
         name, task_id = _split(ref, queue)
         with Requester(name, gcm=None if zk else gcm, zk=zk, namespace=namespace) as requester:
             view = requester.task(task_id).view
+        if view.gone:
+            raise NoInput(f"task {name}/{task_id}: {view.error}")
         if result:
             sys.stdout.buffer.write(view.result)
             return

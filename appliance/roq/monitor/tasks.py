@@ -46,6 +46,7 @@ from roq.protocol.commands import MonitorCommand, Reason
 from roq.protocol.dispatch import Answer, Done, Encodable, Refused, Route
 from roq.protocol.messages.tasks import (
     FINAL,
+    GONE,
     TaskConfig,
     TaskFinish,
     TaskRef,
@@ -64,7 +65,6 @@ T = TypeVar("T", bound=TaskRequest)
 log = logging.getLogger(__name__)
 
 TASK_COMMANDS = frozenset(range(MonitorCommand.TASK_SUBMIT, MonitorCommand.TASK_CONFIG + 1))
-GONE = "no such task: never submitted, acknowledged, or collected"
 
 
 @dataclass

@@ -29,6 +29,8 @@ from roq.protocol.names import check_queue_name
 # in time (then collected); no_worker: no worker of its service for the delegator's repeats.
 STATES = ("accepted", "in_progress", "done", "failed", "expired", "no_worker")
 FINAL = frozenset({"done", "failed", "expired", "no_worker"})
+# the error of the view the monitor answers for a task id it holds no record of
+GONE = "no such task: never submitted, acknowledged, or collected"
 _TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
 _ATTEMPTS = 1_000_000
 
@@ -261,6 +263,11 @@ class TaskView:
     retry: bool = False
     age_ms: int = 0  # since it was accepted
     wait_ms: int = 0  # TASK_START, not run yet: delaySendProcessTaskToExecuteInMillis left
+
+    @property
+    def gone(self) -> bool:
+        """No record of the task: it ends as expired for a waiter, but there is none to show."""
+        return self.state == "expired" and self.error == GONE
 
     def encode(self) -> Document:
         return bsonmsg.ok(
