@@ -78,10 +78,10 @@ def _std(cls: Any) -> tuple[Encode, Decode]:
 # (name, message, encode, decode, fields that may be left out)
 CASES: list[tuple[str, Any, Encode, Decode, frozenset[str]]] = [
     ("report", monitor.ExchangeReport(IDENTITY, LOAD), *_std(monitor.ExchangeReport),
-     frozenset({"End", "Cuts", "Keeper"})),
+     frozenset({"End", "Cuts", "Keeper", "Follower"})),
     ("report with slot cuts",
      monitor.ExchangeReport(IDENTITY, dataclasses.replace(LOAD, end=9000, cuts=(4000, 8000))),
-     *_std(monitor.ExchangeReport), frozenset({"End", "Cuts", "Keeper"})),
+     *_std(monitor.ExchangeReport), frozenset({"End", "Cuts", "Keeper", "Follower"})),
     ("group join", groups.GroupJoin("g1", "c1", "now", True, b"eu."), *_std(groups.GroupJoin),
      frozenset({"From", "Ordered", "Prefix", "Priority", "Inflight", "SingleActive"})),
     ("group join with a priority, a prefetch, single active",
@@ -140,15 +140,15 @@ CASES: list[tuple[str, Any, Encode, Decode, frozenset[str]]] = [
      frozenset({"QName"})),
     ("report of an exchange that cannot append",
      monitor.ExchangeReport(IDENTITY, dataclasses.replace(LOAD, refusing="disk full")),
-     *_std(monitor.ExchangeReport), frozenset({"End", "Cuts", "Refusing", "Keeper"})),
+     *_std(monitor.ExchangeReport), frozenset({"End", "Cuts", "Refusing", "Keeper", "Follower"})),
     ("leaving", monitor.ExchangeReport(IDENTITY, None, leaving=True),
-     *_std(monitor.ExchangeReport), frozenset({"Keeper"})),
+     *_std(monitor.ExchangeReport), frozenset({"Keeper", "Follower"})),
     ("leaving with load", monitor.ExchangeReport(IDENTITY, LOAD, leaving=True),
-     *_std(monitor.ExchangeReport), frozenset({"End", "Cuts", "Keeper"})),
+     *_std(monitor.ExchangeReport), frozenset({"End", "Cuts", "Keeper", "Follower"})),
     ("pulse", monitor.ExchangePulse("x1", FRONT, 1.7e9, 0.05), *_std(monitor.ExchangePulse),
      frozenset()),
     ("subscriptions", monitor.ExchangeSubscriptions(IDENTITY, 4),
-     *_std(monitor.ExchangeSubscriptions), frozenset({"Keeper"})),
+     *_std(monitor.ExchangeSubscriptions), frozenset({"Keeper", "Follower"})),
     ("publisher init", monitor.PublisherInit("ab" * 16), *_std(monitor.PublisherInit),
      frozenset({"Lost"})),
     ("publisher panic", monitor.PublisherInit("ab" * 16, FRONT, panic=True),
@@ -471,12 +471,13 @@ def test_dispatch_by_command():
 def test_the_report_keeps_its_field_names_on_the_wire():
     """docs/protocol.md's table of an exchange report, as RoQ and earlier roq sent it."""
     assert set(monitor.ExchangeReport(IDENTITY, LOAD).encode()) == {
-        "CMD", "QName", "Id", "Front", "Back", "Period", "Started", "Log", "Host", "Keeper", "Msgs",
-        "Bytes", "Producers", "Top", "CPU", "RSS", "Load", "Bad", "TotalMsgs", "TotalBytes",
-        "Copies", "Subs", "End", "Cuts",
+        "CMD", "QName", "Id", "Front", "Back", "Period", "Started", "Log", "Host", "Keeper",
+        "Follower", "Msgs", "Bytes", "Producers", "Top", "CPU", "RSS", "Load", "Bad", "TotalMsgs",
+        "TotalBytes", "Copies", "Subs", "End", "Cuts",
     }  # fmt: skip
     assert set(monitor.ExchangeReport(IDENTITY, None, leaving=True).encode()) == {
         "CMD", "QName", "Id", "Front", "Back", "Period", "Started", "Log", "Host", "Keeper",
+        "Follower",
     }  # fmt: skip
     assert monitor.Relocate("p", "x2", FRONT, BACK, 7).encode() == {
         "CMD": 1, "ProducerID": "p", "Exchange": {"Id": "x2", "Front": FRONT}, "From": BACK,

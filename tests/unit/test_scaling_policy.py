@@ -188,7 +188,7 @@ def test_scale_in_never_below_the_minimum_and_a_busy_moment_restarts_the_clock()
 def test_scale_in_keeps_replication_factor_exchanges():
     """Each exchange holds the others' copies: replicationFactor 2 keeps two, however quiet
     (the test above retires one of these two with the floor at 1)."""
-    policy = make_policy(CONFIG, replication_factor=2)
+    policy = make_policy(CONFIG, floor=2)
     quiet = [_x("a", 20_000), _x("b", 5_000)]
     assert all(policy.decide(quiet, IMPLICIT, t, busy=False) is None for t in (0.0, 3.1, 100.0))
     three = [*quiet, _x("c", 0)]

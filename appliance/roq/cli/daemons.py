@@ -337,6 +337,12 @@ def exchange(
         "--keeper",
         help="Keep the log of this lost exchange for reads and re-copying; take no publishers.",
     ),
+    follower: bool = typer.Option(
+        False,
+        "--follower",
+        help="A log follower (log.followers): hold copies of the queue's logs that its "
+        "monitor assigns; take no publishers and no subscribers' stream.",
+    ),
     lease: str = LEASE_OPTION,
     epoch: int = EPOCH_OPTION,
     config_file: Path | None = CONFIG_OPTION,
@@ -344,7 +350,8 @@ def exchange(
 ) -> None:
     """Run an exchange: receives publishers' batches and fans them out to subscribers. With
     --keeper, the log keeper of an exchange lost with its host, started by that host when it
-    returns: it serves reads of the log and its copies until live exchanges hold them."""
+    returns: it serves reads of the log and its copies until live exchanges hold them. With
+    --follower, a log follower, started for log.followers: it holds copies, nothing else."""
     setup_logging()
     with errors_to_exit():
         loaded = _hcm(config_file, define)
@@ -355,8 +362,10 @@ def exchange(
         from roq.exchange.service import Exchange, ExchangeSpec
         from roq.transport import new_context
 
+        if keeper and follower:
+            raise ValueError("--keeper and --follower: an exchange is one or the other")
         spec = ExchangeSpec(
-            queue, exchange_id, bind, port, monitor_endpoint, stat, lease, epoch, keeper
+            queue, exchange_id, bind, port, monitor_endpoint, stat, lease, epoch, keeper, follower
         )
         context = new_context()
         server = Exchange(context, spec, settings)

@@ -178,9 +178,13 @@ def _render_status(reply: ClusterStatus, lives: dict[str, MonitorStatus | None])
             lines.append(f"    NOT SERVING: {why}")
         live = {x.exchange_id: x for x in (status.exchanges if status else ())}
         for x in q.exchanges:
-            lines.append(f"    exchange {x.exchange_id:<28} in {x.front} out {x.back}")
+            if x.follower:  # binds neither: it takes copies on its log port only
+                lines.append(f"    log follower {x.exchange_id:<24} on host {x.host}")
+            else:
+                lines.append(f"    exchange {x.exchange_id:<28} in {x.front} out {x.back}")
             if x.lost:
-                lines.append(f"      (lost with host {x.host}; another exchange replaced it)")
+                kind = "log follower" if x.follower else "exchange"
+                lines.append(f"      (lost with host {x.host}; another {kind} replaced it)")
                 continue
             failed = failing.get((info.name, x.exchange_id))
             lines.append(_live_line(live.get(x.exchange_id), q, status, x.host in hosts, failed))
@@ -279,6 +283,12 @@ def _live_line(
         return f"      ({reason if state == 'RUNNING' else state.lower()})"
     leaving = " LEAVING" if live.leaving else ""
     refusing = f"\n      REFUSING APPENDS (no publisher placed here): {live.refusing}"
+    if live.follower:
+        held = ", ".join(f"{c.leader_id} to {c.end:,}" for c in live.copies) or "none yet"
+        return (
+            f"      copies held: {held}  cpu {live.cpu * 100:5.1f}%  "
+            f"rss {live.rss / 2**20:6.1f} MiB{leaving}{refusing if live.refusing else ''}"
+        )
     return (
         f"      {live.msgs_rate:>12,.0f} msg/s {live.bytes_rate / 1e6:>9.2f} MB/s "
         f"{live.producers:>4} publishers  cpu {live.cpu * 100:5.1f}%  "

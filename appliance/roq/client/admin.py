@@ -264,9 +264,14 @@ class AdminClient:
         return MonitorLocation.decode(self.request(GetHostByQname(name, need).encode()))
 
     def create_exchange(
-        self, name: str, transaction_id: str, host: str | None = None, below: int = 0
+        self,
+        name: str,
+        transaction_id: str,
+        host: str | None = None,
+        below: int = 0,
+        follower: bool = False,
     ) -> ExchangeCreated:
-        request = CreateExchange(name, transaction_id, host or "", below)
+        request = CreateExchange(name, transaction_id, host or "", below, follower)
         return ExchangeCreated.decode(self.request(request.encode()))
 
     def remove_exchange(self, name: str, exchange_id: str) -> Reply:

@@ -491,6 +491,8 @@ class MonitorSettings:
     log_root: str = field(metadata=key("directory"))  # the state log beside the message logs
     log: LogSettings  # the state log's flush policy is the message logs'
     min_insync_copies: int = field(metadata=key("min.insync.copies"))  # 0: replicationFactor
+    # copies held by log followers rather than exchanges (monitor/scaling.py, placement.py)
+    log_followers: int = field(metadata=key("log.followers"))
     host_name: str = field(metadata=key("host.name"))  # its state log's copies go elsewhere
     use_log: bool = field(metadata=key("useLog"))  # false: no exchange can copy its state log
 

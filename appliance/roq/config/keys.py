@@ -695,9 +695,22 @@ HCM_KEYS: tuple[Key, ...] = (
         "Copies of a log, the leader included, that must be in sync for acks=all to confirm "
         "(Kafka's min.insync.replicas). With fewer, acks=all waits, then refuses with a "
         "retriable error naming the copies missing; it never confirms on fewer. 0: "
-        "replicationFactor. A queue keeps at least replicationFactor exchanges, so that "
-        "there is a copy to hold.",
+        "replicationFactor. A queue keeps at least replicationFactor exchanges and log "
+        "followers together, so that there is a copy to hold.",
         (0, 16),
+        section="Message log",
+    ),
+    Key(
+        "log.followers",
+        int,
+        0,
+        "Log followers each queue keeps: processes on hosts without the queue's exchanges "
+        "that hold copies of its logs and take no publishers or subscribers (at most "
+        "replicationFactor - 1 count). Copies go to them first; the queue then keeps at least "
+        "max(1, replicationFactor - log.followers) exchanges, down to which it scales in, and "
+        "every log still has replicationFactor copies on as many hosts. 0: copies live in "
+        "the queue's exchanges, of which it keeps replicationFactor.",
+        (0, 15),
         section="Message log",
     ),
     Key(

@@ -76,6 +76,8 @@ class ExchangeRecord:
     # its host was lost and the GCM started another exchange in its place: kept so its log's
     # copies stay listed, never started again (gcm/repair.py)
     lost: bool = False
+    # a log follower (log.followers): holds copies of the queue's logs, takes no publishers
+    follower: bool = False
 
 
 @dataclass(slots=True)

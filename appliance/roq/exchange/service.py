@@ -123,6 +123,13 @@ class ExchangeSpec:
     # A keeper of a lost exchange's log (host/keepers.py): it binds only F+2 and F+3, serves
     # reads of the log and its copies, and sends them to the exchanges the monitor names
     keeper: bool = False
+    # A log follower (log.followers): binds only F+2 and F+3 like a keeper, and holds the copies
+    # of live logs its monitor assigns it on a host without the queue's exchanges
+    follower: bool = False
+
+    @property
+    def takes_publishers(self) -> bool:
+        return not (self.keeper or self.follower)
 
     @property
     def front(self) -> str:
@@ -134,7 +141,7 @@ class ExchangeSpec:
 
     @property
     def name(self) -> str:
-        role = "log keeper" if self.keeper else "exchange"
+        role = "log keeper" if self.keeper else "log follower" if self.follower else "exchange"
         return f"{role} {self.queue}/{self.exchange_id}"
 
 
@@ -251,7 +258,7 @@ class Exchange:
         self.accepted_bytes = 0  # the offset the next batch would have in the log
         self.slot_cuts = SlotCuts()  # work queues: where the log's slots end (monitor/slots.py)
         # message ids appended within dedup.window.ms (a keeper takes no publishers)
-        self.dedup = IdWindow(0 if spec.keeper else settings.dedup_window_ms)
+        self.dedup = IdWindow(settings.dedup_window_ms if spec.takes_publishers else 0)
         self._slot_messages = 0  # appended since the last cut
         self.leaving_since: float | None = None
         self.retired = False  # a keeper told to retire (`_retire`): it exits EXIT_RETIRED
@@ -297,8 +304,8 @@ class Exchange:
         """The exchange's log (None with useLog=false), and the de-duplication window rebuilt
         from its tail."""
         spec, settings = self.spec, self.settings
-        if spec.keeper and not settings.use_log:
-            raise LogUnavailable(f"{spec.name}: a log keeper needs useLog=true")
+        if not spec.takes_publishers and not settings.use_log:
+            raise LogUnavailable(f"{spec.name}: a log keeper or follower needs useLog=true")
         if not settings.use_log:
             return None
         directory = log_directory(settings.log_root, spec.queue, spec.exchange_id)
@@ -325,7 +332,7 @@ class Exchange:
         subscribe = security.access_domain(Permission.SUBSCRIBE, queue=spec.queue)
         # log reads: subscribers, and work-queue consumers reading their slots
         reader = security.access_domain(Permission.SUBSCRIBE, Permission.CONSUME, queue=spec.queue)
-        if not spec.keeper:  # a keeper takes no publishers, even one that kept its address
+        if spec.takes_publishers:  # not a keeper, even one that kept its address, nor a follower
             bind(self.front, spec.address, port_at(spec.port, ExchangePort.FRONT), publish)
         self.back = open_socket(
             context,
@@ -333,7 +340,7 @@ class Exchange:
             sndhwm=self.settings.subscriber_hwm_batches,
             linger_ms=limits.data_linger_ms,
         )
-        if not spec.keeper:
+        if spec.takes_publishers:
             bind(self.back, spec.address, port_at(spec.port, ExchangePort.BACK), subscribe)
         self.copy_forward = copying_send_pays(self.back)  # CURVE copies anyway
         hwm = limits.log_server_hwm_messages
@@ -415,7 +422,7 @@ class Exchange:
             self._timers()
 
     def _log_serving(self) -> None:
-        if self.spec.keeper:
+        if not self.spec.takes_publishers:
             log.info("%s: serving reads of its log and copies on %s", self.spec.name,
                      endpoint_at(self.spec.address, self.spec.port, ExchangePort.LOG))  # fmt: skip
         else:
@@ -841,6 +848,7 @@ class Exchange:
             logged=self.log is not None,
             host=self.settings.host_name or self.spec.address,
             keeper=self.spec.keeper,
+            follower=self.spec.follower,
         )
 
     def _send_report(self, report: ExchangeReport | ExchangeSubscriptions) -> None:

@@ -346,7 +346,7 @@ class Management:
         queues = []
         for queue in self.registry.queues():
             exchanges = tuple(
-                RecordedExchange(x.id, x.host, x.front, x.back, x.lost)
+                RecordedExchange(x.id, x.host, x.front, x.back, x.lost, x.follower)
                 for x in self.registry.exchanges(queue.name)
             )
             queues.append(QueueStatus(self._queue_doc(queue), exchanges))
@@ -550,6 +550,7 @@ class Management:
                 back=info.back,
                 port=info.port,
                 txid=info.txid,
+                follower=info.follower,
             )
             if info.exchange_id not in known:
                 self.registry.put_exchange(fence, record)
@@ -599,6 +600,7 @@ class Management:
                 monitor_address=_address_of(record.monitor),
                 exchange_id=exchange.id,
                 epoch=record.epoch,
+                follower=exchange.follower,
             )
             try:
                 reply = self._call_host(host, request, ExchangeOnHost.decode)
@@ -656,11 +658,13 @@ class Management:
                 stat_port=record.stat_port,
                 monitor_address=_address_of(record.monitor),
                 epoch=record.epoch,
+                follower=wanted.follower,
             ),
             ExchangeOnHost.decode,
         )
         self._record_exchanges(record.name, host, [reply.exchange], fence)
-        comment = f"exchange {reply.exchange.exchange_id} on {host.name}"
+        role = "log follower" if reply.exchange.follower else "exchange"
+        comment = f"{role} {reply.exchange.exchange_id} on {host.name}"
         return ExchangeCreated(reply.exchange, comment)
 
     def _check_below(self, queue: str, below: int) -> None:

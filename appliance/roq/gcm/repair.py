@@ -292,12 +292,16 @@ class HostLossRepair:
             self._name_spares(queue, {x.id for x in before}, host, fence)
         taken = {x.txid for x in self.registry.exchanges(queue)}
         for exchange in lost:
-            if _replacement(exchange) not in taken:
+            # A log follower is not replaced here: its monitor asks for one as soon as it
+            # hears it no more (log.followers), and a second one would never be retired.
+            if not exchange.follower and _replacement(exchange) not in taken:
                 self._replace_exchange(exchange, fence)
             if exchange.host not in marked and not self._mark_lost(exchange, fence):
                 continue
-            log.warning("queue %s: exchange %s on lost host %s replaced", queue, exchange.id,
-                        exchange.host)  # fmt: skip
+            done = "marked lost" if exchange.follower else "replaced"
+            kind = "log follower" if exchange.follower else "exchange"
+            log.warning("queue %s: %s %s on lost host %s %s", queue, kind, exchange.id,
+                        exchange.host, done)  # fmt: skip
 
     def _name_spares(self, queue: str, known: set[str], host: str, fence: Fence) -> None:
         """The exchanges the monitor's new host started with it (the queue had none left on a

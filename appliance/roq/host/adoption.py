@@ -62,9 +62,12 @@ def recorded_exchanges(
 
 def served_elsewhere(registry: Registry, queue: str, host: str) -> bool:
     """Whether the queue has a recorded exchange on another live host (the GCM re-attaches
-    it), so a start need not give the queue a new, empty exchange here."""
+    it), so a start need not give the queue a new, empty exchange here. A log follower takes
+    no publishers: it does not count."""
     live = {h.name for h in registry.hosts()}
-    return any(x.host != host and x.host in live for x in registry.exchanges(queue))
+    return any(
+        x.host != host and x.host in live and not x.follower for x in registry.exchanges(queue)
+    )
 
 
 def moved_children(registry: Registry, host: str, children: Sequence[Child]) -> list[Child]:

@@ -352,7 +352,7 @@ class HostConfigManager:
                 # `roq queue start`: the exchanges recorded here start again on their logs
                 self._start_recorded_exchanges(queue, monitor)
                 self._keep_lost_logs(queue)
-                if not self._of(queue, "exchange") and not adoption.served_elsewhere(
+                if not self._serving(queue) and not adoption.served_elsewhere(
                     self.registry, queue, self.name
                 ):
                     if self._exchange_count() >= self.max_exchanges:
@@ -418,6 +418,7 @@ class HostConfigManager:
                 record.txid,
                 recorded=(record.id, record.port),
                 epoch=monitor.meta["epoch"],
+                follower=record.follower,
             )
 
     # --- restart is resume -------------------------------------------------------------------
@@ -463,6 +464,7 @@ class HostConfigManager:
                 start = self._exchange_start(
                     queue, record.monitor_port, record.stat_port, exchange.txid, address,
                     recorded=(exchange.id, exchange.port), epoch=epoch,
+                    follower=exchange.follower,
                 )  # fmt: skip
                 adopting.exchanges.append((exchange, exchange_version, self._spawned(start)))
         except RoqError:
@@ -599,16 +601,21 @@ class HostConfigManager:
             record = got[0]
             address = adoption.address_of(record.monitor)
             wanted = endpoint_at(address, record.monitor_port, MonitorPort.REPORTS)
-            if any(_option(c.argv, "--monitor") != wanted for c in self._followers(queue)):
+            if any(_option(c.argv, "--monitor") != wanted for c in self._reporting(queue)):
                 log.warning("host %s: queue %s's monitor moved to %s while this host was gone",
                             self.name, queue, wanted)  # fmt: skip
                 self._tell_moved(
                     queue, address, record.monitor_port, record.stat_port, record.epoch
                 )
 
-    def _followers(self, queue: str) -> list[Child]:
-        """The children that report to the queue's monitor: its exchanges and log keepers."""
+    def _reporting(self, queue: str) -> list[Child]:
+        """The children that report to the queue's monitor: its exchanges (log followers
+        among them) and log keepers."""
         return self._of(queue, "exchange") + self._of(queue, "keeper")
+
+    def _serving(self, queue: str) -> list[Child]:
+        """The queue's exchanges here that take publishers: not its log followers."""
+        return [c for c in self._of(queue, "exchange") if not c.meta.get("follower")]
 
     def monitor_moved(self, moved: MonitorMovedOnHost) -> Encodable:
         """1013: the queue's monitor was re-placed; this host's exchanges of it follow (1031),
@@ -625,7 +632,7 @@ class HostConfigManager:
         stat = endpoint_at(address, stat_port, StatPort.IN)
         notice = MonitorMoved(monitor, stat, epoch).encode()
         told = 0
-        for child in self._followers(queue):
+        for child in self._reporting(queue):
             argv = _with_option(child.argv, "--monitor", monitor)
             argv = _with_option(argv, "--stat", stat)
             child.argv = _with_option(argv, "--epoch", str(epoch))
@@ -661,6 +668,7 @@ class HostConfigManager:
             txid=child.txid,
             front=endpoint_at(self.address, child.port, ExchangePort.FRONT),
             back=endpoint_at(self.address, child.port, ExchangePort.BACK),
+            follower=bool(child.meta.get("follower")),
         )
 
     def _start_monitor(self, queue: str, prefer: tuple[int, int], epoch: int) -> Child:
@@ -702,14 +710,16 @@ class HostConfigManager:
         recorded: tuple[str, int] = ("", 0),
         epoch: int = 0,
         keeper: bool = False,
+        follower: bool = False,
     ) -> Child:
         """A new exchange, or with `recorded` (its id and port) one started again on its log;
         `epoch`: its monitor's, the oldest it takes a monitor's word from; `keeper`: the log
-        keeper of the recorded exchange, which was lost (host/keepers.py)."""
+        keeper of the recorded exchange, which was lost (host/keepers.py); `follower`: a log
+        follower (log.followers), which holds copies and takes no publishers."""
         for attempt in range(limits.child_bind_attempts):
             start = self._exchange_start(
                 queue, monitor_port, stat_port, txid, monitor_address,
-                (recorded[0], recorded[1] if attempt == 0 else 0), epoch, keeper,
+                (recorded[0], recorded[1] if attempt == 0 else 0), epoch, keeper, follower,
             )  # fmt: skip
             if self._await(self._spawned(start)):
                 return start.child
@@ -725,6 +735,7 @@ class HostConfigManager:
         recorded: tuple[str, int] = ("", 0),
         epoch: int = 0,
         keeper: bool = False,
+        follower: bool = False,
     ) -> _Start:
         monitor_address = monitor_address or self.address
         port = self.ports.allocate("exchange", {"queue": queue, "txid": txid}, recorded[1])
@@ -734,10 +745,12 @@ class HostConfigManager:
             "--monitor", endpoint_at(monitor_address, monitor_port, MonitorPort.REPORTS),
             "--stat", endpoint_at(monitor_address, stat_port, StatPort.IN),
             "--id", exchange_id, "--lease", str(self.lease.path), "--epoch", str(epoch),
-            *(["--keeper"] if keeper else []), *self._overrides(),
+            *(["--keeper"] if keeper else []), *(["--follower"] if follower else []),
+            *self._overrides(),
         )  # fmt: skip
+        what = "log keeper" if keeper else "log follower" if follower else "exchange"
         child = Child(
-            name=f"{'log keeper' if keeper else 'exchange'} {queue}/{exchange_id}",
+            name=f"{what} {queue}/{exchange_id}",
             role="keeper" if keeper else "exchange",
             queue=queue,
             port=port,
@@ -745,9 +758,10 @@ class HostConfigManager:
             id=exchange_id,
             txid=txid,
             argv=argv,
+            meta={"follower": True} if follower else {},
         )
         again = (queue, monitor_port, stat_port, txid, monitor_address, (exchange_id, 0), epoch,
-                 keeper)  # fmt: skip
+                 keeper, follower)  # fmt: skip
         return _Start(child, [port], lambda: self._start_exchange(*again))
 
     def _spawned(self, start: _Start) -> _Start:
@@ -794,10 +808,11 @@ class HostConfigManager:
                 return ExchangeOnHost(self._exchange_doc(child), "exists")
         if self._exchange_count() >= self.max_exchanges and not wanted.exchange_id:
             return self._no_capacity(queue)  # a recorded exchange had its slot already
-        recorded = ("", 0)
+        recorded, follower = ("", 0), wanted.follower
         if wanted.exchange_id:
             found = self.registry.exchange(queue, wanted.exchange_id)
             recorded = (wanted.exchange_id, 0 if found is None else found[0].port)
+            follower = follower or (found is not None and found[0].follower)
         child = self._start_exchange(
             queue,
             wanted.monitor_port,
@@ -806,6 +821,7 @@ class HostConfigManager:
             monitor_address=wanted.monitor_address,
             recorded=recorded,
             epoch=wanted.epoch,
+            follower=follower,
         )
         return ExchangeOnHost(self._exchange_doc(child), "created")
 

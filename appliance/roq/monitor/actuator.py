@@ -39,9 +39,9 @@ class RulesRead:
 
 @dataclass(frozen=True)
 class Acted:
-    """How one action ended: `kind` "out" or "copies" (2004) or "in" (2014), after `seconds`;
-    done with `exchange_id` added or retired, or refused with the admin API's `reason`
-    ("unreachable" when no GCM answered) and its `comment`."""
+    """How one action ended: `kind` "out", "copies" or "follower" (2004) or "in" (2014), after
+    `seconds`; done with `exchange_id` added or retired, or refused with the admin API's
+    `reason` ("unreachable" when no GCM answered) and its `comment`."""
 
     kind: str
     seconds: float
@@ -140,8 +140,10 @@ class Actuator(threading.Thread):
             return Acted(action, time.monotonic() - started, ok, exchange_id, reason, comment)
 
         try:
-            if action in ("out", "copies"):
-                created = admin.create_exchange(self.queue, argument, below=below)
+            if action in ("out", "copies", "follower"):
+                created = admin.create_exchange(
+                    self.queue, argument, below=below, follower=action == "follower"
+                )
                 return ended(True, created.exchange.exchange_id)
             admin.remove_exchange(self.queue, argument)
             return ended(True, argument)

@@ -42,6 +42,7 @@ class ExchangeView:
     rss: int = 0
     placed_at: list[float] = field(default_factory=list)  # recent placements (monotonic s)
     keeper: bool = False  # a log keeper of a lost exchange (host/keepers.py), not an exchange
+    follower: bool = False  # a log follower (log.followers): holds copies, takes no publishers
 
     def publishers(self, now: float) -> int:
         """Publishers as far as anyone knows: the exchange counts only those that sent in its
@@ -193,20 +194,22 @@ def plan_rebalance(
 
 
 def assign_replicas(exchanges: list[ExchangeView], factor: int) -> dict[str, tuple[str, ...]]:
-    """Replica exchanges for each logged exchange (thesis §3.2.1): `factor - 1` others, chosen
-    among those that can append (not refusing: a full disk takes no copy either), on other
-    hosts when there are any, then those that already copy the fewest logs."""
+    """Replicas for each logged exchange (thesis §3.2.1): `factor - 1` others, chosen among
+    those that can append (not refusing: a full disk takes no copy either), on other hosts
+    when there are any, then log followers (which are there for it: they take no publishers),
+    then those that already copy the fewest logs. A follower leads no log of its own."""
     logged = sorted(
         (x for x in exchanges if x.logged and not x.leaving), key=lambda x: x.exchange_id
     )
     load = {x.exchange_id: 0 for x in logged}
     plan: dict[str, tuple[str, ...]] = {}
-    for leader in logged:
+    for leader in (x for x in logged if not x.follower):
         others = [x for x in logged if x is not leader]
         others.sort(
             key=lambda x: (
                 bool(x.refusing),
                 x.host == leader.host,
+                not x.follower,
                 load[x.exchange_id],
                 x.exchange_id,
             )

@@ -133,7 +133,8 @@ class ExchangeLoad:
 
 @dataclass(frozen=True)
 class Decision:
-    action: str  # "out" or "in"; "copies": out, below replicationFactor (scaling.py)
+    # "out" or "in"; "copies": out, below replicationFactor; "follower": a log follower
+    action: str
     reason: str
     exchange_id: str = ""  # the exchange to retire (scale-in)
     below: int = 0  # "copies": only while the GCM records fewer exchanges than this
@@ -277,9 +278,10 @@ def supersedes(current: int, version: int | None) -> int | None:
     return None if version < current else version
 
 
-def make_policy(config: ScalingConfig, replication_factor: int = 1) -> Policy:
-    """The policy named by `scaling.policy`; scale-in never goes below replicationFactor
-    exchanges (scaling.py keeps that many whatever the policy)."""
+def make_policy(config: ScalingConfig, floor: int = 1) -> Policy:
+    """The policy named by `scaling.policy`; scale-in never goes below `floor` exchanges
+    (replicationFactor less the log followers: scaling.py keeps that many whatever the
+    policy)."""
     if config.policy == "null":
         return NullPolicy()
-    return DefaultPolicy(config, floor=replication_factor)
+    return DefaultPolicy(config, floor=max(1, floor))

@@ -57,8 +57,10 @@ class Scaler:
         self.queue = queue
         self.name = f"monitor {queue}"
         self.config = settings.scaling
-        self.policy = make_policy(self.config, settings.replication_factor)
         self.replication_factor = settings.replication_factor
+        self.followers_wanted = followers_wanted(settings)
+        # scale-in keeps the exchanges that, with the followers, hold replicationFactor copies
+        self.policy = make_policy(self.config, self.replication_factor - self.followers_wanted)
         # when the copies floor may ask again (`_copies_floor`), and how much later after that
         self._floor_retry_at = time.monotonic() + limits.copies_floor_start_s
         self._floor_backoff = Backoff(
@@ -127,9 +129,12 @@ class Scaler:
             self._event("rules_updated", f"rules now {rules.describe()} (version {version})")
 
     # --- the decision loop --------------------------------------------------------------------
-    def tick(self, views: list[ExchangeView], now: float, limits_: Thresholds) -> list[Move]:
+    def tick(
+        self, views: list[ExchangeView], now: float, limits_: Thresholds, followers: int = 0
+    ) -> list[Move]:
         """Collect the actuator's results, decide, and return publishers to move onto a new
-        exchange (the monitor publishes them)."""
+        exchange (the monitor publishes them). `views`: the exchanges; `followers`: the log
+        followers that can take a copy."""
         self._collect(now)
         moves = self._rebalance(views, now, limits_)
         loads = [
@@ -146,38 +151,51 @@ class Scaler:
             for v in views
         ]
         busy = self.in_flight is not None or bool(self.fresh)
-        decision = self._copies_floor(loads, now, busy) or self.policy.decide(
+        decision = self._copies_floor(loads, now, busy, followers) or self.policy.decide(
             loads, self.rules, now, busy
         )
         if decision is not None:
             self._start(decision, now)
         return moves
 
-    def _copies_floor(self, loads: list[ExchangeLoad], now: float, busy: bool) -> Decision | None:
-        """A queue keeps replicationFactor exchanges that can hold a copy (not leaving, not
-        refusing appends), whatever its load and policy: each logs and holds a copy of the
-        others' logs, so with fewer some log has fewer copies than acks=all waits for
-        (min.insync.copies). The GCM places the new one on a host without the queue's
-        exchanges first (it knows nothing of disks: with none such, it may land on the full
-        disk's host). The request says `below`: the exchanges this monitor knows, plus one. A
-        monitor that has not heard every exchange yet (it just started or moved) so asks for
-        none the GCM has recorded on a live host: it is refused, and asks again after a
-        back-off (the cluster may also have no room, or be re-placing it), 0.5 s up to 2 s."""
+    def _copies_floor(
+        self, loads: list[ExchangeLoad], now: float, busy: bool, followers: int
+    ) -> Decision | None:
+        """A queue keeps log.followers log followers and, with them, replicationFactor
+        processes that can hold a copy (not leaving, not refusing appends), whatever its load
+        and policy: each exchange logs and holds a copy of the others' logs, each follower of
+        every log, so with fewer some log has fewer copies than acks=all waits for
+        (min.insync.copies). A missing follower is asked for first. The GCM places the new one
+        on a host without the queue's exchanges and followers first (it knows nothing of disks:
+        with none such, it may land on the full disk's host). The request says `below`: the
+        exchanges and followers this monitor knows, plus one. A monitor that has not heard
+        every one yet (it just started or moved) so asks for none the GCM has recorded on a live
+        host: it is refused, and asks again after a back-off (the cluster may also have no
+        room, or be re-placing it), 0.5 s up to 2 s."""
         wanted = self.replication_factor
         standing = [x for x in loads if not x.leaving and not x.refusing]
-        if wanted < 2 or len(standing) >= wanted:
+        follower = followers < self.followers_wanted
+        if wanted < 2 or (len(standing) + followers >= wanted and not follower):
             self._floor_backoff.reset()
             return None
         if busy or now < self._floor_retry_at:
             return None
-        if self.config.max_exchanges and len(loads) >= self.config.max_exchanges:
+        if not follower and self.config.max_exchanges and len(loads) >= self.config.max_exchanges:
             return None
         self._floor_retry_at = now + self._floor_backoff.next_s()
+        below = len(loads) + followers + 1
+        if follower:
+            return Decision(
+                "follower",
+                f"{followers} log follower(s), log.followers {self.followers_wanted}: another "
+                "holds a copy of each log",
+                below=below,
+            )
         return Decision(
             "copies",
-            f"{len(standing)} exchange(s), replicationFactor {wanted}: another keeps a copy of "
-            "each log",
-            below=len(loads) + 1,
+            f"{len(standing)} exchange(s) and {followers} log follower(s), replicationFactor "
+            f"{wanted}: another exchange keeps a copy of each log",
+            below=below,
         )
 
     def _start(self, decision: Decision, now: float) -> None:
@@ -188,7 +206,7 @@ class Scaler:
             return
         self.in_flight = (decision.action, argument, now)
         self.policy.acted(now)
-        if decision.action in ("out", "copies"):
+        if decision.action in ("out", "copies", "follower"):
             self._event("scale_out", decision.reason, exchanges=len(self.windows))
         else:
             self._event("scale_in", decision.reason, exchange=argument)
@@ -216,7 +234,9 @@ class Scaler:
             self._event(kind, f"{result.comment} ({took})", action=result.kind)
             return
         exchange_id = result.exchange_id
-        if result.kind in ("out", "copies"):
+        if result.kind == "follower":  # takes no publishers: nothing to rebalance onto it
+            self._event("follower_added", f"created in {took}", exchange=exchange_id)
+        elif result.kind in ("out", "copies"):
             self.scaled_out += 1
             self.fresh[exchange_id] = now
             self._event("exchange_added", f"created in {took}", exchange=exchange_id)
@@ -309,3 +329,11 @@ class Scaler:
         self.actuator.stop.set()
         self.actuator.join(limits.scaling_actuator_join_s)
         self.sock.close(0)
+
+
+def followers_wanted(settings: MonitorSettings) -> int:
+    """The log followers a queue keeps: log.followers, at most replicationFactor - 1 (more
+    would hold no copy), none without message logs."""
+    if not settings.use_log:
+        return 0
+    return max(0, min(settings.log_followers, settings.replication_factor - 1))

@@ -163,6 +163,9 @@ class Monitor:
         # Log keepers (host/keepers.py): a returning host's lost exchanges, read-only; by
         # front address. Never placed on, never a replica: sources of copies and of reads.
         self.keepers: dict[str, ExchangeView] = {}
+        # Log followers (log.followers): copies of every log on hosts without its exchanges;
+        # by front address. Replicas first, copy targets and sources; never placed on.
+        self.followers: dict[str, ExchangeView] = {}
         self.bad_frames = 0
         self.relocations = 0
         self.publisher_kpis = PublisherKpis()  # the publishers' 11 and 12, for STATUS
@@ -389,7 +392,8 @@ class Monitor:
         now = time.monotonic()
         if isinstance(message, ExchangePulse):
             front = message.front
-            self._on_pulse(self.exchanges.get(front) or self.keepers.get(front), message, now)
+            view = self.exchanges.get(front) or self.followers.get(front)
+            self._on_pulse(view or self.keepers.get(front), message, now)
             return
         if isinstance(message, ExchangeSubscriptions):
             self._on_subscriptions(self.exchanges.get(message.identity.front), message)
@@ -397,6 +401,9 @@ class Monitor:
         identity = message.identity
         if identity.keeper:
             self._on_keeper(message, now)
+            return
+        if identity.follower:
+            self._on_follower(message, now)
             return
         view = self.exchanges.get(identity.front)
         if view is not None and view.started != identity.started:
@@ -425,8 +432,59 @@ class Monitor:
         self._relocate(view, now)
 
     def _reporters(self) -> list[ExchangeView]:
-        """Everything that reports to this monitor: its exchanges and the log keepers."""
-        return [*self.exchanges.values(), *self.keepers.values()]
+        """Everything that reports to this monitor: its exchanges, log followers and keepers."""
+        return [*self.exchanges.values(), *self.followers.values(), *self.keepers.values()]
+
+    def _copy_holders(self) -> list[ExchangeView]:
+        """Those that take copies of live logs: the exchanges and the log followers."""
+        return [*self.exchanges.values(), *self.followers.values()]
+
+    def _on_follower(self, report: ExchangeReport, now: float) -> None:
+        """A log follower's report: it takes the copies `_assign_replicas` gives it, and is a
+        source and target of the gone logs' copies; it takes no publishers."""
+        identity = report.identity
+        view = self.followers.get(identity.front)
+        if view is not None and view.started != identity.started:
+            self._forget_follower(view, "restarted")  # what it held in memory is gone
+            view = None
+        if view is None:
+            if report.leaving or report.load is None:
+                return  # its last reports as it leaves: not to be filed again
+            if len(self.followers) >= limits.monitor_exchanges_max:
+                log.warning("%s: log follower %s not tracked: already %d followers known",
+                            self.name, identity.exchange_id, len(self.followers))  # fmt: skip
+                return
+            view = ExchangeView(
+                exchange_id=identity.exchange_id, front=identity.front, back=identity.back,
+                first_seen=now, last_seen=now, period_s=identity.period_s,
+                started=identity.started, logged=True, host=identity.host, follower=True,
+            )  # fmt: skip
+            self.followers[view.front] = view
+            log.info("%s: log follower %s joined (%s)", self.name, view.exchange_id, view.front)
+            changed = True
+        else:
+            changed = False
+        self._heard(view, now)
+        view.period_s = identity.period_s
+        if report.leaving or report.load is None:
+            self._forget_follower(view, "left")
+            self._assign_replicas()
+            return
+        load = report.load
+        self._saw_state_copies(view, load.copies)
+        copies = _message_log_copies(load.copies)
+        changed = changed or copies != view.copies or load.refusing != view.refusing
+        view.copies, view.refusing, view.cpu, view.rss = copies, load.refusing, load.cpu, load.rss
+        if changed:
+            self._assign_replicas()  # what it holds (or can hold) changed: plans may change
+
+    def _forget_follower(self, view: ExchangeView, why: str) -> None:
+        del self.followers[view.front]
+        self._close_control(view.front)
+        if why == "left":
+            log.info("%s: log follower %s left", self.name, view.exchange_id)
+        else:
+            log.warning("%s: log follower %s %s: forgotten", self.name, view.exchange_id, why)
 
     def _on_keeper(self, report: ExchangeReport, now: float) -> None:
         """A log keeper's report: the logs it holds are read from it and copied from it to
@@ -548,7 +606,8 @@ class Monitor:
             self._move(move, f"{move.source.exchange_id} is overloaded")
 
     def _scale(self, now: float) -> None:
-        for move in self.scaler.tick(list(self.exchanges.values()), now, self.limits):
+        followers = sum(1 for x in self.followers.values() if not x.leaving and not x.refusing)
+        for move in self.scaler.tick(list(self.exchanges.values()), now, self.limits, followers):
             self._move(move, f"{move.target.exchange_id} was added to share the load")
 
     def _move(self, move: Move, why: str) -> None:
@@ -626,6 +685,8 @@ class Monitor:
                 log.warning("%s: log keeper %s silent: forgotten", self.name, view.exchange_id)
                 del self.keepers[view.front]
                 self._close_control(view.front)
+            elif view.follower:
+                self._forget_follower(view, self._why_dead(view, now))
             else:
                 self._forget(view, now, self._why_dead(view, now))
         if dead:
@@ -868,8 +929,9 @@ class Monitor:
                     refusing=x.refusing,
                     in_sync=x.in_sync,
                     in_sync_min=x.in_sync_min,
+                    follower=x.follower,
                 )
-                for x in self.exchanges.values()
+                for x in self._copy_holders()
             ),
             copies=self._copy_list(),
             epoch=self.epoch,
@@ -881,7 +943,7 @@ class Monitor:
 
     def _short_logs(self) -> tuple[ShortLog, ...]:
         """The gone exchanges' logs with fewer than replicationFactor complete copies."""
-        ends = {x.exchange_id: x.copies for x in self.exchanges.values()}
+        ends = {x.exchange_id: x.copies for x in self._copy_holders()}
 
         def progress(plan: CopyPlan) -> tuple[CopyProgress, ...]:
             return tuple(
@@ -905,8 +967,8 @@ class Monitor:
         """Tell each exchange which exchanges copy its log, and whose logs it copies: this
         assignment is the only authority a replica accepts a copy on (only what changed is
         logged)."""
-        views = list(self.exchanges.values())
-        self.topics.forget_exchanges({x.exchange_id for x in views})
+        views = self._copy_holders()
+        self.topics.forget_exchanges({x.exchange_id for x in self.exchanges.values()})
         plan = assign_replicas(views, self.replication_factor)
         by_id = {x.exchange_id: x for x in views}
         copied: dict[str, list[str]] = {x.exchange_id: [] for x in views}
@@ -944,6 +1006,11 @@ class Monitor:
                 consumed_before=self.topics.consumed_before(leader_id),
             )
             self._tell_exchange(leader, assignment)
+        for follower in self.followers.values():  # copies logs, and is copied by nobody
+            sent = Replicas((), tuple(copied[follower.exchange_id]),
+                            tuple(sources[follower.exchange_id]), self.epoch,
+                            drop_state_before=drop_state_before)  # fmt: skip
+            self._tell_exchange(follower, sent)
         for keeper in keepers:  # copies no log and is copied by nobody: it sends, at most
             retire = self._kept_elsewhere(keeper)
             sent = Replicas((), (), tuple(sources[keeper.exchange_id]), self.epoch, retire)
@@ -959,8 +1026,8 @@ class Monitor:
         """Whether every log the keeper holds is a live exchange's own or has
         replicationFactor copies on live exchanges ending where the keeper's does (or later):
         then the keeper retires (host/keepers.py)."""
-        live = [x for x in self.exchanges.values() if x.logged and not x.leaving]
-        ids = {x.exchange_id for x in live}
+        live = [x for x in self._copy_holders() if x.logged and not x.leaving]
+        ids = {x.exchange_id for x in self.exchanges.values()}
         for leader_id, end in keeper.copies.items():
             held = sum(1 for x in live if x.copies.get(leader_id, -1) >= end)
             if leader_id not in ids and held < self.replication_factor:
@@ -979,11 +1046,9 @@ class Monitor:
         that time finds its log as it left it, and a copy begun meanwhile only costs disk."""
         live = {x.exchange_id for x in self.exchanges.values()}
         keepers = list(self.keepers.values())
-        reported = {
-            c for x in [*self.exchanges.values(), *keepers] if not x.leaving for c in x.copies
-        }
+        views = self._copy_holders()
+        reported = {c for x in [*views, *keepers] if not x.leaving for c in x.copies}
         gone = reported - live
-        views = list(self.exchanges.values())
         plans = plan_copies(views, self.replication_factor, gone, self.copy_plans, keepers)
         self._log_copy_plans(plans, reported | live)
         self.copy_plans = plans

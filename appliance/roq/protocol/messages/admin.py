@@ -189,12 +189,14 @@ class CreateExchange:
     """2004: one more exchange for a RUNNING queue, idempotent per `TransactionID`; on `Host`
     if given, else on the host with the most free slots (`ExchangeCreated`). With `Below` (a
     monitor keeping replicationFactor exchanges), only while the queue has fewer live exchanges
-    recorded than that: a monitor that has not heard them all yet asks for no extra one."""
+    recorded than that: a monitor that has not heard them all yet asks for no extra one. With
+    `Follower`, a log follower (log.followers): it holds copies, takes no publishers."""
 
     queue: str
     txid: str  # TransactionID, 1–128 characters
     host: str = ""  # Host, optional
     below: int = 0  # Below, optional (0: whatever the queue has)
+    follower: bool = False  # Follower, optional
 
     def encode(self) -> Document:
         doc = {"CMD": int(AdminCommand.CREATE_XCHANGE), "QName": self.queue,
@@ -203,6 +205,8 @@ class CreateExchange:
             doc["Host"] = self.host
         if self.below:
             doc["Below"] = self.below
+        if self.follower:
+            doc["Follower"] = True
         return doc
 
     @classmethod
@@ -212,6 +216,7 @@ class CreateExchange:
             field_str(doc, "TransactionID", max_chars=limits.transaction_id_chars_max),
             field_str(doc, "Host", empty_ok=True, default=""),
             field_int(doc, "Below", hi=EXCHANGES_MAX + 1, default=0),
+            field_bool(doc, "Follower", default=False),
         )
 
 
@@ -474,26 +479,32 @@ class HostInfo:
 
 @dataclass(frozen=True)
 class RecordedExchange:
-    """An exchange as the GCM recorded it: `{Id, Host, Front, Back, Lost}`; `Lost` (optional,
-    false when absent): its host was lost and another exchange replaced it."""
+    """An exchange as the GCM recorded it: `{Id, Host, Front, Back, Lost, Follower}`; `Lost`
+    (optional, false when absent): its host was lost and another exchange replaced it;
+    `Follower` (optional): a log follower (log.followers), which holds copies only."""
 
     exchange_id: str
     host: str
     front: str
     back: str
     lost: bool = False
+    follower: bool = False
 
     def fields(self) -> Document:
-        return {"Id": self.exchange_id, "Host": self.host, "Front": self.front,
-                "Back": self.back, "Lost": self.lost}  # fmt: skip
+        doc: Document = {"Id": self.exchange_id, "Host": self.host, "Front": self.front,
+                         "Back": self.back, "Lost": self.lost}  # fmt: skip
+        if self.follower:
+            doc["Follower"] = True
+        return doc
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any], prefix: str = "") -> Self:
         exchange_id, host, front, back = (
             field_str(doc, name, prefix=prefix) for name in ("Id", "Host", "Front", "Back")
         )
-        return cls(exchange_id, host, front, back, field_bool(doc, "Lost", default=False,
-                                                              prefix=prefix))  # fmt: skip
+        lost = field_bool(doc, "Lost", default=False, prefix=prefix)
+        follower = field_bool(doc, "Follower", default=False, prefix=prefix)
+        return cls(exchange_id, host, front, back, lost, follower)
 
 
 @dataclass(frozen=True)

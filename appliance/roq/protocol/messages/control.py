@@ -285,6 +285,7 @@ class MonitoredExchange:
     # (optional; 0: not reported)
     in_sync: int = 0
     in_sync_min: int = 0
+    follower: bool = False  # Follower: a log follower, holding copies only (optional)
 
     def fields(self) -> Document:
         doc = {
@@ -299,6 +300,8 @@ class MonitoredExchange:
             doc["Refusing"] = self.refusing
         if self.in_sync:
             doc.update(InSync=self.in_sync, InSyncMin=self.in_sync_min)
+        if self.follower:
+            doc["Follower"] = True
         return doc
 
     @classmethod
@@ -322,6 +325,7 @@ class MonitoredExchange:
             field_str(doc, "Refusing", default="", prefix=p),
             field_int(doc, "InSync", hi=COPIES_MAX, default=0, prefix=p),
             field_int(doc, "InSyncMin", hi=COPIES_MAX, default=0, prefix=p),
+            field_bool(doc, "Follower", default=False, prefix=p),
         )
 
 

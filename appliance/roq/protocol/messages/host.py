@@ -11,7 +11,14 @@ from typing import Any, Final, Self
 from roq import limits
 from roq.errors import DecodeError
 from roq.protocol import bsonmsg
-from roq.protocol.bsonmsg import Document, field_docs, field_endpoint, field_int, field_str
+from roq.protocol.bsonmsg import (
+    Document,
+    field_bool,
+    field_docs,
+    field_endpoint,
+    field_int,
+    field_str,
+)
 from roq.protocol.commands import HostCommand
 from roq.protocol.endpoints import check_host
 from roq.protocol.epoch import EPOCH, field_epoch
@@ -47,10 +54,14 @@ class ExchangeInfo:
     txid: str  # TransactionID
     front: str  # tcp://ip:F
     back: str  # tcp://ip:F+1
+    follower: bool = False  # Follower: a log follower (log.followers), optional
 
     def fields(self) -> Document:
-        return {"Id": self.exchange_id, "Port": self.port, "TransactionID": self.txid,
-                "Front": self.front, "Back": self.back}  # fmt: skip
+        doc: Document = {"Id": self.exchange_id, "Port": self.port, "TransactionID": self.txid,
+                         "Front": self.front, "Back": self.back}  # fmt: skip
+        if self.follower:
+            doc["Follower"] = True
+        return doc
 
     @classmethod
     def decode(cls, doc: Mapping[str, Any], prefix: str = "") -> Self:
@@ -66,6 +77,7 @@ class ExchangeInfo:
             ),
             field_endpoint(doc, "Front", prefix=prefix),
             field_endpoint(doc, "Back", prefix=prefix),
+            field_bool(doc, "Follower", default=False, prefix=prefix),
         )
 
 
@@ -201,6 +213,7 @@ class CreateExchangeOnHost:
     monitor_address: str  # Monitor_address: the monitor's ip
     exchange_id: str = ""  # ExchangeID: "" = a new exchange
     epoch: int = 0  # Epoch
+    follower: bool = False  # Follower: a log follower (log.followers), optional
 
     def encode(self) -> Document:
         doc: Document = {
@@ -211,6 +224,8 @@ class CreateExchangeOnHost:
         }  # fmt: skip
         if self.exchange_id:
             doc["ExchangeID"] = self.exchange_id
+        if self.follower:
+            doc["Follower"] = True
         return doc
 
     @classmethod
@@ -230,6 +245,7 @@ class CreateExchangeOnHost:
             _host_field(doc, "Monitor_address"),
             exchange_id,
             field_epoch(doc),
+            field_bool(doc, "Follower", default=False),
         )
 
 

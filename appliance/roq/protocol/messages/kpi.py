@@ -127,7 +127,7 @@ class ScalingEvent:
     STATUS lists its recent ones as `entry()`, without `CMD` and `QName`."""
 
     queue: str  # QName
-    event: str  # Event: scale_out, exchange_added, capacity_exhausted, …
+    event: str  # Event: scale_out, exchange_added, follower_added, capacity_exhausted, …
     reason: str  # Reason
     policy: str  # Policy
     time: float

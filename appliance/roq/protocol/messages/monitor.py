@@ -56,12 +56,15 @@ class ExchangeIdentity:
     # Keeper: a keeper of a lost exchange's log (host/keepers.py), not an exchange: it serves
     # reads of its log and copies and sends them to live exchanges, and takes no publishers
     keeper: bool = False
+    # Follower: a log follower (log.followers), not an exchange: it holds copies of the queue's
+    # logs on a host without its exchanges, and takes no publishers and no subscribers' stream
+    follower: bool = False
 
     def fields(self) -> Document:
         return {
             "QName": self.queue, "Id": self.exchange_id, "Front": self.front, "Back": self.back,
             "Period": self.period_s, "Started": self.started, "Log": self.logged,
-            "Host": self.host, "Keeper": self.keeper,
+            "Host": self.host, "Keeper": self.keeper, "Follower": self.follower,
         }  # fmt: skip
 
     @classmethod
@@ -76,6 +79,7 @@ class ExchangeIdentity:
             logged=field_bool(doc, "Log"),
             host=field_str(doc, "Host"),
             keeper=field_bool(doc, "Keeper", default=False),
+            follower=field_bool(doc, "Follower", default=False),
         )
 
 
