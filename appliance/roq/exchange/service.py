@@ -295,7 +295,8 @@ class Exchange:
             self.log_server = LogServer(self.replay, self.log, spec.name, copies)
             self.replicator = Replicator(
                 context, spec.exchange_id, self.log, spec.name,
-                min_copies=settings.copies_for_acks_all,
+                # a keeper's or follower's own log takes no publisher: nothing waits on it
+                min_copies=settings.copies_for_acks_all if spec.takes_publishers else 1,
             )  # fmt: skip
             own = self.log if spec.keeper else None
             self.copy_sender = CopySender(context, copies, spec.name, own)

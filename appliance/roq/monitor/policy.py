@@ -285,3 +285,19 @@ def make_policy(config: ScalingConfig, floor: int = 1) -> Policy:
     if config.policy == "null":
         return NullPolicy()
     return DefaultPolicy(config, floor=max(1, floor))
+
+
+def copies_missing(
+    exchanges: int, followers: int, factor: int, followers_wanted: int
+) -> str | None:
+    """What a queue lacks to hold `factor` copies of each log (scaling.py's copies floor), with
+    `exchanges` and `followers` standing (not leaving, not refusing appends): "follower" while
+    it has fewer log followers than `followers_wanted`, then "exchange" while both together are
+    fewer than `factor`; None when nothing is missing (or `factor` is 1: no copy is kept)."""
+    if factor < 2:
+        return None
+    if followers < followers_wanted:
+        return "follower"
+    if exchanges + followers < factor:
+        return "exchange"
+    return None

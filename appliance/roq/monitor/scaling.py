@@ -32,6 +32,7 @@ from roq.monitor.policy import (
     LoadWindow,
     Rules,
     Sample,
+    copies_missing,
     implicit_rules,
     make_policy,
     supersedes,
@@ -174,12 +175,13 @@ class Scaler:
         room, or be re-placing it), 0.5 s up to 2 s."""
         wanted = self.replication_factor
         standing = [x for x in loads if not x.leaving and not x.refusing]
-        follower = followers < self.followers_wanted
-        if wanted < 2 or (len(standing) + followers >= wanted and not follower):
+        missing = copies_missing(len(standing), followers, wanted, self.followers_wanted)
+        if missing is None:
             self._floor_backoff.reset()
             return None
         if busy or now < self._floor_retry_at:
             return None
+        follower = missing == "follower"
         if not follower and self.config.max_exchanges and len(loads) >= self.config.max_exchanges:
             return None
         self._floor_retry_at = now + self._floor_backoff.next_s()
