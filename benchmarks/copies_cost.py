@@ -5,7 +5,9 @@ tree, interleaved round by round, each with its own copy settings:
 - `r2-min1`: replicationFactor=2, min.insync.copies=1 (a copy is made, but acks=all confirms
   on the leader alone while the copy is out of sync: the behaviour before min.insync.copies);
 - `r2`: replicationFactor=2 with the default min.insync.copies (= 2: acks=all confirms only
-  once the copy holds the batch, and is refused rather than confirmed on fewer).
+  once the copy holds the batch, and is refused rather than confirmed on fewer);
+- `r2-follower`: replicationFactor=2, log.followers=1: the copy is held by a log follower, a
+  process that takes no publishers, and the queue keeps one exchange.
 
 Each cluster is `roq up` (upcluster.py) on its own ports; the first starts a ZooKeeper on
 --zk-port and the others use it, each in its own namespace. Before the rounds a warm-up bench
@@ -38,7 +40,10 @@ CONFIGS: dict[str, list[str]] = {
     "r1": ["replicationFactor=1"],
     "r2-min1": ["replicationFactor=2", "min.insync.copies=1"],
     "r2": ["replicationFactor=2"],
+    "r2-follower": ["replicationFactor=2", "log.followers=1"],
 }
+# the exchanges each cluster's queue keeps: its log followers hold copies in place of exchanges
+EXCHANGES = {"r1": 1, "r2-min1": 2, "r2": 2, "r2-follower": 1}
 # (name, bench arguments): flat out with acks=all and acks=leader, and acks=all at a fixed
 # rate, unbatched, for the latency a confirmation costs
 MODES: dict[str, list[str]] = {
@@ -55,8 +60,9 @@ def start(name: str, base: int, args: argparse.Namespace) -> UpCluster:
     return UpCluster.start(TREE, base, f"copies-{name}", [*defines, *CONFIGS[name]])
 
 
-def wait_in_sync(cluster: UpCluster, copies: int) -> None:
-    """Until `roq status` shows every exchange of the queue with `copies` copies in sync."""
+def wait_in_sync(cluster: UpCluster, copies: int, exchanges: int) -> None:
+    """Until `roq status` shows `exchanges` exchanges of the queue with `copies` copies in
+    sync."""
     deadline = time.monotonic() + IN_SYNC_TIMEOUT_S
     status = ""
     while time.monotonic() < deadline:
@@ -65,7 +71,7 @@ def wait_in_sync(cluster: UpCluster, copies: int) -> None:
             env=cluster.env(), capture_output=True, text=True, timeout=30, check=False,
         )  # fmt: skip
         status = done.stdout
-        if status.count(f"copies in sync {copies}") >= copies:
+        if status.count(f"copies in sync {copies}") >= exchanges:
             return
         time.sleep(0.5)
     raise SystemExit(f"{cluster.data}: not {copies} copies in sync within the bound:\n{status}")
@@ -84,7 +90,7 @@ def run(args: argparse.Namespace) -> None:
         for name, cluster in clusters.items():
             cluster.bench(["--seconds", "2", "-q", QUEUE, "--acks", "leader"])  # creates it
             if name != "r1":
-                wait_in_sync(cluster, 2)
+                wait_in_sync(cluster, 2, EXCHANGES[name])
         names = list(CONFIGS)
         with Path(args.out).open("a") as out:
             for round_ in range(args.rounds):

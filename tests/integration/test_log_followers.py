@@ -91,6 +91,8 @@ def test_a_follower_holds_the_copy_acks_all_waits_for_and_serves_it_once_the_lea
     finally:
         publisher.close()
     assert [x.host for x in _recorded(cluster) if not x.follower] == ["h1"]
+    shown = cluster.cli("status", "--gcm", cluster.gcm, timeout_s=60)
+    assert "log follower" in shown.stdout and "copies held: h1-" in shown.stdout, shown.stdout
     cluster.kill(h1)  # kill -9 of the host, its monitor and its exchange
 
     with Subscriber("q1", gcm=cluster.gcm, start="beginning") as subscriber:

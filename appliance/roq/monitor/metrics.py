@@ -20,6 +20,7 @@ def samples(monitor: Monitor) -> list[Sample]:
     exchanges = list(monitor.exchanges.values())
     found = [
         sample("roq_monitor_exchanges", len(exchanges), queue),
+        sample("roq_monitor_log_followers", len(monitor.followers), queue),
         sample("roq_monitor_relocations_total", monitor.relocations, queue),
         sample("roq_monitor_exchange_deaths_total", monitor.deaths, queue),
         sample("roq_monitor_exchanges_late_total", monitor.lates, queue),

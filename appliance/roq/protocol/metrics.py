@@ -94,6 +94,8 @@ CATALOGUE: tuple[Metric, ...] = (
        "Message ids its window forgot before dedup.window.ms, past dedup_window_ids_max."),
     # --- each queue's monitor (gathered by its host) ---
     _m("roq_monitor_exchanges", GAUGE, "queue", "Live exchanges of the queue."),
+    _m("roq_monitor_log_followers", GAUGE, "queue",
+       "Live log followers of the queue (log.followers): copies on hosts without its exchanges."),
     _m("roq_monitor_publishers", GAUGE, _QX, "Publishers sending to each exchange."),
     _m("roq_monitor_relocations_total", COUNTER, "queue", "Publishers moved between exchanges."),
     _m("roq_monitor_scaling_decisions_total", COUNTER, "queue decision",
