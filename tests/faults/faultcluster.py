@@ -84,6 +84,7 @@ class FaultCluster:
     tmp: Path
     namespace: str = field(default_factory=lambda: f"/roq-faults-{uuid.uuid4().hex[:8]}")
     procs: list[Proc] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)  # the hosts', over SETTINGS
 
     def __post_init__(self) -> None:
         """One cluster key for every machine, as an operator copies cluster.json to each one
@@ -163,7 +164,7 @@ class FaultCluster:
         return _defines({**values, "host.loss.grace": GRACE_MS})
 
     def _host_args(self, machine: Machine, directory: Path) -> list[str]:
-        values = {**self._common(machine), **SETTINGS}
+        values = {**self._common(machine), **SETTINGS, **self.settings}
         return _defines({**values, "host.name": machine.name, "directory": str(directory)})
 
     # --- observing ------------------------------------------------------------------------

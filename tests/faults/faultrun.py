@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from checker import Report, check, load
 from faultcluster import SESSION_MS, FaultCluster
@@ -29,9 +30,11 @@ PRODUCERS = 3
 
 
 class FaultRun:
-    def __init__(self, tmp: Path, net: Network, acks: str = "all"):
+    def __init__(
+        self, tmp: Path, net: Network, acks: str = "all", settings: dict[str, Any] | None = None
+    ):
         self.tmp, self.acks = tmp, acks
-        self.cluster = FaultCluster(net, tmp)
+        self.cluster = FaultCluster(net, tmp, settings=dict(settings or {}))
         self.history = tmp / "history.jsonl"
         self.nemesis_log = tmp / "nemesis.jsonl"
         self.stop_file = tmp / "stop"

@@ -222,6 +222,22 @@ def test_rolling_restart_of_every_machine(fault_run: FaultRun) -> None:
     _assert_passes(fault_run, fault_run.finish())
 
 
+def test_kill_9_of_the_machine_of_a_queues_only_exchange_with_a_log_follower(
+    tmp_path: Path, network: Network
+) -> None:
+    """Issue 30, log followers: R=2 with log.followers=1 and one exchange (m1, with q1's
+    monitor) whose copy is a follower on m2. m1 killed: the monitor moves, publishers go to a
+    new exchange, the lost exchange's log is read from the follower's copy; nothing
+    acknowledged (acks=all waited for the follower) is lost."""
+    settings = {"log.followers": 1, "scaling.min.exchanges": 1}
+    run = FaultRun(tmp_path, network, settings=settings)
+    try:
+        _kill_m1(run)
+        _assert_passes(run, run.finish())
+    finally:
+        run.close()
+
+
 @pytest.mark.parametrize("back_after_s", [1.5, 5.0], ids=["within-session", "just-past-loss"])
 def test_kill_9_of_a_machine_back_within_seconds(fault_run: FaultRun, back_after_s: float) -> None:
     """Issue 30: a quick return. At 1.5 s the session is alive: nothing is re-placed. At 5 s

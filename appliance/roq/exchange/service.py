@@ -834,8 +834,11 @@ class Exchange:
         if self.log_server is None:
             return ()
         ends = self.log_server.copies.ends()
-        if self.spec.keeper:  # a keeper's own log is a copy of a lost exchange's, to be read
-            ends[self.spec.exchange_id] = self.log_server.log.end_offset
+        own = self.log_server.log
+        # a keeper's own log is a copy of a lost exchange's, to be read: if it holds anything
+        # (a lost log follower's own log is empty; its copies are what it keeps)
+        if self.spec.keeper and own.end_offset > own.start_offset:
+            ends[self.spec.exchange_id] = own.end_offset
         return tuple(CopyEnd(leader, end) for leader, end in sorted(ends.items()))
 
     def _identity(self) -> ExchangeIdentity:
