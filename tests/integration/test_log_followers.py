@@ -11,6 +11,7 @@ import pytest
 from roq.client.locate import MonitorAddress
 from roq.client.publisher import Publisher
 from roq.client.subscriber import Subscriber
+from roq.errors import RoqError
 from roq.protocol.commands import ChildCommand
 from roq.protocol.messages.admin import RecordedExchange
 from roq.protocol.ports import MonitorPort
@@ -55,7 +56,7 @@ def _follower_live(cluster: LocalCluster, host: str) -> bool:
         return False
     try:
         live = _monitor_status(cluster)["Exchanges"]
-    except Exception:  # noqa: BLE001 (the monitor may be moving: asked again)
+    except RoqError:  # the monitor may be moving: asked again
         return False
     return any(x["Id"] in followers and x.get("Follower") for x in live)
 

@@ -10,7 +10,7 @@ import pytest
 
 from roq import config
 from roq.monitor.placement import ExchangeView, assign_replicas, plan_copies
-from roq.monitor.policy import copies_missing, make_policy
+from roq.monitor.policy import DefaultPolicy, copies_missing, make_policy
 from roq.monitor.scaling import followers_wanted
 from roq.protocol.messages.admin import CreateExchange, RecordedExchange
 from roq.protocol.messages.host import CreateExchangeOnHost, ExchangeInfo
@@ -90,8 +90,9 @@ def test_a_queue_keeps_at_most_replication_factor_minus_one_followers_and_none_w
 def test_scale_in_stops_at_one_exchange_when_followers_hold_the_copies():
     settings = _monitor_settings(**{"replicationFactor": 2, "log.followers": 1})
     policy = make_policy(settings.scaling, settings.replication_factor - 1)
-    assert getattr(policy, "floor") == 1
-    assert getattr(make_policy(settings.scaling, 0), "floor") == 1  # never none
+    assert isinstance(policy, DefaultPolicy) and policy.floor == 1
+    never_none = make_policy(settings.scaling, 0)
+    assert isinstance(never_none, DefaultPolicy) and never_none.floor == 1
 
 
 def test_the_follower_flag_travels_on_every_message_that_places_or_records_one():
