@@ -9,8 +9,8 @@ tree, interleaved round by round, each with its own copy settings:
 - `r2-follower`: replicationFactor=2, log.followers=1: the copy is held by a log follower, a
   process that takes no publishers, and the queue keeps one exchange.
 
-Each cluster is `roq up` (upcluster.py) on its own ports; the first starts a ZooKeeper on
---zk-port and the others use it, each in its own namespace. Before the rounds a warm-up bench
+Each cluster is `roq up` (upcluster.py) on its own ports, with a ZooKeeper of its own on
+--zk-port plus its index. Before the rounds a warm-up bench
 creates the queue on every cluster and, with replicationFactor 2, the copies floor gives it a
 second exchange (on the same host here: one machine), whose copy of the first's log is in sync
 before the rounds start (`roq status` shows "copies in sync 2"). Then each round runs every
@@ -55,8 +55,13 @@ QUEUE = "copies"
 IN_SYNC_TIMEOUT_S = 60.0
 
 
-def start(name: str, base: int, args: argparse.Namespace) -> UpCluster:
-    defines = [f"zk.namespace=/roq-copies-{name}", f"zk.servers=127.0.0.1:{args.zk_port}"]
+def start(name: str, index: int, args: argparse.Namespace) -> UpCluster:
+    # A ZooKeeper each: the one `roq up` starts takes TLS with its own cluster's certificates
+    # only, so another cluster's `roq up` cannot use it (it probes, fails, and tries to start
+    # a second one on the same port)
+    zk_port = args.zk_port + index
+    defines = [f"zk.namespace=/roq-copies-{name}", f"zk.servers=127.0.0.1:{zk_port}"]
+    base = args.base + 2000 * index
     return UpCluster.start(TREE, base, f"copies-{name}", [*defines, *CONFIGS[name]])
 
 
@@ -86,7 +91,7 @@ def run(args: argparse.Namespace) -> None:
     clusters: dict[str, UpCluster] = {}
     try:
         for index, name in enumerate(CONFIGS):
-            clusters[name] = start(name, args.base + 2000 * index, args)
+            clusters[name] = start(name, index, args)
         for name, cluster in clusters.items():
             cluster.bench(["--seconds", "2", "-q", QUEUE, "--acks", "leader"])  # creates it
             if name != "r1":
