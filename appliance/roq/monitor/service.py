@@ -447,36 +447,40 @@ class Monitor:
         if view is not None and view.started != identity.started:
             self._forget_follower(view, "restarted")  # what it held in memory is gone
             view = None
+        changed = view is None
         if view is None:
             if report.leaving or report.load is None:
                 return  # its last reports as it leaves: not to be filed again
-            if len(self.followers) >= limits.monitor_exchanges_max:
-                log.warning("%s: log follower %s not tracked: already %d followers known",
-                            self.name, identity.exchange_id, len(self.followers))  # fmt: skip
+            view = self._file_follower(identity, now)
+            if view is None:
                 return
-            view = ExchangeView(
-                exchange_id=identity.exchange_id, front=identity.front, back=identity.back,
-                first_seen=now, last_seen=now, period_s=identity.period_s,
-                started=identity.started, logged=True, host=identity.host, follower=True,
-            )  # fmt: skip
-            self.followers[view.front] = view
-            log.info("%s: log follower %s joined (%s)", self.name, view.exchange_id, view.front)
-            changed = True
-        else:
-            changed = False
         self._heard(view, now)
         view.period_s = identity.period_s
-        if report.leaving or report.load is None:
+        load = report.load
+        if report.leaving or load is None:
             self._forget_follower(view, "left")
             self._assign_replicas()
             return
-        load = report.load
         self._saw_state_copies(view, load.copies)
         copies = _message_log_copies(load.copies)
         changed = changed or copies != view.copies or load.refusing != view.refusing
         view.copies, view.refusing, view.cpu, view.rss = copies, load.refusing, load.cpu, load.rss
         if changed:
             self._assign_replicas()  # what it holds (or can hold) changed: plans may change
+
+    def _file_follower(self, identity: ExchangeIdentity, now: float) -> ExchangeView | None:
+        if len(self.followers) >= limits.monitor_exchanges_max:
+            log.warning("%s: log follower %s not tracked: already %d followers known",
+                        self.name, identity.exchange_id, len(self.followers))  # fmt: skip
+            return None
+        view = ExchangeView(
+            exchange_id=identity.exchange_id, front=identity.front, back=identity.back,
+            first_seen=now, last_seen=now, period_s=identity.period_s,
+            started=identity.started, logged=True, host=identity.host, follower=True,
+        )  # fmt: skip
+        self.followers[view.front] = view
+        log.info("%s: log follower %s joined (%s)", self.name, view.exchange_id, view.front)
+        return view
 
     def _forget_follower(self, view: ExchangeView, why: str) -> None:
         del self.followers[view.front]
@@ -922,7 +926,8 @@ class Monitor:
                     rss=x.rss,
                     leaving=x.leaving,
                     subscriptions=x.subscriptions,
-                    placeable=x.is_placeable(now, self.limits.warmup_s) and not x.refusing,
+                    placeable=x.is_placeable(now, self.limits.warmup_s)
+                    and not (x.refusing or x.follower),
                     replicas=x.replicas,
                     copies=tuple(CopyEnd(k, v) for k, v in sorted(x.copies.items())),
                     age_s=now - x.first_seen,
