@@ -4,20 +4,14 @@ real kill -9s (docs/guarantees.md §6, "Log followers")."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-from roq.client.locate import MonitorAddress
+from roq.client.live import monitor_status
 from roq.client.publisher import Publisher
 from roq.client.subscriber import Subscriber
-from roq.errors import RoqError
-from roq.protocol.commands import ChildCommand
 from roq.protocol.messages.admin import RecordedExchange
-from roq.protocol.ports import MonitorPort
+from roq.protocol.messages.control import MonitorStatus
 from roq.testing.cluster import LocalCluster, wait_for
-from roq.transport import new_context
-from roq.transport.rpc import Requester
 
 pytestmark = pytest.mark.integration
 
@@ -36,35 +30,27 @@ def _recorded(cluster: LocalCluster) -> list[RecordedExchange]:
     return [x for x in queues[0].exchanges if not x.lost] if queues else []
 
 
-def _monitor_status(cluster: LocalCluster) -> dict[str, Any]:
+def _live(cluster: LocalCluster) -> MonitorStatus | None:
+    """q1's monitor's STATUS (None while it does not answer: it may be moving)."""
     with cluster.admin() as admin:
-        [queue] = [q for q in admin.status().queues if q.info.name == "q1"]
-    context = new_context()
-    endpoint = MonitorAddress(queue.info.monitor_host).at(MonitorPort.CONTROL)
-    requester = Requester(context, endpoint, timeout_ms=2000)
-    try:
-        return dict(requester.request({"CMD": int(ChildCommand.PING)})["STATUS"])
-    finally:
-        requester.close()
-        context.term()
+        queues = [q for q in admin.status().queues if q.info.name == "q1"]
+    return monitor_status(queues[0].info.monitor_host) if queues else None
 
 
 def _follower_live(cluster: LocalCluster, host: str) -> bool:
     """A follower recorded on `host`, and its monitor hears it."""
     followers = [x.exchange_id for x in _recorded(cluster) if x.follower and x.host == host]
-    if not followers:
-        return False
-    try:
-        live = _monitor_status(cluster)["Exchanges"]
-    except RoqError:  # the monitor may be moving: asked again
-        return False
-    return any(x["Id"] in followers and x.get("Follower") for x in live)
+    live = _live(cluster) if followers else None
+    return live is not None and any(
+        x.exchange_id in followers and x.follower for x in live.exchanges
+    )
 
 
 def _in_sync(cluster: LocalCluster) -> int:
     """Copies in sync of the queue's one exchange's log, as the monitor last heard."""
-    live = _monitor_status(cluster)["Exchanges"]
-    return min((x.get("InSync", 0) for x in live if not x.get("Follower")), default=0)
+    live = _live(cluster)
+    exchanges = [x for x in live.exchanges if not x.follower] if live else []
+    return min((x.in_sync for x in exchanges), default=0)
 
 
 def test_a_follower_holds_the_copy_acks_all_waits_for_and_serves_it_once_the_leader_is_lost(
