@@ -281,10 +281,13 @@ def test_a_returning_host_serves_its_lost_exchanges_logs_and_copies_them_on(
     wait_for(lambda: lost("h1"), SESSION_S + 20, f"h1's exchange lost\n{cluster.logs()}")
 
     # h2 starts the keeper when it adopts its work, which on a loaded machine can come after h1
-    # was declared lost: wait for it rather than look once
+    # was declared lost: wait for it rather than look once. Seen running, or said started by
+    # its host: on a quiet machine it copied its logs on and retired within 0.5 s (CI, 27 Nov),
+    # before a poll saw its process
     def keeper() -> bool:
         running = [_cmdline(p) for p in cluster.queue_processes(host="h2")]
-        return any(f"--id {ids['h2']}" in c and "--keeper" in c for c in running)
+        seen = any(f"--id {ids['h2']}" in c and "--keeper" in c for c in running)
+        return seen or "keeps the log of lost exchange" in back.log_text()
 
     wait_for(keeper, 30, f"h2's keeper of its lost log\n{back.log_text()[-3000:]}", 0.2)
     _read_acknowledged(cluster, acknowledged, 60)
