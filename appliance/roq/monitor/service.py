@@ -160,11 +160,9 @@ class Monitor:
         self.list_period_s = settings.list_period_s
         self.kpi_period_s = settings.stat_period_s
         self.exchanges: dict[str, ExchangeView] = {}  # by front address
-        # Log keepers (host/keepers.py): a returning host's lost exchanges, read-only; by
-        # front address. Never placed on, never a replica: sources of copies and of reads.
+        # By front address, never placed on: log keepers (host/keepers.py: lost exchanges'
+        # logs to read and copy on) and log followers (log.followers: replicas first).
         self.keepers: dict[str, ExchangeView] = {}
-        # Log followers (log.followers): copies of every log on hosts without its exchanges;
-        # by front address. Replicas first, copy targets and sources; never placed on.
         self.followers: dict[str, ExchangeView] = {}
         self.bad_frames = 0
         self.relocations = 0
