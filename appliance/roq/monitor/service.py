@@ -461,7 +461,9 @@ class Monitor:
             return
         self._saw_state_copies(view, load.copies)
         copies = _message_log_copies(load.copies)
-        changed = changed or copies != view.copies or load.refusing != view.refusing
+        # Which logs it holds, not their ends (they grow with every report under load): the
+        # periodic assignment (monitor.list.period) takes the ends, as for an exchange
+        changed = changed or copies.keys() != view.copies.keys() or load.refusing != view.refusing
         view.copies, view.refusing, view.cpu, view.rss = copies, load.refusing, load.cpu, load.rss
         if changed:
             self._assign_replicas()  # what it holds (or can hold) changed: plans may change
